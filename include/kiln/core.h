@@ -1,0 +1,119 @@
+/* kiln core: status codes and error messages, logging, blobs (shaped float tensors with data and
+ * gradient), the seeded random generator, aligned memory and small helpers every module uses. */
+#ifndef KILN_CORE_H
+#define KILN_CORE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* ---- status and errors ------------------------------------------------------------------ */
+
+typedef enum kiln_status {
+  KILN_OK = 0,
+  KILN_ERR_IO,          /* a file could not be opened, read or written */
+  KILN_ERR_PARSE,       /* malformed text or binary input */
+  KILN_ERR_INVALID,     /* well-formed input that makes no sense (bad field value, missing blob) */
+  KILN_ERR_SHAPE,       /* shapes that do not agree */
+  KILN_ERR_DATA,        /* bad records in a data set (wrong size, label out of range) */
+  KILN_ERR_NOMEM,       /* allocation failed or the memory limit would be exceeded */
+  KILN_ERR_UNSUPPORTED, /* valid Caffe input that kiln does not implement */
+  KILN_ERR_NUMERIC,     /* NaN or infinity where a number was needed */
+  KILN_ERR_INTERNAL,
+  KILN_STATUS_COUNT
+} kiln_status;
+
+/* Sets this thread's error message (printf-style) and returns `code`, so a failing path reads
+ * `return kiln_errorf(KILN_ERR_IO, "%s: cannot open: %s", path, strerror(errno));`. */
+int kiln_errorf(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Prepends context ("layer 'conv1': ") to the current message; returns `code`. */
+int kiln_error_context(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+const char *kiln_last_error(void);
+void kiln_clear_error(void);
+const char *kiln_status_name(int code);
+
+/* Propagate a failing status unchanged. */
+#define KILN_TRY(expr)            \
+  do {                            \
+    int kiln_try_rc_ = (expr);    \
+    if (kiln_try_rc_ != KILN_OK)  \
+      return kiln_try_rc_;        \
+  } while (0)
+
+/* ---- logging: library code reports through here; tools choose where it goes -------------- */
+
+typedef enum { KILN_LOG_DEBUG, KILN_LOG_INFO, KILN_LOG_WARN, KILN_LOG_ERROR } kiln_log_level;
+typedef void (*kiln_log_fn)(kiln_log_level level, const char *msg, void *user);
+void kiln_log_set_handler(kiln_log_fn fn, void *user); /* NULL restores stderr */
+void kiln_log_set_level(kiln_log_level min_level);
+void kiln_log(kiln_log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* ---- memory ------------------------------------------------------------------------------ */
+
+void *kiln_alloc(size_t bytes);       /* 64-byte aligned, zeroed; NULL on failure */
+void kiln_free(void *p);
+char *kiln_strdup(const char *s);
+/* Whole file into a NUL-terminated buffer (caller frees with free()). */
+int kiln_read_file(const char *path, char **out, size_t *len);
+/* Writes `len` bytes to `path` through a temporary file and rename(): a reader never sees a
+ * partial file under the final name. */
+int kiln_write_file_atomic(const char *path, const void *data, size_t len);
+/* Peak resident set size of this process in MiB (VmHWM). */
+double kiln_peak_rss_mb(void);
+/* Memory the OS reports as available (MemAvailable), in bytes; 0 if unknown. */
+uint64_t kiln_mem_available(void);
+double kiln_now_ms(void); /* monotonic clock */
+
+/* ---- blobs ------------------------------------------------------------------------------- */
+
+#define KILN_MAX_AXES 8
+
+/* A blob is an N-d float tensor with a gradient of the same shape (Caffe's Blob). Activations own
+ * their memory; parameter blobs are views into the net's flat parameter and gradient buffers. */
+typedef struct kiln_blob {
+  char *name;
+  int naxes;
+  int64_t shape[KILN_MAX_AXES];
+  int64_t count;
+  float *data;
+  float *diff;
+  int64_t capacity; /* floats allocated when owned */
+  bool owned;
+} kiln_blob;
+
+kiln_blob *kiln_blob_new(const char *name);
+void kiln_blob_free(kiln_blob *b);
+/* Sets the shape; an owned blob grows its storage when needed (new memory is zeroed) and keeps
+ * it when shrinking, so steady-state reshapes never allocate. */
+int kiln_blob_reshape(kiln_blob *b, int naxes, const int64_t *shape);
+int kiln_blob_reshape_like(kiln_blob *b, const kiln_blob *other);
+/* Makes `b` a view (no ownership) onto external data/diff. */
+void kiln_blob_set_view(kiln_blob *b, float *data, float *diff);
+/* Product of shape[start..end). */
+int64_t kiln_blob_count_range(const kiln_blob *b, int start, int end);
+/* Python-style negative axis to an index in [0, naxes); error if out of range. */
+int kiln_blob_canonical_axis(const kiln_blob *b, int axis, int *out);
+/* "64x20x24x24" */
+const char *kiln_blob_shape_string(const kiln_blob *b, char *buf, size_t n);
+
+/* ---- random numbers ---------------------------------------------------------------------- */
+
+/* PCG32: small state that snapshots can store, so a resumed run draws the same numbers. */
+typedef struct kiln_rng {
+  uint64_t state;
+  uint64_t inc;
+} kiln_rng;
+
+void kiln_rng_seed(kiln_rng *r, uint64_t seed, uint64_t stream);
+uint32_t kiln_rng_u32(kiln_rng *r);
+uint32_t kiln_rng_below(kiln_rng *r, uint32_t n); /* uniform in [0, n) without bias */
+float kiln_rng_uniform(kiln_rng *r, float lo, float hi); /* [lo, hi) */
+float kiln_rng_gaussian(kiln_rng *r, float mean, float std);
+
+/* ---- threads ----------------------------------------------------------------------------- */
+
+/* Sets the threads used by kernels (OpenMP) and by the BLAS library together. */
+void kiln_set_num_threads(int n);
+int kiln_get_num_threads(void);
+
+#endif

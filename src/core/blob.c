@@ -1,0 +1,97 @@
+/* Blobs: shaped float tensors with a gradient buffer of the same shape. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kiln/core.h"
+
+kiln_blob *kiln_blob_new(const char *name) {
+  kiln_blob *b = calloc(1, sizeof *b);
+  if (!b) return NULL;
+  b->name = kiln_strdup(name ? name : "");
+  b->owned = true;
+  return b;
+}
+
+void kiln_blob_free(kiln_blob *b) {
+  if (!b) return;
+  if (b->owned) {
+    kiln_free(b->data);
+    kiln_free(b->diff);
+  }
+  free(b->name);
+  free(b);
+}
+
+int kiln_blob_reshape(kiln_blob *b, int naxes, const int64_t *shape) {
+  if (naxes < 0 || naxes > KILN_MAX_AXES)
+    return kiln_errorf(KILN_ERR_SHAPE, "blob '%s': %d axes (at most %d)", b->name, naxes,
+                       KILN_MAX_AXES);
+  int64_t count = 1;
+  for (int i = 0; i < naxes; i++) {
+    if (shape[i] < 0)
+      return kiln_errorf(KILN_ERR_SHAPE, "blob '%s': negative dimension %lld on axis %d", b->name,
+                         (long long)shape[i], i);
+    if (shape[i] > 0 && count > INT64_MAX / 4 / shape[i])
+      return kiln_errorf(KILN_ERR_SHAPE, "blob '%s': too many elements", b->name);
+    count *= shape[i];
+  }
+  b->naxes = naxes;
+  for (int i = 0; i < naxes; i++) b->shape[i] = shape[i];
+  b->count = count;
+  if (b->owned && count > b->capacity) {
+    float *d = kiln_alloc((size_t)count * sizeof(float));
+    float *g = kiln_alloc((size_t)count * sizeof(float));
+    if (!d || !g) {
+      kiln_free(d);
+      kiln_free(g);
+      return kiln_errorf(KILN_ERR_NOMEM, "blob '%s': cannot allocate %lld floats", b->name,
+                         (long long)count);
+    }
+    kiln_free(b->data);
+    kiln_free(b->diff);
+    b->data = d;
+    b->diff = g;
+    b->capacity = count;
+  }
+  return KILN_OK;
+}
+
+int kiln_blob_reshape_like(kiln_blob *b, const kiln_blob *other) {
+  return kiln_blob_reshape(b, other->naxes, other->shape);
+}
+
+void kiln_blob_set_view(kiln_blob *b, float *data, float *diff) {
+  if (b->owned) {
+    kiln_free(b->data);
+    kiln_free(b->diff);
+  }
+  b->owned = false;
+  b->data = data;
+  b->diff = diff;
+  b->capacity = 0;
+}
+
+int64_t kiln_blob_count_range(const kiln_blob *b, int start, int end) {
+  int64_t c = 1;
+  for (int i = start; i < end && i < b->naxes; i++) c *= b->shape[i];
+  return c;
+}
+
+int kiln_blob_canonical_axis(const kiln_blob *b, int axis, int *out) {
+  int a = axis < 0 ? axis + b->naxes : axis;
+  if (a < 0 || (a >= b->naxes && !(b->naxes == 0 && a == 0)))
+    return kiln_errorf(KILN_ERR_SHAPE, "axis %d out of range for blob '%s' with %d axes", axis,
+                       b->name, b->naxes);
+  *out = a;
+  return KILN_OK;
+}
+
+const char *kiln_blob_shape_string(const kiln_blob *b, char *buf, size_t n) {
+  size_t used = 0;
+  buf[0] = '\0';
+  for (int i = 0; i < b->naxes && used < n; i++)
+    used += snprintf(buf + used, n - used, "%s%lld", i ? "x" : "", (long long)b->shape[i]);
+  if (b->naxes == 0) snprintf(buf, n, "scalar");
+  return buf;
+}

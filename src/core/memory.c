@@ -1,0 +1,115 @@
+/* Aligned allocation, whole-file reads, atomic writes (temporary name then rename) and the
+ * process memory figures the net uses to refuse what would not fit. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "kiln/core.h"
+
+void *kiln_alloc(size_t bytes) {
+  if (bytes == 0) bytes = 64;
+  size_t rounded = (bytes + 63) & ~(size_t)63;
+  void *p = aligned_alloc(64, rounded);
+  if (p) memset(p, 0, rounded);
+  return p;
+}
+
+void kiln_free(void *p) { free(p); }
+
+char *kiln_strdup(const char *s) {
+  if (!s) return NULL;
+  size_t n = strlen(s) + 1;
+  char *d = malloc(n);
+  if (d) memcpy(d, s, n);
+  return d;
+}
+
+int kiln_read_file(const char *path, char **out, size_t *len) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return kiln_errorf(KILN_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+  size_t cap = 1 << 16, n = 0;
+  char *buf = malloc(cap);
+  if (!buf) {
+    fclose(f);
+    return kiln_errorf(KILN_ERR_NOMEM, "%s: out of memory", path);
+  }
+  for (;;) {
+    if (n + 1 >= cap) {
+      char *nb = realloc(buf, cap *= 2);
+      if (!nb) {
+        free(buf);
+        fclose(f);
+        return kiln_errorf(KILN_ERR_NOMEM, "%s: out of memory", path);
+      }
+      buf = nb;
+    }
+    size_t got = fread(buf + n, 1, cap - n - 1, f);
+    n += got;
+    if (got == 0) break;
+  }
+  int err = ferror(f);
+  fclose(f);
+  if (err) {
+    free(buf);
+    return kiln_errorf(KILN_ERR_IO, "%s: read error", path);
+  }
+  buf[n] = '\0';
+  *out = buf;
+  if (len) *len = n;
+  return KILN_OK;
+}
+
+int kiln_write_file_atomic(const char *path, const void *data, size_t len) {
+  size_t plen = strlen(path);
+  char *tmp = malloc(plen + 32);
+  if (!tmp) return kiln_errorf(KILN_ERR_NOMEM, "%s: out of memory", path);
+  snprintf(tmp, plen + 32, "%s.tmp.%ld", path, (long)getpid());
+  FILE *f = fopen(tmp, "wb");
+  if (!f) {
+    int rc = kiln_errorf(KILN_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
+    free(tmp);
+    return rc;
+  }
+  size_t wrote = len ? fwrite(data, 1, len, f) : 0;
+  int bad = wrote != len;
+  bad |= fflush(f) != 0;
+  bad |= fsync(fileno(f)) != 0;
+  bad |= fclose(f) != 0;
+  if (bad || rename(tmp, path) != 0) {
+    int rc = kiln_errorf(KILN_ERR_IO, "%s: write failed: %s", path, strerror(errno));
+    remove(tmp);
+    free(tmp);
+    return rc;
+  }
+  free(tmp);
+  return KILN_OK;
+}
+
+static uint64_t status_kb(const char *file, const char *key) {
+  FILE *f = fopen(file, "r");
+  if (!f) return 0;
+  char line[256];
+  uint64_t v = 0;
+  size_t klen = strlen(key);
+  while (fgets(line, sizeof line, f)) {
+    if (strncmp(line, key, klen) == 0) {
+      v = strtoull(line + klen, NULL, 10);
+      break;
+    }
+  }
+  fclose(f);
+  return v;
+}
+
+double kiln_peak_rss_mb(void) { return status_kb("/proc/self/status", "VmHWM:") / 1024.0; }
+
+uint64_t kiln_mem_available(void) { return status_kb("/proc/meminfo", "MemAvailable:") * 1024; }
+
+double kiln_now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
