@@ -1,0 +1,63 @@
+/* kiln ops: pure kernels. Outputs first, then cached tensors, then inputs, then weights, then
+ * sizes; no allocation (callers pass workspace), no globals. Backward kernels ACCUMULATE into
+ * parameter gradients (+=) and OVERWRITE input gradients (=), as Caffe's layers do. */
+#ifndef KILN_OPS_H
+#define KILN_OPS_H
+
+#include <stdint.h>
+
+/* Geometry of a 2-D convolution or pooling window over one image. */
+typedef struct kiln_conv_geom {
+  int channels, height, width;       /* input (C, H, W) */
+  int kernel_h, kernel_w;
+  int pad_h, pad_w;
+  int stride_h, stride_w;
+  int dilation_h, dilation_w;        /* 1 for none; pooling uses 1 */
+  int out_h, out_w;
+} kiln_conv_geom;
+
+/* Convolution output size (Caffe): floor((H + 2p - (d(k-1)+1)) / s) + 1. Returns 0 on success,
+ * -1 when the kernel does not fit. Fills g->out_h, g->out_w. */
+int kiln_conv_out_size(kiln_conv_geom *g);
+
+/* col is (C*kh*kw, out_h*out_w); im is (C, H, W). Padding reads as zero. */
+void kiln_im2col(float *col, const float *im, const kiln_conv_geom *g);
+/* Inverse scatter: im = sum of col contributions (im is overwritten, not accumulated). */
+void kiln_col2im(float *im, const float *col, const kiln_conv_geom *g);
+
+/* Convolution of a batch.
+ *   out is (N, M, OH, OW); in is (N, C, H, W); w is (M, C/group, kh, kw); bias is (M) or NULL.
+ *   col is workspace of (C/group*kh*kw) * (OH*OW) floats per thread: kiln_conv_workspace().
+ * Threads over the batch (OpenMP); each thread uses its own slice of `col`. */
+int64_t kiln_conv_workspace(const kiln_conv_geom *g, int group, int nthreads); /* floats */
+void kiln_conv2d_forward(float *out, const float *in, const float *w, const float *bias, int N,
+                         int M, int group, const kiln_conv_geom *g, float *col, int nthreads);
+/* dout is (N, M, OH, OW). dw += ..., dbias += ... (either may be NULL to skip);
+ * din = ... (overwritten; NULL to skip). dw accumulation across the batch is made in a fixed
+ * order so results do not depend on the thread count. `dw_ws` is workspace of nthreads * |w|
+ * floats for per-thread partial weight gradients. */
+void kiln_conv2d_backward(float *din, float *dw, float *dbias, const float *dout, const float *in,
+                          const float *w, int N, int M, int group, const kiln_conv_geom *g,
+                          float *col, float *dw_ws, int nthreads);
+
+/* Pooling over (N, C, H, W) -> (N, C, OH, OW), Caffe's semantics: windows clipped to the padded
+ * input; AVE divides by the window size clipped to H+pad (not to H); MAX records the argmax index
+ * (into the H*W plane) in `mask` for backward. Output size with CEIL or FLOOR rounding and
+ * Caffe's rule that the last window must start inside the image or left padding:
+ * kiln_pool_out_size(). */
+int kiln_pool_out_size(kiln_conv_geom *g, int ceil_mode);
+void kiln_maxpool_forward(float *out, int32_t *mask, const float *in, int N,
+                          const kiln_conv_geom *g);
+void kiln_maxpool_backward(float *din, const float *dout, const int32_t *mask, int N,
+                           const kiln_conv_geom *g); /* din overwritten */
+void kiln_avepool_forward(float *out, const float *in, int N, const kiln_conv_geom *g);
+void kiln_avepool_backward(float *din, const float *dout, int N,
+                           const kiln_conv_geom *g); /* din overwritten */
+
+/* Softmax over axis of size C, for `outer` x C x `inner` data (numerically stable). */
+void kiln_softmax_forward(float *out, const float *in, int64_t outer, int64_t C, int64_t inner);
+/* din = out * (dout - sum(dout * out)) (overwritten). */
+void kiln_softmax_backward(float *din, const float *out, const float *dout, int64_t outer,
+                           int64_t C, int64_t inner);
+
+#endif
