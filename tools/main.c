@@ -1,1 +1,53 @@
-int main(void){return 0;}
+/* kiln: the command-line entry point; dispatches to one file per subcommand. */
+#include <stdio.h>
+#include <string.h>
+
+#include "tool.h"
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "kiln: a Caffe-compatible deep-learning trainer in C\n"
+          "\n"
+          "usage: kiln COMMAND [options]\n"
+          "\n"
+          "commands:\n"
+          "  train --solver S.prototxt [--snapshot X.solverstate | --weights W.caffemodel]\n"
+          "        train the net the solver names; resume from a snapshot or start from weights\n"
+          "  test --model M.prototxt --weights W.caffemodel [--iterations N]\n"
+          "        run the TEST phase of a net and print its averaged outputs\n"
+          "  time --model M.prototxt [--iterations N] [--phase TRAIN|TEST]\n"
+          "        per-layer forward and backward times (random weights and inputs)\n"
+          "  describe --model M.prototxt [--phase TRAIN|TEST]\n"
+          "        layer table (output shapes, parameters, FLOPs) and memory plan\n"
+          "  convert idx IMAGES LABELS OUT_LMDB\n"
+          "        IDX files (gzip or plain) to a Caffe-style LMDB of Datum records\n"
+          "  data fetch fashion-mnist\n"
+          "        fill the data set cache ($KILN_DATA, default ~/.cache/kiln/datasets)\n"
+          "\n"
+          "common options:\n"
+          "  --metrics FILE      write events as JSON Lines (train, test, snapshot, done, time)\n"
+          "  --threads N         threads for kernels and BLAS (default: OMP_NUM_THREADS or all)\n"
+          "  --max-memory SIZE   refuse nets needing more (e.g. 512M, 4G; default: available)\n"
+          "\n"
+          "In a prototxt, a data source starting with $KILN_DATA/ is read from the cache.\n");
+}
+
+int main(int argc, char **argv) {
+  if (argc < 2) {
+    usage(stderr);
+    return 2;
+  }
+  const char *cmd = argv[1];
+  if (!strcmp(cmd, "--help") || !strcmp(cmd, "-h") || !strcmp(cmd, "help")) {
+    usage(stdout);
+    return 0;
+  }
+  if (!strcmp(cmd, "train")) return cmd_train(argc - 1, argv + 1);
+  if (!strcmp(cmd, "test")) return cmd_test(argc - 1, argv + 1);
+  if (!strcmp(cmd, "time")) return cmd_time(argc - 1, argv + 1);
+  if (!strcmp(cmd, "describe")) return cmd_describe(argc - 1, argv + 1);
+  if (!strcmp(cmd, "convert")) return cmd_convert(argc - 1, argv + 1);
+  if (!strcmp(cmd, "data")) return cmd_data(argc - 1, argv + 1);
+  fprintf(stderr, "kiln: unknown command '%s' (see kiln --help)\n", cmd);
+  return 2;
+}

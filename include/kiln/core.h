@@ -79,6 +79,7 @@ typedef struct kiln_blob {
   float *diff;
   int64_t capacity; /* floats allocated when owned */
   bool owned;
+  bool defer_alloc; /* reshape records the shape only; kiln_blob_alloc() allocates later */
 } kiln_blob;
 
 kiln_blob *kiln_blob_new(const char *name);
@@ -87,6 +88,8 @@ void kiln_blob_free(kiln_blob *b);
  * it when shrinking, so steady-state reshapes never allocate. */
 int kiln_blob_reshape(kiln_blob *b, int naxes, const int64_t *shape);
 int kiln_blob_reshape_like(kiln_blob *b, const kiln_blob *other);
+/* Allocates an owned blob's storage for its current shape (clears defer_alloc). */
+int kiln_blob_alloc(kiln_blob *b);
 /* Makes `b` a view (no ownership) onto external data/diff. */
 void kiln_blob_set_view(kiln_blob *b, float *data, float *diff);
 /* Product of shape[start..end). */

@@ -39,6 +39,13 @@ int kiln_blob_reshape(kiln_blob *b, int naxes, const int64_t *shape) {
   b->naxes = naxes;
   for (int i = 0; i < naxes; i++) b->shape[i] = shape[i];
   b->count = count;
+  if (b->defer_alloc) return KILN_OK;
+  return kiln_blob_alloc(b);
+}
+
+int kiln_blob_alloc(kiln_blob *b) {
+  int64_t count = b->count;
+  b->defer_alloc = false;
   if (b->owned && count > b->capacity) {
     float *d = kiln_alloc((size_t)count * sizeof(float));
     float *g = kiln_alloc((size_t)count * sizeof(float));

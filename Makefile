@@ -1,0 +1,46 @@
+# kiln: convenience targets over CMake/CTest. `make run` and `make test` are all a fresh Debian 12
+# machine needs.
+BUILD ?= build
+ASAN_BUILD ?= build-asan
+JOBS ?= $(shell nproc)
+
+.PHONY: all deps build build-asan test test-fast test-asan run bench data clean
+
+all: build
+
+deps:
+	@scripts/install-deps
+
+build: deps
+	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release >/dev/null
+	@cmake --build $(BUILD) -j $(JOBS)
+
+build-asan: deps
+	@cmake -S . -B $(ASAN_BUILD) -DKILN_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug >/dev/null
+	@cmake --build $(ASAN_BUILD) -j $(JOBS)
+
+data: build
+	@$(BUILD)/kiln data fetch fashion-mnist
+
+# Every test through CTest: the release build (including training on real data), then the
+# AddressSanitizer + UndefinedBehaviorSanitizer build (all but the slow training tests).
+test: build build-asan data
+	@cd $(BUILD) && ctest --output-on-failure -j 2
+	@cd $(ASAN_BUILD) && ctest --output-on-failure -j 2 -LE slow
+
+test-fast: build
+	@cd $(BUILD) && ctest --output-on-failure -j 2 -LE slow
+
+test-asan: build-asan data
+	@cd $(ASAN_BUILD) && ctest --output-on-failure -j 2 -LE slow
+
+# The main job: set up, build, fetch data into the cache, train LeNet on Fashion-MNIST and print
+# its test accuracy (until the CE suite lands, this is the quick suite).
+run: build data
+	@scripts/run-lenet $(BUILD)/kiln
+
+bench: build data
+	@bench/run $(BUILD)/kiln
+
+clean:
+	rm -rf $(BUILD) $(ASAN_BUILD)

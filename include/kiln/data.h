@@ -1,0 +1,118 @@
+/* kiln data: readers and writers for the on-disk data set formats (IDX files, LMDB databases of
+ * Caffe Datum records), SHA-256 for checking downloads, and the local data set cache that
+ * `kiln data fetch` fills. */
+#ifndef KILN_DATA_H
+#define KILN_DATA_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kiln/core.h"
+
+/* ---- IDX files (LeCun's MNIST format), gzipped or plain ---------------------------------- */
+
+#define KILN_IDX_MAX_DIMS 4
+/* Files whose dimensions multiply past this many elements are refused as absurd. */
+#define KILN_IDX_MAX_ELEMENTS ((uint64_t)1 << 31)
+
+typedef struct kiln_idx {
+  int ndims;
+  uint32_t dims[KILN_IDX_MAX_DIMS];
+  uint8_t *data; /* `count` bytes, row-major; free with kiln_idx_free() */
+  size_t count;  /* product of dims */
+} kiln_idx;
+
+/* Reads a whole IDX file of unsigned bytes (element type 0x08), gzip-compressed or not. Errors:
+ * KILN_ERR_IO (cannot open or read), KILN_ERR_DATA (bad magic, truncated data, bytes after the
+ * data, absurd dimensions, corrupt gzip stream), KILN_ERR_UNSUPPORTED (another element type or
+ * more than KILN_IDX_MAX_DIMS dimensions). On failure *out is zeroed. */
+int kiln_idx_read(const char *path, kiln_idx *out);
+void kiln_idx_free(kiln_idx *idx);
+
+/* ---- Datum records in LMDB (Caffe's Data layer source) ----------------------------------- */
+
+typedef struct kiln_datum {
+  int channels, height, width, label;
+  const uint8_t *u8; /* channels*height*width bytes if the record holds `data`, else NULL */
+  const float *f32;  /* float_data, if the record holds float_data instead, else NULL */
+} kiln_datum;        /* from a reader: pointers valid until the next call on the db */
+
+typedef struct kiln_datum_db kiln_datum_db;
+
+/* Opens an LMDB (a directory holding data.mdb, or a single file) read-only, with a read
+ * transaction held until close; the handle may be used from any one thread at a time. Errors:
+ * KILN_ERR_IO (path missing or unreadable), KILN_ERR_DATA (not an LMDB, corrupt, or empty). */
+int kiln_datum_db_open(const char *path, kiln_datum_db **out);
+uint64_t kiln_datum_db_size(const kiln_datum_db *db);
+/* `position` counts records consumed since the start; the cursor moves to record
+ * (position % size) in key order. Cost is linear in the distance walked. */
+int kiln_datum_db_seek(kiln_datum_db *db, uint64_t position);
+/* Records consumed so far (monotonic, not wrapped). */
+uint64_t kiln_datum_db_position(const kiln_datum_db *db);
+/* Decodes the record at the cursor and advances, wrapping round to the first key after the
+ * last. Every record must have the shape of the first one read. On error the cursor does not
+ * move. Errors: KILN_ERR_DATA (not a Datum, wrong data size, shape change, no pixels),
+ * KILN_ERR_UNSUPPORTED (encoded images). */
+int kiln_datum_db_next(kiln_datum_db *db, kiln_datum *out);
+/* Key of the record that the last successful next() returned (NUL-terminated copy). */
+const char *kiln_datum_db_last_key(const kiln_datum_db *db);
+void kiln_datum_db_close(kiln_datum_db *db);
+
+/* Writes a new LMDB into `final_path`.tmp and renames it to `final_path` on commit, so a reader
+ * never sees half a database. Refuses (KILN_ERR_INVALID) when `final_path` already exists; a
+ * leftover `final_path`.tmp from an interrupted run is removed. Records are committed in chunks;
+ * the map grows as needed. A record with an existing key replaces it. */
+typedef struct kiln_datum_writer kiln_datum_writer;
+int kiln_datum_writer_open(const char *final_path, kiln_datum_writer **out);
+/* `d` must hold exactly one of u8 / f32 (channels*height*width values). */
+int kiln_datum_writer_put(kiln_datum_writer *w, const char *key, const kiln_datum *d);
+/* Finishes, syncs, closes and renames into place; frees `w` whether or not it succeeds (on
+ * failure the temporary is removed). */
+int kiln_datum_writer_commit(kiln_datum_writer *w);
+/* Removes the temporary and frees `w`; NULL is a no-op. */
+void kiln_datum_writer_abort(kiln_datum_writer *w);
+
+/* Converts an images IDX (N x H x W) and a labels IDX (N) into an LMDB of Datum records keyed
+ * "%08d" (channels 1, H, W, the pixel bytes, the label), as Caffe's convert_mnist_data does.
+ * Refuses (KILN_ERR_INVALID) when `out_path` exists; leaves nothing behind on failure.
+ * `n_written` may be NULL. */
+int kiln_convert_idx_to_lmdb(const char *images_path, const char *labels_path, const char *out_path,
+                             uint64_t *n_written);
+
+/* ---- SHA-256 (FIPS 180-4) ---------------------------------------------------------------- */
+
+typedef struct kiln_sha256_ctx {
+  uint32_t h[8];
+  uint64_t total; /* bytes hashed so far */
+  uint8_t block[64];
+  size_t fill; /* bytes waiting in `block` */
+} kiln_sha256_ctx;
+
+void kiln_sha256_init(kiln_sha256_ctx *c);
+void kiln_sha256_update(kiln_sha256_ctx *c, const void *data, size_t len);
+void kiln_sha256_final(kiln_sha256_ctx *c, uint8_t digest[32]);
+void kiln_sha256(const void *data, size_t len, uint8_t digest[32]);
+/* Lowercase hex of a digest; `hex` receives 64 characters and a NUL. */
+void kiln_sha256_hex(const uint8_t digest[32], char hex[65]);
+/* Hashes a file's bytes as stored (streaming). */
+int kiln_sha256_file(const char *path, char hex[65]);
+
+/* ---- the data set cache ------------------------------------------------------------------ */
+
+/* $KILN_DATA if set and non-empty, else $HOME/.cache/kiln/datasets; created (mkdir -p) if
+ * missing. */
+int kiln_data_cache_dir(char *buf, size_t n);
+
+/* Where Debian's dataset-fashion-mnist package puts the files. */
+#define KILN_FASHION_MNIST_SYSTEM_DIR "/usr/share/datasets/fashion-mnist"
+
+/* Checks the SHA-256 of the four Fashion-MNIST .gz files in `src_dir` (NULL: the system
+ * directory above), converts them into CACHE/fashion-mnist/train_lmdb and test_lmdb and
+ * writes CACHE/fashion-mnist/READY last. `cache_dir` NULL means kiln_data_cache_dir(). When
+ * READY is already there nothing is done and *already (may be NULL) is set to true. Concurrent
+ * callers are serialised by a lock file. A hash mismatch gives KILN_ERR_DATA naming the file and
+ * both hashes. */
+int kiln_data_fetch_fashion_mnist(const char *src_dir, const char *cache_dir, bool *already);
+
+#endif

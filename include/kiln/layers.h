@@ -1,0 +1,81 @@
+/* kiln layers: the layer contract (Caffe's setup / reshape / forward / backward as a const table
+ * of functions per type) and the registry that maps Caffe's type strings to those tables.
+ *
+ * Gradient convention: backward OVERWRITES the diff of each bottom whose propagate_down is set
+ * (so in-place layers work, and fan-out is handled by Split layers that the net inserts) and
+ * ACCUMULATES (+=) into parameter gradients (so iter_size can sum several passes). */
+#ifndef KILN_LAYERS_H
+#define KILN_LAYERS_H
+
+#include "kiln/core.h"
+#include "kiln/proto.h"
+
+#define KILN_MAX_LAYER_PARAMS 4
+#define KILN_MAX_LAYER_BUFFERS 4
+
+typedef struct kiln_layer kiln_layer;
+
+typedef struct kiln_layer_ops {
+  const char *type;
+  int min_bottoms, max_bottoms; /* -1: no upper bound */
+  int min_tops, max_tops;
+  bool is_loss;                 /* loss_weight defaults to 1 on the first top */
+  bool is_data;                 /* produces data; nothing flows back into it */
+  /* Check the layer's parameters and bottoms' axes, declare parameter blobs (add_param). */
+  int (*setup)(kiln_layer *l);
+  /* Size the tops (and internal buffers, workspace) from the bottoms; set l->flops. */
+  int (*reshape)(kiln_layer *l);
+  int (*forward)(kiln_layer *l);
+  int (*backward)(kiln_layer *l); /* NULL: nothing to propagate */
+  void (*destroy)(kiln_layer *l);
+  /* Data layers: records consumed, and repositioning, for exact resume. */
+  uint64_t (*get_cursor)(kiln_layer *l);
+  int (*set_cursor)(kiln_layer *l, uint64_t cursor);
+} kiln_layer_ops;
+
+struct kiln_layer {
+  const kiln_layer_ops *ops;
+  const Caffe__LayerParameter *lp;
+  const char *name;
+  int phase; /* CAFFE__PHASE__TRAIN or CAFFE__PHASE__TEST */
+  int nbottom, ntop;
+  kiln_blob **bottom, **top;
+  bool *propagate_down; /* per bottom, set by the net */
+  float *loss_weight;   /* per top */
+  /* Learnable parameters: shapes declared in setup, storage assigned by the net (views into its
+   * flat buffers). */
+  int nparam;
+  kiln_blob *param[KILN_MAX_LAYER_PARAMS];
+  const Caffe__FillerParameter *param_filler[KILN_MAX_LAYER_PARAMS];
+  float param_default_value[KILN_MAX_LAYER_PARAMS]; /* constant fill when no filler is given */
+  /* Internal buffers (masks, caches) that the net allocates with the activations. */
+  int nbuffer;
+  kiln_blob *buffer[KILN_MAX_LAYER_BUFFERS];
+  int64_t workspace_floats; /* scratch this layer needs, shared across layers */
+  int64_t extra_bytes;      /* memory the layer holds itself (prefetch queues), for the plan */
+  float *workspace;
+  double flops;              /* forward floating-point operations per pass */
+  int nthreads;
+  kiln_rng *rng;             /* the net's generator (dropout) */
+  uint64_t seed;             /* the net's seed, for layers with their own streams */
+  void *priv;
+};
+
+/* For setup: declares a parameter blob of the given shape filled by `filler` (NULL: constant
+ * `default_value`). Returns the (storage-less until the net assigns it) blob. */
+kiln_blob *kiln_layer_add_param(kiln_layer *l, int naxes, const int64_t *shape,
+                                const Caffe__FillerParameter *filler, float default_value);
+/* For setup: an internal buffer blob, shaped in reshape, allocated by the net. */
+kiln_blob *kiln_layer_add_buffer(kiln_layer *l, const char *what);
+
+/* Registry. */
+const kiln_layer_ops *kiln_layer_find(const char *type);
+/* The known type names, NULL-terminated (for suggestions and docs). */
+const char *const *kiln_layer_type_names(void);
+
+/* Fillers (Caffe's): constant, uniform, gaussian (with sparse), xavier, msra, positive_unitball.
+ * fan_in = count / shape[0], fan_out = count / shape[1]. */
+int kiln_fill(kiln_blob *b, const Caffe__FillerParameter *filler, float default_value,
+              kiln_rng *rng);
+
+#endif

@@ -1,0 +1,93 @@
+/* kiln net: builds the layer graph from a NetParameter as Caffe does (file order, phase / level /
+ * stage rules, in-place layers, Split layers for fan-out, loss weights, ParamSpec lr_mult /
+ * decay_mult and sharing by name), keeps every learnable parameter in one flat buffer (and its
+ * gradient in another), plans memory before allocating it, and runs forward and backward. */
+#ifndef KILN_NET_H
+#define KILN_NET_H
+
+#include "kiln/layers.h"
+
+typedef struct kiln_net_options {
+  int phase;               /* CAFFE__PHASE__TRAIN / TEST */
+  int level;
+  const char *const *stages;
+  int nstages;
+  uint64_t seed;
+  int nthreads;            /* 0: kiln_get_num_threads() */
+  uint64_t max_memory;     /* bytes; 0: what the OS reports as available */
+  int history_per_param;   /* solver history copies per parameter, for the memory plan */
+  const char *source;      /* file name for messages */
+} kiln_net_options;
+
+typedef struct kiln_memory_plan {
+  int64_t params, grads, history, activations, buffers, workspace, data_queues, total;
+} kiln_memory_plan;
+
+typedef struct kiln_net {
+  char *name;
+  int phase;
+  int nlayers;
+  kiln_layer **layers;
+  bool *layer_need_backward;
+  int nblobs;
+  kiln_blob **blobs;          /* every activation blob, in creation order */
+  /* Learnable parameters owned by this net, in layer order; shared ones appear once. */
+  int nlearnable;
+  kiln_blob **learnable;      /* views into param_data / param_diff */
+  float *lr_mult, *decay_mult;
+  int64_t *learnable_offset;  /* offset of each learnable blob in the flat buffers */
+  float *param_data, *param_diff;
+  int64_t nparam_floats;
+  /* Outputs: blobs no layer consumes (the loss, accuracy, ...). */
+  int noutputs;
+  kiln_blob **outputs;
+  float *output_loss_weight;  /* per output (0 for non-loss) */
+  kiln_rng rng;
+  uint64_t seed;
+  float *workspace;
+  int64_t workspace_floats;
+  kiln_memory_plan memory;
+  int nthreads;
+  void *internal;             /* names, synthesized layer messages */
+} kiln_net;
+
+int kiln_net_create(const Caffe__NetParameter *np, const kiln_net_options *opt, kiln_net **out);
+void kiln_net_free(kiln_net *net);
+
+/* Forward pass; *loss (may be NULL) gets the sum of loss_weight x top over the loss tops. */
+int kiln_net_forward(kiln_net *net, float *loss);
+/* Backward pass from the loss tops; parameter gradients accumulate. */
+int kiln_net_backward(kiln_net *net);
+void kiln_net_zero_param_diff(kiln_net *net);
+
+kiln_blob *kiln_net_blob(const kiln_net *net, const char *name);
+kiln_layer *kiln_net_layer(const kiln_net *net, const char *name);
+
+/* Makes `dst`'s parameters views of `src`'s for every layer name present in both (test nets
+ * evaluating the train net's weights). Shapes must agree. */
+int kiln_net_share_params(kiln_net *dst, const kiln_net *src);
+
+/* Weights: Caffe's .caffemodel (binary NetParameter, blobs per layer, matched by layer name). */
+int kiln_net_load_weights(kiln_net *net, const char *path);
+int kiln_net_save_weights(const kiln_net *net, const char *path);
+
+/* Data cursors (records consumed) of the data layers, in layer order. */
+int kiln_net_data_layer_count(const kiln_net *net);
+int kiln_net_get_cursors(const kiln_net *net, uint64_t *cursors);
+int kiln_net_set_cursors(kiln_net *net, const uint64_t *cursors, int n);
+
+/* Human-readable layer table (name, type, top shape, params, MFLOPs) and memory plan; caller
+ * frees the string. */
+char *kiln_net_describe(const kiln_net *net);
+/* Forward FLOPs of one pass (sum over layers). */
+double kiln_net_forward_flops(const kiln_net *net);
+
+/* A single layer outside a net (tests, tools): setup + reshape on the given blobs, with its own
+ * parameter storage, filled by its fillers from `seed`. */
+int kiln_layer_create(const Caffe__LayerParameter *lp, int phase, kiln_blob **bottoms, int nbottom,
+                      kiln_blob **tops, int ntop, uint64_t seed, kiln_layer **out);
+void kiln_layer_free(kiln_layer *l);
+/* Parses a net from prototxt text (convenience for tests and tools). */
+int kiln_net_param_from_text(const char *text, const char *source, Caffe__NetParameter **out);
+
+#endif

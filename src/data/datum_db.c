@@ -1,0 +1,609 @@
+/* LMDB databases of Caffe Datum records: the sequential, wrapping reader behind the Data layer
+ * and the writer that builds new databases atomically (into PATH.tmp, renamed on commit). */
+#include <errno.h>
+#include <fcntl.h>
+#include <lmdb.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "data/internal.h"
+#include "kiln/data.h"
+#include "kiln/proto.h"
+
+/* Largest C x H x W we accept in one record; beyond this a header is surely garbage. */
+#define DATUM_MAX_VALUES ((uint64_t)1 << 31)
+
+/* Keys are printed as text when they are printable, else in hex, and cut short when long. */
+static const char *key_string(const void *key, size_t len, char *buf, size_t n) {
+  const unsigned char *k = key;
+  bool printable = len > 0;
+  for (size_t i = 0; i < len && printable; i++) printable = k[i] >= 0x20 && k[i] < 0x7f;
+  size_t o = 0;
+  if (printable) {
+    snprintf(buf, n, "%.*s%s", (int)(len > 64 ? 64 : len), (const char *)k, len > 64 ? "..." : "");
+  } else {
+    o = (size_t)snprintf(buf, n, "0x");
+    for (size_t i = 0; i < len && i < 32 && o + 3 < n; i++)
+      o += (size_t)snprintf(buf + o, n - o, "%02x", k[i]);
+    if (len > 32 && o + 4 < n) snprintf(buf + o, n - o, "...");
+  }
+  return buf;
+}
+
+/* Product of a record's dimensions, or 0 when one is not positive or the product is absurd. */
+static uint64_t shape_count(int64_t c, int64_t h, int64_t w) {
+  if (c <= 0 || h <= 0 || w <= 0) return 0;
+  uint64_t n = (uint64_t)c * (uint64_t)h; /* < 2^62 */
+  if (n > DATUM_MAX_VALUES) return 0;
+  n *= (uint64_t)w;
+  return n > DATUM_MAX_VALUES ? 0 : n;
+}
+
+int kiln_data_remove_lmdb_dir(const char *dir) {
+  size_t len = strlen(dir) + 16;
+  char *p = malloc(len);
+  if (!p) return ENOMEM;
+  static const char *const files[] = {"data.mdb", "lock.mdb"};
+  for (size_t i = 0; i < 2; i++) {
+    snprintf(p, len, "%s/%s", dir, files[i]);
+    if (unlink(p) != 0 && errno != ENOENT && errno != ENOTDIR) {
+      int e = errno;
+      free(p);
+      return e;
+    }
+  }
+  free(p);
+  if (rmdir(dir) != 0 && errno != ENOENT) return errno;
+  return 0;
+}
+
+/* ---- reader ------------------------------------------------------------------------------ */
+
+struct kiln_datum_db {
+  char *path;
+  MDB_env *env;
+  MDB_txn *txn; /* one read-only snapshot for the life of the handle */
+  MDB_cursor *cursor;
+  uint64_t size;
+  uint64_t position; /* records consumed */
+  uint64_t index;    /* record under the cursor, in [0, size) */
+  Caffe__Datum *current;
+  bool have_shape;
+  int channels, height, width;
+  char *last_key;
+  size_t last_key_cap;
+};
+
+static int mdb_failure(const kiln_datum_db *db, int rc, const char *what) {
+  int code = rc > 0 && rc != ENOENT ? KILN_ERR_IO : KILN_ERR_DATA;
+  return kiln_errorf(code, "%s: %s: %s", db->path, what, mdb_strerror(rc));
+}
+
+int kiln_datum_db_open(const char *path, kiln_datum_db **out) {
+  *out = NULL;
+  struct stat st;
+  if (stat(path, &st) != 0)
+    return kiln_errorf(KILN_ERR_IO, "%s: cannot open LMDB: %s", path, strerror(errno));
+  unsigned flags = MDB_RDONLY | MDB_NOLOCK | MDB_NOTLS;
+  if (S_ISREG(st.st_mode)) {
+    flags |= MDB_NOSUBDIR;
+    if (st.st_size == 0)
+      return kiln_errorf(KILN_ERR_DATA, "%s: not an LMDB database (empty file)", path);
+  } else if (S_ISDIR(st.st_mode)) {
+    size_t len = strlen(path) + 16;
+    char *data = malloc(len);
+    if (!data) return kiln_errorf(KILN_ERR_NOMEM, "%s: out of memory", path);
+    snprintf(data, len, "%s/data.mdb", path);
+    int missing = stat(data, &st) != 0;
+    int e = errno;
+    free(data);
+    if (missing && e == ENOENT)
+      return kiln_errorf(KILN_ERR_DATA, "%s: not an LMDB database (no data.mdb inside)", path);
+    if (missing) return kiln_errorf(KILN_ERR_IO, "%s/data.mdb: %s", path, strerror(e));
+    if (st.st_size == 0)
+      return kiln_errorf(KILN_ERR_DATA, "%s: not an LMDB database (data.mdb is empty)", path);
+  } else {
+    return kiln_errorf(KILN_ERR_DATA, "%s: not an LMDB database (neither a directory nor a file)",
+                       path);
+  }
+
+  kiln_datum_db *db = calloc(1, sizeof *db);
+  if (!db || !(db->path = kiln_strdup(path))) {
+    free(db);
+    return kiln_errorf(KILN_ERR_NOMEM, "%s: out of memory", path);
+  }
+  int rc = mdb_env_create(&db->env);
+  if (rc) {
+    db->env = NULL;
+    rc = mdb_failure(db, rc, "cannot create LMDB environment");
+    goto fail;
+  }
+  rc = mdb_env_open(db->env, path, flags, 0664);
+  if (rc) {
+    /* Permission and device errors are about access; anything else means the bytes are wrong. */
+    int code = rc == EACCES || rc == EPERM || rc == EIO ? KILN_ERR_IO
+               : rc == ENOMEM                           ? KILN_ERR_NOMEM
+                                                        : KILN_ERR_DATA;
+    rc = kiln_errorf(code, "%s: not a readable LMDB database: %s", path, mdb_strerror(rc));
+    goto fail;
+  }
+  rc = mdb_txn_begin(db->env, NULL, MDB_RDONLY, &db->txn);
+  if (rc) {
+    db->txn = NULL;
+    rc = mdb_failure(db, rc, "cannot begin a read transaction");
+    goto fail;
+  }
+  MDB_dbi dbi;
+  rc = mdb_dbi_open(db->txn, NULL, 0, &dbi);
+  if (rc) {
+    rc = mdb_failure(db, rc, "cannot open the main database");
+    goto fail;
+  }
+  MDB_stat ms;
+  rc = mdb_stat(db->txn, dbi, &ms);
+  if (rc) {
+    rc = mdb_failure(db, rc, "cannot read database statistics");
+    goto fail;
+  }
+  db->size = ms.ms_entries;
+  if (db->size == 0) {
+    rc = kiln_errorf(KILN_ERR_DATA, "%s: the database holds no records", path);
+    goto fail;
+  }
+  rc = mdb_cursor_open(db->txn, dbi, &db->cursor);
+  if (rc) {
+    db->cursor = NULL;
+    rc = mdb_failure(db, rc, "cannot open a cursor");
+    goto fail;
+  }
+  MDB_val k, v;
+  rc = mdb_cursor_get(db->cursor, &k, &v, MDB_FIRST);
+  if (rc) {
+    rc = mdb_failure(db, rc, "cannot read the first record");
+    goto fail;
+  }
+  *out = db;
+  return KILN_OK;
+fail:
+  kiln_datum_db_close(db);
+  return rc;
+}
+
+uint64_t kiln_datum_db_size(const kiln_datum_db *db) { return db->size; }
+
+uint64_t kiln_datum_db_position(const kiln_datum_db *db) { return db->position; }
+
+const char *kiln_datum_db_last_key(const kiln_datum_db *db) {
+  return db->last_key ? db->last_key : "";
+}
+
+/* Moves the cursor `steps` records with `op` (MDB_NEXT or MDB_PREV). */
+static int cursor_walk(kiln_datum_db *db, MDB_cursor_op op, uint64_t steps) {
+  MDB_val k, v;
+  for (uint64_t i = 0; i < steps; i++) {
+    int rc = mdb_cursor_get(db->cursor, &k, &v, op);
+    if (rc) return mdb_failure(db, rc, "cannot move the cursor");
+  }
+  return KILN_OK;
+}
+
+int kiln_datum_db_seek(kiln_datum_db *db, uint64_t position) {
+  uint64_t target = position % db->size, here = db->index;
+  /* Walk from whichever of the current record, the first or the last is nearest. */
+  uint64_t from_first = target, from_last = db->size - 1 - target;
+  uint64_t from_here = target >= here ? target - here : here - target;
+  MDB_val k, v;
+  int rc;
+  if (from_here <= from_first && from_here <= from_last) {
+    KILN_TRY(cursor_walk(db, target >= here ? MDB_NEXT : MDB_PREV, from_here));
+  } else if (from_first <= from_last) {
+    if ((rc = mdb_cursor_get(db->cursor, &k, &v, MDB_FIRST))) return mdb_failure(db, rc, "seek");
+    KILN_TRY(cursor_walk(db, MDB_NEXT, from_first));
+  } else {
+    if ((rc = mdb_cursor_get(db->cursor, &k, &v, MDB_LAST))) return mdb_failure(db, rc, "seek");
+    KILN_TRY(cursor_walk(db, MDB_PREV, from_last));
+  }
+  db->index = target;
+  db->position = position;
+  return KILN_OK;
+}
+
+/* Checks a decoded record; fills `out` on success. */
+static int check_datum(kiln_datum_db *db, const Caffe__Datum *m, const char *key, kiln_datum *out) {
+  if (m->has_encoded && m->encoded)
+    return kiln_errorf(
+        KILN_ERR_UNSUPPORTED,
+        "%s: record %s: encoded images (JPEG/PNG) are not supported; convert the data "
+        "set to raw pixels",
+        db->path, key);
+  uint64_t n = shape_count(m->channels, m->height, m->width);
+  if (n == 0)
+    return kiln_errorf(KILN_ERR_DATA,
+                       "%s: record %s: invalid shape channels %d x height %d x width %d", db->path,
+                       key, (int)m->channels, (int)m->height, (int)m->width);
+  memset(out, 0, sizeof *out);
+  if (m->has_data && m->data.len > 0) {
+    if (m->data.len != n)
+      return kiln_errorf(KILN_ERR_DATA,
+                         "%s: record %s: data holds %zu bytes, but channels x height x width = "
+                         "%dx%dx%d = %llu",
+                         db->path, key, m->data.len, (int)m->channels, (int)m->height,
+                         (int)m->width, (unsigned long long)n);
+    out->u8 = m->data.data;
+  } else if (m->n_float_data > 0) {
+    if (m->n_float_data != n)
+      return kiln_errorf(
+          KILN_ERR_DATA,
+          "%s: record %s: float_data holds %zu values, but channels x height x width = "
+          "%dx%dx%d = %llu",
+          db->path, key, m->n_float_data, (int)m->channels, (int)m->height, (int)m->width,
+          (unsigned long long)n);
+    out->f32 = m->float_data;
+  } else {
+    return kiln_errorf(KILN_ERR_DATA, "%s: record %s: holds neither data nor float_data", db->path,
+                       key);
+  }
+  if (db->have_shape &&
+      (m->channels != db->channels || m->height != db->height || m->width != db->width))
+    return kiln_errorf(KILN_ERR_DATA,
+                       "%s: record %s: shape %dx%dx%d differs from the earlier records' %dx%dx%d",
+                       db->path, key, (int)m->channels, (int)m->height, (int)m->width, db->channels,
+                       db->height, db->width);
+  out->channels = m->channels;
+  out->height = m->height;
+  out->width = m->width;
+  out->label = m->label;
+  return KILN_OK;
+}
+
+int kiln_datum_db_next(kiln_datum_db *db, kiln_datum *out) {
+  MDB_val k, v;
+  int rc = mdb_cursor_get(db->cursor, &k, &v, MDB_GET_CURRENT);
+  if (rc) return mdb_failure(db, rc, "cannot read a record");
+  char key[160];
+  key_string(k.mv_data, k.mv_size, key, sizeof key);
+  Caffe__Datum *m = caffe__datum__unpack(NULL, v.mv_size, v.mv_data);
+  if (!m) return kiln_errorf(KILN_ERR_DATA, "%s: record %s: not a Datum", db->path, key);
+  kiln_datum d;
+  rc = check_datum(db, m, key, &d);
+  if (rc) {
+    caffe__datum__free_unpacked(m, NULL);
+    return rc;
+  }
+  if (db->last_key_cap < k.mv_size + 1) {
+    char *grown = realloc(db->last_key, k.mv_size + 1);
+    if (!grown) {
+      caffe__datum__free_unpacked(m, NULL);
+      return kiln_errorf(KILN_ERR_NOMEM, "%s: out of memory", db->path);
+    }
+    db->last_key = grown;
+    db->last_key_cap = k.mv_size + 1;
+  }
+  memcpy(db->last_key, k.mv_data, k.mv_size);
+  db->last_key[k.mv_size] = '\0';
+
+  if (db->index + 1 < db->size) {
+    rc = mdb_cursor_get(db->cursor, &k, &v, MDB_NEXT);
+  } else {
+    rc = mdb_cursor_get(db->cursor, &k, &v, MDB_FIRST);
+  }
+  if (rc) {
+    caffe__datum__free_unpacked(m, NULL);
+    return mdb_failure(db, rc, "cannot advance the cursor");
+  }
+  db->index = db->index + 1 < db->size ? db->index + 1 : 0;
+  db->position++;
+  if (db->current) caffe__datum__free_unpacked(db->current, NULL);
+  db->current = m;
+  if (!db->have_shape) {
+    db->have_shape = true;
+    db->channels = d.channels;
+    db->height = d.height;
+    db->width = d.width;
+  }
+  *out = d;
+  return KILN_OK;
+}
+
+void kiln_datum_db_close(kiln_datum_db *db) {
+  if (!db) return;
+  if (db->current) caffe__datum__free_unpacked(db->current, NULL);
+  if (db->cursor) mdb_cursor_close(db->cursor);
+  if (db->txn) mdb_txn_abort(db->txn);
+  if (db->env) mdb_env_close(db->env);
+  free(db->last_key);
+  free(db->path);
+  free(db);
+}
+
+/* ---- writer ------------------------------------------------------------------------------ */
+
+#define WRITER_INITIAL_MAP ((size_t)16 << 20)
+#define WRITER_MAX_MAP ((size_t)1 << 40)
+#define WRITER_CHUNK_RECORDS 1000
+#define WRITER_CHUNK_BYTES ((size_t)64 << 20)
+
+/* Records put since the last commit, kept so that they can be written again into a larger map
+ * when LMDB reports MDB_MAP_FULL (which spoils the whole transaction). */
+typedef struct pending_record {
+  size_t key_off, key_len, val_off, val_len;
+} pending_record;
+
+struct kiln_datum_writer {
+  char *final_path, *tmp_path;
+  MDB_env *env;
+  MDB_txn *txn; /* NULL between chunks */
+  MDB_dbi dbi;
+  size_t map_size;
+  uint8_t *arena;
+  size_t arena_len, arena_cap;
+  pending_record *pending;
+  size_t n_pending, pending_cap;
+};
+
+static int writer_mdb_failure(const kiln_datum_writer *w, int rc, const char *what) {
+  int code = rc == ENOMEM             ? KILN_ERR_NOMEM
+             : rc == ENOSPC || rc > 0 ? KILN_ERR_IO
+                                      : KILN_ERR_INTERNAL;
+  return kiln_errorf(code, "%s: %s: %s", w->tmp_path, what, mdb_strerror(rc));
+}
+
+static void writer_free(kiln_datum_writer *w) {
+  free(w->arena);
+  free(w->pending);
+  free(w->final_path);
+  free(w->tmp_path);
+  free(w);
+}
+
+static int writer_begin(kiln_datum_writer *w) {
+  if (w->txn) return KILN_OK;
+  int rc = mdb_txn_begin(w->env, NULL, 0, &w->txn);
+  if (rc) {
+    w->txn = NULL;
+    return writer_mdb_failure(w, rc, "cannot begin a write transaction");
+  }
+  return KILN_OK;
+}
+
+static int writer_grow(kiln_datum_writer *w) {
+  if (w->map_size >= WRITER_MAX_MAP)
+    return kiln_errorf(KILN_ERR_NOMEM, "%s: database would exceed %zu GiB", w->tmp_path,
+                       WRITER_MAX_MAP >> 30);
+  int rc = mdb_env_set_mapsize(w->env, w->map_size * 2);
+  if (rc) return writer_mdb_failure(w, rc, "cannot grow the map");
+  w->map_size *= 2;
+  return KILN_OK;
+}
+
+/* Rewrites the pending records into a fresh transaction, growing the map until they fit. */
+static int writer_replay(kiln_datum_writer *w) {
+  for (;;) {
+    if (w->txn) {
+      mdb_txn_abort(w->txn);
+      w->txn = NULL;
+    }
+    KILN_TRY(writer_grow(w));
+    KILN_TRY(writer_begin(w));
+    int rc = 0;
+    for (size_t i = 0; i < w->n_pending && !rc; i++) {
+      const pending_record *p = &w->pending[i];
+      MDB_val k = {p->key_len, w->arena + p->key_off}, v = {p->val_len, w->arena + p->val_off};
+      rc = mdb_put(w->txn, w->dbi, &k, &v, 0);
+    }
+    if (rc == MDB_MAP_FULL) continue;
+    if (rc) return writer_mdb_failure(w, rc, "cannot write a record");
+    return KILN_OK;
+  }
+}
+
+/* Commits the pending chunk; afterwards doubles the map when it is over half full, so that the
+ * next chunk rarely has to be replayed. */
+static int writer_flush(kiln_datum_writer *w) {
+  if (!w->txn) return KILN_OK;
+  for (;;) {
+    int rc = mdb_txn_commit(w->txn);
+    w->txn = NULL; /* freed by commit whether or not it succeeded */
+    if (rc == MDB_MAP_FULL) {
+      KILN_TRY(writer_replay(w));
+      continue;
+    }
+    if (rc) return writer_mdb_failure(w, rc, "cannot commit");
+    break;
+  }
+  w->n_pending = 0;
+  w->arena_len = 0;
+  MDB_envinfo info;
+  MDB_stat st;
+  if (mdb_env_info(w->env, &info) == 0 && mdb_env_stat(w->env, &st) == 0) {
+    size_t used = (info.me_last_pgno + 1) * (size_t)st.ms_psize;
+    if (used > w->map_size / 2) KILN_TRY(writer_grow(w));
+  }
+  return KILN_OK;
+}
+
+int kiln_datum_writer_open(const char *final_path, kiln_datum_writer **out) {
+  *out = NULL;
+  struct stat st;
+  if (stat(final_path, &st) == 0)
+    return kiln_errorf(KILN_ERR_INVALID,
+                       "%s: already exists; remove it or choose another output path", final_path);
+  if (errno != ENOENT) return kiln_errorf(KILN_ERR_IO, "%s: %s", final_path, strerror(errno));
+
+  kiln_datum_writer *w = calloc(1, sizeof *w);
+  size_t len = strlen(final_path) + 8;
+  if (!w || !(w->final_path = kiln_strdup(final_path)) || !(w->tmp_path = malloc(len))) {
+    if (w) writer_free(w);
+    return kiln_errorf(KILN_ERR_NOMEM, "%s: out of memory", final_path);
+  }
+  snprintf(w->tmp_path, len, "%s.tmp", final_path);
+  int e = kiln_data_remove_lmdb_dir(w->tmp_path); /* left by an interrupted run */
+  if (e) {
+    int rc = kiln_errorf(KILN_ERR_IO, "%s: cannot remove the leftover temporary database: %s",
+                         w->tmp_path, strerror(e));
+    writer_free(w);
+    return rc;
+  }
+  if (mkdir(w->tmp_path, 0775) != 0) {
+    int rc = kiln_errorf(KILN_ERR_IO, "%s: cannot create: %s", w->tmp_path, strerror(errno));
+    writer_free(w);
+    return rc;
+  }
+  int rc = mdb_env_create(&w->env);
+  if (rc) {
+    w->env = NULL;
+    rc = writer_mdb_failure(w, rc, "cannot create LMDB environment");
+    goto fail;
+  }
+  w->map_size = WRITER_INITIAL_MAP;
+  if ((rc = mdb_env_set_mapsize(w->env, w->map_size))) {
+    rc = writer_mdb_failure(w, rc, "cannot set the map size");
+    goto fail;
+  }
+  /* No syncs per chunk: the temporary is useless until commit, which syncs once. */
+  if ((rc = mdb_env_open(w->env, w->tmp_path, MDB_NOSYNC | MDB_NOMETASYNC, 0664))) {
+    rc = writer_mdb_failure(w, rc, "cannot open LMDB environment");
+    goto fail;
+  }
+  if ((rc = writer_begin(w))) goto fail;
+  if ((rc = mdb_dbi_open(w->txn, NULL, 0, &w->dbi))) {
+    rc = writer_mdb_failure(w, rc, "cannot open the main database");
+    goto fail;
+  }
+  *out = w;
+  return KILN_OK;
+fail:
+  kiln_datum_writer_abort(w);
+  return rc;
+}
+
+static int arena_reserve(kiln_datum_writer *w, size_t more) {
+  if (w->arena_len + more <= w->arena_cap) return KILN_OK;
+  size_t cap = w->arena_cap ? w->arena_cap : 1 << 16;
+  while (cap < w->arena_len + more) cap *= 2;
+  uint8_t *grown = realloc(w->arena, cap);
+  if (!grown) return kiln_errorf(KILN_ERR_NOMEM, "%s: out of memory", w->tmp_path);
+  w->arena = grown;
+  w->arena_cap = cap;
+  return KILN_OK;
+}
+
+int kiln_datum_writer_put(kiln_datum_writer *w, const char *key, const kiln_datum *d) {
+  size_t key_len = strlen(key);
+  if (key_len == 0 || key_len > (size_t)mdb_env_get_maxkeysize(w->env))
+    return kiln_errorf(KILN_ERR_INVALID, "%s: key of %zu bytes; LMDB takes 1 to %d", w->final_path,
+                       key_len, mdb_env_get_maxkeysize(w->env));
+  uint64_t n = shape_count(d->channels, d->height, d->width);
+  if (n == 0)
+    return kiln_errorf(KILN_ERR_INVALID, "%s: record '%s': invalid shape %dx%dx%d", w->final_path,
+                       key, d->channels, d->height, d->width);
+  if (!d->u8 == !d->f32)
+    return kiln_errorf(KILN_ERR_INVALID, "%s: record '%s': give exactly one of u8 and f32",
+                       w->final_path, key);
+  Caffe__Datum m = CAFFE__DATUM__INIT;
+  m.has_channels = m.has_height = m.has_width = m.has_label = 1;
+  m.channels = d->channels;
+  m.height = d->height;
+  m.width = d->width;
+  m.label = d->label;
+  if (d->u8) {
+    m.has_data = 1;
+    m.data.len = (size_t)n;
+    m.data.data = (uint8_t *)d->u8;
+  } else {
+    m.n_float_data = (size_t)n;
+    m.float_data = (float *)d->f32;
+  }
+  size_t val_len = caffe__datum__get_packed_size(&m);
+  KILN_TRY(arena_reserve(w, key_len + val_len));
+  if (w->n_pending == w->pending_cap) {
+    size_t cap = w->pending_cap ? 2 * w->pending_cap : 256;
+    pending_record *grown = realloc(w->pending, cap * sizeof *grown);
+    if (!grown) return kiln_errorf(KILN_ERR_NOMEM, "%s: out of memory", w->tmp_path);
+    w->pending = grown;
+    w->pending_cap = cap;
+  }
+  pending_record *p = &w->pending[w->n_pending];
+  p->key_off = w->arena_len;
+  p->key_len = key_len;
+  memcpy(w->arena + w->arena_len, key, key_len);
+  p->val_off = w->arena_len + key_len;
+  p->val_len = caffe__datum__pack(&m, w->arena + p->val_off);
+  w->arena_len += key_len + p->val_len;
+  w->n_pending++;
+
+  KILN_TRY(writer_begin(w));
+  MDB_val k = {key_len, w->arena + p->key_off}, v = {p->val_len, w->arena + p->val_off};
+  int rc = mdb_put(w->txn, w->dbi, &k, &v, 0);
+  if (rc == MDB_MAP_FULL) {
+    KILN_TRY(writer_replay(w)); /* includes this record */
+  } else if (rc) {
+    return writer_mdb_failure(w, rc, "cannot write a record");
+  }
+  if (w->n_pending >= WRITER_CHUNK_RECORDS || w->arena_len >= WRITER_CHUNK_BYTES)
+    KILN_TRY(writer_flush(w));
+  return KILN_OK;
+}
+
+/* Makes the rename durable (best effort: some file systems cannot fsync a directory). */
+static void sync_parent_dir(const char *path) {
+  char *copy = kiln_strdup(path);
+  if (!copy) return;
+  char *slash = strrchr(copy, '/');
+  const char *dir = ".";
+  if (slash == copy) {
+    dir = "/";
+  } else if (slash) {
+    *slash = '\0';
+    dir = copy;
+  }
+  int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd >= 0) {
+    (void)fsync(fd);
+    close(fd);
+  }
+  free(copy);
+}
+
+int kiln_datum_writer_commit(kiln_datum_writer *w) {
+  int rc = writer_flush(w);
+  if (rc) {
+    kiln_datum_writer_abort(w);
+    return rc;
+  }
+  if ((rc = mdb_env_sync(w->env, 1))) {
+    rc = writer_mdb_failure(w, rc, "cannot sync");
+    kiln_datum_writer_abort(w);
+    return rc;
+  }
+  mdb_env_close(w->env);
+  w->env = NULL;
+  struct stat st;
+  if (stat(w->final_path, &st) == 0) {
+    rc = kiln_errorf(KILN_ERR_INVALID,
+                     "%s: appeared while the database was being written; left as it is",
+                     w->final_path);
+    kiln_datum_writer_abort(w);
+    return rc;
+  }
+  if (rename(w->tmp_path, w->final_path) != 0) {
+    rc = kiln_errorf(KILN_ERR_IO, "%s: cannot rename %s into place: %s", w->final_path, w->tmp_path,
+                     strerror(errno));
+    kiln_datum_writer_abort(w);
+    return rc;
+  }
+  sync_parent_dir(w->final_path);
+  writer_free(w);
+  return KILN_OK;
+}
+
+void kiln_datum_writer_abort(kiln_datum_writer *w) {
+  if (!w) return;
+  if (w->txn) mdb_txn_abort(w->txn);
+  if (w->env) mdb_env_close(w->env);
+  (void)kiln_data_remove_lmdb_dir(w->tmp_path);
+  writer_free(w);
+}

@@ -1,0 +1,305 @@
+/* Data: batches of Datum records from an LMDB (Caffe's Data layer), transformed (crop, mirror,
+ * mean subtraction, scale) on a prefetch thread that fills a bounded ring of batches while the
+ * net computes. Random crops and mirrors are drawn from a generator seeded by (net seed, record
+ * position), so a run resumed at a saved cursor transforms every record exactly as before. */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kiln/data.h"
+#include "layer_util.h"
+
+static const Caffe__DataParameter data_defaults = CAFFE__DATA_PARAMETER__INIT;
+static const Caffe__TransformationParameter transform_defaults =
+    CAFFE__TRANSFORMATION_PARAMETER__INIT;
+
+typedef struct {
+  float *data;
+  float *label;
+  uint64_t start; /* record position of the batch's first record */
+} batch_slot;
+
+typedef struct {
+  kiln_datum_db *db;
+  int batch, C, H, W, outH, outW, crop;
+  float scale;
+  float *mean;      /* C*H*W from mean_file, or NULL */
+  float mean_value[64];
+  int n_mean_value;
+  bool mirror, train;
+  uint64_t seed;
+  /* the prefetch ring */
+  int nslots;
+  batch_slot *slots;
+  int head, count; /* slots[head] is the next to consume; count are filled */
+  int tail;        /* next slot the producer fills */
+  uint64_t next_fill_pos; /* position the producer reads next */
+  uint64_t consumed_pos;  /* position of the next batch to hand out */
+  bool running, stop, failed;
+  int fail_code;
+  char fail_msg[1024];
+  pthread_t thread;
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+} data_state;
+
+/* Transforms one record into `out` (C x outH x outW). */
+static int transform_record(data_state *s, const kiln_datum *d, uint64_t pos, float *out) {
+  int h_off = 0, w_off = 0;
+  bool flip = false;
+  if (s->crop || s->mirror) {
+    kiln_rng r;
+    kiln_rng_seed(&r, s->seed, pos + 1);
+    if (s->crop) {
+      if (s->train) {
+        h_off = (int)kiln_rng_below(&r, (uint32_t)(s->H - s->crop + 1));
+        w_off = (int)kiln_rng_below(&r, (uint32_t)(s->W - s->crop + 1));
+      } else {
+        h_off = (s->H - s->crop) / 2;
+        w_off = (s->W - s->crop) / 2;
+      }
+    }
+    flip = s->mirror && s->train && (kiln_rng_u32(&r) & 1);
+  }
+  for (int c = 0; c < s->C; c++)
+    for (int h = 0; h < s->outH; h++)
+      for (int w = 0; w < s->outW; w++) {
+        int src = (c * s->H + h + h_off) * s->W + w + w_off;
+        float v = d->u8 ? (float)d->u8[src] : d->f32[src];
+        if (s->mean) v -= s->mean[src];
+        else if (s->n_mean_value) v -= s->mean_value[s->n_mean_value == 1 ? 0 : c];
+        int ww = flip ? s->outW - 1 - w : w;
+        out[(c * s->outH + h) * s->outW + ww] = v * s->scale;
+      }
+  return KILN_OK;
+}
+
+static int fill_slot(data_state *s, batch_slot *slot) {
+  int per = s->C * s->outH * s->outW;
+  slot->start = kiln_datum_db_position(s->db);
+  for (int i = 0; i < s->batch; i++) {
+    kiln_datum d;
+    uint64_t pos = kiln_datum_db_position(s->db);
+    KILN_TRY(kiln_datum_db_next(s->db, &d));
+    if (d.channels != s->C || d.height != s->H || d.width != s->W)
+      return kiln_errorf(KILN_ERR_DATA, "record %llu is %dx%dx%d, the first record was %dx%dx%d",
+                         (unsigned long long)pos, d.channels, d.height, d.width, s->C, s->H, s->W);
+    KILN_TRY(transform_record(s, &d, pos, slot->data + (size_t)i * per));
+    slot->label[i] = (float)d.label;
+  }
+  return KILN_OK;
+}
+
+static void *producer(void *arg) {
+  data_state *s = arg;
+  pthread_mutex_lock(&s->mu);
+  for (;;) {
+    while (!s->stop && s->count == s->nslots) pthread_cond_wait(&s->cv, &s->mu);
+    if (s->stop) break;
+    batch_slot *slot = &s->slots[s->tail];
+    pthread_mutex_unlock(&s->mu);
+    int rc = fill_slot(s, slot); /* the consumer never touches unfilled slots */
+    pthread_mutex_lock(&s->mu);
+    if (rc != KILN_OK) {
+      s->failed = true;
+      s->fail_code = rc;
+      snprintf(s->fail_msg, sizeof s->fail_msg, "%s", kiln_last_error());
+      pthread_cond_broadcast(&s->cv);
+      break;
+    }
+    s->tail = (s->tail + 1) % s->nslots;
+    s->count++;
+    pthread_cond_broadcast(&s->cv);
+  }
+  pthread_mutex_unlock(&s->mu);
+  return NULL;
+}
+
+static int start_thread(kiln_layer *l) {
+  data_state *s = l->priv;
+  s->stop = false;
+  s->failed = false;
+  s->head = s->tail = s->count = 0;
+  if (pthread_create(&s->thread, NULL, producer, s) != 0)
+    return KILN_LAYER_ERROR(l, KILN_ERR_INTERNAL, "cannot start the prefetch thread");
+  s->running = true;
+  return KILN_OK;
+}
+
+static void stop_thread(data_state *s) {
+  if (!s->running) return;
+  pthread_mutex_lock(&s->mu);
+  s->stop = true;
+  pthread_cond_broadcast(&s->cv);
+  pthread_mutex_unlock(&s->mu);
+  pthread_join(s->thread, NULL);
+  s->running = false;
+}
+
+static int load_mean_file(kiln_layer *l, data_state *s, const char *path) {
+  ProtobufCMessage *m;
+  KILN_TRY(kiln_proto_read_binary(path, &caffe__blob_proto__descriptor, &m));
+  Caffe__BlobProto *bp = (Caffe__BlobProto *)m;
+  size_t want = (size_t)s->C * s->H * s->W;
+  if (bp->n_data != want) {
+    protobuf_c_message_free_unpacked(m, NULL);
+    return KILN_LAYER_ERROR(l, KILN_ERR_SHAPE, "%s: mean has %zu values, the data %dx%dx%d", path,
+                            bp->n_data, s->C, s->H, s->W);
+  }
+  s->mean = malloc(want * sizeof(float));
+  if (s->mean) memcpy(s->mean, bp->data, want * sizeof(float));
+  protobuf_c_message_free_unpacked(m, NULL);
+  return s->mean ? KILN_OK : kiln_errorf(KILN_ERR_NOMEM, "out of memory");
+}
+
+/* `$KILN_DATA/...` (or `${KILN_DATA}/...`) names a file in the data set cache, so nets in the
+ * zoo need no absolute paths. */
+static int expand_source(const char *src, char *out, size_t n) {
+  const char *rest = NULL;
+  if (strncmp(src, "$KILN_DATA/", 11) == 0) rest = src + 10;
+  else if (strncmp(src, "${KILN_DATA}/", 13) == 0) rest = src + 12;
+  if (!rest) {
+    snprintf(out, n, "%s", src);
+    return KILN_OK;
+  }
+  char dir[4096];
+  KILN_TRY(kiln_data_cache_dir(dir, sizeof dir));
+  if ((size_t)snprintf(out, n, "%s%s", dir, rest) >= n)
+    return kiln_errorf(KILN_ERR_INVALID, "data source path too long: %s", src);
+  return KILN_OK;
+}
+
+static int data_setup(kiln_layer *l) {
+  const Caffe__DataParameter *p = KILN_PARAM_OR(l->lp->data_param, data_defaults);
+  const Caffe__TransformationParameter *t =
+      KILN_PARAM_OR(l->lp->transform_param, transform_defaults);
+  data_state *s = calloc(1, sizeof *s);
+  if (!s) return kiln_errorf(KILN_ERR_NOMEM, "out of memory");
+  l->priv = s;
+  pthread_mutex_init(&s->mu, NULL);
+  pthread_cond_init(&s->cv, NULL);
+  if (!p->source || !p->source[0])
+    return KILN_LAYER_ERROR(l, KILN_ERR_INVALID, "data_param.source is required");
+  if (p->backend != CAFFE__DATA_PARAMETER__DB__LMDB)
+    return KILN_LAYER_ERROR(l, KILN_ERR_UNSUPPORTED,
+                            "backend LEVELDB is not supported; convert the data to LMDB and set "
+                            "'backend: LMDB'");
+  if (!p->has_batch_size || p->batch_size == 0)
+    return KILN_LAYER_ERROR(l, KILN_ERR_INVALID, "data_param.batch_size must be set and > 0");
+  char source[4096];
+  KILN_TRY(expand_source(p->source, source, sizeof source));
+  int rc = kiln_datum_db_open(source, &s->db);
+  if (rc) return kiln_error_context(rc, "layer '%s' (Data): ", l->name);
+  kiln_datum d;
+  rc = kiln_datum_db_next(s->db, &d);
+  if (rc) return kiln_error_context(rc, "layer '%s' (Data): ", l->name);
+  s->C = d.channels;
+  s->H = d.height;
+  s->W = d.width;
+  KILN_TRY(kiln_datum_db_seek(s->db, 0));
+  s->batch = (int)p->batch_size;
+  s->scale = t->scale;
+  s->crop = (int)t->crop_size;
+  s->mirror = t->mirror;
+  s->train = l->phase == CAFFE__PHASE__TRAIN;
+  s->seed = l->seed;
+  if (s->crop > s->H || s->crop > s->W)
+    return KILN_LAYER_ERROR(l, KILN_ERR_SHAPE, "crop_size %d is larger than the %dx%d images",
+                            s->crop, s->H, s->W);
+  s->outH = s->crop ? s->crop : s->H;
+  s->outW = s->crop ? s->crop : s->W;
+  if (t->mean_file && t->n_mean_value)
+    return KILN_LAYER_ERROR(l, KILN_ERR_INVALID, "give mean_file or mean_value, not both");
+  if (t->mean_file) KILN_TRY(load_mean_file(l, s, t->mean_file));
+  if (t->n_mean_value) {
+    if (t->n_mean_value != 1 && (int)t->n_mean_value != s->C)
+      return KILN_LAYER_ERROR(l, KILN_ERR_INVALID,
+                              "mean_value needs 1 value or one per channel (%d), got %zu", s->C,
+                              t->n_mean_value);
+    if (t->n_mean_value > 64)
+      return KILN_LAYER_ERROR(l, KILN_ERR_UNSUPPORTED, "more than 64 mean values");
+    s->n_mean_value = (int)t->n_mean_value;
+    memcpy(s->mean_value, t->mean_value, sizeof(float) * t->n_mean_value);
+  }
+  s->nslots = p->prefetch > 0 ? (int)p->prefetch : 1;
+  s->slots = calloc((size_t)s->nslots, sizeof *s->slots);
+  if (!s->slots) return kiln_errorf(KILN_ERR_NOMEM, "out of memory");
+  size_t per = (size_t)s->C * s->outH * s->outW;
+  for (int i = 0; i < s->nslots; i++) {
+    s->slots[i].data = kiln_alloc(per * s->batch * sizeof(float));
+    s->slots[i].label = kiln_alloc((size_t)s->batch * sizeof(float));
+    if (!s->slots[i].data || !s->slots[i].label) return kiln_errorf(KILN_ERR_NOMEM, "out of memory");
+  }
+  l->extra_bytes = (int64_t)s->nslots * (per + 1) * s->batch * (int64_t)sizeof(float);
+  return KILN_OK;
+}
+
+static int data_reshape(kiln_layer *l) {
+  data_state *s = l->priv;
+  int64_t shape[4] = {s->batch, s->C, s->outH, s->outW};
+  KILN_TRY(kiln_blob_reshape(l->top[0], 4, shape));
+  if (l->ntop > 1) {
+    int64_t lshape[1] = {s->batch};
+    KILN_TRY(kiln_blob_reshape(l->top[1], 1, lshape));
+  }
+  return KILN_OK;
+}
+
+static int data_forward(kiln_layer *l) {
+  data_state *s = l->priv;
+  if (!s->running) KILN_TRY(start_thread(l));
+  pthread_mutex_lock(&s->mu);
+  while (s->count == 0 && !s->failed) pthread_cond_wait(&s->cv, &s->mu);
+  if (s->count == 0 && s->failed) {
+    int code = s->fail_code;
+    pthread_mutex_unlock(&s->mu);
+    return kiln_error_context(kiln_errorf(code, "%s", s->fail_msg), "layer '%s' (Data): ", l->name);
+  }
+  batch_slot *slot = &s->slots[s->head];
+  pthread_mutex_unlock(&s->mu);
+  memcpy(l->top[0]->data, slot->data, sizeof(float) * l->top[0]->count);
+  if (l->ntop > 1) memcpy(l->top[1]->data, slot->label, sizeof(float) * s->batch);
+  pthread_mutex_lock(&s->mu);
+  s->consumed_pos = slot->start + (uint64_t)s->batch;
+  s->head = (s->head + 1) % s->nslots;
+  s->count--;
+  pthread_cond_broadcast(&s->cv);
+  pthread_mutex_unlock(&s->mu);
+  return KILN_OK;
+}
+
+static uint64_t data_get_cursor(kiln_layer *l) { return ((data_state *)l->priv)->consumed_pos; }
+
+static int data_set_cursor(kiln_layer *l, uint64_t cursor) {
+  data_state *s = l->priv;
+  stop_thread(s);
+  s->head = s->tail = s->count = 0;
+  s->consumed_pos = cursor;
+  int rc = kiln_datum_db_seek(s->db, cursor);
+  if (rc) return kiln_error_context(rc, "layer '%s' (Data): ", l->name);
+  return KILN_OK;
+}
+
+static void data_destroy(kiln_layer *l) {
+  data_state *s = l->priv;
+  if (!s) return;
+  stop_thread(s);
+  if (s->db) kiln_datum_db_close(s->db);
+  if (s->slots)
+    for (int i = 0; i < s->nslots; i++) {
+      kiln_free(s->slots[i].data);
+      kiln_free(s->slots[i].label);
+    }
+  free(s->slots);
+  free(s->mean);
+  pthread_mutex_destroy(&s->mu);
+  pthread_cond_destroy(&s->cv);
+  free(s);
+}
+
+const kiln_layer_ops kiln_layer_data = {
+    .type = "Data", .min_bottoms = 0, .max_bottoms = 0, .min_tops = 1, .max_tops = 2,
+    .is_data = true, .setup = data_setup, .reshape = data_reshape, .forward = data_forward,
+    .destroy = data_destroy, .get_cursor = data_get_cursor, .set_cursor = data_set_cursor,
+};

@@ -1,0 +1,99 @@
+/* InnerProduct (fully connected): top (M, N) = bottom (M, K) x W^T + b, where the bottom is
+ * flattened from `axis`; W is (N, K), or (K, N) with transpose. GEMM through CBLAS. */
+#include <cblas.h>
+#include <stdlib.h>
+
+#include "layer_util.h"
+
+static const Caffe__InnerProductParameter ip_defaults = CAFFE__INNER_PRODUCT_PARAMETER__INIT;
+
+typedef struct {
+  int axis;
+  int64_t M, K, N;
+  bool bias, transpose;
+} ip_state;
+
+static int ip_setup(kiln_layer *l) {
+  const Caffe__InnerProductParameter *p = KILN_PARAM_OR(l->lp->inner_product_param, ip_defaults);
+  if (!p->has_num_output || p->num_output == 0)
+    return KILN_LAYER_ERROR(l, KILN_ERR_INVALID, "inner_product_param.num_output must be set and > 0");
+  ip_state *s = calloc(1, sizeof *s);
+  if (!s) return kiln_errorf(KILN_ERR_NOMEM, "out of memory");
+  l->priv = s;
+  KILN_TRY(kiln_blob_canonical_axis(l->bottom[0], p->axis, &s->axis));
+  s->N = p->num_output;
+  s->K = kiln_count(l->bottom[0], s->axis, l->bottom[0]->naxes);
+  s->bias = p->bias_term;
+  s->transpose = p->transpose;
+  int64_t wshape[2] = {s->transpose ? s->K : s->N, s->transpose ? s->N : s->K};
+  if (!kiln_layer_add_param(l, 2, wshape, p->weight_filler, 0))
+    return kiln_errorf(KILN_ERR_NOMEM, "out of memory");
+  if (s->bias) {
+    int64_t bshape[1] = {s->N};
+    if (!kiln_layer_add_param(l, 1, bshape, p->bias_filler, 0))
+      return kiln_errorf(KILN_ERR_NOMEM, "out of memory");
+  }
+  return KILN_OK;
+}
+
+static int ip_reshape(kiln_layer *l) {
+  ip_state *s = l->priv;
+  const kiln_blob *x = l->bottom[0];
+  int64_t K = kiln_count(x, s->axis, x->naxes);
+  if (K != s->K)
+    return KILN_LAYER_ERROR(l, KILN_ERR_SHAPE,
+                            "input has %lld features per sample, the weights expect %lld",
+                            (long long)K, (long long)s->K);
+  s->M = kiln_count(x, 0, s->axis);
+  int64_t shape[KILN_MAX_AXES];
+  for (int i = 0; i < s->axis; i++) shape[i] = x->shape[i];
+  shape[s->axis] = s->N;
+  l->flops = 2.0 * s->M * s->N * s->K;
+  return kiln_blob_reshape(l->top[0], s->axis + 1, shape);
+}
+
+static int ip_forward(kiln_layer *l) {
+  ip_state *s = l->priv;
+  const float *x = l->bottom[0]->data, *w = l->param[0]->data;
+  float *y = l->top[0]->data;
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, s->transpose ? CblasNoTrans : CblasTrans, (int)s->M,
+              (int)s->N, (int)s->K, 1.0f, x, (int)s->K, w, s->transpose ? (int)s->N : (int)s->K,
+              0.0f, y, (int)s->N);
+  if (s->bias) {
+    const float *b = l->param[1]->data;
+    for (int64_t m = 0; m < s->M; m++)
+      for (int64_t n = 0; n < s->N; n++) y[m * s->N + n] += b[n];
+  }
+  return KILN_OK;
+}
+
+static int ip_backward(kiln_layer *l) {
+  ip_state *s = l->priv;
+  const float *x = l->bottom[0]->data, *dy = l->top[0]->diff, *w = l->param[0]->data;
+  float *dw = l->param[0]->diff;
+  int M = (int)s->M, N = (int)s->N, K = (int)s->K;
+  /* dW (N, K) += dy^T (N, M) x (M, K); transposed weights: dW (K, N) += x^T dy. */
+  if (s->transpose)
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, K, N, M, 1.0f, x, K, dy, N, 1.0f, dw, N);
+  else
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, N, K, M, 1.0f, dy, N, x, K, 1.0f, dw, K);
+  if (s->bias) {
+    float *db = l->param[1]->diff;
+    for (int64_t m = 0; m < s->M; m++)
+      for (int64_t n = 0; n < s->N; n++) db[n] += dy[m * s->N + n];
+  }
+  if (l->propagate_down[0]) {
+    float *dx = l->bottom[0]->diff;
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, s->transpose ? CblasTrans : CblasNoTrans, M, K, N,
+                1.0f, dy, N, w, s->transpose ? N : K, 0.0f, dx, K);
+  }
+  return KILN_OK;
+}
+
+static void ip_destroy(kiln_layer *l) { free(l->priv); }
+
+const kiln_layer_ops kiln_layer_inner_product = {
+    .type = "InnerProduct", .min_bottoms = 1, .max_bottoms = 1, .min_tops = 1, .max_tops = 1,
+    .setup = ip_setup, .reshape = ip_reshape, .forward = ip_forward, .backward = ip_backward,
+    .destroy = ip_destroy,
+};

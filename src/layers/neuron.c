@@ -1,0 +1,164 @@
+/* Element-wise layers: ReLU (with negative_slope), Sigmoid, TanH, Dropout. All may run in place
+ * (top == bottom). */
+#include <math.h>
+
+#include "layer_util.h"
+
+static int neuron_reshape(kiln_layer *l) {
+  l->flops = (double)l->bottom[0]->count;
+  return kiln_blob_reshape_like(l->top[0], l->bottom[0]);
+}
+
+/* ---- ReLU ------------------------------------------------------------------------------ */
+
+static const Caffe__ReLUParameter relu_defaults = CAFFE__RE_LUPARAMETER__INIT;
+
+static int relu_forward(kiln_layer *l) {
+  const float *x = l->bottom[0]->data;
+  float *y = l->top[0]->data;
+  float slope = KILN_PARAM_OR(l->lp->relu_param, relu_defaults)->negative_slope;
+  int64_t n = l->bottom[0]->count;
+#pragma omp parallel for schedule(static) num_threads(l->nthreads) if (n > 32768)
+  for (int64_t i = 0; i < n; i++) y[i] = x[i] > 0 ? x[i] : slope * x[i];
+  return KILN_OK;
+}
+
+/* In place, bottom data has been overwritten by the output; the sign is unchanged for slope >= 0,
+ * so the mask can be read from the top. */
+static int relu_backward(kiln_layer *l) {
+  if (!l->propagate_down[0]) return KILN_OK;
+  const float *y = l->top[0]->data, *dy = l->top[0]->diff;
+  float *dx = l->bottom[0]->diff;
+  float slope = KILN_PARAM_OR(l->lp->relu_param, relu_defaults)->negative_slope;
+  const float *x = l->bottom[0]->data;
+  bool in_place = l->bottom[0] == l->top[0];
+  int64_t n = l->bottom[0]->count;
+#pragma omp parallel for schedule(static) num_threads(l->nthreads) if (n > 32768)
+  for (int64_t i = 0; i < n; i++) {
+    float v = in_place ? y[i] : x[i];
+    dx[i] = v > 0 ? dy[i] : slope * dy[i];
+  }
+  return KILN_OK;
+}
+
+static int relu_setup(kiln_layer *l) {
+  float slope = KILN_PARAM_OR(l->lp->relu_param, relu_defaults)->negative_slope;
+  if (slope < 0 && l->bottom[0] == l->top[0])
+    return KILN_LAYER_ERROR(l, KILN_ERR_UNSUPPORTED,
+                            "negative_slope %g in place: the input sign cannot be recovered", slope);
+  return KILN_OK;
+}
+
+const kiln_layer_ops kiln_layer_relu = {
+    .type = "ReLU", .min_bottoms = 1, .max_bottoms = 1, .min_tops = 1, .max_tops = 1,
+    .setup = relu_setup, .reshape = neuron_reshape, .forward = relu_forward,
+    .backward = relu_backward,
+};
+
+/* ---- Sigmoid --------------------------------------------------------------------------- */
+
+static int sigmoid_forward(kiln_layer *l) {
+  const float *x = l->bottom[0]->data;
+  float *y = l->top[0]->data;
+  int64_t n = l->bottom[0]->count;
+#pragma omp parallel for schedule(static) num_threads(l->nthreads) if (n > 32768)
+  for (int64_t i = 0; i < n; i++) y[i] = 0.5f * tanhf(0.5f * x[i]) + 0.5f;
+  return KILN_OK;
+}
+
+static int sigmoid_backward(kiln_layer *l) {
+  if (!l->propagate_down[0]) return KILN_OK;
+  const float *y = l->top[0]->data, *dy = l->top[0]->diff;
+  float *dx = l->bottom[0]->diff;
+  int64_t n = l->bottom[0]->count;
+#pragma omp parallel for schedule(static) num_threads(l->nthreads) if (n > 32768)
+  for (int64_t i = 0; i < n; i++) dx[i] = dy[i] * y[i] * (1 - y[i]);
+  return KILN_OK;
+}
+
+const kiln_layer_ops kiln_layer_sigmoid = {
+    .type = "Sigmoid", .min_bottoms = 1, .max_bottoms = 1, .min_tops = 1, .max_tops = 1,
+    .reshape = neuron_reshape, .forward = sigmoid_forward, .backward = sigmoid_backward,
+};
+
+/* ---- TanH ------------------------------------------------------------------------------ */
+
+static int tanh_forward(kiln_layer *l) {
+  const float *x = l->bottom[0]->data;
+  float *y = l->top[0]->data;
+  int64_t n = l->bottom[0]->count;
+#pragma omp parallel for schedule(static) num_threads(l->nthreads) if (n > 32768)
+  for (int64_t i = 0; i < n; i++) y[i] = tanhf(x[i]);
+  return KILN_OK;
+}
+
+static int tanh_backward(kiln_layer *l) {
+  if (!l->propagate_down[0]) return KILN_OK;
+  const float *y = l->top[0]->data, *dy = l->top[0]->diff;
+  float *dx = l->bottom[0]->diff;
+  int64_t n = l->bottom[0]->count;
+#pragma omp parallel for schedule(static) num_threads(l->nthreads) if (n > 32768)
+  for (int64_t i = 0; i < n; i++) dx[i] = dy[i] * (1 - y[i] * y[i]);
+  return KILN_OK;
+}
+
+const kiln_layer_ops kiln_layer_tanh = {
+    .type = "TanH", .min_bottoms = 1, .max_bottoms = 1, .min_tops = 1, .max_tops = 1,
+    .reshape = neuron_reshape, .forward = tanh_forward, .backward = tanh_backward,
+};
+
+/* ---- Dropout --------------------------------------------------------------------------- */
+/* TRAIN: keep each value with probability 1 - r and scale kept ones by 1/(1 - r) (Caffe's
+ * inverted dropout); TEST: identity. The mask is drawn from the net's generator, whose state
+ * snapshots save. */
+
+static const Caffe__DropoutParameter dropout_defaults = CAFFE__DROPOUT_PARAMETER__INIT;
+
+static int dropout_setup(kiln_layer *l) {
+  float r = KILN_PARAM_OR(l->lp->dropout_param, dropout_defaults)->dropout_ratio;
+  if (!(r >= 0 && r < 1))
+    return KILN_LAYER_ERROR(l, KILN_ERR_INVALID, "dropout_ratio %g is not in [0, 1)", r);
+  if (!kiln_layer_add_buffer(l, "mask")) return kiln_errorf(KILN_ERR_NOMEM, "out of memory");
+  return KILN_OK;
+}
+
+static int dropout_reshape(kiln_layer *l) {
+  KILN_TRY(kiln_blob_reshape_like(l->buffer[0], l->bottom[0]));
+  return neuron_reshape(l);
+}
+
+static int dropout_forward(kiln_layer *l) {
+  const float *x = l->bottom[0]->data;
+  float *y = l->top[0]->data, *mask = l->buffer[0]->data;
+  int64_t n = l->bottom[0]->count;
+  if (l->phase != CAFFE__PHASE__TRAIN) {
+    if (y != x)
+      for (int64_t i = 0; i < n; i++) y[i] = x[i];
+    return KILN_OK;
+  }
+  float r = KILN_PARAM_OR(l->lp->dropout_param, dropout_defaults)->dropout_ratio;
+  float scale = 1.0f / (1.0f - r);
+  for (int64_t i = 0; i < n; i++) mask[i] = kiln_rng_uniform(l->rng, 0, 1) >= r ? scale : 0.0f;
+  for (int64_t i = 0; i < n; i++) y[i] = x[i] * mask[i];
+  return KILN_OK;
+}
+
+static int dropout_backward(kiln_layer *l) {
+  if (!l->propagate_down[0]) return KILN_OK;
+  const float *dy = l->top[0]->diff, *mask = l->buffer[0]->data;
+  float *dx = l->bottom[0]->diff;
+  int64_t n = l->bottom[0]->count;
+  if (l->phase != CAFFE__PHASE__TRAIN) {
+    if (dx != dy)
+      for (int64_t i = 0; i < n; i++) dx[i] = dy[i];
+    return KILN_OK;
+  }
+  for (int64_t i = 0; i < n; i++) dx[i] = dy[i] * mask[i];
+  return KILN_OK;
+}
+
+const kiln_layer_ops kiln_layer_dropout = {
+    .type = "Dropout", .min_bottoms = 1, .max_bottoms = 1, .min_tops = 1, .max_tops = 1,
+    .setup = dropout_setup, .reshape = dropout_reshape, .forward = dropout_forward,
+    .backward = dropout_backward,
+};

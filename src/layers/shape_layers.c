@@ -1,0 +1,109 @@
+/* Layers that move data without arithmetic: Input (blobs fed from outside), Flatten, Split (the
+ * net inserts it where one blob feeds several layers, so their gradients add up). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "layer_util.h"
+
+/* ---- Input ----------------------------------------------------------------------------- */
+
+static int input_setup(kiln_layer *l) {
+  const Caffe__InputParameter *p = l->lp->input_param;
+  size_t nshape = p ? p->n_shape : 0;
+  if (nshape != 1 && (int)nshape != l->ntop)
+    return KILN_LAYER_ERROR(l, KILN_ERR_INVALID,
+                            "input_param needs one shape, or one per top (%d tops, %zu shapes)",
+                            l->ntop, nshape);
+  for (size_t i = 0; i < nshape; i++)
+    if (p->shape[i]->n_dim > KILN_MAX_AXES)
+      return KILN_LAYER_ERROR(l, KILN_ERR_SHAPE, "shape %zu has %zu axes (at most %d)", i,
+                              p->shape[i]->n_dim, KILN_MAX_AXES);
+  return KILN_OK;
+}
+
+static int input_reshape(kiln_layer *l) {
+  const Caffe__InputParameter *p = l->lp->input_param;
+  for (int t = 0; t < l->ntop; t++) {
+    const Caffe__BlobShape *s = p->shape[p->n_shape == 1 ? 0 : t];
+    int64_t shape[KILN_MAX_AXES];
+    for (size_t i = 0; i < s->n_dim; i++) shape[i] = s->dim[i];
+    KILN_TRY(kiln_blob_reshape(l->top[t], (int)s->n_dim, shape));
+  }
+  return KILN_OK;
+}
+
+static int nothing(kiln_layer *l) {
+  (void)l;
+  return KILN_OK;
+}
+
+const kiln_layer_ops kiln_layer_input = {
+    .type = "Input", .min_bottoms = 0, .max_bottoms = 0, .min_tops = 1, .max_tops = -1,
+    .is_data = true, .setup = input_setup, .reshape = input_reshape, .forward = nothing,
+};
+
+/* ---- Flatten --------------------------------------------------------------------------- */
+
+static const Caffe__FlattenParameter flatten_defaults = CAFFE__FLATTEN_PARAMETER__INIT;
+
+static int flatten_reshape(kiln_layer *l) {
+  const Caffe__FlattenParameter *p = KILN_PARAM_OR(l->lp->flatten_param, flatten_defaults);
+  const kiln_blob *x = l->bottom[0];
+  int a, e;
+  KILN_TRY(kiln_blob_canonical_axis(x, p->axis, &a));
+  KILN_TRY(kiln_blob_canonical_axis(x, p->end_axis, &e));
+  if (e < a) return KILN_LAYER_ERROR(l, KILN_ERR_INVALID, "end_axis before axis");
+  int64_t shape[KILN_MAX_AXES];
+  int n = 0;
+  for (int i = 0; i < a; i++) shape[n++] = x->shape[i];
+  shape[n++] = kiln_count(x, a, e + 1);
+  for (int i = e + 1; i < x->naxes; i++) shape[n++] = x->shape[i];
+  return kiln_blob_reshape(l->top[0], n, shape);
+}
+
+static int copy_forward(kiln_layer *l) {
+  if (l->top[0]->data != l->bottom[0]->data)
+    memcpy(l->top[0]->data, l->bottom[0]->data, sizeof(float) * l->bottom[0]->count);
+  return KILN_OK;
+}
+
+static int copy_backward(kiln_layer *l) {
+  if (l->propagate_down[0] && l->top[0]->diff != l->bottom[0]->diff)
+    memcpy(l->bottom[0]->diff, l->top[0]->diff, sizeof(float) * l->bottom[0]->count);
+  return KILN_OK;
+}
+
+const kiln_layer_ops kiln_layer_flatten = {
+    .type = "Flatten", .min_bottoms = 1, .max_bottoms = 1, .min_tops = 1, .max_tops = 1,
+    .reshape = flatten_reshape, .forward = copy_forward, .backward = copy_backward,
+};
+
+/* ---- Split ----------------------------------------------------------------------------- */
+
+static int split_reshape(kiln_layer *l) {
+  for (int t = 0; t < l->ntop; t++) KILN_TRY(kiln_blob_reshape_like(l->top[t], l->bottom[0]));
+  return KILN_OK;
+}
+
+static int split_forward(kiln_layer *l) {
+  for (int t = 0; t < l->ntop; t++)
+    memcpy(l->top[t]->data, l->bottom[0]->data, sizeof(float) * l->bottom[0]->count);
+  return KILN_OK;
+}
+
+static int split_backward(kiln_layer *l) {
+  if (!l->propagate_down[0]) return KILN_OK;
+  float *dx = l->bottom[0]->diff;
+  int64_t n = l->bottom[0]->count;
+  memcpy(dx, l->top[0]->diff, sizeof(float) * n);
+  for (int t = 1; t < l->ntop; t++) {
+    const float *dy = l->top[t]->diff;
+    for (int64_t i = 0; i < n; i++) dx[i] += dy[i];
+  }
+  return KILN_OK;
+}
+
+const kiln_layer_ops kiln_layer_split = {
+    .type = "Split", .min_bottoms = 1, .max_bottoms = 1, .min_tops = 1, .max_tops = -1,
+    .reshape = split_reshape, .forward = split_forward, .backward = split_backward,
+};

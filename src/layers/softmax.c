@@ -1,0 +1,228 @@
+/* Softmax, SoftmaxWithLoss (multinomial logistic loss of the softmax, with ignore_label and
+ * Caffe's normalization modes) and Accuracy (top_k, ignore_label). */
+#include <float.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kiln/ops.h"
+#include "layer_util.h"
+
+static const Caffe__SoftmaxParameter softmax_defaults = CAFFE__SOFTMAX_PARAMETER__INIT;
+static const Caffe__LossParameter loss_defaults = CAFFE__LOSS_PARAMETER__INIT;
+static const Caffe__AccuracyParameter accuracy_defaults = CAFFE__ACCURACY_PARAMETER__INIT;
+
+typedef struct {
+  int axis;
+  int64_t outer, C, inner;
+} softmax_state;
+
+static int softmax_dims(kiln_layer *l, int axis_param) {
+  softmax_state *s = l->priv;
+  if (!s) {
+    s = calloc(1, sizeof *s);
+    if (!s) return kiln_errorf(KILN_ERR_NOMEM, "out of memory");
+    l->priv = s;
+  }
+  const kiln_blob *x = l->bottom[0];
+  int rc = kiln_blob_canonical_axis(x, axis_param, &s->axis);
+  if (rc) return kiln_error_context(rc, "layer '%s': ", l->name);
+  s->outer = kiln_count(x, 0, s->axis);
+  s->C = x->shape[s->axis];
+  s->inner = kiln_count(x, s->axis + 1, x->naxes);
+  return KILN_OK;
+}
+
+static void free_priv(kiln_layer *l) { free(l->priv); }
+
+/* ---- Softmax --------------------------------------------------------------------------- */
+
+static int softmax_reshape(kiln_layer *l) {
+  KILN_TRY(softmax_dims(l, KILN_PARAM_OR(l->lp->softmax_param, softmax_defaults)->axis));
+  l->flops = 4.0 * l->bottom[0]->count;
+  return kiln_blob_reshape_like(l->top[0], l->bottom[0]);
+}
+
+static int softmax_forward(kiln_layer *l) {
+  softmax_state *s = l->priv;
+  kiln_softmax_forward(l->top[0]->data, l->bottom[0]->data, s->outer, s->C, s->inner);
+  return KILN_OK;
+}
+
+static int softmax_backward(kiln_layer *l) {
+  softmax_state *s = l->priv;
+  if (!l->propagate_down[0]) return KILN_OK;
+  kiln_softmax_backward(l->bottom[0]->diff, l->top[0]->data, l->top[0]->diff, s->outer, s->C,
+                        s->inner);
+  return KILN_OK;
+}
+
+const kiln_layer_ops kiln_layer_softmax = {
+    .type = "Softmax", .min_bottoms = 1, .max_bottoms = 1, .min_tops = 1, .max_tops = 1,
+    .reshape = softmax_reshape, .forward = softmax_forward, .backward = softmax_backward,
+    .destroy = free_priv,
+};
+
+/* ---- SoftmaxWithLoss ------------------------------------------------------------------- */
+
+static Caffe__LossParameter__NormalizationMode loss_mode(const kiln_layer *l) {
+  const Caffe__LossParameter *p = KILN_PARAM_OR(l->lp->loss_param, loss_defaults);
+  if (p->has_normalize && !p->has_normalization)
+    return p->normalize ? CAFFE__LOSS_PARAMETER__NORMALIZATION_MODE__VALID
+                        : CAFFE__LOSS_PARAMETER__NORMALIZATION_MODE__BATCH_SIZE;
+  return p->normalization;
+}
+
+static int loss_setup(kiln_layer *l) {
+  if (!kiln_layer_add_buffer(l, "prob")) return kiln_errorf(KILN_ERR_NOMEM, "out of memory");
+  return KILN_OK;
+}
+
+static int loss_reshape(kiln_layer *l) {
+  KILN_TRY(softmax_dims(l, KILN_PARAM_OR(l->lp->softmax_param, softmax_defaults)->axis));
+  softmax_state *s = l->priv;
+  if (l->bottom[1]->count != s->outer * s->inner)
+    return KILN_LAYER_ERROR(l, KILN_ERR_SHAPE,
+                            "label count %lld does not match prediction count %lld (%lld x %lld); "
+                            "labels must be N x ... without the class axis",
+                            (long long)l->bottom[1]->count, (long long)(s->outer * s->inner),
+                            (long long)s->outer, (long long)s->inner);
+  l->flops = 5.0 * l->bottom[0]->count;
+  KILN_TRY(kiln_blob_reshape_like(l->buffer[0], l->bottom[0]));
+  KILN_TRY(kiln_blob_reshape(l->top[0], 0, NULL));
+  if (l->ntop > 1) KILN_TRY(kiln_blob_reshape_like(l->top[1], l->bottom[0]));
+  return KILN_OK;
+}
+
+static float loss_normalizer(const kiln_layer *l, int64_t valid) {
+  const softmax_state *s = l->priv;
+  double n;
+  switch (loss_mode(l)) {
+    case CAFFE__LOSS_PARAMETER__NORMALIZATION_MODE__FULL: n = (double)s->outer * s->inner; break;
+    case CAFFE__LOSS_PARAMETER__NORMALIZATION_MODE__VALID: n = (double)valid; break;
+    case CAFFE__LOSS_PARAMETER__NORMALIZATION_MODE__BATCH_SIZE: n = (double)s->outer; break;
+    default: n = 1; break;
+  }
+  return (float)(n < 1 ? 1 : n); /* Caffe: never divide by zero when every label is ignored */
+}
+
+static int loss_forward(kiln_layer *l) {
+  softmax_state *s = l->priv;
+  const Caffe__LossParameter *p = KILN_PARAM_OR(l->lp->loss_param, loss_defaults);
+  float *prob = l->buffer[0]->data;
+  kiln_softmax_forward(prob, l->bottom[0]->data, s->outer, s->C, s->inner);
+  const float *label = l->bottom[1]->data;
+  double loss = 0;
+  int64_t valid = 0;
+  for (int64_t o = 0; o < s->outer; o++)
+    for (int64_t j = 0; j < s->inner; j++) {
+      float lf = label[o * s->inner + j];
+      int lab = (int)lf;
+      if (p->has_ignore_label && lab == p->ignore_label) continue;
+      if (lf != (float)lab || lab < 0 || lab >= s->C)
+        return KILN_LAYER_ERROR(l, KILN_ERR_DATA,
+                                "label %g at position %lld is out of range: expected an integer "
+                                "in [0, %lld)",
+                                lf, (long long)(o * s->inner + j), (long long)s->C);
+      float pr = prob[(o * s->C + lab) * s->inner + j];
+      loss -= log(pr > FLT_MIN ? pr : FLT_MIN);
+      valid++;
+    }
+  l->top[0]->data[0] = (float)(loss / loss_normalizer(l, valid));
+  if (l->ntop > 1) memcpy(l->top[1]->data, prob, sizeof(float) * l->bottom[0]->count);
+  return KILN_OK;
+}
+
+static int loss_backward(kiln_layer *l) {
+  if (l->nbottom > 1 && l->propagate_down[1])
+    return KILN_LAYER_ERROR(l, KILN_ERR_INVALID, "cannot backpropagate to the label input");
+  if (!l->propagate_down[0]) return KILN_OK;
+  softmax_state *s = l->priv;
+  const Caffe__LossParameter *p = KILN_PARAM_OR(l->lp->loss_param, loss_defaults);
+  const float *prob = l->buffer[0]->data, *label = l->bottom[1]->data;
+  float *dx = l->bottom[0]->diff;
+  memcpy(dx, prob, sizeof(float) * l->bottom[0]->count);
+  int64_t valid = 0;
+  for (int64_t o = 0; o < s->outer; o++)
+    for (int64_t j = 0; j < s->inner; j++) {
+      int lab = (int)label[o * s->inner + j];
+      if (p->has_ignore_label && lab == p->ignore_label) {
+        for (int64_t c = 0; c < s->C; c++) dx[(o * s->C + c) * s->inner + j] = 0;
+        continue;
+      }
+      dx[(o * s->C + lab) * s->inner + j] -= 1;
+      valid++;
+    }
+  float scale = l->top[0]->diff[0] / loss_normalizer(l, valid);
+  for (int64_t i = 0; i < l->bottom[0]->count; i++) dx[i] *= scale;
+  return KILN_OK;
+}
+
+const kiln_layer_ops kiln_layer_softmax_loss = {
+    .type = "SoftmaxWithLoss", .min_bottoms = 2, .max_bottoms = 2, .min_tops = 1, .max_tops = 2,
+    .is_loss = true, .setup = loss_setup, .reshape = loss_reshape, .forward = loss_forward,
+    .backward = loss_backward, .destroy = free_priv,
+};
+
+/* ---- Accuracy -------------------------------------------------------------------------- */
+
+static int accuracy_reshape(kiln_layer *l) {
+  const Caffe__AccuracyParameter *p = KILN_PARAM_OR(l->lp->accuracy_param, accuracy_defaults);
+  KILN_TRY(softmax_dims(l, p->axis));
+  softmax_state *s = l->priv;
+  if (p->top_k < 1 || p->top_k > s->C)
+    return KILN_LAYER_ERROR(l, KILN_ERR_INVALID, "top_k %u must be in [1, %lld]", p->top_k,
+                            (long long)s->C);
+  if (l->bottom[1]->count != s->outer * s->inner)
+    return KILN_LAYER_ERROR(l, KILN_ERR_SHAPE, "label count %lld does not match prediction count %lld",
+                            (long long)l->bottom[1]->count, (long long)(s->outer * s->inner));
+  KILN_TRY(kiln_blob_reshape(l->top[0], 0, NULL));
+  if (l->ntop > 1) {
+    int64_t shape[1] = {s->C};
+    KILN_TRY(kiln_blob_reshape(l->top[1], 1, shape));
+  }
+  return KILN_OK;
+}
+
+static int accuracy_forward(kiln_layer *l) {
+  const Caffe__AccuracyParameter *p = KILN_PARAM_OR(l->lp->accuracy_param, accuracy_defaults);
+  softmax_state *s = l->priv;
+  const float *x = l->bottom[0]->data, *label = l->bottom[1]->data;
+  int64_t correct = 0, count = 0;
+  float *per_class = l->ntop > 1 ? l->top[1]->data : NULL;
+  int64_t class_total[256] = {0};
+  if (per_class)
+    for (int64_t c = 0; c < s->C; c++) per_class[c] = 0;
+  for (int64_t o = 0; o < s->outer; o++)
+    for (int64_t j = 0; j < s->inner; j++) {
+      float lf = label[o * s->inner + j];
+      int lab = (int)lf;
+      if (p->has_ignore_label && lab == p->ignore_label) continue;
+      if (lf != (float)lab || lab < 0 || lab >= s->C)
+        return KILN_LAYER_ERROR(l, KILN_ERR_DATA,
+                                "label %g at position %lld is out of range [0, %lld)", lf,
+                                (long long)(o * s->inner + j), (long long)s->C);
+      /* Correct when fewer than top_k classes score strictly higher than the true one. */
+      float truth = x[(o * s->C + lab) * s->inner + j];
+      unsigned higher = 0;
+      for (int64_t c = 0; c < s->C; c++)
+        if (x[(o * s->C + c) * s->inner + j] > truth) higher++;
+      bool ok = higher < p->top_k;
+      correct += ok;
+      count++;
+      if (per_class && lab < 256) {
+        per_class[lab] += ok;
+        class_total[lab]++;
+      }
+    }
+  l->top[0]->data[0] = count ? (float)correct / count : 0.0f;
+  if (per_class)
+    for (int64_t c = 0; c < s->C && c < 256; c++)
+      per_class[c] = class_total[c] ? per_class[c] / class_total[c] : 0.0f;
+  return KILN_OK;
+}
+
+const kiln_layer_ops kiln_layer_accuracy = {
+    .type = "Accuracy", .min_bottoms = 2, .max_bottoms = 2, .min_tops = 1, .max_tops = 2,
+    .reshape = accuracy_reshape, .forward = accuracy_forward, .destroy = free_priv,
+};

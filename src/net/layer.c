@@ -1,0 +1,113 @@
+/* Layer lifecycle shared by the net and by standalone use (tests, tools): wiring bottoms and tops,
+ * setup, reshape, parameter storage and filling, teardown. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "kiln/net.h"
+
+int kiln_layer_wire(kiln_layer *l, const Caffe__LayerParameter *lp, const kiln_layer_ops *ops,
+                    const char *name, int phase, kiln_blob **bottoms, int nbottom,
+                    kiln_blob **tops, int ntop);
+void kiln_layer_release(kiln_layer *l);
+
+/* Fills `l` (zeroed by the caller) and checks the number of bottoms and tops. */
+int kiln_layer_wire(kiln_layer *l, const Caffe__LayerParameter *lp, const kiln_layer_ops *ops,
+                    const char *name, int phase, kiln_blob **bottoms, int nbottom,
+                    kiln_blob **tops, int ntop) {
+  l->ops = ops;
+  l->lp = lp;
+  l->name = name;
+  l->phase = phase;
+  l->nthreads = kiln_get_num_threads();
+  if (nbottom < ops->min_bottoms || (ops->max_bottoms >= 0 && nbottom > ops->max_bottoms))
+    return kiln_errorf(KILN_ERR_INVALID, "layer '%s' (%s): takes %d%s bottom(s), got %d", name,
+                       ops->type, ops->min_bottoms,
+                       ops->max_bottoms == ops->min_bottoms ? "" : " or more", nbottom);
+  if (ntop < ops->min_tops || (ops->max_tops >= 0 && ntop > ops->max_tops))
+    return kiln_errorf(KILN_ERR_INVALID, "layer '%s' (%s): takes %d to %d top(s), got %d", name,
+                       ops->type, ops->min_tops, ops->max_tops, ntop);
+  l->nbottom = nbottom;
+  l->ntop = ntop;
+  l->bottom = calloc((size_t)nbottom + 1, sizeof *l->bottom);
+  l->top = calloc((size_t)ntop + 1, sizeof *l->top);
+  l->propagate_down = calloc((size_t)nbottom + 1, sizeof *l->propagate_down);
+  l->loss_weight = calloc((size_t)ntop + 1, sizeof *l->loss_weight);
+  if (!l->bottom || !l->top || !l->propagate_down || !l->loss_weight)
+    return kiln_errorf(KILN_ERR_NOMEM, "out of memory");
+  for (int i = 0; i < nbottom; i++) l->bottom[i] = bottoms[i];
+  for (int i = 0; i < ntop; i++) l->top[i] = tops[i];
+  return KILN_OK;
+}
+
+void kiln_layer_release(kiln_layer *l) {
+  if (!l) return;
+  if (l->ops && l->ops->destroy) l->ops->destroy(l);
+  for (int i = 0; i < l->nparam; i++) kiln_blob_free(l->param[i]);
+  for (int i = 0; i < l->nbuffer; i++) kiln_blob_free(l->buffer[i]);
+  free(l->bottom);
+  free(l->top);
+  free(l->propagate_down);
+  free(l->loss_weight);
+}
+
+typedef struct {
+  kiln_layer layer;
+  float *data, *diff, *workspace;
+} standalone_layer;
+
+int kiln_layer_create(const Caffe__LayerParameter *lp, int phase, kiln_blob **bottoms, int nbottom,
+                      kiln_blob **tops, int ntop, uint64_t seed, kiln_layer **out) {
+  *out = NULL;
+  const kiln_layer_ops *ops = kiln_layer_find(lp->type);
+  if (!ops) return kiln_errorf(KILN_ERR_INVALID, "unknown layer type '%s'", lp->type ? lp->type : "");
+  standalone_layer *s = calloc(1, sizeof *s);
+  if (!s) return kiln_errorf(KILN_ERR_NOMEM, "out of memory");
+  kiln_layer *l = &s->layer;
+  int rc = kiln_layer_wire(l, lp, ops, lp->name ? lp->name : lp->type, phase, bottoms, nbottom,
+                           tops, ntop);
+  kiln_rng *rng = calloc(1, sizeof *rng);
+  if (!rc && !rng) rc = kiln_errorf(KILN_ERR_NOMEM, "out of memory");
+  if (!rc) {
+    kiln_rng_seed(rng, seed, 0);
+    l->rng = rng;
+    l->seed = seed;
+    for (int i = 0; i < nbottom; i++) l->propagate_down[i] = true;
+    if (ops->is_loss) l->loss_weight[0] = lp->n_loss_weight ? lp->loss_weight[0] : 1.0f;
+    if (ops->setup) rc = ops->setup(l);
+  }
+  if (!rc) rc = ops->reshape(l);
+  int64_t total = 0;
+  for (int i = 0; !rc && i < l->nparam; i++) total += l->param[i]->count;
+  if (!rc) {
+    s->data = kiln_alloc((size_t)total * sizeof(float));
+    s->diff = kiln_alloc((size_t)total * sizeof(float));
+    s->workspace = kiln_alloc((size_t)l->workspace_floats * sizeof(float));
+    if (!s->data || !s->diff || !s->workspace) rc = kiln_errorf(KILN_ERR_NOMEM, "out of memory");
+  }
+  int64_t off = 0;
+  for (int i = 0; !rc && i < l->nparam; i++) {
+    kiln_blob_set_view(l->param[i], s->data + off, s->diff + off);
+    off += l->param[i]->count;
+    rc = kiln_fill(l->param[i], l->param_filler[i], l->param_default_value[i], rng);
+  }
+  for (int i = 0; !rc && i < l->nbuffer; i++) rc = kiln_blob_alloc(l->buffer[i]);
+  l->workspace = s->workspace;
+  if (rc) {
+    kiln_layer_free(l);
+    return rc;
+  }
+  *out = l;
+  return KILN_OK;
+}
+
+void kiln_layer_free(kiln_layer *l) {
+  if (!l) return;
+  standalone_layer *s = (standalone_layer *)l;
+  kiln_rng *rng = l->rng;
+  kiln_layer_release(l);
+  free(rng);
+  kiln_free(s->data);
+  kiln_free(s->diff);
+  kiln_free(s->workspace);
+  free(s);
+}

@@ -1,0 +1,119 @@
+/* .caffemodel files: a binary NetParameter whose layers carry their parameter blobs, matched by
+ * layer name on load (Caffe's CopyTrainedLayersFrom), written atomically on save. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "kiln/net.h"
+
+int kiln_net_save_weights(const kiln_net *net, const char *path) {
+  Caffe__NetParameter np = CAFFE__NET_PARAMETER__INIT;
+  np.name = net->name;
+  np.layer = calloc((size_t)net->nlayers + 1, sizeof *np.layer);
+  Caffe__LayerParameter *lps = calloc((size_t)net->nlayers + 1, sizeof *lps);
+  Caffe__BlobProto *bps = calloc((size_t)net->nlayers * KILN_MAX_LAYER_PARAMS + 1, sizeof *bps);
+  Caffe__BlobProto **bpp = calloc((size_t)net->nlayers * KILN_MAX_LAYER_PARAMS + 1, sizeof *bpp);
+  Caffe__BlobShape *shapes = calloc((size_t)net->nlayers * KILN_MAX_LAYER_PARAMS + 1, sizeof *shapes);
+  int rc = KILN_OK;
+  if (!np.layer || !lps || !bps || !bpp || !shapes) {
+    rc = kiln_errorf(KILN_ERR_NOMEM, "out of memory");
+    goto done;
+  }
+  int nb = 0;
+  for (int i = 0; i < net->nlayers; i++) {
+    const kiln_layer *l = net->layers[i];
+    if (strcmp(l->ops->type, "Split") == 0) continue;
+    Caffe__LayerParameter *lp = &lps[np.n_layer];
+    caffe__layer_parameter__init(lp);
+    lp->name = (char *)l->name;
+    lp->type = (char *)l->ops->type;
+    lp->n_bottom = l->lp->n_bottom;
+    lp->bottom = l->lp->bottom;
+    lp->n_top = l->lp->n_top;
+    lp->top = l->lp->top;
+    lp->blobs = &bpp[nb];
+    for (int p = 0; p < l->nparam; p++, nb++) {
+      Caffe__BlobProto *bp = &bps[nb];
+      caffe__blob_proto__init(bp);
+      caffe__blob_shape__init(&shapes[nb]);
+      shapes[nb].n_dim = (size_t)l->param[p]->naxes;
+      shapes[nb].dim = (int64_t *)l->param[p]->shape;
+      bp->shape = &shapes[nb];
+      bp->n_data = (size_t)l->param[p]->count;
+      bp->data = l->param[p]->data;
+      bpp[nb] = bp;
+      lp->n_blobs++;
+    }
+    np.layer[np.n_layer++] = lp;
+  }
+  rc = kiln_proto_write_binary(path, &np.base);
+done:
+  free(np.layer);
+  free(lps);
+  free(bps);
+  free(bpp);
+  free(shapes);
+  return rc;
+}
+
+/* The blob's shape as stored: `shape` or Caffe's legacy num/channels/height/width. */
+static int stored_shape(const Caffe__BlobProto *bp, int64_t *shape) {
+  if (bp->shape) {
+    if (bp->shape->n_dim > KILN_MAX_AXES) return -1;
+    for (size_t i = 0; i < bp->shape->n_dim; i++) shape[i] = bp->shape->dim[i];
+    return (int)bp->shape->n_dim;
+  }
+  shape[0] = bp->num;
+  shape[1] = bp->channels;
+  shape[2] = bp->height;
+  shape[3] = bp->width;
+  return 4;
+}
+
+int kiln_net_load_weights(kiln_net *net, const char *path) {
+  ProtobufCMessage *m;
+  KILN_TRY(kiln_proto_read_binary(path, &caffe__net_parameter__descriptor, &m));
+  Caffe__NetParameter *np = (Caffe__NetParameter *)m;
+  int rc = KILN_OK, matched = 0;
+  for (size_t i = 0; i < np->n_layer && !rc; i++) {
+    const Caffe__LayerParameter *src = np->layer[i];
+    if (!src->name || src->n_blobs == 0) continue;
+    kiln_layer *l = kiln_net_layer(net, src->name);
+    if (!l) continue; /* Caffe ignores source layers the target net lacks */
+    if ((int)src->n_blobs != l->nparam) {
+      rc = kiln_errorf(KILN_ERR_SHAPE, "%s: layer '%s' has %zu blobs in the file, %d in the net",
+                       path, src->name, src->n_blobs, l->nparam);
+      break;
+    }
+    for (int p = 0; p < l->nparam && !rc; p++) {
+      const Caffe__BlobProto *bp = src->blobs[p];
+      kiln_blob *b = l->param[p];
+      int64_t shape[KILN_MAX_AXES];
+      int n = stored_shape(bp, shape);
+      int64_t count = 1;
+      for (int a = 0; a < n; a++) count *= shape[a];
+      bool same = n == b->naxes;
+      for (int a = 0; same && a < n; a++) same = shape[a] == b->shape[a];
+      /* Legacy 4-d shapes pad with leading 1s (a bias stored as 1x1x1xN). */
+      if (!same && !bp->shape && count == b->count) same = true;
+      size_t have = bp->n_data ? bp->n_data : bp->n_double_data;
+      if (!same || (int64_t)have != b->count) {
+        char s1[128];
+        rc = kiln_errorf(KILN_ERR_SHAPE,
+                         "%s: layer '%s' blob %d holds %zu values (%lld in its shape), the net "
+                         "expects %s",
+                         path, src->name, p, have, (long long)count,
+                         kiln_blob_shape_string(b, s1, sizeof s1));
+        break;
+      }
+      if (bp->n_data) memcpy(b->data, bp->data, sizeof(float) * (size_t)b->count);
+      else
+        for (int64_t k = 0; k < b->count; k++) b->data[k] = (float)bp->double_data[k];
+    }
+    matched++;
+  }
+  protobuf_c_message_free_unpacked(m, NULL);
+  if (!rc && matched == 0 && net->nlearnable > 0)
+    kiln_log(KILN_LOG_WARN, "%s: no layer names match the net '%s'; weights unchanged", path,
+             net->name);
+  return rc;
+}

@@ -1,0 +1,143 @@
+/* Max and average pooling with Caffe's window rules (CEIL/FLOOR output size, windows clipped to
+ * the padded input, AVE divisor counting padding up to H + pad), threaded over the N*C planes. */
+#include <float.h>
+#include <string.h>
+
+#include "kiln/ops.h"
+
+/* Below this many output values a parallel region costs more than it saves. */
+#define POOL_PARALLEL_MIN 4096
+
+static int pool_dim(int in, int k, int pad, int stride, int ceil_mode) {
+  int span = in + 2 * pad - k; /* >= 0, checked by the caller */
+  int out = (ceil_mode ? (span + stride - 1) / stride : span / stride) + 1;
+  /* Caffe: with padding, the last window must start inside the image or its left/top padding. */
+  if (pad > 0 && (out - 1) * stride >= in + pad) out--;
+  return out;
+}
+
+/* Fills g->out_h, g->out_w; -1 (and nothing written) when the geometry is invalid: the kernel
+ * does not fit in the padded input, or pad >= kernel (which Caffe refuses too). Dilation is
+ * ignored (pooling has none). */
+int kiln_pool_out_size(kiln_conv_geom *g, int ceil_mode) {
+  if (g->channels < 1 || g->height < 1 || g->width < 1 || g->kernel_h < 1 || g->kernel_w < 1 ||
+      g->pad_h < 0 || g->pad_w < 0 || g->stride_h < 1 || g->stride_w < 1 ||
+      g->pad_h >= g->kernel_h || g->pad_w >= g->kernel_w)
+    return -1;
+  if (g->kernel_h > g->height + 2 * g->pad_h || g->kernel_w > g->width + 2 * g->pad_w) return -1;
+  g->out_h = pool_dim(g->height, g->kernel_h, g->pad_h, g->stride_h, ceil_mode);
+  g->out_w = pool_dim(g->width, g->kernel_w, g->pad_w, g->stride_w, ceil_mode);
+  return 0;
+}
+
+static inline int imin(int a, int b) { return a < b ? a : b; }
+static inline int imax(int a, int b) { return a > b ? a : b; }
+
+/* out (N, C, OH, OW), mask (N, C, OH, OW) = argmax index h*W + w in the input plane, in
+ * (N, C, H, W). Padding never wins. Ties keep the first maximum in row-major window order.
+ * An empty window (possible only without padding, in CEIL mode, when stride > kernel) gives 0 and
+ * mask -1 (Caffe would write -FLT_MAX there and misroute its gradient). */
+void kiln_maxpool_forward(float *out, int32_t *mask, const float *in, int N,
+                          const kiln_conv_geom *g) {
+  const int H = g->height, W = g->width, OH = g->out_h, OW = g->out_w;
+  const int64_t planes = (int64_t)N * g->channels;
+#pragma omp parallel for schedule(static) if (planes * OH * OW >= POOL_PARALLEL_MIN)
+  for (int64_t pl = 0; pl < planes; pl++) {
+    const float *x = in + pl * H * W;
+    float *y = out + pl * OH * OW;
+    int32_t *mk = mask + pl * OH * OW;
+    for (int oh = 0; oh < OH; oh++) {
+      const int h0 = imax(oh * g->stride_h - g->pad_h, 0);
+      const int h1 = imin(oh * g->stride_h - g->pad_h + g->kernel_h, H);
+      for (int ow = 0; ow < OW; ow++) {
+        const int w0 = imax(ow * g->stride_w - g->pad_w, 0);
+        const int w1 = imin(ow * g->stride_w - g->pad_w + g->kernel_w, W);
+        float best = -FLT_MAX;
+        int32_t arg = -1;
+        for (int h = h0; h < h1; h++)
+          for (int w = w0; w < w1; w++)
+            if (arg < 0 || x[h * W + w] > best) {
+              best = x[h * W + w];
+              arg = h * W + w;
+            }
+        y[oh * OW + ow] = arg < 0 ? 0.0f : best;
+        mk[oh * OW + ow] = arg;
+      }
+    }
+  }
+}
+
+/* din (N, C, H, W) = dout routed to the argmax of each window (overwritten). */
+void kiln_maxpool_backward(float *din, const float *dout, const int32_t *mask, int N,
+                           const kiln_conv_geom *g) {
+  const int64_t HW = (int64_t)g->height * g->width, P = (int64_t)g->out_h * g->out_w;
+  const int64_t planes = (int64_t)N * g->channels;
+#pragma omp parallel for schedule(static) if (planes * HW >= POOL_PARALLEL_MIN)
+  for (int64_t pl = 0; pl < planes; pl++) {
+    float *dx = din + pl * HW;
+    const float *dy = dout + pl * P;
+    const int32_t *mk = mask + pl * P;
+    memset(dx, 0, sizeof(float) * (size_t)HW);
+    for (int64_t p = 0; p < P; p++)
+      if (mk[p] >= 0) dx[mk[p]] += dy[p];
+  }
+}
+
+/* Window rows [*a, *b) inside the image and the divisor extent (clipped to size + pad only). */
+static inline void ave_window(int o, int stride, int pad, int k, int size, int *a, int *b,
+                              int *extent) {
+  int start = o * stride - pad;
+  int end = imin(start + k, size + pad);
+  *extent = end - start;
+  *a = imax(start, 0);
+  *b = imin(end, size);
+}
+
+/* out (N, C, OH, OW) = mean over each window of in (N, C, H, W); the divisor counts the window
+ * clipped to [-pad, size + pad) (padding counts as zeros), as Caffe does. */
+void kiln_avepool_forward(float *out, const float *in, int N, const kiln_conv_geom *g) {
+  const int H = g->height, W = g->width, OH = g->out_h, OW = g->out_w;
+  const int64_t planes = (int64_t)N * g->channels;
+#pragma omp parallel for schedule(static) if (planes * OH * OW >= POOL_PARALLEL_MIN)
+  for (int64_t pl = 0; pl < planes; pl++) {
+    const float *x = in + pl * H * W;
+    float *y = out + pl * OH * OW;
+    for (int oh = 0; oh < OH; oh++) {
+      int h0, h1, eh;
+      ave_window(oh, g->stride_h, g->pad_h, g->kernel_h, H, &h0, &h1, &eh);
+      for (int ow = 0; ow < OW; ow++) {
+        int w0, w1, ew;
+        ave_window(ow, g->stride_w, g->pad_w, g->kernel_w, W, &w0, &w1, &ew);
+        float s = 0.0f;
+        for (int h = h0; h < h1; h++)
+          for (int w = w0; w < w1; w++) s += x[h * W + w];
+        /* An empty window (see kiln_maxpool_forward) has extent <= 0: output 0. */
+        y[oh * OW + ow] = (eh > 0 && ew > 0) ? s / (float)(eh * ew) : 0.0f;
+      }
+    }
+  }
+}
+
+/* din (N, C, H, W) = each dout spread evenly over its window's in-image cells (overwritten). */
+void kiln_avepool_backward(float *din, const float *dout, int N, const kiln_conv_geom *g) {
+  const int H = g->height, W = g->width, OH = g->out_h, OW = g->out_w;
+  const int64_t planes = (int64_t)N * g->channels;
+#pragma omp parallel for schedule(static) if (planes * H * W >= POOL_PARALLEL_MIN)
+  for (int64_t pl = 0; pl < planes; pl++) {
+    float *dx = din + pl * H * W;
+    const float *dy = dout + pl * OH * OW;
+    memset(dx, 0, sizeof(float) * (size_t)H * W);
+    for (int oh = 0; oh < OH; oh++) {
+      int h0, h1, eh;
+      ave_window(oh, g->stride_h, g->pad_h, g->kernel_h, H, &h0, &h1, &eh);
+      for (int ow = 0; ow < OW; ow++) {
+        int w0, w1, ew;
+        ave_window(ow, g->stride_w, g->pad_w, g->kernel_w, W, &w0, &w1, &ew);
+        if (eh <= 0 || ew <= 0) continue;
+        const float d = dy[oh * OW + ow] / (float)(eh * ew);
+        for (int h = h0; h < h1; h++)
+          for (int w = w0; w < w1; w++) dx[h * W + w] += d;
+      }
+    }
+  }
+}

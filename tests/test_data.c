@@ -1,0 +1,677 @@
+/* Data: SHA-256 against the FIPS test vectors, IDX reading (plain, gzip, broken files), IDX to
+ * LMDB conversion, the Datum reader (order, wrap-around, seek, bad records) and the writer. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <errno.h>
+#include <ftw.h>
+#include <lmdb.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include "kiln/data.h"
+#include "kiln/proto.h"
+
+/* ---- helpers ----------------------------------------------------------------------------- */
+
+typedef struct fixture {
+  char dir[64];
+} fixture;
+
+static int setup_dir(void **state) {
+  fixture *f = calloc(1, sizeof *f);
+  if (!f) return -1;
+  snprintf(f->dir, sizeof f->dir, "/tmp/kiln-test-data-XXXXXX");
+  if (!mkdtemp(f->dir)) {
+    free(f);
+    return -1;
+  }
+  *state = f;
+  return 0;
+}
+
+static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
+  (void)st, (void)flag, (void)ftw;
+  return remove(path);
+}
+
+static int teardown_dir(void **state) {
+  fixture *f = *state;
+  nftw(f->dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+  free(f);
+  return 0;
+}
+
+static const char *path_in(const fixture *f, const char *name, char *buf, size_t n) {
+  snprintf(buf, n, "%s/%s", f->dir, name);
+  return buf;
+}
+
+static bool exists(const char *path) {
+  struct stat st;
+  return stat(path, &st) == 0;
+}
+
+static void write_plain(const char *path, const void *data, size_t len) {
+  FILE *fp = fopen(path, "wb");
+  assert_non_null(fp);
+  assert_int_equal(fwrite(data, 1, len, fp), len);
+  assert_int_equal(fclose(fp), 0);
+}
+
+static void write_gz(const char *path, const void *data, size_t len) {
+  gzFile gz = gzopen(path, "wb");
+  assert_non_null(gz);
+  assert_int_equal(gzwrite(gz, data, (unsigned)len), (int)len);
+  assert_int_equal(gzclose(gz), Z_OK);
+}
+
+/* An IDX image: header for `ndims` dims of element type `type`, then `nbytes` of payload. */
+static size_t make_idx(uint8_t *buf, int type, int ndims, const uint32_t *dims,
+                       const uint8_t *payload, size_t nbytes) {
+  size_t o = 0;
+  buf[o++] = 0;
+  buf[o++] = 0;
+  buf[o++] = (uint8_t)type;
+  buf[o++] = (uint8_t)ndims;
+  for (int i = 0; i < ndims; i++) {
+    buf[o++] = (uint8_t)(dims[i] >> 24);
+    buf[o++] = (uint8_t)(dims[i] >> 16);
+    buf[o++] = (uint8_t)(dims[i] >> 8);
+    buf[o++] = (uint8_t)dims[i];
+  }
+  memcpy(buf + o, payload, nbytes);
+  return o + nbytes;
+}
+
+/* 5 images of 4x3 pixels: pixel j of image i is 10*i + j; labels 7, 3, 9, 0, 5. */
+enum { N_IMG = 5, IMG_H = 4, IMG_W = 3 };
+static const uint8_t small_labels[N_IMG] = {7, 3, 9, 0, 5};
+
+static void write_small_pair(const fixture *f, const char *images, const char *labels,
+                             uint32_t n_labels) {
+  uint8_t pixels[N_IMG * IMG_H * IMG_W], buf[256];
+  for (int i = 0; i < N_IMG; i++)
+    for (int j = 0; j < IMG_H * IMG_W; j++) pixels[i * IMG_H * IMG_W + j] = (uint8_t)(10 * i + j);
+  char path[256];
+  uint32_t idims[3] = {N_IMG, IMG_H, IMG_W};
+  write_gz(path_in(f, images, path, sizeof path), buf,
+           make_idx(buf, 0x08, 3, idims, pixels, sizeof pixels));
+  uint8_t lab[16] = {0};
+  memcpy(lab, small_labels, N_IMG);
+  write_plain(path_in(f, labels, path, sizeof path), buf,
+              make_idx(buf, 0x08, 1, &n_labels, lab, n_labels));
+}
+
+/* Writes raw key/value pairs with LMDB directly, bypassing kiln's writer. */
+static void write_raw_lmdb(const char *dir, int n, const char *const *keys, const MDB_val *vals) {
+  assert_int_equal(mkdir(dir, 0775), 0);
+  MDB_env *env;
+  MDB_txn *txn;
+  MDB_dbi dbi;
+  assert_int_equal(mdb_env_create(&env), 0);
+  assert_int_equal(mdb_env_open(env, dir, 0, 0664), 0);
+  assert_int_equal(mdb_txn_begin(env, NULL, 0, &txn), 0);
+  assert_int_equal(mdb_dbi_open(txn, NULL, 0, &dbi), 0);
+  for (int i = 0; i < n; i++) {
+    MDB_val k = {strlen(keys[i]), (void *)keys[i]}, v = vals[i];
+    assert_int_equal(mdb_put(txn, dbi, &k, &v, 0), 0);
+  }
+  assert_int_equal(mdb_txn_commit(txn), 0);
+  mdb_env_close(env);
+}
+
+/* Packs a Datum by hand so tests can make records that kiln's writer would refuse. */
+static MDB_val pack_datum(int c, int h, int w, const uint8_t *data, size_t len, bool encoded) {
+  Caffe__Datum m = CAFFE__DATUM__INIT;
+  m.has_channels = m.has_height = m.has_width = m.has_label = 1;
+  m.channels = c;
+  m.height = h;
+  m.width = w;
+  m.label = 1;
+  m.has_data = 1;
+  m.data.len = len;
+  m.data.data = (uint8_t *)data;
+  if (encoded) m.has_encoded = m.encoded = 1;
+  MDB_val v;
+  v.mv_size = caffe__datum__get_packed_size(&m);
+  v.mv_data = malloc(v.mv_size);
+  assert_non_null(v.mv_data);
+  caffe__datum__pack(&m, v.mv_data);
+  return v;
+}
+
+/* ---- SHA-256 ----------------------------------------------------------------------------- */
+
+static void expect_sha(const void *data, size_t len, const char *want) {
+  uint8_t d[32];
+  char hex[65];
+  kiln_sha256(data, len, d);
+  kiln_sha256_hex(d, hex);
+  assert_string_equal(hex, want);
+}
+
+static void test_sha256_vectors(void **state) {
+  (void)state;
+  /* FIPS 180-4 examples (NIST CSRC "SHA256.pdf" and the short-message test vectors). */
+  expect_sha("", 0, "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+  expect_sha("abc", 3, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+  const char *m448 = "abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq";
+  expect_sha(m448, strlen(m448),
+             "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
+}
+
+static void test_sha256_streaming_and_file(void **state) {
+  fixture *f = *state;
+  /* One million 'a' (the long FIPS vector), fed in uneven pieces that straddle block edges. */
+  size_t n = 1000000;
+  char *a = malloc(n);
+  assert_non_null(a);
+  memset(a, 'a', n);
+  kiln_sha256_ctx c;
+  kiln_sha256_init(&c);
+  size_t off = 0, step = 1;
+  while (off < n) {
+    size_t take = step < n - off ? step : n - off;
+    kiln_sha256_update(&c, a + off, take);
+    off += take;
+    step = step * 7 % 131 + 1;
+  }
+  uint8_t d[32];
+  char hex[65], fhex[65], path[256];
+  kiln_sha256_final(&c, d);
+  kiln_sha256_hex(d, hex);
+  assert_string_equal(hex, "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
+  write_plain(path_in(f, "a.bin", path, sizeof path), a, n);
+  assert_int_equal(kiln_sha256_file(path, fhex), KILN_OK);
+  assert_string_equal(fhex, hex);
+  free(a);
+  /* Lengths around the padding boundary (55, 56, 63, 64 bytes) agree between one-shot and
+   * streaming byte by byte. */
+  for (size_t len = 50; len < 70; len++) {
+    uint8_t one[32], many[32], buf[70];
+    for (size_t i = 0; i < len; i++) buf[i] = (uint8_t)(i * 31 + 7);
+    kiln_sha256(buf, len, one);
+    kiln_sha256_init(&c);
+    for (size_t i = 0; i < len; i++) kiln_sha256_update(&c, buf + i, 1);
+    kiln_sha256_final(&c, many);
+    assert_memory_equal(one, many, 32);
+  }
+  assert_int_equal(kiln_sha256_file(path_in(f, "absent", path, sizeof path), fhex), KILN_ERR_IO);
+  assert_non_null(strstr(kiln_last_error(), "absent"));
+}
+
+/* ---- IDX --------------------------------------------------------------------------------- */
+
+static void test_idx_plain_and_gzip(void **state) {
+  fixture *f = *state;
+  uint8_t payload[2 * 3 * 4], buf[128];
+  for (size_t i = 0; i < sizeof payload; i++) payload[i] = (uint8_t)(255 - i);
+  uint32_t dims[3] = {2, 3, 4};
+  size_t len = make_idx(buf, 0x08, 3, dims, payload, sizeof payload);
+  char plain[256], gz[256];
+  write_plain(path_in(f, "x.idx", plain, sizeof plain), buf, len);
+  write_gz(path_in(f, "x.idx.gz", gz, sizeof gz), buf, len);
+  const char *paths[] = {plain, gz};
+  for (int k = 0; k < 2; k++) {
+    kiln_idx idx;
+    assert_int_equal(kiln_idx_read(paths[k], &idx), KILN_OK);
+    assert_int_equal(idx.ndims, 3);
+    assert_int_equal(idx.dims[0], 2);
+    assert_int_equal(idx.dims[1], 3);
+    assert_int_equal(idx.dims[2], 4);
+    assert_int_equal(idx.count, 24);
+    assert_memory_equal(idx.data, payload, sizeof payload);
+    kiln_idx_free(&idx);
+    assert_null(idx.data);
+  }
+  /* A 1-d labels file. */
+  uint32_t n = 5;
+  write_gz(path_in(f, "l.gz", gz, sizeof gz), buf, make_idx(buf, 0x08, 1, &n, small_labels, 5));
+  kiln_idx idx;
+  assert_int_equal(kiln_idx_read(gz, &idx), KILN_OK);
+  assert_int_equal(idx.ndims, 1);
+  assert_int_equal(idx.count, 5);
+  assert_memory_equal(idx.data, small_labels, 5);
+  kiln_idx_free(&idx);
+}
+
+static void test_idx_errors(void **state) {
+  fixture *f = *state;
+  uint8_t payload[12] = {1, 2, 3, 4, 5, 6, 7}, buf[128];
+  uint32_t dims[2] = {3, 4};
+  char path[256], msg[512];
+  kiln_idx idx;
+
+  /* Truncated: header promises 12 bytes, 7 follow (plain and gzipped). */
+  size_t len = make_idx(buf, 0x08, 2, dims, payload, 7);
+  write_plain(path_in(f, "short.idx", path, sizeof path), buf, len);
+  assert_int_equal(kiln_idx_read(path, &idx), KILN_ERR_DATA);
+  snprintf(msg, sizeof msg, "%s: truncated: expected 12 bytes of data, found 7", path);
+  assert_string_equal(kiln_last_error(), msg);
+  assert_null(idx.data);
+  write_gz(path_in(f, "short.idx.gz", path, sizeof path), buf, len);
+  assert_int_equal(kiln_idx_read(path, &idx), KILN_ERR_DATA);
+  assert_non_null(strstr(kiln_last_error(), "truncated: expected 12 bytes of data, found 7"));
+
+  /* Truncated inside the header. */
+  write_plain(path_in(f, "head.idx", path, sizeof path), buf, 6);
+  assert_int_equal(kiln_idx_read(path, &idx), KILN_ERR_DATA);
+  assert_non_null(strstr(kiln_last_error(), "truncated"));
+
+  /* Wrong magic. */
+  write_plain(path_in(f, "png.idx", path, sizeof path), "\x89PNG\r\n\x1a\n", 8);
+  assert_int_equal(kiln_idx_read(path, &idx), KILN_ERR_DATA);
+  snprintf(msg, sizeof msg, "%s: not an IDX file (magic 0x89504e47)", path);
+  assert_string_equal(kiln_last_error(), msg);
+
+  /* A known element type other than unsigned bytes. */
+  write_plain(path_in(f, "float.idx", path, sizeof path), buf,
+              make_idx(buf, 0x0D, 2, dims, payload, 0));
+  assert_int_equal(kiln_idx_read(path, &idx), KILN_ERR_UNSUPPORTED);
+  assert_non_null(strstr(kiln_last_error(), "0x0d"));
+
+  /* Bytes after the data. */
+  uint8_t extra[16] = {0};
+  write_plain(path_in(f, "long.idx", path, sizeof path), buf,
+              make_idx(buf, 0x08, 2, dims, extra, sizeof extra));
+  assert_int_equal(kiln_idx_read(path, &idx), KILN_ERR_DATA);
+  assert_non_null(strstr(kiln_last_error(), "4 unexpected bytes after the 12 bytes"));
+
+  /* Absurd dimensions are refused before any allocation. */
+  uint32_t huge[3] = {60000, 60000, 60000};
+  write_plain(path_in(f, "huge.idx", path, sizeof path), buf,
+              make_idx(buf, 0x08, 3, huge, payload, 0));
+  assert_int_equal(kiln_idx_read(path, &idx), KILN_ERR_DATA);
+  assert_non_null(strstr(kiln_last_error(), "60000x60000"));
+
+  /* Missing file, and a directory. */
+  assert_int_equal(kiln_idx_read(path_in(f, "nope.gz", path, sizeof path), &idx), KILN_ERR_IO);
+  assert_non_null(strstr(kiln_last_error(), path));
+  assert_non_null(strstr(kiln_last_error(), "No such file"));
+  assert_int_equal(kiln_idx_read(f->dir, &idx), KILN_ERR_IO);
+  assert_non_null(strstr(kiln_last_error(), "directory"));
+
+  /* A gzip file cut in the middle of its stream. */
+  uint8_t big[4096];
+  for (size_t i = 0; i < sizeof big; i++) big[i] = (uint8_t)(i * 2654435761u >> 13);
+  uint32_t bd[1] = {sizeof big};
+  static uint8_t full[5000];
+  write_gz(path_in(f, "cut.gz", path, sizeof path), full,
+           make_idx(full, 0x08, 1, bd, big, sizeof big));
+  char *whole;
+  size_t wlen;
+  assert_int_equal(kiln_read_file(path, &whole, &wlen), KILN_OK);
+  write_plain(path, whole, wlen / 2);
+  free(whole);
+  int rc = kiln_idx_read(path, &idx);
+  assert_true(rc == KILN_ERR_DATA);
+  assert_non_null(strstr(kiln_last_error(), path));
+}
+
+/* ---- conversion and reading -------------------------------------------------------------- */
+
+static void expect_record(kiln_datum_db *db, int i) {
+  kiln_datum d;
+  assert_int_equal(kiln_datum_db_next(db, &d), KILN_OK);
+  assert_int_equal(d.channels, 1);
+  assert_int_equal(d.height, IMG_H);
+  assert_int_equal(d.width, IMG_W);
+  assert_int_equal(d.label, small_labels[i]);
+  assert_non_null(d.u8);
+  assert_null(d.f32);
+  for (int j = 0; j < IMG_H * IMG_W; j++) assert_int_equal(d.u8[j], 10 * i + j);
+  char key[16];
+  snprintf(key, sizeof key, "%08d", i);
+  assert_string_equal(kiln_datum_db_last_key(db), key);
+}
+
+static void test_convert_and_read(void **state) {
+  fixture *f = *state;
+  write_small_pair(f, "img.gz", "lab", N_IMG);
+  char img[256], lab[256], out[256], tmp[300], sub[300];
+  path_in(f, "img.gz", img, sizeof img);
+  path_in(f, "lab", lab, sizeof lab);
+  path_in(f, "db", out, sizeof out);
+  uint64_t n = 0;
+  assert_int_equal(kiln_convert_idx_to_lmdb(img, lab, out, &n), KILN_OK);
+  assert_int_equal(n, N_IMG);
+  snprintf(tmp, sizeof tmp, "%s.tmp", out);
+  assert_false(exists(tmp));
+  snprintf(sub, sizeof sub, "%s/data.mdb", out);
+  assert_true(exists(sub));
+  snprintf(sub, sizeof sub, "%s/lock.mdb", out);
+  assert_true(exists(sub));
+
+  kiln_datum_db *db;
+  assert_int_equal(kiln_datum_db_open(out, &db), KILN_OK);
+  assert_int_equal(kiln_datum_db_size(db), N_IMG);
+  assert_int_equal(kiln_datum_db_position(db), 0);
+  for (int i = 0; i < N_IMG; i++) expect_record(db, i);
+  expect_record(db, 0); /* wraps round */
+  expect_record(db, 1);
+  assert_int_equal(kiln_datum_db_position(db), N_IMG + 2);
+
+  assert_int_equal(kiln_datum_db_seek(db, 12), KILN_OK); /* 12 % 5 = 2 */
+  assert_int_equal(kiln_datum_db_position(db), 12);
+  expect_record(db, 2);
+  expect_record(db, 3);
+  assert_int_equal(kiln_datum_db_position(db), 14);
+  assert_int_equal(kiln_datum_db_seek(db, 1), KILN_OK); /* backwards */
+  expect_record(db, 1);
+  assert_int_equal(kiln_datum_db_seek(db, 4), KILN_OK); /* the last record, then wrap */
+  expect_record(db, 4);
+  expect_record(db, 0);
+  assert_int_equal(kiln_datum_db_seek(db, 0), KILN_OK);
+  assert_int_equal(kiln_datum_db_position(db), 0);
+  expect_record(db, 0);
+  /* Every target from every starting point. */
+  for (int from = 0; from < N_IMG; from++)
+    for (int to = 0; to < 2 * N_IMG; to++) {
+      assert_int_equal(kiln_datum_db_seek(db, (uint64_t)from), KILN_OK);
+      assert_int_equal(kiln_datum_db_seek(db, (uint64_t)to), KILN_OK);
+      expect_record(db, to % N_IMG);
+    }
+  kiln_datum_db_close(db);
+
+  /* The output exists now: a second conversion refuses and leaves it alone. */
+  assert_int_equal(kiln_convert_idx_to_lmdb(img, lab, out, &n), KILN_ERR_INVALID);
+  assert_non_null(strstr(kiln_last_error(), out));
+  assert_non_null(strstr(kiln_last_error(), "exists"));
+  assert_int_equal(kiln_datum_db_open(out, &db), KILN_OK);
+  kiln_datum_db_close(db);
+  kiln_datum_writer *w;
+  assert_int_equal(kiln_datum_writer_open(out, &w), KILN_ERR_INVALID);
+}
+
+static void test_convert_errors(void **state) {
+  fixture *f = *state;
+  write_small_pair(f, "img.gz", "lab4", 4);
+  char img[256], lab[256], out[256], tmp[300];
+  path_in(f, "img.gz", img, sizeof img);
+  path_in(f, "lab4", lab, sizeof lab);
+  path_in(f, "db", out, sizeof out);
+  snprintf(tmp, sizeof tmp, "%s.tmp", out);
+  uint64_t n = 99;
+  assert_int_equal(kiln_convert_idx_to_lmdb(img, lab, out, &n), KILN_ERR_DATA);
+  assert_int_equal(n, 0);
+  assert_non_null(strstr(kiln_last_error(), img));
+  assert_non_null(strstr(kiln_last_error(), lab));
+  assert_non_null(strstr(kiln_last_error(), "5 images"));
+  assert_non_null(strstr(kiln_last_error(), "4 labels"));
+  assert_false(exists(out));
+  assert_false(exists(tmp));
+
+  /* Labels must be 1-d: give the images file as labels. */
+  assert_int_equal(kiln_convert_idx_to_lmdb(img, img, out, &n), KILN_ERR_DATA);
+  assert_non_null(strstr(kiln_last_error(), "1 dimension"));
+  assert_false(exists(tmp));
+
+  /* Output in a directory that does not exist. */
+  char deep[300];
+  snprintf(deep, sizeof deep, "%s/no/such/db", f->dir);
+  write_small_pair(f, "img.gz", "lab5", N_IMG);
+  path_in(f, "lab5", lab, sizeof lab);
+  assert_int_equal(kiln_convert_idx_to_lmdb(img, lab, deep, &n), KILN_ERR_IO);
+  assert_non_null(strstr(kiln_last_error(), "no/such/db.tmp"));
+
+  /* A stale temporary from an interrupted run is replaced. */
+  assert_int_equal(mkdir(tmp, 0775), 0);
+  char junk[320];
+  snprintf(junk, sizeof junk, "%s/data.mdb", tmp);
+  write_plain(junk, "junk", 4);
+  assert_int_equal(kiln_convert_idx_to_lmdb(img, lab, out, &n), KILN_OK);
+  assert_int_equal(n, N_IMG);
+  assert_false(exists(tmp));
+
+  /* A writer that is abandoned leaves nothing behind. */
+  char other[256];
+  path_in(f, "abandoned", other, sizeof other);
+  kiln_datum_writer *w;
+  assert_int_equal(kiln_datum_writer_open(other, &w), KILN_OK);
+  uint8_t px[6] = {1, 2, 3, 4, 5, 6};
+  kiln_datum d = {.channels = 1, .height = 2, .width = 3, .label = 4, .u8 = px};
+  assert_int_equal(kiln_datum_writer_put(w, "a", &d), KILN_OK);
+  kiln_datum bad = d;
+  bad.f32 = (const float *)px; /* both u8 and f32 */
+  assert_int_equal(kiln_datum_writer_put(w, "b", &bad), KILN_ERR_INVALID);
+  bad = d;
+  bad.height = 0;
+  assert_int_equal(kiln_datum_writer_put(w, "c", &bad), KILN_ERR_INVALID);
+  assert_int_equal(kiln_datum_writer_put(w, "", &d), KILN_ERR_INVALID);
+  kiln_datum_writer_abort(w);
+  snprintf(tmp, sizeof tmp, "%s.tmp", other);
+  assert_false(exists(tmp));
+  assert_false(exists(other));
+}
+
+static void test_writer_float_and_growth(void **state) {
+  fixture *f = *state;
+  char out[256];
+  path_in(f, "float_db", out, sizeof out);
+  /* 12 records of 3x512x512 floats (3 MiB each) overflow the writer's first map and its first
+   * chunk, so the map has to grow and the chunk be written again. */
+  enum { NREC = 12, C = 3, H = 512, W = 512 };
+  float *px = malloc(sizeof(float) * C * H * W);
+  assert_non_null(px);
+  kiln_datum_writer *w;
+  assert_int_equal(kiln_datum_writer_open(out, &w), KILN_OK);
+  for (int r = NREC - 1; r >= 0; r--) { /* out of key order on purpose */
+    for (int i = 0; i < C * H * W; i++) px[i] = (float)r + (float)i * 1e-3f;
+    char key[16];
+    snprintf(key, sizeof key, "%05d", r);
+    kiln_datum d = {.channels = C, .height = H, .width = W, .label = r, .f32 = px};
+    assert_int_equal(kiln_datum_writer_put(w, key, &d), KILN_OK);
+  }
+  assert_int_equal(kiln_datum_writer_commit(w), KILN_OK);
+  kiln_datum_db *db;
+  assert_int_equal(kiln_datum_db_open(out, &db), KILN_OK);
+  assert_int_equal(kiln_datum_db_size(db), NREC);
+  for (int r = 0; r < NREC; r++) {
+    kiln_datum d;
+    assert_int_equal(kiln_datum_db_next(db, &d), KILN_OK);
+    assert_int_equal(d.label, r);
+    assert_null(d.u8);
+    assert_non_null(d.f32);
+    assert_true(d.f32[0] == (float)r);
+    assert_true(d.f32[C * H * W - 1] == (float)r + (float)(C * H * W - 1) * 1e-3f);
+  }
+  kiln_datum_db_close(db);
+  free(px);
+}
+
+static void test_reader_errors(void **state) {
+  fixture *f = *state;
+  char path[256], msg[512];
+  kiln_datum_db *db = (kiln_datum_db *)1;
+
+  /* Missing. */
+  path_in(f, "missing_lmdb", path, sizeof path);
+  assert_int_equal(kiln_datum_db_open(path, &db), KILN_ERR_IO);
+  assert_null(db);
+  assert_non_null(strstr(kiln_last_error(), path));
+
+  /* A directory without data.mdb, one with an empty data.mdb, one full of garbage. */
+  path_in(f, "empty_dir", path, sizeof path);
+  assert_int_equal(mkdir(path, 0775), 0);
+  assert_int_equal(kiln_datum_db_open(path, &db), KILN_ERR_DATA);
+  assert_non_null(strstr(kiln_last_error(), "not an LMDB"));
+  snprintf(msg, sizeof msg, "%s/data.mdb", path);
+  write_plain(msg, "", 0);
+  assert_int_equal(kiln_datum_db_open(path, &db), KILN_ERR_DATA);
+  assert_non_null(strstr(kiln_last_error(), path));
+
+  path_in(f, "garbage_lmdb", path, sizeof path);
+  assert_int_equal(mkdir(path, 0775), 0);
+  uint8_t junk[16384];
+  for (size_t i = 0; i < sizeof junk; i++) junk[i] = (uint8_t)(i * 2654435761u >> 11);
+  snprintf(msg, sizeof msg, "%s/data.mdb", path);
+  write_plain(msg, junk, sizeof junk);
+  assert_int_equal(kiln_datum_db_open(path, &db), KILN_ERR_DATA);
+  assert_null(db);
+  assert_non_null(strstr(kiln_last_error(), path));
+  assert_non_null(strstr(kiln_last_error(), "not a readable LMDB"));
+
+  /* A plain file that is not an LMDB. */
+  path_in(f, "file.mdb", path, sizeof path);
+  write_plain(path, junk, sizeof junk);
+  assert_int_equal(kiln_datum_db_open(path, &db), KILN_ERR_DATA);
+
+  /* An LMDB with no records. */
+  path_in(f, "no_records", path, sizeof path);
+  write_raw_lmdb(path, 0, NULL, NULL);
+  assert_int_equal(kiln_datum_db_open(path, &db), KILN_ERR_DATA);
+  assert_non_null(strstr(kiln_last_error(), "no records"));
+}
+
+static void test_bad_records(void **state) {
+  fixture *f = *state;
+  uint8_t px[12] = {0};
+  char path[256];
+  /* Record 1 is not a protobuf at all: a bytes field whose length runs past the end. */
+  static const uint8_t garbage[] = {0x22, 0x7f, 0x01, 0x02, 0x03};
+  const char *keys[] = {"00000000", "00000001"};
+  MDB_val vals[2] = {pack_datum(1, 3, 4, px, 12, false), {sizeof garbage, (void *)garbage}};
+  path_in(f, "not_datum", path, sizeof path);
+  write_raw_lmdb(path, 2, keys, vals);
+  kiln_datum_db *db;
+  kiln_datum d;
+  assert_int_equal(kiln_datum_db_open(path, &db), KILN_OK);
+  assert_int_equal(kiln_datum_db_next(db, &d), KILN_OK);
+  assert_int_equal(d.label, 1);
+  assert_int_equal(kiln_datum_db_next(db, &d), KILN_ERR_DATA);
+  char msg[512];
+  snprintf(msg, sizeof msg, "%s: record 00000001: not a Datum", path);
+  assert_string_equal(kiln_last_error(), msg);
+  assert_int_equal(kiln_datum_db_position(db), 1); /* the cursor did not move */
+  assert_int_equal(kiln_datum_db_next(db, &d), KILN_ERR_DATA);
+  kiln_datum_db_close(db);
+  free(vals[0].mv_data);
+
+  /* Wrong data size, an encoded image, a shape change, no pixels at all. */
+  const char *keys2[] = {"a", "b", "c", "d", "e"};
+  MDB_val vals2[5] = {pack_datum(1, 3, 4, px, 12, false), pack_datum(1, 3, 4, px, 11, false),
+                      pack_datum(1, 3, 4, px, 12, true), pack_datum(1, 4, 3, px, 12, false),
+                      pack_datum(1, 3, 4, px, 0, false)};
+  path_in(f, "bad_records", path, sizeof path);
+  write_raw_lmdb(path, 5, keys2, vals2);
+  assert_int_equal(kiln_datum_db_open(path, &db), KILN_OK);
+  assert_int_equal(kiln_datum_db_next(db, &d), KILN_OK);
+  assert_int_equal(kiln_datum_db_next(db, &d), KILN_ERR_DATA);
+  assert_non_null(strstr(kiln_last_error(), "record b: data holds 11 bytes"));
+  assert_non_null(strstr(kiln_last_error(), "1x3x4 = 12"));
+  assert_int_equal(kiln_datum_db_seek(db, 2), KILN_OK);
+  assert_int_equal(kiln_datum_db_next(db, &d), KILN_ERR_UNSUPPORTED);
+  assert_non_null(strstr(kiln_last_error(), "record c: encoded"));
+  assert_int_equal(kiln_datum_db_seek(db, 3), KILN_OK);
+  assert_int_equal(kiln_datum_db_next(db, &d), KILN_ERR_DATA);
+  assert_non_null(strstr(kiln_last_error(), "record d: shape 1x4x3 differs"));
+  assert_int_equal(kiln_datum_db_seek(db, 4), KILN_OK);
+  assert_int_equal(kiln_datum_db_next(db, &d), KILN_ERR_DATA);
+  assert_non_null(strstr(kiln_last_error(), "record e: holds neither data nor float_data"));
+  kiln_datum_db_close(db);
+  for (int i = 0; i < 5; i++) free(vals2[i].mv_data);
+}
+
+/* ---- cache and fetch --------------------------------------------------------------------- */
+
+static void test_cache_dir(void **state) {
+  fixture *f = *state;
+  char want[256], got[512];
+  snprintf(want, sizeof want, "%s/a/b/c", f->dir);
+  char *saved = getenv("KILN_DATA") ? kiln_strdup(getenv("KILN_DATA")) : NULL;
+  setenv("KILN_DATA", want, 1);
+  assert_int_equal(kiln_data_cache_dir(got, sizeof got), KILN_OK);
+  assert_string_equal(got, want);
+  struct stat st;
+  assert_int_equal(stat(want, &st), 0);
+  assert_true(S_ISDIR(st.st_mode));
+  assert_int_equal(kiln_data_cache_dir(got, 8), KILN_ERR_INVALID);
+  if (saved) {
+    setenv("KILN_DATA", saved, 1);
+    free(saved);
+  } else {
+    unsetenv("KILN_DATA");
+  }
+}
+
+static void test_fetch_checks_hashes(void **state) {
+  fixture *f = *state;
+  char src[256], cache[256], path[300];
+  path_in(f, "src", src, sizeof src);
+  path_in(f, "cache", cache, sizeof cache);
+  assert_int_equal(mkdir(src, 0775), 0);
+  bool already = true;
+  /* Missing sources. */
+  assert_int_equal(kiln_data_fetch_fashion_mnist(src, cache, &already), KILN_ERR_IO);
+  assert_false(already);
+  assert_non_null(strstr(kiln_last_error(), "train-images-idx3-ubyte.gz"));
+  /* A file with the right name and the wrong content. */
+  snprintf(path, sizeof path, "%s/train-images-idx3-ubyte.gz", src);
+  write_plain(path, "abc", 3);
+  assert_int_equal(kiln_data_fetch_fashion_mnist(src, cache, &already), KILN_ERR_DATA);
+  assert_non_null(strstr(kiln_last_error(), path));
+  assert_non_null(strstr(kiln_last_error(),
+                         "b0564c3eedabfbf835052cff8503ea422014ce006caf5b757f851416ee8300c7"));
+  assert_non_null(strstr(kiln_last_error(),
+                         "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"));
+  snprintf(path, sizeof path, "%s/fashion-mnist/READY", cache);
+  assert_false(exists(path));
+  /* With READY present nothing is checked or converted. */
+  snprintf(path, sizeof path, "%s/fashion-mnist/READY", cache);
+  write_plain(path, "x", 1);
+  assert_int_equal(kiln_data_fetch_fashion_mnist(src, cache, &already), KILN_OK);
+  assert_true(already);
+}
+
+static void test_fashion_mnist_idx(void **state) {
+  (void)state;
+  const char *dir = KILN_FASHION_MNIST_SYSTEM_DIR;
+  char labels[256], images[256];
+  snprintf(labels, sizeof labels, "%s/t10k-labels-idx1-ubyte.gz", dir);
+  snprintf(images, sizeof images, "%s/t10k-images-idx3-ubyte.gz", dir);
+  if (!exists(labels) || !exists(images)) skip();
+  kiln_idx idx;
+  assert_int_equal(kiln_idx_read(labels, &idx), KILN_OK);
+  assert_int_equal(idx.ndims, 1);
+  assert_int_equal(idx.dims[0], 10000);
+  int per_class[10] = {0};
+  for (size_t i = 0; i < idx.count; i++) {
+    assert_true(idx.data[i] <= 9);
+    per_class[idx.data[i]]++;
+  }
+  for (int c = 0; c < 10; c++)
+    assert_int_equal(per_class[c], 1000); /* the test split is balanced */
+  kiln_idx_free(&idx);
+  assert_int_equal(kiln_idx_read(images, &idx), KILN_OK);
+  assert_int_equal(idx.ndims, 3);
+  assert_int_equal(idx.dims[0], 10000);
+  assert_int_equal(idx.dims[1], 28);
+  assert_int_equal(idx.dims[2], 28);
+  assert_int_equal(idx.count, 10000 * 28 * 28);
+  kiln_idx_free(&idx);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_sha256_vectors),
+      cmocka_unit_test_setup_teardown(test_sha256_streaming_and_file, setup_dir, teardown_dir),
+      cmocka_unit_test_setup_teardown(test_idx_plain_and_gzip, setup_dir, teardown_dir),
+      cmocka_unit_test_setup_teardown(test_idx_errors, setup_dir, teardown_dir),
+      cmocka_unit_test_setup_teardown(test_convert_and_read, setup_dir, teardown_dir),
+      cmocka_unit_test_setup_teardown(test_convert_errors, setup_dir, teardown_dir),
+      cmocka_unit_test_setup_teardown(test_writer_float_and_growth, setup_dir, teardown_dir),
+      cmocka_unit_test_setup_teardown(test_reader_errors, setup_dir, teardown_dir),
+      cmocka_unit_test_setup_teardown(test_bad_records, setup_dir, teardown_dir),
+      cmocka_unit_test_setup_teardown(test_cache_dir, setup_dir, teardown_dir),
+      cmocka_unit_test_setup_teardown(test_fetch_checks_hashes, setup_dir, teardown_dir),
+      cmocka_unit_test(test_fashion_mnist_idx),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,66 @@
+/* kiln convert and kiln data: data set conversion and the data set cache. */
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "kiln/data.h"
+#include "tool.h"
+
+int cmd_convert(int argc, char **argv) {
+  if (argc != 5 || strcmp(argv[1], "idx") != 0) {
+    fprintf(stderr, "usage: kiln convert idx IMAGES LABELS OUT_LMDB\n");
+    return 2;
+  }
+  uint64_t n = 0;
+  if (kiln_convert_idx_to_lmdb(argv[2], argv[3], argv[4], &n)) return tool_fail("convert");
+  printf("wrote %llu records to %s\n", (unsigned long long)n, argv[4]);
+  return 0;
+}
+
+/* The Debian package is the source of the files; installing it is the tool's business, never
+ * the library's. */
+static int ensure_debian_package(void) {
+  struct stat st;
+  if (stat(KILN_FASHION_MNIST_SYSTEM_DIR "/train-images-idx3-ubyte.gz", &st) == 0) return 0;
+  if (geteuid() != 0) {
+    fprintf(stderr,
+            "kiln data: %s is missing; install Debian's package: sudo apt-get install "
+            "dataset-fashion-mnist\n",
+            KILN_FASHION_MNIST_SYSTEM_DIR);
+    return 1;
+  }
+  fprintf(stderr, "kiln data: installing Debian package dataset-fashion-mnist\n");
+  int rc = system("DEBIAN_FRONTEND=noninteractive apt-get install -y -q dataset-fashion-mnist "
+                  ">&2 || (apt-get update -q >&2 && DEBIAN_FRONTEND=noninteractive apt-get "
+                  "install -y -q dataset-fashion-mnist >&2)");
+  if (rc != 0) {
+    fprintf(stderr, "kiln data: apt-get install dataset-fashion-mnist failed\n");
+    return 1;
+  }
+  return 0;
+}
+
+int cmd_data(int argc, char **argv) {
+  if (argc == 2 && !strcmp(argv[1], "dir")) {
+    char dir[4096];
+    if (kiln_data_cache_dir(dir, sizeof dir)) return tool_fail("data");
+    printf("%s\n", dir);
+    return 0;
+  }
+  if (argc != 3 || strcmp(argv[1], "fetch") != 0) {
+    fprintf(stderr, "usage: kiln data fetch fashion-mnist | kiln data dir\n");
+    return 2;
+  }
+  if (strcmp(argv[2], "fashion-mnist") != 0) {
+    fprintf(stderr, "kiln data: unknown data set '%s' (known: fashion-mnist)\n", argv[2]);
+    return 2;
+  }
+  if (ensure_debian_package()) return 1;
+  char dir[4096];
+  if (kiln_data_cache_dir(dir, sizeof dir)) return tool_fail("data");
+  bool already = false;
+  if (kiln_data_fetch_fashion_mnist(NULL, dir, &already)) return tool_fail("data fetch");
+  printf("%s %s/fashion-mnist\n", already ? "already cached:" : "cached:", dir);
+  return 0;
+}

@@ -1,0 +1,213 @@
+/* kiln test, kiln time and kiln describe: commands that build one net from a model prototxt. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "tool.h"
+
+typedef struct {
+  tool_common c;
+  const char *model, *weights;
+  int iterations, phase;
+} net_args;
+
+static int parse_net_args(const char *cmd, int argc, char **argv, net_args *a, int default_phase,
+                          int default_iters) {
+  memset(a, 0, sizeof *a);
+  a->phase = default_phase;
+  a->iterations = default_iters;
+  for (int i = 1; i < argc; i++) {
+    int r = tool_common_option(&a->c, argc, argv, &i);
+    if (r < 0) return 2;
+    if (r > 0) continue;
+    const char *o = argv[i];
+    if (i + 1 >= argc) {
+      fprintf(stderr, "kiln %s: %s needs a value\n", cmd, o);
+      return 2;
+    }
+    const char *v = argv[++i];
+    if (!strcmp(o, "--model")) a->model = v;
+    else if (!strcmp(o, "--weights")) a->weights = v;
+    else if (!strcmp(o, "--iterations")) {
+      if (!tool_parse_int(v, &a->iterations) || a->iterations < 1) {
+        fprintf(stderr, "kiln %s: --iterations: '%s' is not a positive integer\n", cmd, v);
+        return 2;
+      }
+    } else if (!strcmp(o, "--phase")) {
+      if (!strcmp(v, "TRAIN") || !strcmp(v, "train")) a->phase = CAFFE__PHASE__TRAIN;
+      else if (!strcmp(v, "TEST") || !strcmp(v, "test")) a->phase = CAFFE__PHASE__TEST;
+      else {
+        fprintf(stderr, "kiln %s: --phase must be TRAIN or TEST\n", cmd);
+        return 2;
+      }
+    } else {
+      fprintf(stderr, "kiln %s: unknown option '%s' (see kiln --help)\n", cmd, o);
+      return 2;
+    }
+  }
+  if (!a->model) {
+    fprintf(stderr, "kiln %s: --model is required\n", cmd);
+    return 2;
+  }
+  return 0;
+}
+
+static int load_net(const net_args *a, kiln_net **net) {
+  ProtobufCMessage *m;
+  KILN_TRY(kiln_text_parse_file(a->model, &caffe__net_parameter__descriptor, &m));
+  kiln_net_options o = {.phase = a->phase, .seed = 1701, .max_memory = a->c.max_memory,
+                        .source = a->model};
+  int rc = kiln_net_create((Caffe__NetParameter *)m, &o, net);
+  /* The net keeps pointers into the message: it lives as long as the process. */
+  if (rc) protobuf_c_message_free_unpacked(m, NULL);
+  return rc;
+}
+
+int cmd_test(int argc, char **argv) {
+  net_args a;
+  int r = parse_net_args("test", argc, argv, &a, CAFFE__PHASE__TEST, 50);
+  if (r) return r;
+  if (!a.weights) fprintf(stderr, "kiln test: no --weights given: testing random weights\n");
+  tool_metrics m;
+  if (tool_metrics_open(&m, a.c.metrics)) return tool_fail("metrics");
+  kiln_net *net;
+  if (load_net(&a, &net)) return tool_fail("test");
+  if (a.weights && kiln_net_load_weights(net, a.weights)) return tool_fail("test");
+  double start = kiln_now_ms();
+  double *sum = calloc((size_t)net->noutputs + 1, sizeof(double));
+  double loss = 0;
+  for (int it = 0; it < a.iterations; it++) {
+    float l;
+    if (kiln_net_forward(net, &l)) return tool_fail("test");
+    loss += l;
+    for (int o = 0; o < net->noutputs; o++) {
+      double v = 0;
+      for (int64_t i = 0; i < net->outputs[o]->count; i++) v += net->outputs[o]->data[i];
+      sum[o] += v;
+    }
+  }
+  const char *names[66];
+  double values[66];
+  int n = 0;
+  names[n] = "loss", values[n++] = loss / a.iterations;
+  for (int o = 0; o < net->noutputs && n < 64; o++) {
+    names[n] = net->outputs[o]->name;
+    values[n++] = sum[o] / a.iterations;
+    printf("%s = %.4f\n", net->outputs[o]->name, sum[o] / a.iterations);
+  }
+  names[n] = "peak_rss_mb", values[n++] = kiln_peak_rss_mb();
+  tool_metrics_write(&m, "test", a.iterations, kiln_now_ms() - start, n, names, values);
+  free(sum);
+  kiln_net_free(net);
+  tool_metrics_close(&m);
+  return 0;
+}
+
+int cmd_describe(int argc, char **argv) {
+  net_args a;
+  int r = parse_net_args("describe", argc, argv, &a, CAFFE__PHASE__TRAIN, 1);
+  if (r) return r;
+  kiln_net *net;
+  if (load_net(&a, &net)) return tool_fail("describe");
+  char *t = kiln_net_describe(net);
+  if (t) fputs(t, stdout);
+  free(t);
+  kiln_net_free(net);
+  return 0;
+}
+
+/* Fills inputs that no data layer produces with N(0,1) and integer-looking labels stay as the
+ * data layer wrote them; marks every layer for backward so each one's time is measured, as
+ * `caffe time` does. */
+static void prepare_for_timing(kiln_net *net) {
+  kiln_rng r;
+  kiln_rng_seed(&r, 7, 7);
+  for (int i = 0; i < net->nlayers; i++) {
+    kiln_layer *l = net->layers[i];
+    if (!strcmp(l->ops->type, "Input"))
+      for (int t = 0; t < l->ntop; t++)
+        for (int64_t k = 0; k < l->top[t]->count; k++) l->top[t]->data[k] = kiln_rng_gaussian(&r, 0, 1);
+    if (l->ops->is_data || !l->ops->backward) continue;
+    net->layer_need_backward[i] = true;
+    for (int b = 0; b < l->nbottom; b++) l->propagate_down[b] = !(l->ops->is_loss && b > 0);
+  }
+}
+
+int cmd_time(int argc, char **argv) {
+  net_args a;
+  int r = parse_net_args("time", argc, argv, &a, CAFFE__PHASE__TRAIN, 50);
+  if (r) return r;
+  tool_metrics m;
+  if (tool_metrics_open(&m, a.c.metrics)) return tool_fail("metrics");
+  kiln_net *net;
+  if (load_net(&a, &net)) return tool_fail("time");
+  prepare_for_timing(net);
+  int L = net->nlayers;
+  double *fwd = calloc((size_t)L, sizeof(double)), *bwd = calloc((size_t)L, sizeof(double));
+  /* one untimed pass warms caches and the prefetch thread */
+  float loss;
+  if (kiln_net_forward(net, &loss)) return tool_fail("time");
+  double total_start = kiln_now_ms();
+  for (int it = 0; it < a.iterations; it++) {
+    for (int i = 0; i < L; i++) {
+      kiln_layer *l = net->layers[i];
+      double t0 = kiln_now_ms();
+      if (l->ops->forward(l)) return tool_fail("time");
+      fwd[i] += kiln_now_ms() - t0;
+    }
+    for (int i = 0; i < L; i++) {
+      kiln_layer *l = net->layers[i];
+      for (int t = 0; t < l->ntop; t++)
+        if (l->loss_weight[t] != 0)
+          for (int64_t k = 0; k < l->top[t]->count; k++) l->top[t]->diff[k] = l->loss_weight[t];
+    }
+    for (int i = L - 1; i >= 0; i--) {
+      kiln_layer *l = net->layers[i];
+      if (!net->layer_need_backward[i]) continue;
+      double t0 = kiln_now_ms();
+      if (l->ops->backward(l)) return tool_fail("time");
+      bwd[i] += kiln_now_ms() - t0;
+    }
+  }
+  double total = kiln_now_ms() - total_start;
+  int batch = 1;
+  for (int i = 0; i < L; i++)
+    if (net->layers[i]->ops->is_data && net->layers[i]->top[0]->naxes > 0) {
+      batch = (int)net->layers[i]->top[0]->shape[0];
+      break;
+    }
+  printf("%-24s %-16s %12s %12s %10s\n", "layer", "type", "forward_ms", "backward_ms", "GFLOP/s");
+  double fsum = 0, bsum = 0;
+  for (int i = 0; i < L; i++) {
+    kiln_layer *l = net->layers[i];
+    double f = fwd[i] / a.iterations, b = bwd[i] / a.iterations;
+    fsum += f;
+    bsum += b;
+    printf("%-24.24s %-16.16s %12.4f %12.4f %10.2f\n", l->name, l->ops->type, f, b,
+           f > 0 ? l->flops / (f * 1e6) : 0.0);
+    const char *names[] = {"forward_ms", "backward_ms", "mflops"};
+    double values[] = {f, b, l->flops / 1e6};
+    if (m.f) {
+      fprintf(m.f, "{\"event\":\"layer_time\",\"iter\":%d,\"time_ms\":%.3f,\"rank\":0,\"layer\":",
+              a.iterations, total);
+      tool_json_string(m.f, l->name);
+      fputs(",\"type\":", m.f);
+      tool_json_string(m.f, l->ops->type);
+      for (int k = 0; k < 3; k++) fprintf(m.f, ",\"%s\":%.6g", names[k], values[k]);
+      fputs("}\n", m.f);
+    }
+  }
+  double per_iter = total / a.iterations;
+  printf("average forward: %.3f ms, backward: %.3f ms, forward-backward: %.3f ms per iteration\n",
+         fsum, bsum, per_iter);
+  printf("%.1f samples/s (batch %d), %.2f GFLOP/s forward\n", batch / (per_iter / 1e3), batch,
+         kiln_net_forward_flops(net) / (fsum * 1e6));
+  const char *names[] = {"forward_ms", "backward_ms", "total_ms", "samples_per_s", "batch",
+                         "peak_rss_mb"};
+  double values[] = {fsum, bsum, per_iter, batch / (per_iter / 1e3), batch, kiln_peak_rss_mb()};
+  tool_metrics_write(&m, "time", a.iterations, total, 6, names, values);
+  free(fwd);
+  free(bwd);
+  kiln_net_free(net);
+  tool_metrics_close(&m);
+  return 0;
+}
