@@ -722,7 +722,7 @@ static int parse_real(parser *P, const ProtobufCMessageDescriptor *md,
   size_t vstart = P->tok.start;
   int neg = is_sym(P, '-');
   if (neg) KILN_TRY(lex(P));
-  double d;
+  double d = 0;
   if (P->tok.kind == TOK_NUMBER && P->tok.base != 10) {
     uint64_t mag;
     if (!token_uint(P, &P->tok, &mag)) {
@@ -1059,6 +1059,7 @@ int kiln_text_parse(const char *text, size_t len, const char *path,
 int kiln_text_parse_file(const char *path, const ProtobufCMessageDescriptor *desc,
                          ProtobufCMessage **out) {
   if (out) *out = NULL;
+  if (!path) return kiln_errorf(KILN_ERR_INVALID, "kiln_text_parse_file: no path");
   char *text;
   size_t len;
   KILN_TRY(kiln_read_file(path, &text, &len));
