@@ -51,15 +51,22 @@ static int parse_net_args(const char *cmd, int argc, char **argv, net_args *a, i
   return 0;
 }
 
-static int load_net(const net_args *a, kiln_net **net) {
-  ProtobufCMessage *m;
-  KILN_TRY(kiln_text_parse_file(a->model, &caffe__net_parameter__descriptor, &m));
+/* The net keeps pointers into its message: free *msg only after the net. */
+static int load_net(const net_args *a, kiln_net **net, ProtobufCMessage **msg) {
+  KILN_TRY(kiln_text_parse_file(a->model, &caffe__net_parameter__descriptor, msg));
   kiln_net_options o = {.phase = a->phase, .seed = 1701, .max_memory = a->c.max_memory,
                         .source = a->model};
-  int rc = kiln_net_create((Caffe__NetParameter *)m, &o, net);
-  /* The net keeps pointers into the message: it lives as long as the process. */
-  if (rc) protobuf_c_message_free_unpacked(m, NULL);
+  int rc = kiln_net_create((Caffe__NetParameter *)*msg, &o, net);
+  if (rc) {
+    protobuf_c_message_free_unpacked(*msg, NULL);
+    *msg = NULL;
+  }
   return rc;
+}
+
+static void free_net(kiln_net *net, ProtobufCMessage *msg) {
+  kiln_net_free(net);
+  if (msg) protobuf_c_message_free_unpacked(msg, NULL);
 }
 
 int cmd_test(int argc, char **argv) {
@@ -70,7 +77,8 @@ int cmd_test(int argc, char **argv) {
   tool_metrics m;
   if (tool_metrics_open(&m, a.c.metrics)) return tool_fail("metrics");
   kiln_net *net;
-  if (load_net(&a, &net)) return tool_fail("test");
+  ProtobufCMessage *msg;
+  if (load_net(&a, &net, &msg)) return tool_fail("test");
   if (a.weights && kiln_net_load_weights(net, a.weights)) return tool_fail("test");
   double start = kiln_now_ms();
   double *sum = calloc((size_t)net->noutputs + 1, sizeof(double));
@@ -97,7 +105,7 @@ int cmd_test(int argc, char **argv) {
   names[n] = "peak_rss_mb", values[n++] = kiln_peak_rss_mb();
   tool_metrics_write(&m, "test", a.iterations, kiln_now_ms() - start, n, names, values);
   free(sum);
-  kiln_net_free(net);
+  free_net(net, msg);
   tool_metrics_close(&m);
   return 0;
 }
@@ -107,11 +115,12 @@ int cmd_describe(int argc, char **argv) {
   int r = parse_net_args("describe", argc, argv, &a, CAFFE__PHASE__TRAIN, 1);
   if (r) return r;
   kiln_net *net;
-  if (load_net(&a, &net)) return tool_fail("describe");
+  ProtobufCMessage *msg;
+  if (load_net(&a, &net, &msg)) return tool_fail("describe");
   char *t = kiln_net_describe(net);
   if (t) fputs(t, stdout);
   free(t);
-  kiln_net_free(net);
+  free_net(net, msg);
   return 0;
 }
 
@@ -139,7 +148,8 @@ int cmd_time(int argc, char **argv) {
   tool_metrics m;
   if (tool_metrics_open(&m, a.c.metrics)) return tool_fail("metrics");
   kiln_net *net;
-  if (load_net(&a, &net)) return tool_fail("time");
+  ProtobufCMessage *msg;
+  if (load_net(&a, &net, &msg)) return tool_fail("time");
   prepare_for_timing(net);
   int L = net->nlayers;
   double *fwd = calloc((size_t)L, sizeof(double)), *bwd = calloc((size_t)L, sizeof(double));
@@ -207,7 +217,7 @@ int cmd_time(int argc, char **argv) {
   tool_metrics_write(&m, "time", a.iterations, total, 6, names, values);
   free(fwd);
   free(bwd);
-  kiln_net_free(net);
+  free_net(net, msg);
   tool_metrics_close(&m);
   return 0;
 }

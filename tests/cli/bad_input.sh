@@ -1,0 +1,72 @@
+# Bad input through the `kiln` command: every case must give a clear message naming the file,
+# line or field, a non-zero exit, and no crash.
+source "$(dirname "$0")/lib.bash"
+cd "$WORK"
+
+# A tiny LMDB with one label out of range for a 10-class net.
+printf '\x00\x00\x08\x03\x00\x00\x00\x02\x00\x00\x00\x04\x00\x00\x00\x04' > img.idx
+head -c 32 /dev/urandom >> img.idx
+printf '\x00\x00\x08\x01\x00\x00\x00\x02\x03\x0c' > lab.idx   # labels 3 and 12
+"$KILN" convert idx img.idx lab.idx tiny_lmdb >/dev/null || fail "convert tiny"
+
+net() {  # net TEXT_OF_EXTRA_LAYERS > file
+  cat <<NET
+name: "t"
+layer { name: "d" type: "Data" top: "data" top: "label"
+  data_param { source: "$1" batch_size: 2 backend: LMDB } }
+layer { name: "ip" type: "InnerProduct" bottom: "data" top: "ip"
+  inner_product_param { num_output: 10 weight_filler { type: "xavier" } } }
+layer { name: "loss" type: "SoftmaxWithLoss" bottom: "ip" bottom: "label" top: "loss" }
+NET
+}
+solver() { printf 'net: "%s"\nbase_lr: 0.01\nlr_policy: "fixed"\nmax_iter: 2\nsnapshot_after_train: false\n' "$1"; }
+
+net tiny_lmdb > ok.prototxt
+solver ok.prototxt > ok_solver.prototxt
+expect_error "label out of range" "out of range" -- "$KILN" train --solver ok_solver.prototxt
+
+printf 'name: "x"\nlayer {\n  name: "a"\n  type: "Input"\n' > unclosed.prototxt
+expect_error "malformed prototxt" "unclosed.prototxt:" -- "$KILN" describe --model unclosed.prototxt
+
+printf 'layer {\n  name: "c" type: "Convolution" bottom: "data" top: "c"\n  convolution_param { num_ouput: 3 }\n}\n' > typo.prototxt
+expect_error "unknown field" "did you mean 'num_output'" -- "$KILN" describe --model typo.prototxt
+expect_error "unknown field location" "typo.prototxt:3:" -- "$KILN" describe --model typo.prototxt
+
+printf 'layer { name: "c" type: "Convolution" convolution_param { num_output: "three" } }\n' > type.prototxt
+expect_error "wrong type" "num_output" -- "$KILN" describe --model type.prototxt
+
+printf 'layer { name: "in" type: "Input" top: "data" input_param { shape { dim: 1 dim: 4 } } }\nlayer { name: "r" type: "ReLU" bottom: "nothere" top: "r" }\n' > bottom.prototxt
+expect_error "missing bottom" "bottom 'nothere'" -- "$KILN" describe --model bottom.prototxt
+
+printf 'layer { name: "in" type: "Input" top: "data" top: "label" input_param { shape { dim: 2 dim: 10 } shape { dim: 3 } } }\nlayer { name: "loss" type: "SoftmaxWithLoss" bottom: "data" bottom: "label" top: "loss" }\n' > shape.prototxt
+expect_error "shape mismatch" "label count 3" -- "$KILN" describe --model shape.prototxt
+
+printf 'layers { name: "x" type: CONVOLUTION }\n' > v1.prototxt
+expect_error "V1 format" "upgrade_net_proto_text" -- "$KILN" describe --model v1.prototxt
+
+net "$WORK/does_not_exist" > missing.prototxt
+solver missing.prototxt > missing_solver.prototxt
+expect_error "missing LMDB" "does_not_exist" -- "$KILN" train --solver missing_solver.prototxt
+
+mkdir corrupt_lmdb && head -c 65536 /dev/urandom > corrupt_lmdb/data.mdb
+net corrupt_lmdb > corrupt.prototxt
+solver corrupt.prototxt > corrupt_solver.prototxt
+expect_error "corrupt LMDB" "corrupt_lmdb" -- "$KILN" train --solver corrupt_solver.prototxt
+
+head -c 20 img.idx > trunc.idx
+expect_error "truncated IDX" "truncated" -- "$KILN" convert idx trunc.idx lab.idx out1
+[ -e out1 ] && fail "truncated IDX left an output behind" || pass
+
+printf '\x00\x00\x08\x09\x00\x00\x00\x02' > magic.idx
+expect_error "wrong magic" "magic.idx" -- "$KILN" convert idx magic.idx lab.idx out2
+[ -e out2 ] && fail "wrong magic left an output behind" || pass
+
+printf 'net: "ok.prototxt"\nbase_lr: 0.01\nlr_policy: "fixed"\ntype: "Adamm"\n' > badtype.prototxt
+expect_error "unknown solver type" "unknown solver type 'Adamm'" -- "$KILN" train --solver badtype.prototxt
+
+printf 'net: "ok.prototxt"\nbase_lr: 0.01\nlr_policy: "fixed"\nmax_iter: 2\n' > mem_solver.prototxt
+expect_error "memory limit" "memory limit" -- "$KILN" train --solver mem_solver.prototxt --max-memory 1K
+
+expect_error "missing solver" "nope.prototxt" -- "$KILN" train --solver nope.prototxt
+expect_error "unknown command" "unknown command" -- "$KILN" frobnicate
+finish

@@ -1,0 +1,25 @@
+# A run snapshotted half-way and resumed ends with weights bit-identical to the uninterrupted
+# run (LeNet on Fashion-MNIST from the cache; the data cursor and generator state are restored).
+source "$(dirname "$0")/lib.bash"
+cd "$WORK"
+ITERS=${KILN_RESUME_ITERS:-200}
+HALF=$((ITERS / 2))
+mk() {  # mk PREFIX
+  sed -e "s#^net: .*#net: \"$SRC/models/lenet/lenet_train_test.prototxt\"#" \
+      -e "s#^max_iter: .*#max_iter: $ITERS#" -e "s#^snapshot: .*#snapshot: $HALF#" \
+      -e "s#^snapshot_prefix: .*#snapshot_prefix: \"$WORK/$1\"#" -e "s#^test_interval: .*#test_interval: $HALF#" \
+      -e "s#^test_iter: .*#test_iter: 5#" \
+      "$SRC/models/lenet/lenet_solver.prototxt"
+}
+mk straight > straight.prototxt
+mk resumed > resumed.prototxt
+"$KILN" train --solver straight.prototxt 2>/dev/null || fail "straight run"
+"$KILN" train --solver resumed.prototxt --snapshot "$WORK/straight_iter_$HALF.solverstate" --metrics r.jsonl 2>/dev/null \
+  || fail "resumed run"
+cmp -s "straight_iter_$ITERS.caffemodel" "resumed_iter_$ITERS.caffemodel" && pass \
+  || fail "resumed weights differ from the uninterrupted run"
+# The resumed run must start at HALF, not at 0.
+head -n 1 r.jsonl | grep -q "\"iter\":$HALF" && pass || fail "resume did not start at $HALF: $(head -n 1 r.jsonl)"
+# Negative control: the half-way weights differ from the final ones.
+cmp -s "straight_iter_$HALF.caffemodel" "straight_iter_$ITERS.caffemodel" && fail "weights did not change" || pass
+finish

@@ -1,0 +1,30 @@
+# `kiln time` on deploy nets: an Input layer (LeNet deploy) and a Caffe deploy header.
+source "$(dirname "$0")/lib.bash"
+cd "$WORK"
+out=$("$KILN" time --model "$SRC/models/lenet/lenet_deploy.prototxt" --iterations 3 --metrics t.jsonl) \
+  || fail "kiln time failed"
+for layer in conv1 pool1 conv2 pool2 ip1 relu1 ip2 prob; do
+  echo "$out" | grep -q "^$layer " && pass || fail "no timing line for $layer"
+done
+echo "$out" | grep -q "samples/s (batch 64)" && pass || fail "no throughput line: $out"
+[ "$(grep -c '"event":"layer_time"' t.jsonl)" -eq 9 ] && pass || fail "expected 9 layer_time events"
+grep -q '"event":"time".*"forward_ms":.*"backward_ms":' t.jsonl && pass || fail "no time event"
+# conv1 backward must be measured (deploy nets have no loss, timing forces backward).
+awk '/"layer":"conv1"/ { if ($0 ~ /"backward_ms":0[,}]/) exit 1 }' t.jsonl && pass || fail "conv1 backward not timed"
+
+cat > header.prototxt <<'NET'
+name: "header"
+input: "data"
+input_dim: 2
+input_dim: 3
+input_dim: 16
+input_dim: 16
+layer { name: "conv" type: "Convolution" bottom: "data" top: "conv"
+  convolution_param { num_output: 4 kernel_size: 3 pad: 1 } }
+layer { name: "pool" type: "Pooling" bottom: "conv" top: "pool" pooling_param { pool: AVE global_pooling: true } }
+NET
+out=$("$KILN" describe --model header.prototxt) || fail "describe header net"
+echo "$out" | grep -q "conv .*2x4x16x16" && pass || fail "conv shape: $out"
+echo "$out" | grep -q "pool .*2x4x1x1" && pass || fail "pool shape: $out"
+"$KILN" time --model header.prototxt --iterations 2 >/dev/null && pass || fail "time header net"
+finish
