@@ -166,6 +166,13 @@ const kiln_layer_ops kiln_layer_softmax_loss = {
 
 /* ---- Accuracy -------------------------------------------------------------------------- */
 
+/* With the per-class top, a buffer counts each class's samples (any number of classes). */
+static int accuracy_setup(kiln_layer *l) {
+  if (l->ntop > 1 && !kiln_layer_add_buffer(l, "class_count"))
+    return kiln_errorf(KILN_ERR_NOMEM, "out of memory");
+  return KILN_OK;
+}
+
 static int accuracy_reshape(kiln_layer *l) {
   const Caffe__AccuracyParameter *p = KILN_PARAM_OR(l->lp->accuracy_param, accuracy_defaults);
   KILN_TRY(softmax_dims(l, p->axis));
@@ -180,6 +187,7 @@ static int accuracy_reshape(kiln_layer *l) {
   if (l->ntop > 1) {
     int64_t shape[1] = {s->C};
     KILN_TRY(kiln_blob_reshape(l->top[1], 1, shape));
+    KILN_TRY(kiln_blob_reshape(l->buffer[0], 1, shape));
   }
   return KILN_OK;
 }
@@ -190,9 +198,9 @@ static int accuracy_forward(kiln_layer *l) {
   const float *x = l->bottom[0]->data, *label = l->bottom[1]->data;
   int64_t correct = 0, count = 0;
   float *per_class = l->ntop > 1 ? l->top[1]->data : NULL;
-  int64_t class_total[256] = {0};
+  float *class_total = l->ntop > 1 ? l->buffer[0]->data : NULL;
   if (per_class)
-    for (int64_t c = 0; c < s->C; c++) per_class[c] = 0;
+    for (int64_t c = 0; c < s->C; c++) per_class[c] = class_total[c] = 0;
   for (int64_t o = 0; o < s->outer; o++)
     for (int64_t j = 0; j < s->inner; j++) {
       float lf = label[o * s->inner + j];
@@ -202,27 +210,29 @@ static int accuracy_forward(kiln_layer *l) {
         return KILN_LAYER_ERROR(l, KILN_ERR_DATA,
                                 "label %g at position %lld is out of range [0, %lld)", lf,
                                 (long long)(o * s->inner + j), (long long)s->C);
-      /* Correct when fewer than top_k classes score strictly higher than the true one. */
+      /* Correct when fewer than top_k other classes score at least as high as the true one
+       * (Caffe: a tie counts against the true class, so equal scores are not a hit). */
       float truth = x[(o * s->C + lab) * s->inner + j];
       unsigned higher = 0;
       for (int64_t c = 0; c < s->C; c++)
-        if (x[(o * s->C + c) * s->inner + j] > truth) higher++;
+        if (c != lab && x[(o * s->C + c) * s->inner + j] >= truth) higher++;
       bool ok = higher < p->top_k;
       correct += ok;
       count++;
-      if (per_class && lab < 256) {
+      if (per_class) {
         per_class[lab] += ok;
         class_total[lab]++;
       }
     }
   l->top[0]->data[0] = count ? (float)correct / count : 0.0f;
   if (per_class)
-    for (int64_t c = 0; c < s->C && c < 256; c++)
+    for (int64_t c = 0; c < s->C; c++)
       per_class[c] = class_total[c] ? per_class[c] / class_total[c] : 0.0f;
   return KILN_OK;
 }
 
 const kiln_layer_ops kiln_layer_accuracy = {
     .type = "Accuracy", .min_bottoms = 2, .max_bottoms = 2, .min_tops = 1, .max_tops = 2,
-    .reshape = accuracy_reshape, .forward = accuracy_forward, .destroy = free_priv,
+    .setup = accuracy_setup, .reshape = accuracy_reshape, .forward = accuracy_forward,
+    .destroy = free_priv,
 };

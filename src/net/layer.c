@@ -66,10 +66,10 @@ int kiln_layer_create(const Caffe__LayerParameter *lp, int phase, kiln_blob **bo
   int rc = kiln_layer_wire(l, lp, ops, lp->name ? lp->name : lp->type, phase, bottoms, nbottom,
                            tops, ntop);
   kiln_rng *rng = calloc(1, sizeof *rng);
+  l->rng = rng; /* owned by the layer from here, so every failure path frees it */
   if (!rc && !rng) rc = kiln_errorf(KILN_ERR_NOMEM, "out of memory");
   if (!rc) {
     kiln_rng_seed(rng, seed, 0);
-    l->rng = rng;
     l->seed = seed;
     for (int i = 0; i < nbottom; i++) l->propagate_down[i] = true;
     if (ops->is_loss) l->loss_weight[0] = lp->n_loss_weight ? lp->loss_weight[0] : 1.0f;
