@@ -139,7 +139,8 @@ static void stop_thread(data_state *s) {
 
 static int load_mean_file(kiln_layer *l, data_state *s, const char *path) {
   ProtobufCMessage *m;
-  KILN_TRY(kiln_proto_read_binary(path, &caffe__blob_proto__descriptor, &m));
+  int rc = kiln_proto_read_binary(path, &caffe__blob_proto__descriptor, &m);
+  if (rc) return kiln_error_context(rc, "layer '%s' (Data): mean_file: ", l->name);
   Caffe__BlobProto *bp = (Caffe__BlobProto *)m;
   size_t want = (size_t)s->C * s->H * s->W;
   if (bp->n_data != want) {

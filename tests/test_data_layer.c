@@ -1,0 +1,216 @@
+/* The Data layer: batches in key order with wrap-around, the transform ((x - mean) * scale,
+ * centre crop in TEST, random crop and mirror in TRAIN), exact cursors for resume, and its
+ * parameter errors. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "gradcheck.h"
+#include "kiln/data.h"
+
+enum { NREC = 10, C = 2, H = 4, W = 4 };
+static char dir[256], db_path[300];
+
+static uint8_t pixel(int rec, int c, int h, int w) { return (uint8_t)(rec * 16 + c * 7 + h * 4 + w); }
+
+static int make_db(void **state) {
+  (void)state;
+  snprintf(dir, sizeof dir, "/tmp/kiln-data-layer-XXXXXX");
+  if (!mkdtemp(dir)) return -1;
+  snprintf(db_path, sizeof db_path, "%s/db", dir);
+  kiln_datum_writer *w;
+  if (kiln_datum_writer_open(db_path, &w)) return -1;
+  for (int r = 0; r < NREC; r++) {
+    uint8_t px[C * H * W];
+    for (int c = 0; c < C; c++)
+      for (int h = 0; h < H; h++)
+        for (int x = 0; x < W; x++) px[(c * H + h) * W + x] = pixel(r, c, h, x);
+    kiln_datum d = {.channels = C, .height = H, .width = W, .label = r, .u8 = px};
+    char key[16];
+    snprintf(key, sizeof key, "%08d", r);
+    if (kiln_datum_writer_put(w, key, &d)) return -1;
+  }
+  return kiln_datum_writer_commit(w) ? -1 : 0;
+}
+
+static int remove_db(void **state) {
+  (void)state;
+  char cmd[400];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+  return system(cmd);
+}
+
+typedef struct {
+  Caffe__LayerParameter *lp;
+  kiln_blob *top[2];
+  kiln_layer *l;
+} data_layer;
+
+static int open_layer(data_layer *d, const char *extra, int phase, uint64_t seed) {
+  char text[1024];
+  snprintf(text, sizeof text,
+           "name: 'd' type: 'Data' top: 'data' top: 'label' data_param { source: '%s' "
+           "backend: LMDB %s",
+           db_path, extra);
+  d->lp = gc_layer_param(text);
+  d->top[0] = kiln_blob_new("data");
+  d->top[1] = kiln_blob_new("label");
+  return kiln_layer_create(d->lp, phase, NULL, 0, d->top, 2, seed, &d->l);
+}
+
+static void close_layer(data_layer *d) {
+  kiln_layer_free(d->l);
+  kiln_blob_free(d->top[0]);
+  kiln_blob_free(d->top[1]);
+  protobuf_c_message_free_unpacked(&d->lp->base, NULL);
+}
+
+static void test_batches_transform_and_wrap(void **state) {
+  (void)state;
+  data_layer d;
+  assert_int_equal(open_layer(&d, "batch_size: 4 } transform_param { scale: 0.5 mean_value: 1 mean_value: 2 }",
+                              CAFFE__PHASE__TRAIN, 1), KILN_OK);
+  assert_int_equal(d.top[0]->naxes, 4);
+  assert_int_equal(d.top[0]->shape[0], 4);
+  assert_int_equal(d.top[0]->shape[1], C);
+  int expect_labels[3][4] = {{0, 1, 2, 3}, {4, 5, 6, 7}, {8, 9, 0, 1}};
+  for (int b = 0; b < 3; b++) {
+    assert_int_equal(d.l->ops->forward(d.l), KILN_OK);
+    for (int i = 0; i < 4; i++) {
+      int rec = expect_labels[b][i];
+      assert_true(d.top[1]->data[i] == (float)rec);
+      for (int c = 0; c < C; c++)
+        for (int h = 0; h < H; h++)
+          for (int x = 0; x < W; x++) {
+            float want = (pixel(rec, c, h, x) - (c == 0 ? 1.0f : 2.0f)) * 0.5f;
+            assert_true(d.top[0]->data[((i * C + c) * H + h) * W + x] == want);
+          }
+    }
+  }
+  assert_int_equal(d.l->ops->get_cursor(d.l), 12);
+  close_layer(&d);
+}
+
+static void test_cursor_resumes_exactly(void **state) {
+  (void)state;
+  data_layer a, b;
+  const char *p = "batch_size: 3 } transform_param { crop_size: 3 mirror: true }";
+  assert_int_equal(open_layer(&a, p, CAFFE__PHASE__TRAIN, 5), KILN_OK);
+  assert_int_equal(open_layer(&b, p, CAFFE__PHASE__TRAIN, 5), KILN_OK);
+  for (int i = 0; i < 2; i++) assert_int_equal(a.l->ops->forward(a.l), KILN_OK);
+  uint64_t cur = a.l->ops->get_cursor(a.l);
+  assert_int_equal(cur, 6);
+  assert_int_equal(b.l->ops->set_cursor(b.l, cur), KILN_OK);
+  for (int i = 0; i < 4; i++) { /* crosses the wrap-around */
+    assert_int_equal(a.l->ops->forward(a.l), KILN_OK);
+    assert_int_equal(b.l->ops->forward(b.l), KILN_OK);
+    assert_memory_equal(a.top[0]->data, b.top[0]->data, sizeof(float) * a.top[0]->count);
+    assert_memory_equal(a.top[1]->data, b.top[1]->data, sizeof(float) * 3);
+  }
+  close_layer(&a);
+  close_layer(&b);
+}
+
+/* TEST: centre crop, no mirror. TRAIN: every sample is some 3x3 window of its record, mirrored
+ * or not, and over many records both mirror states and several offsets occur. */
+static void test_crop_and_mirror(void **state) {
+  (void)state;
+  data_layer t;
+  assert_int_equal(open_layer(&t, "batch_size: 2 } transform_param { crop_size: 2 mirror: true }",
+                              CAFFE__PHASE__TEST, 1), KILN_OK);
+  assert_int_equal(t.top[0]->shape[2], 2);
+  assert_int_equal(t.l->ops->forward(t.l), KILN_OK);
+  for (int c = 0; c < C; c++)
+    for (int h = 0; h < 2; h++)
+      for (int x = 0; x < 2; x++)
+        assert_true(t.top[0]->data[(c * 2 + h) * 2 + x] == pixel(0, c, h + 1, x + 1));
+  close_layer(&t);
+
+  data_layer d;
+  assert_int_equal(open_layer(&d, "batch_size: 10 } transform_param { crop_size: 3 mirror: true }",
+                              CAFFE__PHASE__TRAIN, 3), KILN_OK);
+  int seen_flip = 0, seen_plain = 0, offsets = 0;
+  for (int rep = 0; rep < 4; rep++) {
+    assert_int_equal(d.l->ops->forward(d.l), KILN_OK);
+    for (int i = 0; i < 10; i++) {
+      const float *out = d.top[0]->data + i * C * 9;
+      int rec = (int)d.top[1]->data[i];
+      bool found = false;
+      for (int ho = 0; ho <= 1 && !found; ho++)
+        for (int wo = 0; wo <= 1 && !found; wo++)
+          for (int flip = 0; flip <= 1 && !found; flip++) {
+            bool ok = true;
+            for (int c = 0; c < C && ok; c++)
+              for (int h = 0; h < 3 && ok; h++)
+                for (int x = 0; x < 3 && ok; x++) {
+                  int sx = flip ? 2 - x : x;
+                  ok = out[(c * 3 + h) * 3 + x] == pixel(rec, c, h + ho, sx + wo);
+                }
+            if (ok) {
+              found = true;
+              flip ? seen_flip++ : seen_plain++;
+              offsets |= 1 << (ho * 2 + wo);
+            }
+          }
+      assert_true(found);
+    }
+  }
+  assert_true(seen_flip > 5 && seen_plain > 5);
+  assert_true(offsets == 0xf);
+  close_layer(&d);
+}
+
+static void expect_fail(const char *extra, const char *want) {
+  data_layer d;
+  int rc = open_layer(&d, extra, CAFFE__PHASE__TRAIN, 1);
+  assert_int_not_equal(rc, KILN_OK);
+  if (!strstr(kiln_last_error(), want)) fail_msg("message '%s' lacks '%s'", kiln_last_error(), want);
+  assert_non_null(strstr(kiln_last_error(), "layer 'd'"));
+  kiln_blob_free(d.top[0]);
+  kiln_blob_free(d.top[1]);
+  protobuf_c_message_free_unpacked(&d.lp->base, NULL);
+}
+
+static void test_errors(void **state) {
+  (void)state;
+  expect_fail("batch_size: 0 }", "batch_size");
+  expect_fail("batch_size: 2 } transform_param { crop_size: 5 }", "crop_size 5");
+  expect_fail("batch_size: 2 } transform_param { mean_value: 1 mean_value: 2 mean_value: 3 }",
+              "mean_value");
+  expect_fail("batch_size: 2 } transform_param { mean_file: '/nonexistent/mean.binaryproto' }",
+              "/nonexistent/mean.binaryproto");
+}
+
+static void test_leveldb_and_missing_source(void **state) {
+  (void)state;
+  Caffe__LayerParameter *lp =
+      gc_layer_param("name: 'd' type: 'Data' top: 'data' data_param { source: 'x' batch_size: 2 }");
+  kiln_blob *top = kiln_blob_new("data");
+  kiln_layer *l;
+  assert_int_equal(kiln_layer_create(lp, 0, NULL, 0, &top, 1, 1, &l), KILN_ERR_UNSUPPORTED);
+  assert_non_null(strstr(kiln_last_error(), "LEVELDB"));
+  protobuf_c_message_free_unpacked(&lp->base, NULL);
+  lp = gc_layer_param("name: 'd' type: 'Data' top: 'data' data_param { source: '/nonexistent/db' "
+                      "batch_size: 2 backend: LMDB }");
+  assert_int_not_equal(kiln_layer_create(lp, 0, NULL, 0, &top, 1, 1, &l), KILN_OK);
+  assert_non_null(strstr(kiln_last_error(), "/nonexistent/db"));
+  protobuf_c_message_free_unpacked(&lp->base, NULL);
+  kiln_blob_free(top);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_batches_transform_and_wrap),
+      cmocka_unit_test(test_cursor_resumes_exactly),
+      cmocka_unit_test(test_crop_and_mirror),
+      cmocka_unit_test(test_errors),
+      cmocka_unit_test(test_leveldb_and_missing_source),
+  };
+  return cmocka_run_group_tests(tests, make_db, remove_db);
+}
