@@ -48,6 +48,9 @@ struct kiln_layer {
   kiln_blob *param[KILN_MAX_LAYER_PARAMS];
   const Caffe__FillerParameter *param_filler[KILN_MAX_LAYER_PARAMS];
   float param_default_value[KILN_MAX_LAYER_PARAMS]; /* constant fill when no filler is given */
+  /* Parameters the solver must never update (BatchNorm's statistics): lr_mult and decay_mult
+   * are forced to 0 whatever the ParamSpec says, as Caffe does. */
+  bool param_frozen[KILN_MAX_LAYER_PARAMS];
   /* Internal buffers (masks, caches) that the net allocates with the activations. */
   int nbuffer;
   kiln_blob *buffer[KILN_MAX_LAYER_BUFFERS];

@@ -408,8 +408,8 @@ static int setup_params(kiln_net *net) {
       net->learnable[k] = l->param[p];
       owner_names[k] = pname;
       owner_index[k] = slot;
-      net->lr_mult[k] = spec ? spec->lr_mult : 1.0f;
-      net->decay_mult[k] = spec ? spec->decay_mult : 1.0f;
+      net->lr_mult[k] = l->param_frozen[p] ? 0.0f : spec ? spec->lr_mult : 1.0f;
+      net->decay_mult[k] = l->param_frozen[p] ? 0.0f : spec ? spec->decay_mult : 1.0f;
       in->param_owner_blob[slot] = l->param[p];
     }
   }
