@@ -125,7 +125,7 @@ static int loss_forward(kiln_layer *l) {
                                 "in [0, %lld)",
                                 lf, (long long)(o * s->inner + j), (long long)s->C);
       float pr = prob[(o * s->C + lab) * s->inner + j];
-      loss -= log(pr > FLT_MIN ? pr : FLT_MIN);
+      loss -= log(pr < FLT_MIN ? FLT_MIN : pr); /* a NaN stays NaN, so divergence shows */
       valid++;
     }
   l->top[0]->data[0] = (float)(loss / loss_normalizer(l, valid));

@@ -418,6 +418,18 @@ static int setup_params(kiln_net *net) {
   return rc;
 }
 
+static bool blob_in(kiln_blob *const *v, int n, const kiln_blob *b) {
+  for (int k = 0; k < n; k++)
+    if (v[k] == b) return true;
+  return false;
+}
+
+/* `v` holds at most net->nblobs distinct blobs; in-place layers name the same blob again and
+ * again, so only new ones are added. */
+static void add_blob_once(kiln_blob **v, int *n, kiln_blob *b) {
+  if (!blob_in(v, *n, b)) v[(*n)++] = b;
+}
+
 static void need_backward(kiln_net *net, const Caffe__NetParameter *np) {
   /* Forward: which blobs carry gradients. */
   kiln_blob **needs = calloc((size_t)net->nblobs + 1, sizeof *needs);
@@ -437,17 +449,21 @@ static void need_backward(kiln_net *net, const Caffe__NetParameter *np) {
       for (int k = 0; k < net->nlearnable; k++)
         if (net->learnable[k] == o && net->lr_mult[k] != 0) need = true;
     }
+    /* force_backward applies to each bottom on its own (Caffe's AllowForceBackward: never a
+     * loss layer's labels); it does not make the tops carry gradients, or a label that passed
+     * through a Split would be asked for a gradient downstream. */
+    bool forced_any = false;
     for (int b = 0; b < l->nbottom; b++) {
-      bool bn = false;
-      for (int k = 0; k < nneeds; k++) bn |= needs[k] == l->bottom[b];
-      if (np->force_backward && !l->ops->is_data && !(l->ops->is_loss && b > 0)) bn = true;
-      if (b < (int)l->lp->n_propagate_down && !l->lp->propagate_down[b]) bn = false;
-      l->propagate_down[b] = bn;
+      bool bn = blob_in(needs, nneeds, l->bottom[b]);
+      bool fb = np->force_backward && !l->ops->is_data && !(l->ops->is_loss && b > 0);
+      if (b < (int)l->lp->n_propagate_down && !l->lp->propagate_down[b]) bn = fb = false;
+      l->propagate_down[b] = bn || fb;
       need |= bn;
+      forced_any |= fb;
     }
-    net->layer_need_backward[i] = need;
+    net->layer_need_backward[i] = need || forced_any;
     if (need)
-      for (int t = 0; t < l->ntop; t++) needs[nneeds++] = l->top[t];
+      for (int t = 0; t < l->ntop; t++) add_blob_once(needs, &nneeds, l->top[t]);
   }
   /* Backward: only what reaches a loss. */
   nneeds = 0;
@@ -456,13 +472,13 @@ static void need_backward(kiln_net *net, const Caffe__NetParameter *np) {
     bool contributes = false;
     for (int t = 0; t < l->ntop; t++) {
       if (l->loss_weight[t] != 0) contributes = true;
-      for (int k = 0; k < nneeds; k++) contributes |= needs[k] == l->top[t];
+      contributes |= blob_in(needs, nneeds, l->top[t]);
     }
     if (!contributes) {
       net->layer_need_backward[i] = false;
       for (int b = 0; b < l->nbottom; b++) l->propagate_down[b] = false;
     } else {
-      for (int b = 0; b < l->nbottom; b++) needs[nneeds++] = l->bottom[b];
+      for (int b = 0; b < l->nbottom; b++) add_blob_once(needs, &nneeds, l->bottom[b]);
     }
   }
   free(needs);

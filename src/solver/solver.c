@@ -32,7 +32,10 @@ static void emit(kiln_solver *s, kiln_event *e) {
 
 static int resolve_type(kiln_solver *s) {
   const Caffe__SolverParameter *p = s->param;
-  if (p->has_solver_type && !p->type) {
+  /* `type` has a default ("SGD"), so protobuf-c never leaves it NULL: it was given only when it
+   * is not the default's storage. */
+  bool type_given = p->type && p->type != caffe__solver_parameter__type__default_value;
+  if (p->has_solver_type && !type_given) {
     s->type = (kiln_solver_type)p->solver_type;
     return KILN_OK;
   }
@@ -262,7 +265,7 @@ float kiln_solver_learning_rate(kiln_solver *s) {
     return (float)(base * pow(g, s->current_step));
   }
   if (strcmp(pol, "poly") == 0) {
-    double frac = s->max_iter > 0 ? it / p->max_iter : 0;
+    double frac = s->max_iter > 0 ? it / s->max_iter : 0;
     return (float)(base * pow(1.0 - frac, p->power));
   }
   /* sigmoid */
@@ -381,6 +384,23 @@ static int check_finite(kiln_solver *s, float loss) {
                      s->iter, loss);
 }
 
+/* The loss alone can miss a divergence (a loss layer that clamps its probabilities reports a
+ * finite loss from NaN inputs), so the parameters are checked after every update as well. */
+static int check_params_finite(kiln_solver *s, float rate) {
+  const kiln_net *net = s->net;
+  for (int k = 0; k < net->nlearnable; k++) {
+    const kiln_blob *b = net->learnable[k];
+    for (int64_t i = 0; i < b->count; i++)
+      if (!isfinite(b->data[i]))
+        return kiln_errorf(KILN_ERR_NUMERIC,
+                           "iteration %d: parameter '%s' became %g after the update (lr %g); "
+                           "training diverged (lower base_lr, or clip gradients with "
+                           "clip_gradients)",
+                           s->iter, b->name, b->data[i], rate);
+  }
+  return KILN_OK;
+}
+
 int kiln_solver_test(kiln_solver *s, int k) {
   kiln_net *net = s->test_nets[k];
   int iters = s->param->test_iter[k];
@@ -474,6 +494,7 @@ int kiln_solver_step(kiln_solver *s, int n) {
       window_iters = 0;
     }
     apply_update(s, rate);
+    KILN_TRY(check_params_finite(s, rate));
     s->iter++;
     kiln_event pe = {.event = "progress", .iter = s->iter, .loss = (float)smoothed, .lr = rate,
                      .samples_per_s = sps};

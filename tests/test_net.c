@@ -1,0 +1,1074 @@
+/* Net construction semantics (Caffe's Net::Init): phase / level / stage rules, in-place layers,
+ * blob wiring errors, Split insertion for fan-out (checked against finite differences of the net
+ * loss), loss weights, ParamSpec multipliers and sharing, which layers run backward, deploy
+ * headers, the memory plan, and .caffemodel round trips. Every check looks at the built
+ * kiln_net, not at log output. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <dirent.h>
+#include <ftw.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "kiln/net.h"
+
+/* ---- helpers ------------------------------------------------------------------------------ */
+
+typedef struct built {
+  Caffe__NetParameter *np;
+  kiln_net *net;
+  int rc;
+  char err[2048];
+} built;
+
+static kiln_net_options train_opts(void) {
+  kiln_net_options o = {0};
+  o.phase = CAFFE__PHASE__TRAIN;
+  o.seed = 1;
+  o.nthreads = 1;
+  return o;
+}
+
+/* Parses and builds; the parse must succeed, the build may fail (rc and err say how). */
+static void try_build(built *b, const char *text, const kiln_net_options *opt) {
+  memset(b, 0, sizeof *b);
+  int prc = kiln_net_param_from_text(text, "<test>", &b->np);
+  if (prc) fprintf(stderr, "parse: %s\n", kiln_last_error());
+  assert_int_equal(prc, KILN_OK);
+  kiln_net_options d = train_opts();
+  b->rc = kiln_net_create(b->np, opt ? opt : &d, &b->net);
+  snprintf(b->err, sizeof b->err, "%s", b->rc ? kiln_last_error() : "");
+  if (b->rc) assert_null(b->net);
+}
+
+static void build_ok(built *b, const char *text, const kiln_net_options *opt) {
+  try_build(b, text, opt);
+  if (b->rc) fprintf(stderr, "build failed: %s\n", b->err);
+  assert_int_equal(b->rc, KILN_OK);
+  assert_non_null(b->net);
+}
+
+static void build_fails(built *b, const char *text, const kiln_net_options *opt, int code) {
+  try_build(b, text, opt);
+  if (b->rc != code)
+    fprintf(stderr, "expected %s, got %s: %s\n", kiln_status_name(code), kiln_status_name(b->rc),
+            b->err);
+  assert_int_equal(b->rc, code);
+  assert_true(strlen(b->err) > 0);
+}
+
+static void built_free(built *b) {
+  kiln_net_free(b->net);
+  if (b->np) protobuf_c_message_free_unpacked(&b->np->base, NULL);
+  memset(b, 0, sizeof *b);
+}
+
+static void assert_contains(const char *hay, const char *needle) {
+  if (!strstr(hay, needle)) fprintf(stderr, "'%s' does not contain '%s'\n", hay, needle);
+  assert_non_null(strstr(hay, needle));
+}
+
+static int layer_index(const kiln_net *net, const char *name) {
+  for (int i = 0; i < net->nlayers; i++)
+    if (strcmp(net->layers[i]->name, name) == 0) return i;
+  return -1;
+}
+
+static kiln_layer *must_layer(const kiln_net *net, const char *name) {
+  kiln_layer *l = kiln_net_layer(net, name);
+  if (!l) fprintf(stderr, "no layer '%s'\n", name);
+  assert_non_null(l);
+  return l;
+}
+
+static int count_type(const kiln_net *net, const char *type) {
+  int n = 0;
+  for (int i = 0; i < net->nlayers; i++) n += strcmp(net->layers[i]->ops->type, type) == 0;
+  return n;
+}
+
+static void fill_uniform(float *x, int64_t n, uint64_t seed, float lo, float hi) {
+  kiln_rng r;
+  kiln_rng_seed(&r, seed, 7);
+  for (int64_t i = 0; i < n; i++) x[i] = kiln_rng_uniform(&r, lo, hi);
+}
+
+static void set_inputs(kiln_net *net, uint64_t seed) {
+  kiln_blob *data = kiln_net_blob(net, "data"), *label = kiln_net_blob(net, "label");
+  assert_non_null(data);
+  fill_uniform(data->data, data->count, seed, -1.5f, 1.5f);
+  if (label)
+    for (int64_t i = 0; i < label->count; i++) label->data[i] = (float)((i * 2 + 1) % 3);
+}
+
+static double net_loss(kiln_net *net) {
+  float l = 0;
+  assert_int_equal(kiln_net_forward(net, &l), KILN_OK);
+  return l;
+}
+
+static void forward_backward(kiln_net *net, float *loss) {
+  kiln_net_zero_param_diff(net);
+  assert_int_equal(kiln_net_forward(net, loss), KILN_OK);
+  assert_int_equal(kiln_net_backward(net), KILN_OK);
+}
+
+/* Central differences of the net loss with respect to x[0..n) against `analytic`; returns the
+ * number of mismatches. */
+static int fd_check(kiln_net *net, float *x, const float *analytic, int64_t n, const char *what) {
+  const double h = 1e-2, thr = 1e-3;
+  int bad = 0;
+  for (int64_t i = 0; i < n; i++) {
+    float keep = x[i];
+    x[i] = keep + (float)h;
+    double lp = net_loss(net);
+    x[i] = keep - (float)h;
+    double lm = net_loss(net);
+    x[i] = keep;
+    double num = (lp - lm) / (2 * h);
+    double scale = fmax(1.0, fmax(fabs(num), fabs(analytic[i])));
+    if (fabs(num - analytic[i]) > thr * scale) {
+      if (bad < 10)
+        fprintf(stderr, "%s[%lld]: analytic %.6g numeric %.6g\n", what, (long long)i,
+                analytic[i], num);
+      bad++;
+    }
+  }
+  return bad;
+}
+
+static float *copy_floats(const float *x, int64_t n) {
+  float *c = malloc(sizeof(float) * (size_t)(n ? n : 1));
+  assert_non_null(c);
+  memcpy(c, x, sizeof(float) * (size_t)n);
+  return c;
+}
+
+/* Temporary folders. */
+static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
+  (void)st, (void)flag, (void)ftw;
+  return remove(path);
+}
+
+static void make_tmpdir(char *dir, size_t n) {
+  snprintf(dir, n, "/tmp/kiln-test-net-XXXXXX");
+  assert_non_null(mkdtemp(dir));
+}
+
+static void rm_tree(const char *dir) { nftw(dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS); }
+
+/* ---- phase, level, stage ------------------------------------------------------------------- */
+
+static const char *rules_net =
+    "name: 'rules'\n"
+    "layer { name: 'in' type: 'Input' top: 'data' input_param { shape { dim: 2 dim: 3 } } }\n"
+    "layer { name: 'train_only' type: 'ReLU' bottom: 'data' top: 'a' include { phase: TRAIN } }\n"
+    "layer { name: 'test_only' type: 'ReLU' bottom: 'data' top: 'b' include { phase: TEST } }\n"
+    "layer { name: 'not_test' type: 'ReLU' bottom: 'data' top: 'c' exclude { phase: TEST } }\n"
+    "layer { name: 'level_1_2' type: 'ReLU' bottom: 'data' top: 'd'\n"
+    "        include { min_level: 1 max_level: 2 } }\n"
+    "layer { name: 'deploy' type: 'ReLU' bottom: 'data' top: 'e' include { stage: 'deploy' } }\n"
+    "layer { name: 'not_deploy' type: 'ReLU' bottom: 'data' top: 'f'\n"
+    "        include { not_stage: 'deploy' } }\n"
+    "layer { name: 'test_or_x' type: 'ReLU' bottom: 'data' top: 'g'\n"
+    "        include { phase: TEST } include { stage: 'x' } }\n"
+    "layer { name: 'x_and_y' type: 'ReLU' bottom: 'data' top: 'h' include { stage: 'x' stage: 'y' } }\n"
+    "layer { name: 'excl_deploy' type: 'ReLU' bottom: 'data' top: 'i' exclude { stage: 'deploy' } }\n"
+    "layer { name: 'excl_train_lvl' type: 'ReLU' bottom: 'data' top: 'j'\n"
+    "        exclude { phase: TRAIN min_level: 3 } }\n";
+
+static void expect_layers(const char *text, int phase, int level, const char *const *stages,
+                          int nstages, const char *const *want, int nwant) {
+  static const char *const all[] = {"train_only", "test_only", "not_test",    "level_1_2",
+                                    "deploy",     "not_deploy", "test_or_x", "x_and_y",
+                                    "excl_deploy", "excl_train_lvl"};
+  kiln_net_options o = train_opts();
+  o.phase = phase;
+  o.level = level;
+  o.stages = stages;
+  o.nstages = nstages;
+  built b;
+  build_ok(&b, text, &o);
+  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) {
+    bool expected = false;
+    for (int k = 0; k < nwant; k++) expected |= strcmp(want[k], all[i]) == 0;
+    bool present = kiln_net_layer(b.net, all[i]) != NULL;
+    if (present != expected)
+      fprintf(stderr, "phase %d level %d: layer '%s' %s\n", phase, level, all[i],
+              present ? "present but should not be" : "missing");
+    assert_true(present == expected);
+  }
+  built_free(&b);
+}
+
+static void test_phase_level_stage_rules(void **state) {
+  (void)state;
+  {
+    const char *want[] = {"train_only", "not_test", "not_deploy", "excl_deploy", "excl_train_lvl"};
+    expect_layers(rules_net, CAFFE__PHASE__TRAIN, 0, NULL, 0, want, 5);
+  }
+  {
+    const char *stages[] = {"deploy"};
+    const char *want[] = {"test_only", "level_1_2", "deploy", "test_or_x", "excl_train_lvl"};
+    expect_layers(rules_net, CAFFE__PHASE__TEST, 1, stages, 1, want, 5);
+  }
+  {
+    const char *stages[] = {"x"};
+    const char *want[] = {"train_only", "not_test",    "level_1_2",     "not_deploy",
+                          "test_or_x",  "excl_deploy", "excl_train_lvl"};
+    expect_layers(rules_net, CAFFE__PHASE__TRAIN, 2, stages, 1, want, 7);
+  }
+  {
+    /* level 3 is above max_level 2 and triggers the TRAIN + min_level 3 exclusion */
+    const char *stages[] = {"y", "x"};
+    const char *want[] = {"train_only", "not_test", "not_deploy", "test_or_x", "x_and_y",
+                          "excl_deploy"};
+    expect_layers(rules_net, CAFFE__PHASE__TRAIN, 3, stages, 2, want, 6);
+  }
+}
+
+static void test_include_and_exclude_is_error(void **state) {
+  (void)state;
+  built b;
+  build_fails(&b,
+              "layer { name: 'in' type: 'Input' top: 'data' input_param { shape { dim: 1 } } }\n"
+              "layer { name: 'both_rules' type: 'ReLU' bottom: 'data' top: 'r'\n"
+              "        include { phase: TRAIN } exclude { stage: 'x' } }\n",
+              NULL, KILN_ERR_INVALID);
+  assert_contains(b.err, "both_rules");
+  assert_contains(b.err, "include");
+  assert_contains(b.err, "exclude");
+  built_free(&b);
+}
+
+/* ---- wiring -------------------------------------------------------------------------------- */
+
+static void test_in_place_shares_blob(void **state) {
+  (void)state;
+  built b;
+  build_ok(&b,
+           "layer { name: 'in' type: 'Input' top: 'data' input_param { shape { dim: 2 dim: 3 } } }\n"
+           "layer { name: 'ip' type: 'InnerProduct' bottom: 'data' top: 'ip'\n"
+           "        inner_product_param { num_output: 4 } }\n"
+           "layer { name: 'relu' type: 'ReLU' bottom: 'ip' top: 'ip' }\n"
+           "layer { name: 'sig' type: 'Sigmoid' bottom: 'ip' top: 'ip' }\n",
+           NULL);
+  kiln_net *net = b.net;
+  assert_int_equal(net->nlayers, 4);
+  assert_int_equal(net->nblobs, 2); /* data, ip: the in-place layers add no blob */
+  kiln_blob *ip = kiln_net_blob(net, "ip");
+  assert_non_null(ip);
+  assert_ptr_equal(must_layer(net, "ip")->top[0], ip);
+  kiln_layer *relu = must_layer(net, "relu"), *sig = must_layer(net, "sig");
+  assert_ptr_equal(relu->bottom[0], ip);
+  assert_ptr_equal(relu->top[0], ip);
+  assert_ptr_equal(sig->bottom[0], ip);
+  assert_ptr_equal(sig->top[0], ip);
+  assert_int_equal(count_type(net, "Split"), 0);
+  assert_int_equal(net->noutputs, 1);
+  assert_ptr_equal(net->outputs[0], ip);
+  built_free(&b);
+
+  /* A long in-place chain ending in a loss: one blob carries every gradient, and backward
+   * through it matches finite differences. (Only layers whose backward can be computed from
+   * their output, as in Caffe; Dropout is the identity in TEST.) */
+  kiln_net_options o = train_opts();
+  o.phase = CAFFE__PHASE__TEST;
+  build_ok(&b,
+           "force_backward: true\n"
+           "layer { name: 'in' type: 'Input' top: 'data' top: 'label'\n"
+           "        input_param { shape { dim: 3 dim: 4 } shape { dim: 3 } } }\n"
+           "layer { name: 'ip' type: 'InnerProduct' bottom: 'data' top: 'ip'\n"
+           "        inner_product_param { num_output: 3 weight_filler { type: 'gaussian' std: 1 }\n"
+           "                              bias_filler { type: 'constant' value: 0.5 } } }\n"
+           "layer { name: 'r1' type: 'ReLU' bottom: 'ip' top: 'ip' }\n"
+           "layer { name: 'd1' type: 'Dropout' bottom: 'ip' top: 'ip' }\n"
+           "layer { name: 'r2' type: 'ReLU' bottom: 'ip' top: 'ip' }\n"
+           "layer { name: 'd2' type: 'Dropout' bottom: 'ip' top: 'ip' }\n"
+           "layer { name: 'r3' type: 'ReLU' bottom: 'ip' top: 'ip' }\n"
+           "layer { name: 'd3' type: 'Dropout' bottom: 'ip' top: 'ip' }\n"
+           "layer { name: 'loss' type: 'SoftmaxWithLoss' bottom: 'ip' bottom: 'label' top: 'loss' }\n",
+           &o);
+  net = b.net;
+  assert_int_equal(net->nblobs, 4);
+  for (int i = 0; i < net->nlayers; i++)
+    if (strcmp(net->layers[i]->name, "in") != 0) assert_true(net->layer_need_backward[i]);
+  set_inputs(net, 9);
+  float loss;
+  forward_backward(net, &loss);
+  kiln_blob *data = kiln_net_blob(net, "data");
+  float *dd = copy_floats(data->diff, data->count);
+  assert_int_equal(fd_check(net, data->data, dd, data->count, "data"), 0);
+  free(dd);
+  built_free(&b);
+}
+
+static void test_top_reuse_not_in_place_is_error(void **state) {
+  (void)state;
+  built b;
+  build_fails(&b,
+              "layer { name: 'in' type: 'Input' top: 'data' top: 'other'\n"
+              "        input_param { shape { dim: 2 dim: 3 } } }\n"
+              "layer { name: 'first' type: 'ReLU' bottom: 'data' top: 'x' }\n"
+              "layer { name: 'second' type: 'Sigmoid' bottom: 'other' top: 'x' }\n",
+              NULL, KILN_ERR_INVALID);
+  assert_contains(b.err, "'second'");
+  assert_contains(b.err, "'first'");
+  assert_contains(b.err, "'x'");
+  built_free(&b);
+  /* Naming an existing blob as top while reading a different bottom is not in place either. */
+  build_fails(&b,
+              "layer { name: 'in' type: 'Input' top: 'data' top: 'other'\n"
+              "        input_param { shape { dim: 2 dim: 3 } } }\n"
+              "layer { name: 'clobber' type: 'ReLU' bottom: 'other' top: 'data' }\n",
+              NULL, KILN_ERR_INVALID);
+  assert_contains(b.err, "'clobber'");
+  assert_contains(b.err, "'in'");
+  built_free(&b);
+}
+
+static void test_missing_bottom_is_error(void **state) {
+  (void)state;
+  built b;
+  build_fails(&b,
+              "layer { name: 'in' type: 'Input' top: 'data' input_param { shape { dim: 2 } } }\n"
+              "layer { name: 'relu' type: 'ReLU' bottom: 'nowhere' top: 'r' }\n",
+              NULL, KILN_ERR_INVALID);
+  assert_contains(b.err, "'relu'");
+  assert_contains(b.err, "'nowhere'");
+  assert_contains(b.err, "TRAIN");
+  built_free(&b);
+  /* The producer exists, but only in TRAIN: the TEST net cannot be wired. */
+  const char *text =
+      "layer { name: 'in' type: 'Input' top: 'data' input_param { shape { dim: 2 } } }\n"
+      "layer { name: 'prep' type: 'ReLU' bottom: 'data' top: 'p' include { phase: TRAIN } }\n"
+      "layer { name: 'use' type: 'Sigmoid' bottom: 'p' top: 's' }\n";
+  build_ok(&b, text, NULL);
+  built_free(&b);
+  kiln_net_options o = train_opts();
+  o.phase = CAFFE__PHASE__TEST;
+  o.source = "nets/x.prototxt";
+  build_fails(&b, text, &o, KILN_ERR_INVALID);
+  assert_contains(b.err, "nets/x.prototxt");
+  assert_contains(b.err, "'use'");
+  assert_contains(b.err, "'p'");
+  assert_contains(b.err, "TEST");
+  built_free(&b);
+  /* A layer may not read a blob that only a later layer produces. */
+  build_fails(&b,
+              "layer { name: 'in' type: 'Input' top: 'data' input_param { shape { dim: 2 } } }\n"
+              "layer { name: 'early' type: 'ReLU' bottom: 'late_blob' top: 'e' }\n"
+              "layer { name: 'late' type: 'ReLU' bottom: 'data' top: 'late_blob' }\n",
+              NULL, KILN_ERR_INVALID);
+  assert_contains(b.err, "'early'");
+  assert_contains(b.err, "'late_blob'");
+  built_free(&b);
+}
+
+/* ---- splits -------------------------------------------------------------------------------- */
+
+static const char *fanout_net =
+    "name: 'fanout'\n"
+    "force_backward: true\n"
+    "layer { name: 'in' type: 'Input' top: 'data' top: 'label'\n"
+    "        input_param { shape { dim: 4 dim: 5 } shape { dim: 4 } } }\n"
+    "layer { name: 'ip' type: 'InnerProduct' bottom: 'data' top: 'ip'\n"
+    "        inner_product_param { num_output: 3 weight_filler { type: 'gaussian' std: 0.7 }\n"
+    "                              bias_filler { type: 'uniform' min: -0.5 max: 0.5 } } }\n"
+    "layer { name: 'loss1' type: 'SoftmaxWithLoss' bottom: 'ip' bottom: 'label' top: 'loss1' }\n"
+    "layer { name: 'loss2' type: 'SoftmaxWithLoss' bottom: 'ip' bottom: 'label' top: 'loss2'\n"
+    "        loss_weight: 0.5 }\n";
+
+
+static void test_split_for_fanout(void **state) {
+  (void)state;
+  built b;
+  build_ok(&b, fanout_net, NULL);
+  kiln_net *net = b.net;
+  /* ip feeds two losses, label feeds two losses: two Splits, each right after its producer. */
+  assert_int_equal(count_type(net, "Split"), 2);
+  int ip_i = layer_index(net, "ip"), sp_i = layer_index(net, "ip_ip_0_split");
+  assert_true(ip_i >= 0);
+  assert_int_equal(sp_i, ip_i + 1);
+  kiln_layer *sp = net->layers[sp_i];
+  assert_string_equal(sp->ops->type, "Split");
+  assert_int_equal(sp->ntop, 2);
+  assert_ptr_equal(sp->bottom[0], kiln_net_blob(net, "ip"));
+  assert_string_equal(sp->top[0]->name, "ip_ip_0_split_0");
+  assert_string_equal(sp->top[1]->name, "ip_ip_0_split_1");
+  kiln_layer *lsp = must_layer(net, "label_in_1_split");
+  assert_string_equal(lsp->top[0]->name, "label_in_1_split_0");
+  assert_string_equal(lsp->top[1]->name, "label_in_1_split_1");
+  kiln_layer *l1 = must_layer(net, "loss1"), *l2 = must_layer(net, "loss2");
+  assert_ptr_equal(l1->bottom[0], sp->top[0]);
+  assert_ptr_equal(l2->bottom[0], sp->top[1]);
+  assert_ptr_equal(l1->bottom[1], lsp->top[0]);
+  assert_ptr_equal(l2->bottom[1], lsp->top[1]);
+  assert_true(net->layer_need_backward[sp_i]);
+  assert_true(sp->propagate_down[0]);
+
+  /* The gradient reaching ip (and data) is the sum over both consumers. */
+  set_inputs(net, 11);
+  float loss;
+  forward_backward(net, &loss);
+  double l1v = l1->top[0]->data[0], l2v = l2->top[0]->data[0];
+  assert_true(fabs(loss - (l1v + 0.5 * l2v)) < 1e-5);
+  kiln_blob *data = kiln_net_blob(net, "data");
+  float *ddata = copy_floats(data->diff, data->count);
+  kiln_blob *w = must_layer(net, "ip")->param[0], *bias = must_layer(net, "ip")->param[1];
+  float *dw = copy_floats(w->diff, w->count), *db = copy_floats(bias->diff, bias->count);
+  double norm = 0;
+  for (int64_t i = 0; i < data->count; i++) norm += fabs(ddata[i]);
+  assert_true(norm > 1e-3); /* a real gradient, not zeros */
+  assert_int_equal(fd_check(net, data->data, ddata, data->count, "data"), 0);
+  assert_int_equal(fd_check(net, w->data, dw, w->count, "ip.w"), 0);
+  assert_int_equal(fd_check(net, bias->data, db, bias->count, "ip.b"), 0);
+  /* ip's top diff (written by the Split) is exactly the sum of its two tops' diffs. */
+  forward_backward(net, &loss);
+  kiln_blob *ipb = kiln_net_blob(net, "ip");
+  for (int64_t i = 0; i < ipb->count; i++)
+    assert_true(ipb->diff[i] == sp->top[0]->diff[i] + sp->top[1]->diff[i]);
+  free(ddata);
+  free(dw);
+  free(db);
+  built_free(&b);
+}
+
+static void test_split_for_loss_weighted_top_also_consumed(void **state) {
+  (void)state;
+  built b;
+  build_ok(&b,
+           "name: 'lw_split'\n"
+           "force_backward: true\n"
+           "layer { name: 'in' type: 'Input' top: 'data' top: 'label'\n"
+           "        input_param { shape { dim: 4 dim: 5 } shape { dim: 4 } } }\n"
+           "layer { name: 'ip' type: 'InnerProduct' bottom: 'data' top: 'ip' loss_weight: 0.25\n"
+           "        inner_product_param { num_output: 3 weight_filler { type: 'gaussian' std: 0.7 } } }\n"
+           "layer { name: 'loss' type: 'SoftmaxWithLoss' bottom: 'ip' bottom: 'label' top: 'loss' }\n",
+           NULL);
+  kiln_net *net = b.net;
+  kiln_layer *ip = must_layer(net, "ip"), *sp = must_layer(net, "ip_ip_0_split");
+  kiln_layer *loss_l = must_layer(net, "loss");
+  assert_int_equal(count_type(net, "Split"), 1);
+  assert_int_equal(sp->ntop, 2);
+  /* The loss moves to the Split's first top; the consumer reads the second. */
+  assert_true(ip->loss_weight[0] == 0.0f);
+  assert_true(sp->loss_weight[0] == 0.25f);
+  assert_true(sp->loss_weight[1] == 0.0f);
+  assert_ptr_equal(loss_l->bottom[0], sp->top[1]);
+  assert_true(loss_l->loss_weight[0] == 1.0f);
+  /* Outputs: the Split's loss top (0.25) and the loss (1). */
+  assert_int_equal(net->noutputs, 2);
+  float want[2] = {0, 0};
+  for (int o = 0; o < net->noutputs; o++) {
+    if (net->outputs[o] == sp->top[0]) want[0] = net->output_loss_weight[o];
+    if (net->outputs[o] == loss_l->top[0]) want[1] = net->output_loss_weight[o];
+  }
+  assert_true(want[0] == 0.25f && want[1] == 1.0f);
+
+  set_inputs(net, 12);
+  float loss;
+  forward_backward(net, &loss);
+  double sum_ip = 0;
+  kiln_blob *ipb = kiln_net_blob(net, "ip");
+  for (int64_t i = 0; i < ipb->count; i++) sum_ip += ipb->data[i];
+  assert_true(fabs(loss - (0.25 * sum_ip + loss_l->top[0]->data[0])) < 1e-5);
+  kiln_blob *data = kiln_net_blob(net, "data");
+  float *ddata = copy_floats(data->diff, data->count);
+  float *dw = copy_floats(ip->param[0]->diff, ip->param[0]->count);
+  assert_int_equal(fd_check(net, data->data, ddata, data->count, "data"), 0);
+  assert_int_equal(fd_check(net, ip->param[0]->data, dw, ip->param[0]->count, "ip.w"), 0);
+  free(ddata);
+  free(dw);
+  built_free(&b);
+}
+
+/* ---- loss weights ---------------------------------------------------------------------------- */
+
+static const char *loss_net_fmt =
+    "name: 'lw'\n"
+    "layer { name: 'in' type: 'Input' top: 'data' top: 'label'\n"
+    "        input_param { shape { dim: 4 dim: 5 } shape { dim: 4 } } }\n"
+    "layer { name: 'ip' type: 'InnerProduct' bottom: 'data' top: 'ip'\n"
+    "        inner_product_param { num_output: 3 weight_filler { type: 'gaussian' std: 0.7 } } }\n"
+    "layer { name: 'loss' type: 'SoftmaxWithLoss' bottom: 'ip' bottom: 'label' top: 'loss' %s }\n"
+    "layer { name: 'acc' type: 'Accuracy' bottom: 'ip' bottom: 'label' top: 'acc' }\n";
+
+static void test_loss_weight_default_and_explicit(void **state) {
+  (void)state;
+  char text[2048];
+  built one, half;
+  snprintf(text, sizeof text, loss_net_fmt, "");
+  build_ok(&one, text, NULL);
+  snprintf(text, sizeof text, loss_net_fmt, "loss_weight: 0.5");
+  build_ok(&half, text, NULL);
+  kiln_layer *l = must_layer(one.net, "loss");
+  assert_true(l->loss_weight[0] == 1.0f);
+  assert_true(must_layer(one.net, "acc")->loss_weight[0] == 0.0f);
+  assert_true(must_layer(one.net, "ip")->loss_weight[0] == 0.0f);
+  assert_true(must_layer(half.net, "loss")->loss_weight[0] == 0.5f);
+  for (int o = 0; o < one.net->noutputs; o++) {
+    const char *n = one.net->outputs[o]->name;
+    float lw = one.net->output_loss_weight[o];
+    if (strcmp(n, "loss") == 0) assert_true(lw == 1.0f);
+    else assert_true(lw == 0.0f);
+  }
+
+  set_inputs(one.net, 5);
+  set_inputs(half.net, 5);
+  assert_int_equal(one.net->nparam_floats, half.net->nparam_floats);
+  assert_memory_equal(one.net->param_data, half.net->param_data,
+                      sizeof(float) * (size_t)one.net->nparam_floats);
+  float l1, l2;
+  forward_backward(one.net, &l1);
+  forward_backward(half.net, &l2);
+  assert_true(l1 > 0.1f);
+  assert_true(fabs(l2 - 0.5 * l1) <= 1e-6 * l1);
+  /* The top itself is unscaled; only its contribution to the objective is. */
+  assert_true(must_layer(half.net, "loss")->top[0]->data[0] == must_layer(one.net, "loss")->top[0]->data[0]);
+  double gsum = 0;
+  for (int64_t i = 0; i < one.net->nparam_floats; i++) {
+    float g1 = one.net->param_diff[i], g2 = half.net->param_diff[i];
+    assert_true(fabs(g2 - 0.5 * g1) <= 1e-6 * fabs(g1) + 1e-9);
+    gsum += fabs(g1);
+  }
+  assert_true(gsum > 1e-3);
+  built_free(&one);
+  built_free(&half);
+
+  /* loss_weight count must match the tops */
+  snprintf(text, sizeof text, loss_net_fmt, "loss_weight: 1 loss_weight: 2");
+  build_fails(&one, text, NULL, KILN_ERR_INVALID);
+  assert_contains(one.err, "'loss'");
+  built_free(&one);
+}
+
+/* ---- parameters -------------------------------------------------------------------------------- */
+
+static void test_lr_mult_decay_mult(void **state) {
+  (void)state;
+  built b;
+  build_ok(&b,
+           "layer { name: 'in' type: 'Input' top: 'data' top: 'label'\n"
+           "        input_param { shape { dim: 2 dim: 3 } shape { dim: 2 } } }\n"
+           "layer { name: 'frozen' type: 'InnerProduct' bottom: 'data' top: 'f'\n"
+           "        param { lr_mult: 0 decay_mult: 0 } param { lr_mult: 0 decay_mult: 0 }\n"
+           "        inner_product_param { num_output: 4 } }\n"
+           "layer { name: 'ip' type: 'InnerProduct' bottom: 'f' top: 'ip'\n"
+           "        param { lr_mult: 1 decay_mult: 1 } param { lr_mult: 2 decay_mult: 0 }\n"
+           "        inner_product_param { num_output: 3 } }\n"
+           "layer { name: 'ip2' type: 'InnerProduct' bottom: 'ip' top: 'ip2'\n"
+           "        param { lr_mult: 0.5 }\n"
+           "        inner_product_param { num_output: 3 } }\n"
+           "layer { name: 'loss' type: 'SoftmaxWithLoss' bottom: 'ip2' bottom: 'label' top: 'loss' }\n",
+           NULL);
+  kiln_net *net = b.net;
+  assert_int_equal(net->nlearnable, 6);
+  const float lr[] = {0, 0, 1, 2, 0.5f, 1}, dec[] = {0, 0, 1, 0, 1, 1};
+  kiln_layer *owners[] = {must_layer(net, "frozen"), must_layer(net, "ip"), must_layer(net, "ip2")};
+  for (int k = 0; k < 6; k++) {
+    assert_ptr_equal(net->learnable[k], owners[k / 2]->param[k % 2]);
+    assert_true(net->lr_mult[k] == lr[k]);
+    assert_true(net->decay_mult[k] == dec[k]);
+    /* views into the flat buffers */
+    assert_ptr_equal(net->learnable[k]->data, net->param_data + net->learnable_offset[k]);
+    assert_ptr_equal(net->learnable[k]->diff, net->param_diff + net->learnable_offset[k]);
+  }
+  /* A layer whose parameters are all frozen and whose input needs no gradient skips backward. */
+  assert_false(net->layer_need_backward[layer_index(net, "frozen")]);
+  assert_true(net->layer_need_backward[layer_index(net, "ip")]);
+  assert_true(must_layer(net, "ip")->propagate_down[0] == false);
+  assert_true(must_layer(net, "ip2")->propagate_down[0] == true);
+  built_free(&b);
+
+  /* more ParamSpecs than parameter blobs */
+  build_fails(&b,
+              "layer { name: 'in' type: 'Input' top: 'data' input_param { shape { dim: 2 dim: 3 } } }\n"
+              "layer { name: 'ip' type: 'InnerProduct' bottom: 'data' top: 'ip'\n"
+              "        param { } param { } param { } inner_product_param { num_output: 3 } }\n",
+              NULL, KILN_ERR_INVALID);
+  assert_contains(b.err, "'ip'");
+  built_free(&b);
+}
+
+static const char *shared_fmt =
+    "force_backward: true\n"
+    "layer { name: 'in' type: 'Input' top: 'a' top: 'b' top: 'label'\n"
+    "        input_param { shape { dim: 4 dim: 5 } shape { dim: 4 dim: %d } shape { dim: 4 } } }\n"
+    "layer { name: 'ip1' type: 'InnerProduct' bottom: 'a' top: 'ip1'\n"
+    "        param { name: 'w' lr_mult: 3 } param { name: 'bias' }\n"
+    "        inner_product_param { num_output: 3 weight_filler { type: 'gaussian' std: 0.6 }\n"
+    "                              bias_filler { type: 'gaussian' std: 0.3 } } }\n"
+    "layer { name: 'ip2' type: 'InnerProduct' bottom: 'b' top: 'ip2'\n"
+    "        param { name: 'w' %s } param { name: 'bias' }\n"
+    "        inner_product_param { num_output: %d weight_filler { type: 'gaussian' std: 0.6 }\n"
+    "                              bias_filler { type: 'gaussian' std: 0.3 } } }\n"
+    "layer { name: 'l1' type: 'SoftmaxWithLoss' bottom: 'ip1' bottom: 'label' top: 'l1' }\n"
+    "layer { name: 'l2' type: 'SoftmaxWithLoss' bottom: 'ip2' bottom: 'label' top: 'l2' }\n";
+
+static void test_param_sharing_by_name(void **state) {
+  (void)state;
+  char text[4096];
+  built b;
+  snprintf(text, sizeof text, shared_fmt, 5, "", 3);
+  build_ok(&b, text, NULL);
+  kiln_net *net = b.net;
+  kiln_layer *ip1 = must_layer(net, "ip1"), *ip2 = must_layer(net, "ip2");
+  assert_int_equal(net->nlearnable, 2);
+  assert_ptr_equal(net->learnable[0], ip1->param[0]);
+  assert_ptr_equal(net->learnable[1], ip1->param[1]);
+  assert_ptr_equal(ip2->param[0]->data, ip1->param[0]->data);
+  assert_ptr_equal(ip2->param[0]->diff, ip1->param[0]->diff);
+  assert_ptr_equal(ip2->param[1]->data, ip1->param[1]->data);
+  assert_ptr_equal(ip2->param[1]->diff, ip1->param[1]->diff);
+  assert_true(net->lr_mult[0] == 3.0f); /* the owner's spec */
+  assert_int_equal(net->nparam_floats, 16 + 16); /* 15 and 3 floats in 64-byte slots */
+  assert_true(net->layer_need_backward[layer_index(net, "ip2")]);
+
+  /* The shared gradient accumulates both users' contributions. */
+  kiln_blob *a = kiln_net_blob(net, "a"), *bb = kiln_net_blob(net, "b");
+  fill_uniform(a->data, a->count, 3, -1, 1);
+  fill_uniform(bb->data, bb->count, 4, -1, 1);
+  kiln_blob *label = kiln_net_blob(net, "label");
+  for (int i = 0; i < 4; i++) label->data[i] = (float)(i % 3);
+  float loss;
+  forward_backward(net, &loss);
+  kiln_blob *w = ip1->param[0], *bias = ip1->param[1];
+  float *dw = copy_floats(w->diff, w->count), *db = copy_floats(bias->diff, bias->count);
+  assert_int_equal(fd_check(net, w->data, dw, w->count, "shared w"), 0);
+  assert_int_equal(fd_check(net, bias->data, db, bias->count, "shared bias"), 0);
+  free(dw);
+  free(db);
+  built_free(&b);
+
+  /* Shape mismatch on a shared name. */
+  snprintf(text, sizeof text, shared_fmt, 5, "", 4);
+  build_fails(&b, text, NULL, KILN_ERR_SHAPE);
+  assert_contains(b.err, "'ip2'");
+  assert_contains(b.err, "'w'");
+  built_free(&b);
+  /* PERMISSIVE accepts the same count in another shape (4x3 against 3x4)... */
+  snprintf(text, sizeof text,
+           "layer { name: 'in' type: 'Input' top: 'a' top: 'b'\n"
+           "        input_param { shape { dim: 2 dim: 4 } shape { dim: 2 dim: 3 } } }\n"
+           "layer { name: 'ip1' type: 'InnerProduct' bottom: 'a' top: 'ip1'\n"
+           "        param { name: 'w' } inner_product_param { num_output: 3 bias_term: false } }\n"
+           "layer { name: 'ip2' type: 'InnerProduct' bottom: 'b' top: 'ip2'\n"
+           "        param { name: 'w' share_mode: %s }\n"
+           "        inner_product_param { num_output: 4 bias_term: false } }\n",
+           "PERMISSIVE");
+  build_ok(&b, text, NULL);
+  assert_int_equal(b.net->nlearnable, 1);
+  assert_ptr_equal(must_layer(b.net, "ip2")->param[0]->data, must_layer(b.net, "ip1")->param[0]->data);
+  built_free(&b);
+  /* ...STRICT does not. */
+  text[0] = 0;
+  snprintf(text, sizeof text,
+           "layer { name: 'in' type: 'Input' top: 'a' top: 'b'\n"
+           "        input_param { shape { dim: 2 dim: 4 } shape { dim: 2 dim: 3 } } }\n"
+           "layer { name: 'ip1' type: 'InnerProduct' bottom: 'a' top: 'ip1'\n"
+           "        param { name: 'w' } inner_product_param { num_output: 3 bias_term: false } }\n"
+           "layer { name: 'ip2' type: 'InnerProduct' bottom: 'b' top: 'ip2'\n"
+           "        param { name: 'w' share_mode: %s }\n"
+           "        inner_product_param { num_output: 4 bias_term: false } }\n",
+           "STRICT");
+  build_fails(&b, text, NULL, KILN_ERR_SHAPE);
+  built_free(&b);
+}
+
+/* ---- backward needs -------------------------------------------------------------------------- */
+
+static const char *needs_fmt =
+    "%s\n"
+    "layer { name: 'in' type: 'Input' top: 'data' top: 'label'\n"
+    "        input_param { shape { dim: 4 dim: 5 } shape { dim: 4 } } }\n"
+    "layer { name: 'ip' type: 'InnerProduct' bottom: 'data' top: 'ip'\n"
+    "        inner_product_param { num_output: 3 } }\n"
+    "layer { name: 'side' type: 'InnerProduct' bottom: 'data' top: 'side'\n"
+    "        inner_product_param { num_output: 2 } }\n"
+    "layer { name: 'side_relu' type: 'ReLU' bottom: 'side' top: 'side' }\n"
+    "layer { name: 'loss' type: 'SoftmaxWithLoss' bottom: 'ip' bottom: 'label' top: 'loss' }\n"
+    "layer { name: 'acc' type: 'Accuracy' bottom: 'ip' bottom: 'label' top: 'acc' }\n";
+
+static void test_need_backward(void **state) {
+  (void)state;
+  char text[4096];
+  built b;
+  snprintf(text, sizeof text, needs_fmt, "");
+  build_ok(&b, text, NULL);
+  kiln_net *net = b.net;
+  struct {
+    const char *name;
+    bool need;
+  } want[] = {{"in", false},  {"data_in_0_split", false}, {"label_in_1_split", false},
+              {"ip", true},   {"ip_ip_0_split", true},    {"side", false},
+              {"side_relu", false}, {"loss", true},       {"acc", false}};
+  assert_int_equal(net->nlayers, (int)(sizeof want / sizeof want[0]));
+  for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+    int li = layer_index(net, want[i].name);
+    assert_true(li >= 0);
+    if (net->layer_need_backward[li] != want[i].need)
+      fprintf(stderr, "layer '%s': need_backward %d\n", want[i].name, net->layer_need_backward[li]);
+    assert_true(net->layer_need_backward[li] == want[i].need);
+  }
+  kiln_layer *loss = must_layer(net, "loss");
+  assert_true(loss->propagate_down[0]);
+  assert_false(loss->propagate_down[1]); /* labels */
+  assert_false(must_layer(net, "ip")->propagate_down[0]); /* data needs no gradient */
+  kiln_layer *acc = must_layer(net, "acc");
+  assert_false(acc->propagate_down[0]);
+  assert_false(acc->propagate_down[1]);
+  assert_false(must_layer(net, "side")->propagate_down[0]);
+  /* Backward runs and fills only the needed gradients. */
+  set_inputs(net, 2);
+  float l;
+  forward_backward(net, &l);
+  kiln_layer *side = must_layer(net, "side");
+  for (int64_t i = 0; i < side->param[0]->count; i++) assert_true(side->param[0]->diff[i] == 0.0f);
+  double s = 0;
+  kiln_layer *ip = must_layer(net, "ip");
+  for (int64_t i = 0; i < ip->param[0]->count; i++) s += fabs(ip->param[0]->diff[i]);
+  assert_true(s > 0);
+  built_free(&b);
+
+  /* force_backward: data gets a gradient, the labels still do not. */
+  snprintf(text, sizeof text, needs_fmt, "force_backward: true");
+  build_ok(&b, text, NULL);
+  net = b.net;
+  assert_true(must_layer(net, "ip")->propagate_down[0]);
+  assert_true(net->layer_need_backward[layer_index(net, "data_in_0_split")]);
+  assert_false(must_layer(net, "loss")->propagate_down[1]);
+  assert_true(must_layer(net, "loss")->propagate_down[0]);
+  built_free(&b);
+
+  /* propagate_down: false on the data bottom stops the gradient there. */
+  build_ok(&b,
+           "force_backward: true\n"
+           "layer { name: 'in' type: 'Input' top: 'data' top: 'label'\n"
+           "        input_param { shape { dim: 4 dim: 5 } shape { dim: 4 } } }\n"
+           "layer { name: 'ip' type: 'InnerProduct' bottom: 'data' top: 'ip' propagate_down: false\n"
+           "        inner_product_param { num_output: 3 } }\n"
+           "layer { name: 'loss' type: 'SoftmaxWithLoss' bottom: 'ip' bottom: 'label' top: 'loss' }\n",
+           NULL);
+  assert_false(must_layer(b.net, "ip")->propagate_down[0]);
+  assert_true(b.net->layer_need_backward[layer_index(b.net, "ip")]); /* its weights still learn */
+  built_free(&b);
+}
+
+/* ---- deploy headers -------------------------------------------------------------------------- */
+
+static void test_deploy_headers(void **state) {
+  (void)state;
+  built b;
+  build_ok(&b,
+           "name: 'deploy'\n"
+           "input: 'data' input_dim: 1 input_dim: 3 input_dim: 8 input_dim: 8\n"
+           "layer { name: 'relu' type: 'ReLU' bottom: 'data' top: 'r' }\n",
+           NULL);
+  kiln_net *net = b.net;
+  assert_int_equal(net->nlayers, 2);
+  assert_string_equal(net->layers[0]->ops->type, "Input");
+  assert_int_equal(net->layers[0]->ntop, 1);
+  kiln_blob *d = kiln_net_blob(net, "data");
+  assert_non_null(d);
+  assert_ptr_equal(net->layers[0]->top[0], d);
+  assert_int_equal(d->naxes, 4);
+  const int64_t s1[] = {1, 3, 8, 8};
+  for (int i = 0; i < 4; i++) assert_int_equal(d->shape[i], s1[i]);
+  assert_int_equal(kiln_net_blob(net, "r")->count, 192);
+  built_free(&b);
+
+  build_ok(&b,
+           "input: 'data' input_shape { dim: 2 dim: 3 dim: 5 }\n"
+           "input: 'label' input_shape { dim: 2 }\n"
+           "layer { name: 'ip' type: 'InnerProduct' bottom: 'data' top: 'ip'\n"
+           "        inner_product_param { num_output: 4 } }\n"
+           "layer { name: 'loss' type: 'SoftmaxWithLoss' bottom: 'ip' bottom: 'label' top: 'loss' }\n",
+           NULL);
+  net = b.net;
+  assert_string_equal(net->layers[0]->ops->type, "Input");
+  assert_int_equal(net->layers[0]->ntop, 2);
+  d = kiln_net_blob(net, "data");
+  assert_int_equal(d->naxes, 3);
+  assert_int_equal(d->shape[0], 2);
+  assert_int_equal(d->shape[1], 3);
+  assert_int_equal(d->shape[2], 5);
+  kiln_blob *lab = kiln_net_blob(net, "label");
+  assert_int_equal(lab->naxes, 1);
+  assert_int_equal(lab->shape[0], 2);
+  assert_int_equal(must_layer(net, "ip")->param[0]->shape[1], 15);
+  built_free(&b);
+
+  build_fails(&b,
+              "input: 'data' input_dim: 1 input_dim: 3\n"
+              "layer { name: 'relu' type: 'ReLU' bottom: 'data' top: 'r' }\n",
+              NULL, KILN_ERR_INVALID);
+  assert_contains(b.err, "input_dim");
+  built_free(&b);
+  build_fails(&b,
+              "input: 'data' input: 'label' input_shape { dim: 2 dim: 3 }\n"
+              "layer { name: 'relu' type: 'ReLU' bottom: 'data' top: 'r' }\n",
+              NULL, KILN_ERR_INVALID);
+  assert_contains(b.err, "input_shape");
+  built_free(&b);
+}
+
+/* ---- layer errors ------------------------------------------------------------------------------ */
+
+static void test_unknown_type_and_bottom_count(void **state) {
+  (void)state;
+  built b;
+  build_fails(&b,
+              "layer { name: 'in' type: 'Input' top: 'data' input_param { shape { dim: 2 dim: 3 } } }\n"
+              "layer { name: 'odd' type: 'Convolutionn' bottom: 'data' top: 'c' }\n",
+              NULL, KILN_ERR_UNSUPPORTED);
+  assert_contains(b.err, "'odd'");
+  assert_contains(b.err, "Convolutionn");
+  const char *known[] = {"Convolution", "InnerProduct", "SoftmaxWithLoss", "Data", "Input",
+                         "Pooling", "ReLU", "Dropout", "Accuracy"};
+  for (size_t i = 0; i < sizeof known / sizeof known[0]; i++) assert_contains(b.err, known[i]);
+  built_free(&b);
+
+  build_fails(&b,
+              "layer { name: 'in' type: 'Input' top: 'data' input_param { shape { dim: 2 dim: 3 } } }\n"
+              "layer { name: 'lonely_loss' type: 'SoftmaxWithLoss' bottom: 'data' top: 'l' }\n",
+              NULL, KILN_ERR_INVALID);
+  assert_contains(b.err, "'lonely_loss'");
+  assert_contains(b.err, "bottom");
+  built_free(&b);
+  build_fails(&b,
+              "layer { name: 'in' type: 'Input' top: 'data' top: 'x'\n"
+              "        input_param { shape { dim: 2 dim: 3 } } }\n"
+              "layer { name: 'relu2' type: 'ReLU' bottom: 'data' bottom: 'x' top: 'r' }\n",
+              NULL, KILN_ERR_INVALID);
+  assert_contains(b.err, "'relu2'");
+  built_free(&b);
+}
+
+/* ---- memory plan -------------------------------------------------------------------------------- */
+
+static const char *big_net =
+    "name: 'big'\n"
+    "layer { name: 'in' type: 'Input' top: 'data'\n"
+    "        input_param { shape { dim: 64 dim: 3 dim: 128 dim: 128 } } }\n"
+    "layer { name: 'relu' type: 'ReLU' bottom: 'data' top: 'r' }\n"
+    "layer { name: 'ip' type: 'InnerProduct' bottom: 'r' top: 'ip'\n"
+    "        inner_product_param { num_output: 2 } }\n";
+
+static void test_memory_plan(void **state) {
+  (void)state;
+  built ok;
+  build_ok(&ok, big_net, NULL); /* no limit: what the machine has */
+  const kiln_memory_plan *m = &ok.net->memory;
+  const int64_t act = 64LL * 3 * 128 * 128;
+  assert_true(m->activations >= 2 * act * 8); /* data and r, each with data and diff */
+  assert_int_equal(m->params, (int64_t)(2 * act / 64 + 2) * 4);
+  assert_int_equal(m->grads, m->params);
+  assert_true(m->total >= m->params + m->grads + m->activations);
+  int64_t total = m->total;
+  char want[64];
+  snprintf(want, sizeof want, "%.1f MiB", total / (double)(1 << 20));
+
+  kiln_net_options o = train_opts();
+  o.max_memory = 1 << 20;
+  built bad;
+  build_fails(&bad, big_net, &o, KILN_ERR_NOMEM);
+  assert_contains(bad.err, "activations");
+  assert_contains(bad.err, want);
+  assert_contains(bad.err, "'big'");
+  built_free(&bad);
+
+  /* Solver history counts too: a limit just above the plan without it fails with it. */
+  o.max_memory = (uint64_t)total + 1024;
+  built fits;
+  build_ok(&fits, big_net, &o);
+  built_free(&fits);
+  o.history_per_param = 2;
+  o.max_memory = (uint64_t)total + (uint64_t)m->params; /* one history copy short */
+  build_fails(&bad, big_net, &o, KILN_ERR_NOMEM);
+  built_free(&bad);
+  built_free(&ok);
+}
+
+/* ---- weights ------------------------------------------------------------------------------------ */
+
+static const char *weights_fmt =
+    "name: 'wnet'\n"
+    "layer { name: 'in' type: 'Input' top: 'data' top: 'label'\n"
+    "        input_param { shape { dim: 2 dim: 1 dim: 6 dim: 6 } shape { dim: 2 } } }\n"
+    "layer { name: 'conv' type: 'Convolution' bottom: 'data' top: 'conv'\n"
+    "        convolution_param { num_output: 2 kernel_size: 3\n"
+    "          weight_filler { type: 'gaussian' std: 0.1 } bias_filler { type: 'gaussian' std: 0.1 } } }\n"
+    "layer { name: 'ip' type: 'InnerProduct' bottom: 'conv' top: 'ip'\n"
+    "        inner_product_param { num_output: %d %s weight_filler { type: 'xavier' }\n"
+    "          bias_filler { type: 'uniform' min: -1 max: 1 } } }\n"
+    "layer { name: 'loss' type: 'SoftmaxWithLoss' bottom: 'ip' bottom: 'label' top: 'loss' }\n";
+
+static bool dir_has_tmp(const char *dir) {
+  DIR *d = opendir(dir);
+  assert_non_null(d);
+  bool found = false;
+  struct dirent *e;
+  while ((e = readdir(d)))
+    if (strstr(e->d_name, ".tmp")) found = true;
+  closedir(d);
+  return found;
+}
+
+static void write_bytes(const char *path, const void *p, size_t n) {
+  FILE *f = fopen(path, "wb");
+  assert_non_null(f);
+  assert_int_equal(fwrite(p, 1, n, f), n);
+  fclose(f);
+}
+
+static void test_weights_round_trip(void **state) {
+  (void)state;
+  char dir[64], path[256], text[4096];
+  make_tmpdir(dir, sizeof dir);
+  snprintf(path, sizeof path, "%s/w.caffemodel", dir);
+  snprintf(text, sizeof text, weights_fmt, 3, "");
+  built a, b;
+  build_ok(&a, text, NULL);
+  kiln_net_options o = train_opts();
+  o.seed = 99;
+  build_ok(&b, text, &o);
+  assert_int_equal(a.net->nlearnable, 4);
+  assert_int_equal(a.net->nparam_floats, b.net->nparam_floats);
+  bool differ = false;
+  for (int k = 0; k < a.net->nlearnable; k++)
+    differ |= memcmp(a.net->learnable[k]->data, b.net->learnable[k]->data,
+                     sizeof(float) * (size_t)a.net->learnable[k]->count) != 0;
+  assert_true(differ); /* another seed, other weights: the load must do the work */
+
+  assert_int_equal(kiln_net_save_weights(a.net, path), KILN_OK);
+  assert_false(dir_has_tmp(dir));
+  /* The file is a NetParameter with the learnable layers' blobs and no Split layers. */
+  ProtobufCMessage *m;
+  assert_int_equal(kiln_proto_read_binary(path, &caffe__net_parameter__descriptor, &m), KILN_OK);
+  Caffe__NetParameter *np = (Caffe__NetParameter *)m;
+  int with_blobs = 0;
+  for (size_t i = 0; i < np->n_layer; i++) {
+    assert_string_not_equal(np->layer[i]->type, "Split");
+    if (np->layer[i]->n_blobs) {
+      with_blobs++;
+      assert_int_equal(np->layer[i]->n_blobs, 2);
+      assert_non_null(np->layer[i]->blobs[0]->shape);
+    }
+  }
+  assert_int_equal(with_blobs, 2);
+  protobuf_c_message_free_unpacked(m, NULL);
+
+  assert_int_equal(kiln_net_load_weights(b.net, path), KILN_OK);
+  for (int k = 0; k < a.net->nlearnable; k++)
+    assert_memory_equal(a.net->learnable[k]->data, b.net->learnable[k]->data,
+                        sizeof(float) * (size_t)a.net->learnable[k]->count);
+  /* Same weights, same inputs: the same loss. */
+  set_inputs(a.net, 1);
+  set_inputs(b.net, 1);
+  assert_true(net_loss(a.net) == net_loss(b.net));
+  built_free(&b);
+
+  /* A blob whose shape differs: KILN_ERR_SHAPE naming the layer. */
+  snprintf(text, sizeof text, weights_fmt, 4, "");
+  build_ok(&b, text, NULL);
+  float *before = copy_floats(b.net->param_data, b.net->nparam_floats);
+  assert_int_equal(kiln_net_load_weights(b.net, path), KILN_ERR_SHAPE);
+  assert_contains(kiln_last_error(), "'ip'");
+  assert_contains(kiln_last_error(), path);
+  free(before);
+  built_free(&b);
+  /* A missing bias blob: also a shape error naming the layer. */
+  snprintf(text, sizeof text, weights_fmt, 3, "bias_term: false");
+  build_ok(&b, text, NULL);
+  assert_int_equal(kiln_net_load_weights(b.net, path), KILN_ERR_SHAPE);
+  assert_contains(kiln_last_error(), "'ip'");
+  built_free(&b);
+
+  /* Truncated and corrupt files fail cleanly and change nothing. */
+  char *buf;
+  size_t len;
+  assert_int_equal(kiln_read_file(path, &buf, &len), KILN_OK);
+  assert_true(len > 100);
+  char bad_path[256];
+  snprintf(bad_path, sizeof bad_path, "%s/truncated.caffemodel", dir);
+  write_bytes(bad_path, buf, len / 2);
+  snprintf(text, sizeof text, weights_fmt, 3, "");
+  build_ok(&b, text, &o);
+  float *keep = copy_floats(b.net->param_data, b.net->nparam_floats);
+  int rc = kiln_net_load_weights(b.net, bad_path);
+  assert_int_not_equal(rc, KILN_OK);
+  assert_contains(kiln_last_error(), bad_path);
+  assert_memory_equal(keep, b.net->param_data, sizeof(float) * (size_t)b.net->nparam_floats);
+  for (size_t i = 0; i < len; i += 7) buf[i] = (char)(buf[i] ^ 0x5a);
+  snprintf(bad_path, sizeof bad_path, "%s/corrupt.caffemodel", dir);
+  write_bytes(bad_path, buf, len);
+  rc = kiln_net_load_weights(b.net, bad_path);
+  assert_int_not_equal(rc, KILN_OK);
+  assert_contains(kiln_last_error(), bad_path);
+  snprintf(bad_path, sizeof bad_path, "%s/missing.caffemodel", dir);
+  assert_int_equal(kiln_net_load_weights(b.net, bad_path), KILN_ERR_IO);
+  free(buf);
+  free(keep);
+
+  /* Saving where it cannot be written leaves nothing behind. */
+  snprintf(bad_path, sizeof bad_path, "%s/no/such/dir/w.caffemodel", dir);
+  assert_int_equal(kiln_net_save_weights(b.net, bad_path), KILN_ERR_IO);
+  assert_false(dir_has_tmp(dir));
+  built_free(&b);
+  built_free(&a);
+  rm_tree(dir);
+}
+
+/* Loading into a net whose layers share a parameter writes the shared storage. */
+static void test_weights_with_shared_params(void **state) {
+  (void)state;
+  char dir[64], path[256], text[4096];
+  make_tmpdir(dir, sizeof dir);
+  snprintf(path, sizeof path, "%s/s.caffemodel", dir);
+  snprintf(text, sizeof text, shared_fmt, 5, "", 3);
+  built a, b;
+  build_ok(&a, text, NULL);
+  kiln_net_options o = train_opts();
+  o.seed = 1234;
+  build_ok(&b, text, &o);
+  assert_int_equal(kiln_net_save_weights(a.net, path), KILN_OK);
+  assert_int_equal(kiln_net_load_weights(b.net, path), KILN_OK);
+  for (int k = 0; k < a.net->nlearnable; k++)
+    assert_memory_equal(a.net->learnable[k]->data, b.net->learnable[k]->data,
+                        sizeof(float) * (size_t)a.net->learnable[k]->count);
+  assert_ptr_equal(must_layer(b.net, "ip2")->param[0]->data, must_layer(b.net, "ip1")->param[0]->data);
+  built_free(&a);
+  built_free(&b);
+  rm_tree(dir);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_phase_level_stage_rules),
+      cmocka_unit_test(test_include_and_exclude_is_error),
+      cmocka_unit_test(test_in_place_shares_blob),
+      cmocka_unit_test(test_top_reuse_not_in_place_is_error),
+      cmocka_unit_test(test_missing_bottom_is_error),
+      cmocka_unit_test(test_split_for_fanout),
+      cmocka_unit_test(test_split_for_loss_weighted_top_also_consumed),
+      cmocka_unit_test(test_loss_weight_default_and_explicit),
+      cmocka_unit_test(test_lr_mult_decay_mult),
+      cmocka_unit_test(test_param_sharing_by_name),
+      cmocka_unit_test(test_need_backward),
+      cmocka_unit_test(test_deploy_headers),
+      cmocka_unit_test(test_unknown_type_and_bottom_count),
+      cmocka_unit_test(test_memory_plan),
+      cmocka_unit_test(test_weights_round_trip),
+      cmocka_unit_test(test_weights_with_shared_params),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,908 @@
+/* Solver behaviour: the seven lr policies against Caffe's formulas, few-step trajectories of
+ * every update rule computed independently in double, iter_size accumulation, gradient
+ * clipping, solver type selection and errors, exact resume from snapshots (data cursor and
+ * generator state included, with a negative control), restore errors, test passes as events,
+ * and divergence detection. Solver and net files live in a mkdtemp() folder with a small LMDB
+ * written by kiln_datum_writer. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <ftw.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "kiln/data.h"
+#include "kiln/solver.h"
+
+/* ---- fixture: a folder with a 64-record LMDB of 1x4x4 bytes, labels 0..3 ------------------ */
+
+typedef struct fixture {
+  char dir[64];
+  char lmdb[128];
+  int nfile;
+} fixture;
+
+static fixture *F;
+
+static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
+  (void)st, (void)flag, (void)ftw;
+  return remove(path);
+}
+
+static int group_setup(void **state) {
+  (void)state;
+  kiln_log_set_level(KILN_LOG_WARN);
+  F = calloc(1, sizeof *F);
+  if (!F) return -1;
+  snprintf(F->dir, sizeof F->dir, "/tmp/kiln-test-solver-XXXXXX");
+  if (!mkdtemp(F->dir)) return -1;
+  snprintf(F->lmdb, sizeof F->lmdb, "%s/train_lmdb", F->dir);
+  kiln_datum_writer *w;
+  if (kiln_datum_writer_open(F->lmdb, &w)) return -1;
+  kiln_rng r;
+  kiln_rng_seed(&r, 2024, 1);
+  for (int i = 0; i < 64; i++) {
+    uint8_t px[16];
+    int label = i % 4;
+    /* a learnable pattern: the label's quadrant is bright, the rest is noise */
+    for (int k = 0; k < 16; k++) {
+      int quadrant = ((k / 4) / 2) * 2 + (k % 4) / 2;
+      px[k] = (uint8_t)(kiln_rng_below(&r, 100) + (quadrant == label ? 150 : 0));
+    }
+    char key[16];
+    snprintf(key, sizeof key, "%08d", i);
+    kiln_datum d = {.channels = 1, .height = 4, .width = 4, .label = label, .u8 = px};
+    if (kiln_datum_writer_put(w, key, &d)) {
+      kiln_datum_writer_abort(w);
+      return -1;
+    }
+  }
+  return kiln_datum_writer_commit(w) ? -1 : 0;
+}
+
+static int group_teardown(void **state) {
+  (void)state;
+  nftw(F->dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+  free(F);
+  return 0;
+}
+
+static void path_in(const char *name, char *buf, size_t n) { snprintf(buf, n, "%s/%s", F->dir, name); }
+
+static void write_text(const char *path, const char *text) {
+  FILE *f = fopen(path, "w");
+  assert_non_null(f);
+  assert_int_equal(fputs(text, f) >= 0, 1);
+  fclose(f);
+}
+
+/* Writes the net and a solver naming it (net: relative to the solver's folder), returns the
+ * solver path in `solver_path`. `solver_body` gets `net: ...` added. */
+static void write_pair(const char *net_text, const char *solver_body, char *solver_path, size_t n) {
+  int id = F->nfile++;
+  char net_name[64], net_path[256], text[8192];
+  snprintf(net_name, sizeof net_name, "net_%d.prototxt", id);
+  path_in(net_name, net_path, sizeof net_path);
+  write_text(net_path, net_text);
+  char sname[64];
+  snprintf(sname, sizeof sname, "solver_%d.prototxt", id);
+  path_in(sname, solver_path, n);
+  snprintf(text, sizeof text, "net: \"%s\"\n%s", net_name, solver_body);
+  write_text(solver_path, text);
+}
+
+static kiln_solver *make_solver(const char *net_text, const char *solver_body,
+                                const kiln_solver_options *opt) {
+  char sp[256];
+  write_pair(net_text, solver_body, sp, sizeof sp);
+  kiln_solver *s = NULL;
+  int rc = kiln_solver_create(sp, opt, &s);
+  if (rc) fprintf(stderr, "solver create: %s\n", kiln_last_error());
+  assert_int_equal(rc, KILN_OK);
+  return s;
+}
+
+static int make_solver_rc(const char *net_text, const char *solver_body, char *err, size_t n) {
+  char sp[256];
+  write_pair(net_text, solver_body, sp, sizeof sp);
+  kiln_solver *s = NULL;
+  int rc = kiln_solver_create(sp, NULL, &s);
+  snprintf(err, n, "%s", rc ? kiln_last_error() : "");
+  if (rc) assert_null(s);
+  kiln_solver_free(s);
+  return rc;
+}
+
+static void assert_contains(const char *hay, const char *needle) {
+  if (!strstr(hay, needle)) fprintf(stderr, "'%s' does not contain '%s'\n", hay, needle);
+  assert_non_null(strstr(hay, needle));
+}
+
+static float *snapshot_params(const kiln_net *net) {
+  float *p = malloc(sizeof(float) * (size_t)net->nparam_floats);
+  assert_non_null(p);
+  memcpy(p, net->param_data, sizeof(float) * (size_t)net->nparam_floats);
+  return p;
+}
+
+static bool close_to(double got, double want, double tol) {
+  return fabs(got - want) <= tol * fmax(1.0, fabs(want));
+}
+
+/* ---- nets ------------------------------------------------------------------------------------ */
+
+/* Input-fed: the test writes data and labels by hand. */
+static const char *tiny_net =
+    "name: 'tiny'\n"
+    "layer { name: 'data' type: 'Input' top: 'data' top: 'label'\n"
+    "        input_param { shape { dim: 4 dim: 3 } shape { dim: 4 } } }\n"
+    "layer { name: 'ip' type: 'InnerProduct' bottom: 'data' top: 'ip'\n"
+    "        param { lr_mult: 1 decay_mult: 1 } param { lr_mult: 2 decay_mult: 0 }\n"
+    "        inner_product_param { num_output: 3 weight_filler { type: 'gaussian' std: 0.5 }\n"
+    "                              bias_filler { type: 'uniform' min: -0.2 max: 0.2 } } }\n"
+    "layer { name: 'loss' type: 'SoftmaxWithLoss' bottom: 'ip' bottom: 'label' top: 'loss' }\n";
+
+static void set_tiny_inputs(kiln_net *net) {
+  kiln_blob *d = kiln_net_blob(net, "data"), *l = kiln_net_blob(net, "label");
+  assert_non_null(d);
+  assert_non_null(l);
+  kiln_rng r;
+  kiln_rng_seed(&r, 77, 3);
+  for (int64_t i = 0; i < d->count; i++) d->data[i] = kiln_rng_uniform(&r, -1.5f, 1.5f);
+  const float labels[4] = {0, 1, 2, 1};
+  for (int i = 0; i < 4; i++) l->data[i] = labels[i];
+}
+
+/* Data-fed, from the fixture's LMDB. %s: the LMDB path; %d: batch size; %s: extra layers after
+ * relu1 (Dropout). */
+static const char *data_net_fmt =
+    "name: 'datanet'\n"
+    "layer { name: 'data' type: 'Data' top: 'data' top: 'label' include { phase: TRAIN }\n"
+    "        data_param { source: '%s' batch_size: %d backend: LMDB }\n"
+    "        transform_param { scale: 0.00390625 } }\n"
+    "layer { name: 'data' type: 'Data' top: 'data' top: 'label' include { phase: TEST }\n"
+    "        data_param { source: '%s' batch_size: 8 backend: LMDB }\n"
+    "        transform_param { scale: 0.00390625 } }\n"
+    "layer { name: 'ip1' type: 'InnerProduct' bottom: 'data' top: 'ip1'\n"
+    "        inner_product_param { num_output: 8 weight_filler { type: 'xavier' }\n"
+    "                              bias_filler { type: 'constant' value: 0.1 } } }\n"
+    "layer { name: 'relu1' type: 'ReLU' bottom: 'ip1' top: 'ip1' }\n"
+    "%s"
+    "layer { name: 'ip2' type: 'InnerProduct' bottom: 'ip1' top: 'ip2'\n"
+    "        inner_product_param { num_output: 4 weight_filler { type: 'xavier' } } }\n"
+    "layer { name: 'loss' type: 'SoftmaxWithLoss' bottom: 'ip2' bottom: 'label' top: 'loss' }\n"
+    "layer { name: 'accuracy' type: 'Accuracy' bottom: 'ip2' bottom: 'label' top: 'accuracy'\n"
+    "        include { phase: TEST } }\n";
+
+static const char *dropout_layer =
+    "layer { name: 'drop1' type: 'Dropout' bottom: 'ip1' top: 'ip1'\n"
+    "        dropout_param { dropout_ratio: 0.3 } }\n";
+
+static void data_net(char *buf, size_t n, int batch, const char *extra) {
+  snprintf(buf, n, data_net_fmt, F->lmdb, batch, F->lmdb, extra);
+}
+
+/* ---- lr policies --------------------------------------------------------------------------- */
+
+static void check_policy(const char *body, const int *iters, int n,
+                         double (*formula)(int iter, const void *ctx), const void *ctx) {
+  kiln_solver *s = make_solver(tiny_net, body, NULL);
+  for (int i = 0; i < n; i++) {
+    s->iter = iters[i];
+    double want = formula(iters[i], ctx);
+    float got = kiln_solver_learning_rate(s);
+    if (!close_to(got, want, 1e-6))
+      fprintf(stderr, "%s iter %d: got %.9g want %.9g\n", s->param->lr_policy, iters[i], got, want);
+    assert_true(close_to(got, want, 1e-6));
+  }
+  kiln_solver_free(s);
+}
+
+static double f_fixed(int it, const void *c) { (void)it, (void)c; return 0.01; }
+static double f_step(int it, const void *c) { (void)c; return 0.1 * pow(0.5, floor(it / 3.0)); }
+static double f_exp(int it, const void *c) { (void)c; return 0.1 * pow(0.99, it); }
+static double f_inv(int it, const void *c) { (void)c; return 0.1 * pow(1 + 1e-3 * it, -0.75); }
+static double f_multistep(int it, const void *c) {
+  (void)c;
+  const int sv[] = {3, 5, 9};
+  int k = 0;
+  while (k < 3 && it >= sv[k]) k++;
+  return 0.2 * pow(0.1, k);
+}
+static double f_poly(int it, const void *c) { (void)c; return 0.05 * pow(1.0 - it / 100.0, 2.0); }
+static double f_sigmoid(int it, const void *c) {
+  (void)c;
+  return 0.3 / (1.0 + exp(0.1 * (it - 50)));
+}
+
+static void test_lr_policies(void **state) {
+  (void)state;
+  const int its[] = {0, 1, 2, 3, 4, 5, 7, 8, 9, 10, 25, 50, 77, 99, 100};
+  const int n = (int)(sizeof its / sizeof its[0]);
+  check_policy("base_lr: 0.01 lr_policy: 'fixed' max_iter: 100\n", its, n, f_fixed, NULL);
+  check_policy("base_lr: 0.1 lr_policy: 'step' gamma: 0.5 stepsize: 3 max_iter: 100\n", its, n,
+               f_step, NULL);
+  check_policy("base_lr: 0.1 lr_policy: 'exp' gamma: 0.99 max_iter: 100\n", its, n, f_exp, NULL);
+  check_policy("base_lr: 0.1 lr_policy: 'inv' gamma: 0.001 power: 0.75 max_iter: 100\n", its, n,
+               f_inv, NULL);
+  check_policy("base_lr: 0.2 lr_policy: 'multistep' gamma: 0.1 stepvalue: 3 stepvalue: 5\n"
+               "stepvalue: 9 max_iter: 100\n",
+               its, n, f_multistep, NULL);
+  check_policy("base_lr: 0.05 lr_policy: 'poly' power: 2 max_iter: 100\n", its, n, f_poly, NULL);
+  check_policy("base_lr: 0.3 lr_policy: 'sigmoid' gamma: -0.1 stepsize: 50 max_iter: 100\n", its,
+               n, f_sigmoid, NULL);
+}
+
+
+/* ---- update rules: 3-step trajectories computed here in double --------------------------- */
+
+typedef struct rule_case {
+  const char *name;
+  const char *body; /* solver settings besides net and lr schedule */
+  kiln_solver_type type;
+  double base_lr, momentum, momentum2, delta, rms_decay, wd;
+  bool l1;
+} rule_case;
+
+typedef struct {
+  double *w, *h, *h2;
+} traj;
+
+/* Gradient of the tiny net (no regularisation) at parameters `w`. */
+static void ref_gradient(kiln_net *ref, const double *w, float *g) {
+  for (int64_t i = 0; i < ref->nparam_floats; i++) ref->param_data[i] = (float)w[i];
+  kiln_net_zero_param_diff(ref);
+  float loss;
+  assert_int_equal(kiln_net_forward(ref, &loss), KILN_OK);
+  assert_int_equal(kiln_net_backward(ref), KILN_OK);
+  memcpy(g, ref->param_diff, sizeof(float) * (size_t)ref->nparam_floats);
+}
+
+static double sgn(double x) { return (x > 0) - (x < 0); }
+
+static void expected_step(const rule_case *c, const kiln_net *net, traj *t, const float *graw,
+                          int iter) {
+  double rate = c->base_lr * pow(0.5, floor(iter / 2.0)); /* lr_policy step, stepsize 2 */
+  for (int k = 0; k < net->nlearnable; k++) {
+    int64_t off = net->learnable_offset[k], n = net->learnable[k]->count;
+    double lr = rate * net->lr_mult[k], wd = c->wd * net->decay_mult[k];
+    for (int64_t j = off; j < off + n; j++) {
+      double w = t->w[j], g = graw[j];
+      g += c->l1 ? wd * sgn(w) : wd * w;
+      double m = c->momentum, d = c->delta;
+      switch (c->type) {
+        case KILN_SOLVER_SGD:
+          t->h[j] = m * t->h[j] + lr * g;
+          w -= t->h[j];
+          break;
+        case KILN_SOLVER_NESTEROV: {
+          double old = t->h[j];
+          t->h[j] = m * t->h[j] + lr * g;
+          w -= (1 + m) * t->h[j] - m * old;
+          break;
+        }
+        case KILN_SOLVER_ADAGRAD:
+          t->h[j] += g * g;
+          w -= lr * g / (sqrt(t->h[j]) + d);
+          break;
+        case KILN_SOLVER_RMSPROP:
+          t->h[j] = c->rms_decay * t->h[j] + (1 - c->rms_decay) * g * g;
+          w -= lr * g / (sqrt(t->h[j]) + d);
+          break;
+        case KILN_SOLVER_ADADELTA: {
+          t->h[j] = m * t->h[j] + (1 - m) * g * g;
+          double u = g * sqrt((t->h2[j] + d) / (t->h[j] + d));
+          t->h2[j] = m * t->h2[j] + (1 - m) * u * u;
+          w -= lr * u;
+          break;
+        }
+        case KILN_SOLVER_ADAM: {
+          double b1 = m, b2 = c->momentum2, tt = iter + 1;
+          t->h[j] = b1 * t->h[j] + (1 - b1) * g;
+          t->h2[j] = b2 * t->h2[j] + (1 - b2) * g * g;
+          double corr = sqrt(1 - pow(b2, tt)) / (1 - pow(b1, tt));
+          w -= lr * corr * t->h[j] / (sqrt(t->h2[j]) + d);
+          break;
+        }
+        default: fail();
+      }
+      t->w[j] = w;
+    }
+  }
+}
+
+static void run_rule_case(const rule_case *c) {
+  char body[1024];
+  snprintf(body, sizeof body,
+           "base_lr: %g lr_policy: 'step' gamma: 0.5 stepsize: 2 max_iter: 10 random_seed: 3\n"
+           "display: 0\n%s",
+           c->base_lr, c->body);
+  kiln_solver *s = make_solver(tiny_net, body, NULL);
+  assert_int_equal(s->type, c->type);
+  kiln_net *net = s->net;
+  set_tiny_inputs(net);
+  Caffe__NetParameter *np;
+  assert_int_equal(kiln_net_param_from_text(tiny_net, "<ref>", &np), KILN_OK);
+  kiln_net_options o = {.phase = CAFFE__PHASE__TRAIN, .seed = 99, .nthreads = 1};
+  kiln_net *ref;
+  assert_int_equal(kiln_net_create(np, &o, &ref), KILN_OK);
+  set_tiny_inputs(ref);
+  int64_t n = net->nparam_floats;
+  assert_int_equal(ref->nparam_floats, n);
+  assert_int_equal(net->nlearnable, 2);
+  traj t = {calloc((size_t)n, sizeof(double)), calloc((size_t)n, sizeof(double)),
+            calloc((size_t)n, sizeof(double))};
+  float *g = calloc((size_t)n, sizeof(float));
+  assert_true(t.w && t.h && t.h2 && g);
+  for (int64_t i = 0; i < n; i++) t.w[i] = net->param_data[i];
+  float *w0 = snapshot_params(net);
+  double moved = 0;
+  for (int iter = 0; iter < 3; iter++) {
+    ref_gradient(ref, t.w, g);
+    expected_step(c, net, &t, g, iter);
+    assert_int_equal(kiln_solver_step(s, 1), KILN_OK);
+    assert_int_equal(s->iter, iter + 1);
+    int bad = 0;
+    moved = 0;
+    for (int k = 0; k < net->nlearnable; k++) {
+      int64_t off = net->learnable_offset[k];
+      for (int64_t j = off; j < off + net->learnable[k]->count; j++) {
+        if (!close_to(net->param_data[j], t.w[j], 1e-5)) {
+          if (bad++ < 5)
+            fprintf(stderr, "%s iter %d param %lld: got %.8g want %.8g\n", c->name, iter,
+                    (long long)j, net->param_data[j], t.w[j]);
+        }
+        if (!close_to(s->history[j], t.h[j], 1e-5)) {
+          if (bad++ < 5)
+            fprintf(stderr, "%s iter %d history %lld: got %.8g want %.8g\n", c->name, iter,
+                    (long long)j, s->history[j], t.h[j]);
+        }
+        if (s->history_per_param > 1 && !close_to(s->history[n + j], t.h2[j], 1e-5)) {
+          if (bad++ < 5)
+            fprintf(stderr, "%s iter %d history2 %lld: got %.8g want %.8g\n", c->name, iter,
+                    (long long)j, s->history[n + j], t.h2[j]);
+        }
+        moved += fabs(net->param_data[j] - w0[j]);
+      }
+    }
+    assert_int_equal(bad, 0);
+  }
+  /* The run really moved the parameters (not a comparison of two unchanged buffers). */
+  assert_true(moved > 1e-3);
+  free(w0);
+  free(t.w);
+  free(t.h);
+  free(t.h2);
+  free(g);
+  kiln_net_free(ref);
+  protobuf_c_message_free_unpacked(&np->base, NULL);
+  kiln_solver_free(s);
+}
+
+static void test_update_rules(void **state) {
+  (void)state;
+  const rule_case cases[] = {
+      {"SGD+L2", "type: 'SGD' momentum: 0.9 weight_decay: 0.05\n", KILN_SOLVER_SGD, 0.5, 0.9, 0,
+       0, 0, 0.05, false},
+      {"SGD+L1", "type: 'SGD' momentum: 0.8 weight_decay: 0.03 regularization_type: 'L1'\n",
+       KILN_SOLVER_SGD, 0.5, 0.8, 0, 0, 0, 0.03, true},
+      {"Nesterov", "type: 'Nesterov' momentum: 0.9 weight_decay: 0.01\n", KILN_SOLVER_NESTEROV,
+       0.3, 0.9, 0, 0, 0, 0.01, false},
+      {"AdaGrad", "type: 'AdaGrad' weight_decay: 0.01 delta: 1e-6\n", KILN_SOLVER_ADAGRAD, 0.2, 0,
+       0, 1e-6, 0, 0.01, false},
+      {"RMSProp", "type: 'RMSProp' rms_decay: 0.9 weight_decay: 0.02 delta: 1e-6\n",
+       KILN_SOLVER_RMSPROP, 0.05, 0, 0, 1e-6, 0.9, 0.02, false},
+      {"AdaDelta", "type: 'AdaDelta' momentum: 0.95 weight_decay: 0.01 delta: 1e-4\n",
+       KILN_SOLVER_ADADELTA, 1.0, 0.95, 0, 1e-4, 0, 0.01, false},
+      {"Adam", "type: 'Adam' momentum: 0.9 momentum2: 0.999 weight_decay: 0.01 delta: 1e-8\n",
+       KILN_SOLVER_ADAM, 0.05, 0.9, 0.999, 1e-8, 0, 0.01, false},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_rule_case(&cases[i]);
+}
+
+/* ---- iter_size ------------------------------------------------------------------------------ */
+
+static void test_iter_size_equals_combined_batch(void **state) {
+  (void)state;
+  char net4[4096], net8[4096];
+  data_net(net4, sizeof net4, 4, "");
+  data_net(net8, sizeof net8, 8, "");
+  const char *common = "base_lr: 0.5 lr_policy: 'fixed' momentum: 0.9 weight_decay: 0.01\n"
+                       "max_iter: 20 random_seed: 11 display: 0\n";
+  char body[1024];
+  snprintf(body, sizeof body, "%siter_size: 2\n", common);
+  kiln_solver *a = make_solver(net4, body, NULL);
+  kiln_solver *b = make_solver(net8, common, NULL);
+  assert_int_equal(a->net->nparam_floats, b->net->nparam_floats);
+  assert_memory_equal(a->net->param_data, b->net->param_data,
+                      sizeof(float) * (size_t)a->net->nparam_floats);
+  float *w0 = snapshot_params(a->net);
+  assert_int_equal(kiln_solver_step(a, 5), KILN_OK);
+  assert_int_equal(kiln_solver_step(b, 5), KILN_OK);
+  double moved = 0;
+  for (int64_t i = 0; i < a->net->nparam_floats; i++) {
+    float x = a->net->param_data[i], y = b->net->param_data[i];
+    if (!close_to(x, y, 2e-5)) fprintf(stderr, "param %lld: %.8g vs %.8g\n", (long long)i, x, y);
+    assert_true(close_to(x, y, 2e-5));
+    moved += fabs(x - w0[i]);
+  }
+  assert_true(moved > 1e-2);
+  /* Both consumed the same records. */
+  uint64_t ca, cb;
+  assert_int_equal(kiln_net_get_cursors(a->net, &ca), 1);
+  assert_int_equal(kiln_net_get_cursors(b->net, &cb), 1);
+  assert_int_equal(ca, 40);
+  assert_int_equal(cb, 40);
+  /* A one-pass solver with the small batch takes a different path. */
+  kiln_solver *c = make_solver(net4, common, NULL);
+  assert_int_equal(kiln_solver_step(c, 5), KILN_OK);
+  double diff = 0;
+  for (int64_t i = 0; i < a->net->nparam_floats; i++)
+    diff += fabs(a->net->param_data[i] - c->net->param_data[i]);
+  assert_true(diff > 1e-3);
+  free(w0);
+  kiln_solver_free(a);
+  kiln_solver_free(b);
+  kiln_solver_free(c);
+}
+
+/* ---- clip_gradients ------------------------------------------------------------------------- */
+
+static void clip_case(double clip, bool expect_clipped) {
+  char body[512];
+  snprintf(body, sizeof body,
+           "base_lr: 1 lr_policy: 'fixed' momentum: 0 max_iter: 10 display: 0\n"
+           "clip_gradients: %g\n",
+           clip);
+  kiln_solver *s = make_solver(tiny_net, body, NULL);
+  set_tiny_inputs(s->net);
+  /* the raw gradient, from the solver's own net */
+  kiln_net_zero_param_diff(s->net);
+  float loss;
+  assert_int_equal(kiln_net_forward(s->net, &loss), KILN_OK);
+  assert_int_equal(kiln_net_backward(s->net), KILN_OK);
+  int64_t n = s->net->nparam_floats;
+  float *g = malloc(sizeof(float) * (size_t)n);
+  memcpy(g, s->net->param_diff, sizeof(float) * (size_t)n);
+  double sumsq = 0;
+  for (int64_t i = 0; i < n; i++) sumsq += (double)g[i] * g[i];
+  double norm = sqrt(sumsq);
+  assert_true(norm > 0.05);
+  double scale = norm > clip ? clip / norm : 1.0;
+  assert_true((scale < 1.0) == expect_clipped);
+  float *w0 = snapshot_params(s->net);
+  assert_int_equal(kiln_solver_step(s, 1), KILN_OK);
+  double stepsq = 0;
+  for (int k = 0; k < s->net->nlearnable; k++) {
+    int64_t off = s->net->learnable_offset[k];
+    double lr = s->net->lr_mult[k];
+    for (int64_t j = off; j < off + s->net->learnable[k]->count; j++) {
+      double want = w0[j] - lr * scale * g[j];
+      assert_true(close_to(s->net->param_data[j], want, 1e-6));
+      double d = (w0[j] - s->net->param_data[j]) / lr;
+      stepsq += d * d;
+    }
+  }
+  /* the global norm of the (lr_mult-free) step is the clip threshold */
+  if (expect_clipped) assert_true(fabs(sqrt(stepsq) - clip) < 1e-5);
+  else assert_true(fabs(sqrt(stepsq) - norm) < 1e-5);
+  free(g);
+  free(w0);
+  kiln_solver_free(s);
+}
+
+static void test_clip_gradients(void **state) {
+  (void)state;
+  clip_case(0.01, true);
+  clip_case(1000, false);
+}
+
+/* ---- solver type and parameter errors ---------------------------------------------------- */
+
+static void test_solver_type_selection(void **state) {
+  (void)state;
+  const char *base = "base_lr: 0.1 lr_policy: 'fixed' max_iter: 10\n";
+  struct {
+    const char *line;
+    kiln_solver_type type;
+    int hist;
+  } cases[] = {
+      {"", KILN_SOLVER_SGD, 1},
+      {"type: 'SGD'", KILN_SOLVER_SGD, 1},
+      {"type: 'Adam'", KILN_SOLVER_ADAM, 2},
+      {"solver_type: ADAM", KILN_SOLVER_ADAM, 2},
+      {"solver_type: NESTEROV", KILN_SOLVER_NESTEROV, 1},
+      {"solver_type: ADADELTA", KILN_SOLVER_ADADELTA, 2},
+      {"type: 'AdaGrad'", KILN_SOLVER_ADAGRAD, 1},
+      {"type: 'RMSProp'", KILN_SOLVER_RMSPROP, 1},
+      {"type: 'AdaDelta'", KILN_SOLVER_ADADELTA, 2},
+      {"type: 'Nesterov'", KILN_SOLVER_NESTEROV, 1},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    char body[512];
+    snprintf(body, sizeof body, "%s%s\n", base, cases[i].line);
+    kiln_solver *s = make_solver(tiny_net, body, NULL);
+    if (s->type != cases[i].type)
+      fprintf(stderr, "'%s' selected %s\n", cases[i].line, kiln_solver_type_name(s->type));
+    assert_int_equal(s->type, cases[i].type);
+    assert_int_equal(s->history_per_param, cases[i].hist);
+    kiln_solver_free(s);
+  }
+}
+
+static void test_solver_param_errors(void **state) {
+  (void)state;
+  char err[2048];
+  assert_int_equal(make_solver_rc(tiny_net, "base_lr: 0.1 lr_policy: 'fixed' type: 'Adamm'\n", err,
+                                  sizeof err),
+                   KILN_ERR_INVALID);
+  assert_contains(err, "Adamm");
+  const char *valid[] = {"SGD", "Nesterov", "AdaGrad", "RMSProp", "AdaDelta", "Adam"};
+  for (int i = 0; i < 6; i++) assert_contains(err, valid[i]);
+  assert_contains(err, "solver_");
+
+  assert_int_equal(make_solver_rc(tiny_net, "base_lr: 0.1 max_iter: 3\n", err, sizeof err),
+                   KILN_ERR_INVALID);
+  assert_contains(err, "lr_policy");
+  assert_int_equal(make_solver_rc(tiny_net, "base_lr: 0.1 lr_policy: 'cosine'\n", err, sizeof err),
+                   KILN_ERR_INVALID);
+  assert_contains(err, "cosine");
+  assert_contains(err, "multistep");
+  assert_int_equal(make_solver_rc(tiny_net, "base_lr: 0.1 lr_policy: 'step'\n", err, sizeof err),
+                   KILN_ERR_INVALID);
+  assert_contains(err, "stepsize");
+  assert_int_equal(make_solver_rc(tiny_net,
+                                  "base_lr: 0.1 lr_policy: 'fixed' regularization_type: 'L3'\n",
+                                  err, sizeof err),
+                   KILN_ERR_INVALID);
+  assert_contains(err, "L3");
+  assert_int_equal(make_solver_rc(tiny_net,
+                                  "base_lr: 0.1 lr_policy: 'multistep' stepvalue: 5 stepvalue: 3\n",
+                                  err, sizeof err),
+                   KILN_ERR_INVALID);
+  assert_contains(err, "stepvalue");
+}
+
+typedef struct {
+  int n;
+  int iters[16];
+  float acc[16], loss[16];
+  int test_net[16];
+  bool has_accuracy[16], has_loss[16];
+  int snapshots;
+} events;
+
+static void on_event(const kiln_event *e, void *user) {
+  events *ev = user;
+  if (strcmp(e->event, "snapshot") == 0) ev->snapshots++;
+  if (strcmp(e->event, "test") != 0 || ev->n >= 16) return;
+  int i = ev->n++;
+  ev->iters[i] = e->iter;
+  ev->test_net[i] = e->test_net;
+  ev->loss[i] = e->loss;
+  for (int o = 0; o < e->noutputs; o++) {
+    if (strcmp(e->output_names[o], "accuracy") == 0) {
+      ev->has_accuracy[i] = true;
+      ev->acc[i] = e->output_values[o];
+    }
+    if (strcmp(e->output_names[o], "loss") == 0) ev->has_loss[i] = true;
+  }
+}
+
+/* ---- snapshot and exact resume ------------------------------------------------------------- */
+
+static const char *snap_body_fmt =
+    "base_lr: 0.2 lr_policy: 'multistep' gamma: 0.5 stepvalue: 5 stepvalue: 15\n"
+    "momentum: 0.9 weight_decay: 0.0005 max_iter: 20 random_seed: 7 display: 0\n"
+    "average_loss: 4 snapshot: 10 snapshot_prefix: '%s'\n";
+
+static void test_snapshot_and_exact_resume(void **state) {
+  (void)state;
+  char net[4096], body[1024], prefix[256], path[512];
+  data_net(net, sizeof net, 6, dropout_layer); /* 6 does not divide 64: the cursor wraps mid-batch */
+  path_in("snap", prefix, sizeof prefix);
+  snprintf(body, sizeof body, snap_body_fmt, prefix);
+  char sp[256];
+  write_pair(net, body, sp, sizeof sp);
+
+  kiln_solver *a;
+  assert_int_equal(kiln_solver_create(sp, NULL, &a), KILN_OK);
+  assert_int_equal(kiln_net_data_layer_count(a->net), 1);
+  assert_int_equal(kiln_solver_step(a, 20), KILN_OK);
+  assert_int_equal(a->iter, 20);
+  float *straight = snapshot_params(a->net);
+  int64_t nfloats = a->net->nparam_floats;
+  int nlearnable = a->net->nlearnable;
+
+  /* the iteration-10 files */
+  snprintf(path, sizeof path, "%s_iter_10.caffemodel", prefix);
+  ProtobufCMessage *m;
+  assert_int_equal(kiln_proto_read_binary(path, &caffe__net_parameter__descriptor, &m), KILN_OK);
+  Caffe__NetParameter *wnp = (Caffe__NetParameter *)m;
+  int with_blobs = 0;
+  for (size_t i = 0; i < wnp->n_layer; i++) with_blobs += wnp->layer[i]->n_blobs > 0;
+  assert_int_equal(with_blobs, 2);
+  protobuf_c_message_free_unpacked(m, NULL);
+  char state10[512];
+  snprintf(state10, sizeof state10, "%s_iter_10.solverstate", prefix);
+  assert_int_equal(kiln_proto_read_binary(state10, &caffe__solver_state__descriptor, &m), KILN_OK);
+  Caffe__SolverState *st = (Caffe__SolverState *)m;
+  assert_int_equal(st->iter, 10);
+  assert_int_equal(st->current_step, 1); /* past stepvalue 5, not yet 15 */
+  assert_int_equal((int)st->n_history, nlearnable);
+  assert_string_equal(st->learned_net, path);
+  assert_int_equal((int)st->n_kiln_data_cursor, 1);
+  assert_int_equal(st->kiln_data_cursor[0], 60);
+  assert_true(st->has_kiln_rng_state);
+  assert_int_equal((int)st->n_kiln_loss_history, 4);
+  protobuf_c_message_free_unpacked(m, NULL);
+  snprintf(path, sizeof path, "%s_iter_20.solverstate", prefix);
+  assert_int_equal(access(path, R_OK), 0);
+
+  /* resumed at 10 and run to 20: bit-identical */
+  kiln_solver *b;
+  assert_int_equal(kiln_solver_create(sp, NULL, &b), KILN_OK);
+  assert_int_equal(kiln_solver_restore(b, state10), KILN_OK);
+  assert_int_equal(b->iter, 10);
+  assert_int_equal(b->current_step, 1);
+  uint64_t cur;
+  assert_int_equal(kiln_net_get_cursors(b->net, &cur), 1);
+  assert_int_equal(cur, 60);
+  assert_int_equal(kiln_solver_step(b, 10), KILN_OK);
+  assert_int_equal(b->iter, 20);
+  assert_int_equal(b->net->nparam_floats, nfloats);
+  assert_memory_equal(b->net->param_data, straight, sizeof(float) * (size_t)nfloats);
+  kiln_solver_free(b);
+
+  /* negative controls: the same resume, but from the wrong data position, or with another
+   * dropout generator state, ends elsewhere */
+  kiln_solver *c;
+  assert_int_equal(kiln_solver_create(sp, NULL, &c), KILN_OK);
+  assert_int_equal(kiln_solver_restore(c, state10), KILN_OK);
+  uint64_t zero = 0;
+  assert_int_equal(kiln_net_set_cursors(c->net, &zero, 1), KILN_OK);
+  assert_int_equal(kiln_solver_step(c, 10), KILN_OK);
+  assert_true(memcmp(c->net->param_data, straight, sizeof(float) * (size_t)nfloats) != 0);
+  kiln_solver_free(c);
+  assert_int_equal(kiln_solver_create(sp, NULL, &c), KILN_OK);
+  assert_int_equal(kiln_solver_restore(c, state10), KILN_OK);
+  kiln_rng_seed(&c->net->rng, 12345, 1);
+  assert_int_equal(kiln_solver_step(c, 10), KILN_OK);
+  assert_true(memcmp(c->net->param_data, straight, sizeof(float) * (size_t)nfloats) != 0);
+  kiln_solver_free(c);
+  /* and without restoring at all, 10 steps from scratch are not 20 */
+  assert_int_equal(kiln_solver_create(sp, NULL, &c), KILN_OK);
+  c->iter = 10;
+  assert_int_equal(kiln_solver_step(c, 10), KILN_OK);
+  assert_true(memcmp(c->net->param_data, straight, sizeof(float) * (size_t)nfloats) != 0);
+  kiln_solver_free(c);
+
+  /* Snapshot files moved elsewhere: the .caffemodel is found beside the .solverstate. */
+  char moved_dir[256], moved_state[512], moved_model[512], model10[512];
+  path_in("moved", moved_dir, sizeof moved_dir);
+  assert_int_equal(mkdir(moved_dir, 0700), 0);
+  snprintf(model10, sizeof model10, "%s_iter_10.caffemodel", prefix);
+  snprintf(moved_model, sizeof moved_model, "%s/snap_iter_10.caffemodel", moved_dir);
+  snprintf(moved_state, sizeof moved_state, "%s/snap_iter_10.solverstate", moved_dir);
+  assert_int_equal(rename(model10, moved_model), 0);
+  assert_int_equal(rename(state10, moved_state), 0);
+  assert_int_equal(kiln_solver_create(sp, NULL, &c), KILN_OK);
+  assert_int_equal(kiln_solver_restore(c, moved_state), KILN_OK);
+  assert_int_equal(kiln_solver_step(c, 10), KILN_OK);
+  assert_memory_equal(c->net->param_data, straight, sizeof(float) * (size_t)nfloats);
+  kiln_solver_free(c);
+
+  kiln_solver_free(a);
+  free(straight);
+}
+
+/* solve(): snapshots every `snapshot` iterations and once more at the end unless that
+ * iteration was just saved. */
+static void solve_snapshots(int snapshot, int max_iter, const int *want, int nwant) {
+  char net[4096], body[1024], prefix[256], path[512];
+  data_net(net, sizeof net, 4, "");
+  static int run = 0;
+  char name[64];
+  snprintf(name, sizeof name, "final_%d", run++);
+  path_in(name, prefix, sizeof prefix);
+  snprintf(body, sizeof body,
+           "base_lr: 0.1 lr_policy: 'fixed' max_iter: %d display: 0 snapshot: %d\n"
+           "snapshot_prefix: '%s'\n",
+           max_iter, snapshot, prefix);
+  events ev = {0};
+  kiln_solver_options o = {.on_event = on_event, .user = &ev};
+  kiln_solver *s = make_solver(net, body, &o);
+  assert_int_equal(kiln_solver_solve(s), KILN_OK);
+  assert_int_equal(ev.snapshots, nwant);
+  for (int i = 0; i < nwant; i++) {
+    snprintf(path, sizeof path, "%s_iter_%d.solverstate", prefix, want[i]);
+    assert_int_equal(access(path, R_OK), 0);
+    snprintf(path, sizeof path, "%s_iter_%d.caffemodel", prefix, want[i]);
+    assert_int_equal(access(path, R_OK), 0);
+  }
+  kiln_solver_free(s);
+}
+
+static void test_solve_final_snapshot(void **state) {
+  (void)state;
+  const int a[] = {3, 6, 7};
+  solve_snapshots(3, 7, a, 3);
+  const int b[] = {3, 6};
+  solve_snapshots(3, 6, b, 2);
+  const int c[] = {5};
+  solve_snapshots(0, 5, c, 1);
+}
+
+/* Adam keeps two histories per parameter; both come back. */
+static void test_snapshot_resume_adam(void **state) {
+  (void)state;
+  char net[4096], body[1024], prefix[256], st[512];
+  data_net(net, sizeof net, 5, dropout_layer);
+  path_in("adam", prefix, sizeof prefix);
+  snprintf(body, sizeof body,
+           "type: 'Adam' base_lr: 0.01 lr_policy: 'fixed' momentum: 0.9 momentum2: 0.999\n"
+           "max_iter: 8 random_seed: 9 display: 0 snapshot: 4 snapshot_prefix: '%s'\n",
+           prefix);
+  char sp[256];
+  write_pair(net, body, sp, sizeof sp);
+  kiln_solver *a, *b;
+  assert_int_equal(kiln_solver_create(sp, NULL, &a), KILN_OK);
+  assert_int_equal(kiln_solver_step(a, 8), KILN_OK);
+  snprintf(st, sizeof st, "%s_iter_4.solverstate", prefix);
+  ProtobufCMessage *m;
+  assert_int_equal(kiln_proto_read_binary(st, &caffe__solver_state__descriptor, &m), KILN_OK);
+  assert_int_equal((int)((Caffe__SolverState *)m)->n_history, 2 * a->net->nlearnable);
+  protobuf_c_message_free_unpacked(m, NULL);
+  assert_int_equal(kiln_solver_create(sp, NULL, &b), KILN_OK);
+  assert_int_equal(kiln_solver_restore(b, st), KILN_OK);
+  assert_int_equal(kiln_solver_step(b, 4), KILN_OK);
+  assert_memory_equal(a->net->param_data, b->net->param_data,
+                      sizeof(float) * (size_t)a->net->nparam_floats);
+  assert_memory_equal(a->history, b->history,
+                      sizeof(float) * (size_t)a->net->nparam_floats * 2);
+  kiln_solver_free(a);
+  kiln_solver_free(b);
+}
+
+static void test_restore_errors(void **state) {
+  (void)state;
+  char body[512], prefix[256];
+  path_in("restore_err", prefix, sizeof prefix);
+  snprintf(body, sizeof body,
+           "base_lr: 0.1 lr_policy: 'fixed' momentum: 0.9 max_iter: 10 display: 0\n"
+           "snapshot_prefix: '%s'\n",
+           prefix);
+  kiln_solver *a = make_solver(tiny_net, body, NULL);
+  set_tiny_inputs(a->net);
+  assert_int_equal(kiln_solver_step(a, 2), KILN_OK);
+  char *state_path = NULL;
+  assert_int_equal(kiln_solver_snapshot(a, &state_path), KILN_OK);
+  assert_non_null(state_path);
+  assert_contains(state_path, "_iter_2.solverstate");
+
+  /* another net: no bias, one learnable blob instead of two */
+  char other[4096];
+  snprintf(other, sizeof other,
+           "name: 'tiny'\n"
+           "layer { name: 'data' type: 'Input' top: 'data' top: 'label'\n"
+           "        input_param { shape { dim: 4 dim: 3 } shape { dim: 4 } } }\n"
+           "layer { name: 'ip' type: 'InnerProduct' bottom: 'data' top: 'ip'\n"
+           "        inner_product_param { num_output: 3 bias_term: false } }\n"
+           "layer { name: 'loss' type: 'SoftmaxWithLoss' bottom: 'ip' bottom: 'label' top: 'loss' }\n");
+  kiln_solver *b = make_solver(other, body, NULL);
+  float *before = snapshot_params(b->net);
+  assert_int_equal(kiln_solver_restore(b, state_path), KILN_ERR_SHAPE);
+  assert_contains(kiln_last_error(), state_path);
+  assert_int_equal(b->iter, 0);
+  assert_memory_equal(before, b->net->param_data, sizeof(float) * (size_t)b->net->nparam_floats);
+  free(before);
+  kiln_solver_free(b);
+
+  /* an Adam solver needs two histories per parameter */
+  snprintf(body, sizeof body, "type: 'Adam' base_lr: 0.1 lr_policy: 'fixed' max_iter: 10\n");
+  b = make_solver(tiny_net, body, NULL);
+  assert_int_equal(kiln_solver_restore(b, state_path), KILN_ERR_SHAPE);
+  assert_contains(kiln_last_error(), "Adam");
+  kiln_solver_free(b);
+
+  /* missing and corrupt files */
+  char missing[512];
+  path_in("no_such.solverstate", missing, sizeof missing);
+  assert_int_equal(kiln_solver_restore(a, missing), KILN_ERR_IO);
+  assert_contains(kiln_last_error(), "no_such.solverstate");
+  char corrupt[512];
+  path_in("corrupt.solverstate", corrupt, sizeof corrupt);
+  write_text(corrupt, "\xff\xff\xff\xff this is not a solver state");
+  assert_int_not_equal(kiln_solver_restore(a, corrupt), KILN_OK);
+  assert_int_equal(a->iter, 2);
+
+  free(state_path);
+  kiln_solver_free(a);
+}
+
+/* ---- test passes ---------------------------------------------------------------------------- */
+
+static void run_with_tests(bool init, const int *want, int nwant) {
+  char net[4096], body[1024];
+  data_net(net, sizeof net, 8, "");
+  snprintf(body, sizeof body,
+           "base_lr: 0.5 lr_policy: 'fixed' momentum: 0.9 max_iter: 10 display: 0\n"
+           "test_iter: 2 test_interval: 5 test_initialization: %s snapshot_after_train: false\n",
+           init ? "true" : "false");
+  events ev = {0};
+  kiln_solver_options o = {.on_event = on_event, .user = &ev};
+  kiln_solver *s = make_solver(net, body, &o);
+  assert_int_equal(s->ntest, 1);
+  assert_int_equal(kiln_solver_solve(s), KILN_OK);
+  assert_int_equal(s->iter, 10);
+  assert_int_equal(ev.n, nwant);
+  for (int i = 0; i < nwant; i++) {
+    assert_int_equal(ev.iters[i], want[i]);
+    assert_int_equal(ev.test_net[i], 0);
+    assert_true(ev.has_accuracy[i]);
+    assert_true(ev.has_loss[i]);
+    assert_true(ev.acc[i] >= 0 && ev.acc[i] <= 1);
+    /* the mean of 2 batches of 8: a multiple of 1/16 */
+    float k = ev.acc[i] * 16;
+    assert_true(fabsf(k - roundf(k)) < 1e-4f);
+    assert_true(ev.loss[i] > 0 && isfinite(ev.loss[i]));
+  }
+  /* The pattern is easy: accuracy rises, loss falls. */
+  assert_true(ev.acc[nwant - 1] >= 0.75f);
+  assert_true(ev.loss[nwant - 1] < ev.loss[0] || !init);
+  assert_int_equal(ev.snapshots, 0);
+  kiln_solver_free(s);
+}
+
+static void test_test_passes_emit_events(void **state) {
+  (void)state;
+  const int with_init[] = {0, 5, 10};
+  run_with_tests(true, with_init, 3);
+  const int without_init[] = {5, 10};
+  run_with_tests(false, without_init, 2);
+}
+
+/* ---- divergence ----------------------------------------------------------------------------- */
+
+static void test_divergence_is_numeric_error(void **state) {
+  (void)state;
+  char net[4096];
+  data_net(net, sizeof net, 8, "");
+  kiln_solver *s = make_solver(net,
+                               "base_lr: 1e30 lr_policy: 'fixed' momentum: 0.9 weight_decay: 0.1\n"
+                               "max_iter: 50 display: 0\n",
+                               NULL);
+  int rc = kiln_solver_step(s, 50);
+  assert_int_equal(rc, KILN_ERR_NUMERIC);
+  assert_contains(kiln_last_error(), "iteration");
+  char it[32];
+  snprintf(it, sizeof it, "iteration %d", s->iter);
+  assert_contains(kiln_last_error(), it);
+  assert_true(s->iter < 50);
+  kiln_solver_free(s);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_lr_policies),
+      cmocka_unit_test(test_update_rules),
+      cmocka_unit_test(test_iter_size_equals_combined_batch),
+      cmocka_unit_test(test_clip_gradients),
+      cmocka_unit_test(test_solver_type_selection),
+      cmocka_unit_test(test_solver_param_errors),
+      cmocka_unit_test(test_snapshot_and_exact_resume),
+      cmocka_unit_test(test_snapshot_resume_adam),
+      cmocka_unit_test(test_solve_final_snapshot),
+      cmocka_unit_test(test_restore_errors),
+      cmocka_unit_test(test_test_passes_emit_events),
+      cmocka_unit_test(test_divergence_is_numeric_error),
+  };
+  return cmocka_run_group_tests(tests, group_setup, group_teardown);
+}
