@@ -22,4 +22,17 @@ cmp -s "straight_iter_$ITERS.caffemodel" "resumed_iter_$ITERS.caffemodel" && pas
 head -n 1 r.jsonl | grep -q "\"iter\":$HALF" && pass || fail "resume did not start at $HALF: $(head -n 1 r.jsonl)"
 # Negative control: the half-way weights differ from the final ones.
 cmp -s "straight_iter_$HALF.caffemodel" "straight_iter_$ITERS.caffemodel" && fail "weights did not change" || pass
+
+# kiln test on the trained weights: accuracy well above chance (0.1) after $ITERS iterations.
+out=$("$KILN" test --model "$SRC/models/lenet/lenet_train_test.prototxt" \
+  --weights "straight_iter_$ITERS.caffemodel" --iterations 10 --metrics t.jsonl 2>/dev/null) || fail "kiln test"
+acc=$(echo "$out" | sed -n 's/^accuracy = //p')
+awk -v a="$acc" 'BEGIN { exit !(a > 0.6) }' && pass || fail "kiln test accuracy '$acc' not above 0.6"
+grep -q '"event":"test".*"accuracy":' t.jsonl && pass || fail "kiln test wrote no test event"
+# --weights starts training from them: the first displayed loss is far below a fresh net's ~2.3.
+mk fromweights | sed -e 's/^max_iter: .*/max_iter: 1/' -e 's/^display: .*/display: 1/' > fw.prototxt
+"$KILN" train --solver fw.prototxt --weights "straight_iter_$ITERS.caffemodel" --metrics fw.jsonl 2>/dev/null \
+  || fail "train --weights"
+loss=$(grep '"event":"train"' fw.jsonl | head -n 1 | sed -n 's/.*"loss":\([0-9.e-]*\).*/\1/p')
+awk -v l="$loss" 'BEGIN { exit !(l < 1.5) }' && pass || fail "first loss with --weights is $loss"
 finish
