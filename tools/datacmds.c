@@ -7,11 +7,46 @@
 #include "kiln/data.h"
 #include "tool.h"
 
-int cmd_convert(int argc, char **argv) {
-  if (argc != 5 || strcmp(argv[1], "idx") != 0) {
-    fprintf(stderr, "usage: kiln convert idx IMAGES LABELS OUT_LMDB\n");
-    return 2;
+static int convert_usage(void) {
+  fprintf(stderr, "usage: kiln convert idx IMAGES LABELS OUT_LMDB\n"
+                  "       kiln convert cifar10 ARCHIVE_OR_DIR OUT_LMDB [--test]\n"
+                  "       kiln convert cifar100 ARCHIVE_OR_DIR OUT_LMDB [--test] [--coarse]\n");
+  return 2;
+}
+
+/* kiln convert cifar10|cifar100 SOURCE OUT [--test] [--coarse]: options may come anywhere. */
+static int convert_cifar(int argc, char **argv) {
+  bool cifar100 = !strcmp(argv[1], "cifar100"), train = true, coarse = false;
+  const char *pos[2];
+  int npos = 0;
+  for (int i = 2; i < argc; i++) {
+    if (!strcmp(argv[i], "--test")) {
+      train = false;
+    } else if (cifar100 && !strcmp(argv[i], "--coarse")) {
+      coarse = true;
+    } else if (argv[i][0] == '-' && argv[i][1] == '-') {
+      fprintf(stderr, "kiln convert %s: unknown option '%s'\n", argv[1], argv[i]);
+      return convert_usage();
+    } else if (npos < 2) {
+      pos[npos++] = argv[i];
+    } else {
+      return convert_usage();
+    }
   }
+  if (npos != 2) return convert_usage();
+  kiln_cifar_kind kind = !cifar100 ? KILN_CIFAR10
+                         : coarse  ? KILN_CIFAR100_COARSE
+                                   : KILN_CIFAR100_FINE;
+  uint64_t n = 0;
+  if (kiln_convert_cifar_to_lmdb(pos[0], kind, train, pos[1], &n)) return tool_fail("convert");
+  printf("wrote %llu records to %s\n", (unsigned long long)n, pos[1]);
+  return 0;
+}
+
+int cmd_convert(int argc, char **argv) {
+  if (argc >= 2 && (!strcmp(argv[1], "cifar10") || !strcmp(argv[1], "cifar100")))
+    return convert_cifar(argc, argv);
+  if (argc != 5 || strcmp(argv[1], "idx") != 0) return convert_usage();
   uint64_t n = 0;
   if (kiln_convert_idx_to_lmdb(argv[2], argv[3], argv[4], &n)) return tool_fail("convert");
   printf("wrote %llu records to %s\n", (unsigned long long)n, argv[4]);

@@ -115,4 +115,56 @@ int kiln_data_cache_dir(char *buf, size_t n);
  * both hashes. */
 int kiln_data_fetch_fashion_mnist(const char *src_dir, const char *cache_dir, bool *already);
 
+/* ---- CIFAR-10 and CIFAR-100 (binary version) --------------------------------------------- */
+
+/* Every image is 3 x 32 x 32 bytes, channel-planar (all R, then G, then B), which is Caffe's
+ * C x H x W. A CIFAR-10 record is 1 label byte + the image; a CIFAR-100 record is a coarse label
+ * byte, a fine label byte, then the image. */
+#define KILN_CIFAR_CHANNELS 3
+#define KILN_CIFAR_SIZE 32
+#define KILN_CIFAR_IMAGE_BYTES (KILN_CIFAR_CHANNELS * KILN_CIFAR_SIZE * KILN_CIFAR_SIZE)
+/* Sources holding more records than this are refused as absurd (the real sets hold 60,000). */
+#define KILN_CIFAR_MAX_RECORDS (1u << 24)
+
+typedef enum kiln_cifar_kind {
+  KILN_CIFAR10,         /* 10 classes */
+  KILN_CIFAR100_FINE,   /* 100 classes */
+  KILN_CIFAR100_COARSE, /* the same records with their 20 superclass labels */
+  KILN_CIFAR_KIND_COUNT
+} kiln_cifar_kind;
+
+typedef struct kiln_cifar_set {
+  uint32_t n;
+  uint8_t *labels; /* n labels, of the kind asked for */
+  uint8_t *pixels; /* n * KILN_CIFAR_IMAGE_BYTES, record after record */
+} kiln_cifar_set;     /* free with kiln_cifar_free() */
+
+/* Classes of a kind (10, 100 or 20); 0 for an unknown kind. */
+int kiln_cifar_num_classes(kiln_cifar_kind kind);
+/* Bytes per record in the files: 3073 (CIFAR-10) or 3074 (CIFAR-100). */
+size_t kiln_cifar_record_bytes(kiln_cifar_kind kind);
+
+/* Reads the train split (CIFAR-10: data_batch_1.bin .. data_batch_5.bin concatenated in that
+ * order; CIFAR-100: train.bin) or the test split (test_batch.bin; test.bin) from `source`, which
+ * is one of:
+ *   - the published archive, cifar-10-binary.tar.gz (members under cifar-10-batches-bin/) or
+ *     cifar-100-binary.tar.gz (under cifar-100-binary/), gzipped or as a plain tar;
+ *   - the folder of .bin files, or the folder it was unpacked into (holding
+ *     cifar-10-batches-bin/ or cifar-100-binary/).
+ * Both CIFAR-100 labels are checked; `kind` chooses which is kept. Errors: KILN_ERR_IO (source
+ * or a .bin file missing or unreadable; the message names the file), KILN_ERR_DATA (not a gzip
+ * or tar archive, archive truncated, corrupt gzip data or tar header, missing member, a file
+ * whose size is not a multiple of the record size, a label out of range: each names the file or
+ * member and the byte offset or record index), KILN_ERR_INVALID (unknown kind). On failure *out
+ * is zeroed. */
+int kiln_cifar_read(const char *source, kiln_cifar_kind kind, bool train, kiln_cifar_set *out);
+void kiln_cifar_free(kiln_cifar_set *s);
+
+/* Converts one split into an LMDB of Datum records (3 x 32 x 32 bytes and the label) keyed
+ * "%05d" from 00000 in record order, as Caffe's convert_cifar_data does. Refuses
+ * (KILN_ERR_INVALID) when `out_path` exists; leaves nothing behind on failure. `n_written` may be
+ * NULL. */
+int kiln_convert_cifar_to_lmdb(const char *source, kiln_cifar_kind kind, bool train,
+                               const char *out_path, uint64_t *n_written);
+
 #endif
