@@ -180,6 +180,8 @@ static void check_grad(const char *text, kiln_blob **bottoms, int nbottom, int n
 static const char *const tested_types[] = {
     "Convolution", "Pooling", "InnerProduct", "ReLU",  "Sigmoid",  "TanH",    "Dropout",
     "Softmax",     "SoftmaxWithLoss", "Accuracy", "Flatten", "Split",
+    /* checked in test_layers2.c */
+    "BatchNorm", "Scale", "Bias", "Eltwise", "Concat", "Slice", "Reshape",
 };
 
 static void test_registry_backward_layers_covered(void **state) {

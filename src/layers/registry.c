@@ -10,6 +10,8 @@ extern const kiln_layer_ops kiln_layer_input, kiln_layer_data, kiln_layer_convol
     kiln_layer_pooling, kiln_layer_inner_product, kiln_layer_relu, kiln_layer_sigmoid,
     kiln_layer_tanh, kiln_layer_dropout, kiln_layer_softmax, kiln_layer_softmax_loss,
     kiln_layer_accuracy, kiln_layer_flatten, kiln_layer_split;
+extern const kiln_layer_ops kiln_layer_batch_norm, kiln_layer_scale, kiln_layer_bias,
+    kiln_layer_eltwise, kiln_layer_concat, kiln_layer_slice, kiln_layer_reshape;
 
 static const kiln_layer_ops *const registry[] = {
     &kiln_layer_input,    &kiln_layer_data,          &kiln_layer_convolution,
@@ -17,6 +19,8 @@ static const kiln_layer_ops *const registry[] = {
     &kiln_layer_sigmoid,  &kiln_layer_tanh,          &kiln_layer_dropout,
     &kiln_layer_softmax,  &kiln_layer_softmax_loss,  &kiln_layer_accuracy,
     &kiln_layer_flatten,  &kiln_layer_split,
+    &kiln_layer_batch_norm, &kiln_layer_scale, &kiln_layer_bias, &kiln_layer_eltwise,
+    &kiln_layer_concat, &kiln_layer_slice, &kiln_layer_reshape,
 };
 #define NREGISTRY (sizeof registry / sizeof registry[0])
 

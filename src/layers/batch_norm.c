@@ -1,0 +1,170 @@
+/* BatchNorm (Caffe's): normalises each channel of an (N, C) or (N, C, ...) input to zero mean and
+ * unit variance. No learnable scale or shift (a Scale layer with bias_term follows it in Caffe
+ * nets). Three blobs hold running statistics that the solver never touches: the decayed sums of
+ * the batch means and of the (unbiased) batch variances, and the decayed count they are divided
+ * by. With use_global_stats (default in TEST) those stored statistics are used instead of the
+ * batch's. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "layer_util.h"
+
+static const Caffe__BatchNormParameter bn_defaults = CAFFE__BATCH_NORM_PARAMETER__INIT;
+
+typedef struct {
+  bool global;    /* normalise with the stored statistics */
+  float maf, eps; /* moving_average_fraction, eps */
+  int64_t N, C, S; /* batch, channels, spatial (everything after the channel axis) */
+} bn_state;
+
+/* Buffers: 0 = the normalised output, kept apart from the top so that an in-place layer after
+ * this one (or this one in place) cannot spoil backward; 1 = per channel 1/sqrt(var + eps). */
+enum { BN_XNORM, BN_INVSTD };
+
+static int bn_setup(kiln_layer *l) {
+  const Caffe__BatchNormParameter *p = KILN_PARAM_OR(l->lp->batch_norm_param, bn_defaults);
+  const kiln_blob *x = l->bottom[0];
+  if (x->naxes < 1)
+    return KILN_LAYER_ERROR(l, KILN_ERR_SHAPE, "input must have at least one axis (N, C, ...)");
+  if (!(p->eps >= 0))
+    return KILN_LAYER_ERROR(l, KILN_ERR_INVALID, "batch_norm_param.eps %g must be >= 0", p->eps);
+  if (!(p->moving_average_fraction >= 0 && p->moving_average_fraction <= 1))
+    return KILN_LAYER_ERROR(l, KILN_ERR_INVALID,
+                            "batch_norm_param.moving_average_fraction %g is not in [0, 1]",
+                            p->moving_average_fraction);
+  bn_state *s = calloc(1, sizeof *s);
+  if (!s) return kiln_errorf(KILN_ERR_NOMEM, "out of memory");
+  l->priv = s;
+  s->global = p->has_use_global_stats ? p->use_global_stats : l->phase == CAFFE__PHASE__TEST;
+  s->maf = p->moving_average_fraction;
+  s->eps = p->eps;
+  s->C = x->naxes == 1 ? 1 : x->shape[1];
+  int64_t cshape[1] = {s->C}, one[1] = {1};
+  if (!kiln_layer_add_param(l, 1, cshape, NULL, 0) || !kiln_layer_add_param(l, 1, cshape, NULL, 0) ||
+      !kiln_layer_add_param(l, 1, one, NULL, 0))
+    return kiln_errorf(KILN_ERR_NOMEM, "out of memory");
+  for (int i = 0; i < 3; i++) l->param_frozen[i] = true;
+  if (!kiln_layer_add_buffer(l, "x_norm") || !kiln_layer_add_buffer(l, "inv_std"))
+    return kiln_errorf(KILN_ERR_NOMEM, "out of memory");
+  return KILN_OK;
+}
+
+static int bn_reshape(kiln_layer *l) {
+  bn_state *s = l->priv;
+  const kiln_blob *x = l->bottom[0];
+  int64_t C = x->naxes == 1 ? 1 : x->shape[1];
+  if (C != s->C) {
+    char buf[128];
+    return KILN_LAYER_ERROR(l, KILN_ERR_SHAPE,
+                            "input %s has %lld channels, the statistics were made for %lld",
+                            kiln_blob_shape_string(x, buf, sizeof buf), (long long)C,
+                            (long long)s->C);
+  }
+  s->N = x->shape[0];
+  s->S = kiln_count(x, 2, x->naxes);
+  int64_t cshape[1] = {s->C};
+  KILN_TRY(kiln_blob_reshape_like(l->buffer[BN_XNORM], x));
+  KILN_TRY(kiln_blob_reshape(l->buffer[BN_INVSTD], 1, cshape));
+  l->flops = 6.0 * (double)x->count;
+  return kiln_blob_reshape_like(l->top[0], x);
+}
+
+static int bn_forward(kiln_layer *l) {
+  bn_state *s = l->priv;
+  const float *x = l->bottom[0]->data;
+  float *y = l->top[0]->data, *xn = l->buffer[BN_XNORM]->data, *inv = l->buffer[BN_INVSTD]->data;
+  float *mean_sum = l->param[0]->data, *var_sum = l->param[1]->data, *factor = l->param[2]->data;
+  const int64_t N = s->N, C = s->C, S = s->S, m = N * S;
+  if (s->global) {
+    float f = factor[0] == 0 ? 0.0f : 1.0f / factor[0];
+#pragma omp parallel for schedule(static) num_threads(l->nthreads) if (N * C * S > 32768)
+    for (int64_t c = 0; c < C; c++) {
+      float mean = f * mean_sum[c], var = f * var_sum[c];
+      float is = 1.0f / sqrtf(var + s->eps);
+      inv[c] = is;
+      for (int64_t n = 0; n < N; n++) {
+        int64_t o = (n * C + c) * S;
+        for (int64_t i = 0; i < S; i++) xn[o + i] = (x[o + i] - mean) * is;
+      }
+    }
+  } else {
+    /* The stored sums change below but the output does not depend on them: repeated forwards
+     * on the same input give the same output. */
+    double correction = m > 1 ? (double)m / (double)(m - 1) : 1.0;
+#pragma omp parallel for schedule(static) num_threads(l->nthreads) if (N * C * S > 32768)
+    for (int64_t c = 0; c < C; c++) {
+      double sum = 0;
+      for (int64_t n = 0; n < N; n++) {
+        const float *xc = x + (n * C + c) * S;
+        for (int64_t i = 0; i < S; i++) sum += xc[i];
+      }
+      double mean = m ? sum / (double)m : 0.0, sq = 0;
+      for (int64_t n = 0; n < N; n++) {
+        const float *xc = x + (n * C + c) * S;
+        for (int64_t i = 0; i < S; i++) {
+          double d = xc[i] - mean;
+          sq += d * d;
+        }
+      }
+      double var = m ? sq / (double)m : 0.0; /* biased, as Caffe normalises with */
+      float is = (float)(1.0 / sqrt(var + s->eps));
+      inv[c] = is;
+      for (int64_t n = 0; n < N; n++) {
+        int64_t o = (n * C + c) * S;
+        for (int64_t i = 0; i < S; i++) xn[o + i] = (float)((x[o + i] - mean) * is);
+      }
+      mean_sum[c] = s->maf * mean_sum[c] + (float)mean;
+      var_sum[c] = s->maf * var_sum[c] + (float)(correction * var);
+    }
+    factor[0] = s->maf * factor[0] + 1.0f;
+  }
+  memcpy(y, xn, sizeof(float) * (size_t)l->bottom[0]->count);
+  return KILN_OK;
+}
+
+/* Batch statistics: dx = (dy - mean(dy) - mean(dy * y) * y) / sqrt(var + eps), means over the
+ * batch and spatial axes of each channel. Stored statistics: dx = dy / sqrt(var + eps). The
+ * statistics blobs get no gradient. */
+static int bn_backward(kiln_layer *l) {
+  if (!l->propagate_down[0]) return KILN_OK;
+  bn_state *s = l->priv;
+  const float *dy = l->top[0]->diff, *xn = l->buffer[BN_XNORM]->data;
+  const float *inv = l->buffer[BN_INVSTD]->data;
+  float *dx = l->bottom[0]->diff; /* may be dy itself (in place): each element read, then written */
+  const int64_t N = s->N, C = s->C, S = s->S, m = N * S;
+#pragma omp parallel for schedule(static) num_threads(l->nthreads) if (N * C * S > 32768)
+  for (int64_t c = 0; c < C; c++) {
+    float is = inv[c];
+    if (s->global) {
+      for (int64_t n = 0; n < N; n++) {
+        int64_t o = (n * C + c) * S;
+        for (int64_t i = 0; i < S; i++) dx[o + i] = dy[o + i] * is;
+      }
+      continue;
+    }
+    double sum_dy = 0, sum_dy_y = 0;
+    for (int64_t n = 0; n < N; n++) {
+      int64_t o = (n * C + c) * S;
+      for (int64_t i = 0; i < S; i++) {
+        sum_dy += dy[o + i];
+        sum_dy_y += (double)dy[o + i] * xn[o + i];
+      }
+    }
+    double mean_dy = m ? sum_dy / (double)m : 0.0, mean_dy_y = m ? sum_dy_y / (double)m : 0.0;
+    for (int64_t n = 0; n < N; n++) {
+      int64_t o = (n * C + c) * S;
+      for (int64_t i = 0; i < S; i++)
+        dx[o + i] = (float)((dy[o + i] - mean_dy - mean_dy_y * xn[o + i]) * is);
+    }
+  }
+  return KILN_OK;
+}
+
+static void bn_destroy(kiln_layer *l) { free(l->priv); }
+
+const kiln_layer_ops kiln_layer_batch_norm = {
+    .type = "BatchNorm", .min_bottoms = 1, .max_bottoms = 1, .min_tops = 1, .max_tops = 1,
+    .setup = bn_setup, .reshape = bn_reshape, .forward = bn_forward, .backward = bn_backward,
+    .destroy = bn_destroy,
+};

@@ -1,0 +1,170 @@
+/* Eltwise (Caffe's): element-wise SUM (with one coefficient per bottom, default 1), PROD or MAX of
+ * two or more bottoms of the same shape. MAX records which bottom won each element; the gradient
+ * goes to that bottom only. May run in place on its first bottom. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "layer_util.h"
+
+static const Caffe__EltwiseParameter eltwise_defaults = CAFFE__ELTWISE_PARAMETER__INIT;
+
+#define OP_PROD CAFFE__ELTWISE_PARAMETER__ELTWISE_OP__PROD
+#define OP_SUM CAFFE__ELTWISE_PARAMETER__ELTWISE_OP__SUM
+#define OP_MAX CAFFE__ELTWISE_PARAMETER__ELTWISE_OP__MAX
+
+typedef struct {
+  int op;
+  bool stable_prod_grad;
+  bool in_place; /* top is bottom 0 */
+  float *coeff;  /* one per bottom */
+} eltwise_state;
+
+/* Buffer 0: MAX's winning bottom per element (as a float); PROD in place: bottom 0's input. */
+
+static int eltwise_setup(kiln_layer *l) {
+  const Caffe__EltwiseParameter *p = KILN_PARAM_OR(l->lp->eltwise_param, eltwise_defaults);
+  eltwise_state *s = calloc(1, sizeof *s);
+  if (!s) return kiln_errorf(KILN_ERR_NOMEM, "out of memory");
+  l->priv = s;
+  s->op = p->operation;
+  s->stable_prod_grad = p->stable_prod_grad;
+  s->in_place = l->top[0] == l->bottom[0];
+  if (s->op != OP_PROD && s->op != OP_SUM && s->op != OP_MAX)
+    return KILN_LAYER_ERROR(l, KILN_ERR_INVALID, "unknown eltwise_param.operation %d", s->op);
+  if (p->n_coeff != 0 && (int)p->n_coeff != l->nbottom)
+    return KILN_LAYER_ERROR(l, KILN_ERR_INVALID,
+                            "eltwise_param has %zu coeff values for %d bottoms (give one per "
+                            "bottom, or none)",
+                            p->n_coeff, l->nbottom);
+  if (p->n_coeff && s->op == OP_PROD)
+    return KILN_LAYER_ERROR(l, KILN_ERR_INVALID, "coeff applies to SUM only, not PROD");
+  if (p->n_coeff && s->op == OP_MAX) /* Caffe accepts and ignores them */
+    kiln_log(KILN_LOG_WARN, "layer '%s' (Eltwise): coeff is ignored by MAX", l->name);
+  s->coeff = malloc(sizeof(float) * (size_t)l->nbottom);
+  if (!s->coeff) return kiln_errorf(KILN_ERR_NOMEM, "out of memory");
+  for (int i = 0; i < l->nbottom; i++) s->coeff[i] = p->n_coeff ? p->coeff[i] : 1.0f;
+  if ((s->op == OP_MAX || (s->op == OP_PROD && s->in_place)) &&
+      !kiln_layer_add_buffer(l, s->op == OP_MAX ? "argmax" : "bottom_copy"))
+    return kiln_errorf(KILN_ERR_NOMEM, "out of memory");
+  return KILN_OK;
+}
+
+static int eltwise_reshape(kiln_layer *l) {
+  const kiln_blob *x0 = l->bottom[0];
+  for (int b = 1; b < l->nbottom; b++) {
+    const kiln_blob *xb = l->bottom[b];
+    bool same = xb->naxes == x0->naxes;
+    for (int i = 0; same && i < x0->naxes; i++) same = xb->shape[i] == x0->shape[i];
+    if (!same) {
+      char s0[128], sb[128];
+      return KILN_LAYER_ERROR(l, KILN_ERR_SHAPE,
+                              "bottom %d '%s' has shape %s, bottom 0 '%s' has %s: all bottoms "
+                              "must have the same shape",
+                              b, xb->name, kiln_blob_shape_string(xb, sb, sizeof sb), x0->name,
+                              kiln_blob_shape_string(x0, s0, sizeof s0));
+    }
+  }
+  if (l->nbuffer) KILN_TRY(kiln_blob_reshape_like(l->buffer[0], x0));
+  l->flops = (double)(l->nbottom - 1) * (double)x0->count;
+  return kiln_blob_reshape_like(l->top[0], x0);
+}
+
+static int eltwise_forward(kiln_layer *l) {
+  eltwise_state *s = l->priv;
+  int nb = l->nbottom;
+  int64_t n = l->bottom[0]->count;
+  float *y = l->top[0]->data;
+  /* In place y is bottom 0: each element is read from every bottom before it is written. */
+  switch (s->op) {
+    case OP_SUM:
+      for (int64_t k = 0; k < n; k++) {
+        float v = s->coeff[0] * l->bottom[0]->data[k];
+        for (int b = 1; b < nb; b++) v += s->coeff[b] * l->bottom[b]->data[k];
+        y[k] = v;
+      }
+      break;
+    case OP_PROD:
+      if (s->in_place) memcpy(l->buffer[0]->data, l->bottom[0]->data, sizeof(float) * (size_t)n);
+      for (int64_t k = 0; k < n; k++) {
+        float v = l->bottom[0]->data[k];
+        for (int b = 1; b < nb; b++) v *= l->bottom[b]->data[k];
+        y[k] = v;
+      }
+      break;
+    case OP_MAX: {
+      /* Caffe's order: bottom 1 wins a tie with bottom 0; later bottoms must be strictly
+       * greater. */
+      float *arg = l->buffer[0]->data;
+      const float *a = l->bottom[0]->data, *b1 = l->bottom[1]->data;
+      for (int64_t k = 0; k < n; k++) {
+        float v = b1[k];
+        int w = 1;
+        if (a[k] > v) {
+          v = a[k];
+          w = 0;
+        }
+        for (int b = 2; b < nb; b++)
+          if (l->bottom[b]->data[k] > v) {
+            v = l->bottom[b]->data[k];
+            w = b;
+          }
+        y[k] = v;
+        arg[k] = (float)w;
+      }
+      break;
+    }
+  }
+  return KILN_OK;
+}
+
+/* Bottom 0 last: in place its diff is the top's. */
+static int eltwise_backward(kiln_layer *l) {
+  eltwise_state *s = l->priv;
+  int nb = l->nbottom;
+  int64_t n = l->bottom[0]->count;
+  const float *dy = l->top[0]->diff, *y = l->top[0]->data;
+  for (int b = nb - 1; b >= 0; b--) {
+    if (!l->propagate_down[b]) continue;
+    float *dx = l->bottom[b]->diff;
+    switch (s->op) {
+      case OP_SUM: {
+        float c = s->coeff[b];
+        for (int64_t k = 0; k < n; k++) dx[k] = c * dy[k];
+        break;
+      }
+      case OP_PROD:
+        if (s->stable_prod_grad) {
+          for (int64_t k = 0; k < n; k++) {
+            float v = dy[k];
+            for (int j = 0; j < nb; j++) {
+              if (j == b) continue;
+              v *= j == 0 && s->in_place ? l->buffer[0]->data[k] : l->bottom[j]->data[k];
+            }
+            dx[k] = v;
+          }
+        } else {
+          const float *x = b == 0 && s->in_place ? l->buffer[0]->data : l->bottom[b]->data;
+          for (int64_t k = 0; k < n; k++) dx[k] = y[k] / x[k] * dy[k];
+        }
+        break;
+      case OP_MAX: {
+        const float *arg = l->buffer[0]->data;
+        for (int64_t k = 0; k < n; k++) dx[k] = (int)arg[k] == b ? dy[k] : 0.0f;
+        break;
+      }
+    }
+  }
+  return KILN_OK;
+}
+
+static void eltwise_destroy(kiln_layer *l) {
+  eltwise_state *s = l->priv;
+  if (s) free(s->coeff);
+  free(s);
+}
+
+const kiln_layer_ops kiln_layer_eltwise = {
+    .type = "Eltwise", .min_bottoms = 2, .max_bottoms = -1, .min_tops = 1, .max_tops = 1,
+    .setup = eltwise_setup, .reshape = eltwise_reshape, .forward = eltwise_forward,
+    .backward = eltwise_backward, .destroy = eltwise_destroy,
+};

@@ -1,0 +1,161 @@
+/* Scale (Caffe's): y = x * gamma, plus beta with bias_term. gamma spans the input's axes
+ * [axis, axis + num_axes) (num_axes -1: to the end; 0: one scalar) and is broadcast over the
+ * others; it is a learnable blob (filler default constant 1), or the second bottom, which then
+ * receives the gradient instead. beta (bias_filler default constant 0) has gamma's shape. Follows
+ * BatchNorm in Caffe nets, usually in place. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "layer_util.h"
+
+static const Caffe__ScaleParameter scale_defaults = CAFFE__SCALE_PARAMETER__INIT;
+
+typedef struct {
+  bool from_bottom; /* gamma is bottom[1] */
+  int bias_index;   /* parameter index of beta, -1 without bias_term */
+  bool in_place;    /* the input is copied to buffer 0 before it is overwritten */
+  int64_t outer, dim, inner;
+} scale_state;
+
+static int axis_error(kiln_layer *l, int rc) {
+  return kiln_error_context(rc, "layer '%s' (%s): ", l->name, l->ops->type);
+}
+
+static int scale_setup(kiln_layer *l) {
+  const Caffe__ScaleParameter *p = KILN_PARAM_OR(l->lp->scale_param, scale_defaults);
+  const kiln_blob *x = l->bottom[0];
+  scale_state *s = calloc(1, sizeof *s);
+  if (!s) return kiln_errorf(KILN_ERR_NOMEM, "out of memory");
+  l->priv = s;
+  s->bias_index = -1;
+  s->from_bottom = l->nbottom > 1;
+  s->in_place = l->top[0] == l->bottom[0];
+  int naxes;
+  const int64_t *shape;
+  if (s->from_bottom) { /* its axes are checked against the input's in reshape */
+    naxes = l->bottom[1]->naxes;
+    shape = l->bottom[1]->shape;
+  } else {
+    int axis, rc = kiln_blob_canonical_axis(x, p->axis, &axis);
+    if (rc) return axis_error(l, rc);
+    if (p->num_axes < -1)
+      return KILN_LAYER_ERROR(l, KILN_ERR_INVALID,
+                              "scale_param.num_axes %d must be >= 0, or -1 for all axes from axis",
+                              p->num_axes);
+    if (p->num_axes >= 0 && axis + p->num_axes > x->naxes) {
+      char buf[128];
+      return KILN_LAYER_ERROR(l, KILN_ERR_SHAPE,
+                              "scale_param axis %d + num_axes %d runs past the %d axes of input %s",
+                              axis, p->num_axes, x->naxes, kiln_blob_shape_string(x, buf, sizeof buf));
+    }
+    naxes = p->num_axes == -1 ? x->naxes - axis : p->num_axes;
+    shape = x->shape + axis;
+    if (!kiln_layer_add_param(l, naxes, shape, p->filler, 1.0f))
+      return kiln_errorf(KILN_ERR_NOMEM, "out of memory");
+  }
+  if (p->bias_term) {
+    s->bias_index = l->nparam;
+    if (!kiln_layer_add_param(l, naxes, shape, p->bias_filler, 0.0f))
+      return kiln_errorf(KILN_ERR_NOMEM, "out of memory");
+  }
+  if (s->in_place && !kiln_layer_add_buffer(l, "bottom_copy"))
+    return kiln_errorf(KILN_ERR_NOMEM, "out of memory");
+  return KILN_OK;
+}
+
+static int scale_reshape(kiln_layer *l) {
+  const Caffe__ScaleParameter *p = KILN_PARAM_OR(l->lp->scale_param, scale_defaults);
+  scale_state *s = l->priv;
+  const kiln_blob *x = l->bottom[0];
+  const kiln_blob *g = s->from_bottom ? l->bottom[1] : l->param[0];
+  int axis = 0; /* a scalar gamma applies the same at any axis */
+  if (g->naxes > 0) {
+    int rc = kiln_blob_canonical_axis(x, p->axis, &axis);
+    if (rc) return axis_error(l, rc);
+  }
+  bool ok = axis + g->naxes <= x->naxes;
+  for (int i = 0; ok && i < g->naxes; i++) ok = x->shape[axis + i] == g->shape[i];
+  if (!ok) {
+    char xs[128], gs[128];
+    return KILN_LAYER_ERROR(l, KILN_ERR_SHAPE,
+                            "scale %s (%s) does not match input %s from axis %d",
+                            kiln_blob_shape_string(g, gs, sizeof gs),
+                            s->from_bottom ? "bottom 1" : "parameter",
+                            kiln_blob_shape_string(x, xs, sizeof xs), axis);
+  }
+  if (s->bias_index >= 0 && l->param[s->bias_index]->count != g->count) {
+    char bs[128], gs[128];
+    return KILN_LAYER_ERROR(l, KILN_ERR_SHAPE, "bias %s does not match scale %s",
+                            kiln_blob_shape_string(l->param[s->bias_index], bs, sizeof bs),
+                            kiln_blob_shape_string(g, gs, sizeof gs));
+  }
+  s->outer = kiln_count(x, 0, axis);
+  s->dim = g->count;
+  s->inner = kiln_count(x, axis + g->naxes, x->naxes);
+  if (s->in_place) KILN_TRY(kiln_blob_reshape_like(l->buffer[0], x));
+  l->flops = (s->bias_index >= 0 ? 2.0 : 1.0) * (double)x->count;
+  return kiln_blob_reshape_like(l->top[0], x);
+}
+
+static int scale_forward(kiln_layer *l) {
+  scale_state *s = l->priv;
+  const float *x = l->bottom[0]->data;
+  const float *g = (s->from_bottom ? l->bottom[1] : l->param[0])->data;
+  const float *b = s->bias_index >= 0 ? l->param[s->bias_index]->data : NULL;
+  float *y = l->top[0]->data;
+  if (s->in_place) memcpy(l->buffer[0]->data, x, sizeof(float) * (size_t)l->bottom[0]->count);
+  for (int64_t o = 0; o < s->outer; o++)
+    for (int64_t d = 0; d < s->dim; d++) {
+      int64_t off = (o * s->dim + d) * s->inner;
+      float gd = g[d], bd = b ? b[d] : 0.0f;
+      for (int64_t i = 0; i < s->inner; i++) y[off + i] = x[off + i] * gd + bd;
+    }
+  return KILN_OK;
+}
+
+/* gamma and beta gradients are taken before the input's, which in place overwrites dy. */
+static int scale_backward(kiln_layer *l) {
+  scale_state *s = l->priv;
+  const float *dy = l->top[0]->diff;
+  const float *x = s->in_place ? l->buffer[0]->data : l->bottom[0]->data;
+  float *dg = NULL;
+  bool accumulate = true;
+  if (!s->from_bottom) {
+    dg = l->param[0]->diff;
+  } else if (l->propagate_down[1]) {
+    dg = l->bottom[1]->diff;
+    accumulate = false; /* bottom diffs are overwritten */
+  }
+  float *db = s->bias_index >= 0 ? l->param[s->bias_index]->diff : NULL;
+  if (dg || db)
+    for (int64_t d = 0; d < s->dim; d++) {
+      double sg = 0, sb = 0;
+      for (int64_t o = 0; o < s->outer; o++) {
+        int64_t off = (o * s->dim + d) * s->inner;
+        for (int64_t i = 0; i < s->inner; i++) {
+          sg += (double)dy[off + i] * x[off + i];
+          sb += dy[off + i];
+        }
+      }
+      if (dg) dg[d] = (accumulate ? dg[d] : 0.0f) + (float)sg;
+      if (db) db[d] += (float)sb;
+    }
+  if (l->propagate_down[0]) {
+    const float *g = (s->from_bottom ? l->bottom[1] : l->param[0])->data;
+    float *dx = l->bottom[0]->diff;
+    for (int64_t o = 0; o < s->outer; o++)
+      for (int64_t d = 0; d < s->dim; d++) {
+        int64_t off = (o * s->dim + d) * s->inner;
+        for (int64_t i = 0; i < s->inner; i++) dx[off + i] = dy[off + i] * g[d];
+      }
+  }
+  return KILN_OK;
+}
+
+static void scale_destroy(kiln_layer *l) { free(l->priv); }
+
+const kiln_layer_ops kiln_layer_scale = {
+    .type = "Scale", .min_bottoms = 1, .max_bottoms = 2, .min_tops = 1, .max_tops = 1,
+    .setup = scale_setup, .reshape = scale_reshape, .forward = scale_forward,
+    .backward = scale_backward, .destroy = scale_destroy,
+};
