@@ -182,6 +182,9 @@ static const char *const tested_types[] = {
     "Softmax",     "SoftmaxWithLoss", "Accuracy", "Flatten", "Split",
     /* checked in test_layers2.c */
     "BatchNorm", "Scale", "Bias", "Eltwise", "Concat", "Slice", "Reshape",
+    /* tests/test_layers3.c */
+    "LRN", "Power", "AbsVal", "ELU", "PReLU", "ArgMax", "EuclideanLoss", "SigmoidCrossEntropyLoss",
+    "DummyData",
 };
 
 static void test_registry_backward_layers_covered(void **state) {

@@ -12,6 +12,9 @@ extern const kiln_layer_ops kiln_layer_input, kiln_layer_data, kiln_layer_convol
     kiln_layer_accuracy, kiln_layer_flatten, kiln_layer_split;
 extern const kiln_layer_ops kiln_layer_batch_norm, kiln_layer_scale, kiln_layer_bias,
     kiln_layer_eltwise, kiln_layer_concat, kiln_layer_slice, kiln_layer_reshape;
+extern const kiln_layer_ops kiln_layer_lrn, kiln_layer_power, kiln_layer_absval, kiln_layer_elu,
+    kiln_layer_prelu, kiln_layer_argmax, kiln_layer_euclidean_loss, kiln_layer_sigmoid_ce_loss,
+    kiln_layer_dummy_data;
 
 static const kiln_layer_ops *const registry[] = {
     &kiln_layer_input,    &kiln_layer_data,          &kiln_layer_convolution,
@@ -21,6 +24,9 @@ static const kiln_layer_ops *const registry[] = {
     &kiln_layer_flatten,  &kiln_layer_split,
     &kiln_layer_batch_norm, &kiln_layer_scale, &kiln_layer_bias, &kiln_layer_eltwise,
     &kiln_layer_concat, &kiln_layer_slice, &kiln_layer_reshape,
+    &kiln_layer_lrn,      &kiln_layer_power,         &kiln_layer_absval,
+    &kiln_layer_elu,      &kiln_layer_prelu,         &kiln_layer_argmax,
+    &kiln_layer_euclidean_loss, &kiln_layer_sigmoid_ce_loss, &kiln_layer_dummy_data,
 };
 #define NREGISTRY (sizeof registry / sizeof registry[0])
 
