@@ -6,6 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -204,6 +205,116 @@ static void test_leveldb_and_missing_source(void **state) {
   kiln_blob_free(top);
 }
 
+/* Labels of the next batch (records carry their index as label). */
+static int next_labels(data_layer *d, int *labels) {
+  assert_int_equal(d->l->ops->forward(d->l), KILN_OK);
+  int n = (int)d->top[1]->shape[0];
+  for (int i = 0; i < n; i++) labels[i] = (int)d->top[1]->data[i];
+  return n;
+}
+
+static void test_shuffle_per_epoch(void **state) {
+  (void)state;
+  data_layer a, b, c;
+  const char *p = "batch_size: 5 shuffle: true }";
+  assert_int_equal(open_layer(&a, p, CAFFE__PHASE__TRAIN, 7), KILN_OK);
+  assert_int_equal(open_layer(&b, p, CAFFE__PHASE__TRAIN, 7), KILN_OK);
+  assert_int_equal(open_layer(&c, p, CAFFE__PHASE__TRAIN, 8), KILN_OK);
+  int ea[4][5], eb[5], ec[4][5];
+  for (int k = 0; k < 4; k++) {
+    assert_int_equal(next_labels(&a, ea[k]), 5);
+    next_labels(&c, ec[k]);
+    next_labels(&b, eb);
+    assert_memory_equal(ea[k], eb, sizeof eb); /* same seed, same order */
+  }
+  for (int epoch = 0; epoch < 2; epoch++) { /* each epoch is a permutation of all records */
+    int seen[NREC] = {0};
+    for (int k = 0; k < 2; k++)
+      for (int i = 0; i < 5; i++) seen[ea[2 * epoch + k][i]]++;
+    for (int r = 0; r < NREC; r++) assert_int_equal(seen[r], 1);
+  }
+  bool identity = true;
+  for (int i = 0; i < 10; i++) identity &= ea[i / 5][i % 5] == i;
+  assert_false(identity);
+  assert_true(memcmp(ea[0], ea[2], sizeof ea[0]) != 0 || memcmp(ea[1], ea[3], sizeof ea[1]) != 0);
+  assert_true(memcmp(ea, ec, sizeof ea) != 0); /* another seed, another order */
+  /* resume mid-epoch from the cursor */
+  data_layer r;
+  assert_int_equal(open_layer(&r, p, CAFFE__PHASE__TRAIN, 7), KILN_OK);
+  assert_int_equal(r.l->ops->set_cursor(r.l, 15), KILN_OK);
+  int er[5];
+  next_labels(&r, er);
+  assert_memory_equal(er, ea[3], sizeof er);
+  close_layer(&a);
+  close_layer(&b);
+  close_layer(&c);
+  close_layer(&r);
+}
+
+static void test_last_batch_drop_and_keep(void **state) {
+  (void)state;
+  data_layer d, k, w;
+  int lab[8];
+  assert_int_equal(open_layer(&d, "batch_size: 4 last_batch: DROP }", CAFFE__PHASE__TRAIN, 1), KILN_OK);
+  int drop_expect[3][4] = {{0, 1, 2, 3}, {4, 5, 6, 7}, {0, 1, 2, 3}};
+  for (int b = 0; b < 3; b++) {
+    assert_int_equal(next_labels(&d, lab), 4);
+    assert_memory_equal(lab, drop_expect[b], sizeof drop_expect[b]);
+  }
+  assert_int_equal(d.l->ops->get_cursor(d.l), 14); /* records 8 and 9 skipped */
+  close_layer(&d);
+
+  assert_int_equal(open_layer(&k, "batch_size: 4 last_batch: KEEP }", CAFFE__PHASE__TRAIN, 1), KILN_OK);
+  assert_int_equal(next_labels(&k, lab), 4);
+  assert_false(k.l->reshaped);
+  assert_int_equal(next_labels(&k, lab), 4);
+  assert_int_equal(next_labels(&k, lab), 2); /* the kept remainder */
+  assert_true(lab[0] == 8 && lab[1] == 9);
+  assert_true(k.l->reshaped);
+  assert_int_equal(k.top[0]->shape[0], 2);
+  k.l->reshaped = false;
+  assert_int_equal(next_labels(&k, lab), 4);
+  assert_true(lab[0] == 0 && k.l->reshaped && k.top[0]->shape[0] == 4);
+  close_layer(&k);
+
+  assert_int_equal(open_layer(&w, "batch_size: 4 }", CAFFE__PHASE__TRAIN, 1), KILN_OK);
+  for (int b = 0; b < 3; b++) assert_int_equal(next_labels(&w, lab), 4);
+  assert_true(lab[0] == 8 && lab[1] == 9 && lab[2] == 0 && lab[3] == 1); /* Caffe's wrap */
+  close_layer(&w);
+
+  expect_fail("batch_size: 11 last_batch: DROP }", "drop everything");
+}
+
+/* A smaller last batch flows through the net: the layers after the data layer are reshaped, and
+ * the loss is normalised by the smaller batch. */
+static void test_keep_reshapes_the_net(void **state) {
+  (void)state;
+  char text[1024];
+  snprintf(text, sizeof text,
+           "layer { name: 'd' type: 'Data' top: 'data' top: 'label' data_param { source: '%s' "
+           "batch_size: 4 backend: LMDB last_batch: KEEP } transform_param { scale: 0.01 } }"
+           "layer { name: 'ip' type: 'InnerProduct' bottom: 'data' top: 'ip' "
+           "inner_product_param { num_output: 10 weight_filler { type: 'xavier' } } }"
+           "layer { name: 'loss' type: 'SoftmaxWithLoss' bottom: 'ip' bottom: 'label' top: 'loss' }",
+           db_path);
+  Caffe__NetParameter *np;
+  assert_int_equal(kiln_net_param_from_text(text, "<keep>", &np), KILN_OK);
+  kiln_net_options o = {.phase = CAFFE__PHASE__TRAIN, .seed = 1};
+  kiln_net *net;
+  assert_int_equal(kiln_net_create(np, &o, &net), KILN_OK);
+  float loss;
+  for (int b = 0; b < 3; b++) {
+    assert_int_equal(kiln_net_forward(net, &loss), KILN_OK);
+    assert_int_equal(kiln_net_backward(net), KILN_OK);
+    assert_true(isfinite(loss) && loss > 0);
+  }
+  assert_int_equal(kiln_net_blob(net, "ip")->shape[0], 2);
+  assert_int_equal(kiln_net_forward(net, &loss), KILN_OK);
+  assert_int_equal(kiln_net_blob(net, "ip")->shape[0], 4);
+  kiln_net_free(net);
+  protobuf_c_message_free_unpacked(&np->base, NULL);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_batches_transform_and_wrap),
@@ -211,6 +322,9 @@ int main(void) {
       cmocka_unit_test(test_crop_and_mirror),
       cmocka_unit_test(test_errors),
       cmocka_unit_test(test_leveldb_and_missing_source),
+      cmocka_unit_test(test_shuffle_per_epoch),
+      cmocka_unit_test(test_last_batch_drop_and_keep),
+      cmocka_unit_test(test_keep_reshapes_the_net),
   };
   return cmocka_run_group_tests(tests, make_db, remove_db);
 }

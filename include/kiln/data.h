@@ -55,7 +55,10 @@ uint64_t kiln_datum_db_position(const kiln_datum_db *db);
  * move. Errors: KILN_ERR_DATA (not a Datum, wrong data size, shape change, no pixels),
  * KILN_ERR_UNSUPPORTED (encoded images). */
 int kiln_datum_db_next(kiln_datum_db *db, kiln_datum *out);
-/* Key of the record that the last successful next() returned (NUL-terminated copy). */
+/* Random access: the record at `index` in key order (0 <= index < size), without moving the
+ * sequential cursor. The first call builds an index of the keys (one pass over them). */
+int kiln_datum_db_read(kiln_datum_db *db, uint64_t index, kiln_datum *out);
+/* Key of the record that the last successful next() or read() returned (NUL-terminated copy). */
 const char *kiln_datum_db_last_key(const kiln_datum_db *db);
 void kiln_datum_db_close(kiln_datum_db *db);
 

@@ -58,6 +58,8 @@ struct kiln_layer {
   int64_t extra_bytes;      /* memory the layer holds itself (prefetch queues), for the plan */
   float *workspace;
   double flops;              /* forward floating-point operations per pass */
+  bool reshaped;             /* set by a forward that changed its tops' shapes (a smaller last
+                                batch): the net reshapes the layers after it */
   int nthreads;
   kiln_rng *rng;             /* the net's generator (dropout) */
   uint64_t seed;             /* the net's seed, for layers with their own streams */

@@ -75,6 +75,9 @@ struct kiln_datum_db {
   int channels, height, width;
   char *last_key;
   size_t last_key_cap;
+  MDB_dbi dbi;
+  MDB_val *keys; /* key of each record in key order, built on the first random read; the
+                    pointers stay valid for the read transaction's life */
 };
 
 static int mdb_failure(const kiln_datum_db *db, int rc, const char *what) {
@@ -138,6 +141,7 @@ int kiln_datum_db_open(const char *path, kiln_datum_db **out) {
   }
   MDB_dbi dbi;
   rc = mdb_dbi_open(db->txn, NULL, 0, &dbi);
+  db->dbi = dbi;
   if (rc) {
     rc = mdb_failure(db, rc, "cannot open the main database");
     goto fail;
@@ -259,43 +263,30 @@ static int check_datum(kiln_datum_db *db, const Caffe__Datum *m, const char *key
   return KILN_OK;
 }
 
-int kiln_datum_db_next(kiln_datum_db *db, kiln_datum *out) {
-  MDB_val k, v;
-  int rc = mdb_cursor_get(db->cursor, &k, &v, MDB_GET_CURRENT);
-  if (rc) return mdb_failure(db, rc, "cannot read a record");
+/* Decodes and checks the record (k, v); on success it becomes db->current and its key
+ * db->last_key. */
+static int decode_record(kiln_datum_db *db, const MDB_val *k, const MDB_val *v, kiln_datum *out) {
   char key[160];
-  key_string(k.mv_data, k.mv_size, key, sizeof key);
-  Caffe__Datum *m = caffe__datum__unpack(NULL, v.mv_size, v.mv_data);
+  key_string(k->mv_data, k->mv_size, key, sizeof key);
+  Caffe__Datum *m = caffe__datum__unpack(NULL, v->mv_size, v->mv_data);
   if (!m) return kiln_errorf(KILN_ERR_DATA, "%s: record %s: not a Datum", db->path, key);
   kiln_datum d;
-  rc = check_datum(db, m, key, &d);
+  int rc = check_datum(db, m, key, &d);
   if (rc) {
     caffe__datum__free_unpacked(m, NULL);
     return rc;
   }
-  if (db->last_key_cap < k.mv_size + 1) {
-    char *grown = realloc(db->last_key, k.mv_size + 1);
+  if (db->last_key_cap < k->mv_size + 1) {
+    char *grown = realloc(db->last_key, k->mv_size + 1);
     if (!grown) {
       caffe__datum__free_unpacked(m, NULL);
       return kiln_errorf(KILN_ERR_NOMEM, "%s: out of memory", db->path);
     }
     db->last_key = grown;
-    db->last_key_cap = k.mv_size + 1;
+    db->last_key_cap = k->mv_size + 1;
   }
-  memcpy(db->last_key, k.mv_data, k.mv_size);
-  db->last_key[k.mv_size] = '\0';
-
-  if (db->index + 1 < db->size) {
-    rc = mdb_cursor_get(db->cursor, &k, &v, MDB_NEXT);
-  } else {
-    rc = mdb_cursor_get(db->cursor, &k, &v, MDB_FIRST);
-  }
-  if (rc) {
-    caffe__datum__free_unpacked(m, NULL);
-    return mdb_failure(db, rc, "cannot advance the cursor");
-  }
-  db->index = db->index + 1 < db->size ? db->index + 1 : 0;
-  db->position++;
+  memcpy(db->last_key, k->mv_data, k->mv_size);
+  db->last_key[k->mv_size] = '\0';
   if (db->current) caffe__datum__free_unpacked(db->current, NULL);
   db->current = m;
   if (!db->have_shape) {
@@ -308,9 +299,54 @@ int kiln_datum_db_next(kiln_datum_db *db, kiln_datum *out) {
   return KILN_OK;
 }
 
+int kiln_datum_db_next(kiln_datum_db *db, kiln_datum *out) {
+  MDB_val k, v;
+  int rc = mdb_cursor_get(db->cursor, &k, &v, MDB_GET_CURRENT);
+  if (rc) return mdb_failure(db, rc, "cannot read a record");
+  KILN_TRY(decode_record(db, &k, &v, out)); /* on error the cursor has not moved */
+  rc = mdb_cursor_get(db->cursor, &k, &v, db->index + 1 < db->size ? MDB_NEXT : MDB_FIRST);
+  if (rc) return mdb_failure(db, rc, "cannot advance the cursor");
+  db->index = db->index + 1 < db->size ? db->index + 1 : 0;
+  db->position++;
+  return KILN_OK;
+}
+
+int kiln_datum_db_read(kiln_datum_db *db, uint64_t index, kiln_datum *out) {
+  if (index >= db->size)
+    return kiln_errorf(KILN_ERR_INVALID, "%s: record index %llu out of range (%llu records)",
+                       db->path, (unsigned long long)index, (unsigned long long)db->size);
+  if (!db->keys) {
+    MDB_val *keys = malloc(sizeof *keys * (size_t)db->size);
+    if (!keys) return kiln_errorf(KILN_ERR_NOMEM, "%s: out of memory for the key index", db->path);
+    MDB_cursor *c;
+    int rc = mdb_cursor_open(db->txn, db->dbi, &c);
+    if (rc) {
+      free(keys);
+      return mdb_failure(db, rc, "cannot open a cursor");
+    }
+    MDB_val k, v;
+    uint64_t n = 0;
+    for (rc = mdb_cursor_get(c, &k, &v, MDB_FIRST); rc == 0 && n < db->size;
+         rc = mdb_cursor_get(c, &k, &v, MDB_NEXT))
+      keys[n++] = k;
+    mdb_cursor_close(c);
+    if (n != db->size) {
+      free(keys);
+      return kiln_errorf(KILN_ERR_DATA, "%s: found %llu records, the database says %llu", db->path,
+                         (unsigned long long)n, (unsigned long long)db->size);
+    }
+    db->keys = keys;
+  }
+  MDB_val k = db->keys[index], v;
+  int rc = mdb_get(db->txn, db->dbi, &k, &v);
+  if (rc) return mdb_failure(db, rc, "cannot read a record");
+  return decode_record(db, &k, &v, out);
+}
+
 void kiln_datum_db_close(kiln_datum_db *db) {
   if (!db) return;
   if (db->current) caffe__datum__free_unpacked(db->current, NULL);
+  free(db->keys);
   if (db->cursor) mdb_cursor_close(db->cursor);
   if (db->txn) mdb_txn_abort(db->txn);
   if (db->env) mdb_env_close(db->env);

@@ -1,7 +1,12 @@
 /* Data: batches of Datum records from an LMDB (Caffe's Data layer), transformed (crop, mirror,
  * mean subtraction, scale) on a prefetch thread that fills a bounded ring of batches while the
- * net computes. Random crops and mirrors are drawn from a generator seeded by (net seed, record
- * position), so a run resumed at a saved cursor transforms every record exactly as before. */
+ * net computes.
+ *
+ * Records are addressed by their position in an endless stream (epoch = position / size): in key
+ * order as Caffe reads them, or, with `shuffle`, through a permutation of each epoch drawn from
+ * (seed, epoch). Random crops and mirrors are drawn from a generator seeded by (seed, position).
+ * So the position of the next batch (the cursor) is all a snapshot needs to resume exactly.
+ * `last_batch` chooses what happens at the end of an epoch: WRAP (Caffe), DROP or KEEP. */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,7 +23,13 @@ typedef struct {
   float *data;
   float *label;
   uint64_t start; /* record position of the batch's first record */
+  int count;      /* records in the batch (smaller than batch_size only for KEEP) */
 } batch_slot;
+
+typedef struct {
+  uint64_t epoch;
+  uint32_t *perm; /* NULL until built */
+} epoch_order;
 
 typedef struct {
   kiln_datum_db *db;
@@ -27,7 +38,10 @@ typedef struct {
   float *mean;      /* C*H*W from mean_file, or NULL */
   float mean_value[64];
   int n_mean_value;
-  bool mirror, train;
+  bool mirror, train, shuffle;
+  int last_batch;
+  uint64_t size; /* records in the database */
+  epoch_order order[2]; /* shuffled orders of the two most recent epochs (a batch may span two) */
   uint64_t seed;
   /* the prefetch ring */
   int nslots;
@@ -75,19 +89,67 @@ static int transform_record(data_state *s, const kiln_datum *d, uint64_t pos, fl
   return KILN_OK;
 }
 
+/* The record (index in key order) at stream position q. */
+static int record_index(data_state *s, uint64_t q, uint64_t *index) {
+  uint64_t e = q / s->size, i = q % s->size;
+  if (!s->shuffle) {
+    *index = i;
+    return KILN_OK;
+  }
+  epoch_order *o = NULL;
+  for (int k = 0; k < 2; k++)
+    if (s->order[k].perm && s->order[k].epoch == e) o = &s->order[k];
+  if (!o) {
+    /* Replace the older of the two. */
+    o = !s->order[0].perm ? &s->order[0] : !s->order[1].perm ? &s->order[1]
+        : s->order[0].epoch < s->order[1].epoch ? &s->order[0] : &s->order[1];
+    if (!o->perm && !(o->perm = malloc(sizeof(uint32_t) * (size_t)s->size)))
+      return kiln_errorf(KILN_ERR_NOMEM, "out of memory for the shuffled order");
+    o->epoch = e;
+    kiln_rng r;
+    kiln_rng_seed(&r, s->seed, 0x5348554646ULL + e); /* a stream per epoch */
+    for (uint64_t j = 0; j < s->size; j++) o->perm[j] = (uint32_t)j;
+    for (uint64_t j = s->size - 1; j > 0; j--) { /* Fisher-Yates */
+      uint32_t k = kiln_rng_below(&r, (uint32_t)(j + 1)), t = o->perm[j];
+      o->perm[j] = o->perm[k];
+      o->perm[k] = t;
+    }
+  }
+  *index = o->perm[i];
+  return KILN_OK;
+}
+
+/* Where the batch that would start at p really starts, and how many records it holds. */
+static uint64_t batch_start(const data_state *s, uint64_t p, int *count) {
+  uint64_t i = p % s->size;
+  if (s->last_batch == CAFFE__DATA_PARAMETER__LAST_BATCH__DROP && i + (uint64_t)s->batch > s->size)
+    p += s->size - i, i = 0;
+  *count = s->batch;
+  if (s->last_batch == CAFFE__DATA_PARAMETER__LAST_BATCH__KEEP && i + (uint64_t)s->batch > s->size)
+    *count = (int)(s->size - i);
+  return p;
+}
+
 static int fill_slot(data_state *s, batch_slot *slot) {
   int per = s->C * s->outH * s->outW;
-  slot->start = kiln_datum_db_position(s->db);
-  for (int i = 0; i < s->batch; i++) {
+  slot->start = batch_start(s, s->next_fill_pos, &slot->count);
+  for (int j = 0; j < slot->count; j++) {
+    uint64_t pos = slot->start + (uint64_t)j, index = 0;
     kiln_datum d;
-    uint64_t pos = kiln_datum_db_position(s->db);
-    KILN_TRY(kiln_datum_db_next(s->db, &d));
+    KILN_TRY(record_index(s, pos, &index));
+    if (s->shuffle) {
+      KILN_TRY(kiln_datum_db_read(s->db, index, &d));
+    } else {
+      if (kiln_datum_db_position(s->db) != pos) KILN_TRY(kiln_datum_db_seek(s->db, pos));
+      KILN_TRY(kiln_datum_db_next(s->db, &d));
+    }
     if (d.channels != s->C || d.height != s->H || d.width != s->W)
       return kiln_errorf(KILN_ERR_DATA, "record %llu is %dx%dx%d, the first record was %dx%dx%d",
-                         (unsigned long long)pos, d.channels, d.height, d.width, s->C, s->H, s->W);
-    KILN_TRY(transform_record(s, &d, pos, slot->data + (size_t)i * per));
-    slot->label[i] = (float)d.label;
+                         (unsigned long long)index, d.channels, d.height, d.width, s->C, s->H, s->W);
+    KILN_TRY(transform_record(s, &d, pos, slot->data + (size_t)j * per));
+    slot->label[j] = (float)d.label;
   }
+  s->next_fill_pos = slot->start + (uint64_t)slot->count;
   return KILN_OK;
 }
 
@@ -200,6 +262,16 @@ static int data_setup(kiln_layer *l) {
   s->W = d.width;
   KILN_TRY(kiln_datum_db_seek(s->db, 0));
   s->batch = (int)p->batch_size;
+  s->size = kiln_datum_db_size(s->db);
+  s->shuffle = p->shuffle;
+  s->last_batch = p->last_batch;
+  if (s->last_batch == CAFFE__DATA_PARAMETER__LAST_BATCH__DROP && (uint64_t)s->batch > s->size)
+    return KILN_LAYER_ERROR(l, KILN_ERR_INVALID,
+                            "last_batch: DROP with batch_size %d larger than the data set (%llu "
+                            "records) would drop everything",
+                            s->batch, (unsigned long long)s->size);
+  if (s->size > UINT32_MAX && s->shuffle)
+    return KILN_LAYER_ERROR(l, KILN_ERR_UNSUPPORTED, "shuffle of more than 2^32 records");
   s->scale = t->scale;
   s->crop = (int)t->crop_size;
   s->mirror = t->mirror;
@@ -259,10 +331,16 @@ static int data_forward(kiln_layer *l) {
   }
   batch_slot *slot = &s->slots[s->head];
   pthread_mutex_unlock(&s->mu);
+  if (l->top[0]->shape[0] != slot->count) {
+    int64_t shape[4] = {slot->count, s->C, s->outH, s->outW};
+    KILN_TRY(kiln_blob_reshape(l->top[0], 4, shape));
+    if (l->ntop > 1) KILN_TRY(kiln_blob_reshape(l->top[1], 1, shape));
+    l->reshaped = true;
+  }
   memcpy(l->top[0]->data, slot->data, sizeof(float) * l->top[0]->count);
-  if (l->ntop > 1) memcpy(l->top[1]->data, slot->label, sizeof(float) * s->batch);
+  if (l->ntop > 1) memcpy(l->top[1]->data, slot->label, sizeof(float) * (size_t)slot->count);
   pthread_mutex_lock(&s->mu);
-  s->consumed_pos = slot->start + (uint64_t)s->batch;
+  s->consumed_pos = slot->start + (uint64_t)slot->count;
   s->head = (s->head + 1) % s->nslots;
   s->count--;
   pthread_cond_broadcast(&s->cv);
@@ -276,7 +354,7 @@ static int data_set_cursor(kiln_layer *l, uint64_t cursor) {
   data_state *s = l->priv;
   stop_thread(s);
   s->head = s->tail = s->count = 0;
-  s->consumed_pos = cursor;
+  s->consumed_pos = s->next_fill_pos = cursor;
   int rc = kiln_datum_db_seek(s->db, cursor);
   if (rc) return kiln_error_context(rc, "layer '%s' (Data): ", l->name);
   return KILN_OK;
@@ -294,6 +372,8 @@ static void data_destroy(kiln_layer *l) {
     }
   free(s->slots);
   free(s->mean);
+  free(s->order[0].perm);
+  free(s->order[1].perm);
   pthread_mutex_destroy(&s->mu);
   pthread_cond_destroy(&s->cv);
   free(s);

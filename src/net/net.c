@@ -711,6 +711,12 @@ int kiln_net_forward(kiln_net *net, float *loss) {
     kiln_layer *l = net->layers[i];
     int rc = l->ops->forward(l);
     if (rc) return rc;
+    if (l->reshaped) {
+      /* Shrinking (or growing back to the planned size) never allocates. */
+      l->reshaped = false;
+      for (int j = i + 1; j < net->nlayers; j++)
+        if ((rc = net->layers[j]->ops->reshape(net->layers[j]))) return rc;
+    }
     for (int t = 0; t < l->ntop; t++)
       if (l->loss_weight[t] != 0) {
         const float *d = l->top[t]->data;
