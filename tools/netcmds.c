@@ -96,10 +96,10 @@ int cmd_test(int argc, char **argv) {
   const char *names[66];
   double values[66];
   int n = 0;
-  names[n] = "loss", values[n++] = loss / a.iterations;
+  names[n] = "loss", values[n++] = (float)(loss / a.iterations); /* as the solver reports it */
   for (int o = 0; o < net->noutputs && n < 64; o++) {
     names[n] = net->outputs[o]->name;
-    values[n++] = sum[o] / a.iterations;
+    values[n++] = (float)(sum[o] / a.iterations);
     printf("%s = %.4f\n", net->outputs[o]->name, sum[o] / a.iterations);
   }
   names[n] = "peak_rss_mb", values[n++] = kiln_peak_rss_mb();

@@ -41,6 +41,9 @@ expect_error "missing bottom" "bottom 'nothere'" -- "$KILN" describe --model bot
 printf 'layer { name: "in" type: "Input" top: "data" top: "label" input_param { shape { dim: 2 dim: 10 } shape { dim: 3 } } }\nlayer { name: "loss" type: "SoftmaxWithLoss" bottom: "data" bottom: "label" top: "loss" }\n' > shape.prototxt
 expect_error "shape mismatch" "label count 3" -- "$KILN" describe --model shape.prototxt
 
+printf 'layer { name: "in" type: "Input" top: "data" input_param { shape { dim: 1 dim: 3 dim: 8 dim: 8 } } }\nlayer { name: "c" type: "Convolution" bottom: "data" top: "c" convolution_param { num_output: 4 kernel_size: 3 group: 2 } }\n' > group.prototxt
+expect_error "group not dividing channels" "group 2 must divide both the input channels (3)" -- "$KILN" describe --model group.prototxt
+
 printf 'layers { name: "x" type: CONVOLUTION }\n' > v1.prototxt
 expect_error "V1 format" "upgrade_net_proto_text" -- "$KILN" describe --model v1.prototxt
 
