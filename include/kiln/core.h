@@ -80,6 +80,7 @@ typedef struct kiln_blob {
   int64_t capacity; /* floats allocated when owned */
   bool owned;
   bool defer_alloc; /* reshape records the shape only; kiln_blob_alloc() allocates later */
+  bool no_diff;     /* storage for data only (layer buffers: masks, caches); diff stays NULL */
 } kiln_blob;
 
 kiln_blob *kiln_blob_new(const char *name);

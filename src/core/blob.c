@@ -48,8 +48,8 @@ int kiln_blob_alloc(kiln_blob *b) {
   b->defer_alloc = false;
   if (b->owned && count > b->capacity) {
     float *d = kiln_alloc((size_t)count * sizeof(float));
-    float *g = kiln_alloc((size_t)count * sizeof(float));
-    if (!d || !g) {
+    float *g = b->no_diff ? NULL : kiln_alloc((size_t)count * sizeof(float));
+    if (!d || (!g && !b->no_diff)) {
       kiln_free(d);
       kiln_free(g);
       return kiln_errorf(KILN_ERR_NOMEM, "blob '%s': cannot allocate %lld floats", b->name,

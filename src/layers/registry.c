@@ -70,6 +70,7 @@ kiln_blob *kiln_layer_add_buffer(kiln_layer *l, const char *what) {
   kiln_blob *b = kiln_blob_new(name);
   if (!b) return NULL;
   b->defer_alloc = true;
+  b->no_diff = true;
   l->buffer[l->nbuffer++] = b;
   return b;
 }

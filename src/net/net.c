@@ -500,7 +500,7 @@ static int plan_memory(kiln_net *net, const kiln_net_options *opt) {
   for (int i = 0; i < net->nblobs; i++) m->activations += net->blobs[i]->count * 8;
   for (int i = 0; i < net->nlayers; i++) {
     kiln_layer *l = net->layers[i];
-    for (int b = 0; b < l->nbuffer; b++) m->buffers += l->buffer[b]->count * 8;
+    for (int b = 0; b < l->nbuffer; b++) m->buffers += l->buffer[b]->count * 4; /* data only */
     if (l->workspace_floats > net->workspace_floats) net->workspace_floats = l->workspace_floats;
     m->data_queues += l->extra_bytes;
   }
