@@ -52,15 +52,23 @@ void kiln_maxpool_forward(float *out, int32_t *mask, const float *in, int N,
       for (int ow = 0; ow < OW; ow++) {
         const int w0 = imax(ow * g->stride_w - g->pad_w, 0);
         const int w1 = imin(ow * g->stride_w - g->pad_w + g->kernel_w, W);
-        float best = -FLT_MAX;
-        int32_t arg = -1;
+        if (h0 >= h1 || w0 >= w1) { /* an empty window (see above): output 0, no gradient */
+          y[oh * OW + ow] = 0.0f;
+          mk[oh * OW + ow] = -1;
+          continue;
+        }
+        /* Seeded with the first value; selects instead of branches, since which value wins is
+         * data-dependent and mispredicted branches dominated this loop. Ties keep the first. */
+        float best = x[h0 * W + w0];
+        int32_t arg = h0 * W + w0;
         for (int h = h0; h < h1; h++)
-          for (int w = w0; w < w1; w++)
-            if (arg < 0 || x[h * W + w] > best) {
-              best = x[h * W + w];
-              arg = h * W + w;
-            }
-        y[oh * OW + ow] = arg < 0 ? 0.0f : best;
+          for (int w = w0; w < w1; w++) {
+            const float v = x[h * W + w];
+            const int better = v > best;
+            best = better ? v : best;
+            arg = better ? h * W + w : arg;
+          }
+        y[oh * OW + ow] = best;
         mk[oh * OW + ow] = arg;
       }
     }
