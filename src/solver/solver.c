@@ -26,7 +26,8 @@ static void emit(kiln_solver *s, kiln_event *e) {
   if (!s->opt.on_event) return;
   e->max_iter = s->max_iter;
   e->time_ms = kiln_now_ms() - s->start_ms;
-  e->peak_rss_mb = kiln_peak_rss_mb();
+  /* /proc read: not for the per-iteration progress event */
+  e->peak_rss_mb = strcmp(e->event, "progress") ? kiln_peak_rss_mb() : 0;
   s->opt.on_event(e, s->opt.user);
 }
 
