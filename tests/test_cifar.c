@@ -8,7 +8,6 @@
 #include <stdint.h>
 
 #include <cmocka.h>
-#include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,63 +15,14 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include "files.h"
 #include "kiln/data.h"
 
 enum { IMG = KILN_CIFAR_IMAGE_BYTES, REC10 = 1 + IMG, REC100 = 2 + IMG };
 
 /* ---- fixture ----------------------------------------------------------------------------- */
 
-typedef struct fixture {
-  char dir[64];
-} fixture;
-
-static int setup_dir(void **state) {
-  fixture *f = calloc(1, sizeof *f);
-  if (!f) return -1;
-  snprintf(f->dir, sizeof f->dir, "/tmp/kiln-test-cifar-XXXXXX");
-  if (!mkdtemp(f->dir)) {
-    free(f);
-    return -1;
-  }
-  *state = f;
-  return 0;
-}
-
-static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
-  (void)st, (void)flag, (void)ftw;
-  return remove(path);
-}
-
-static int teardown_dir(void **state) {
-  fixture *f = *state;
-  nftw(f->dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
-  free(f);
-  return 0;
-}
-
-static const char *path_in(const fixture *f, const char *name, char *buf, size_t n) {
-  snprintf(buf, n, "%s/%s", f->dir, name);
-  return buf;
-}
-
-static bool exists(const char *path) {
-  struct stat st;
-  return stat(path, &st) == 0;
-}
-
-static void write_plain(const char *path, const void *data, size_t len) {
-  FILE *fp = fopen(path, "wb");
-  assert_non_null(fp);
-  assert_int_equal(fwrite(data, 1, len, fp), len);
-  assert_int_equal(fclose(fp), 0);
-}
-
-static void write_gz(const char *path, const void *data, size_t len) {
-  gzFile gz = gzopen(path, "wb");
-  assert_non_null(gz);
-  assert_int_equal(gzwrite(gz, data, (unsigned)len), (int)len);
-  assert_int_equal(gzclose(gz), Z_OK);
-}
+static int setup_dir(void **state) { return tmpdir_setup(state, "cifar"); }
 
 /* Expects `rc` and a message holding every one of the NULL-terminated substrings. */
 static void expect_error(int rc, int want, ...) {
@@ -170,6 +120,15 @@ static void tb_zeros(tarbuf *t, size_t n) {
   }
 }
 
+/* Fills in the checksum field of header h (after any change to it). */
+static void tar_checksum(uint8_t h[512]) {
+  memset(h + 148, ' ', 8);
+  unsigned sum = 0;
+  for (int i = 0; i < 512; i++)
+    sum += h[i];
+  snprintf((char *)h + 148, 8, "%06o", sum); /* six digits, NUL, and the space left in place */
+}
+
 /* A header for `name` (at most 100 bytes) holding `size` bytes, type `type`. */
 static void tar_header(const tarbuf *t, uint8_t h[512], const char *name, uint64_t size,
                        char type) {
@@ -191,11 +150,7 @@ static void tar_header(const tarbuf *t, uint8_t h[512], const char *name, uint64
            8);
   memcpy(h + 265, "kiln", 4);
   memcpy(h + 297, "kiln", 4);
-  memset(h + 148, ' ', 8);
-  unsigned sum = 0;
-  for (int i = 0; i < 512; i++)
-    sum += h[i];
-  snprintf((char *)h + 148, 8, "%06o", sum); /* six digits, NUL, and the space left in place */
+  tar_checksum(h);
 }
 
 static void tar_add(tarbuf *t, const char *name, const void *data, size_t len, char type) {
@@ -224,6 +179,27 @@ typedef struct damage {
 
 static const damage NO_DAMAGE = {.bad_label_rec = -1};
 
+/* The bytes of .bin file `file` (CIFAR-100 or CIFAR-10) with `d` done to it if it is the member
+ * `d` names; NULL if `d` leaves it out. *len receives its size. */
+static uint8_t *damaged_file(bool cifar100, int file, const damage *d, size_t *len) {
+  const char *fname = cifar100 ? C100_FILES[file] : C10_FILES[file];
+  bool hit = d->file && !strcmp(d->file, fname);
+  if (hit && d->omit) return NULL;
+  uint8_t *data = cifar100 ? c100_file(file, len) : c10_file(file, len);
+  if (hit && d->bad_label_rec >= 0) {
+    uint8_t *rec = data + (size_t)d->bad_label_rec * (cifar100 ? REC100 : REC10);
+    rec[0] = d->bad_label;
+    if (cifar100) rec[1] = d->bad_fine;
+  }
+  if (hit && d->extra_bytes) {
+    data = realloc(data, *len + d->extra_bytes);
+    assert_non_null(data);
+    memset(data + *len, 7, d->extra_bytes);
+    *len += d->extra_bytes;
+  }
+  return data;
+}
+
 /* Builds the archive of `cifar100` ? CIFAR-100 : CIFAR-10 with its members out of order (a
  * reader must not rely on it) and the extra files a real one has. */
 static tarbuf build_archive(bool cifar100, bool gnu, const damage *d) {
@@ -247,21 +223,9 @@ static tarbuf build_archive(bool cifar100, bool gnu, const damage *d) {
       continue;
     }
     const char *fname = cifar100 ? C100_FILES[file] : C10_FILES[file];
-    bool hit = d->file && !strcmp(d->file, fname);
-    if (hit && d->omit) continue;
     size_t len;
-    uint8_t *data = cifar100 ? c100_file(file, &len) : c10_file(file, &len);
-    if (hit && d->bad_label_rec >= 0) {
-      uint8_t *rec = data + (size_t)d->bad_label_rec * (cifar100 ? REC100 : REC10);
-      rec[0] = d->bad_label;
-      if (cifar100) rec[1] = d->bad_fine;
-    }
-    if (hit && d->extra_bytes) {
-      data = realloc(data, len + d->extra_bytes);
-      assert_non_null(data);
-      memset(data + len, 7, d->extra_bytes);
-      len += d->extra_bytes;
-    }
+    uint8_t *data = damaged_file(cifar100, file, d, &len);
+    if (!data) continue;
     snprintf(name, sizeof name, "%s/%s", folder, fname);
     tar_add(&t, name, data, len, '0');
     free(data);
@@ -288,21 +252,9 @@ static void write_folder(const char *parent, bool cifar100, const damage *d) {
   assert_int_equal(mkdir(path, 0775), 0);
   for (int file = 0; file < (cifar100 ? 2 : 6); file++) {
     const char *fname = cifar100 ? C100_FILES[file] : C10_FILES[file];
-    bool hit = d->file && !strcmp(d->file, fname);
-    if (hit && d->omit) continue;
     size_t len;
-    uint8_t *data = cifar100 ? c100_file(file, &len) : c10_file(file, &len);
-    if (hit && d->bad_label_rec >= 0) {
-      uint8_t *rec = data + (size_t)d->bad_label_rec * (cifar100 ? REC100 : REC10);
-      rec[0] = d->bad_label;
-      if (cifar100) rec[1] = d->bad_fine;
-    }
-    if (hit && d->extra_bytes) {
-      data = realloc(data, len + d->extra_bytes);
-      assert_non_null(data);
-      memset(data + len, 7, d->extra_bytes);
-      len += d->extra_bytes;
-    }
+    uint8_t *data = damaged_file(cifar100, file, d, &len);
+    if (!data) continue;
     snprintf(path, sizeof path, "%s/%s/%s", parent, folder, fname);
     write_plain(path, data, len);
     free(data);
@@ -365,7 +317,7 @@ static void test_constants(void **state) {
 }
 
 static void test_cifar10_archive(void **state) {
-  fixture *f = *state;
+  tmpdir_fixture *f = *state;
   char path[256];
   /* gzipped, as published */
   write_archive(path_in(f, "cifar-10-binary.tar.gz", path, sizeof path), false, true, &NO_DAMAGE);
@@ -388,7 +340,7 @@ static void test_cifar10_archive(void **state) {
 /* Archives made other ways: `tar -C dir .` names (./cifar-10-batches-bin/...), a ustar prefix
  * field, GNU long names and pax headers in between, no end-of-archive blocks. */
 static void test_cifar10_archive_variants(void **state) {
-  fixture *f = *state;
+  tmpdir_fixture *f = *state;
   char path[256], name[256];
   tarbuf t = {.gnu = false};
   /* A GNU long name: an 'L' entry whose data is the real name; kiln skips both. */
@@ -409,11 +361,7 @@ static void test_cifar10_archive_variants(void **state) {
       uint8_t h[512];
       tar_header(&t, h, C10_FILES[file], len, '0');
       memcpy(h + 345, "cifar-10-batches-bin", 20);
-      memset(h + 148, ' ', 8);
-      unsigned sum = 0;
-      for (int i = 0; i < 512; i++)
-        sum += h[i];
-      snprintf((char *)h + 148, 8, "%06o", sum);
+      tar_checksum(h);
       tb_put(&t, h, 512);
       tb_put(&t, data, len);
       tb_zeros(&t, (512 - len % 512) % 512);
@@ -450,7 +398,7 @@ static void test_cifar10_archive_variants(void **state) {
 
 /* A member bigger than the reader's chunks and first allocation, with records straddling both. */
 static void test_many_records(void **state) {
-  fixture *f = *state;
+  tmpdir_fixture *f = *state;
   enum { N = 2500 };
   uint8_t *data = malloc((size_t)N * REC10);
   assert_non_null(data);
@@ -480,7 +428,7 @@ static void test_many_records(void **state) {
 }
 
 static void test_cifar10_folder(void **state) {
-  fixture *f = *state;
+  tmpdir_fixture *f = *state;
   char parent[256], batches[300];
   write_folder(path_in(f, "unpacked", parent, sizeof parent), false, &NO_DAMAGE);
   read_and_check_c10(parent); /* the folder holding cifar-10-batches-bin/ */
@@ -489,7 +437,7 @@ static void test_cifar10_folder(void **state) {
 }
 
 static void test_cifar100(void **state) {
-  fixture *f = *state;
+  tmpdir_fixture *f = *state;
   char gz[256], parent[256], bins[300];
   write_archive(path_in(f, "cifar-100-binary.tar.gz", gz, sizeof gz), true, true, &NO_DAMAGE);
   write_folder(path_in(f, "unpacked", parent, sizeof parent), true, &NO_DAMAGE);
@@ -517,7 +465,7 @@ static void test_cifar100(void **state) {
 /* ---- conversion -------------------------------------------------------------------------- */
 
 static void test_convert(void **state) {
-  fixture *f = *state;
+  tmpdir_fixture *f = *state;
   char gz[256], out[256], tmp[300];
   write_archive(path_in(f, "cifar-10-binary.tar.gz", gz, sizeof gz), false, true, &NO_DAMAGE);
   path_in(f, "cifar10_train_lmdb", out, sizeof out);
@@ -595,7 +543,7 @@ static void test_convert(void **state) {
 /* ---- errors ------------------------------------------------------------------------------ */
 
 static void test_truncated_archive(void **state) {
-  fixture *f = *state;
+  tmpdir_fixture *f = *state;
   char gz[256], cut[256], msg[1024];
   write_archive(path_in(f, "cifar-10-binary.tar.gz", gz, sizeof gz), false, true, &NO_DAMAGE);
   char *whole;
@@ -660,7 +608,7 @@ static void test_truncated_archive(void **state) {
 }
 
 static void test_archive_errors(void **state) {
-  fixture *f = *state;
+  tmpdir_fixture *f = *state;
   char path[256], msg[1024];
   kiln_cifar_set s;
   path_in(f, "a.tar.gz", path, sizeof path);
@@ -758,7 +706,7 @@ static void test_archive_errors(void **state) {
 }
 
 static void test_not_an_archive(void **state) {
-  fixture *f = *state;
+  tmpdir_fixture *f = *state;
   char path[256], msg[1024];
   kiln_cifar_set s;
   path_in(f, "x", path, sizeof path);
@@ -811,11 +759,7 @@ static void test_not_an_archive(void **state) {
   uint8_t h[512];
   tar_header(&t, h, "cifar-10-batches-bin/test_batch.bin", 0, '0');
   memcpy(h + 124, "00000009999", 11); /* 9 is not an octal digit */
-  memset(h + 148, ' ', 8);
-  unsigned sum = 0;
-  for (int i = 0; i < 512; i++)
-    sum += h[i];
-  snprintf((char *)h + 148, 8, "%06o", sum);
+  tar_checksum(h);
   tb_put(&t, h, 512);
   tar_end(&t);
   write_gz(path, t.data, t.len);
@@ -837,7 +781,7 @@ static void test_not_an_archive(void **state) {
 }
 
 static void test_folder_errors(void **state) {
-  fixture *f = *state;
+  tmpdir_fixture *f = *state;
   char parent[256], file[512], msg[1200];
   kiln_cifar_set s;
 
@@ -900,16 +844,16 @@ static void test_folder_errors(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_constants),
-      cmocka_unit_test_setup_teardown(test_cifar10_archive, setup_dir, teardown_dir),
-      cmocka_unit_test_setup_teardown(test_cifar10_archive_variants, setup_dir, teardown_dir),
-      cmocka_unit_test_setup_teardown(test_many_records, setup_dir, teardown_dir),
-      cmocka_unit_test_setup_teardown(test_cifar10_folder, setup_dir, teardown_dir),
-      cmocka_unit_test_setup_teardown(test_cifar100, setup_dir, teardown_dir),
-      cmocka_unit_test_setup_teardown(test_convert, setup_dir, teardown_dir),
-      cmocka_unit_test_setup_teardown(test_truncated_archive, setup_dir, teardown_dir),
-      cmocka_unit_test_setup_teardown(test_archive_errors, setup_dir, teardown_dir),
-      cmocka_unit_test_setup_teardown(test_not_an_archive, setup_dir, teardown_dir),
-      cmocka_unit_test_setup_teardown(test_folder_errors, setup_dir, teardown_dir),
+      cmocka_unit_test_setup_teardown(test_cifar10_archive, setup_dir, tmpdir_teardown),
+      cmocka_unit_test_setup_teardown(test_cifar10_archive_variants, setup_dir, tmpdir_teardown),
+      cmocka_unit_test_setup_teardown(test_many_records, setup_dir, tmpdir_teardown),
+      cmocka_unit_test_setup_teardown(test_cifar10_folder, setup_dir, tmpdir_teardown),
+      cmocka_unit_test_setup_teardown(test_cifar100, setup_dir, tmpdir_teardown),
+      cmocka_unit_test_setup_teardown(test_convert, setup_dir, tmpdir_teardown),
+      cmocka_unit_test_setup_teardown(test_truncated_archive, setup_dir, tmpdir_teardown),
+      cmocka_unit_test_setup_teardown(test_archive_errors, setup_dir, tmpdir_teardown),
+      cmocka_unit_test_setup_teardown(test_not_an_archive, setup_dir, tmpdir_teardown),
+      cmocka_unit_test_setup_teardown(test_folder_errors, setup_dir, tmpdir_teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -6,71 +6,20 @@
 #include <stdint.h>
 #include <cmocka.h>
 #include <errno.h>
-#include <ftw.h>
 #include <lmdb.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include <zlib.h>
 
+#include "files.h"
 #include "kiln/data.h"
 #include "kiln/proto.h"
 
 /* ---- helpers ----------------------------------------------------------------------------- */
 
-typedef struct fixture {
-  char dir[64];
-} fixture;
-
-static int setup_dir(void **state) {
-  fixture *f = calloc(1, sizeof *f);
-  if (!f) return -1;
-  snprintf(f->dir, sizeof f->dir, "/tmp/kiln-test-data-XXXXXX");
-  if (!mkdtemp(f->dir)) {
-    free(f);
-    return -1;
-  }
-  *state = f;
-  return 0;
-}
-
-static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
-  (void)st, (void)flag, (void)ftw;
-  return remove(path);
-}
-
-static int teardown_dir(void **state) {
-  fixture *f = *state;
-  nftw(f->dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
-  free(f);
-  return 0;
-}
-
-static const char *path_in(const fixture *f, const char *name, char *buf, size_t n) {
-  snprintf(buf, n, "%s/%s", f->dir, name);
-  return buf;
-}
-
-static bool exists(const char *path) {
-  struct stat st;
-  return stat(path, &st) == 0;
-}
-
-static void write_plain(const char *path, const void *data, size_t len) {
-  FILE *fp = fopen(path, "wb");
-  assert_non_null(fp);
-  assert_int_equal(fwrite(data, 1, len, fp), len);
-  assert_int_equal(fclose(fp), 0);
-}
-
-static void write_gz(const char *path, const void *data, size_t len) {
-  gzFile gz = gzopen(path, "wb");
-  assert_non_null(gz);
-  assert_int_equal(gzwrite(gz, data, (unsigned)len), (int)len);
-  assert_int_equal(gzclose(gz), Z_OK);
-}
+static int setup_dir(void **state) { return tmpdir_setup(state, "data"); }
 
 /* An IDX image: header for `ndims` dims of element type `type`, then `nbytes` of payload. */
 static size_t make_idx(uint8_t *buf, int type, int ndims, const uint32_t *dims,
@@ -94,7 +43,7 @@ static size_t make_idx(uint8_t *buf, int type, int ndims, const uint32_t *dims,
 enum { N_IMG = 5, IMG_H = 4, IMG_W = 3 };
 static const uint8_t small_labels[N_IMG] = {7, 3, 9, 0, 5};
 
-static void write_small_pair(const fixture *f, const char *images, const char *labels,
+static void write_small_pair(const tmpdir_fixture *f, const char *images, const char *labels,
                              uint32_t n_labels) {
   uint8_t pixels[N_IMG * IMG_H * IMG_W], buf[256];
   for (int i = 0; i < N_IMG; i++)
@@ -168,7 +117,7 @@ static void test_sha256_vectors(void **state) {
 }
 
 static void test_sha256_streaming_and_file(void **state) {
-  fixture *f = *state;
+  tmpdir_fixture *f = *state;
   /* One million 'a' (the long FIPS vector), fed in uneven pieces that straddle block edges. */
   size_t n = 1000000;
   char *a = malloc(n);
@@ -210,7 +159,7 @@ static void test_sha256_streaming_and_file(void **state) {
 /* ---- IDX --------------------------------------------------------------------------------- */
 
 static void test_idx_plain_and_gzip(void **state) {
-  fixture *f = *state;
+  tmpdir_fixture *f = *state;
   uint8_t payload[2 * 3 * 4], buf[128];
   for (size_t i = 0; i < sizeof payload; i++) payload[i] = (uint8_t)(255 - i);
   uint32_t dims[3] = {2, 3, 4};
@@ -243,7 +192,7 @@ static void test_idx_plain_and_gzip(void **state) {
 }
 
 static void test_idx_errors(void **state) {
-  fixture *f = *state;
+  tmpdir_fixture *f = *state;
   uint8_t payload[12] = {1, 2, 3, 4, 5, 6, 7}, buf[128];
   uint32_t dims[2] = {3, 4};
   char path[256], msg[512];
@@ -333,7 +282,7 @@ static void expect_record(kiln_datum_db *db, int i) {
 }
 
 static void test_convert_and_read(void **state) {
-  fixture *f = *state;
+  tmpdir_fixture *f = *state;
   write_small_pair(f, "img.gz", "lab", N_IMG);
   char img[256], lab[256], out[256], tmp[300], sub[300];
   path_in(f, "img.gz", img, sizeof img);
@@ -391,7 +340,7 @@ static void test_convert_and_read(void **state) {
 }
 
 static void test_convert_errors(void **state) {
-  fixture *f = *state;
+  tmpdir_fixture *f = *state;
   write_small_pair(f, "img.gz", "lab4", 4);
   char img[256], lab[256], out[256], tmp[300];
   path_in(f, "img.gz", img, sizeof img);
@@ -452,7 +401,7 @@ static void test_convert_errors(void **state) {
 }
 
 static void test_writer_float_and_growth(void **state) {
-  fixture *f = *state;
+  tmpdir_fixture *f = *state;
   char out[256];
   path_in(f, "float_db", out, sizeof out);
   /* 12 records of 3x512x512 floats (3 MiB each) overflow the writer's first map and its first
@@ -487,7 +436,7 @@ static void test_writer_float_and_growth(void **state) {
 }
 
 static void test_reader_errors(void **state) {
-  fixture *f = *state;
+  tmpdir_fixture *f = *state;
   char path[256], msg[512];
   kiln_datum_db *db = (kiln_datum_db *)1;
 
@@ -531,7 +480,7 @@ static void test_reader_errors(void **state) {
 }
 
 static void test_bad_records(void **state) {
-  fixture *f = *state;
+  tmpdir_fixture *f = *state;
   uint8_t px[12] = {0};
   char path[256];
   /* Record 1 is not a protobuf at all: a bytes field whose length runs past the end. */
@@ -582,7 +531,7 @@ static void test_bad_records(void **state) {
 /* ---- cache and fetch --------------------------------------------------------------------- */
 
 static void test_cache_dir(void **state) {
-  fixture *f = *state;
+  tmpdir_fixture *f = *state;
   char want[256], got[512];
   snprintf(want, sizeof want, "%s/a/b/c", f->dir);
   char *saved = getenv("KILN_DATA") ? kiln_strdup(getenv("KILN_DATA")) : NULL;
@@ -602,7 +551,7 @@ static void test_cache_dir(void **state) {
 }
 
 static void test_fetch_checks_hashes(void **state) {
-  fixture *f = *state;
+  tmpdir_fixture *f = *state;
   char src[256], cache[256], path[300];
   path_in(f, "src", src, sizeof src);
   path_in(f, "cache", cache, sizeof cache);
@@ -661,16 +610,16 @@ static void test_fashion_mnist_idx(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_sha256_vectors),
-      cmocka_unit_test_setup_teardown(test_sha256_streaming_and_file, setup_dir, teardown_dir),
-      cmocka_unit_test_setup_teardown(test_idx_plain_and_gzip, setup_dir, teardown_dir),
-      cmocka_unit_test_setup_teardown(test_idx_errors, setup_dir, teardown_dir),
-      cmocka_unit_test_setup_teardown(test_convert_and_read, setup_dir, teardown_dir),
-      cmocka_unit_test_setup_teardown(test_convert_errors, setup_dir, teardown_dir),
-      cmocka_unit_test_setup_teardown(test_writer_float_and_growth, setup_dir, teardown_dir),
-      cmocka_unit_test_setup_teardown(test_reader_errors, setup_dir, teardown_dir),
-      cmocka_unit_test_setup_teardown(test_bad_records, setup_dir, teardown_dir),
-      cmocka_unit_test_setup_teardown(test_cache_dir, setup_dir, teardown_dir),
-      cmocka_unit_test_setup_teardown(test_fetch_checks_hashes, setup_dir, teardown_dir),
+      cmocka_unit_test_setup_teardown(test_sha256_streaming_and_file, setup_dir, tmpdir_teardown),
+      cmocka_unit_test_setup_teardown(test_idx_plain_and_gzip, setup_dir, tmpdir_teardown),
+      cmocka_unit_test_setup_teardown(test_idx_errors, setup_dir, tmpdir_teardown),
+      cmocka_unit_test_setup_teardown(test_convert_and_read, setup_dir, tmpdir_teardown),
+      cmocka_unit_test_setup_teardown(test_convert_errors, setup_dir, tmpdir_teardown),
+      cmocka_unit_test_setup_teardown(test_writer_float_and_growth, setup_dir, tmpdir_teardown),
+      cmocka_unit_test_setup_teardown(test_reader_errors, setup_dir, tmpdir_teardown),
+      cmocka_unit_test_setup_teardown(test_bad_records, setup_dir, tmpdir_teardown),
+      cmocka_unit_test_setup_teardown(test_cache_dir, setup_dir, tmpdir_teardown),
+      cmocka_unit_test_setup_teardown(test_fetch_checks_hashes, setup_dir, tmpdir_teardown),
       cmocka_unit_test(test_fashion_mnist_idx),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -14,172 +14,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gradcheck.h"
-#include "kiln/layers.h"
-#include "kiln/net.h"
+#include "layer_test.h"
 
-#define TRAIN CAFFE__PHASE__TRAIN
-#define TEST CAFFE__PHASE__TEST
-#define SHAPE(...) ((const int64_t[]){__VA_ARGS__})
-
-/* ---- helpers (as in test_layers.c) -------------------------------------------------------- */
-
-/* A blob of `shape` holding `values` (NULL: zeros). */
-static kiln_blob *blob_of(const char *name, int naxes, const int64_t *shape, const float *values) {
-  kiln_blob *b = kiln_blob_new(name);
-  assert_non_null(b);
-  assert_int_equal(kiln_blob_reshape(b, naxes, shape), KILN_OK);
-  if (values) memcpy(b->data, values, sizeof(float) * (size_t)b->count);
-  return b;
-}
-
-/* Values k * 0.05 - 2.5 in a random order: distinct, at least 0.05 apart. */
-static kiln_blob *distinct_blob(const char *name, int naxes, const int64_t *shape, kiln_rng *rng) {
-  kiln_blob *b = blob_of(name, naxes, shape, NULL);
-  for (int64_t i = 0; i < b->count; i++) b->data[i] = (float)i * 0.05f - 2.5f;
-  for (int64_t i = b->count - 1; i > 0; i--) {
-    int64_t j = kiln_rng_below(rng, (uint32_t)(i + 1));
-    float t = b->data[i];
-    b->data[i] = b->data[j];
-    b->data[j] = t;
-  }
-  return b;
-}
-
-typedef struct built {
-  Caffe__LayerParameter *lp;
-  kiln_layer *l;
-  kiln_blob *top[4];
-  int ntop;
-  bool own_tops;
-} built;
-
-/* Builds `text` on `bottoms`; with tops == NULL the layer gets `ntop` fresh tops, else it writes
- * into the given ones (in-place layers pass their bottom). */
-static built build_on(const char *text, int phase, kiln_blob **bottoms, int nbottom,
-                      kiln_blob **tops, int ntop) {
-  built b = {.lp = gc_layer_param(text), .ntop = ntop, .own_tops = tops == NULL};
-  for (int t = 0; t < ntop; t++) b.top[t] = tops ? tops[t] : kiln_blob_new("top");
-  int rc = kiln_layer_create(b.lp, phase, bottoms, nbottom, b.top, ntop, 7, &b.l);
-  if (rc != KILN_OK) {
-    print_error("cannot create layer: %s: %s\n", kiln_status_name(rc), kiln_last_error());
-    fail();
-  }
-  return b;
-}
-
-static built build(const char *text, int phase, kiln_blob **bottoms, int nbottom, int ntop) {
-  return build_on(text, phase, bottoms, nbottom, NULL, ntop);
-}
-
-static void unbuild(built *b) {
-  kiln_layer_free(b->l);
-  if (b->own_tops)
-    for (int t = 0; t < b->ntop; t++) kiln_blob_free(b->top[t]);
-  protobuf_c_message_free_unpacked(&b->lp->base, NULL);
-}
-
-static void forward(built *b) {
-  int rc = b->l->ops->forward(b->l);
-  if (rc != KILN_OK) {
-    print_error("forward: %s\n", kiln_last_error());
-    fail();
-  }
-}
-
-static void backward(built *b) {
-  int rc = b->l->ops->backward(b->l);
-  if (rc != KILN_OK) {
-    print_error("backward: %s\n", kiln_last_error());
-    fail();
-  }
-}
-
-static void set_params(built *b, int p, const float *v) {
-  assert_true(p < b->l->nparam);
-  memcpy(b->l->param[p]->data, v, sizeof(float) * (size_t)b->l->param[p]->count);
-}
-
-static void fill(float *x, int64_t n, float v) {
-  for (int64_t i = 0; i < n; i++) x[i] = v;
-}
-
-static void expect_close(const char *what, const float *got, const float *want, int64_t n,
-                         double tol) {
-  for (int64_t i = 0; i < n; i++)
-    if (!(fabs((double)got[i] - (double)want[i]) <= tol * fmax(1.0, fabs((double)want[i])))) {
-      print_error("%s[%lld]: got %.9g, want %.9g\n", what, (long long)i, (double)got[i],
-                  (double)want[i]);
-      fail();
-    }
-}
-
-static void expect_shape(const kiln_blob *b, int naxes, const int64_t *shape) {
-  char buf[128];
-  bool ok = b->naxes == naxes;
-  for (int i = 0; ok && i < naxes; i++) ok = b->shape[i] == shape[i];
-  if (!ok) {
-    print_error("blob '%s' has shape %s (%d axes)\n", b->name,
-                kiln_blob_shape_string(b, buf, sizeof buf), b->naxes);
-    fail();
-  }
-}
-
-/* The current error message contains every non-NULL fragment. */
-static void expect_message(const char *a, const char *b, const char *c) {
-  const char *m = kiln_last_error();
-  const char *parts[3] = {a, b, c};
-  for (int i = 0; i < 3; i++)
-    if (parts[i] && !strstr(m, parts[i])) {
-      print_error("error message '%s' lacks '%s'\n", m, parts[i]);
-      fail();
-    }
-}
-
-/* kiln_layer_create() fails with `code` and a message containing `who` (the layer) and the
- * fragments `what` and `what2` (may be NULL). With in_place the single top is bottom 0. */
-static void expect_fails_ex(const char *text, int phase, kiln_blob **bottoms, int nbottom, int ntop,
-                            bool in_place, int code, const char *who, const char *what,
-                            const char *what2) {
-  Caffe__LayerParameter *lp = gc_layer_param(text);
-  kiln_blob *tops[8];
-  assert_true(ntop <= 8);
-  for (int t = 0; t < ntop; t++) tops[t] = in_place ? bottoms[0] : kiln_blob_new("top");
-  kiln_layer *l = NULL;
-  kiln_clear_error();
-  int rc = kiln_layer_create(lp, phase, bottoms, nbottom, tops, ntop, 1, &l);
-  if (rc != code) {
-    print_error("%s: status '%s', want '%s' (%s)\n", text, kiln_status_name(rc),
-                kiln_status_name(code), kiln_last_error());
-    fail();
-  }
-  assert_null(l);
-  expect_message(who, what, what2);
-  if (!in_place)
-    for (int t = 0; t < ntop; t++) kiln_blob_free(tops[t]);
-  protobuf_c_message_free_unpacked(&lp->base, NULL);
-}
-
-static void expect_create_fails(const char *text, int phase, kiln_blob **bottoms, int nbottom,
-                                int ntop, int code, const char *who, const char *what) {
-  expect_fails_ex(text, phase, bottoms, nbottom, ntop, false, code, who, what, NULL);
-}
-
-static void check_grad(const char *text, kiln_blob **bottoms, int nbottom, int ntop,
-                       const gradcheck_opts *opts) {
-  int failures = gradcheck_layer(text, bottoms, nbottom, ntop, opts);
-  if (failures) {
-    print_error("%d gradient mismatches for: %s\n", failures, text);
-    fail();
-  }
-}
-
-/* x 1..n */
-static kiln_blob *iota_blob(const char *name, int naxes, const int64_t *shape, float start) {
-  kiln_blob *b = blob_of(name, naxes, shape, NULL);
-  for (int64_t i = 0; i < b->count; i++) b->data[i] = start + (float)i;
-  return b;
-}
+/* ---- helpers ----------------------------------------------------------------------------- */
 
 /* Runs `text` once out of place and once in place (top = bottom 0) on copies of `bottoms` with
  * the same parameters and top gradient: outputs, bottom gradients and parameter gradients must
@@ -189,8 +26,8 @@ static void expect_in_place_same(const char *text, int phase, kiln_blob **bottom
   kiln_rng_seed(&rng, 5, 5);
   kiln_blob *a[4], *b[4];
   for (int i = 0; i < nbottom; i++) {
-    a[i] = blob_of("a", bottoms[i]->naxes, bottoms[i]->shape, bottoms[i]->data);
-    b[i] = blob_of("b", bottoms[i]->naxes, bottoms[i]->shape, bottoms[i]->data);
+    a[i] = blob_copy("a", bottoms[i]);
+    b[i] = blob_copy("b", bottoms[i]);
   }
   built out = build(text, phase, a, nbottom, 1);
   built in = build_on(text, phase, b, nbottom, &b[0], 1);

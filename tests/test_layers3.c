@@ -13,96 +13,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gradcheck.h"
-#include "kiln/layers.h"
-#include "kiln/net.h"
+#include "layer_test.h"
 
-#define TRAIN CAFFE__PHASE__TRAIN
-#define SHAPE(...) ((const int64_t[]){__VA_ARGS__})
-
-/* ---- helpers (as in test_layers.c) ------------------------------------------------------- */
-
-/* A blob of `shape` holding `values` (NULL: zeros). */
-static kiln_blob *blob_of(const char *name, int naxes, const int64_t *shape, const float *values) {
-  kiln_blob *b = kiln_blob_new(name);
-  assert_non_null(b);
-  assert_int_equal(kiln_blob_reshape(b, naxes, shape), KILN_OK);
-  if (values) memcpy(b->data, values, sizeof(float) * (size_t)b->count);
-  return b;
-}
-
-/* A copy of `src` (shape and data). */
-static kiln_blob *blob_copy(const char *name, const kiln_blob *src) {
-  return blob_of(name, src->naxes, src->shape, src->data);
-}
-
-typedef struct built {
-  Caffe__LayerParameter *lp;
-  kiln_layer *l;
-  kiln_blob *top[4];
-  int ntop;
-  bool own_tops;
-} built;
-
-/* Builds `text` on `bottoms`; with tops == NULL the layer gets `ntop` fresh tops, else it writes
- * into the given ones (in-place layers pass their bottom). */
-static built build_on(const char *text, int phase, kiln_blob **bottoms, int nbottom,
-                      kiln_blob **tops, int ntop) {
-  built b = {.lp = gc_layer_param(text), .ntop = ntop, .own_tops = tops == NULL};
-  for (int t = 0; t < ntop; t++) b.top[t] = tops ? tops[t] : kiln_blob_new("top");
-  int rc = kiln_layer_create(b.lp, phase, bottoms, nbottom, b.top, ntop, 7, &b.l);
-  if (rc != KILN_OK) {
-    print_error("cannot create layer: %s: %s\n", kiln_status_name(rc), kiln_last_error());
-    fail();
-  }
-  return b;
-}
-
-static built build(const char *text, int phase, kiln_blob **bottoms, int nbottom, int ntop) {
-  return build_on(text, phase, bottoms, nbottom, NULL, ntop);
-}
-
-static void unbuild(built *b) {
-  kiln_layer_free(b->l);
-  if (b->own_tops)
-    for (int t = 0; t < b->ntop; t++) kiln_blob_free(b->top[t]);
-  protobuf_c_message_free_unpacked(&b->lp->base, NULL);
-}
-
-static void forward(built *b) {
-  int rc = b->l->ops->forward(b->l);
-  if (rc != KILN_OK) {
-    print_error("forward: %s\n", kiln_last_error());
-    fail();
-  }
-}
-
-static void backward(built *b) {
-  int rc = b->l->ops->backward(b->l);
-  if (rc != KILN_OK) {
-    print_error("backward: %s\n", kiln_last_error());
-    fail();
-  }
-}
-
-static void set_params(built *b, int p, const float *v) {
-  assert_true(p < b->l->nparam);
-  memcpy(b->l->param[p]->data, v, sizeof(float) * (size_t)b->l->param[p]->count);
-}
-
-static void fill(float *x, int64_t n, float v) {
-  for (int64_t i = 0; i < n; i++) x[i] = v;
-}
-
-static void expect_close(const char *what, const float *got, const float *want, int64_t n,
-                         double tol) {
-  for (int64_t i = 0; i < n; i++)
-    if (!(fabs((double)got[i] - (double)want[i]) <= tol * fmax(1.0, fabs((double)want[i])))) {
-      print_error("%s[%lld]: got %.9g, want %.9g\n", what, (long long)i, (double)got[i],
-                  (double)want[i]);
-      fail();
-    }
-}
+/* ---- helpers ----------------------------------------------------------------------------- */
 
 /* Like expect_close against double references, with a relative tolerance. */
 static void expect_rel(const char *what, const float *got, const double *want, int64_t n,
@@ -113,58 +26,6 @@ static void expect_rel(const char *what, const float *got, const double *want, i
                   want[i]);
       fail();
     }
-}
-
-static void expect_shape(const kiln_blob *b, int naxes, const int64_t *shape) {
-  char buf[128];
-  bool ok = b->naxes == naxes;
-  for (int i = 0; ok && i < naxes; i++) ok = b->shape[i] == shape[i];
-  if (!ok) {
-    print_error("blob '%s' has shape %s (%d axes)\n", b->name,
-                kiln_blob_shape_string(b, buf, sizeof buf), b->naxes);
-    fail();
-  }
-}
-
-/* The current error message contains every non-NULL fragment. */
-static void expect_message(const char *a, const char *b, const char *c) {
-  const char *m = kiln_last_error();
-  const char *parts[3] = {a, b, c};
-  for (int i = 0; i < 3; i++)
-    if (parts[i] && !strstr(m, parts[i])) {
-      print_error("error message '%s' lacks '%s'\n", m, parts[i]);
-      fail();
-    }
-}
-
-/* kiln_layer_create() fails with `code` and a message naming the layer (`who`) and containing
- * `what`. */
-static void expect_create_fails(const char *text, int phase, kiln_blob **bottoms, int nbottom,
-                                int ntop, int code, const char *who, const char *what) {
-  Caffe__LayerParameter *lp = gc_layer_param(text);
-  kiln_blob *tops[4];
-  for (int t = 0; t < ntop; t++) tops[t] = kiln_blob_new("top");
-  kiln_layer *l = NULL;
-  kiln_clear_error();
-  int rc = kiln_layer_create(lp, phase, bottoms, nbottom, tops, ntop, 1, &l);
-  if (rc != code) {
-    print_error("%s: status '%s', want '%s' (%s)\n", text, kiln_status_name(rc),
-                kiln_status_name(code), kiln_last_error());
-    fail();
-  }
-  assert_null(l);
-  expect_message(who, what, NULL);
-  for (int t = 0; t < ntop; t++) kiln_blob_free(tops[t]);
-  protobuf_c_message_free_unpacked(&lp->base, NULL);
-}
-
-static void check_grad(const char *text, kiln_blob **bottoms, int nbottom, int ntop,
-                       const gradcheck_opts *opts) {
-  int failures = gradcheck_layer(text, bottoms, nbottom, ntop, opts);
-  if (failures) {
-    print_error("%d gradient mismatches for: %s\n", failures, text);
-    fail();
-  }
 }
 
 /* Runs `text` on a copy of `x` out of place and on another copy in place, with the same top
@@ -670,6 +531,19 @@ static void test_prelu_bad_shapes(void **state) {
 
 /* ---- ArgMax ------------------------------------------------------------------------------ */
 
+/* Runs ArgMax with `param` (inside argmax_param) on x and compares the top with want, which has
+ * the shape the top must have. */
+static void argmax_expect(const char *what, const char *param, kiln_blob *x, int naxes,
+                          const int64_t *shape, const float *want) {
+  char text[256];
+  snprintf(text, sizeof text, "name: 'am' type: 'ArgMax' argmax_param { %s }", param);
+  built a = build(text, TRAIN, &x, 1, 1);
+  forward(&a);
+  expect_shape(a.top[0], naxes, shape);
+  expect_close(what, a.top[0]->data, want, a.top[0]->count, 0);
+  unbuild(&a);
+}
+
 /* Items (1, 3, 2, 3, 0) and (5, 4, 6, 0, 1). Ties put the larger index first (Caffe sorts
  * (value, index) pairs in descending order): item 0's maximum 3 is at index 3. */
 static void test_argmax_hand(void **state) {
@@ -683,30 +557,17 @@ static void test_argmax_hand(void **state) {
   unbuild(&a);
 
   /* top_k 2 with values: per item the k indices, then the k values */
-  built b = build("name: 'am' type: 'ArgMax' argmax_param { top_k: 2 out_max_val: true }",
-                  TRAIN, &x, 1, 1);
-  forward(&b);
-  expect_shape(b.top[0], 3, SHAPE(2, 2, 2));
-  expect_close("argmax top2 values", b.top[0]->data, (const float[]){3, 1, 3, 3, 2, 0, 6, 5}, 8,
-               0);
-  unbuild(&b);
-
+  argmax_expect("argmax top2 values", "top_k: 2 out_max_val: true", x, 3, SHAPE(2, 2, 2),
+                (const float[]){3, 1, 3, 3, 2, 0, 6, 5});
   /* top_k 5: the whole order */
-  built c = build("name: 'am' type: 'ArgMax' argmax_param { top_k: 5 }", TRAIN, &x, 1, 1);
-  forward(&c);
-  expect_shape(c.top[0], 3, SHAPE(2, 1, 5));
-  expect_close("argmax top5", c.top[0]->data, (const float[]){3, 1, 2, 0, 4, 2, 0, 1, 4, 3}, 10,
-               0);
-  unbuild(&c);
+  argmax_expect("argmax top5", "top_k: 5", x, 3, SHAPE(2, 1, 5),
+                (const float[]){3, 1, 2, 0, 4, 2, 0, 1, 4, 3});
   kiln_blob_free(x);
 
   /* Four axes without axis: each item's count(1) values; the top keeps 4 axes. */
   kiln_blob *x4 = blob_of("x4", 4, SHAPE(2, 1, 2, 2), (const float[]){0, 7, 1, 2, 9, 8, -1, 9});
-  built d = build("name: 'am' type: 'ArgMax' argmax_param { top_k: 3 }", TRAIN, &x4, 1, 1);
-  forward(&d);
-  expect_shape(d.top[0], 4, SHAPE(2, 1, 3, 1));
-  expect_close("argmax 4-d", d.top[0]->data, (const float[]){1, 3, 2, 3, 0, 1}, 6, 0);
-  unbuild(&d);
+  argmax_expect("argmax 4-d", "top_k: 3", x4, 4, SHAPE(2, 1, 3, 1),
+                (const float[]){1, 3, 2, 3, 0, 1});
   kiln_blob_free(x4);
 }
 
@@ -719,24 +580,13 @@ static void test_argmax_axis_hand(void **state) {
   (void)state;
   kiln_blob *x = blob_of("x", 3, SHAPE(2, 3, 2),
                          (const float[]){1, 9, 5, 2, 3, 7, 0, 0, 4, -1, 4, 8});
-  built a = build("name: 'ax' type: 'ArgMax' argmax_param { axis: 1 top_k: 2 }", TRAIN, &x, 1, 1);
-  forward(&a);
-  expect_shape(a.top[0], 3, SHAPE(2, 2, 2));
-  expect_close("argmax axis", a.top[0]->data, (const float[]){1, 0, 2, 2, 2, 2, 1, 0}, 8, 0);
-  unbuild(&a);
-  built v = build("name: 'ax' type: 'ArgMax' argmax_param { axis: 1 top_k: 2 out_max_val: true }",
-                  TRAIN, &x, 1, 1);
-  forward(&v);
-  expect_shape(v.top[0], 3, SHAPE(2, 2, 2));
-  expect_close("argmax axis values", v.top[0]->data, (const float[]){5, 9, 3, 7, 4, 8, 4, 0}, 8,
-               0);
-  unbuild(&v);
+  argmax_expect("argmax axis", "axis: 1 top_k: 2", x, 3, SHAPE(2, 2, 2),
+                (const float[]){1, 0, 2, 2, 2, 2, 1, 0});
+  argmax_expect("argmax axis values", "axis: 1 top_k: 2 out_max_val: true", x, 3, SHAPE(2, 2, 2),
+                (const float[]){5, 9, 3, 7, 4, 8, 4, 0});
   /* axis -1 (w, 2 values) with top_k 1: n0: c0 -> 1, c1 -> 0, c2 -> 1; n1: 1 (tie), 0, 1 */
-  built m = build("name: 'ax' type: 'ArgMax' argmax_param { axis: -1 }", TRAIN, &x, 1, 1);
-  forward(&m);
-  expect_shape(m.top[0], 3, SHAPE(2, 3, 1));
-  expect_close("argmax axis -1", m.top[0]->data, (const float[]){1, 0, 1, 1, 0, 1}, 6, 0);
-  unbuild(&m);
+  argmax_expect("argmax axis -1", "axis: -1", x, 3, SHAPE(2, 3, 1),
+                (const float[]){1, 0, 1, 1, 0, 1});
   kiln_blob_free(x);
 }
 

@@ -10,14 +10,12 @@
 #include <cmocka.h>
 
 #include <dirent.h>
-#include <ftw.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
+#include "files.h"
 #include "kiln/net.h"
 
 /* ---- helpers ------------------------------------------------------------------------------ */
@@ -74,6 +72,18 @@ static void built_free(built *b) {
 static void assert_contains(const char *hay, const char *needle) {
   if (!strstr(hay, needle)) fprintf(stderr, "'%s' does not contain '%s'\n", hay, needle);
   assert_non_null(strstr(hay, needle));
+}
+
+/* The build fails with `code` and an error message holding every one of the NULL-terminated
+ * fragments. */
+static void expect_build_error(const char *text, const kiln_net_options *opt, int code, ...) {
+  built b;
+  build_fails(&b, text, opt, code);
+  va_list ap;
+  va_start(ap, code);
+  for (const char *s; (s = va_arg(ap, const char *));) assert_contains(b.err, s);
+  va_end(ap);
+  built_free(&b);
 }
 
 static int layer_index(const kiln_net *net, const char *name) {
@@ -152,19 +162,6 @@ static float *copy_floats(const float *x, int64_t n) {
   return c;
 }
 
-/* Temporary folders. */
-static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
-  (void)st, (void)flag, (void)ftw;
-  return remove(path);
-}
-
-static void make_tmpdir(char *dir, size_t n) {
-  snprintf(dir, n, "/tmp/kiln-test-net-XXXXXX");
-  assert_non_null(mkdtemp(dir));
-}
-
-static void rm_tree(const char *dir) { nftw(dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS); }
-
 /* ---- phase, level, stage ------------------------------------------------------------------- */
 
 static const char *rules_net =
@@ -237,16 +234,11 @@ static void test_phase_level_stage_rules(void **state) {
 
 static void test_include_and_exclude_is_error(void **state) {
   (void)state;
-  built b;
-  build_fails(&b,
-              "layer { name: 'in' type: 'Input' top: 'data' input_param { shape { dim: 1 } } }\n"
-              "layer { name: 'both_rules' type: 'ReLU' bottom: 'data' top: 'r'\n"
-              "        include { phase: TRAIN } exclude { stage: 'x' } }\n",
-              NULL, KILN_ERR_INVALID);
-  assert_contains(b.err, "both_rules");
-  assert_contains(b.err, "include");
-  assert_contains(b.err, "exclude");
-  built_free(&b);
+  expect_build_error(
+      "layer { name: 'in' type: 'Input' top: 'data' input_param { shape { dim: 1 } } }\n"
+      "layer { name: 'both_rules' type: 'ReLU' bottom: 'data' top: 'r'\n"
+      "        include { phase: TRAIN } exclude { stage: 'x' } }\n",
+      NULL, KILN_ERR_INVALID, "both_rules", "include", "exclude", NULL);
 }
 
 /* ---- wiring -------------------------------------------------------------------------------- */
@@ -313,39 +305,27 @@ static void test_in_place_shares_blob(void **state) {
 
 static void test_top_reuse_not_in_place_is_error(void **state) {
   (void)state;
-  built b;
-  build_fails(&b,
-              "layer { name: 'in' type: 'Input' top: 'data' top: 'other'\n"
-              "        input_param { shape { dim: 2 dim: 3 } } }\n"
-              "layer { name: 'first' type: 'ReLU' bottom: 'data' top: 'x' }\n"
-              "layer { name: 'second' type: 'Sigmoid' bottom: 'other' top: 'x' }\n",
-              NULL, KILN_ERR_INVALID);
-  assert_contains(b.err, "'second'");
-  assert_contains(b.err, "'first'");
-  assert_contains(b.err, "'x'");
-  built_free(&b);
+  expect_build_error(
+      "layer { name: 'in' type: 'Input' top: 'data' top: 'other'\n"
+      "        input_param { shape { dim: 2 dim: 3 } } }\n"
+      "layer { name: 'first' type: 'ReLU' bottom: 'data' top: 'x' }\n"
+      "layer { name: 'second' type: 'Sigmoid' bottom: 'other' top: 'x' }\n",
+      NULL, KILN_ERR_INVALID, "'second'", "'first'", "'x'", NULL);
   /* Naming an existing blob as top while reading a different bottom is not in place either. */
-  build_fails(&b,
-              "layer { name: 'in' type: 'Input' top: 'data' top: 'other'\n"
-              "        input_param { shape { dim: 2 dim: 3 } } }\n"
-              "layer { name: 'clobber' type: 'ReLU' bottom: 'other' top: 'data' }\n",
-              NULL, KILN_ERR_INVALID);
-  assert_contains(b.err, "'clobber'");
-  assert_contains(b.err, "'in'");
-  built_free(&b);
+  expect_build_error(
+      "layer { name: 'in' type: 'Input' top: 'data' top: 'other'\n"
+      "        input_param { shape { dim: 2 dim: 3 } } }\n"
+      "layer { name: 'clobber' type: 'ReLU' bottom: 'other' top: 'data' }\n",
+      NULL, KILN_ERR_INVALID, "'clobber'", "'in'", NULL);
 }
 
 static void test_missing_bottom_is_error(void **state) {
   (void)state;
   built b;
-  build_fails(&b,
-              "layer { name: 'in' type: 'Input' top: 'data' input_param { shape { dim: 2 } } }\n"
-              "layer { name: 'relu' type: 'ReLU' bottom: 'nowhere' top: 'r' }\n",
-              NULL, KILN_ERR_INVALID);
-  assert_contains(b.err, "'relu'");
-  assert_contains(b.err, "'nowhere'");
-  assert_contains(b.err, "TRAIN");
-  built_free(&b);
+  expect_build_error(
+      "layer { name: 'in' type: 'Input' top: 'data' input_param { shape { dim: 2 } } }\n"
+      "layer { name: 'relu' type: 'ReLU' bottom: 'nowhere' top: 'r' }\n",
+      NULL, KILN_ERR_INVALID, "'relu'", "'nowhere'", "TRAIN", NULL);
   /* The producer exists, but only in TRAIN: the TEST net cannot be wired. */
   const char *text =
       "layer { name: 'in' type: 'Input' top: 'data' input_param { shape { dim: 2 } } }\n"
@@ -356,21 +336,13 @@ static void test_missing_bottom_is_error(void **state) {
   kiln_net_options o = train_opts();
   o.phase = CAFFE__PHASE__TEST;
   o.source = "nets/x.prototxt";
-  build_fails(&b, text, &o, KILN_ERR_INVALID);
-  assert_contains(b.err, "nets/x.prototxt");
-  assert_contains(b.err, "'use'");
-  assert_contains(b.err, "'p'");
-  assert_contains(b.err, "TEST");
-  built_free(&b);
+  expect_build_error(text, &o, KILN_ERR_INVALID, "nets/x.prototxt", "'use'", "'p'", "TEST", NULL);
   /* A layer may not read a blob that only a later layer produces. */
-  build_fails(&b,
-              "layer { name: 'in' type: 'Input' top: 'data' input_param { shape { dim: 2 } } }\n"
-              "layer { name: 'early' type: 'ReLU' bottom: 'late_blob' top: 'e' }\n"
-              "layer { name: 'late' type: 'ReLU' bottom: 'data' top: 'late_blob' }\n",
-              NULL, KILN_ERR_INVALID);
-  assert_contains(b.err, "'early'");
-  assert_contains(b.err, "'late_blob'");
-  built_free(&b);
+  expect_build_error(
+      "layer { name: 'in' type: 'Input' top: 'data' input_param { shape { dim: 2 } } }\n"
+      "layer { name: 'early' type: 'ReLU' bottom: 'late_blob' top: 'e' }\n"
+      "layer { name: 'late' type: 'ReLU' bottom: 'data' top: 'late_blob' }\n",
+      NULL, KILN_ERR_INVALID, "'early'", "'late_blob'", NULL);
 }
 
 /* ---- splits -------------------------------------------------------------------------------- */
@@ -546,9 +518,7 @@ static void test_loss_weight_default_and_explicit(void **state) {
 
   /* loss_weight count must match the tops */
   snprintf(text, sizeof text, loss_net_fmt, "loss_weight: 1 loss_weight: 2");
-  build_fails(&one, text, NULL, KILN_ERR_INVALID);
-  assert_contains(one.err, "'loss'");
-  built_free(&one);
+  expect_build_error(text, NULL, KILN_ERR_INVALID, "'loss'", NULL);
 }
 
 /* ---- parameters -------------------------------------------------------------------------------- */
@@ -590,13 +560,11 @@ static void test_lr_mult_decay_mult(void **state) {
   built_free(&b);
 
   /* more ParamSpecs than parameter blobs */
-  build_fails(&b,
-              "layer { name: 'in' type: 'Input' top: 'data' input_param { shape { dim: 2 dim: 3 } } }\n"
-              "layer { name: 'ip' type: 'InnerProduct' bottom: 'data' top: 'ip'\n"
-              "        param { } param { } param { } inner_product_param { num_output: 3 } }\n",
-              NULL, KILN_ERR_INVALID);
-  assert_contains(b.err, "'ip'");
-  built_free(&b);
+  expect_build_error(
+      "layer { name: 'in' type: 'Input' top: 'data' input_param { shape { dim: 2 dim: 3 } } }\n"
+      "layer { name: 'ip' type: 'InnerProduct' bottom: 'data' top: 'ip'\n"
+      "        param { } param { } param { } inner_product_param { num_output: 3 } }\n",
+      NULL, KILN_ERR_INVALID, "'ip'", NULL);
 }
 
 static const char *shared_fmt =
@@ -613,6 +581,16 @@ static const char *shared_fmt =
     "                              bias_filler { type: 'gaussian' std: 0.3 } } }\n"
     "layer { name: 'l1' type: 'SoftmaxWithLoss' bottom: 'ip1' bottom: 'label' top: 'l1' }\n"
     "layer { name: 'l2' type: 'SoftmaxWithLoss' bottom: 'ip2' bottom: 'label' top: 'l2' }\n";
+
+/* ip1's 3x4 weights shared by name with ip2's 4x3 ones, in the share_mode given. */
+static const char *share_mode_fmt =
+    "layer { name: 'in' type: 'Input' top: 'a' top: 'b'\n"
+    "        input_param { shape { dim: 2 dim: 4 } shape { dim: 2 dim: 3 } } }\n"
+    "layer { name: 'ip1' type: 'InnerProduct' bottom: 'a' top: 'ip1'\n"
+    "        param { name: 'w' } inner_product_param { num_output: 3 bias_term: false } }\n"
+    "layer { name: 'ip2' type: 'InnerProduct' bottom: 'b' top: 'ip2'\n"
+    "        param { name: 'w' share_mode: %s }\n"
+    "        inner_product_param { num_output: 4 bias_term: false } }\n";
 
 static void test_param_sharing_by_name(void **state) {
   (void)state;
@@ -651,37 +629,16 @@ static void test_param_sharing_by_name(void **state) {
 
   /* Shape mismatch on a shared name. */
   snprintf(text, sizeof text, shared_fmt, 5, "", 4);
-  build_fails(&b, text, NULL, KILN_ERR_SHAPE);
-  assert_contains(b.err, "'ip2'");
-  assert_contains(b.err, "'w'");
-  built_free(&b);
+  expect_build_error(text, NULL, KILN_ERR_SHAPE, "'ip2'", "'w'", NULL);
   /* PERMISSIVE accepts the same count in another shape (4x3 against 3x4)... */
-  snprintf(text, sizeof text,
-           "layer { name: 'in' type: 'Input' top: 'a' top: 'b'\n"
-           "        input_param { shape { dim: 2 dim: 4 } shape { dim: 2 dim: 3 } } }\n"
-           "layer { name: 'ip1' type: 'InnerProduct' bottom: 'a' top: 'ip1'\n"
-           "        param { name: 'w' } inner_product_param { num_output: 3 bias_term: false } }\n"
-           "layer { name: 'ip2' type: 'InnerProduct' bottom: 'b' top: 'ip2'\n"
-           "        param { name: 'w' share_mode: %s }\n"
-           "        inner_product_param { num_output: 4 bias_term: false } }\n",
-           "PERMISSIVE");
+  snprintf(text, sizeof text, share_mode_fmt, "PERMISSIVE");
   build_ok(&b, text, NULL);
   assert_int_equal(b.net->nlearnable, 1);
   assert_ptr_equal(must_layer(b.net, "ip2")->param[0]->data, must_layer(b.net, "ip1")->param[0]->data);
   built_free(&b);
   /* ...STRICT does not. */
-  text[0] = 0;
-  snprintf(text, sizeof text,
-           "layer { name: 'in' type: 'Input' top: 'a' top: 'b'\n"
-           "        input_param { shape { dim: 2 dim: 4 } shape { dim: 2 dim: 3 } } }\n"
-           "layer { name: 'ip1' type: 'InnerProduct' bottom: 'a' top: 'ip1'\n"
-           "        param { name: 'w' } inner_product_param { num_output: 3 bias_term: false } }\n"
-           "layer { name: 'ip2' type: 'InnerProduct' bottom: 'b' top: 'ip2'\n"
-           "        param { name: 'w' share_mode: %s }\n"
-           "        inner_product_param { num_output: 4 bias_term: false } }\n",
-           "STRICT");
-  build_fails(&b, text, NULL, KILN_ERR_SHAPE);
-  built_free(&b);
+  snprintf(text, sizeof text, share_mode_fmt, "STRICT");
+  expect_build_error(text, NULL, KILN_ERR_SHAPE, NULL);
 }
 
 /* ---- backward needs -------------------------------------------------------------------------- */
@@ -807,18 +764,14 @@ static void test_deploy_headers(void **state) {
   assert_int_equal(must_layer(net, "ip")->param[0]->shape[1], 15);
   built_free(&b);
 
-  build_fails(&b,
-              "input: 'data' input_dim: 1 input_dim: 3\n"
-              "layer { name: 'relu' type: 'ReLU' bottom: 'data' top: 'r' }\n",
-              NULL, KILN_ERR_INVALID);
-  assert_contains(b.err, "input_dim");
-  built_free(&b);
-  build_fails(&b,
-              "input: 'data' input: 'label' input_shape { dim: 2 dim: 3 }\n"
-              "layer { name: 'relu' type: 'ReLU' bottom: 'data' top: 'r' }\n",
-              NULL, KILN_ERR_INVALID);
-  assert_contains(b.err, "input_shape");
-  built_free(&b);
+  expect_build_error(
+      "input: 'data' input_dim: 1 input_dim: 3\n"
+      "layer { name: 'relu' type: 'ReLU' bottom: 'data' top: 'r' }\n",
+      NULL, KILN_ERR_INVALID, "input_dim", NULL);
+  expect_build_error(
+      "input: 'data' input: 'label' input_shape { dim: 2 dim: 3 }\n"
+      "layer { name: 'relu' type: 'ReLU' bottom: 'data' top: 'r' }\n",
+      NULL, KILN_ERR_INVALID, "input_shape", NULL);
 }
 
 /* ---- layer errors ------------------------------------------------------------------------------ */
@@ -837,20 +790,15 @@ static void test_unknown_type_and_bottom_count(void **state) {
   for (size_t i = 0; i < sizeof known / sizeof known[0]; i++) assert_contains(b.err, known[i]);
   built_free(&b);
 
-  build_fails(&b,
-              "layer { name: 'in' type: 'Input' top: 'data' input_param { shape { dim: 2 dim: 3 } } }\n"
-              "layer { name: 'lonely_loss' type: 'SoftmaxWithLoss' bottom: 'data' top: 'l' }\n",
-              NULL, KILN_ERR_INVALID);
-  assert_contains(b.err, "'lonely_loss'");
-  assert_contains(b.err, "bottom");
-  built_free(&b);
-  build_fails(&b,
-              "layer { name: 'in' type: 'Input' top: 'data' top: 'x'\n"
-              "        input_param { shape { dim: 2 dim: 3 } } }\n"
-              "layer { name: 'relu2' type: 'ReLU' bottom: 'data' bottom: 'x' top: 'r' }\n",
-              NULL, KILN_ERR_INVALID);
-  assert_contains(b.err, "'relu2'");
-  built_free(&b);
+  expect_build_error(
+      "layer { name: 'in' type: 'Input' top: 'data' input_param { shape { dim: 2 dim: 3 } } }\n"
+      "layer { name: 'lonely_loss' type: 'SoftmaxWithLoss' bottom: 'data' top: 'l' }\n",
+      NULL, KILN_ERR_INVALID, "'lonely_loss'", "bottom", NULL);
+  expect_build_error(
+      "layer { name: 'in' type: 'Input' top: 'data' top: 'x'\n"
+      "        input_param { shape { dim: 2 dim: 3 } } }\n"
+      "layer { name: 'relu2' type: 'ReLU' bottom: 'data' bottom: 'x' top: 'r' }\n",
+      NULL, KILN_ERR_INVALID, "'relu2'", NULL);
 }
 
 /* ---- memory plan -------------------------------------------------------------------------------- */
@@ -879,12 +827,7 @@ static void test_memory_plan(void **state) {
 
   kiln_net_options o = train_opts();
   o.max_memory = 1 << 20;
-  built bad;
-  build_fails(&bad, big_net, &o, KILN_ERR_NOMEM);
-  assert_contains(bad.err, "activations");
-  assert_contains(bad.err, want);
-  assert_contains(bad.err, "'big'");
-  built_free(&bad);
+  expect_build_error(big_net, &o, KILN_ERR_NOMEM, "activations", want, "'big'", NULL);
 
   /* Solver history counts too: a limit just above the plan without it fails with it. */
   o.max_memory = (uint64_t)total + 1024;
@@ -893,8 +836,7 @@ static void test_memory_plan(void **state) {
   built_free(&fits);
   o.history_per_param = 2;
   o.max_memory = (uint64_t)total + (uint64_t)m->params; /* one history copy short */
-  build_fails(&bad, big_net, &o, KILN_ERR_NOMEM);
-  built_free(&bad);
+  expect_build_error(big_net, &o, KILN_ERR_NOMEM, NULL);
   built_free(&ok);
 }
 
@@ -923,17 +865,10 @@ static bool dir_has_tmp(const char *dir) {
   return found;
 }
 
-static void write_bytes(const char *path, const void *p, size_t n) {
-  FILE *f = fopen(path, "wb");
-  assert_non_null(f);
-  assert_int_equal(fwrite(p, 1, n, f), n);
-  fclose(f);
-}
-
 static void test_weights_round_trip(void **state) {
   (void)state;
   char dir[64], path[256], text[4096];
-  make_tmpdir(dir, sizeof dir);
+  make_tmpdir(dir, sizeof dir, "net");
   snprintf(path, sizeof path, "%s/w.caffemodel", dir);
   snprintf(text, sizeof text, weights_fmt, 3, "");
   built a, b;
@@ -1000,7 +935,7 @@ static void test_weights_round_trip(void **state) {
   assert_true(len > 100);
   char bad_path[256];
   snprintf(bad_path, sizeof bad_path, "%s/truncated.caffemodel", dir);
-  write_bytes(bad_path, buf, len / 2);
+  write_plain(bad_path, buf, len / 2);
   snprintf(text, sizeof text, weights_fmt, 3, "");
   build_ok(&b, text, &o);
   float *keep = copy_floats(b.net->param_data, b.net->nparam_floats);
@@ -1010,7 +945,7 @@ static void test_weights_round_trip(void **state) {
   assert_memory_equal(keep, b.net->param_data, sizeof(float) * (size_t)b.net->nparam_floats);
   for (size_t i = 0; i < len; i += 7) buf[i] = (char)(buf[i] ^ 0x5a);
   snprintf(bad_path, sizeof bad_path, "%s/corrupt.caffemodel", dir);
-  write_bytes(bad_path, buf, len);
+  write_plain(bad_path, buf, len);
   rc = kiln_net_load_weights(b.net, bad_path);
   assert_int_not_equal(rc, KILN_OK);
   assert_contains(kiln_last_error(), bad_path);
@@ -1032,7 +967,7 @@ static void test_weights_round_trip(void **state) {
 static void test_weights_with_shared_params(void **state) {
   (void)state;
   char dir[64], path[256], text[4096];
-  make_tmpdir(dir, sizeof dir);
+  make_tmpdir(dir, sizeof dir, "net");
   snprintf(path, sizeof path, "%s/s.caffemodel", dir);
   snprintf(text, sizeof text, shared_fmt, 5, "", 3);
   built a, b;
