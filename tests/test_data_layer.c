@@ -1,6 +1,6 @@
 /* The Data layer: batches in key order with wrap-around, the transform ((x - mean) * scale,
- * centre crop in TEST, random crop and mirror in TRAIN), exact cursors for resume, and its
- * parameter errors. */
+ * centre crop in TEST, random crop and mirror in TRAIN), exact cursors for resume, its
+ * parameter errors, and the share each data-parallel worker reads. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -285,6 +285,91 @@ static void test_last_batch_drop_and_keep(void **state) {
   expect_fail("batch_size: 11 last_batch: DROP }", "drop everything");
 }
 
+/* Data-parallel: worker r of N reads global batches r, r + N, ... of the one-worker stream, whole
+ * batches, in every last_batch mode and with shuffle; every worker reports the same cursor, the
+ * one-worker cursor after all their batches; and a resume from it continues the global stream,
+ * with the same N or another. */
+static void test_sharded_workers_deal_whole_batches(void **state) {
+  (void)state;
+  const char *cases[] = {
+      "batch_size: 4 }",
+      "batch_size: 3 last_batch: DROP }",
+      "batch_size: 4 last_batch: KEEP }",
+      "batch_size: 3 shuffle: true last_batch: KEEP } transform_param { crop_size: 3 mirror: true }",
+      "batch_size: 4 shuffle: true }",
+  };
+  enum { ROUNDS = 7, MAXN = 3 };
+  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
+    for (int n = 2; n <= MAXN; n++) {
+      /* the one-worker stream: ROUNDS * n + n batches, and its cursor after each */
+      int total = (ROUNDS + 1) * n;
+      int single_lab[(ROUNDS + 1) * MAXN][8], single_count[(ROUNDS + 1) * MAXN];
+      uint64_t single_cursor[(ROUNDS + 1) * MAXN];
+      float single_first[(ROUNDS + 1) * MAXN];
+      data_layer one;
+      assert_int_equal(open_layer(&one, cases[c], CAFFE__PHASE__TRAIN, 9), KILN_OK);
+      for (int j = 0; j < total; j++) {
+        single_count[j] = next_labels(&one, single_lab[j]);
+        single_cursor[j] = one.l->ops->get_cursor(one.l);
+        single_first[j] = one.top[0]->data[one.top[0]->count - 1];
+      }
+      close_layer(&one);
+      data_layer w[MAXN];
+      for (int r = 0; r < n; r++) {
+        assert_int_equal(open_layer(&w[r], cases[c], CAFFE__PHASE__TRAIN, 9), KILN_OK);
+        w[r].l->shard_rank = r;
+        w[r].l->shard_count = n;
+      }
+      for (int k = 0; k < ROUNDS; k++)
+        for (int r = 0; r < n; r++) {
+          int lab[8], j = k * n + r;
+          int got = next_labels(&w[r], lab);
+          if (got != single_count[j] || memcmp(lab, single_lab[j], sizeof(int) * (size_t)got))
+            fail_msg("case '%s', %d workers: rank %d batch %d is not global batch %d", cases[c], n,
+                     r, k, j);
+          assert_true(w[r].top[0]->data[w[r].top[0]->count - 1] == single_first[j]);
+        }
+      uint64_t cursor = w[0].l->ops->get_cursor(w[0].l);
+      for (int r = 0; r < n; r++) assert_true(w[r].l->ops->get_cursor(w[r].l) == cursor);
+      assert_true(cursor == single_cursor[ROUNDS * n - 1]);
+      /* resume on n workers, and on one */
+      for (int r = 0; r < n; r++) {
+        assert_int_equal(w[r].l->ops->set_cursor(w[r].l, cursor), KILN_OK);
+        int lab[8];
+        int got = next_labels(&w[r], lab);
+        assert_int_equal(got, single_count[ROUNDS * n + r]);
+        assert_memory_equal(lab, single_lab[ROUNDS * n + r], sizeof(int) * (size_t)got);
+        close_layer(&w[r]);
+      }
+      data_layer again;
+      assert_int_equal(open_layer(&again, cases[c], CAFFE__PHASE__TRAIN, 9), KILN_OK);
+      assert_int_equal(again.l->ops->set_cursor(again.l, cursor), KILN_OK);
+      for (int j = ROUNDS * n; j < total; j++) {
+        int lab[8];
+        int got = next_labels(&again, lab);
+        assert_int_equal(got, single_count[j]);
+        assert_memory_equal(lab, single_lab[j], sizeof(int) * (size_t)got);
+      }
+      close_layer(&again);
+    }
+  /* A TEST-phase layer reads everything whatever the worker count (rank 0's test passes). */
+  data_layer t;
+  int lab[8];
+  assert_int_equal(open_layer(&t, "batch_size: 4 }", CAFFE__PHASE__TEST, 1), KILN_OK);
+  t.l->shard_rank = 1;
+  t.l->shard_count = 2;
+  next_labels(&t, lab);
+  assert_true(lab[0] == 0 && lab[3] == 3);
+  close_layer(&t);
+  /* A rank outside the count is an error, not a silent share. */
+  data_layer bad;
+  assert_int_equal(open_layer(&bad, "batch_size: 4 }", CAFFE__PHASE__TRAIN, 1), KILN_OK);
+  bad.l->shard_rank = 2;
+  bad.l->shard_count = 2;
+  assert_int_equal(bad.l->ops->forward(bad.l), KILN_ERR_INVALID);
+  close_layer(&bad);
+}
+
 /* A smaller last batch flows through the net: the layers after the data layer are reshaped, and
  * the loss is normalised by the smaller batch. */
 static void test_keep_reshapes_the_net(void **state) {
@@ -325,6 +410,7 @@ int main(void) {
       cmocka_unit_test(test_shuffle_per_epoch),
       cmocka_unit_test(test_last_batch_drop_and_keep),
       cmocka_unit_test(test_keep_reshapes_the_net),
+      cmocka_unit_test(test_sharded_workers_deal_whole_batches),
   };
   return cmocka_run_group_tests(tests, make_db, remove_db);
 }

@@ -165,10 +165,19 @@ void tool_on_event(const kiln_event *e, void *user) {
   } else if (!strcmp(e->event, "snapshot")) {
     fprintf(stderr, "iter %d  snapshot %s\n", e->iter, e->path);
     names[n] = "peak_rss_mb", values[n++] = e->peak_rss_mb;
+  } else if (!strcmp(e->event, "worker")) {
+    /* One line per worker: the slowest sets the pace, and its peers wait in the sync. */
+    names[n] = "samples_per_s", values[n++] = e->samples_per_s;
+    names[n] = "sync_ms", values[n++] = e->sync_ms;
+    fprintf(stderr, "worker %d of %d: %.0f samples/s, %.1f s in gradient sync\n", e->rank,
+            e->nworkers, e->samples_per_s, e->sync_ms / 1e3);
   } else if (!strcmp(e->event, "done")) {
     names[n] = "peak_rss_mb", values[n++] = e->peak_rss_mb;
     fprintf(stderr, "done at iteration %d in %.1f s, peak RSS %.1f MB\n", e->iter, e->time_ms / 1e3,
             e->peak_rss_mb);
   }
+  int own_rank = m->rank;
+  m->rank = e->rank; /* the worker the figures describe */
   tool_metrics_write(m, e->event, e->iter, e->time_ms, n, names, values);
+  m->rank = own_rank;
 }

@@ -12,7 +12,10 @@ static void usage(FILE *f) {
           "\n"
           "commands:\n"
           "  train --solver S.prototxt [--snapshot X.solverstate | --weights W.caffemodel]\n"
-          "        train the net the solver names; resume from a snapshot or start from weights\n"
+          "        [--sync grad] [--deterministic]\n"
+          "        train the net the solver names; resume from a snapshot or start from weights;\n"
+          "        under `mpirun -np N` on N workers, summing their gradients every iteration\n"
+          "        (--deterministic: in rank order, bit-identical to one worker with iter_size N)\n"
           "  test --model M.prototxt --weights W.caffemodel [--iterations N]\n"
           "        run the TEST phase of a net and print its averaged outputs\n"
           "  time --model M.prototxt [--iterations N] [--phase TRAIN|TEST]\n"
@@ -52,6 +55,8 @@ int main(int argc, char **argv) {
   if (!strcmp(cmd, "describe")) return cmd_describe(argc - 1, argv + 1);
   if (!strcmp(cmd, "convert")) return cmd_convert(argc - 1, argv + 1);
   if (!strcmp(cmd, "data")) return cmd_data(argc - 1, argv + 1);
+  /* Hidden (tests and scripts): compare two .caffemodel files within tolerances. */
+  if (!strcmp(cmd, "compare-weights")) return cmd_compare_weights(argc - 1, argv + 1);
   fprintf(stderr, "kiln: unknown command '%s' (see kiln --help)\n", cmd);
   return 2;
 }

@@ -1,26 +1,83 @@
 /* kiln train: trains the net a solver file names, optionally resuming from a .solverstate or
- * starting from a .caffemodel. */
+ * starting from a .caffemodel. Under mpirun (or another MPI launcher) every process is one
+ * worker of a data-parallel run: rank 0 prints, tests, snapshots and writes the metrics; a
+ * worker that fails ends the whole job (MPI_Abort), so no rank is left waiting. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "tool.h"
 
+static int usage_error(const char *why, const char *a) {
+  fprintf(stderr,
+          "kiln train: %s '%s'\nusage: kiln train --solver S [--snapshot X | --weights W] "
+          "[--sync grad|model:K|time:T] [--deterministic] [--metrics F] [--threads N] "
+          "[--max-memory SIZE]\n",
+          why, a);
+  return 2;
+}
+
+/* One worker (no launcher) or MPI_COMM_WORLD. */
+static int open_comm(int *argc, char ***argv, kiln_comm **comm) {
+  int launched = kiln_comm_launcher_size();
+  if (launched > 0 && kiln_comm_mpi_built()) return kiln_comm_mpi_create(argc, argv, comm);
+  if (launched > 1)
+    return kiln_errorf(KILN_ERR_UNSUPPORTED,
+                       "started by an MPI launcher as one of %d processes, but kiln was built "
+                       "without MPI: each would train alone; install Open MPI "
+                       "(scripts/install-deps) and rebuild",
+                       launched);
+  return kiln_comm_local_create(comm);
+}
+
+/* Several workers on one host would each start a thread per core: unless told (--threads,
+ * OMP_NUM_THREADS), each takes its share of the cores it may use. */
+static void share_cores(const tool_common *c) {
+  if (c->threads > 0 || getenv("OMP_NUM_THREADS")) return;
+  const char *v = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+  if (!v) v = getenv("MPI_LOCALNRANKS");
+  int local = v ? atoi(v) : 0;
+  if (local <= 1) return;
+  int t = kiln_get_num_threads() / local;
+  kiln_set_num_threads(t > 0 ? t : 1);
+}
+
+/* A failure on one rank: say which rank, then end every process of the job. */
+static int fail(kiln_comm *comm, const char *what) {
+  if (kiln_comm_size(comm) > 1) {
+    fprintf(stderr, "kiln: rank %d of %d: %s: %s\n", kiln_comm_rank(comm), kiln_comm_size(comm),
+            what, kiln_last_error());
+    fflush(stderr);
+    kiln_comm_abort(comm, 1); /* does not return */
+  }
+  int rc = tool_fail(what);
+  kiln_comm_free(comm);
+  return rc;
+}
+
 int cmd_train(int argc, char **argv) {
   tool_common c = {0};
   const char *solver = NULL, *snapshot = NULL, *weights = NULL;
+  kiln_sync_config sync = {0};
   for (int i = 1; i < argc; i++) {
     int r = tool_common_option(&c, argc, argv, &i);
     if (r < 0) return 2;
     if (r > 0) continue;
     const char *a = argv[i];
+    if (!strcmp(a, "--deterministic")) {
+      sync.deterministic = true;
+      continue;
+    }
+    if (!strcmp(a, "--sync")) {
+      if (i + 1 >= argc) return usage_error("missing value for", a);
+      if (kiln_sync_parse(argv[++i], &sync)) {
+        fprintf(stderr, "kiln train: %s\n", kiln_last_error());
+        return 2;
+      }
+      continue;
+    }
     const char **slot = !strcmp(a, "--solver") ? &solver : !strcmp(a, "--snapshot") ? &snapshot
                       : !strcmp(a, "--weights") ? &weights : NULL;
-    if (!slot || i + 1 >= argc) {
-      fprintf(stderr, "kiln train: %s '%s'\nusage: kiln train --solver S [--snapshot X | --weights W] "
-              "[--metrics F] [--threads N] [--max-memory SIZE]\n",
-              slot ? "missing value for" : "unknown option", a);
-      return 2;
-    }
+    if (!slot || i + 1 >= argc) return usage_error(slot ? "missing value for" : "unknown option", a);
     *slot = argv[++i];
   }
   if (!solver) {
@@ -31,29 +88,46 @@ int cmd_train(int argc, char **argv) {
     fprintf(stderr, "kiln train: give --snapshot or --weights, not both\n");
     return 2;
   }
+  kiln_comm *comm = NULL;
+  if (open_comm(&argc, &argv, &comm)) return tool_fail("train");
+  int rank = kiln_comm_rank(comm), nworkers = kiln_comm_size(comm);
+  if (nworkers > 1) share_cores(&c);
+  if (rank != 0) kiln_log_set_level(KILN_LOG_WARN); /* rank 0 speaks for the job */
   tool_metrics m;
-  if (tool_metrics_open(&m, c.metrics)) return tool_fail("metrics");
-  kiln_solver_options o = {.max_memory = c.max_memory, .on_event = tool_on_event, .user = &m};
+  if (tool_metrics_open(&m, rank == 0 ? c.metrics : NULL)) return fail(comm, "metrics");
+  m.rank = rank;
+  kiln_solver_options o = {.max_memory = c.max_memory, .on_event = tool_on_event, .user = &m,
+                           .comm = comm, .sync = sync};
   kiln_solver *s;
   if (kiln_solver_create(solver, &o, &s)) {
     tool_metrics_close(&m);
-    return tool_fail("train");
+    return fail(comm, "train");
   }
-  char *table = kiln_net_describe(s->net);
-  if (table) fprintf(stderr, "%s", table);
-  free(table);
+  if (rank == 0) {
+    char *table = kiln_net_describe(s->net);
+    if (table) fprintf(stderr, "%s", table);
+    free(table);
+    if (nworkers > 1)
+      fprintf(stderr, "%d workers, %s sync%s, global batch %d = batch %d x %d workers x iter_size %d\n",
+              nworkers, kiln_sync_mode_name(s->sync.mode),
+              s->sync.deterministic ? " (deterministic: rank-order sum)" : "",
+              s->batch_size * nworkers * s->param->iter_size, s->batch_size, nworkers,
+              s->param->iter_size);
+  }
   int rc = KILN_OK;
   if (snapshot) rc = kiln_solver_restore(s, snapshot);
-  else if (weights) rc = kiln_net_load_weights(s->net, weights);
+  else if (weights) rc = kiln_solver_load_weights(s, weights);
   if (!rc) rc = kiln_solver_solve(s);
   if (rc) {
-    if (m.tty) fprintf(stderr, "\n");
+    if (m.tty && rank == 0) fprintf(stderr, "\n");
     const char *what = snapshot && s->iter == 0 ? "resume" : weights && s->iter == 0 ? "weights" : "train";
-    kiln_solver_free(s);
     tool_metrics_close(&m);
-    return tool_fail(what);
+    if (nworkers > 1) return fail(comm, what); /* the solver stays allocated: the job ends */
+    kiln_solver_free(s);
+    return fail(comm, what);
   }
   kiln_solver_free(s);
   tool_metrics_close(&m);
+  kiln_comm_free(comm);
   return 0;
 }

@@ -20,6 +20,7 @@ typedef enum kiln_status {
   KILN_ERR_UNSUPPORTED, /* valid Caffe input that kiln does not implement */
   KILN_ERR_NUMERIC,     /* NaN or infinity where a number was needed */
   KILN_ERR_INTERNAL,
+  KILN_ERR_COMM,        /* workers disagree or a message between them failed (MPI) */
   KILN_STATUS_COUNT
 } kiln_status;
 

@@ -63,6 +63,10 @@ struct kiln_layer {
   int nthreads;
   kiln_rng *rng;             /* the net's generator (dropout) */
   uint64_t seed;             /* the net's seed, for layers with their own streams */
+  /* Data-parallel training: this worker's rank and the number of workers (0 or 1: one). A
+   * train-phase Data layer reads only its share of the batches (see include/kiln/dist.h). Set
+   * before the first forward; fixed after it. */
+  int shard_rank, shard_count;
   void *priv;
 };
 

@@ -1,10 +1,18 @@
 /* kiln solver: Caffe's training loop (iter_size accumulation, gradient clipping, L1/L2
  * regularisation, the update rules SGD, Nesterov, AdaGrad, RMSProp, AdaDelta and Adam, the seven
  * learning-rate policies, periodic tests, display, snapshots) and exact resume. Everything the
- * caller shows or records arrives as events; the library prints nothing. */
+ * caller shows or records arrives as events; the library prints nothing.
+ *
+ * With a communicator of N workers (data-parallel, GRADIENT sync) every rank runs the same
+ * solver: rank 0's parameters are broadcast before the first step (and after a restore), each
+ * rank reads its share of the train data, the gradients are summed over the ranks every
+ * iteration, and every rank applies the same update. Tests, snapshot files and events happen on
+ * rank 0. Creation, step, solve, snapshot and restore are then collective: every rank calls
+ * them, in the same order; a rank that gets an error must end the job (kiln_comm_abort). */
 #ifndef KILN_SOLVER_H
 #define KILN_SOLVER_H
 
+#include "kiln/dist.h"
 #include "kiln/net.h"
 
 typedef struct kiln_event {
@@ -20,7 +28,13 @@ typedef struct kiln_event {
   const char *const *output_names;
   const float *output_values;
   const char *path;    /* snapshot: the .solverstate written */
+  int rank;            /* the worker the figures describe (0 but for "worker" events) */
+  int nworkers;
+  double sync_ms;      /* worker: time spent summing gradients over the workers */
 } kiln_event;
+/* Events: "train" (every display iterations; loss and samples_per_s over all workers), "test",
+ * "snapshot", "progress", "worker" (at the end of solve, one per rank: its own samples_per_s and
+ * sync_ms) and "done". Only rank 0 emits. */
 
 typedef void (*kiln_event_fn)(const kiln_event *e, void *user);
 
@@ -30,6 +44,10 @@ typedef struct kiln_solver_options {
   kiln_event_fn on_event;
   void *user;
   int max_iter_override;   /* > 0: stop there instead of max_iter (tests) */
+  kiln_comm *comm;         /* NULL (or one rank): a single worker; the caller keeps ownership */
+  kiln_sync_config sync;   /* overrides of the solver file's sync { }: a mode other than
+                              KILN_SYNC_DEFAULT replaces its mode and interval; deterministic
+                              true forces the ordered reduction */
 } kiln_solver_options;
 
 typedef enum {
@@ -58,9 +76,17 @@ typedef struct kiln_solver {
   float *loss_window;      /* the last average_loss losses */
   int loss_window_n, loss_window_pos;
   uint64_t seed;
-  int batch_size;          /* samples per forward pass of the train net */
+  int batch_size;          /* samples per forward pass of the train net (per worker) */
   double start_ms;
   kiln_solver_options opt;
+  /* data-parallel */
+  int rank, nworkers;
+  kiln_sync_config sync;   /* resolved: file, then options */
+  const Caffe__NetParameter *train_param;
+  float *grad_acc;         /* iter_size > 1: the passes' gradients summed in pass order */
+  bool params_synced;      /* rank 0's parameters broadcast since creation or restore */
+  double work_ms, sync_ms; /* this worker: time in training iterations, and in gradient sync */
+  uint64_t work_samples;
 } kiln_solver;
 
 /* Reads the solver file and builds the train and test nets (net paths are taken as given, or
@@ -76,11 +102,18 @@ int kiln_solver_step(kiln_solver *s, int n);
 /* One test pass over test net `k`: outputs averaged over test_iter batches. */
 int kiln_solver_test(kiln_solver *s, int k);
 /* <prefix>_iter_<N>.caffemodel and .solverstate; `path_out` (may be NULL) gets the
- * .solverstate path (caller frees). */
+ * .solverstate path (caller frees). Collective with several workers: rank 0 writes (with every
+ * rank's generator state); the others write nothing and get no path. */
 int kiln_solver_snapshot(kiln_solver *s, char **path_out);
 /* Restores iter, lr step, history, data cursors and generator state from a .solverstate and the
- * weights from the .caffemodel it names. */
+ * weights from the .caffemodel it names. With several workers every rank reads the files (they
+ * must be visible to all of them), rank 0's parameters and history are then broadcast, and the
+ * ranks check they restored the same iteration and cursors. A snapshot written by N workers
+ * resumes exactly with N; with another count the global data stream continues from the same
+ * cursor and ranks beyond the saved ones get fresh generator streams. */
 int kiln_solver_restore(kiln_solver *s, const char *solverstate_path);
+/* Starts from a .caffemodel (Caffe's --weights); broadcast from rank 0 before the first step. */
+int kiln_solver_load_weights(kiln_solver *s, const char *caffemodel_path);
 
 /* The learning rate at the current iteration under the solver's lr_policy. */
 float kiln_solver_learning_rate(kiln_solver *s);

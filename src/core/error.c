@@ -48,6 +48,7 @@ const char *kiln_status_name(int code) {
       [KILN_ERR_UNSUPPORTED] = "unsupported",
       [KILN_ERR_NUMERIC] = "numeric error",
       [KILN_ERR_INTERNAL] = "internal error",
+      [KILN_ERR_COMM] = "communication error",
   };
   _Static_assert(sizeof names / sizeof names[0] == KILN_STATUS_COUNT, "status names out of step");
   if (code < 0 || code >= KILN_STATUS_COUNT) return "unknown status";

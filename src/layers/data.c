@@ -6,13 +6,21 @@
  * order as Caffe reads them, or, with `shuffle`, through a permutation of each epoch drawn from
  * (seed, epoch). Random crops and mirrors are drawn from a generator seeded by (seed, position).
  * So the position of the next batch (the cursor) is all a snapshot needs to resume exactly.
- * `last_batch` chooses what happens at the end of an epoch: WRAP (Caffe), DROP or KEEP. */
+ * `last_batch` chooses what happens at the end of an epoch: WRAP (Caffe), DROP or KEEP.
+ *
+ * Data-parallel training: in TRAIN, worker r of N reads global batches r, r + N, r + 2N, ... of
+ * the same stream (kiln_batch_stream in include/kiln/dist.h), whole batches round-robin, so the
+ * N workers read together what one worker with iter_size N reads. The cursor reported is where
+ * the global stream stands once every worker has read as many batches as this one: the same
+ * number on every rank, so rank 0's snapshot resumes all of them, and a resume with another N
+ * continues the same global stream from there. */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "kiln/data.h"
+#include "kiln/dist.h"
 #include "layer_util.h"
 
 static const Caffe__DataParameter data_defaults = CAFFE__DATA_PARAMETER__INIT;
@@ -22,8 +30,7 @@ static const Caffe__TransformationParameter transform_defaults =
 typedef struct {
   float *data;
   float *label;
-  uint64_t start; /* record position of the batch's first record */
-  int count;      /* records in the batch (smaller than batch_size only for KEEP) */
+  int count; /* records in the batch (smaller than batch_size only for KEEP) */
 } batch_slot;
 
 typedef struct {
@@ -41,6 +48,8 @@ typedef struct {
   bool mirror, train, shuffle;
   int last_batch;
   uint64_t size; /* records in the database */
+  kiln_batch_stream stream; /* batch j -> records; base is the restored cursor */
+  int rank, nworkers;       /* this worker's share: global batches rank + k * nworkers */
   epoch_order order[2]; /* shuffled orders of the two most recent epochs (a batch may span two) */
   uint64_t seed;
   /* the prefetch ring */
@@ -48,8 +57,8 @@ typedef struct {
   batch_slot *slots;
   int head, count; /* slots[head] is the next to consume; count are filled */
   int tail;        /* next slot the producer fills */
-  uint64_t next_fill_pos; /* position the producer reads next */
-  uint64_t consumed_pos;  /* position of the next batch to hand out */
+  uint64_t fill_k;  /* this worker's batches produced (the producer's next is fill_k) */
+  uint64_t taken_k; /* this worker's batches handed to the net */
   bool running, stop, failed;
   int fail_code;
   char fail_msg[1024];
@@ -119,25 +128,18 @@ static int record_index(data_state *s, uint64_t q, uint64_t *index) {
   return KILN_OK;
 }
 
-/* Where the batch that would start at p really starts, and how many records it holds. */
-static uint64_t batch_start(const data_state *s, uint64_t p, int *count) {
-  uint64_t i = p % s->size;
-  if (s->last_batch == CAFFE__DATA_PARAMETER__LAST_BATCH__DROP && i + (uint64_t)s->batch > s->size)
-    p += s->size - i, i = 0;
-  *count = s->batch;
-  if (s->last_batch == CAFFE__DATA_PARAMETER__LAST_BATCH__KEEP && i + (uint64_t)s->batch > s->size)
-    *count = (int)(s->size - i);
-  return p;
-}
-
 static int fill_slot(data_state *s, batch_slot *slot) {
   int per = s->C * s->outH * s->outW;
-  slot->start = batch_start(s, s->next_fill_pos, &slot->count);
+  uint64_t global = s->fill_k * (uint64_t)s->nworkers + (uint64_t)s->rank;
+  uint64_t start = kiln_batch_stream_start(&s->stream, global, &slot->count);
+  /* A worker of several skips the other workers' batches: random access beats walking past
+   * them with the sequential cursor. */
+  bool random_access = s->shuffle || s->nworkers > 1;
   for (int j = 0; j < slot->count; j++) {
-    uint64_t pos = slot->start + (uint64_t)j, index = 0;
+    uint64_t pos = start + (uint64_t)j, index = 0;
     kiln_datum d;
     KILN_TRY(record_index(s, pos, &index));
-    if (s->shuffle) {
+    if (random_access) {
       KILN_TRY(kiln_datum_db_read(s->db, index, &d));
     } else {
       if (kiln_datum_db_position(s->db) != pos) KILN_TRY(kiln_datum_db_seek(s->db, pos));
@@ -149,7 +151,7 @@ static int fill_slot(data_state *s, batch_slot *slot) {
     KILN_TRY(transform_record(s, &d, pos, slot->data + (size_t)j * per));
     slot->label[j] = (float)d.label;
   }
-  s->next_fill_pos = slot->start + (uint64_t)slot->count;
+  s->fill_k++;
   return KILN_OK;
 }
 
@@ -180,9 +182,20 @@ static void *producer(void *arg) {
 
 static int start_thread(kiln_layer *l) {
   data_state *s = l->priv;
+  /* The share is fixed from the first batch on; TEST nets (rank 0's test passes) read it all. */
+  s->rank = 0;
+  s->nworkers = 1;
+  if (s->train && l->shard_count > 1) {
+    if (l->shard_rank < 0 || l->shard_rank >= l->shard_count)
+      return KILN_LAYER_ERROR(l, KILN_ERR_INVALID, "worker rank %d of %d", l->shard_rank,
+                              l->shard_count);
+    s->rank = l->shard_rank;
+    s->nworkers = l->shard_count;
+  }
   s->stop = false;
   s->failed = false;
   s->head = s->tail = s->count = 0;
+  s->fill_k = s->taken_k; /* slots filled before a stop were dropped */
   if (pthread_create(&s->thread, NULL, producer, s) != 0)
     return KILN_LAYER_ERROR(l, KILN_ERR_INTERNAL, "cannot start the prefetch thread");
   s->running = true;
@@ -265,6 +278,7 @@ static int data_setup(kiln_layer *l) {
   s->size = kiln_datum_db_size(s->db);
   s->shuffle = p->shuffle;
   s->last_batch = p->last_batch;
+  s->nworkers = 1;
   if (s->last_batch == CAFFE__DATA_PARAMETER__LAST_BATCH__DROP && (uint64_t)s->batch > s->size)
     return KILN_LAYER_ERROR(l, KILN_ERR_INVALID,
                             "last_batch: DROP with batch_size %d larger than the data set (%llu "
@@ -272,6 +286,12 @@ static int data_setup(kiln_layer *l) {
                             s->batch, (unsigned long long)s->size);
   if (s->size > UINT32_MAX && s->shuffle)
     return KILN_LAYER_ERROR(l, KILN_ERR_UNSUPPORTED, "shuffle of more than 2^32 records");
+  _Static_assert((int)KILN_LAST_BATCH_WRAP == (int)CAFFE__DATA_PARAMETER__LAST_BATCH__WRAP &&
+                     (int)KILN_LAST_BATCH_DROP == (int)CAFFE__DATA_PARAMETER__LAST_BATCH__DROP &&
+                     (int)KILN_LAST_BATCH_KEEP == (int)CAFFE__DATA_PARAMETER__LAST_BATCH__KEEP,
+                 "kiln_last_batch out of step with DataParameter.LastBatch");
+  s->stream = (kiln_batch_stream){.base = 0, .size = s->size, .batch = s->batch,
+                                  .last_batch = (kiln_last_batch)s->last_batch};
   s->scale = t->scale;
   s->crop = (int)t->crop_size;
   s->mirror = t->mirror;
@@ -340,7 +360,7 @@ static int data_forward(kiln_layer *l) {
   memcpy(l->top[0]->data, slot->data, sizeof(float) * l->top[0]->count);
   if (l->ntop > 1) memcpy(l->top[1]->data, slot->label, sizeof(float) * (size_t)slot->count);
   pthread_mutex_lock(&s->mu);
-  s->consumed_pos = slot->start + (uint64_t)slot->count;
+  s->taken_k++;
   s->head = (s->head + 1) % s->nslots;
   s->count--;
   pthread_cond_broadcast(&s->cv);
@@ -348,13 +368,20 @@ static int data_forward(kiln_layer *l) {
   return KILN_OK;
 }
 
-static uint64_t data_get_cursor(kiln_layer *l) { return ((data_state *)l->priv)->consumed_pos; }
+/* Where the global stream stands after round taken_k: every worker has read its taken_k
+ * batches, so global batches 0 .. taken_k * N - 1 are done. */
+static uint64_t data_get_cursor(kiln_layer *l) {
+  data_state *s = l->priv;
+  if (s->taken_k == 0) return s->stream.base;
+  return kiln_batch_stream_end(&s->stream, s->taken_k * (uint64_t)s->nworkers - 1);
+}
 
 static int data_set_cursor(kiln_layer *l, uint64_t cursor) {
   data_state *s = l->priv;
   stop_thread(s);
   s->head = s->tail = s->count = 0;
-  s->consumed_pos = s->next_fill_pos = cursor;
+  s->stream.base = cursor;
+  s->fill_k = s->taken_k = 0;
   int rc = kiln_datum_db_seek(s->db, cursor);
   if (rc) return kiln_error_context(rc, "layer '%s' (Data): ", l->name);
   return KILN_OK;

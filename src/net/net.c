@@ -631,6 +631,8 @@ static int build(kiln_net *net, const Caffe__NetParameter *np, const kiln_net_op
     l->nthreads = net->nthreads;
     l->rng = &net->rng;
     l->seed = net->seed;
+    l->shard_rank = opt->shard_rank;
+    l->shard_count = opt->shard_count;
     for (int t = 0; t < pl->ntop; t++) l->loss_weight[t] = pl->loss_weight[t];
     if (pl->ops->setup) {
       rc = pl->ops->setup(l);

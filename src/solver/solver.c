@@ -2,7 +2,14 @@
  * test (every test_interval), iter_size forward/backward passes accumulating gradients, smoothed
  * loss, display, then the update: clip by global L2 norm, normalise by 1/iter_size, regularise,
  * compute the step with the solver's rule, subtract; iter += 1; snapshot every `snapshot`. The
- * parameters, gradients and histories are flat buffers, so each stage is one loop per blob. */
+ * parameters, gradients and histories are flat buffers, so each stage is one loop per blob.
+ *
+ * iter_size > 1: each pass computes its gradient from zero and the passes are added in order,
+ * ((g0 + g1) + g2) ..., with kiln_dist_accumulate (layers accumulating inside their GEMMs would
+ * round differently). N workers with the ordered reduction add the same way, so N workers x one
+ * pass and one worker x iter_size N give the same bits. The sum is divided once, by
+ * workers x iter_size, after clipping: clip_gradients sees the same sum as on one worker with
+ * iter_size N (Caffe's multi-GPU solver clips each worker's mean instead). */
 #include <errno.h>
 #include <libgen.h>
 #include <math.h>
@@ -12,6 +19,7 @@
 #include <strings.h>
 #include <unistd.h>
 
+#include "kiln/data.h"
 #include "kiln/solver.h"
 
 static const char *const type_names[] = {"SGD", "Nesterov", "AdaGrad", "RMSProp", "AdaDelta", "Adam"};
@@ -23,8 +31,9 @@ const char *kiln_solver_type_name(kiln_solver_type t) {
 }
 
 static void emit(kiln_solver *s, kiln_event *e) {
-  if (!s->opt.on_event) return;
+  if (!s->opt.on_event || s->rank != 0) return; /* rank 0 speaks for the workers */
   e->max_iter = s->max_iter;
+  e->nworkers = s->nworkers;
   e->time_ms = kiln_now_ms() - s->start_ms;
   /* /proc read: not for the per-iteration progress event */
   e->peak_rss_mb = strcmp(e->event, "progress") ? kiln_peak_rss_mb() : 0;
@@ -94,6 +103,10 @@ static int make_net(kiln_solver *s, const Caffe__NetParameter *np, int phase,
   o.max_memory = s->opt.max_memory;
   o.history_per_param = phase == CAFFE__PHASE__TRAIN ? s->history_per_param : 0;
   o.source = source;
+  if (phase == CAFFE__PHASE__TRAIN) {
+    o.shard_rank = s->rank;
+    o.shard_count = s->nworkers;
+  }
   return kiln_net_create(np, &o, out);
 }
 
@@ -114,6 +127,7 @@ static int build_nets(kiln_solver *s) {
   } else {
     train_np = p->net_param ? p->net_param : p->train_net_param;
   }
+  s->train_param = train_np;
   KILN_TRY(make_net(s, train_np, CAFFE__PHASE__TRAIN, p->train_state, train_src, &s->net));
   /* Test nets: the listed ones, else the generic net once per test_iter. */
   int ntest = (int)(p->n_test_net + p->n_test_net_param);
@@ -127,7 +141,8 @@ static int build_nets(kiln_solver *s) {
              s->source);
   s->test_nets = calloc((size_t)ntest + 1, sizeof(kiln_net *));
   if (!s->test_nets) return kiln_errorf(KILN_ERR_NOMEM, "out of memory");
-  for (int i = 0; i < ntest; i++) {
+  /* Only rank 0 tests, so only rank 0 builds test nets (and opens their data). */
+  for (int i = 0; i < ntest && s->rank == 0; i++) {
     const Caffe__NetParameter *np;
     const char *src = s->source;
     if (generic) {
@@ -181,11 +196,107 @@ static int check_params(kiln_solver *s) {
   return KILN_OK;
 }
 
+/* ---- workers ------------------------------------------------------------------------------ */
+
+/* The solver file's sync { } with the caller's overrides on top. */
+static int resolve_sync(kiln_solver *s) {
+  const Caffe__SyncParameter *f = s->param->sync;
+  kiln_sync_config c = {.mode = KILN_SYNC_GRADIENT};
+  if (f) {
+    c.mode = f->mode == CAFFE__SYNC_PARAMETER__MODE__MODEL  ? KILN_SYNC_MODEL
+             : f->mode == CAFFE__SYNC_PARAMETER__MODE__TIME ? KILN_SYNC_TIME
+                                                            : KILN_SYNC_GRADIENT;
+    c.interval_iters = f->interval_iters;
+    c.interval_seconds = f->interval_seconds;
+    c.deterministic = f->deterministic;
+  }
+  const kiln_sync_config *o = &s->opt.sync;
+  if (o->mode != KILN_SYNC_DEFAULT) {
+    c.mode = o->mode;
+    c.interval_iters = o->interval_iters;
+    c.interval_seconds = o->interval_seconds;
+  }
+  c.deterministic |= o->deterministic;
+  s->sync = c;
+  int rc = kiln_sync_check(&c, s->nworkers);
+  return rc ? kiln_error_context(rc, "%s: ", s->source) : KILN_OK;
+}
+
+/* Rank 0 keeps the single-worker generator stream (so one worker trains as before); the others
+ * draw dropout masks from streams of their own. */
+static void seed_worker_rng(kiln_solver *s, uint64_t iter) {
+  if (s->rank > 0)
+    kiln_rng_seed(&s->net->rng, s->seed, 0x776f726b00000000ULL + ((uint64_t)s->rank << 40) + iter);
+}
+
+static int hash_message(kiln_sha256_ctx *h, const ProtobufCMessage *m) {
+  size_t n = protobuf_c_message_get_packed_size(m);
+  uint8_t *buf = malloc(n + 1);
+  if (!buf) return kiln_errorf(KILN_ERR_NOMEM, "out of memory");
+  protobuf_c_message_pack(m, buf);
+  kiln_sha256_update(h, buf, n);
+  free(buf);
+  return KILN_OK;
+}
+
+/* What must be equal on every worker: the solver and train net as parsed (so comments and
+ * layout do not matter) and the settings that change what the collectives do. */
+static int config_digest(kiln_solver *s, uint8_t digest[32]) {
+  kiln_sha256_ctx h;
+  kiln_sha256_init(&h);
+  KILN_TRY(hash_message(&h, &s->param->base));
+  KILN_TRY(hash_message(&h, &s->train_param->base));
+  int64_t settings[] = {s->nworkers, s->sync.mode, s->sync.interval_iters,
+                        (int64_t)(s->sync.interval_seconds * 1e6), s->sync.deterministic,
+                        s->max_iter, s->net->nparam_floats, s->batch_size, s->history_per_param};
+  kiln_sha256_update(&h, settings, sizeof settings);
+  kiln_sha256_final(&h, digest);
+  return KILN_OK;
+}
+
+/* Every rank contributes a digest; all of them learn which ranks differ from rank 0, so all of
+ * them fail together with the same message instead of hanging in a later collective. */
+static int workers_agree(kiln_solver *s, const uint8_t digest[32], const char *what,
+                         const char *hint) {
+  if (s->nworkers <= 1) return KILN_OK;
+  uint8_t *all = malloc((size_t)s->nworkers * 32);
+  if (!all) return kiln_errorf(KILN_ERR_NOMEM, "out of memory");
+  int rc = kiln_comm_allgather(s->opt.comm, digest, 32, all);
+  if (rc) {
+    free(all);
+    return kiln_error_context(rc, "checking that the workers agree on %s: ", what);
+  }
+  char ranks[512] = "";
+  size_t used = 0;
+  int ndiff = 0, first = -1;
+  for (int r = 1; r < s->nworkers; r++) {
+    if (memcmp(all + 32 * r, all, 32) == 0) continue;
+    if (first < 0) first = r;
+    if (used < sizeof ranks - 16)
+      used += (size_t)snprintf(ranks + used, sizeof ranks - used, "%s%d", ndiff ? ", " : "", r);
+    ndiff++;
+  }
+  if (ndiff) {
+    char h0[65], h1[65];
+    kiln_sha256_hex(all, h0);
+    kiln_sha256_hex(all + 32 * first, h1);
+    rc = kiln_errorf(KILN_ERR_COMM,
+                     "the %d workers disagree on %s: rank%s %s differ%s from rank 0 (hash "
+                     "%.12s on rank 0, %.12s on rank %d); %s",
+                     s->nworkers, what, ndiff > 1 ? "s" : "", ranks, ndiff > 1 ? "" : "s", h0, h1,
+                     first, hint);
+  }
+  free(all);
+  return rc;
+}
+
 int kiln_solver_create(const char *solver_path, const kiln_solver_options *opt, kiln_solver **out) {
   *out = NULL;
   kiln_solver *s = calloc(1, sizeof *s);
   if (!s) return kiln_errorf(KILN_ERR_NOMEM, "out of memory");
   if (opt) s->opt = *opt;
+  s->rank = kiln_comm_rank(s->opt.comm);
+  s->nworkers = kiln_comm_size(s->opt.comm);
   s->start_ms = kiln_now_ms();
   s->source = kiln_strdup(solver_path);
   ProtobufCMessage *m;
@@ -206,6 +317,7 @@ int kiln_solver_create(const char *solver_path, const kiln_solver_options *opt, 
     if (dot && strchr(dot, '/') == NULL) *dot = '\0';
   }
   rc = check_params(s);
+  if (!rc) rc = resolve_sync(s);
   if (!rc) rc = resolve_type(s);
   if (!rc) {
     s->history_per_param = (s->type == KILN_SOLVER_ADAM || s->type == KILN_SOLVER_ADADELTA) ? 2 : 1;
@@ -214,7 +326,9 @@ int kiln_solver_create(const char *solver_path, const kiln_solver_options *opt, 
   if (!rc) {
     s->history = kiln_alloc((size_t)s->net->nparam_floats * s->history_per_param * sizeof(float));
     s->loss_window = calloc((size_t)p->average_loss, sizeof(float));
-    if (!s->history || !s->loss_window) rc = kiln_errorf(KILN_ERR_NOMEM, "out of memory");
+    if (p->iter_size > 1) s->grad_acc = kiln_alloc((size_t)s->net->nparam_floats * sizeof(float));
+    if (!s->history || !s->loss_window || (p->iter_size > 1 && !s->grad_acc))
+      rc = kiln_errorf(KILN_ERR_NOMEM, "out of memory");
   }
   if (!rc) {
     s->batch_size = 1;
@@ -224,9 +338,18 @@ int kiln_solver_create(const char *solver_path, const kiln_solver_options *opt, 
         s->batch_size = (int)s->net->layers[i]->top[0]->shape[0];
         break;
       }
-    kiln_log(KILN_LOG_INFO, "solver %s: %s, seed %llu, %d threads", solver_path,
-             kiln_solver_type_name(s->type), (unsigned long long)s->seed, s->net->nthreads);
+    seed_worker_rng(s, 0);
+    uint8_t digest[32];
+    rc = config_digest(s, digest);
+    if (!rc)
+      rc = workers_agree(s, digest, "the solver and train net",
+                         "start every worker with the same solver and net files and the same "
+                         "--sync / --deterministic options");
   }
+  if (!rc)
+    kiln_log(KILN_LOG_INFO, "solver %s: %s, seed %llu, %d threads%s", solver_path,
+             kiln_solver_type_name(s->type), (unsigned long long)s->seed, s->net->nthreads,
+             s->nworkers > 1 ? " per worker" : "");
   if (rc) {
     kiln_solver_free(s);
     return rc;
@@ -244,6 +367,7 @@ void kiln_solver_free(kiln_solver *s) {
   free(s->net_params);
   if (s->param) protobuf_c_message_free_unpacked(&s->param->base, NULL);
   kiln_free(s->history);
+  kiln_free(s->grad_acc);
   free(s->loss_window);
   free(s->source);
   free(s->snapshot_prefix);
@@ -301,7 +425,10 @@ static void apply_update(kiln_solver *s, float rate) {
   kiln_net *net = s->net;
   clip_gradients(s);
   bool l1 = p->regularization_type && strcmp(p->regularization_type, "L1") == 0;
-  float norm = p->iter_size > 1 ? 1.0f / p->iter_size : 1.0f;
+  /* One division for the whole sum (workers x passes), after clipping, as one worker with
+   * iter_size N divides its passes' sum. */
+  int summed = p->iter_size * s->nworkers;
+  float norm = summed > 1 ? 1.0f / (float)summed : 1.0f;
   float m = p->momentum, delta = p->delta;
   int64_t hstride = net->nparam_floats;
   /* Adam's bias correction uses t = iter + 1. */
@@ -449,24 +576,85 @@ static int test_all(kiln_solver *s) {
   return KILN_OK;
 }
 
+/* Rank 0's parameters and solver history to every worker: before the first step, and again
+ * after a restore or a --weights load. */
+static int sync_params(kiln_solver *s) {
+  if (s->params_synced) return KILN_OK;
+  if (s->nworkers > 1) {
+    kiln_net *net = s->net;
+    int rc = kiln_comm_broadcast(s->opt.comm, net->param_data, net->nparam_floats, 0);
+    if (!rc)
+      rc = kiln_comm_broadcast(s->opt.comm, s->history,
+                               net->nparam_floats * (int64_t)s->history_per_param, 0);
+    if (rc) return kiln_error_context(rc, "broadcast of rank 0's parameters: ");
+  }
+  s->params_synced = true;
+  return KILN_OK;
+}
+
+/* iter_size forward/backward passes; param_diff ends as their gradients summed in pass order.
+ * `loss_sum` gets the passes' losses added up. */
+static int compute_gradients(kiln_solver *s, double *loss_sum) {
+  kiln_net *net = s->net;
+  int passes = s->param->iter_size;
+  *loss_sum = 0;
+  for (int i = 0; i < passes; i++) {
+    kiln_net_zero_param_diff(net);
+    float l;
+    KILN_TRY(kiln_net_forward(net, &l));
+    KILN_TRY(kiln_net_backward(net));
+    *loss_sum += l;
+    if (passes == 1) break;
+    if (i == 0)
+      memcpy(s->grad_acc, net->param_diff, sizeof(float) * (size_t)net->nparam_floats);
+    else if (i < passes - 1)
+      kiln_dist_accumulate(s->grad_acc, net->param_diff, net->nparam_floats);
+    else /* the last pass adds the sum into its own gradient: a + b == b + a, and no copy back */
+      kiln_dist_accumulate(net->param_diff, s->grad_acc, net->nparam_floats);
+  }
+  return KILN_OK;
+}
+
+/* The iteration's loss over every pass of every worker, added in rank order (the order one
+ * worker adds its passes in, so the loss too matches one worker with iter_size N). */
+static int global_loss(kiln_solver *s, double local, float *out) {
+  double total = local;
+  if (s->nworkers > 1) {
+    double *all = malloc(sizeof(double) * (size_t)s->nworkers);
+    if (!all) return kiln_errorf(KILN_ERR_NOMEM, "out of memory");
+    int rc = kiln_comm_allgather(s->opt.comm, &local, sizeof local, all);
+    total = 0;
+    for (int r = 0; r < s->nworkers && !rc; r++) total += all[r];
+    free(all);
+    if (rc) return kiln_error_context(rc, "gathering the workers' losses: ");
+  }
+  *out = (float)(total / ((double)s->param->iter_size * s->nworkers));
+  return KILN_OK;
+}
+
 int kiln_solver_step(kiln_solver *s, int n) {
   const Caffe__SolverParameter *p = s->param;
+  KILN_TRY(sync_params(s));
   int stop = s->iter + n;
   double window_start = kiln_now_ms();
   int window_iters = 0;
+  /* samples per iteration over all workers */
+  double global_batch = (double)s->batch_size * p->iter_size * s->nworkers;
   while (s->iter < stop) {
-    kiln_net_zero_param_diff(s->net);
-    if (p->test_interval > 0 && s->iter % p->test_interval == 0 &&
+    if (s->rank == 0 && p->test_interval > 0 && s->iter % p->test_interval == 0 &&
         (s->iter > 0 || p->test_initialization))
       KILN_TRY(test_all(s));
-    double loss = 0;
-    for (int i = 0; i < p->iter_size; i++) {
-      float l;
-      KILN_TRY(kiln_net_forward(s->net, &l));
-      KILN_TRY(kiln_net_backward(s->net));
-      loss += l;
+    double work_start = kiln_now_ms();
+    double loss;
+    KILN_TRY(compute_gradients(s, &loss));
+    if (s->nworkers > 1) {
+      double t = kiln_now_ms();
+      KILN_TRY(kiln_sync_gradients(s->opt.comm, &s->sync, s->net->param_diff,
+                                   s->net->nparam_floats));
+      s->sync_ms += kiln_now_ms() - t;
     }
-    float l = (float)(loss / p->iter_size);
+    float l = 0;
+    KILN_TRY(global_loss(s, loss, &l));
     KILN_TRY(check_finite(s, l));
     s->loss_window[s->loss_window_pos] = l;
     s->loss_window_pos = (s->loss_window_pos + 1) % p->average_loss;
@@ -477,7 +665,7 @@ int kiln_solver_step(kiln_solver *s, int n) {
     float rate = kiln_solver_learning_rate(s);
     window_iters++;
     double now = kiln_now_ms();
-    double sps = (double)window_iters * s->batch_size * p->iter_size / ((now - window_start) / 1e3);
+    double sps = (double)window_iters * global_batch / ((now - window_start) / 1e3);
     if (p->display > 0 && s->iter % p->display == 0) {
       int no = s->net->noutputs;
       const char *names[64];
@@ -496,6 +684,8 @@ int kiln_solver_step(kiln_solver *s, int n) {
     }
     apply_update(s, rate);
     KILN_TRY(check_params_finite(s, rate));
+    s->work_ms += kiln_now_ms() - work_start;
+    s->work_samples += (uint64_t)s->batch_size * (uint64_t)p->iter_size;
     s->iter++;
     kiln_event pe = {.event = "progress", .iter = s->iter, .loss = (float)smoothed, .lr = rate,
                      .samples_per_s = sps};
@@ -505,26 +695,63 @@ int kiln_solver_step(kiln_solver *s, int n) {
   return KILN_OK;
 }
 
+/* One "worker" event per rank on rank 0: each worker's own throughput and time in sync, so a
+ * slow worker (which every other one waits for) shows. */
+static int report_workers(kiln_solver *s) {
+  if (s->nworkers <= 1) return KILN_OK;
+  double mine[2] = {s->work_ms > 0 ? s->work_samples / (s->work_ms / 1e3) : 0, s->sync_ms};
+  double *all = malloc(sizeof mine * (size_t)s->nworkers);
+  if (!all) return kiln_errorf(KILN_ERR_NOMEM, "out of memory");
+  int rc = kiln_comm_allgather(s->opt.comm, mine, sizeof mine, all);
+  for (int r = 0; r < s->nworkers && !rc; r++) {
+    kiln_event e = {.event = "worker", .iter = s->iter, .rank = r, .samples_per_s = all[2 * r],
+                    .sync_ms = all[2 * r + 1]};
+    emit(s, &e);
+  }
+  free(all);
+  return rc ? kiln_error_context(rc, "gathering the workers' throughput: ") : KILN_OK;
+}
+
 int kiln_solver_solve(kiln_solver *s) {
   const Caffe__SolverParameter *p = s->param;
   KILN_TRY(kiln_solver_step(s, s->max_iter - s->iter));
   if (p->snapshot_after_train && (p->snapshot <= 0 || s->iter % p->snapshot != 0))
     KILN_TRY(kiln_solver_snapshot(s, NULL));
-  if (p->test_interval > 0 && s->iter % p->test_interval == 0) KILN_TRY(test_all(s));
+  if (s->rank == 0 && p->test_interval > 0 && s->iter % p->test_interval == 0)
+    KILN_TRY(test_all(s));
+  KILN_TRY(report_workers(s));
   kiln_event e = {.event = "done", .iter = s->iter};
   emit(s, &e);
   return KILN_OK;
+}
+
+int kiln_solver_load_weights(kiln_solver *s, const char *path) {
+  s->params_synced = false;
+  return kiln_net_load_weights(s->net, path);
 }
 
 /* ---- snapshots ---------------------------------------------------------------------------------- */
 
 int kiln_solver_snapshot(kiln_solver *s, char **path_out) {
   kiln_net *net = s->net;
+  if (path_out) *path_out = NULL;
+  /* Every worker's dropout generator, so that each resumes its own stream. */
+  kiln_rng *rngs = NULL;
+  if (s->nworkers > 1) {
+    rngs = malloc(sizeof(kiln_rng) * (size_t)s->nworkers);
+    if (!rngs) return kiln_errorf(KILN_ERR_NOMEM, "out of memory");
+    int rc = kiln_comm_allgather(s->opt.comm, &net->rng, sizeof net->rng, rngs);
+    if (rc || s->rank != 0) {
+      free(rngs);
+      return rc ? kiln_error_context(rc, "snapshot: gathering generator states: ") : KILN_OK;
+    }
+  }
   size_t n = strlen(s->snapshot_prefix) + 64;
   char *model = malloc(n), *state_path = malloc(n);
   if (!model || !state_path) {
     free(model);
     free(state_path);
+    free(rngs);
     return kiln_errorf(KILN_ERR_NOMEM, "out of memory");
   }
   snprintf(model, n, "%s_iter_%d.caffemodel", s->snapshot_prefix, s->iter);
@@ -537,7 +764,9 @@ int kiln_solver_snapshot(kiln_solver *s, char **path_out) {
   Caffe__BlobProto **bpp = calloc((size_t)nh + 1, sizeof *bpp);
   Caffe__BlobShape *shapes = calloc((size_t)nh + 1, sizeof *shapes);
   uint64_t cursors[64];
-  if (!rc && (!bps || !bpp || !shapes)) rc = kiln_errorf(KILN_ERR_NOMEM, "out of memory");
+  ProtobufCBinaryData *worker_rng = calloc((size_t)s->nworkers, sizeof *worker_rng);
+  if (!rc && (!bps || !bpp || !shapes || !worker_rng))
+    rc = kiln_errorf(KILN_ERR_NOMEM, "out of memory");
   if (!rc) {
     st.has_iter = st.has_current_step = true;
     st.iter = s->iter;
@@ -574,8 +803,20 @@ int kiln_solver_snapshot(kiln_solver *s, char **path_out) {
       window[i] = s->loss_window[(s->loss_window_pos - wn + i + 2 * avg) % avg];
     st.n_kiln_loss_history = (size_t)wn;
     st.kiln_loss_history = window;
+    if (s->nworkers > 1) {
+      st.has_kiln_workers = true;
+      st.kiln_workers = s->nworkers;
+      for (int r = 1; r < s->nworkers; r++) {
+        worker_rng[r - 1].len = sizeof(kiln_rng);
+        worker_rng[r - 1].data = (uint8_t *)&rngs[r];
+      }
+      st.n_kiln_worker_rng_state = (size_t)s->nworkers - 1;
+      st.kiln_worker_rng_state = worker_rng;
+    }
     rc = kiln_proto_write_binary(state_path, &st.base);
   }
+  free(worker_rng);
+  free(rngs);
   free(bps);
   free(bpp);
   free(shapes);
@@ -633,7 +874,20 @@ int kiln_solver_restore(kiln_solver *s, const char *path) {
     if (st->n_kiln_data_cursor)
       rc = kiln_net_set_cursors(net, st->kiln_data_cursor, (int)st->n_kiln_data_cursor);
   }
-  if (!rc && st->has_kiln_rng_state) {
+  if (!rc && s->rank > 0) {
+    /* A worker's own saved stream when the snapshot came from as many workers; a fresh one,
+     * distinct per rank and iteration, otherwise. */
+    const ProtobufCBinaryData *mine = NULL;
+    if (st->kiln_workers == s->nworkers && (int)st->n_kiln_worker_rng_state == s->nworkers - 1)
+      mine = &st->kiln_worker_rng_state[s->rank - 1];
+    if (mine && mine->len != sizeof net->rng)
+      rc = kiln_errorf(KILN_ERR_PARSE, "%s: generator state of rank %d has %zu bytes, expected %zu",
+                       path, s->rank, mine->len, sizeof net->rng);
+    else if (mine)
+      memcpy(&net->rng, mine->data, sizeof net->rng);
+    else
+      seed_worker_rng(s, (uint64_t)st->iter);
+  } else if (!rc && st->has_kiln_rng_state) {
     if (st->kiln_rng_state.len != sizeof net->rng)
       rc = kiln_errorf(KILN_ERR_PARSE, "%s: generator state has %zu bytes, expected %zu", path,
                        st->kiln_rng_state.len, sizeof net->rng);
@@ -649,7 +903,30 @@ int kiln_solver_restore(kiln_solver *s, const char *path) {
       if (s->loss_window_n < avg) s->loss_window_n++;
     }
     kiln_log(KILN_LOG_INFO, "resumed from %s at iteration %d", path, s->iter);
+    if (s->rank == 0 && st->kiln_workers != s->nworkers)
+      kiln_log(KILN_LOG_INFO,
+               "%s was written by %d worker(s), resuming on %d: the data stream continues from "
+               "the saved cursor, with a global batch of %d x %d worker(s) x iter_size %d",
+               path, st->kiln_workers, s->nworkers, s->batch_size, s->nworkers,
+               s->param->iter_size);
   }
   protobuf_c_message_free_unpacked(m, NULL);
+  s->params_synced = false;
+  if (!rc && s->nworkers > 1) {
+    /* All ranks read the same files, or should have: check before the broadcast hides it. */
+    kiln_sha256_ctx h;
+    uint8_t digest[32];
+    uint64_t cursors[64];
+    int nc = kiln_net_data_layer_count(net);
+    if (nc > 64) nc = 64;
+    kiln_net_get_cursors(net, cursors);
+    int64_t where[2] = {s->iter, s->current_step};
+    kiln_sha256_init(&h);
+    kiln_sha256_update(&h, where, sizeof where);
+    kiln_sha256_update(&h, cursors, sizeof(uint64_t) * (size_t)nc);
+    kiln_sha256_final(&h, digest);
+    rc = workers_agree(s, digest, "the resumed state (iteration and data cursors)",
+                       "give every worker the same --snapshot, visible to all of them");
+  }
   return rc;
 }

@@ -1,0 +1,120 @@
+/* kiln dist: data-parallel training. A communicator (a table of collective operations with a
+ * single-process and an MPI implementation), the synchronisation settings (GRADIENT today; MODEL
+ * and TIME are declared so that solver files and command lines can name them), and the batch
+ * arithmetic that deals whole batches of the data stream round-robin to the workers.
+ *
+ * Every collective must be called by every rank, in the same order, from the thread that created
+ * the communicator (never from OpenMP regions or prefetch threads). A rank that fails between
+ * collectives cannot tell the others; the caller must then end the job with kiln_comm_abort()
+ * rather than return, or the other ranks wait for it forever. */
+#ifndef KILN_DIST_H
+#define KILN_DIST_H
+
+#include "kiln/core.h"
+
+typedef struct kiln_comm kiln_comm;
+
+/* One implementation of the collectives. Buffers are in place; counts may exceed INT_MAX (the
+ * MPI implementation sends in chunks). All return KILN_OK or KILN_ERR_COMM with a message. */
+typedef struct kiln_comm_ops {
+  const char *name; /* "local", "mpi" */
+  int (*barrier)(kiln_comm *c);
+  /* buf (n floats) on every rank becomes root's. */
+  int (*broadcast)(kiln_comm *c, float *buf, int64_t n, int root);
+  /* buf becomes the elementwise sum over ranks, in whatever order the library finds fastest
+   * (so the last bits may depend on the number of ranks and on the MPI library). */
+  int (*allreduce_sum)(kiln_comm *c, float *buf, int64_t n);
+  /* buf becomes ((buf_0 + buf_1) + buf_2) + ... in float, summed in rank order with
+   * kiln_dist_accumulate() and sent back to every rank: the same bits as one process adding the
+   * same buffers in the same order. */
+  int (*allreduce_sum_ordered)(kiln_comm *c, float *buf, int64_t n);
+  /* Each rank sends n bytes; recv (size x n bytes) gets them in rank order on every rank. */
+  int (*allgather)(kiln_comm *c, const void *send, size_t n, void *recv);
+  /* Ends every process of the job with exit status `code` (MPI_Abort). The local communicator
+   * returns: a single process ends by returning the code itself. */
+  void (*abort)(kiln_comm *c, int code);
+  /* Releases the communicator (MPI_Finalize for the MPI one). */
+  void (*destroy)(kiln_comm *c);
+} kiln_comm_ops;
+
+struct kiln_comm {
+  const kiln_comm_ops *ops;
+  int rank, size;
+  void *impl; /* the implementation's state */
+};
+
+/* The single-process communicator: rank 0 of 1, every collective a no-op (allgather copies). */
+int kiln_comm_local_create(kiln_comm **out);
+/* MPI_COMM_WORLD (MPI_Init_thread with MPI_THREAD_FUNNELED: only the calling thread talks).
+ * KILN_ERR_UNSUPPORTED when kiln was built without MPI. */
+int kiln_comm_mpi_create(int *argc, char ***argv, kiln_comm **out);
+bool kiln_comm_mpi_built(void);
+/* The world size announced by a launcher in the environment (Open MPI's mpirun sets
+ * OMPI_COMM_WORLD_SIZE, MPICH/Hydra and Slurm's PMI set PMI_SIZE); 0 when not launched by one. */
+int kiln_comm_launcher_size(void);
+void kiln_comm_free(kiln_comm *c);
+
+/* The collectives through `c`; c == NULL stands for a single process (rank 0 of 1). */
+int kiln_comm_rank(const kiln_comm *c);
+int kiln_comm_size(const kiln_comm *c);
+int kiln_comm_barrier(kiln_comm *c);
+int kiln_comm_broadcast(kiln_comm *c, float *buf, int64_t n, int root);
+int kiln_comm_allreduce_sum(kiln_comm *c, float *buf, int64_t n, bool ordered);
+int kiln_comm_allgather(kiln_comm *c, const void *send, size_t n, void *recv);
+void kiln_comm_abort(kiln_comm *c, int code);
+
+/* acc[i] += x[i], one float addition per element in index order. The deterministic reduction
+ * and the solver's iter_size accumulation both add through here, so one worker with iter_size N
+ * and N workers with --deterministic round identically. */
+void kiln_dist_accumulate(float *restrict acc, const float *restrict x, int64_t n);
+
+/* ---- synchronisation settings ------------------------------------------------------------ */
+
+typedef enum kiln_sync_mode {
+  KILN_SYNC_DEFAULT = 0, /* unset: the solver file's sync { mode }, else GRADIENT */
+  KILN_SYNC_GRADIENT,    /* sum gradients every iteration (implemented) */
+  KILN_SYNC_MODEL,       /* average parameters every interval_iters iterations (not yet) */
+  KILN_SYNC_TIME,        /* average parameters every interval_seconds seconds (not yet) */
+  KILN_SYNC_MODE_COUNT
+} kiln_sync_mode;
+
+typedef struct kiln_sync_config {
+  kiln_sync_mode mode;
+  int interval_iters;
+  double interval_seconds;
+  bool deterministic; /* fixed reduction order (allreduce_sum_ordered) */
+} kiln_sync_config;
+
+const char *kiln_sync_mode_name(kiln_sync_mode m); /* "gradient", "model", "time" */
+/* Command-line form: "grad" (or "gradient"), "model:K", "time:T" (seconds). Sets mode and the
+ * interval; leaves `deterministic` alone. */
+int kiln_sync_parse(const char *text, kiln_sync_config *out);
+/* KILN_ERR_UNSUPPORTED for the modes not implemented yet, KILN_ERR_INVALID for bad intervals. */
+int kiln_sync_check(const kiln_sync_config *cfg, int nworkers);
+/* GRADIENT: every rank's `diff` (n floats) becomes the sum over ranks (ordered when
+ * cfg->deterministic). The caller scales by 1/N (the solver folds it into iter_size's 1/I). */
+int kiln_sync_gradients(kiln_comm *c, const kiln_sync_config *cfg, float *diff, int64_t n);
+
+/* ---- the batch stream, dealt to workers ---------------------------------------------------- */
+
+/* The batches of a data set read as an endless stream of record positions (epoch = position /
+ * size), numbered from `base` (position 0, or the cursor a snapshot restored). Batch j's start
+ * and length follow from j alone, so worker r of N can read global batches r, r + N, r + 2N, ...
+ * (exactly what one worker with iter_size N reads, pass by pass) without reading the others. */
+typedef enum { KILN_LAST_BATCH_WRAP = 0, KILN_LAST_BATCH_DROP = 1, KILN_LAST_BATCH_KEEP = 2 } kiln_last_batch;
+
+typedef struct kiln_batch_stream {
+  uint64_t base;  /* position of batch 0 */
+  uint64_t size;  /* records per epoch (> 0) */
+  int batch;      /* batch_size (> 0) */
+  kiln_last_batch last_batch;
+  /* WRAP: a batch runs on into the next epoch. DROP: a batch that would cross the end of the
+   * epoch moves to the start of the next one. KEEP: it ends at the end of the epoch (short). */
+} kiln_batch_stream;
+
+/* Start position of batch j and its record count (batch, or fewer for KEEP's last batch). */
+uint64_t kiln_batch_stream_start(const kiln_batch_stream *s, uint64_t j, int *count);
+/* Position after batch j (the cursor once batches 0..j are consumed). */
+uint64_t kiln_batch_stream_end(const kiln_batch_stream *s, uint64_t j);
+
+#endif

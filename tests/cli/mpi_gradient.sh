@@ -1,0 +1,181 @@
+# Data-parallel training with GRADIENT sync under mpirun, on a tiny LMDB written from hand-made
+# IDX files (Data -> Convolution -> ReLU -> InnerProduct -> SoftmaxWithLoss, momentum and weight
+# decay, 20 iterations):
+#   (a, b) 2 workers x batch b with --deterministic give the bits of 1 worker x batch b x iter_size 2;
+#   (c)    the same for 4 workers against iter_size 4, and with shuffle + last_batch KEEP;
+#   (d)    without --deterministic, 1 iteration is within 1e-5 relative of the reference;
+#   (e)    a solver that differs between ranks, or a rank that cannot open its data, ends the job
+#          with a clear message and a non-zero exit within seconds (no hang);
+#   (f)    a 2-worker snapshot at 10 resumed on 2 workers ends bit-identical to the straight run
+#          (with dropout too: every worker's generator is saved), and resumed on 1 worker with
+#          iter_size 2 as well (the data cursor is global).
+# Skips (exit 0) only when mpirun is missing or kiln was built without MPI.
+source "$(dirname "$0")/lib.bash"
+cd "$WORK"
+if ! command -v mpirun >/dev/null 2>&1; then
+  echo "SKIP: mpirun not found (scripts/install-deps installs openmpi-bin libopenmpi-dev)"
+  exit 0
+fi
+if [ "${KILN_HAVE_MPI:-1}" = 0 ]; then
+  echo "SKIP: kiln was built without MPI (libopenmpi-dev missing when CMake ran?)"
+  exit 0
+fi
+# CI runs as root; one OpenMP thread per worker on a small machine; no core binding, so that
+# more ranks than cores share them.
+# The sanitizer build's settings (tests/CMakeLists.txt) go to every rank.
+FORWARD=()
+for v in ASAN_OPTIONS LSAN_OPTIONS UBSAN_OPTIONS OMPI_MCA_mca_base_component_disable_dlclose; do
+  [ -n "${!v:-}" ] && FORWARD+=(-x "$v")
+done
+mpi() {  # mpi NP ARGS... (killed after 60 s: a hang fails the test instead of blocking CI)
+  local np=$1
+  shift
+  timeout -k 5 60 mpirun -np "$np" --oversubscribe --allow-run-as-root --bind-to none \
+    -x OMP_NUM_THREADS=1 "${FORWARD[@]}" "$@"
+}
+export OMP_NUM_THREADS=1
+
+# 64 records of 1x8x8 bytes (a fixed pseudo-random pattern), labels 0..3.
+{
+  printf '\x00\x00\x08\x03\x00\x00\x00\x40\x00\x00\x00\x08\x00\x00\x00\x08'
+  LC_ALL=C awk 'BEGIN { srand(7); for (i = 0; i < 4096; i++) printf "%c", int(rand() * 256) }'
+} > img.idx
+{
+  printf '\x00\x00\x08\x01\x00\x00\x00\x40'
+  for i in $(seq 0 63); do printf "\\x0$((i % 4))"; done
+} > lab.idx
+"$KILN" convert idx img.idx lab.idx tiny_lmdb >/dev/null || { fail "convert"; finish; exit 1; }
+
+net() {  # net BATCH EXTRA_DATA_PARAM
+  cat <<NET
+name: "tiny"
+layer { name: "d" type: "Data" top: "data" top: "label"
+  data_param { source: "$WORK/tiny_lmdb" batch_size: $1 backend: LMDB $2 }
+  transform_param { scale: 0.00390625 } }
+layer { name: "conv" type: "Convolution" bottom: "data" top: "conv"
+  convolution_param { num_output: 4 kernel_size: 3 weight_filler { type: "xavier" }
+    bias_filler { type: "constant" value: 0.1 } } }
+layer { name: "relu" type: "ReLU" bottom: "conv" top: "conv" }
+layer { name: "ip" type: "InnerProduct" bottom: "conv" top: "ip"
+  inner_product_param { num_output: 4 weight_filler { type: "xavier" } } }
+layer { name: "loss" type: "SoftmaxWithLoss" bottom: "ip" bottom: "label" top: "loss" }
+NET
+}
+net 4 "" > net.prototxt
+net 6 "shuffle: true last_batch: KEEP" > shuffle_net.prototxt
+solver() {  # solver NAME NET ITER_SIZE MAX_ITER [EXTRA]: writes NAME.prototxt, snapshots NAME_iter_*
+  printf 'net: "%s"\nbase_lr: 0.05\nlr_policy: "fixed"\nmomentum: 0.9\nweight_decay: 0.005\n' "$2"
+  printf 'max_iter: %s\niter_size: %s\ndisplay: 0\nrandom_seed: 5\nsnapshot_prefix: "%s"\n%s' \
+    "$4" "$3" "$WORK/$1" "${5:-}"
+}
+train1() {  # train1 NAME: one worker, no mpirun
+  "$KILN" train --solver "$1.prototxt" 2>"$1.log" || fail "$1: one-worker run: $(tail -n 3 "$1.log")"
+}
+trainN() {  # trainN NP NAME [OPTIONS...]
+  local np=$1 name=$2
+  shift 2
+  mpi "$np" "$KILN" train --solver "$name.prototxt" "$@" >"$name.log" 2>&1 \
+    || fail "$name: $np-worker run: $(tail -n 5 "$name.log")"
+}
+same() {  # same A B WHAT: bit-identical .caffemodel files
+  if [ ! -f "$1" ] || [ ! -f "$2" ]; then fail "$3: missing $1 or $2"; return; fi
+  cmp -s "$1" "$2" && pass || fail "$3: $1 and $2 differ: $("$KILN" compare-weights "$1" "$2" | head -n 2)"
+}
+
+# (a, b) 2 workers with --deterministic = 1 worker with iter_size 2, bit for bit; the straight
+# 2-worker run also snapshots at 10 for (f).
+solver ref2 net.prototxt 2 20 > ref2.prototxt
+solver w2 net.prototxt 1 20 "snapshot: 10
+" > w2.prototxt
+train1 ref2
+trainN 2 w2 --deterministic --metrics w2.jsonl
+same ref2_iter_20.caffemodel w2_iter_20.caffemodel "2 workers --deterministic vs iter_size 2"
+grep -q "2 workers, gradient sync (deterministic: rank-order sum), global batch 8 = batch 4 x 2 workers x iter_size 1" w2.log \
+  && pass || fail "no global batch line on rank 0: $(grep workers w2.log)"
+[ "$(grep -c 'global batch' w2.log)" = 1 ] && pass || fail "the global batch line is not printed once"
+grep -q '^worker 1 of 2: [0-9]* samples/s' w2.log && pass || fail "no per-worker throughput line"
+grep -q '"event":"worker".*"rank":1' w2.jsonl && pass || fail "no worker event for rank 1 in the metrics"
+grep -q '"event":"snapshot","iter":10,"time_ms":[0-9.]*,"rank":0' w2.jsonl && pass \
+  || fail "no rank 0 snapshot event: $(grep snapshot w2.jsonl)"
+# Negative control: one worker with the small batch and no iter_size trains differently.
+solver one net.prototxt 1 20 > one.prototxt
+train1 one
+cmp -s one_iter_20.caffemodel ref2_iter_20.caffemodel && fail "iter_size 2 changed nothing" || pass
+
+# (c) 4 workers against iter_size 4; 2 workers on shuffled data with a short last batch (KEEP).
+solver ref4 net.prototxt 4 20 > ref4.prototxt
+solver w4 net.prototxt 1 20 > w4.prototxt
+train1 ref4
+trainN 4 w4 --deterministic
+same ref4_iter_20.caffemodel w4_iter_20.caffemodel "4 workers --deterministic vs iter_size 4"
+solver sref shuffle_net.prototxt 2 20 > sref.prototxt
+solver sw shuffle_net.prototxt 1 20 "sync { mode: GRADIENT deterministic: true }
+" > sw.prototxt
+train1 sref
+trainN 2 sw
+same sref_iter_20.caffemodel sw_iter_20.caffemodel "shuffle + KEEP, 2 workers (deterministic in the solver file) vs iter_size 2"
+
+# (d) the library's own reduction: within 1e-5 relative after one iteration.
+for np in 2 4; do
+  solver ref1_$np net.prototxt $np 1 > ref1_$np.prototxt
+  solver nd_$np net.prototxt 1 1 > nd_$np.prototxt
+  train1 ref1_$np
+  trainN $np nd_$np --sync grad
+  if "$KILN" compare-weights ref1_${np}_iter_1.caffemodel nd_${np}_iter_1.caffemodel --rtol 1e-5 --atol 1e-9 > cmp_$np.txt; then
+    pass
+  else
+    fail "$np workers without --deterministic: $(cat cmp_$np.txt)"
+  fi
+  cmp -s ref1_${np}_iter_1.caffemodel one_iter_20.caffemodel && fail "compared the wrong files" || pass
+done
+# ... and the comparison itself can fail.
+"$KILN" compare-weights ref2_iter_20.caffemodel one_iter_20.caffemodel --rtol 1e-5 >/dev/null \
+  && fail "compare-weights accepted different weights" || pass
+
+# (e) ranks that disagree, or a rank that fails alone, end the job quickly with a clear message.
+solver mm_0 net.prototxt 1 20 > mm_0.prototxt
+sed 's/^base_lr: .*/base_lr: 0.06/' mm_0.prototxt > mm_1.prototxt
+sed "s#$WORK/tiny_lmdb#$WORK/no_such_lmdb#" net.prototxt > missing_net.prototxt
+cp mm_0.prototxt miss_0.prototxt
+sed 's#^net: .*#net: "missing_net.prototxt"#' mm_0.prototxt > miss_1.prototxt
+export KILN
+for case in mm miss; do
+  start=$(date +%s)
+  mpi 2 bash -c "exec \"\$KILN\" train --solver ${case}_\${OMPI_COMM_WORLD_RANK}.prototxt" > $case.log 2>&1
+  rc=$?
+  took=$(($(date +%s) - start))
+  [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ $rc -ne 137 ] && pass || fail "$case: exit $rc: $(tail -n 5 $case.log)"
+  [ $took -lt 30 ] && pass || fail "$case: took $took s (a hang?)"
+done
+grep -q "workers disagree on the solver and train net: rank 1 differs from rank 0" mm.log && pass \
+  || fail "mismatch message: $(grep kiln: mm.log)"
+grep -q "rank 1 of 2: train: missing_net.prototxt: layer 'd' (Data): .*no_such_lmdb" miss.log && pass \
+  || fail "missing data message: $(grep kiln: miss.log)"
+[ ! -e "$WORK/mm_0_iter_20.caffemodel" ] && pass || fail "the mismatched run trained"
+
+# (f) resume the 2-worker run from its snapshot at 10: on 2 workers, and on 1 with iter_size 2.
+solver r2 net.prototxt 1 20 > r2.prototxt
+trainN 2 r2 --deterministic --snapshot "$WORK/w2_iter_10.solverstate" --metrics r2.jsonl
+same w2_iter_20.caffemodel r2_iter_20.caffemodel "2-worker resume at 10 vs the straight 2-worker run"
+grep -q "resumed from .*w2_iter_10.solverstate at iteration 10" r2.log && pass \
+  || fail "resume did not start at 10: $(grep kiln r2.log)"
+solver r1 net.prototxt 2 20 > r1.prototxt
+"$KILN" train --solver r1.prototxt --snapshot "$WORK/w2_iter_10.solverstate" 2>r1.log || fail "1-worker resume"
+same ref2_iter_20.caffemodel r1_iter_20.caffemodel "2-worker snapshot resumed on 1 worker with iter_size 2"
+cmp -s w2_iter_10.caffemodel w2_iter_20.caffemodel && fail "weights did not change after 10" || pass
+# With dropout each worker draws from its own generator stream; the snapshot keeps all of them.
+sed 's#^layer { name: "relu".*#&\nlayer { name: "drop" type: "Dropout" bottom: "conv" top: "conv" dropout_param { dropout_ratio: 0.3 } }#' \
+  net.prototxt > dropout_net.prototxt
+grep -q Dropout dropout_net.prototxt && pass || fail "no dropout layer in the net"
+solver dw dropout_net.prototxt 1 20 "snapshot: 10
+" > dw.prototxt
+solver dr dropout_net.prototxt 1 20 > dr.prototxt
+trainN 2 dw --deterministic
+trainN 2 dr --deterministic --snapshot "$WORK/dw_iter_10.solverstate"
+same dw_iter_20.caffemodel dr_iter_20.caffemodel "2-worker resume with dropout"
+
+# Modes not implemented yet are refused, not ignored.
+solver md net.prototxt 1 20 > md.prototxt
+mpi 2 "$KILN" train --solver md.prototxt --sync model:5 > md.log 2>&1 && fail "--sync model:5 accepted" || pass
+grep -q "sync mode MODEL is not implemented yet" md.log && pass || fail "MODEL message: $(grep kiln: md.log)"
+finish

@@ -1,0 +1,408 @@
+/* Data-parallel pieces that run without MPI: the local communicator and the NULL (one process)
+ * front end, the fixed-order sum, --sync parsing and the modes not implemented yet, the batch
+ * stream against a batch-by-batch walk of WRAP / DROP / KEEP, and the solver driven by a fake
+ * two-rank communicator (the configuration check names the rank that differs; parameters are
+ * broadcast before the first step; the gradient sum is divided once by workers x passes; only
+ * rank 0 emits events). Real MPI runs are in tests/cli/mpi_gradient.sh. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <ftw.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "kiln/data.h"
+#include "kiln/dist.h"
+#include "kiln/solver.h"
+
+static void assert_contains(const char *hay, const char *needle) {
+  if (!strstr(hay, needle)) fprintf(stderr, "'%s' does not contain '%s'\n", hay, needle);
+  assert_non_null(strstr(hay, needle));
+}
+
+/* ---- communicators ------------------------------------------------------------------------- */
+
+static void test_local_comm(void **state) {
+  (void)state;
+  kiln_comm *c;
+  assert_int_equal(kiln_comm_local_create(&c), KILN_OK);
+  assert_string_equal(c->ops->name, "local");
+  assert_int_equal(kiln_comm_rank(c), 0);
+  assert_int_equal(kiln_comm_size(c), 1);
+  assert_int_equal(kiln_comm_barrier(c), KILN_OK);
+  float buf[5] = {1, -2, 3.5f, 1e-30f, 7};
+  const float want[5] = {1, -2, 3.5f, 1e-30f, 7};
+  assert_int_equal(kiln_comm_broadcast(c, buf, 5, 0), KILN_OK);
+  assert_int_equal(kiln_comm_allreduce_sum(c, buf, 5, false), KILN_OK);
+  assert_int_equal(kiln_comm_allreduce_sum(c, buf, 5, true), KILN_OK);
+  /* through the table too, not only the front end's shortcut for one rank */
+  assert_int_equal(c->ops->allreduce_sum(c, buf, 5), KILN_OK);
+  assert_int_equal(c->ops->allreduce_sum_ordered(c, buf, 5), KILN_OK);
+  assert_int_equal(c->ops->broadcast(c, buf, 5, 0), KILN_OK);
+  assert_memory_equal(buf, want, sizeof want);
+  char got[8] = "";
+  assert_int_equal(kiln_comm_allgather(c, "abcdefg", 8, got), KILN_OK);
+  assert_string_equal(got, "abcdefg");
+  memset(got, 0, sizeof got);
+  assert_int_equal(c->ops->allgather(c, "xyz", 4, got), KILN_OK);
+  assert_string_equal(got, "xyz");
+  assert_int_equal(kiln_comm_broadcast(c, buf, 5, 3), KILN_OK); /* one rank: nothing to send */
+  kiln_comm_abort(c, 1); /* one process: returns, the caller exits */
+  kiln_comm_free(c);
+}
+
+static void test_null_comm_is_one_process(void **state) {
+  (void)state;
+  assert_int_equal(kiln_comm_rank(NULL), 0);
+  assert_int_equal(kiln_comm_size(NULL), 1);
+  assert_int_equal(kiln_comm_barrier(NULL), KILN_OK);
+  float x[2] = {1, 2};
+  assert_int_equal(kiln_comm_allreduce_sum(NULL, x, 2, true), KILN_OK);
+  assert_true(x[0] == 1 && x[1] == 2);
+  int a = 42, b = 0;
+  assert_int_equal(kiln_comm_allgather(NULL, &a, sizeof a, &b), KILN_OK);
+  assert_int_equal(b, 42);
+  kiln_comm_abort(NULL, 1);
+  kiln_comm_free(NULL);
+  if (!kiln_comm_mpi_built()) {
+    kiln_comm *c = (kiln_comm *)1;
+    assert_int_equal(kiln_comm_mpi_create(NULL, NULL, &c), KILN_ERR_UNSUPPORTED);
+    assert_null(c);
+    assert_contains(kiln_last_error(), "without MPI");
+  }
+}
+
+static void test_launcher_size(void **state) {
+  (void)state;
+  const char *vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE"};
+  char *saved[3];
+  for (int i = 0; i < 3; i++) {
+    const char *v = getenv(vars[i]);
+    saved[i] = v ? strdup(v) : NULL;
+    unsetenv(vars[i]);
+  }
+  assert_int_equal(kiln_comm_launcher_size(), 0);
+  setenv("PMI_SIZE", "3", 1);
+  assert_int_equal(kiln_comm_launcher_size(), 3);
+  setenv("OMPI_COMM_WORLD_SIZE", "4", 1);
+  assert_int_equal(kiln_comm_launcher_size(), 4);
+  for (int i = 0; i < 3; i++) {
+    if (saved[i]) setenv(vars[i], saved[i], 1);
+    else unsetenv(vars[i]);
+    free(saved[i]);
+  }
+}
+
+/* ((g0 + g1) + g2): float addition is not associative, so the order is part of the result. */
+static void test_accumulate_is_in_order(void **state) {
+  (void)state;
+  const float g[3][3] = {{1e8f, 1.0f, 0.1f}, {1.0f, 1e8f, 0.2f}, {-1e8f, -1e8f, 0.3f}};
+  float acc[3];
+  memcpy(acc, g[0], sizeof acc);
+  kiln_dist_accumulate(acc, g[1], 3);
+  kiln_dist_accumulate(acc, g[2], 3);
+  for (int i = 0; i < 3; i++) {
+    volatile float want = g[0][i];
+    want = want + g[1][i];
+    want = want + g[2][i];
+    assert_true(acc[i] == want);
+  }
+  /* 1e8 + 1 rounds back to 1e8 in float: in this order the 1 is lost, in another it is kept. */
+  assert_true(acc[0] == 0.0f);
+  volatile float other = g[0][0];
+  other = other + g[2][0];
+  other = other + g[1][0];
+  assert_true(other == 1.0f);
+  /* a long run: every element gets exactly one addition */
+  enum { N = 1003 };
+  float *x = malloc(sizeof(float) * N), *y = malloc(sizeof(float) * N);
+  assert_non_null(x);
+  assert_non_null(y);
+  kiln_rng r;
+  kiln_rng_seed(&r, 3, 9);
+  for (int i = 0; i < N; i++) x[i] = kiln_rng_gaussian(&r, 0, 1), y[i] = kiln_rng_gaussian(&r, 0, 1e-3f);
+  float *z = malloc(sizeof(float) * N);
+  assert_non_null(z);
+  memcpy(z, x, sizeof(float) * N);
+  kiln_dist_accumulate(z, y, N);
+  for (int i = 0; i < N; i++) {
+    volatile float s = x[i];
+    s = s + y[i];
+    assert_true(z[i] == s);
+  }
+  free(x);
+  free(y);
+  free(z);
+}
+
+/* ---- sync settings --------------------------------------------------------------------------- */
+
+static void test_sync_parse_and_check(void **state) {
+  (void)state;
+  kiln_sync_config c = {.deterministic = true};
+  assert_int_equal(kiln_sync_parse("grad", &c), KILN_OK);
+  assert_int_equal(c.mode, KILN_SYNC_GRADIENT);
+  assert_true(c.deterministic); /* left alone */
+  assert_int_equal(kiln_sync_parse("gradient", &c), KILN_OK);
+  assert_int_equal(kiln_sync_parse("model:10", &c), KILN_OK);
+  assert_int_equal(c.mode, KILN_SYNC_MODEL);
+  assert_int_equal(c.interval_iters, 10);
+  assert_int_equal(kiln_sync_parse("time:2.5", &c), KILN_OK);
+  assert_int_equal(c.mode, KILN_SYNC_TIME);
+  assert_true(c.interval_seconds == 2.5);
+  assert_string_equal(kiln_sync_mode_name(KILN_SYNC_TIME), "time");
+  const char *bad[] = {"", "grads", "grad:3", "model", "model:", "model:0", "model:x", "time:-1",
+                       "time:0", "time:nan", "average"};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    kiln_sync_config d = {0};
+    if (kiln_sync_parse(bad[i], &d) != KILN_ERR_INVALID) fail_msg("'%s' accepted", bad[i]);
+  }
+  assert_int_equal(kiln_sync_parse("model", &c), KILN_ERR_INVALID);
+  assert_contains(kiln_last_error(), "model:10");
+  kiln_sync_config g = {.mode = KILN_SYNC_GRADIENT};
+  assert_int_equal(kiln_sync_check(&g, 8), KILN_OK);
+  kiln_sync_config m = {.mode = KILN_SYNC_MODEL, .interval_iters = 5};
+  assert_int_equal(kiln_sync_check(&m, 1), KILN_OK); /* one worker: nothing to average */
+  assert_int_equal(kiln_sync_check(&m, 2), KILN_ERR_UNSUPPORTED);
+  assert_contains(kiln_last_error(), "MODEL is not implemented yet");
+  m.interval_iters = 0;
+  assert_int_equal(kiln_sync_check(&m, 2), KILN_ERR_INVALID);
+  kiln_sync_config t = {.mode = KILN_SYNC_TIME, .interval_seconds = 1};
+  assert_int_equal(kiln_sync_check(&t, 4), KILN_ERR_UNSUPPORTED);
+  assert_contains(kiln_last_error(), "TIME");
+}
+
+/* ---- the batch stream -------------------------------------------------------------------------- */
+
+/* The Data layer's former batch-by-batch rule: from position p, DROP skips to the next epoch
+ * when a batch would cross its end, KEEP stops the batch there. */
+static uint64_t walk_start(uint64_t p, uint64_t size, int batch, kiln_last_batch lb, int *count) {
+  uint64_t i = p % size;
+  if (lb == KILN_LAST_BATCH_DROP && i + (uint64_t)batch > size) p += size - i, i = 0;
+  *count = batch;
+  if (lb == KILN_LAST_BATCH_KEEP && i + (uint64_t)batch > size) *count = (int)(size - i);
+  return p;
+}
+
+static void test_batch_stream_matches_walk(void **state) {
+  (void)state;
+  const uint64_t sizes[] = {10, 7, 64, 1};
+  const int batches[] = {1, 3, 4, 5, 7, 10, 11};
+  const uint64_t bases[] = {0, 3, 7, 10, 15, 29, 64};
+  int checked = 0;
+  for (size_t a = 0; a < 4; a++)
+    for (size_t b = 0; b < 7; b++)
+      for (int lb = 0; lb < 3; lb++) {
+        uint64_t size = sizes[a];
+        int batch = batches[b];
+        if (lb == KILN_LAST_BATCH_DROP && (uint64_t)batch > size) continue; /* refused */
+        for (size_t c = 0; c < 7; c++) {
+          kiln_batch_stream s = {.base = bases[c], .size = size, .batch = batch,
+                                 .last_batch = (kiln_last_batch)lb};
+          uint64_t p = bases[c];
+          for (uint64_t j = 0; j < 50; j++) {
+            int want_count, got_count;
+            uint64_t want = walk_start(p, size, batch, (kiln_last_batch)lb, &want_count);
+            uint64_t got = kiln_batch_stream_start(&s, j, &got_count);
+            if (got != want || got_count != want_count)
+              fail_msg("size %llu batch %d mode %d base %llu: batch %llu at %llu+%d, walk %llu+%d",
+                       (unsigned long long)size, batch, lb, (unsigned long long)bases[c],
+                       (unsigned long long)j, (unsigned long long)got, got_count,
+                       (unsigned long long)want, want_count);
+            assert_true(kiln_batch_stream_end(&s, j) == want + (uint64_t)want_count);
+            p = want + (uint64_t)want_count;
+            checked++;
+          }
+        }
+      }
+  assert_true(checked > 10000);
+}
+
+/* ---- the solver with a fake communicator ------------------------------------------------------ */
+
+/* Two ranks that hold the same buffers: sums double them, gathers repeat this rank's bytes; a
+ * 32-byte gather (the configuration digest) can be made to differ on the last rank. */
+typedef struct {
+  int broadcasts, allreduces, ordered, allgathers;
+  bool corrupt_digest;
+} fake_state;
+
+static int fake_barrier(kiln_comm *c) {
+  (void)c;
+  return KILN_OK;
+}
+static int fake_broadcast(kiln_comm *c, float *buf, int64_t n, int root) {
+  (void)buf, (void)n, (void)root;
+  ((fake_state *)c->impl)->broadcasts++;
+  return KILN_OK;
+}
+static int fake_allreduce(kiln_comm *c, float *buf, int64_t n) {
+  ((fake_state *)c->impl)->allreduces++;
+  for (int64_t i = 0; i < n; i++) buf[i] *= (float)c->size;
+  return KILN_OK;
+}
+static int fake_ordered(kiln_comm *c, float *buf, int64_t n) {
+  ((fake_state *)c->impl)->ordered++;
+  for (int64_t i = 0; i < n; i++) buf[i] *= (float)c->size;
+  return KILN_OK;
+}
+static int fake_allgather(kiln_comm *c, const void *send, size_t n, void *recv) {
+  fake_state *st = c->impl;
+  st->allgathers++;
+  for (int r = 0; r < c->size; r++) memcpy((char *)recv + n * (size_t)r, send, n);
+  if (st->corrupt_digest && n == 32) ((uint8_t *)recv)[n * (size_t)(c->size - 1)] ^= 1;
+  return KILN_OK;
+}
+static const kiln_comm_ops fake_ops = {
+    .name = "fake", .barrier = fake_barrier, .broadcast = fake_broadcast,
+    .allreduce_sum = fake_allreduce, .allreduce_sum_ordered = fake_ordered,
+    .allgather = fake_allgather,
+};
+
+static char dir[64], lmdb[128], solver_path[160], net_path[160];
+
+static int make_fixture(void **state) {
+  (void)state;
+  kiln_log_set_level(KILN_LOG_WARN);
+  snprintf(dir, sizeof dir, "/tmp/kiln-test-dist-XXXXXX");
+  if (!mkdtemp(dir)) return -1;
+  snprintf(lmdb, sizeof lmdb, "%s/lmdb", dir);
+  kiln_datum_writer *w;
+  if (kiln_datum_writer_open(lmdb, &w)) return -1;
+  kiln_rng r;
+  kiln_rng_seed(&r, 5, 5);
+  for (int i = 0; i < 32; i++) {
+    uint8_t px[16];
+    for (int k = 0; k < 16; k++) px[k] = (uint8_t)kiln_rng_below(&r, 256);
+    char key[16];
+    snprintf(key, sizeof key, "%08d", i);
+    kiln_datum d = {.channels = 1, .height = 4, .width = 4, .label = i % 3, .u8 = px};
+    if (kiln_datum_writer_put(w, key, &d)) return -1;
+  }
+  if (kiln_datum_writer_commit(w)) return -1;
+  snprintf(net_path, sizeof net_path, "%s/net.prototxt", dir);
+  snprintf(solver_path, sizeof solver_path, "%s/solver.prototxt", dir);
+  FILE *f = fopen(net_path, "w");
+  if (!f) return -1;
+  fprintf(f,
+          "layer { name: 'd' type: 'Data' top: 'data' top: 'label'\n"
+          "  data_param { source: '%s' batch_size: 4 backend: LMDB }\n"
+          "  transform_param { scale: 0.00390625 } }\n"
+          "layer { name: 'ip' type: 'InnerProduct' bottom: 'data' top: 'ip'\n"
+          "  inner_product_param { num_output: 3 weight_filler { type: 'xavier' } } }\n"
+          "layer { name: 'loss' type: 'SoftmaxWithLoss' bottom: 'ip' bottom: 'label' top: 'loss' }\n",
+          lmdb);
+  fclose(f);
+  f = fopen(solver_path, "w");
+  if (!f) return -1;
+  fprintf(f, "net: 'net.prototxt'\nbase_lr: 0.1\nlr_policy: 'fixed'\nmomentum: 0.9\n"
+             "weight_decay: 0.01\nmax_iter: 4\ndisplay: 1\nrandom_seed: 3\nsnapshot_after_train: false\n");
+  fclose(f);
+  return 0;
+}
+
+static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
+  (void)st, (void)flag, (void)ftw;
+  return remove(path);
+}
+
+static int remove_fixture(void **state) {
+  (void)state;
+  return nftw(dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+static void count_events(const kiln_event *e, void *user) {
+  (void)e;
+  (*(int *)user)++;
+}
+
+static void test_solver_config_mismatch_names_the_rank(void **state) {
+  (void)state;
+  fake_state st = {.corrupt_digest = true};
+  kiln_comm c = {.ops = &fake_ops, .rank = 0, .size = 3, .impl = &st};
+  kiln_solver_options o = {.comm = &c};
+  kiln_solver *s = NULL;
+  assert_int_equal(kiln_solver_create(solver_path, &o, &s), KILN_ERR_COMM);
+  assert_null(s);
+  assert_contains(kiln_last_error(), "the 3 workers disagree on the solver and train net");
+  assert_contains(kiln_last_error(), "rank 2 differs from rank 0");
+  assert_int_equal(st.allgathers, 1);
+  /* A mode not implemented yet is refused before anything is built. */
+  fake_state st2 = {0};
+  kiln_comm c2 = {.ops = &fake_ops, .rank = 0, .size = 2, .impl = &st2};
+  kiln_solver_options o2 = {.comm = &c2, .sync = {.mode = KILN_SYNC_TIME, .interval_seconds = 3}};
+  assert_int_equal(kiln_solver_create(solver_path, &o2, &s), KILN_ERR_UNSUPPORTED);
+  assert_contains(kiln_last_error(), "solver.prototxt: sync mode TIME is not implemented yet");
+}
+
+/* Rank 0 of two identical twins: the sum is twice the gradient and the update divides by two, so
+ * the first step equals one worker's on the same batch, bit for bit. */
+static void test_solver_twin_workers(void **state) {
+  (void)state;
+  for (int det = 0; det < 2; det++) {
+    fake_state st = {0};
+    kiln_comm c = {.ops = &fake_ops, .rank = 0, .size = 2, .impl = &st};
+    int events = 0, single_events = 0;
+    kiln_solver_options o = {.comm = &c, .sync = {.deterministic = det}, .on_event = count_events,
+                             .user = &events};
+    kiln_solver_options o1 = {.on_event = count_events, .user = &single_events};
+    kiln_solver *s, *one;
+    assert_int_equal(kiln_solver_create(solver_path, &o, &s), KILN_OK);
+    assert_int_equal(kiln_solver_create(solver_path, &o1, &one), KILN_OK);
+    assert_int_equal(s->nworkers, 2);
+    assert_int_equal(s->sync.mode, KILN_SYNC_GRADIENT);
+    assert_int_equal(s->sync.deterministic, det);
+    assert_memory_equal(s->net->param_data, one->net->param_data,
+                        sizeof(float) * (size_t)one->net->nparam_floats);
+    assert_int_equal(kiln_solver_step(s, 1), KILN_OK);
+    assert_int_equal(kiln_solver_step(one, 1), KILN_OK);
+    assert_memory_equal(s->net->param_data, one->net->param_data,
+                        sizeof(float) * (size_t)one->net->nparam_floats);
+    assert_int_equal(st.broadcasts, 2); /* parameters and history, once */
+    assert_int_equal(det ? st.ordered : st.allreduces, 1);
+    assert_int_equal(det ? st.allreduces : st.ordered, 0);
+    /* The next batch of rank 0 of 2 is global batch 2, not 1: the twins part ways. */
+    assert_int_equal(kiln_solver_step(s, 1), KILN_OK);
+    assert_int_equal(kiln_solver_step(one, 1), KILN_OK);
+    assert_memory_not_equal(s->net->param_data, one->net->param_data,
+                            sizeof(float) * (size_t)one->net->nparam_floats);
+    assert_int_equal(st.broadcasts, 2);
+    uint64_t cur;
+    assert_int_equal(kiln_net_get_cursors(s->net, &cur), 1);
+    assert_int_equal(cur, 16); /* the global stream: 2 rounds x 2 workers x 4 records */
+    assert_int_equal(events, single_events);
+    kiln_solver_free(s);
+    kiln_solver_free(one);
+  }
+  /* Rank 1 emits nothing: rank 0 speaks for the job. */
+  fake_state st = {0};
+  kiln_comm c = {.ops = &fake_ops, .rank = 1, .size = 2, .impl = &st};
+  int events = 0;
+  kiln_solver_options o = {.comm = &c, .on_event = count_events, .user = &events};
+  kiln_solver *s;
+  assert_int_equal(kiln_solver_create(solver_path, &o, &s), KILN_OK);
+  assert_int_equal(kiln_solver_solve(s), KILN_OK);
+  assert_int_equal(events, 0);
+  assert_int_equal(s->iter, 4);
+  kiln_solver_free(s);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_local_comm),
+      cmocka_unit_test(test_null_comm_is_one_process),
+      cmocka_unit_test(test_launcher_size),
+      cmocka_unit_test(test_accumulate_is_in_order),
+      cmocka_unit_test(test_sync_parse_and_check),
+      cmocka_unit_test(test_batch_stream_matches_walk),
+      cmocka_unit_test(test_solver_config_mismatch_names_the_rank),
+      cmocka_unit_test(test_solver_twin_workers),
+  };
+  return cmocka_run_group_tests(tests, make_fixture, remove_fixture);
+}
