@@ -4,7 +4,7 @@ BUILD ?= build
 ASAN_BUILD ?= build-asan
 JOBS ?= $(shell nproc)
 
-.PHONY: all deps build build-asan test test-fast test-asan run bench data clean
+.PHONY: all deps build build-asan test test-fast test-asan run run-lenet bench data clean
 
 all: build
 
@@ -34,9 +34,14 @@ test-fast: build
 test-asan: build-asan data
 	@cd $(ASAN_BUILD) && ctest --output-on-failure -j 2 -LE slow
 
-# The main job: set up, build, fetch data into the cache, train LeNet on Fashion-MNIST and print
-# its test accuracy (until the CE suite lands, this is the quick suite).
+# The main job: set up, build, fetch data into the cache and run the quick continuous-evaluation
+# suite (LeNet on 1 and 2 workers, cifar10_quick; docs/ce.md): the KPI table, the verdicts and
+# the path of the HTML report. CE_FLAGS passes options (e.g. CE_FLAGS=--warn-only).
 run: build data
+	@$(BUILD)/kiln ce run ce/quick.prototxt $(CE_FLAGS)
+
+# The former `make run`: LeNet's full 10,000 iterations and its final test accuracy.
+run-lenet: build data
 	@scripts/run-lenet $(BUILD)/kiln
 
 bench: build data

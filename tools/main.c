@@ -30,6 +30,10 @@ static void usage(FILE *f) {
           "        the train split unless --test; CIFAR-100 fine labels unless --coarse\n"
           "  data fetch fashion-mnist\n"
           "        fill the data set cache ($KILN_DATA, default ~/.cache/kiln/datasets)\n"
+          "  ce run SUITE [--db F] [--report-dir D] [--warn-only] [--machine-class C]\n"
+          "  ce accept SUITE|RUN_ID      ce stability MODEL [--times N]\n"
+          "        continuous evaluation: train a suite of models, judge their KPIs against\n"
+          "        baselines, keep the history; `kiln ce --help` (docs/ce.md)\n"
           "\n"
           "common options:\n"
           "  --metrics FILE      write events as JSON Lines (train, test, snapshot, done, time)\n"
@@ -57,6 +61,7 @@ int main(int argc, char **argv) {
   if (!strcmp(cmd, "data")) return cmd_data(argc - 1, argv + 1);
   /* Hidden (tests and scripts): compare two .caffemodel files within tolerances. */
   if (!strcmp(cmd, "compare-weights")) return cmd_compare_weights(argc - 1, argv + 1);
+  if (!strcmp(cmd, "ce")) return cmd_ce(argc - 1, argv + 1);
   fprintf(stderr, "kiln: unknown command '%s' (see kiln --help)\n", cmd);
   return 2;
 }

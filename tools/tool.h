@@ -15,6 +15,7 @@ int cmd_convert(int argc, char **argv);
 int cmd_data(int argc, char **argv);
 int cmd_describe(int argc, char **argv);
 int cmd_compare_weights(int argc, char **argv);
+int cmd_ce(int argc, char **argv);
 
 /* Prints "kiln: <what>: <kiln_last_error()>" to stderr and returns exit code 1. */
 int tool_fail(const char *what);

@@ -1,0 +1,324 @@
+/* kiln ce: continuous evaluation. A suite (CeSuite in kiln.proto) names models to train on one and
+ * several workers and the KPIs to judge them by; the runner trains each as a child `kiln train`
+ * process (so a crash is a recorded failure), reads its JSON Lines metrics, reduces them to KPI
+ * values, applies the absolute checks (floor, NaN, crash, timeout, a run that ended early or never
+ * learned), compares with the accepted baseline under per-KPI tolerances widened by the observed
+ * noise, keeps every value in a SQLite history and writes reports (terminal table, JSON Lines,
+ * one-file HTML with SVG trend plots). Like the rest of the library it prints nothing: progress
+ * goes to a callback, reports to files or returned strings. docs/ce.md is the user's guide. */
+#ifndef KILN_CE_H
+#define KILN_CE_H
+
+#include <signal.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kiln/proto.h"
+
+/* ---- KPIs --------------------------------------------------------------------------------- */
+
+typedef struct kiln_ce_kpi_info {
+  const char *name;       /* as written in a suite: "accuracy", "duration_s", ... */
+  const char *unit;       /* for tables: "", "MB", "s", "samples/s", "x" */
+  bool higher_is_better;  /* the default direction */
+  bool machine_dependent; /* compared only against a baseline of the same machine class */
+  bool timing;            /* noisy: measured on every repeat, median compared, regressions re-run */
+  bool multi_worker;      /* defined only for worker counts above 1 (speedup, efficiency) */
+  double default_rel_tolerance, default_abs_tolerance; /* when the suite declares neither */
+} kiln_ce_kpi_info;
+
+/* The catalogue entry for a KPI name, or NULL when there is none. */
+const kiln_ce_kpi_info *kiln_ce_kpi_lookup(const char *name);
+/* "accuracy, perplexity, ..." for error messages. */
+const char *kiln_ce_kpi_names(void);
+
+/* A suite's CeKpi with every default applied. */
+typedef struct kiln_ce_kpi_spec {
+  const kiln_ce_kpi_info *info;
+  bool higher_is_better;
+  int reduction; /* CAFFE__CE_KPI__REDUCTION__LAST, __BEST, __MEAN_LAST */
+  int mean_last_n;
+  double rel_tolerance, abs_tolerance;
+  double floor, ceiling; /* NaN when there is none; accuracy's floor is 0.5 unless declared */
+} kiln_ce_kpi_spec;
+
+/* KILN_ERR_INVALID for an unknown name (the message lists the known ones), a negative tolerance
+ * or mean_last_n below 1. */
+int kiln_ce_kpi_resolve(const Caffe__CeKpi *k, kiln_ce_kpi_spec *out);
+
+/* ---- statistics and reductions ------------------------------------------------------------ */
+
+double kiln_ce_median(const double *v, int n);  /* NaN when n == 0 */
+double kiln_ce_stddev(const double *v, int n);  /* sample standard deviation; 0 when n < 2 */
+/* A run's series reduced to one value: its last element, its best one (by direction) or the mean
+ * of its last n. NaN for an empty series; non-finite elements make the result NaN. */
+double kiln_ce_reduce(const double *v, int n, int reduction, int mean_last_n,
+                      bool higher_is_better);
+
+/* ---- metrics: kiln's JSON Lines (one flat object per event) -------------------------------- */
+
+typedef struct kiln_ce_series {
+  int n, cap;
+  int *iter;
+  double *value; /* NaN where the event said null (kiln writes non-finite figures as null) */
+} kiln_ce_series;
+
+typedef struct kiln_ce_metrics {
+  kiln_ce_series train_loss;  /* "train" events of rank 0 */
+  kiln_ce_series test_loss;   /* "test" events of rank 0, test net 0 */
+  kiln_ce_series accuracy;    /* the same events' "accuracy" */
+  kiln_ce_series perplexity;  /* their "perplexity", or exp(loss) when they have none */
+  double peak_rss_mb;         /* the largest over all events and ranks; NaN without any */
+  double duration_s;          /* the "done" event's time_ms of rank 0; NaN without one */
+  double samples_per_s;       /* the median over the train events after the first (rank 0 writes
+                               * them with the throughput of all workers); NaN without any */
+  bool done;                  /* a "done" event was seen */
+  int last_iter;              /* the largest iteration of any event; -1 without events */
+  int nonfinite_iter;         /* first iteration whose loss was null or non-finite; -1 if none */
+  int nranks;                 /* distinct ranks seen */
+  int nworkers_reported;      /* distinct ranks of "worker" events (one per worker at the end of
+                               * a multi-worker run) */
+  int nevents;
+  bool truncated_tail;        /* the last line was cut off (a killed process) and skipped */
+} kiln_ce_metrics;
+
+/* Parses JSON Lines text. A malformed line other than the last gives KILN_ERR_PARSE naming
+ * `name:line`; a malformed last line is what a killed writer leaves and is skipped. */
+int kiln_ce_metrics_parse(const char *text, size_t len, const char *name, kiln_ce_metrics *out);
+int kiln_ce_metrics_read(const char *path, kiln_ce_metrics *out);
+void kiln_ce_metrics_free(kiln_ce_metrics *m);
+
+/* The value of a (non multi-worker) KPI from one run's metrics; NaN when the run has no such
+ * figure. */
+double kiln_ce_kpi_value(const kiln_ce_metrics *m, const kiln_ce_kpi_spec *k);
+
+/* ---- verdicts ----------------------------------------------------------------------------- */
+
+typedef enum kiln_ce_verdict {
+  KILN_CE_PASS,       /* within tolerance of the baseline */
+  KILN_CE_IMPROVED,   /* better than the baseline by more than the tolerance (accept it?) */
+  KILN_CE_NEW,        /* no baseline to compare with; the absolute checks passed */
+  KILN_CE_SKIP,       /* not run, with the reason (no mpirun for a multi-worker entry) */
+  KILN_CE_REGRESSION, /* worse than the baseline by more than the tolerance */
+  KILN_CE_ERROR,      /* the harness could not run this entry (missing data set, spawn failed) */
+  KILN_CE_FAIL,       /* absolute failure: crash, timeout, NaN, under the floor, not learning */
+  KILN_CE_VERDICT_COUNT
+} kiln_ce_verdict;
+
+const char *kiln_ce_verdict_name(kiln_ce_verdict v);
+
+/* How one child training process ended. */
+typedef enum kiln_ce_child_end {
+  KILN_CE_CHILD_EXITED,   /* `code` is the exit status */
+  KILN_CE_CHILD_SIGNALED, /* `code` is the signal */
+  KILN_CE_CHILD_TIMEOUT,
+  KILN_CE_CHILD_NOT_STARTED
+} kiln_ce_child_end;
+
+typedef struct kiln_ce_child {
+  kiln_ce_child_end end;
+  int code;
+  double wall_s;
+  double timeout_s;
+  char last_error[512]; /* the last "kiln: ..." line of the child's log, if any */
+} kiln_ce_child;
+
+/* What the absolute checks need to know about a run besides the KPI value. */
+typedef struct kiln_ce_run_facts {
+  int planned_iter;           /* the max_iter the run was given */
+  int reached_iter;           /* the last iteration its metrics report */
+  double epochs;              /* passes over the training set; NaN when unknown */
+  double min_epochs_learning; /* from this many epochs on, low accuracy means "not learning" */
+} kiln_ce_run_facts;
+
+/* Run-level absolute checks: crash (signal or non-zero exit), timeout, NaN or infinite loss, no
+ * "done" event. Returns true and the reason in words when the run failed. */
+bool kiln_ce_run_failed(const kiln_ce_child *c, const kiln_ce_metrics *m, char *reason, size_t n);
+
+/* KPI-level absolute checks: floor and ceiling; for accuracy also a run that ended early with
+ * accuracy under the floor, and many epochs with accuracy still under it; a KPI the metrics lack.
+ * Returns true and the reason when the value fails. */
+bool kiln_ce_kpi_failed(const kiln_ce_kpi_spec *k, double value, const kiln_ce_run_facts *f,
+                        char *reason, size_t n);
+
+/* Compares a value (median of its repeats, `spread` their standard deviation) with a baseline:
+ * the allowed difference is max(rel_tolerance x |baseline|, abs_tolerance, noise_k x the larger
+ * of the two spreads); worse by more is a regression, better by more an improvement. Fills the
+ * effective tolerance, the relative change ((value - baseline) / |baseline|, NaN for a zero
+ * baseline) and a reason in words. */
+kiln_ce_verdict kiln_ce_compare(const kiln_ce_kpi_spec *k, double value, double spread,
+                                double baseline, double baseline_spread, double noise_k,
+                                double *tolerance, double *change, char *reason, size_t n);
+
+/* ---- machines ----------------------------------------------------------------------------- */
+
+typedef struct kiln_ce_machine {
+  char cpu[128];       /* /proc/cpuinfo "model name" */
+  int cores;           /* online */
+  double mem_gib;      /* MemTotal */
+  char compiler[64];   /* the compiler that built this kiln */
+  char blas[192];      /* OpenBLAS's configuration string */
+  int threads;         /* the default thread count (OMP_NUM_THREADS or the cores) */
+  char os[96];         /* uname: system, release, machine */
+  char hostname[64];
+} kiln_ce_machine;
+
+void kiln_ce_machine_describe(kiln_ce_machine *m);
+/* "<cpu model slug>-<cores>c", e.g. "amd-epyc-2c": machines of one class give comparable
+ * timings. */
+void kiln_ce_machine_class(const kiln_ce_machine *m, char *buf, size_t n);
+/* The machine as one JSON object (malloc'd), for the history and the JSON Lines report. */
+char *kiln_ce_machine_json(const kiln_ce_machine *m);
+/* `git describe --always --dirty` of the repository holding `dir` ($KILN_GIT_COMMIT wins when
+ * set); "unknown" outside a repository. */
+void kiln_ce_git_commit(const char *dir, char *buf, size_t n);
+
+/* ---- results of one suite run --------------------------------------------------------------- */
+
+#define KILN_CE_MAX_SAMPLES 32
+
+/* One row per model, worker count and KPI; a run-level failure or skip is one row with KPI
+ * "run". */
+typedef struct kiln_ce_row {
+  char model[64];
+  int workers;
+  char kpi[32];
+  char unit[16];
+  bool higher_is_better;
+  double value;                 /* median of the samples; NaN when there is none */
+  double spread;                /* standard deviation of the samples */
+  int nsamples;
+  double samples[KILN_CE_MAX_SAMPLES]; /* one per repeat (a confirming re-run adds its own) */
+  bool has_baseline;
+  double baseline, baseline_spread;
+  double change;                /* relative to the baseline */
+  double tolerance;             /* effective, in the KPI's unit */
+  kiln_ce_verdict verdict;
+  char reason[512];
+  int64_t seed;
+  int threads;                  /* per worker */
+  int iterations;               /* max_iter the run was given */
+  char config_hash[17];         /* of the solver as run and its net files */
+} kiln_ce_row;
+
+typedef struct kiln_ce_result {
+  int64_t run_id;               /* in the history; 0 until recorded */
+  char suite_name[128];
+  char suite_path[4096];        /* absolute */
+  char started_at[32];          /* UTC, ISO 8601 */
+  double duration_s;
+  char git_commit[64];
+  char machine_class[128];
+  kiln_ce_machine machine;
+  char report_dir[4096];
+  kiln_ce_row *rows;
+  int nrows, cap_rows;
+  char **warnings;
+  int nwarnings;
+} kiln_ce_result;
+
+int kiln_ce_result_add_row(kiln_ce_result *r, const kiln_ce_row *row);
+void kiln_ce_result_warn(kiln_ce_result *r, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+void kiln_ce_result_free(kiln_ce_result *r);
+/* 2 when any row is an absolute failure, else 3 when the harness could not run an entry, else 1
+ * for a regression, else 0. */
+int kiln_ce_result_exit_code(const kiln_ce_result *r);
+
+/* ---- baselines: text files per machine class ----------------------------------------------- */
+
+/* <dir>/<machine_class>/<model>.prototxt */
+int kiln_ce_baseline_path(const char *dir, const char *machine_class, const char *model,
+                          char *buf, size_t n);
+int kiln_ce_baseline_read(const char *path, Caffe__CeBaseline **out);
+/* Creates the folders and writes through a temporary file and rename(). */
+int kiln_ce_baseline_write(const char *path, const Caffe__CeBaseline *b);
+const Caffe__CeBaselineValue *kiln_ce_baseline_find(const Caffe__CeBaseline *b, const char *kpi,
+                                                    int workers);
+/* The baseline of `model` for this machine class; failing that, one from another class (the
+ * first in name order), with its class in `found_class`. *out is NULL when there is none. */
+int kiln_ce_baseline_lookup(const char *dir, const char *machine_class, const char *model,
+                            Caffe__CeBaseline **out, char *found_class, size_t n);
+/* Writes the baselines of every model of `r` that has no failed or errored row, merging into an
+ * existing file (values this run did not measure are kept). `written` (may be NULL) receives how
+ * many files were written; models left out are named in kiln_ce_result warnings of `r`. */
+int kiln_ce_accept(kiln_ce_result *r, const char *baseline_dir, int *written);
+
+/* ---- history: SQLite ----------------------------------------------------------------------- */
+
+typedef struct kiln_ce_history kiln_ce_history;
+
+/* $XDG_DATA_HOME/kiln/ce.db, or ~/.local/share/kiln/ce.db. */
+int kiln_ce_history_default_path(char *buf, size_t n);
+/* Opens (creating the folders, the file and the schema) in WAL mode. */
+int kiln_ce_history_open(const char *path, kiln_ce_history **out);
+void kiln_ce_history_close(kiln_ce_history *h); /* an open transaction is rolled back */
+/* One transaction per run: begin inserts the run (setting r->run_id), add_row one KPI row,
+ * commit makes them visible together. A process killed before commit leaves the database as it
+ * was before begin. */
+int kiln_ce_history_begin(kiln_ce_history *h, kiln_ce_result *r);
+int kiln_ce_history_add_row(kiln_ce_history *h, const kiln_ce_result *r, const kiln_ce_row *row);
+int kiln_ce_history_commit(kiln_ce_history *h);
+/* begin, every row, commit. */
+int kiln_ce_history_record(kiln_ce_history *h, kiln_ce_result *r);
+/* The newest run of a suite (by absolute path); KILN_ERR_INVALID when there is none. */
+int kiln_ce_history_last_run(kiln_ce_history *h, const char *suite_path, int64_t *run_id);
+/* A recorded run back into a result (machine description excepted: only its class). */
+int kiln_ce_history_load_run(kiln_ce_history *h, int64_t run_id, kiln_ce_result *out);
+int kiln_ce_history_count(kiln_ce_history *h, int64_t *runs, int64_t *rows);
+
+typedef struct kiln_ce_point {
+  int64_t run_id;
+  char time[32];
+  double value;
+  char verdict[16];
+} kiln_ce_point;
+/* Up to `max_points` newest values of one KPI on one machine class, oldest first. */
+int kiln_ce_history_series(kiln_ce_history *h, const char *model, int workers, const char *kpi,
+                           const char *machine_class, int max_points, kiln_ce_point **out,
+                           int *n);
+
+/* ---- reports ------------------------------------------------------------------------------- */
+
+/* The terminal table (model, workers, KPI, value, baseline, change, verdict), reasons below it;
+ * ANSI colours when `colour`. Malloc'd; NULL when out of memory. */
+char *kiln_ce_report_table(const kiln_ce_result *r, bool colour);
+/* A "run" object, then one object per row. */
+int kiln_ce_report_jsonl(const kiln_ce_result *r, const char *path);
+/* One self-contained HTML file: the pass/fail grid, the reasons, and per KPI an inline SVG plot
+ * of its history on this machine class (`h` may be NULL: this run's values only). */
+int kiln_ce_report_html(const kiln_ce_result *r, kiln_ce_history *h, const char *path);
+
+/* ---- suites and the runner ----------------------------------------------------------------- */
+
+/* Parses and checks a suite: model names, solvers that exist, known KPIs, worker counts. */
+int kiln_ce_suite_load(const char *path, Caffe__CeSuite **out);
+
+/* Where a suite's baselines live: its baseline_dir relative to the suite file's folder, or
+ * "baselines" beside the suite file. */
+void kiln_ce_suite_baseline_dir(const Caffe__CeSuite *s, const char *suite_path, char *buf,
+                                size_t n);
+
+typedef void (*kiln_ce_progress_fn)(const char *msg, void *user);
+
+typedef struct kiln_ce_options {
+  const char *kiln_path;      /* the kiln executable to train with (required) */
+  const char *report_dir;     /* run folders and reports (required; created) */
+  const char *machine_class;  /* NULL: this machine's */
+  const char *mpirun;         /* NULL: "mpirun" from PATH when there */
+  const char *only_model;     /* NULL: every model of the suite */
+  bool assume_mpi;            /* tests: launch N > 1 workers even when built without MPI */
+  int repeats;                /* > 0: overrides the suite's */
+  kiln_ce_progress_fn progress;
+  void *user;
+  /* When not NULL and set non-zero (by the caller's signal handler), the running training is
+   * stopped and kiln_ce_run returns KILN_ERR_INVALID ("interrupted"). */
+  const volatile sig_atomic_t *cancel;
+} kiln_ce_options;
+
+/* Runs a suite and fills `out` (rows, warnings, machine, commit). A failure status means the
+ * harness could not run at all (bad suite, report folder); training failures are rows. */
+int kiln_ce_run(const char *suite_path, const kiln_ce_options *o, kiln_ce_result *out);
+
+#endif

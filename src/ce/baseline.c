@@ -1,0 +1,220 @@
+/* CE baselines: the accepted KPI values of one model on one machine class, as a CeBaseline text
+ * file (ce/baselines/<class>/<model>.prototxt) that people review in diffs like code. Only
+ * `kiln ce accept` writes them, atomically, merging into what is there. */
+#include <dirent.h>
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "ce/internal.h"
+#include "kiln/ce.h"
+
+int kiln_ce_baseline_path(const char *dir, const char *machine_class, const char *model,
+                          char *buf, size_t n) {
+  if (snprintf(buf, n, "%s/%s/%s.prototxt", dir, machine_class, model) >= (int)n)
+    return kiln_errorf(KILN_ERR_INVALID, "%s: baseline path too long", dir);
+  return KILN_OK;
+}
+
+int kiln_ce_baseline_read(const char *path, Caffe__CeBaseline **out) {
+  ProtobufCMessage *m;
+  *out = NULL;
+  KILN_TRY(kiln_text_parse_file(path, &caffe__ce_baseline__descriptor, &m));
+  *out = (Caffe__CeBaseline *)m;
+  return KILN_OK;
+}
+
+int kiln_ce_baseline_write(const char *path, const Caffe__CeBaseline *b) {
+  char dir[4096];
+  ce_dirname(path, dir, sizeof dir);
+  KILN_TRY(ce_mkdir_p(dir));
+  char *text;
+  KILN_TRY(kiln_text_format(&b->base, &text));
+  const char *head = "# kiln CE baseline: written by `kiln ce accept`; see docs/ce.md\n";
+  size_t hl = strlen(head), tl = strlen(text);
+  char *all = malloc(hl + tl + 1);
+  if (!all) {
+    free(text);
+    return kiln_errorf(KILN_ERR_NOMEM, "out of memory");
+  }
+  memcpy(all, head, hl);
+  memcpy(all + hl, text, tl + 1);
+  free(text);
+  int rc = kiln_write_file_atomic(path, all, hl + tl);
+  free(all);
+  return rc;
+}
+
+const Caffe__CeBaselineValue *kiln_ce_baseline_find(const Caffe__CeBaseline *b, const char *kpi,
+                                                    int workers) {
+  if (!b) return NULL;
+  for (size_t i = 0; i < b->n_value; i++) {
+    const Caffe__CeBaselineValue *v = b->value[i];
+    if (v->kpi && !strcmp(v->kpi, kpi) && v->workers == workers && v->has_value) return v;
+  }
+  return NULL;
+}
+
+static int cmp_str(const void *a, const void *b) {
+  return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+int kiln_ce_baseline_lookup(const char *dir, const char *machine_class, const char *model,
+                            Caffe__CeBaseline **out, char *found_class, size_t n) {
+  char path[4096];
+  *out = NULL;
+  if (found_class && n) found_class[0] = '\0';
+  KILN_TRY(kiln_ce_baseline_path(dir, machine_class, model, path, sizeof path));
+  if (access(path, F_OK) == 0) {
+    if (found_class) snprintf(found_class, n, "%s", machine_class);
+    return kiln_ce_baseline_read(path, out);
+  }
+  /* Another class's file still says what the machine-independent KPIs should be. Classes are
+   * tried in name order so that the choice does not depend on the file system. */
+  DIR *d = opendir(dir);
+  if (!d) return KILN_OK;
+  char **names = NULL;
+  int count = 0, rc = KILN_OK;
+  struct dirent *e;
+  while ((e = readdir(d))) {
+    if (e->d_name[0] == '.' || !strcmp(e->d_name, machine_class)) continue;
+    char **nn = realloc(names, (size_t)(count + 1) * sizeof *nn);
+    if (!nn || !(nn[count] = strdup(e->d_name))) {
+      if (nn) names = nn;
+      rc = kiln_errorf(KILN_ERR_NOMEM, "out of memory");
+      break;
+    }
+    names = nn;
+    count++;
+  }
+  closedir(d);
+  if (rc == KILN_OK) qsort(names, (size_t)count, sizeof *names, cmp_str);
+  for (int i = 0; rc == KILN_OK && i < count && !*out; i++) {
+    if (kiln_ce_baseline_path(dir, names[i], model, path, sizeof path) || access(path, F_OK))
+      continue;
+    rc = kiln_ce_baseline_read(path, out);
+    if (rc == KILN_OK && found_class) snprintf(found_class, n, "%s", names[i]);
+  }
+  for (int i = 0; i < count; i++) free(names[i]);
+  free(names);
+  return rc;
+}
+
+/* ---- accept ------------------------------------------------------------------------------- */
+
+static Caffe__CeBaselineValue *new_value(const kiln_ce_row *row) {
+  Caffe__CeBaselineValue *v = malloc(sizeof *v);
+  if (!v) return NULL;
+  caffe__ce_baseline_value__init(v);
+  v->kpi = strdup(row->kpi);
+  if (!v->kpi) {
+    free(v);
+    return NULL;
+  }
+  v->has_workers = 1;
+  v->workers = row->workers;
+  v->has_value = 1;
+  v->value = row->value;
+  v->has_spread = 1;
+  v->spread = row->spread;
+  v->has_samples = 1;
+  v->samples = row->nsamples;
+  return v;
+}
+
+static int set_string(char **slot, const char *s) {
+  char *c = strdup(s);
+  if (!c) return kiln_errorf(KILN_ERR_NOMEM, "out of memory");
+  free(*slot); /* parsed strings are malloc'd; fresh messages hold NULL */
+  *slot = c;
+  return KILN_OK;
+}
+
+static int accept_model(kiln_ce_result *r, const char *baseline_dir, const char *model) {
+  char path[4096];
+  KILN_TRY(kiln_ce_baseline_path(baseline_dir, r->machine_class, model, path, sizeof path));
+  Caffe__CeBaseline *b = NULL;
+  if (access(path, F_OK) == 0) {
+    KILN_TRY(kiln_ce_baseline_read(path, &b));
+  } else {
+    b = malloc(sizeof *b);
+    if (!b) return kiln_errorf(KILN_ERR_NOMEM, "out of memory");
+    caffe__ce_baseline__init(b);
+  }
+  char now[32];
+  ce_utc_now(now, sizeof now, 0);
+  int rc = set_string(&b->model, model);
+  if (!rc) rc = set_string(&b->machine_class, r->machine_class);
+  if (!rc) rc = set_string(&b->accepted_at, now);
+  if (!rc) rc = set_string(&b->git_commit, r->git_commit);
+  b->has_run_id = r->run_id > 0;
+  b->run_id = r->run_id;
+  for (int i = 0; rc == KILN_OK && i < r->nrows; i++) {
+    const kiln_ce_row *row = &r->rows[i];
+    if (strcmp(row->model, model) || !strcmp(row->kpi, "run") || !isfinite(row->value) ||
+        row->verdict == KILN_CE_SKIP)
+      continue;
+    if (row->config_hash[0]) rc = set_string(&b->config_hash, row->config_hash);
+    Caffe__CeBaselineValue *v = new_value(row);
+    if (!v) {
+      rc = kiln_errorf(KILN_ERR_NOMEM, "out of memory");
+      break;
+    }
+    /* Replace the value of this KPI and worker count, or append it. */
+    size_t k = 0;
+    while (k < b->n_value && !(b->value[k]->kpi && !strcmp(b->value[k]->kpi, row->kpi) &&
+                               b->value[k]->workers == row->workers))
+      k++;
+    if (k < b->n_value) {
+      protobuf_c_message_free_unpacked(&b->value[k]->base, NULL);
+      b->value[k] = v;
+    } else {
+      Caffe__CeBaselineValue **nv = realloc(b->value, (b->n_value + 1) * sizeof *nv);
+      if (!nv) {
+        protobuf_c_message_free_unpacked(&v->base, NULL);
+        rc = kiln_errorf(KILN_ERR_NOMEM, "out of memory");
+        break;
+      }
+      b->value = nv;
+      b->value[b->n_value++] = v;
+    }
+  }
+  if (!rc) rc = kiln_ce_baseline_write(path, b);
+  protobuf_c_message_free_unpacked(&b->base, NULL);
+  return rc;
+}
+
+int kiln_ce_accept(kiln_ce_result *r, const char *baseline_dir, int *written) {
+  if (written) *written = 0;
+  for (int i = 0; i < r->nrows; i++) {
+    const char *model = r->rows[i].model;
+    bool seen = false, failed = false, any = false;
+    const char *why = "";
+    for (int j = 0; j < i && !seen; j++) seen = !strcmp(r->rows[j].model, model);
+    if (seen) continue;
+    for (int j = i; j < r->nrows; j++) {
+      const kiln_ce_row *row = &r->rows[j];
+      if (strcmp(row->model, model)) continue;
+      if (row->verdict == KILN_CE_FAIL || row->verdict == KILN_CE_ERROR) {
+        if (!failed) why = row->reason;
+        failed = true;
+      }
+      any |= strcmp(row->kpi, "run") && isfinite(row->value) && row->verdict != KILN_CE_SKIP;
+    }
+    if (failed) {
+      kiln_ce_result_warn(r, "%s: not accepted, the run failed: %s", model, why);
+      continue;
+    }
+    if (!any) {
+      kiln_ce_result_warn(r, "%s: not accepted, no KPI values were measured", model);
+      continue;
+    }
+    KILN_TRY(accept_model(r, baseline_dir, model));
+    if (written) (*written)++;
+  }
+  return KILN_OK;
+}

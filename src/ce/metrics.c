@@ -1,0 +1,187 @@
+/* Reads the JSON Lines metrics `kiln train --metrics` writes (one flat object per event, see
+ * tools/common.c) into the series CE reduces to KPIs. The stream is the contract between the
+ * trainer and everything that judges it; the human log is never parsed. */
+#include <cJSON.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kiln/ce.h"
+
+static int series_push(kiln_ce_series *s, int iter, double v) {
+  if (s->n == s->cap) {
+    int cap = s->cap ? 2 * s->cap : 32;
+    int *ni = realloc(s->iter, (size_t)cap * sizeof *ni);
+    if (!ni) return kiln_errorf(KILN_ERR_NOMEM, "out of memory");
+    s->iter = ni;
+    double *nv = realloc(s->value, (size_t)cap * sizeof *nv);
+    if (!nv) return kiln_errorf(KILN_ERR_NOMEM, "out of memory");
+    s->value = nv;
+    s->cap = cap;
+  }
+  s->iter[s->n] = iter;
+  s->value[s->n++] = v;
+  return KILN_OK;
+}
+
+static void series_free(kiln_ce_series *s) {
+  free(s->iter);
+  free(s->value);
+  memset(s, 0, sizeof *s);
+}
+
+void kiln_ce_metrics_free(kiln_ce_metrics *m) {
+  series_free(&m->train_loss);
+  series_free(&m->test_loss);
+  series_free(&m->accuracy);
+  series_free(&m->perplexity);
+}
+
+/* A number field: its value, NaN for null (kiln's spelling of a non-finite figure); `present`
+ * tells the two apart from a missing field. */
+static double field(const cJSON *o, const char *name, bool *present) {
+  const cJSON *f = cJSON_GetObjectItemCaseSensitive(o, name);
+  if (present) *present = f != NULL && (cJSON_IsNumber(f) || cJSON_IsNull(f));
+  return cJSON_IsNumber(f) ? f->valuedouble : NAN;
+}
+
+/* Ranks seen, and ranks that sent a "worker" event: small sets (a job has few workers). */
+typedef struct {
+  int *rank;
+  int n;
+} rank_set;
+
+static int set_add(rank_set *s, int rank, int *count) {
+  for (int i = 0; i < s->n; i++)
+    if (s->rank[i] == rank) return KILN_OK;
+  int *nr = realloc(s->rank, (size_t)(s->n + 1) * sizeof *nr);
+  if (!nr) return kiln_errorf(KILN_ERR_NOMEM, "out of memory");
+  s->rank = nr;
+  s->rank[s->n++] = rank;
+  *count = s->n;
+  return KILN_OK;
+}
+
+typedef struct {
+  rank_set ranks, workers;
+  kiln_ce_series sps; /* rank 0's train throughput (of all workers together) */
+} parse_state;
+
+static int handle_event(kiln_ce_metrics *m, const cJSON *o, parse_state *st) {
+  const cJSON *ev = cJSON_GetObjectItemCaseSensitive(o, "event");
+  if (!cJSON_IsString(ev)) return KILN_OK; /* not an event of ours: ignored */
+  const char *event = ev->valuestring;
+  double iter_d = field(o, "iter", NULL), rank_d = field(o, "rank", NULL);
+  int iter = isfinite(iter_d) ? (int)iter_d : -1;
+  int rank = isfinite(rank_d) ? (int)rank_d : 0;
+  m->nevents++;
+  if (iter > m->last_iter) m->last_iter = iter;
+  KILN_TRY(set_add(&st->ranks, rank, &m->nranks));
+  if (!strcmp(event, "worker")) KILN_TRY(set_add(&st->workers, rank, &m->nworkers_reported));
+
+  bool have;
+  double rss = field(o, "peak_rss_mb", &have);
+  if (isfinite(rss) && (isnan(m->peak_rss_mb) || rss > m->peak_rss_mb)) m->peak_rss_mb = rss;
+
+  bool train = !strcmp(event, "train"), test = !strcmp(event, "test");
+  if (train || test) {
+    double loss = field(o, "loss", &have);
+    if (have && !isfinite(loss) && (m->nonfinite_iter < 0 || iter < m->nonfinite_iter))
+      m->nonfinite_iter = iter;
+  }
+  if (rank != 0) return KILN_OK; /* the figures of the model come from rank 0 */
+  if (train) {
+    double loss = field(o, "loss", &have);
+    if (have) KILN_TRY(series_push(&m->train_loss, iter, loss));
+    double sps = field(o, "samples_per_s", &have);
+    if (have) KILN_TRY(series_push(&st->sps, iter, sps));
+  } else if (test) {
+    double net = field(o, "test_net", &have);
+    if (have && net != 0) return KILN_OK;
+    double loss = field(o, "loss", &have);
+    if (have) {
+      KILN_TRY(series_push(&m->test_loss, iter, loss));
+      bool hp;
+      double ppl = field(o, "perplexity", &hp);
+      KILN_TRY(series_push(&m->perplexity, iter, hp ? ppl : exp(loss)));
+    }
+    double acc = field(o, "accuracy", &have);
+    if (have) KILN_TRY(series_push(&m->accuracy, iter, acc));
+  } else if (!strcmp(event, "done")) {
+    m->done = true;
+    double t = field(o, "time_ms", &have);
+    m->duration_s = t / 1e3;
+  }
+  return KILN_OK;
+}
+
+int kiln_ce_metrics_parse(const char *text, size_t len, const char *name, kiln_ce_metrics *out) {
+  memset(out, 0, sizeof *out);
+  out->peak_rss_mb = NAN;
+  out->duration_s = NAN;
+  out->samples_per_s = NAN;
+  out->last_iter = -1;
+  out->nonfinite_iter = -1;
+  parse_state st;
+  memset(&st, 0, sizeof st);
+  int rc = KILN_OK, line = 0;
+  size_t pos = 0;
+  while (pos < len && rc == KILN_OK) {
+    const char *start = text + pos;
+    const char *nl = memchr(start, '\n', len - pos);
+    size_t n = nl ? (size_t)(nl - start) : len - pos;
+    pos += n + (nl ? 1 : 0);
+    line++;
+    size_t b = 0;
+    while (b < n && (start[b] == ' ' || start[b] == '\t' || start[b] == '\r')) b++;
+    if (b == n) continue;
+    cJSON *o = cJSON_ParseWithLength(start, n);
+    if (!o || !cJSON_IsObject(o)) {
+      cJSON_Delete(o);
+      /* A writer killed mid-line leaves a cut-off last line. */
+      if (pos >= len) {
+        out->truncated_tail = true;
+        break;
+      }
+      rc = kiln_errorf(KILN_ERR_PARSE, "%s:%d: not a JSON object", name, line);
+      break;
+    }
+    rc = handle_event(out, o, &st);
+    cJSON_Delete(o);
+  }
+  if (rc == KILN_OK && st.sps.n > 0) {
+    /* The first display window holds the start-up (allocation, first data reads), so it is
+     * left out when there are later ones. */
+    int skip = st.sps.n > 1 ? 1 : 0;
+    out->samples_per_s = kiln_ce_median(st.sps.value + skip, st.sps.n - skip);
+  }
+  free(st.ranks.rank);
+  free(st.workers.rank);
+  series_free(&st.sps);
+  if (rc != KILN_OK) kiln_ce_metrics_free(out);
+  return rc;
+}
+
+int kiln_ce_metrics_read(const char *path, kiln_ce_metrics *out) {
+  char *text;
+  size_t len;
+  memset(out, 0, sizeof *out);
+  KILN_TRY(kiln_read_file(path, &text, &len));
+  int rc = kiln_ce_metrics_parse(text, len, path, out);
+  free(text);
+  return rc;
+}
+
+double kiln_ce_kpi_value(const kiln_ce_metrics *m, const kiln_ce_kpi_spec *k) {
+  const char *name = k->info->name;
+  const kiln_ce_series *s = !strcmp(name, "accuracy")     ? &m->accuracy
+                            : !strcmp(name, "perplexity") ? &m->perplexity
+                            : !strcmp(name, "train_loss") ? &m->train_loss
+                            : !strcmp(name, "test_loss")  ? &m->test_loss
+                                                          : NULL;
+  if (s) return kiln_ce_reduce(s->value, s->n, k->reduction, k->mean_last_n, k->higher_is_better);
+  if (!strcmp(name, "peak_rss_mb")) return m->peak_rss_mb;
+  if (!strcmp(name, "duration_s")) return m->duration_s;
+  if (!strcmp(name, "samples_per_s")) return m->samples_per_s;
+  return NAN;
+}

@@ -1,0 +1,877 @@
+/* The CE runner: loads a suite, trains each model as a child `kiln train` process (under
+ * `mpirun -np N` for N workers) in its own run folder with a timeout, so a crash, a hang or a
+ * divergence is a recorded failure and never takes the harness down; turns the metrics of each
+ * repeat into KPI samples, judges them (absolute checks, then the baseline), and re-runs a
+ * configuration once when a timing KPI looks like a regression, to tell noise from a real
+ * slowdown. */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <math.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "ce/internal.h"
+#include "kiln/ce.h"
+#include "kiln/data.h"
+
+enum { MAX_KPIS = 16, MAX_WORKER_COUNTS = 8, DEFAULT_SEED = 1701 };
+
+/* The child is this same executable, so whether it can train on several workers is known when
+ * it is built: without MPI, `mpirun -np N kiln train` would run N separate trainings. */
+#ifdef KILN_HAVE_MPI
+static const bool kiln_ce_mpi_built = true;
+#else
+static const bool kiln_ce_mpi_built = false;
+#endif
+
+/* ---- suites ------------------------------------------------------------------------------- */
+
+static bool valid_name(const char *s) {
+  if (!s || !*s || strlen(s) >= sizeof(((kiln_ce_row *)0)->model)) return false;
+  for (; *s; s++)
+    if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || (*s >= '0' && *s <= '9') ||
+          *s == '_' || *s == '-' || *s == '.'))
+      return false;
+  return true;
+}
+
+static int check_model(const char *path, const char *dir, const Caffe__CeModel *m, int index) {
+  if (!valid_name(m->name))
+    return kiln_errorf(KILN_ERR_INVALID,
+                       "%s: model %d: name '%s' must be 1 to 63 letters, digits, '_', '-' or '.' "
+                       "(it names the baseline file)",
+                       path, index + 1, m->name ? m->name : "");
+  if (!m->solver || !*m->solver)
+    return kiln_errorf(KILN_ERR_INVALID, "%s: model '%s': no solver", path, m->name);
+  char solver[4096];
+  ce_join(dir, m->solver, solver, sizeof solver);
+  if (access(solver, R_OK) != 0)
+    return kiln_errorf(KILN_ERR_INVALID, "%s: model '%s': solver %s: %s", path, m->name, solver,
+                       strerror(errno));
+  if (m->n_workers > MAX_WORKER_COUNTS)
+    return kiln_errorf(KILN_ERR_INVALID, "%s: model '%s': at most %d worker counts", path, m->name,
+                       MAX_WORKER_COUNTS);
+  for (size_t w = 0; w < m->n_workers; w++) {
+    if (m->workers[w] < 1 || m->workers[w] > 1024)
+      return kiln_errorf(KILN_ERR_INVALID, "%s: model '%s': workers %d is not in 1..1024", path,
+                         m->name, m->workers[w]);
+    for (size_t v = 0; v < w; v++)
+      if (m->workers[v] == m->workers[w])
+        return kiln_errorf(KILN_ERR_INVALID, "%s: model '%s': workers %d given twice", path,
+                           m->name, m->workers[w]);
+  }
+  if (m->has_max_iter && m->max_iter < 1)
+    return kiln_errorf(KILN_ERR_INVALID, "%s: model '%s': max_iter must be positive", path,
+                       m->name);
+  if (m->has_repeats && (m->repeats < 1 || m->repeats > KILN_CE_MAX_SAMPLES / 2))
+    return kiln_errorf(KILN_ERR_INVALID, "%s: model '%s': repeats must be in 1..%d", path, m->name,
+                       KILN_CE_MAX_SAMPLES / 2);
+  if (m->has_timeout_seconds && m->timeout_seconds < 1)
+    return kiln_errorf(KILN_ERR_INVALID, "%s: model '%s': timeout_seconds must be positive", path,
+                       m->name);
+  if (m->n_kpi == 0 || m->n_kpi > MAX_KPIS)
+    return kiln_errorf(KILN_ERR_INVALID, "%s: model '%s': give 1 to %d kpi entries", path, m->name,
+                       MAX_KPIS);
+  for (size_t k = 0; k < m->n_kpi; k++) {
+    kiln_ce_kpi_spec spec;
+    if (kiln_ce_kpi_resolve(m->kpi[k], &spec))
+      return kiln_error_context(KILN_ERR_INVALID, "%s: model '%s': ", path, m->name);
+    for (size_t j = 0; j < k; j++)
+      if (!strcmp(m->kpi[j]->name, m->kpi[k]->name))
+        return kiln_errorf(KILN_ERR_INVALID, "%s: model '%s': KPI '%s' given twice", path, m->name,
+                           m->kpi[k]->name);
+  }
+  return KILN_OK;
+}
+
+int kiln_ce_suite_load(const char *path, Caffe__CeSuite **out) {
+  ProtobufCMessage *msg;
+  *out = NULL;
+  KILN_TRY(kiln_text_parse_file(path, &caffe__ce_suite__descriptor, &msg));
+  Caffe__CeSuite *s = (Caffe__CeSuite *)msg;
+  char dir[4096];
+  ce_dirname(path, dir, sizeof dir);
+  int rc = KILN_OK;
+  if (s->n_model == 0) rc = kiln_errorf(KILN_ERR_INVALID, "%s: the suite has no model", path);
+  if (!rc && (s->repeats < 1 || s->repeats > KILN_CE_MAX_SAMPLES / 2))
+    rc = kiln_errorf(KILN_ERR_INVALID, "%s: repeats must be in 1..%d", path,
+                     KILN_CE_MAX_SAMPLES / 2);
+  if (!rc && !(s->noise_k >= 0))
+    rc = kiln_errorf(KILN_ERR_INVALID, "%s: noise_k must be >= 0", path);
+  if (!rc && s->timeout_seconds < 1)
+    rc = kiln_errorf(KILN_ERR_INVALID, "%s: timeout_seconds must be positive", path);
+  for (size_t i = 0; !rc && i < s->n_model; i++) {
+    rc = check_model(path, dir, s->model[i], (int)i);
+    for (size_t j = 0; !rc && j < i; j++)
+      if (!strcmp(s->model[i]->name, s->model[j]->name))
+        rc = kiln_errorf(KILN_ERR_INVALID, "%s: model '%s' given twice", path, s->model[i]->name);
+  }
+  if (rc) {
+    protobuf_c_message_free_unpacked(msg, NULL);
+    return rc;
+  }
+  *out = s;
+  return KILN_OK;
+}
+
+void kiln_ce_suite_baseline_dir(const Caffe__CeSuite *s, const char *suite_path, char *buf,
+                                size_t n) {
+  char dir[4096];
+  ce_dirname(suite_path, dir, sizeof dir);
+  ce_join(dir, s->baseline_dir && *s->baseline_dir ? s->baseline_dir : "baselines", buf, n);
+}
+
+/* ---- the solver as run ---------------------------------------------------------------------- */
+
+typedef struct prepared {
+  char *solver_text;       /* the derived solver; the run folder's solver.prototxt */
+  char config_hash[17];
+  int max_iter;
+  int64_t seed;
+} prepared;
+
+/* Caffe's (and kiln's) rule for a net path: as given, else relative to the solver's folder. The
+ * child runs in its run folder, so the path is made absolute here. */
+static int absolute_net_path(char **slot, const char *solver_dir) {
+  if (!*slot || !**slot || (*slot)[0] == '/') return KILN_OK;
+  char joined[4096], real[PATH_MAX];
+  const char *use = *slot;
+  if (access(*slot, R_OK) != 0) {
+    ce_join(solver_dir, *slot, joined, sizeof joined);
+    use = joined;
+  }
+  char *abs = realpath(use, real) ? strdup(real) : strdup(use);
+  if (!abs) return kiln_errorf(KILN_ERR_NOMEM, "out of memory");
+  free(*slot);
+  *slot = abs;
+  return KILN_OK;
+}
+
+static void hash_file(kiln_sha256_ctx *c, const char *path) {
+  char *text;
+  size_t len;
+  if (!path || kiln_read_file(path, &text, &len)) return;
+  kiln_sha256_update(c, text, len);
+  free(text);
+}
+
+static int prepare_solver(const char *solver_path, const Caffe__CeModel *m, prepared *p) {
+  memset(p, 0, sizeof *p);
+  ProtobufCMessage *msg;
+  KILN_TRY(kiln_text_parse_file(solver_path, &caffe__solver_parameter__descriptor, &msg));
+  Caffe__SolverParameter *sp = (Caffe__SolverParameter *)msg;
+  char dir[4096];
+  ce_dirname(solver_path, dir, sizeof dir);
+  int rc = KILN_OK;
+  if (m->has_max_iter) {
+    sp->has_max_iter = 1;
+    sp->max_iter = m->max_iter;
+  }
+  if (!rc && m->has_test_interval) {
+    sp->has_test_interval = 1;
+    sp->test_interval = m->test_interval;
+  }
+  if (!rc && m->has_test_iter) {
+    if (sp->n_test_iter == 0) {
+      int32_t *t = malloc(sizeof *t);
+      if (!t) rc = kiln_errorf(KILN_ERR_NOMEM, "out of memory");
+      else {
+        free(sp->test_iter);
+        sp->test_iter = t;
+        sp->n_test_iter = 1;
+      }
+    }
+    for (size_t i = 0; !rc && i < sp->n_test_iter; i++) sp->test_iter[i] = m->test_iter;
+  }
+  if (!rc && m->has_random_seed) {
+    sp->has_random_seed = 1;
+    sp->random_seed = m->random_seed;
+  }
+  if (!rc) {
+    /* CE needs no weights, only figures: no snapshots, and a display interval so that train
+     * loss and throughput reach the metrics. */
+    sp->has_snapshot = 1;
+    sp->snapshot = 0;
+    sp->has_snapshot_after_train = 1;
+    sp->snapshot_after_train = 0;
+    char *prefix = strdup("snapshot");
+    if (!prefix) rc = kiln_errorf(KILN_ERR_NOMEM, "out of memory");
+    else {
+      free(sp->snapshot_prefix);
+      sp->snapshot_prefix = prefix;
+    }
+    if (!sp->has_display || sp->display <= 0 || sp->display > sp->max_iter / 10) {
+      /* at least ten windows: the throughput median and the loss reductions need several */
+      sp->has_display = 1;
+      sp->display = sp->max_iter >= 10 ? sp->max_iter / 10 : 1;
+    }
+  }
+  p->max_iter = sp->max_iter;
+  p->seed = sp->has_random_seed && sp->random_seed >= 0 ? sp->random_seed : DEFAULT_SEED;
+  char *text = NULL, *hashed = NULL;
+  if (!rc && sp->max_iter < 1)
+    rc = kiln_errorf(KILN_ERR_INVALID, "%s: max_iter is %d: nothing to train", solver_path,
+                     sp->max_iter);
+  /* The hash sees the net paths as the solver wrote them, so that two checkouts of one commit
+   * in different folders have one config hash; the net files' contents are hashed below. */
+  if (!rc) rc = kiln_text_format(&sp->base, &hashed);
+  if (!rc) rc = absolute_net_path(&sp->net, dir);
+  if (!rc) rc = absolute_net_path(&sp->train_net, dir);
+  for (size_t i = 0; !rc && i < sp->n_test_net; i++) rc = absolute_net_path(&sp->test_net[i], dir);
+  if (!rc) rc = kiln_text_format(&sp->base, &text);
+  if (!rc) {
+    size_t n = strlen(text) + strlen(solver_path) + 128;
+    p->solver_text = malloc(n);
+    if (!p->solver_text) rc = kiln_errorf(KILN_ERR_NOMEM, "out of memory");
+    else
+      snprintf(p->solver_text, n, "# written by kiln ce from %s with the suite's overrides\n%s",
+               solver_path, text);
+  }
+  if (!rc) {
+    /* The hash covers what decides the numbers: the solver as run and the nets it names. */
+    kiln_sha256_ctx c;
+    kiln_sha256_init(&c);
+    kiln_sha256_update(&c, hashed, strlen(hashed));
+    hash_file(&c, sp->net);
+    hash_file(&c, sp->train_net);
+    for (size_t i = 0; i < sp->n_test_net; i++) hash_file(&c, sp->test_net[i]);
+    uint8_t d[32];
+    char hex[65];
+    kiln_sha256_final(&c, d);
+    kiln_sha256_hex(d, hex);
+    memcpy(p->config_hash, hex, 16);
+    p->config_hash[16] = '\0';
+  }
+  free(text);
+  free(hashed);
+  protobuf_c_message_free_unpacked(msg, NULL);
+  if (rc) {
+    free(p->solver_text);
+    p->solver_text = NULL;
+  }
+  return rc;
+}
+
+/* ---- child processes ------------------------------------------------------------------------ */
+
+static double now_s(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + t.tv_nsec / 1e9;
+}
+
+static void last_error_line(const char *log, char *out, size_t n) {
+  out[0] = '\0';
+  char *text;
+  size_t len;
+  if (kiln_read_file(log, &text, &len)) return;
+  char last_any[512] = "";
+  char *save, *line = strtok_r(text, "\n", &save);
+  for (; line; line = strtok_r(NULL, "\n", &save)) {
+    while (*line == '\r') line++;
+    if (!*line) continue;
+    /* progress lines on a terminal start with \r; logs here are files, but be safe */
+    char *cr = strrchr(line, '\r');
+    if (cr) line = cr + 1;
+    if (!strncmp(line, "kiln", 4)) snprintf(out, n, "%s", line);
+    snprintf(last_any, sizeof last_any, "%s", line);
+  }
+  if (!out[0]) snprintf(out, n, "%s", last_any);
+  free(text);
+}
+
+/* Runs argv in `folder` with stdout and stderr in folder/train.log, in its own process group so
+ * that a timeout kills mpirun and every rank together. */
+static void run_child(char *const argv[], const char *folder, double timeout_s,
+                      const volatile sig_atomic_t *cancel, kiln_ce_child *c) {
+  memset(c, 0, sizeof *c);
+  c->timeout_s = timeout_s;
+  char log[4200];
+  snprintf(log, sizeof log, "%s/train.log", folder);
+  int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    c->end = KILN_CE_CHILD_NOT_STARTED;
+    ce_fmt(c->last_error, sizeof c->last_error, "%s: %s", log, strerror(errno));
+    return;
+  }
+  double t0 = now_s();
+  pid_t pid = fork();
+  if (pid < 0) {
+    close(fd);
+    c->end = KILN_CE_CHILD_NOT_STARTED;
+    snprintf(c->last_error, sizeof c->last_error, "fork: %s", strerror(errno));
+    return;
+  }
+  if (pid == 0) {
+    /* only async-signal-safe calls until exec */
+    setpgid(0, 0);
+    int in = open("/dev/null", O_RDONLY);
+    if (in >= 0) dup2(in, 0);
+    dup2(fd, 1);
+    dup2(fd, 2);
+    if (chdir(folder) != 0) _exit(126);
+    execvp(argv[0], argv);
+    static const char msg[] = "kiln ce: cannot execute the training command\n";
+    (void)!write(2, msg, sizeof msg - 1);
+    _exit(127);
+  }
+  setpgid(pid, pid); /* also here, so the group exists whichever process runs first */
+  close(fd);
+  int status = 0;
+  bool timed_out = false;
+  for (;;) {
+    pid_t w = waitpid(pid, &status, WNOHANG);
+    if (w == pid) break;
+    if (w < 0 && errno != EINTR) break;
+    bool cancelled = cancel && *cancel;
+    if (!timed_out && (cancelled || now_s() - t0 > timeout_s)) {
+      timed_out = true;
+      kill(-pid, SIGTERM);
+      double grace = now_s();
+      while (waitpid(pid, &status, WNOHANG) == 0 && now_s() - grace < 5) {
+        struct timespec ts = {0, 50 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+      }
+      kill(-pid, SIGKILL);
+      waitpid(pid, &status, 0);
+      break;
+    }
+    struct timespec ts = {0, 50 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+  }
+  c->wall_s = now_s() - t0;
+  if (!timed_out) kill(-pid, SIGKILL); /* ranks mpirun left behind, if any */
+  last_error_line(log, c->last_error, sizeof c->last_error);
+  if (timed_out) {
+    c->end = KILN_CE_CHILD_TIMEOUT;
+  } else if (WIFSIGNALED(status)) {
+    c->end = KILN_CE_CHILD_SIGNALED;
+    c->code = WTERMSIG(status);
+  } else {
+    c->end = KILN_CE_CHILD_EXITED;
+    c->code = WEXITSTATUS(status);
+    if (c->code == 127 || c->code == 126) c->end = KILN_CE_CHILD_NOT_STARTED;
+  }
+}
+
+static bool find_in_path(const char *name, char *buf, size_t n) {
+  const char *path = getenv("PATH");
+  if (!path) return false;
+  const char *p = path;
+  while (*p) {
+    const char *colon = strchr(p, ':');
+    size_t len = colon ? (size_t)(colon - p) : strlen(p);
+    if (len) {
+      snprintf(buf, n, "%.*s/%s", (int)len, p, name);
+      if (access(buf, X_OK) == 0) return true;
+    }
+    if (!colon) break;
+    p = colon + 1;
+  }
+  return false;
+}
+
+/* ---- one model --------------------------------------------------------------------------- */
+
+typedef struct config_state {
+  int workers, threads;
+  bool skipped, failed;
+  kiln_ce_verdict run_verdict;
+  char run_reason[512];
+  int n;                                        /* repeats with samples */
+  double v[MAX_KPIS][KILN_CE_MAX_SAMPLES];      /* per KPI of the model, per repeat */
+  double sps[KILN_CE_MAX_SAMPLES];              /* throughput per repeat (for speedup) */
+  kiln_ce_run_facts facts;
+} config_state;
+
+typedef struct ctx {
+  const kiln_ce_options *o;
+  const Caffe__CeSuite *suite;
+  kiln_ce_result *r;
+  char suite_dir[4096];
+  char baseline_dir[4096];
+  char mpirun[4096];
+  bool have_mpirun;
+} ctx;
+
+static void progress(const ctx *x, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void progress(const ctx *x, const char *fmt, ...) {
+  if (!x->o->progress) return;
+  char buf[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(buf, sizeof buf, fmt, ap);
+  va_end(ap);
+  x->o->progress(buf, x->o->user);
+}
+
+static bool cancelled(const ctx *x) { return x->o->cancel && *x->o->cancel; }
+
+static int ensure_dataset(const char *name) {
+  if (!strcmp(name, "fashion-mnist")) {
+    int rc = kiln_data_fetch_fashion_mnist(NULL, NULL, NULL);
+    if (rc)
+      return kiln_error_context(rc, "data set fashion-mnist (kiln data fetch fashion-mnist): ");
+    return KILN_OK;
+  }
+  char dir[4096], ready[4200];
+  KILN_TRY(kiln_data_cache_dir(dir, sizeof dir));
+  snprintf(ready, sizeof ready, "%s/%s/READY", dir, name);
+  if (access(ready, F_OK) != 0)
+    return kiln_errorf(KILN_ERR_IO, "data set '%s' is not in the cache (%s/%s)", name, dir, name);
+  return KILN_OK;
+}
+
+/* One training run of a configuration: write the solver, run, read the metrics into the
+ * samples at index `slot`. False when the run failed (reason in the state). */
+static bool run_once(const ctx *x, const Caffe__CeModel *m, const prepared *p,
+                     const kiln_ce_kpi_spec *specs, config_state *cs, int slot, const char *tag) {
+  char folder[4096];
+  int len = snprintf(folder, sizeof folder, "%s/runs/%s-w%d-%s", x->r->report_dir, m->name,
+                     cs->workers, tag);
+  if (len < 0 || (size_t)len >= sizeof folder - 32) {
+    cs->failed = true;
+    cs->run_verdict = KILN_CE_ERROR;
+    snprintf(cs->run_reason, sizeof cs->run_reason, "the report folder's path is too long");
+    return false;
+  }
+  if (ce_mkdir_p(folder)) {
+    cs->failed = true;
+    cs->run_verdict = KILN_CE_ERROR;
+    snprintf(cs->run_reason, sizeof cs->run_reason, "%s", kiln_last_error());
+    return false;
+  }
+  char solver[4200], metrics[4200];
+  snprintf(solver, sizeof solver, "%s/solver.prototxt", folder);
+  snprintf(metrics, sizeof metrics, "%s/metrics.jsonl", folder);
+  remove(metrics);
+  if (kiln_write_file_atomic(solver, p->solver_text, strlen(p->solver_text))) {
+    cs->failed = true;
+    cs->run_verdict = KILN_CE_ERROR;
+    snprintf(cs->run_reason, sizeof cs->run_reason, "%s", kiln_last_error());
+    return false;
+  }
+  char threads[16], np[16];
+  snprintf(threads, sizeof threads, "%d", cs->threads);
+  snprintf(np, sizeof np, "%d", cs->workers);
+  char *argv[24];
+  int a = 0;
+  if (cs->workers > 1) {
+    argv[a++] = (char *)x->mpirun;
+    argv[a++] = "-np";
+    argv[a++] = np;
+    argv[a++] = "--oversubscribe";
+    argv[a++] = "--allow-run-as-root";
+    /* Open MPI binds each rank to one core by default, which would stack a rank's threads */
+    argv[a++] = "--bind-to";
+    argv[a++] = "none";
+  }
+  argv[a++] = (char *)x->o->kiln_path;
+  argv[a++] = "train";
+  argv[a++] = "--solver";
+  argv[a++] = solver;
+  argv[a++] = "--metrics";
+  argv[a++] = metrics;
+  argv[a++] = "--threads";
+  argv[a++] = threads;
+  argv[a] = NULL;
+  double timeout = m->has_timeout_seconds ? m->timeout_seconds : x->suite->timeout_seconds;
+  kiln_ce_child child;
+  run_child(argv, folder, timeout, x->o->cancel, &child);
+  if (cancelled(x)) {
+    cs->failed = true;
+    cs->run_verdict = KILN_CE_ERROR;
+    snprintf(cs->run_reason, sizeof cs->run_reason, "interrupted");
+    return false;
+  }
+  kiln_ce_metrics met;
+  int mrc = access(metrics, F_OK) == 0 ? kiln_ce_metrics_read(metrics, &met) : KILN_ERR_IO;
+  if (mrc) {
+    memset(&met, 0, sizeof met);
+    met.last_iter = -1;
+    met.nonfinite_iter = -1;
+  }
+  char reason[512];
+  bool failed = kiln_ce_run_failed(&child, mrc ? NULL : &met, reason, sizeof reason);
+  if (!failed && mrc) {
+    failed = true;
+    snprintf(reason, sizeof reason, "no readable metrics: %s", kiln_last_error());
+  }
+  if (failed && strstr(child.last_error, "built without MPI")) {
+    cs->skipped = true;
+    ce_fmt(cs->run_reason, sizeof cs->run_reason, "%s", child.last_error);
+    if (!mrc) kiln_ce_metrics_free(&met);
+    return false;
+  }
+  if (!failed && cs->workers > 1 && met.nworkers_reported != cs->workers)
+    kiln_ce_result_warn(x->r,
+                        "%s x%d %s: the metrics report %d worker%s (\"worker\" events), not %d",
+                        m->name, cs->workers, tag, met.nworkers_reported,
+                        met.nworkers_reported == 1 ? "" : "s", cs->workers);
+  if (failed) {
+    cs->failed = true;
+    cs->run_verdict = child.end == KILN_CE_CHILD_NOT_STARTED ? KILN_CE_ERROR : KILN_CE_FAIL;
+    ce_fmt(cs->run_reason, sizeof cs->run_reason, "%.400s (log: %s/train.log)", reason, folder);
+    if (!mrc) kiln_ce_metrics_free(&met);
+    progress(x, "%s x%d %s: %s", m->name, cs->workers, tag, reason);
+    return false;
+  }
+  for (size_t k = 0; k < m->n_kpi; k++) {
+    double v = specs[k].info->multi_worker ? NAN : kiln_ce_kpi_value(&met, &specs[k]);
+    /* A series KPI the metrics never had is a configuration problem, not a NaN of training:
+     * ±inf marks it so the judge can say which. */
+    if (isnan(v) && !specs[k].info->multi_worker) {
+      const char *name = specs[k].info->name;
+      bool missing = (!strcmp(name, "accuracy") && met.accuracy.n == 0) ||
+                     ((!strcmp(name, "test_loss") || !strcmp(name, "perplexity")) &&
+                      met.test_loss.n == 0) ||
+                     (!strcmp(name, "train_loss") && met.train_loss.n == 0) ||
+                     (!strcmp(name, "samples_per_s") && isnan(met.samples_per_s)) ||
+                     (!strcmp(name, "peak_rss_mb") && isnan(met.peak_rss_mb));
+      if (missing) v = INFINITY;
+    }
+    cs->v[k][slot] = v;
+  }
+  cs->sps[slot] = met.samples_per_s;
+  cs->facts.planned_iter = p->max_iter;
+  cs->facts.reached_iter = met.last_iter;
+  cs->facts.min_epochs_learning = m->min_epochs_learning;
+  cs->facts.epochs = m->has_iters_per_epoch && m->iters_per_epoch > 0
+                         ? (double)met.last_iter * cs->workers / m->iters_per_epoch
+                         : NAN;
+  progress(x, "%s x%d %s: done in %.1f s (iteration %d)", m->name, cs->workers, tag, child.wall_s,
+           met.last_iter);
+  kiln_ce_metrics_free(&met);
+  return true;
+}
+
+static void run_repeats(const ctx *x, const Caffe__CeModel *m, const prepared *p,
+                        const kiln_ce_kpi_spec *specs, config_state *cs, int repeats,
+                        const char *prefix) {
+  int start = cs->n;
+  for (int i = 0; i < repeats && start + i < KILN_CE_MAX_SAMPLES && !cancelled(x); i++) {
+    char tag[32];
+    snprintf(tag, sizeof tag, "%s%d", prefix, i + 1);
+    progress(x, "%s x%d %s: training %d iterations, %d thread%s per worker", m->name, cs->workers,
+             tag, p->max_iter, cs->threads, cs->threads == 1 ? "" : "s");
+    if (!run_once(x, m, p, specs, cs, start + i, tag)) return;
+    cs->n = start + i + 1;
+  }
+}
+
+static void fill_row_head(kiln_ce_row *row, const Caffe__CeModel *m, const config_state *cs,
+                          const prepared *p, const char *kpi) {
+  memset(row, 0, sizeof *row);
+  snprintf(row->model, sizeof row->model, "%s", m->name);
+  row->workers = cs->workers;
+  snprintf(row->kpi, sizeof row->kpi, "%s", kpi);
+  row->value = row->spread = row->baseline = row->baseline_spread = NAN;
+  row->change = row->tolerance = NAN;
+  row->threads = cs->threads;
+  if (p) {
+    row->seed = p->seed;
+    row->iterations = p->max_iter;
+    snprintf(row->config_hash, sizeof row->config_hash, "%s", p->config_hash);
+  }
+}
+
+/* Judges one KPI row from samples [from, to) (the value) with every sample kept. */
+static void judge(const ctx *x, kiln_ce_row *row, const kiln_ce_kpi_spec *spec,
+                  const double *samples, int nall, int from, const kiln_ce_run_facts *facts,
+                  const Caffe__CeBaseline *base, const char *base_class) {
+  snprintf(row->unit, sizeof row->unit, "%s", spec->info->unit);
+  row->higher_is_better = spec->higher_is_better;
+  row->nsamples = nall;
+  memcpy(row->samples, samples, (size_t)nall * sizeof *samples);
+  /* run_once marks a figure the metrics never had with +inf (a NaN is a training failure) */
+  bool missing = false;
+  for (int i = 0; i < nall; i++) missing |= isinf(samples[i]) && samples[i] > 0;
+  for (int i = 0; i < nall; i++)
+    if (isinf(row->samples[i])) row->samples[i] = NAN;
+  row->value = kiln_ce_median(row->samples + from, nall - from);
+  row->spread = kiln_ce_stddev(row->samples + from, nall - from);
+  for (int i = from; i < nall; i++)
+    if (!isfinite(row->samples[i])) row->value = NAN; /* a NaN in any repeat counts */
+  if (missing) {
+    row->verdict = KILN_CE_ERROR;
+    snprintf(row->reason, sizeof row->reason,
+             "the metrics have no %s figure (for accuracy the net needs an Accuracy layer and a "
+             "test pass at the end: test_interval dividing max_iter)",
+             spec->info->name);
+    return;
+  }
+  if (kiln_ce_kpi_failed(spec, row->value, facts, row->reason, sizeof row->reason)) {
+    row->verdict = KILN_CE_FAIL;
+    return;
+  }
+  const Caffe__CeBaselineValue *bv = kiln_ce_baseline_find(base, row->kpi, row->workers);
+  bool other_class = base_class && strcmp(base_class, x->r->machine_class) != 0;
+  if (!bv) {
+    row->verdict = KILN_CE_NEW;
+    if (base)
+      snprintf(row->reason, sizeof row->reason, "the baseline has no %s for %d worker%s",
+               row->kpi, row->workers, row->workers == 1 ? "" : "s");
+    return;
+  }
+  if (other_class && spec->info->machine_dependent) {
+    row->verdict = KILN_CE_NEW;
+    snprintf(row->reason, sizeof row->reason,
+             "not compared: machine-dependent, and the baseline is from machine class %s",
+             base_class);
+    return;
+  }
+  row->has_baseline = true;
+  row->baseline = bv->value;
+  row->baseline_spread = bv->has_spread ? bv->spread : 0;
+  row->verdict = kiln_ce_compare(spec, row->value, row->spread, row->baseline,
+                                 row->baseline_spread, x->suite->noise_k, &row->tolerance,
+                                 &row->change, row->reason, sizeof row->reason);
+}
+
+/* Speedup samples of an N-worker configuration against the median 1-worker throughput. */
+static int derived_samples(const kiln_ce_kpi_spec *spec, const config_state *cs, double one,
+                           double *out) {
+  for (int i = 0; i < cs->n; i++) {
+    if (!isfinite(cs->sps[i]) || !isfinite(one)) {
+      out[i] = INFINITY; /* no throughput figures: missing, like any other */
+      continue;
+    }
+    double s = cs->sps[i] / one;
+    out[i] = !strcmp(spec->info->name, "efficiency") ? s / cs->workers : s;
+  }
+  return cs->n;
+}
+
+static void build_rows(const ctx *x, const Caffe__CeModel *m, const prepared *p,
+                       const kiln_ce_kpi_spec *specs, config_state *cs,
+                       const config_state *one, const Caffe__CeBaseline *base,
+                       const char *base_class, kiln_ce_row *rows, int *nrows, int from) {
+  if (cs->skipped || cs->failed) {
+    kiln_ce_row *row = &rows[(*nrows)++];
+    fill_row_head(row, m, cs, p, "run");
+    row->verdict = cs->skipped ? KILN_CE_SKIP : cs->run_verdict;
+    snprintf(row->reason, sizeof row->reason, "%s", cs->run_reason);
+    return;
+  }
+  for (size_t k = 0; k < m->n_kpi; k++) {
+    const kiln_ce_kpi_spec *spec = &specs[k];
+    if (spec->info->multi_worker && cs->workers == 1) continue;
+    kiln_ce_row *row = &rows[(*nrows)++];
+    fill_row_head(row, m, cs, p, spec->info->name);
+    if (spec->info->multi_worker) {
+      if (!one || one->skipped || one->failed || one->n == 0) {
+        snprintf(row->unit, sizeof row->unit, "%s", spec->info->unit);
+        row->verdict = KILN_CE_SKIP;
+        snprintf(row->reason, sizeof row->reason,
+                 "needs a successful 1-worker run of the model to compare with");
+        continue;
+      }
+      double d[KILN_CE_MAX_SAMPLES];
+      int n = derived_samples(spec, cs, kiln_ce_median(one->sps, one->n), d);
+      judge(x, row, spec, d, n, from, &cs->facts, base, base_class);
+    } else {
+      judge(x, row, spec, cs->v[k], cs->n, from, &cs->facts, base, base_class);
+    }
+  }
+}
+
+static int run_model(const ctx *x, const Caffe__CeModel *m) {
+  kiln_ce_result *r = x->r;
+  kiln_ce_kpi_spec specs[MAX_KPIS];
+  for (size_t k = 0; k < m->n_kpi; k++) KILN_TRY(kiln_ce_kpi_resolve(m->kpi[k], &specs[k]));
+  int nw = m->n_workers ? (int)m->n_workers : 1;
+  config_state *cs = calloc((size_t)nw, sizeof *cs);
+  kiln_ce_row *rows = calloc((size_t)nw * (m->n_kpi + 1), sizeof *rows);
+  if (!cs || !rows) {
+    free(cs);
+    free(rows);
+    return kiln_errorf(KILN_ERR_NOMEM, "out of memory");
+  }
+  int cores = r->machine.cores > 0 ? r->machine.cores : 1;
+  for (int w = 0; w < nw; w++) {
+    cs[w].workers = m->n_workers ? m->workers[w] : 1;
+    cs[w].threads = m->has_threads && m->threads > 0 ? m->threads
+                    : cores / cs[w].workers > 0      ? cores / cs[w].workers
+                                                     : 1;
+  }
+  int repeats = x->o->repeats > 0 ? x->o->repeats : m->has_repeats ? m->repeats : x->suite->repeats;
+  if (repeats > KILN_CE_MAX_SAMPLES / 2) repeats = KILN_CE_MAX_SAMPLES / 2;
+
+  /* Anything that stops the whole model before training is the harness's problem. */
+  char solver_path[4096];
+  ce_join(x->suite_dir, m->solver, solver_path, sizeof solver_path);
+  prepared p = {0};
+  char setup_error[512] = "";
+  if (prepare_solver(solver_path, m, &p))
+    snprintf(setup_error, sizeof setup_error, "%s", kiln_last_error());
+  for (size_t d = 0; !setup_error[0] && d < m->n_dataset; d++)
+    if (ensure_dataset(m->dataset[d]))
+      snprintf(setup_error, sizeof setup_error, "%s", kiln_last_error());
+  Caffe__CeBaseline *base = NULL;
+  char base_class[128] = "";
+  if (!setup_error[0] &&
+      kiln_ce_baseline_lookup(x->baseline_dir, r->machine_class, m->name, &base, base_class,
+                              sizeof base_class))
+    snprintf(setup_error, sizeof setup_error, "baseline: %s", kiln_last_error());
+  if (base && strcmp(base_class, r->machine_class))
+    kiln_ce_result_warn(r,
+                        "%s: no baseline for machine class %s; comparing only the "
+                        "machine-independent KPIs with the baseline of %s",
+                        m->name, r->machine_class, base_class);
+
+  if (base && base->config_hash && p.solver_text && strcmp(base->config_hash, p.config_hash))
+    kiln_ce_result_warn(r,
+                        "%s: the solver or net changed since the baseline (config hash %s, "
+                        "baseline %s): differences may be intended; accept them after review",
+                        m->name, p.config_hash, base->config_hash);
+
+  int nrows = 0;
+  const config_state *one = NULL;
+  for (int w = 0; w < nw; w++)
+    if (cs[w].workers == 1) one = &cs[w];
+  for (int w = 0; w < nw && !cancelled(x); w++) {
+    if (setup_error[0]) {
+      cs[w].failed = true;
+      cs[w].run_verdict = KILN_CE_ERROR;
+      snprintf(cs[w].run_reason, sizeof cs[w].run_reason, "%s", setup_error);
+      continue;
+    }
+    if (cs[w].workers > 1 && !kiln_ce_mpi_built && !x->o->assume_mpi) {
+      cs[w].skipped = true;
+      snprintf(cs[w].run_reason, sizeof cs[w].run_reason,
+               "this kiln was built without MPI: %d workers need it (install Open MPI and "
+               "rebuild)",
+               cs[w].workers);
+      progress(x, "%s x%d: skipped, kiln built without MPI", m->name, cs[w].workers);
+      continue;
+    }
+    if (cs[w].workers > 1 && !x->have_mpirun) {
+      cs[w].skipped = true;
+      snprintf(cs[w].run_reason, sizeof cs[w].run_reason,
+               "mpirun not found: %d workers need MPI (Debian: openmpi-bin)", cs[w].workers);
+      progress(x, "%s x%d: skipped, no mpirun", m->name, cs[w].workers);
+      continue;
+    }
+    run_repeats(x, m, &p, specs, &cs[w], repeats, "r");
+  }
+  for (int w = 0; w < nw; w++)
+    build_rows(x, m, &p, specs, &cs[w], one, base, base_class, rows, &nrows, 0);
+
+  /* A timing regression is confirmed by running the configuration again: noise rarely repeats,
+   * a real slowdown does. The re-run's median decides; every sample is kept. */
+  for (int w = 0; w < nw && !cancelled(x); w++) {
+    bool suspect = false;
+    for (int i = 0; i < nrows; i++)
+      if (rows[i].workers == cs[w].workers && rows[i].verdict == KILN_CE_REGRESSION &&
+          kiln_ce_kpi_lookup(rows[i].kpi) && kiln_ce_kpi_lookup(rows[i].kpi)->timing)
+        suspect = true;
+    if (!suspect) continue;
+    int first = cs[w].n;
+    progress(x, "%s x%d: a timing KPI looks slower; re-running to confirm", m->name, cs[w].workers);
+    run_repeats(x, m, &p, specs, &cs[w], repeats, "c");
+    if (cs[w].failed || cs[w].n == first) {
+      kiln_ce_result_warn(r,
+                          "%s x%d: the confirming re-run failed (%s); the first measurement "
+                          "stands",
+                          m->name, cs[w].workers, cs[w].run_reason);
+      cs[w].failed = false;
+      cs[w].n = first;
+      continue;
+    }
+    kiln_ce_row again[MAX_KPIS + 1];
+    int nagain = 0;
+    build_rows(x, m, &p, specs, &cs[w], one, base, base_class, again, &nagain, first);
+    for (int i = 0; i < nrows; i++) {
+      if (rows[i].workers != cs[w].workers) continue;
+      const kiln_ce_kpi_info *info = kiln_ce_kpi_lookup(rows[i].kpi);
+      if (!info || !info->timing) continue;
+      for (int j = 0; j < nagain; j++) {
+        if (strcmp(again[j].kpi, rows[i].kpi)) continue;
+        double before = rows[i].value;
+        kiln_ce_verdict v0 = rows[i].verdict;
+        char why[512];
+        snprintf(why, sizeof why, "%s", again[j].reason);
+        rows[i] = again[j];
+        if (v0 == KILN_CE_REGRESSION && again[j].verdict == KILN_CE_REGRESSION)
+          snprintf(rows[i].reason, sizeof rows[i].reason,
+                   "confirmed on a re-run (first median %.4g): %.400s", before, why);
+        else if (v0 == KILN_CE_REGRESSION)
+          snprintf(rows[i].reason, sizeof rows[i].reason,
+                   "a suspected regression (median %.4g) was not confirmed on a re-run "
+                   "(median %.4g)",
+                   before, again[j].value);
+      }
+    }
+  }
+  int rc = KILN_OK;
+  if (cancelled(x)) rc = kiln_errorf(KILN_ERR_INVALID, "interrupted during model '%s'", m->name);
+  for (int i = 0; i < nrows && rc == KILN_OK; i++) rc = kiln_ce_result_add_row(r, &rows[i]);
+  if (base) protobuf_c_message_free_unpacked(&base->base, NULL);
+  free(p.solver_text);
+  free(cs);
+  free(rows);
+  return rc;
+}
+
+/* ---- a suite ------------------------------------------------------------------------------- */
+
+int kiln_ce_run(const char *suite_path, const kiln_ce_options *o, kiln_ce_result *out) {
+  memset(out, 0, sizeof *out);
+  if (!o->kiln_path || !o->report_dir)
+    return kiln_errorf(KILN_ERR_INVALID, "kiln_ce_run: kiln_path and report_dir are required");
+  Caffe__CeSuite *suite;
+  KILN_TRY(kiln_ce_suite_load(suite_path, &suite));
+  ctx x = {.o = o, .suite = suite, .r = out};
+  char real[PATH_MAX];
+  snprintf(out->suite_path, sizeof out->suite_path, "%s",
+           realpath(suite_path, real) ? real : suite_path);
+  ce_dirname(out->suite_path, x.suite_dir, sizeof x.suite_dir);
+  if (suite->name && *suite->name) {
+    snprintf(out->suite_name, sizeof out->suite_name, "%s", suite->name);
+  } else {
+    const char *b = strrchr(out->suite_path, '/');
+    ce_fmt(out->suite_name, sizeof out->suite_name, "%s", b ? b + 1 : out->suite_path);
+    char *dot = strrchr(out->suite_name, '.');
+    if (dot && dot != out->suite_name) *dot = '\0';
+  }
+  kiln_ce_suite_baseline_dir(suite, out->suite_path, x.baseline_dir, sizeof x.baseline_dir);
+  ce_utc_now(out->started_at, sizeof out->started_at, 0);
+  kiln_ce_machine_describe(&out->machine);
+  if (o->machine_class && *o->machine_class)
+    snprintf(out->machine_class, sizeof out->machine_class, "%s", o->machine_class);
+  else
+    kiln_ce_machine_class(&out->machine, out->machine_class, sizeof out->machine_class);
+  kiln_ce_git_commit(x.suite_dir, out->git_commit, sizeof out->git_commit);
+  snprintf(out->report_dir, sizeof out->report_dir, "%s", o->report_dir);
+  int rc = ce_mkdir_p(out->report_dir);
+  if (rc == KILN_OK && realpath(out->report_dir, real))
+    snprintf(out->report_dir, sizeof out->report_dir, "%s", real);
+  if (o->mpirun && *o->mpirun) {
+    snprintf(x.mpirun, sizeof x.mpirun, "%s", o->mpirun);
+    x.have_mpirun =
+        access(o->mpirun, X_OK) == 0 || find_in_path(o->mpirun, x.mpirun, sizeof x.mpirun);
+  } else {
+    x.have_mpirun = find_in_path("mpirun", x.mpirun, sizeof x.mpirun);
+  }
+  double t0 = now_s();
+  bool found = !o->only_model;
+  for (size_t i = 0; rc == KILN_OK && i < suite->n_model; i++) {
+    if (o->only_model && strcmp(o->only_model, suite->model[i]->name)) continue;
+    found = true;
+    rc = run_model(&x, suite->model[i]);
+  }
+  if (rc == KILN_OK && !found)
+    rc = kiln_errorf(KILN_ERR_INVALID, "%s: no model named '%s'", suite_path, o->only_model);
+  out->duration_s = now_s() - t0;
+  protobuf_c_message_free_unpacked(&suite->base, NULL);
+  if (rc) kiln_ce_result_free(out);
+  return rc;
+}
