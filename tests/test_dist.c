@@ -53,7 +53,7 @@ static void test_local_comm(void **state) {
   assert_int_equal(c->ops->allgather(c, "xyz", 4, got), KILN_OK);
   assert_string_equal(got, "xyz");
   assert_int_equal(kiln_comm_broadcast(c, buf, 5, 3), KILN_OK); /* one rank: nothing to send */
-  kiln_comm_abort(c, 1); /* one process: returns, the caller exits */
+  kiln_comm_end_job(c, 1); /* one process: returns, the caller exits */
   kiln_comm_free(c);
 }
 
@@ -68,7 +68,7 @@ static void test_null_comm_is_one_process(void **state) {
   int a = 42, b = 0;
   assert_int_equal(kiln_comm_allgather(NULL, &a, sizeof a, &b), KILN_OK);
   assert_int_equal(b, 42);
-  kiln_comm_abort(NULL, 1);
+  kiln_comm_end_job(NULL, 1);
   kiln_comm_free(NULL);
   if (!kiln_comm_mpi_built()) {
     kiln_comm *c = (kiln_comm *)1;

@@ -47,7 +47,7 @@ static int fail(kiln_comm *comm, const char *what) {
     fprintf(stderr, "kiln: rank %d of %d: %s: %s\n", kiln_comm_rank(comm), kiln_comm_size(comm),
             what, kiln_last_error());
     fflush(stderr);
-    kiln_comm_abort(comm, 1); /* does not return */
+    kiln_comm_end_job(comm, 1); /* does not return */
   }
   int rc = tool_fail(what);
   kiln_comm_free(comm);

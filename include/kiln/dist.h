@@ -5,7 +5,7 @@
  *
  * Every collective must be called by every rank, in the same order, from the thread that created
  * the communicator (never from OpenMP regions or prefetch threads). A rank that fails between
- * collectives cannot tell the others; the caller must then end the job with kiln_comm_abort()
+ * collectives cannot tell the others; the caller must then end the job with kiln_comm_end_job()
  * rather than return, or the other ranks wait for it forever. */
 #ifndef KILN_DIST_H
 #define KILN_DIST_H
@@ -32,7 +32,7 @@ typedef struct kiln_comm_ops {
   int (*allgather)(kiln_comm *c, const void *send, size_t n, void *recv);
   /* Ends every process of the job with exit status `code` (MPI_Abort). The local communicator
    * returns: a single process ends by returning the code itself. */
-  void (*abort)(kiln_comm *c, int code);
+  void (*end_job)(kiln_comm *c, int code);
   /* Releases the communicator (MPI_Finalize for the MPI one). */
   void (*destroy)(kiln_comm *c);
 } kiln_comm_ops;
@@ -61,7 +61,7 @@ int kiln_comm_barrier(kiln_comm *c);
 int kiln_comm_broadcast(kiln_comm *c, float *buf, int64_t n, int root);
 int kiln_comm_allreduce_sum(kiln_comm *c, float *buf, int64_t n, bool ordered);
 int kiln_comm_allgather(kiln_comm *c, const void *send, size_t n, void *recv);
-void kiln_comm_abort(kiln_comm *c, int code);
+void kiln_comm_end_job(kiln_comm *c, int code);
 
 /* acc[i] += x[i], one float addition per element in index order. The deterministic reduction
  * and the solver's iter_size accumulation both add through here, so one worker with iter_size N

@@ -8,7 +8,7 @@
  * rank reads its share of the train data, the gradients are summed over the ranks every
  * iteration, and every rank applies the same update. Tests, snapshot files and events happen on
  * rank 0. Creation, step, solve, snapshot and restore are then collective: every rank calls
- * them, in the same order; a rank that gets an error must end the job (kiln_comm_abort). */
+ * them, in the same order; a rank that gets an error must end the job (kiln_comm_end_job). */
 #ifndef KILN_SOLVER_H
 #define KILN_SOLVER_H
 

@@ -31,8 +31,8 @@ int kiln_comm_allgather(kiln_comm *c, const void *send, size_t n, void *recv) {
   return c->ops->allgather(c, send, n, recv);
 }
 
-void kiln_comm_abort(kiln_comm *c, int code) {
-  if (c && c->ops->abort) c->ops->abort(c, code);
+void kiln_comm_end_job(kiln_comm *c, int code) {
+  if (c && c->ops->end_job) c->ops->end_job(c, code);
 }
 
 void kiln_comm_free(kiln_comm *c) {

@@ -26,7 +26,7 @@ static int local_allgather(kiln_comm *c, const void *send, size_t n, void *recv)
   return KILN_OK;
 }
 
-static void local_abort(kiln_comm *c, int code) { (void)c, (void)code; }
+static void local_end_job(kiln_comm *c, int code) { (void)c, (void)code; }
 
 static void local_destroy(kiln_comm *c) { free(c); }
 
@@ -37,7 +37,7 @@ static const kiln_comm_ops local_ops = {
     .allreduce_sum = local_allreduce,
     .allreduce_sum_ordered = local_allreduce,
     .allgather = local_allgather,
-    .abort = local_abort,
+    .end_job = local_end_job,
     .destroy = local_destroy,
 };
 

@@ -85,7 +85,7 @@ static int mpi_allgather(kiln_comm *c, const void *send, size_t n, void *recv) {
                     "allgather");
 }
 
-static void mpi_abort(kiln_comm *c, int code) {
+static void mpi_end_job(kiln_comm *c, int code) {
   (void)c;
   MPI_Abort(MPI_COMM_WORLD, code);
 }
@@ -112,7 +112,7 @@ static const kiln_comm_ops mpi_ops = {
     .allreduce_sum = mpi_allreduce,
     .allreduce_sum_ordered = mpi_allreduce_ordered,
     .allgather = mpi_allgather,
-    .abort = mpi_abort,
+    .end_job = mpi_end_job,
     .destroy = mpi_destroy,
 };
 
