@@ -4,11 +4,8 @@
 #include <string.h>
 
 #include "kiln/net.h"
+#include "net_internal.h"
 
-int kiln_layer_wire(kiln_layer *l, const Caffe__LayerParameter *lp, const kiln_layer_ops *ops,
-                    const char *name, int phase, kiln_blob **bottoms, int nbottom,
-                    kiln_blob **tops, int ntop);
-void kiln_layer_release(kiln_layer *l);
 
 /* Fills `l` (zeroed by the caller) and checks the number of bottoms and tops. */
 int kiln_layer_wire(kiln_layer *l, const Caffe__LayerParameter *lp, const kiln_layer_ops *ops,

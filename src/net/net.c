@@ -14,11 +14,8 @@
 #include <string.h>
 
 #include "kiln/net.h"
+#include "net_internal.h"
 
-int kiln_layer_wire(kiln_layer *l, const Caffe__LayerParameter *lp, const kiln_layer_ops *ops,
-                    const char *name, int phase, kiln_blob **bottoms, int nbottom,
-                    kiln_blob **tops, int ntop);
-void kiln_layer_release(kiln_layer *l);
 
 /* One layer of the build plan: names only, before any blob exists. */
 typedef struct {
