@@ -1,5 +1,5 @@
 /* Data-parallel pieces that run without MPI: the local communicator and the NULL (one process)
- * front end, the fixed-order sum, --sync parsing and the modes not implemented yet, the batch
+ * front end, the fixed-order sum, --sync parsing and checking, MODEL and TIME steps, the batch
  * stream against a batch-by-batch walk of WRAP / DROP / KEEP, and the solver driven by a fake
  * two-rank communicator (the configuration check names the rank that differs; parameters are
  * broadcast before the first step; the gradient sum is divided once by workers x passes; only
@@ -156,9 +156,18 @@ static void test_sync_parse_and_check(void **state) {
   assert_int_equal(kiln_sync_parse("time:2.5", &c), KILN_OK);
   assert_int_equal(c.mode, KILN_SYNC_TIME);
   assert_true(c.interval_seconds == 2.5);
+  assert_int_equal(c.warmup_iters, 0);
   assert_string_equal(kiln_sync_mode_name(KILN_SYNC_TIME), "time");
+  assert_int_equal(kiln_sync_parse("model:10:50", &c), KILN_OK);
+  assert_int_equal(c.mode, KILN_SYNC_MODEL);
+  assert_int_equal(c.interval_iters, 10);
+  assert_int_equal(c.warmup_iters, 50);
+  assert_int_equal(kiln_sync_parse("time:0.5:7", &c), KILN_OK);
+  assert_true(c.interval_seconds == 0.5);
+  assert_int_equal(c.warmup_iters, 7);
   const char *bad[] = {"", "grads", "grad:3", "model", "model:", "model:0", "model:x", "time:-1",
-                       "time:0", "time:nan", "average"};
+                       "time:0", "time:nan", "average", "model:10:", "model:10:-1", "model:10:x",
+                       "time:1:2:3", "model:3x", "time:1s"};
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     kiln_sync_config d = {0};
     if (kiln_sync_parse(bad[i], &d) != KILN_ERR_INVALID) fail_msg("'%s' accepted", bad[i]);
@@ -167,15 +176,27 @@ static void test_sync_parse_and_check(void **state) {
   assert_contains(kiln_last_error(), "model:10");
   kiln_sync_config g = {.mode = KILN_SYNC_GRADIENT};
   assert_int_equal(kiln_sync_check(&g, 8), KILN_OK);
-  kiln_sync_config m = {.mode = KILN_SYNC_MODEL, .interval_iters = 5};
-  assert_int_equal(kiln_sync_check(&m, 1), KILN_OK); /* one worker: nothing to average */
-  assert_int_equal(kiln_sync_check(&m, 2), KILN_ERR_UNSUPPORTED);
-  assert_contains(kiln_last_error(), "MODEL is not implemented yet");
+  kiln_sync_config m = {.mode = KILN_SYNC_MODEL, .interval_iters = 5, .warmup_iters = 3};
+  assert_int_equal(kiln_sync_check(&m, 1), KILN_OK);
+  assert_int_equal(kiln_sync_check(&m, 2), KILN_OK);
+  /* Local steps only with several workers and past the warm-up. */
+  assert_false(kiln_sync_is_local(&m, 1, 10));
+  assert_false(kiln_sync_is_local(&m, 2, 2));
+  assert_true(kiln_sync_is_local(&m, 2, 3));
+  assert_false(kiln_sync_is_local(&g, 2, 10));
+  m.warmup_iters = -1;
+  assert_int_equal(kiln_sync_check(&m, 2), KILN_ERR_INVALID);
+  assert_contains(kiln_last_error(), "warmup_iters");
+  m.warmup_iters = 0;
   m.interval_iters = 0;
   assert_int_equal(kiln_sync_check(&m, 2), KILN_ERR_INVALID);
+  assert_contains(kiln_last_error(), "interval_iters");
   kiln_sync_config t = {.mode = KILN_SYNC_TIME, .interval_seconds = 1};
-  assert_int_equal(kiln_sync_check(&t, 4), KILN_ERR_UNSUPPORTED);
-  assert_contains(kiln_last_error(), "TIME");
+  assert_int_equal(kiln_sync_check(&t, 4), KILN_OK);
+  assert_true(kiln_sync_is_local(&t, 4, 0));
+  t.interval_seconds = 0;
+  assert_int_equal(kiln_sync_check(&t, 4), KILN_ERR_INVALID);
+  assert_contains(kiln_last_error(), "interval_seconds");
 }
 
 /* ---- the batch stream -------------------------------------------------------------------------- */
@@ -333,12 +354,13 @@ static void test_solver_config_mismatch_names_the_rank(void **state) {
   assert_contains(kiln_last_error(), "the 3 workers disagree on the solver and train net");
   assert_contains(kiln_last_error(), "rank 2 differs from rank 0");
   assert_int_equal(st.allgathers, 1);
-  /* A mode not implemented yet is refused before anything is built. */
+  /* A mode without its interval is refused before anything is built. */
   fake_state st2 = {0};
   kiln_comm c2 = {.ops = &fake_ops, .rank = 0, .size = 2, .impl = &st2};
-  kiln_solver_options o2 = {.comm = &c2, .sync = {.mode = KILN_SYNC_TIME, .interval_seconds = 3}};
-  assert_int_equal(kiln_solver_create(solver_path, &o2, &s), KILN_ERR_UNSUPPORTED);
-  assert_contains(kiln_last_error(), "solver.prototxt: sync mode TIME is not implemented yet");
+  kiln_solver_options o2 = {.comm = &c2, .sync = {.mode = KILN_SYNC_TIME}};
+  assert_int_equal(kiln_solver_create(solver_path, &o2, &s), KILN_ERR_INVALID);
+  assert_contains(kiln_last_error(), "solver.prototxt: sync mode TIME needs interval_seconds > 0");
+  assert_int_equal(st2.allgathers, 0);
 }
 
 /* Rank 0 of two identical twins: the sum is twice the gradient and the update divides by two, so
@@ -393,6 +415,63 @@ static void test_solver_twin_workers(void **state) {
   kiln_solver_free(s);
 }
 
+/* Twin workers (the fake communicator gives every rank the same buffers) in MODEL and TIME mode:
+ * local steps divide by one worker, averaging identical twins with weight 1/2 changes no bit, so
+ * each run must equal the GRADIENT twin's (whose sum of two equal gradients, halved, is exact)
+ * on the same shard, while the collectives called tell the modes apart. */
+static void test_solver_model_and_time_twins(void **state) {
+  (void)state;
+  fake_state gs = {0};
+  kiln_comm gc = {.ops = &fake_ops, .rank = 0, .size = 2, .impl = &gs};
+  kiln_solver_options go = {.comm = &gc};
+  kiln_solver *grad;
+  assert_int_equal(kiln_solver_create(solver_path, &go, &grad), KILN_OK);
+  assert_int_equal(kiln_solver_step(grad, 4), KILN_OK);
+  assert_int_equal(gs.allreduces, 4); /* one gradient sum an iteration */
+  size_t bytes = sizeof(float) * (size_t)grad->net->nparam_floats;
+  struct {
+    kiln_sync_config sync;
+    int allreduces; /* gradient sums + 2 per average (parameters and history) */
+    int64_t averages;
+  } cases[] = {
+      {{.mode = KILN_SYNC_MODEL, .interval_iters = 2}, 4, 2},
+      {{.mode = KILN_SYNC_MODEL, .interval_iters = 1, .warmup_iters = 2}, 2 + 4, 2},
+      {{.mode = KILN_SYNC_MODEL, .interval_iters = 8}, 0, 0}, /* no average within 4 steps */
+      {{.mode = KILN_SYNC_TIME, .interval_seconds = 1000}, 2, 1}, /* one round, to `stop` */
+      {{.mode = KILN_SYNC_TIME, .interval_seconds = 1e-9}, 8, 4}, /* a round per step */
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    fake_state st = {0};
+    kiln_comm c = {.ops = &fake_ops, .rank = 0, .size = 2, .impl = &st};
+    kiln_solver_options o = {.comm = &c, .sync = cases[i].sync};
+    kiln_solver *s;
+    assert_int_equal(kiln_solver_create(solver_path, &o, &s), KILN_OK);
+    if (kiln_solver_step(s, 4) != KILN_OK) fail_msg("case %zu: %s", i, kiln_last_error());
+    if (memcmp(s->net->param_data, grad->net->param_data, bytes) != 0)
+      fail_msg("case %zu: parameters differ from the GRADIENT twins'", i);
+    assert_int_equal(s->iter, 4);
+    assert_int_equal(st.allreduces, cases[i].allreduces);
+    assert_int_equal(s->naverages, cases[i].averages);
+    uint64_t cur;
+    assert_int_equal(kiln_net_get_cursors(s->net, &cur), 1);
+    assert_int_equal(cur, 32); /* 4 rounds x 2 workers x 4 records, as in GRADIENT mode */
+    /* A snapshot makes one model first: only MODEL K=8 still has local steps to average. */
+    char *path = NULL;
+    int before = st.allreduces;
+    assert_int_equal(kiln_solver_snapshot(s, &path), KILN_OK);
+    assert_int_equal(st.allreduces - before, cases[i].averages || i == 1 ? 0 : 2);
+    assert_non_null(path);
+    remove(path);
+    path[strlen(path) - strlen(".solverstate")] = '\0';
+    char model[512];
+    snprintf(model, sizeof model, "%s.caffemodel", path);
+    remove(model);
+    free(path);
+    kiln_solver_free(s);
+  }
+  kiln_solver_free(grad);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_local_comm),
@@ -403,6 +482,7 @@ int main(void) {
       cmocka_unit_test(test_batch_stream_matches_walk),
       cmocka_unit_test(test_solver_config_mismatch_names_the_rank),
       cmocka_unit_test(test_solver_twin_workers),
+      cmocka_unit_test(test_solver_model_and_time_twins),
   };
   return cmocka_run_group_tests(tests, make_fixture, remove_fixture);
 }

@@ -169,8 +169,13 @@ void tool_on_event(const kiln_event *e, void *user) {
     /* One line per worker: the slowest sets the pace, and its peers wait in the sync. */
     names[n] = "samples_per_s", values[n++] = e->samples_per_s;
     names[n] = "sync_ms", values[n++] = e->sync_ms;
-    fprintf(stderr, "worker %d of %d: %.0f samples/s, %.1f s in gradient sync\n", e->rank,
-            e->nworkers, e->samples_per_s, e->sync_ms / 1e3);
+    names[n] = "wall_samples_per_s", values[n++] = e->wall_samples_per_s;
+    names[n] = "iters", values[n++] = (double)e->worker_iters;
+    fprintf(stderr,
+            "worker %d of %d: %lld iterations, %.0f samples/s computing, %.0f counting %.1f s "
+            "waiting in sync\n",
+            e->rank, e->nworkers, (long long)e->worker_iters, e->samples_per_s,
+            e->wall_samples_per_s, e->sync_ms / 1e3);
   } else if (!strcmp(e->event, "done")) {
     names[n] = "peak_rss_mb", values[n++] = e->peak_rss_mb;
     fprintf(stderr, "done at iteration %d in %.1f s, peak RSS %.1f MB\n", e->iter, e->time_ms / 1e3,

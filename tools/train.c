@@ -10,8 +10,8 @@
 static int usage_error(const char *why, const char *a) {
   fprintf(stderr,
           "kiln train: %s '%s'\nusage: kiln train --solver S [--snapshot X | --weights W] "
-          "[--sync grad|model:K|time:T] [--deterministic] [--metrics F] [--threads N] "
-          "[--max-memory SIZE]\n",
+          "[--sync grad|model:K[:W]|time:T[:W]] [--deterministic] [--metrics F] [--threads N] "
+          "[--max-memory SIZE] [--debug-slow-rank R:MS]\n",
           why, a);
   return 2;
 }
@@ -58,6 +58,8 @@ int cmd_train(int argc, char **argv) {
   tool_common c = {0};
   const char *solver = NULL, *snapshot = NULL, *weights = NULL;
   kiln_sync_config sync = {0};
+  int slow_rank = 0;
+  double slow_ms = 0;
   for (int i = 1; i < argc; i++) {
     int r = tool_common_option(&c, argc, argv, &i);
     if (r < 0) return 2;
@@ -73,6 +75,20 @@ int cmd_train(int argc, char **argv) {
         fprintf(stderr, "kiln train: %s\n", kiln_last_error());
         return 2;
       }
+      continue;
+    }
+    if (!strcmp(a, "--debug-slow-rank")) {
+      /* A testing aid: rank R sleeps MS milliseconds after each iteration (a busy machine). */
+      if (i + 1 >= argc) return usage_error("missing value for", a);
+      const char *v = argv[++i];
+      char *end;
+      long r = strtol(v, &end, 10);
+      if (end == v || *end != ':' || r < 0) return usage_error("expected R:MS, not", v);
+      const char *ms = end + 1;
+      slow_ms = strtod(ms, &end);
+      if (end == ms || *end || !(slow_ms >= 0) || slow_ms > 1e7)
+        return usage_error("expected R:MS (milliseconds >= 0), not", v);
+      slow_rank = (int)r;
       continue;
     }
     const char **slot = !strcmp(a, "--solver") ? &solver : !strcmp(a, "--snapshot") ? &snapshot
@@ -97,7 +113,8 @@ int cmd_train(int argc, char **argv) {
   if (tool_metrics_open(&m, rank == 0 ? c.metrics : NULL)) return fail(comm, "metrics");
   m.rank = rank;
   kiln_solver_options o = {.max_memory = c.max_memory, .on_event = tool_on_event, .user = &m,
-                           .comm = comm, .sync = sync};
+                           .comm = comm, .sync = sync, .debug_slow_rank = slow_rank,
+                           .debug_slow_ms = slow_ms};
   kiln_solver *s;
   if (kiln_solver_create(solver, &o, &s)) {
     tool_metrics_close(&m);
@@ -107,12 +124,23 @@ int cmd_train(int argc, char **argv) {
     char *table = kiln_net_describe(s->net);
     if (table) fprintf(stderr, "%s", table);
     free(table);
-    if (nworkers > 1)
-      fprintf(stderr, "%d workers, %s sync%s, global batch %d = batch %d x %d workers x iter_size %d\n",
-              nworkers, kiln_sync_mode_name(s->sync.mode),
-              s->sync.deterministic ? " (deterministic: rank-order sum)" : "",
+    if (nworkers > 1) {
+      const kiln_sync_config *y = &s->sync;
+      char how[160] = "";
+      if (y->mode == KILN_SYNC_MODEL)
+        snprintf(how, sizeof how, " every %d iterations", y->interval_iters);
+      else if (y->mode == KILN_SYNC_TIME)
+        snprintf(how, sizeof how, " every %g s", y->interval_seconds);
+      if (y->mode != KILN_SYNC_GRADIENT && y->warmup_iters > 0)
+        snprintf(how + strlen(how), sizeof how - strlen(how), " after %d in gradient mode",
+                 y->warmup_iters);
+      fprintf(stderr, "%d workers, %s sync%s%s, global batch %d = batch %d x %d workers x "
+              "iter_size %d\n",
+              nworkers, kiln_sync_mode_name(y->mode), how,
+              y->deterministic ? " (deterministic: rank-order sum)" : "",
               s->batch_size * nworkers * s->param->iter_size, s->batch_size, nworkers,
               s->param->iter_size);
+    }
   }
   int rc = KILN_OK;
   if (snapshot) rc = kiln_solver_restore(s, snapshot);

@@ -64,6 +64,7 @@ double kiln_peak_rss_mb(void);
 /* Memory the OS reports as available (MemAvailable), in bytes; 0 if unknown. */
 uint64_t kiln_mem_available(void);
 double kiln_now_ms(void); /* monotonic clock */
+void kiln_sleep_ms(double ms); /* sleeps (through signals) */
 
 /* ---- blobs ------------------------------------------------------------------------------- */
 

@@ -1,7 +1,7 @@
 /* kiln dist: data-parallel training. A communicator (a table of collective operations with a
- * single-process and an MPI implementation), the synchronisation settings (GRADIENT today; MODEL
- * and TIME are declared so that solver files and command lines can name them), and the batch
- * arithmetic that deals whole batches of the data stream round-robin to the workers.
+ * single-process and an MPI implementation), the synchronisation settings (GRADIENT, MODEL and
+ * TIME, docs/distributed.md) and their collectives, and the batch arithmetic that deals whole
+ * batches of the data stream round-robin to the workers.
  *
  * Every collective must be called by every rank, in the same order, from the thread that created
  * the communicator (never from OpenMP regions or prefetch threads). A rank that fails between
@@ -72,9 +72,9 @@ void kiln_dist_accumulate(float *restrict acc, const float *restrict x, int64_t 
 
 typedef enum kiln_sync_mode {
   KILN_SYNC_DEFAULT = 0, /* unset: the solver file's sync { mode }, else GRADIENT */
-  KILN_SYNC_GRADIENT,    /* sum gradients every iteration (implemented) */
-  KILN_SYNC_MODEL,       /* average parameters every interval_iters iterations (not yet) */
-  KILN_SYNC_TIME,        /* average parameters every interval_seconds seconds (not yet) */
+  KILN_SYNC_GRADIENT,    /* sum gradients every iteration */
+  KILN_SYNC_MODEL,       /* local steps; average parameters every interval_iters iterations */
+  KILN_SYNC_TIME,        /* local steps; average every interval_seconds, weighted by samples */
   KILN_SYNC_MODE_COUNT
 } kiln_sync_mode;
 
@@ -82,18 +82,25 @@ typedef struct kiln_sync_config {
   kiln_sync_mode mode;
   int interval_iters;
   double interval_seconds;
+  int warmup_iters;   /* MODEL / TIME: iterations in GRADIENT mode first */
   bool deterministic; /* fixed reduction order (allreduce_sum_ordered) */
 } kiln_sync_config;
 
 const char *kiln_sync_mode_name(kiln_sync_mode m); /* "gradient", "model", "time" */
-/* Command-line form: "grad" (or "gradient"), "model:K", "time:T" (seconds). Sets mode and the
- * interval; leaves `deterministic` alone. */
+/* Command-line form: "grad" (or "gradient"), "model:K[:W]", "time:T[:W]" (T seconds, W warm-up
+ * iterations in GRADIENT mode). Sets mode, interval and warm-up; leaves `deterministic` alone. */
 int kiln_sync_parse(const char *text, kiln_sync_config *out);
-/* KILN_ERR_UNSUPPORTED for the modes not implemented yet, KILN_ERR_INVALID for bad intervals. */
+/* KILN_ERR_INVALID for a missing or bad interval or warm-up. */
 int kiln_sync_check(const kiln_sync_config *cfg, int nworkers);
+/* True when iteration `iter` steps locally (MODEL / TIME past the warm-up, several workers). */
+bool kiln_sync_is_local(const kiln_sync_config *cfg, int nworkers, int64_t iter);
 /* GRADIENT: every rank's `diff` (n floats) becomes the sum over ranks (ordered when
  * cfg->deterministic). The caller scales by 1/N (the solver folds it into iter_size's 1/I). */
 int kiln_sync_gradients(kiln_comm *c, const kiln_sync_config *cfg, float *diff, int64_t n);
+/* MODEL / TIME: every rank's `buf` (n floats) becomes sum over ranks of weight_r x buf_r, the
+ * same on every rank (weights summing to 1 give the weighted average). */
+int kiln_sync_average(kiln_comm *c, const kiln_sync_config *cfg, float *buf, int64_t n,
+                      float weight);
 
 /* ---- the batch stream, dealt to workers ---------------------------------------------------- */
 

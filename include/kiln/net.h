@@ -37,6 +37,8 @@ typedef struct kiln_net {
   int nlearnable;
   kiln_blob **learnable;      /* views into param_data / param_diff */
   float *lr_mult, *decay_mult;
+  bool *is_state;             /* running statistics a layer updates itself (BatchNorm's), not
+                                 the solver: data-parallel workers average them */
   int64_t *learnable_offset;  /* offset of each learnable blob in the flat buffers */
   float *param_data, *param_diff;
   int64_t nparam_floats;

@@ -30,11 +30,14 @@ typedef struct kiln_event {
   const char *path;    /* snapshot: the .solverstate written */
   int rank;            /* the worker the figures describe (0 but for "worker" events) */
   int nworkers;
-  double sync_ms;      /* worker: time spent summing gradients over the workers */
+  double sync_ms;      /* worker: time spent waiting in collectives (gradient sums, averages) */
+  double wall_samples_per_s; /* worker: its samples over its time in iterations and collectives */
+  int64_t worker_iters;      /* worker: the iterations it ran (they differ in TIME mode) */
 } kiln_event;
-/* Events: "train" (every display iterations; loss and samples_per_s over all workers), "test",
- * "snapshot", "progress", "worker" (at the end of solve, one per rank: its own samples_per_s and
- * sync_ms) and "done". Only rank 0 emits. */
+/* Events: "train" (every display iterations; loss and samples_per_s over all workers; in MODEL
+ * and TIME mode the loss is rank 0's own), "test", "snapshot", "progress", "worker" (at the end of
+ * solve, one per rank: its own samples_per_s while computing, wall_samples_per_s counting its
+ * waits too, sync_ms and worker_iters) and "done". Only rank 0 emits. */
 
 typedef void (*kiln_event_fn)(const kiln_event *e, void *user);
 
@@ -48,6 +51,10 @@ typedef struct kiln_solver_options {
   kiln_sync_config sync;   /* overrides of the solver file's sync { }: a mode other than
                               KILN_SYNC_DEFAULT replaces its mode and interval; deterministic
                               true forces the ordered reduction */
+  /* Testing aid: rank debug_slow_rank sleeps debug_slow_ms after each of its iterations (a slow
+   * or busy machine, for TIME mode). 0 ms: off. */
+  int debug_slow_rank;
+  double debug_slow_ms;
 } kiln_solver_options;
 
 typedef enum {
@@ -85,8 +92,12 @@ typedef struct kiln_solver {
   const Caffe__NetParameter *train_param;
   float *grad_acc;         /* iter_size > 1: the passes' gradients summed in pass order */
   bool params_synced;      /* rank 0's parameters broadcast since creation or restore */
-  double work_ms, sync_ms; /* this worker: time in training iterations, and in gradient sync */
-  uint64_t work_samples;
+  double work_ms, sync_ms; /* this worker: time in training iterations, and in collectives that
+                              wait for the others (gradient sums, model averages) */
+  uint64_t work_samples, work_iters;
+  int64_t naverages;       /* MODEL / TIME: model averages so far */
+  bool diverged;           /* MODEL / TIME: local steps since the last model average */
+  bool state_diverged;     /* running statistics (BatchNorm's) updated since the last average */
 } kiln_solver;
 
 /* Reads the solver file and builds the train and test nets (net paths are taken as given, or

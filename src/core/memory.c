@@ -1,6 +1,7 @@
 /* Aligned allocation, whole-file reads, atomic writes (temporary name then rename) and the
  * process memory figures the net uses to refuse what would not fit. */
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -112,4 +113,11 @@ double kiln_now_ms(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+void kiln_sleep_ms(double ms) {
+  if (!(ms > 0)) return;
+  struct timespec ts = {(time_t)(ms / 1e3), (long)(fmod(ms, 1e3) * 1e6)};
+  while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+  }
 }

@@ -359,11 +359,13 @@ static int setup_params(kiln_net *net) {
   net->learnable = calloc((size_t)total + 1, sizeof(kiln_blob *));
   net->lr_mult = calloc((size_t)total + 1, sizeof(float));
   net->decay_mult = calloc((size_t)total + 1, sizeof(float));
+  net->is_state = calloc((size_t)total + 1, sizeof(bool));
   net->learnable_offset = calloc((size_t)total + 1, sizeof(int64_t));
   in->param_owner_blob = calloc((size_t)total + 1, sizeof(kiln_blob *));
   const char **owner_names = calloc((size_t)total + 1, sizeof(char *));
   int *owner_index = calloc((size_t)total + 1, sizeof(int));
-  if (!net->learnable || !net->lr_mult || !net->decay_mult || !net->learnable_offset ||
+  if (!net->learnable || !net->lr_mult || !net->decay_mult || !net->is_state ||
+      !net->learnable_offset ||
       !in->param_owner_blob || !owner_names || !owner_index) {
     free(owner_names);
     free(owner_index);
@@ -407,6 +409,7 @@ static int setup_params(kiln_net *net) {
       owner_index[k] = slot;
       net->lr_mult[k] = l->param_frozen[p] ? 0.0f : spec ? spec->lr_mult : 1.0f;
       net->decay_mult[k] = l->param_frozen[p] ? 0.0f : spec ? spec->decay_mult : 1.0f;
+      net->is_state[k] = l->param_frozen[p];
       in->param_owner_blob[slot] = l->param[p];
     }
   }
@@ -692,6 +695,7 @@ void kiln_net_free(kiln_net *net) {
   free(net->learnable);
   free(net->lr_mult);
   free(net->decay_mult);
+  free(net->is_state);
   free(net->learnable_offset);
   kiln_free(net->param_data);
   kiln_free(net->param_diff);

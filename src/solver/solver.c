@@ -208,6 +208,7 @@ static int resolve_sync(kiln_solver *s) {
                                                             : KILN_SYNC_GRADIENT;
     c.interval_iters = f->interval_iters;
     c.interval_seconds = f->interval_seconds;
+    c.warmup_iters = f->warmup_iters;
     c.deterministic = f->deterministic;
   }
   const kiln_sync_config *o = &s->opt.sync;
@@ -215,6 +216,7 @@ static int resolve_sync(kiln_solver *s) {
     c.mode = o->mode;
     c.interval_iters = o->interval_iters;
     c.interval_seconds = o->interval_seconds;
+    c.warmup_iters = o->warmup_iters;
   }
   c.deterministic |= o->deterministic;
   s->sync = c;
@@ -247,7 +249,8 @@ static int config_digest(kiln_solver *s, uint8_t digest[32]) {
   KILN_TRY(hash_message(&h, &s->param->base));
   KILN_TRY(hash_message(&h, &s->train_param->base));
   int64_t settings[] = {s->nworkers, s->sync.mode, s->sync.interval_iters,
-                        (int64_t)(s->sync.interval_seconds * 1e6), s->sync.deterministic,
+                        (int64_t)(s->sync.interval_seconds * 1e6), s->sync.warmup_iters,
+                        s->sync.deterministic,
                         s->max_iter, s->net->nparam_floats, s->batch_size, s->history_per_param};
   kiln_sha256_update(&h, settings, sizeof settings);
   kiln_sha256_final(&h, digest);
@@ -420,14 +423,15 @@ static void clip_gradients(kiln_solver *s) {
   }
 }
 
-static void apply_update(kiln_solver *s, float rate) {
+/* `workers` gradients were summed (1 when each worker steps on its own). */
+static void apply_update(kiln_solver *s, float rate, int workers) {
   const Caffe__SolverParameter *p = s->param;
   kiln_net *net = s->net;
   clip_gradients(s);
   bool l1 = p->regularization_type && strcmp(p->regularization_type, "L1") == 0;
   /* One division for the whole sum (workers x passes), after clipping, as one worker with
    * iter_size N divides its passes' sum. */
-  int summed = p->iter_size * s->nworkers;
+  int summed = p->iter_size * workers;
   float norm = summed > 1 ? 1.0f / (float)summed : 1.0f;
   float m = p->momentum, delta = p->delta;
   int64_t hstride = net->nparam_floats;
@@ -616,10 +620,12 @@ static int compute_gradients(kiln_solver *s, double *loss_sum) {
 }
 
 /* The iteration's loss over every pass of every worker, added in rank order (the order one
- * worker adds its passes in, so the loss too matches one worker with iter_size N). */
-static int global_loss(kiln_solver *s, double local, float *out) {
+ * worker adds its passes in, so the loss too matches one worker with iter_size N). A worker that
+ * steps on its own (`local`) reports its own. */
+static int global_loss(kiln_solver *s, double local, bool own, float *out) {
   double total = local;
-  if (s->nworkers > 1) {
+  int workers = own ? 1 : s->nworkers;
+  if (workers > 1) {
     double *all = malloc(sizeof(double) * (size_t)s->nworkers);
     if (!all) return kiln_errorf(KILN_ERR_NOMEM, "out of memory");
     int rc = kiln_comm_allgather(s->opt.comm, &local, sizeof local, all);
@@ -628,7 +634,190 @@ static int global_loss(kiln_solver *s, double local, float *out) {
     free(all);
     if (rc) return kiln_error_context(rc, "gathering the workers' losses: ");
   }
-  *out = (float)(total / ((double)s->param->iter_size * s->nworkers));
+  *out = (float)(total / ((double)s->param->iter_size * workers));
+  return KILN_OK;
+}
+
+/* ---- model averaging (MODEL and TIME) ------------------------------------------------------- */
+
+/* Every worker's parameters (running statistics included) and solver history become
+ * sum_r weight_r x theirs_r: one model again. */
+static int average_model(kiln_solver *s, float weight) {
+  kiln_net *net = s->net;
+  double t = kiln_now_ms();
+  int rc = kiln_sync_average(s->opt.comm, &s->sync, net->param_data, net->nparam_floats, weight);
+  if (!rc)
+    rc = kiln_sync_average(s->opt.comm, &s->sync, s->history,
+                           net->nparam_floats * (int64_t)s->history_per_param, weight);
+  s->sync_ms += kiln_now_ms() - t;
+  if (rc) return rc;
+  s->naverages++;
+  s->diverged = s->state_diverged = false;
+  return KILN_OK;
+}
+
+/* The running statistics alone (BatchNorm's): in GRADIENT mode every worker holds the same
+ * parameters, but each updates its statistics from its own batches. The updates are linear
+ * (decayed sums), so averaging before each test and snapshot gives what averaging every
+ * iteration would, without a collective per iteration. */
+static int average_state(kiln_solver *s) {
+  kiln_net *net = s->net;
+  float w = 1.0f / (float)s->nworkers;
+  double t = kiln_now_ms();
+  for (int k = 0; k < net->nlearnable; k++)
+    if (net->is_state[k])
+      KILN_TRY(kiln_sync_average(s->opt.comm, &s->sync, net->learnable[k]->data,
+                                 net->learnable[k]->count, w));
+  s->sync_ms += kiln_now_ms() - t;
+  s->state_diverged = false;
+  return KILN_OK;
+}
+
+/* Before a test pass, a snapshot or the end of training: one model on every worker (a
+ * collective: every rank calls it at the same point). */
+static int converge_workers(kiln_solver *s) {
+  if (s->nworkers <= 1) return KILN_OK;
+  if (s->diverged) return average_model(s, 1.0f / (float)s->nworkers);
+  if (s->state_diverged) return average_state(s);
+  return KILN_OK;
+}
+
+static bool test_due(const kiln_solver *s) {
+  const Caffe__SolverParameter *p = s->param;
+  return p->test_interval > 0 && s->iter % p->test_interval == 0 &&
+         (s->iter > 0 || p->test_initialization);
+}
+
+static int run_tests(kiln_solver *s) {
+  KILN_TRY(converge_workers(s));
+  return s->rank == 0 ? test_all(s) : KILN_OK;
+}
+
+/* ---- iterations ------------------------------------------------------------------------------ */
+
+typedef struct {
+  double start_ms; /* the display window's start */
+  int iters;
+} rate_window;
+
+/* One iteration: gradients, their sum over the workers unless `local`, the update. */
+static int one_iteration(kiln_solver *s, bool local, rate_window *w) {
+  const Caffe__SolverParameter *p = s->param;
+  double work_start = kiln_now_ms();
+  double loss;
+  KILN_TRY(compute_gradients(s, &loss));
+  int summed = 1;
+  if (s->nworkers > 1 && !local) {
+    double t = kiln_now_ms();
+    KILN_TRY(kiln_sync_gradients(s->opt.comm, &s->sync, s->net->param_diff,
+                                 s->net->nparam_floats));
+    s->sync_ms += kiln_now_ms() - t;
+    work_start += kiln_now_ms() - t;
+    summed = s->nworkers;
+  }
+  float l = 0;
+  KILN_TRY(global_loss(s, loss, local, &l));
+  KILN_TRY(check_finite(s, l));
+  s->loss_window[s->loss_window_pos] = l;
+  s->loss_window_pos = (s->loss_window_pos + 1) % p->average_loss;
+  if (s->loss_window_n < p->average_loss) s->loss_window_n++;
+  double smoothed = 0;
+  for (int i = 0; i < s->loss_window_n; i++) smoothed += s->loss_window[i];
+  smoothed /= s->loss_window_n;
+  float rate = kiln_solver_learning_rate(s);
+  w->iters++;
+  double now = kiln_now_ms();
+  /* samples per iteration over all workers (in TIME mode: as if all ran at rank 0's pace) */
+  double global_batch = (double)s->batch_size * p->iter_size * s->nworkers;
+  double sps = (double)w->iters * global_batch / ((now - w->start_ms) / 1e3);
+  if (p->display > 0 && s->iter % p->display == 0) {
+    int no = s->net->noutputs;
+    const char *names[64];
+    float vals[64];
+    if (no > 64) no = 64;
+    for (int o = 0; o < no; o++) {
+      names[o] = s->net->outputs[o]->name;
+      vals[o] = s->net->outputs[o]->count ? s->net->outputs[o]->data[0] : 0;
+    }
+    kiln_event e = {.event = "train", .iter = s->iter, .loss = (float)smoothed, .lr = rate,
+                    .samples_per_s = sps, .noutputs = no, .output_names = names,
+                    .output_values = vals};
+    emit(s, &e);
+    w->start_ms = now;
+    w->iters = 0;
+  }
+  apply_update(s, rate, summed);
+  KILN_TRY(check_params_finite(s, rate));
+  if (s->opt.debug_slow_ms > 0 && s->rank == s->opt.debug_slow_rank)
+    kiln_sleep_ms(s->opt.debug_slow_ms);
+  s->work_ms += kiln_now_ms() - work_start;
+  s->work_samples += (uint64_t)s->batch_size * (uint64_t)p->iter_size;
+  s->work_iters++;
+  s->iter++;
+  if (s->nworkers > 1) {
+    s->state_diverged = true;
+    if (local) s->diverged = true;
+  }
+  kiln_event pe = {.event = "progress", .iter = s->iter, .loss = (float)smoothed, .lr = rate,
+                   .samples_per_s = sps};
+  emit(s, &pe);
+  return KILN_OK;
+}
+
+/* TIME mode, one round: local iterations for interval_seconds of this worker's own clock (at
+ * least one, none past `stop`), then the average weighted by the iterations (hence samples)
+ * each worker ran, so a slow worker's few steps pull the model as little as they moved it.
+ * The iteration count and the data cursors then move to the furthest worker's: the schedule
+ * follows the fastest worker, and batches dealt to a slower worker that it did not reach in
+ * the round are skipped (docs/distributed.md). Tests and snapshots whose iteration the round
+ * passed run after the average. */
+static int time_round(kiln_solver *s, int stop, rate_window *w) {
+  const Caffe__SolverParameter *p = s->param;
+  int start = s->iter;
+  double t0 = kiln_now_ms(), limit = s->sync.interval_seconds * 1e3;
+  uint64_t steps = 0;
+  do {
+    KILN_TRY(one_iteration(s, true, w));
+    steps++;
+  } while (s->iter < stop && kiln_now_ms() - t0 < limit);
+  int nc = kiln_net_data_layer_count(s->net);
+  size_t per = (size_t)nc + 1;
+  uint64_t *mine = calloc(per, sizeof(uint64_t));
+  uint64_t *all = calloc(per * (size_t)s->nworkers, sizeof(uint64_t));
+  int rc = mine && all ? KILN_OK : kiln_errorf(KILN_ERR_NOMEM, "out of memory");
+  if (!rc) {
+    mine[0] = steps;
+    kiln_net_get_cursors(s->net, mine + 1); /* returns the count, nc */
+  }
+  double t = kiln_now_ms();
+  if (!rc) rc = kiln_comm_allgather(s->opt.comm, mine, per * sizeof(uint64_t), all);
+  s->sync_ms += kiln_now_ms() - t; /* waiting for the slowest worker's last step */
+  uint64_t total = 0, most = 0;
+  bool move = false;
+  if (!rc) {
+    for (int r = 0; r < s->nworkers; r++) {
+      total += all[r * per];
+      if (all[r * per] > most) most = all[r * per];
+    }
+    for (int c = 0; c < nc; c++) {
+      uint64_t far = 0;
+      for (int r = 0; r < s->nworkers; r++)
+        if (all[r * per + 1 + (size_t)c] > far) far = all[r * per + 1 + (size_t)c];
+      if (far != mine[1 + c]) move = true;
+      mine[1 + c] = far;
+    }
+    rc = average_model(s, (float)((double)steps / (double)total));
+  }
+  if (!rc && move) rc = kiln_net_set_cursors(s->net, mine + 1, nc);
+  free(mine);
+  free(all);
+  if (rc) return kiln_error_context(rc, "time sync after iteration %d: ", s->iter);
+  s->iter = start + (int)most;
+  if (p->test_interval > 0 && s->iter / p->test_interval > start / p->test_interval &&
+      s->rank == 0)
+    KILN_TRY(test_all(s));
+  if (p->snapshot > 0 && s->iter / p->snapshot > start / p->snapshot)
+    KILN_TRY(kiln_solver_snapshot(s, NULL));
   return KILN_OK;
 }
 
@@ -636,60 +825,17 @@ int kiln_solver_step(kiln_solver *s, int n) {
   const Caffe__SolverParameter *p = s->param;
   KILN_TRY(sync_params(s));
   int stop = s->iter + n;
-  double window_start = kiln_now_ms();
-  int window_iters = 0;
-  /* samples per iteration over all workers */
-  double global_batch = (double)s->batch_size * p->iter_size * s->nworkers;
+  rate_window w = {kiln_now_ms(), 0};
   while (s->iter < stop) {
-    if (s->rank == 0 && p->test_interval > 0 && s->iter % p->test_interval == 0 &&
-        (s->iter > 0 || p->test_initialization))
-      KILN_TRY(test_all(s));
-    double work_start = kiln_now_ms();
-    double loss;
-    KILN_TRY(compute_gradients(s, &loss));
-    if (s->nworkers > 1) {
-      double t = kiln_now_ms();
-      KILN_TRY(kiln_sync_gradients(s->opt.comm, &s->sync, s->net->param_diff,
-                                   s->net->nparam_floats));
-      s->sync_ms += kiln_now_ms() - t;
+    bool local = kiln_sync_is_local(&s->sync, s->nworkers, s->iter);
+    if (local && s->sync.mode == KILN_SYNC_TIME) {
+      KILN_TRY(time_round(s, stop, &w));
+      continue;
     }
-    float l = 0;
-    KILN_TRY(global_loss(s, loss, &l));
-    KILN_TRY(check_finite(s, l));
-    s->loss_window[s->loss_window_pos] = l;
-    s->loss_window_pos = (s->loss_window_pos + 1) % p->average_loss;
-    if (s->loss_window_n < p->average_loss) s->loss_window_n++;
-    double smoothed = 0;
-    for (int i = 0; i < s->loss_window_n; i++) smoothed += s->loss_window[i];
-    smoothed /= s->loss_window_n;
-    float rate = kiln_solver_learning_rate(s);
-    window_iters++;
-    double now = kiln_now_ms();
-    double sps = (double)window_iters * global_batch / ((now - window_start) / 1e3);
-    if (p->display > 0 && s->iter % p->display == 0) {
-      int no = s->net->noutputs;
-      const char *names[64];
-      float vals[64];
-      if (no > 64) no = 64;
-      for (int o = 0; o < no; o++) {
-        names[o] = s->net->outputs[o]->name;
-        vals[o] = s->net->outputs[o]->count ? s->net->outputs[o]->data[0] : 0;
-      }
-      kiln_event e = {.event = "train", .iter = s->iter, .loss = (float)smoothed, .lr = rate,
-                      .samples_per_s = sps, .noutputs = no, .output_names = names,
-                      .output_values = vals};
-      emit(s, &e);
-      window_start = now;
-      window_iters = 0;
-    }
-    apply_update(s, rate);
-    KILN_TRY(check_params_finite(s, rate));
-    s->work_ms += kiln_now_ms() - work_start;
-    s->work_samples += (uint64_t)s->batch_size * (uint64_t)p->iter_size;
-    s->iter++;
-    kiln_event pe = {.event = "progress", .iter = s->iter, .loss = (float)smoothed, .lr = rate,
-                     .samples_per_s = sps};
-    emit(s, &pe);
+    if (test_due(s)) KILN_TRY(run_tests(s));
+    KILN_TRY(one_iteration(s, local, &w));
+    if (local && (s->iter - s->sync.warmup_iters) % s->sync.interval_iters == 0)
+      KILN_TRY(average_model(s, 1.0f / (float)s->nworkers));
     if (p->snapshot > 0 && s->iter % p->snapshot == 0) KILN_TRY(kiln_solver_snapshot(s, NULL));
   }
   return KILN_OK;
@@ -699,13 +845,16 @@ int kiln_solver_step(kiln_solver *s, int n) {
  * slow worker (which every other one waits for) shows. */
 static int report_workers(kiln_solver *s) {
   if (s->nworkers <= 1) return KILN_OK;
-  double mine[2] = {s->work_ms > 0 ? s->work_samples / (s->work_ms / 1e3) : 0, s->sync_ms};
+  double busy = s->work_ms + s->sync_ms;
+  double mine[4] = {s->work_ms > 0 ? s->work_samples / (s->work_ms / 1e3) : 0, s->sync_ms,
+                    busy > 0 ? s->work_samples / (busy / 1e3) : 0, (double)s->work_iters};
   double *all = malloc(sizeof mine * (size_t)s->nworkers);
   if (!all) return kiln_errorf(KILN_ERR_NOMEM, "out of memory");
   int rc = kiln_comm_allgather(s->opt.comm, mine, sizeof mine, all);
   for (int r = 0; r < s->nworkers && !rc; r++) {
-    kiln_event e = {.event = "worker", .iter = s->iter, .rank = r, .samples_per_s = all[2 * r],
-                    .sync_ms = all[2 * r + 1]};
+    kiln_event e = {.event = "worker", .iter = s->iter, .rank = r, .samples_per_s = all[4 * r],
+                    .sync_ms = all[4 * r + 1], .wall_samples_per_s = all[4 * r + 2],
+                    .worker_iters = (int64_t)all[4 * r + 3]};
     emit(s, &e);
   }
   free(all);
@@ -715,6 +864,8 @@ static int report_workers(kiln_solver *s) {
 int kiln_solver_solve(kiln_solver *s) {
   const Caffe__SolverParameter *p = s->param;
   KILN_TRY(kiln_solver_step(s, s->max_iter - s->iter));
+  /* MODEL and TIME: the job ends with one model (what rank 0 saves and tests). */
+  KILN_TRY(converge_workers(s));
   if (p->snapshot_after_train && (p->snapshot <= 0 || s->iter % p->snapshot != 0))
     KILN_TRY(kiln_solver_snapshot(s, NULL));
   if (s->rank == 0 && p->test_interval > 0 && s->iter % p->test_interval == 0)
@@ -735,6 +886,8 @@ int kiln_solver_load_weights(kiln_solver *s, const char *path) {
 int kiln_solver_snapshot(kiln_solver *s, char **path_out) {
   kiln_net *net = s->net;
   if (path_out) *path_out = NULL;
+  /* One model to save: MODEL / TIME workers average first, GRADIENT workers their statistics. */
+  KILN_TRY(converge_workers(s));
   /* Every worker's dropout generator, so that each resumes its own stream. */
   kiln_rng *rngs = NULL;
   if (s->nworkers > 1) {

@@ -8,7 +8,8 @@
 #          with a clear message and a non-zero exit within seconds (no hang);
 #   (f)    a 2-worker snapshot at 10 resumed on 2 workers ends bit-identical to the straight run
 #          (with dropout too: every worker's generator is saved), and resumed on 1 worker with
-#          iter_size 2 as well (the data cursor is global).
+#          iter_size 2 as well (the data cursor is global);
+#   (g, h) MODEL and TIME sync (below).
 # Skips (exit 0) only when mpirun is missing or kiln was built without MPI.
 source "$(dirname "$0")/lib.bash"
 cd "$WORK"
@@ -93,7 +94,7 @@ same ref2_iter_20.caffemodel w2_iter_20.caffemodel "2 workers --deterministic vs
 grep -q "2 workers, gradient sync (deterministic: rank-order sum), global batch 8 = batch 4 x 2 workers x iter_size 1" w2.log \
   && pass || fail "no global batch line on rank 0: $(grep workers w2.log)"
 [ "$(grep -c 'global batch' w2.log)" = 1 ] && pass || fail "the global batch line is not printed once"
-grep -q '^worker 1 of 2: [0-9]* samples/s' w2.log && pass || fail "no per-worker throughput line"
+grep -q '^worker 1 of 2: 20 iterations, [0-9]* samples/s computing' w2.log && pass || fail "no per-worker throughput line"
 grep -q '"event":"worker".*"rank":1' w2.jsonl && pass || fail "no worker event for rank 1 in the metrics"
 grep -q '"event":"snapshot","iter":10,"time_ms":[0-9.]*,"rank":0' w2.jsonl && pass \
   || fail "no rank 0 snapshot event: $(grep snapshot w2.jsonl)"
@@ -174,8 +175,57 @@ trainN 2 dw --deterministic
 trainN 2 dr --deterministic --snapshot "$WORK/dw_iter_10.solverstate"
 same dw_iter_20.caffemodel dr_iter_20.caffemodel "2-worker resume with dropout"
 
-# Modes not implemented yet are refused, not ignored.
-solver md net.prototxt 1 20 > md.prototxt
-mpi 2 "$KILN" train --solver md.prototxt --sync model:5 > md.log 2>&1 && fail "--sync model:5 accepted" || pass
-grep -q "sync mode MODEL is not implemented yet" md.log && pass || fail "MODEL message: $(grep kiln: md.log)"
+# (g) MODEL: local steps, parameters and history averaged every K iterations.
+#   K = 1 is GRADIENT up to rounding (the average of w - h_r is w minus the average of h_r);
+#   K = 5 trains differently; its snapshot at 10 (a sync point) resumes bit-identical; a warm-up
+#   covering the whole run is GRADIENT bit for bit; TIME with an interval longer than the run is
+#   one round of 20 steps on each worker, weighted 20/40, which is MODEL with K = 20 exactly.
+solver m1 net.prototxt 1 20 > m1.prototxt
+trainN 2 m1 --deterministic --sync model:1
+if "$KILN" compare-weights w2_iter_20.caffemodel m1_iter_20.caffemodel --rtol 1e-4 --atol 1e-6 > cmp_m1.txt; then
+  pass
+else
+  fail "MODEL K=1 vs GRADIENT: $(cat cmp_m1.txt)"
+fi
+grep -q "2 workers, model sync every 1 iterations (deterministic" m1.log && pass || fail "MODEL line: $(grep workers m1.log)"
+solver m5 net.prototxt 1 20 "snapshot: 10
+sync { mode: MODEL interval_iters: 5 }
+" > m5.prototxt
+trainN 2 m5 --deterministic
+cmp -s m5_iter_20.caffemodel w2_iter_20.caffemodel && fail "MODEL K=5 trained as GRADIENT" || pass
+cp m5.prototxt m5r.prototxt
+sed -i "s#$WORK/m5\"#$WORK/m5r\"#" m5r.prototxt
+trainN 2 m5r --deterministic --snapshot "$WORK/m5_iter_10.solverstate"
+same m5_iter_20.caffemodel m5r_iter_20.caffemodel "MODEL K=5 resumed at 10 vs straight"
+solver mw net.prototxt 1 20 > mw.prototxt
+trainN 2 mw --deterministic --sync model:5:20
+same w2_iter_20.caffemodel mw_iter_20.caffemodel "MODEL with a 20-iteration warm-up vs GRADIENT"
+solver m20 net.prototxt 1 20 > m20.prototxt
+solver t20 net.prototxt 1 20 > t20.prototxt
+trainN 2 m20 --deterministic --sync model:20
+trainN 2 t20 --deterministic --sync time:1000
+same m20_iter_20.caffemodel t20_iter_20.caffemodel "TIME, one round of 20 vs MODEL K=20"
+cmp -s m20_iter_20.caffemodel m5_iter_20.caffemodel && fail "K=20 and K=5 trained alike" || pass
+
+# (h) TIME with rank 1 slowed down: rounds of 0.2 s; rank 0 runs more iterations than rank 1,
+#     the run ends at max_iter with finite weights, and rank 0's throughput counts its waits.
+solver ts net.prototxt 1 200 "snapshot: 100
+" > ts.prototxt
+trainN 2 ts --sync time:0.2 --debug-slow-rank 1:10 --metrics ts.jsonl
+[ -f ts_iter_200.caffemodel ] && pass || fail "TIME run did not end at 200: $(tail -n 5 ts.log)"
+it0=$(sed -n 's/^worker 0 of 2: \([0-9]*\) iterations.*/\1/p' ts.log)
+it1=$(sed -n 's/^worker 1 of 2: \([0-9]*\) iterations.*/\1/p' ts.log)
+[ -n "$it0" ] && [ -n "$it1" ] && [ "$it0" -gt $((it1 * 2)) ] && pass \
+  || fail "the fast worker did not run ahead: rank 0 $it0, rank 1 $it1 iterations: $(grep '^worker' ts.log)"
+grep -q '"event":"worker".*"rank":1.*"wall_samples_per_s"' ts.jsonl && pass || fail "no wall throughput in the worker event"
+grep -q 'snapshot .*ts_iter_' ts.log && pass || fail "no snapshot in the TIME run: $(grep snapshot ts.log)"
+"$KILN" compare-weights ts_iter_200.caffemodel ts_iter_200.caffemodel >/dev/null && pass || fail "TIME weights unreadable"
+
+# Bad sync settings are refused with the field named.
+solver bad net.prototxt 1 20 "sync { mode: MODEL }
+" > bad.prototxt
+mpi 2 "$KILN" train --solver bad.prototxt > bad.log 2>&1 && fail "MODEL without interval accepted" || pass
+grep -q "sync mode MODEL needs interval_iters >= 1" bad.log && pass || fail "MODEL message: $(grep kiln: bad.log)"
+"$KILN" train --solver m1.prototxt --sync model:5:x > badw.log 2>&1 && fail "bad warm-up accepted" || pass
+grep -q "warm-up 'x' is not a number of iterations" badw.log && pass || fail "warm-up message: $(cat badw.log)"
 finish
