@@ -840,6 +840,79 @@ static void test_memory_plan(void **state) {
   built_free(&ok);
 }
 
+/* ---- shared activation gradients ------------------------------------------------------------ */
+
+/* A net with every kind of lifetime: in-place chains (BatchNorm, Scale, ReLU), a residual fork
+ * (Split) joined by Eltwise, Concat of two poolings, Dropout, a top read only by Accuracy (its
+ * diff is never written: it must stay zero for the Split that sums it), a Slice with an unused
+ * top, and a branch cut with propagate_down: false. Shared gradient buffers must give the same
+ * parameter gradients, bit for bit, as one buffer per blob, pass after pass, in less memory. */
+static const char *lifetimes_net =
+    "name: 'lifetimes'\n"
+    "layer { name: 'data' type: 'DummyData' top: 'data' top: 'label'\n"
+    "  dummy_data_param { shape { dim: 4 dim: 3 dim: 8 dim: 8 } shape { dim: 4 }\n"
+    "    data_filler { type: 'gaussian' std: 1 } data_filler { type: 'constant' value: 2 } } }\n"
+    "layer { name: 'c1' type: 'Convolution' bottom: 'data' top: 'c1'\n"
+    "  convolution_param { num_output: 6 kernel_size: 3 pad: 1 weight_filler { type: 'xavier' } } }\n"
+    "layer { name: 'bn1' type: 'BatchNorm' bottom: 'c1' top: 'c1' }\n"
+    "layer { name: 'sc1' type: 'Scale' bottom: 'c1' top: 'c1' scale_param { bias_term: true } }\n"
+    "layer { name: 'r1' type: 'ReLU' bottom: 'c1' top: 'c1' }\n"
+    "layer { name: 'c2' type: 'Convolution' bottom: 'c1' top: 'c2'\n"
+    "  convolution_param { num_output: 6 kernel_size: 3 pad: 1 weight_filler { type: 'xavier' } } }\n"
+    "layer { name: 'bn2' type: 'BatchNorm' bottom: 'c2' top: 'c2' }\n"
+    "layer { name: 'sum' type: 'Eltwise' bottom: 'c1' bottom: 'c2' top: 'sum' }\n"
+    "layer { name: 'r2' type: 'ReLU' bottom: 'sum' top: 'sum' }\n"
+    "layer { name: 'pmax' type: 'Pooling' bottom: 'sum' top: 'pmax'\n"
+    "  pooling_param { pool: MAX kernel_size: 2 stride: 2 } }\n"
+    "layer { name: 'pave' type: 'Pooling' bottom: 'sum' top: 'pave'\n"
+    "  pooling_param { pool: AVE kernel_size: 2 stride: 2 } }\n"
+    "layer { name: 'cat' type: 'Concat' bottom: 'pmax' bottom: 'pave' top: 'cat' }\n"
+    "layer { name: 'sl' type: 'Slice' bottom: 'cat' top: 'sa' top: 'sb'\n"
+    "  slice_param { axis: 1 slice_point: 8 } }\n"
+    "layer { name: 'drop' type: 'Dropout' bottom: 'sa' top: 'sa' dropout_param { dropout_ratio: 0.3 } }\n"
+    "layer { name: 'ip' type: 'InnerProduct' bottom: 'sa' top: 'ip'\n"
+    "  inner_product_param { num_output: 5 weight_filler { type: 'gaussian' std: 0.1 } } }\n"
+    "layer { name: 'side' type: 'InnerProduct' bottom: 'cat' top: 'side' propagate_down: false\n"
+    "  inner_product_param { num_output: 5 weight_filler { type: 'gaussian' std: 0.1 } } }\n"
+    "layer { name: 'both' type: 'Eltwise' bottom: 'ip' bottom: 'side' top: 'both' }\n"
+    "layer { name: 'acc' type: 'Accuracy' bottom: 'both' bottom: 'label' top: 'acc' }\n"
+    "layer { name: 'loss' type: 'SoftmaxWithLoss' bottom: 'both' bottom: 'label' top: 'loss' }\n";
+
+static void test_shared_diffs_match_own_diffs(void **state) {
+  (void)state;
+  kiln_net_options own = train_opts(), shared = train_opts();
+  shared.share_diffs = true;
+  built a, b;
+  build_ok(&a, lifetimes_net, &own);
+  build_ok(&b, lifetimes_net, &shared);
+  assert_true(b.net->memory.activations < a.net->memory.activations);
+  assert_int_equal(a.net->nparam_floats, b.net->nparam_floats);
+  size_t bytes = sizeof(float) * (size_t)a.net->nparam_floats;
+  assert_memory_equal(a.net->param_data, b.net->param_data, bytes);
+  for (int pass = 0; pass < 3; pass++) {
+    float la, lb;
+    kiln_net_zero_param_diff(a.net);
+    kiln_net_zero_param_diff(b.net);
+    assert_int_equal(kiln_net_forward(a.net, &la), KILN_OK);
+    assert_int_equal(kiln_net_forward(b.net, &lb), KILN_OK);
+    assert_true(la == lb);
+    assert_int_equal(kiln_net_backward(a.net), KILN_OK);
+    assert_int_equal(kiln_net_backward(b.net), KILN_OK);
+    double norm = 0;
+    for (int64_t i = 0; i < a.net->nparam_floats; i++) norm += fabs(a.net->param_diff[i]);
+    assert_true(norm > 0);
+    if (memcmp(a.net->param_diff, b.net->param_diff, bytes) != 0)
+      fail_msg("pass %d: parameter gradients differ with shared activation gradients", pass);
+    /* a step, so that the next pass sees new parameters */
+    for (int64_t i = 0; i < a.net->nparam_floats; i++) {
+      a.net->param_data[i] -= 0.1f * a.net->param_diff[i];
+      b.net->param_data[i] -= 0.1f * b.net->param_diff[i];
+    }
+  }
+  built_free(&a);
+  built_free(&b);
+}
+
 /* ---- weights ------------------------------------------------------------------------------------ */
 
 static const char *weights_fmt =
@@ -1002,6 +1075,7 @@ int main(void) {
       cmocka_unit_test(test_deploy_headers),
       cmocka_unit_test(test_unknown_type_and_bottom_count),
       cmocka_unit_test(test_memory_plan),
+      cmocka_unit_test(test_shared_diffs_match_own_diffs),
       cmocka_unit_test(test_weights_round_trip),
       cmocka_unit_test(test_weights_with_shared_params),
   };

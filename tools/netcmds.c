@@ -55,7 +55,7 @@ static int parse_net_args(const char *cmd, int argc, char **argv, net_args *a, i
 static int load_net(const net_args *a, kiln_net **net, ProtobufCMessage **msg) {
   KILN_TRY(kiln_text_parse_file(a->model, &caffe__net_parameter__descriptor, msg));
   kiln_net_options o = {.phase = a->phase, .seed = 1701, .max_memory = a->c.max_memory,
-                        .source = a->model};
+                        .source = a->model, .share_diffs = true};
   int rc = kiln_net_create((Caffe__NetParameter *)*msg, &o, net);
   if (rc) {
     protobuf_c_message_free_unpacked(*msg, NULL);

@@ -83,6 +83,8 @@ typedef struct kiln_blob {
   bool owned;
   bool defer_alloc; /* reshape records the shape only; kiln_blob_alloc() allocates later */
   bool no_diff;     /* storage for data only (layer buffers: masks, caches); diff stays NULL */
+  int64_t diff_borrowed; /* > 0: diff is someone else's buffer of this many floats (never freed
+                            here; the blob cannot grow past it) */
 } kiln_blob;
 
 kiln_blob *kiln_blob_new(const char *name);
@@ -93,6 +95,8 @@ int kiln_blob_reshape(kiln_blob *b, int naxes, const int64_t *shape);
 int kiln_blob_reshape_like(kiln_blob *b, const kiln_blob *other);
 /* Allocates an owned blob's storage for its current shape (clears defer_alloc). */
 int kiln_blob_alloc(kiln_blob *b);
+/* Makes an owned blob's diff a borrowed buffer of `floats` (>= count) floats. */
+void kiln_blob_borrow_diff(kiln_blob *b, float *diff, int64_t floats);
 /* Makes `b` a view (no ownership) onto external data/diff. */
 void kiln_blob_set_view(kiln_blob *b, float *data, float *diff);
 /* Product of shape[start..end). */

@@ -17,6 +17,9 @@ typedef struct kiln_net_options {
   uint64_t max_memory;     /* bytes; 0: what the OS reports as available */
   int history_per_param;   /* solver history copies per parameter, for the memory plan */
   const char *source;      /* file name for messages */
+  bool share_diffs;        /* activation gradients share buffers by lifetime (much less memory);
+                              a blob's diff is then valid only during backward. The solver's
+                              train net uses it; off, every blob keeps its gradient */
   int shard_rank, shard_count; /* data-parallel worker rank and count (0: one worker); passed to
                                   every layer, used by train-phase Data layers */
 } kiln_net_options;

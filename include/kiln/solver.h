@@ -54,6 +54,9 @@ typedef struct kiln_solver_options {
   /* Testing aid: rank debug_slow_rank sleeps debug_slow_ms after each of its iterations (a slow
    * or busy machine, for TIME mode). 0 ms: off. */
   int debug_slow_rank;
+  /* Every activation of the train net keeps its own gradient, readable after backward (for
+   * tests and inspection). Off (the default): gradients share buffers by lifetime. */
+  bool keep_diffs;
   double debug_slow_ms;
 } kiln_solver_options;
 

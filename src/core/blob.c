@@ -17,7 +17,7 @@ void kiln_blob_free(kiln_blob *b) {
   if (!b) return;
   if (b->owned) {
     kiln_free(b->data);
-    kiln_free(b->diff);
+    if (!b->diff_borrowed) kiln_free(b->diff);
   }
   free(b->name);
   free(b);
@@ -47,6 +47,11 @@ int kiln_blob_alloc(kiln_blob *b) {
   int64_t count = b->count;
   b->defer_alloc = false;
   if (b->owned && count > b->capacity) {
+    if (b->diff_borrowed)
+      return kiln_errorf(KILN_ERR_SHAPE,
+                         "blob '%s': cannot grow to %lld elements past its planned %lld (its "
+                         "gradient shares a buffer)",
+                         b->name, (long long)count, (long long)b->capacity);
     float *d = kiln_alloc((size_t)count * sizeof(float));
     float *g = b->no_diff ? NULL : kiln_alloc((size_t)count * sizeof(float));
     if (!d || (!g && !b->no_diff)) {
@@ -68,11 +73,19 @@ int kiln_blob_reshape_like(kiln_blob *b, const kiln_blob *other) {
   return kiln_blob_reshape(b, other->naxes, other->shape);
 }
 
+void kiln_blob_borrow_diff(kiln_blob *b, float *diff, int64_t floats) {
+  if (!b->diff_borrowed) kiln_free(b->diff);
+  b->diff = diff;
+  b->diff_borrowed = floats;
+  b->no_diff = false;
+}
+
 void kiln_blob_set_view(kiln_blob *b, float *data, float *diff) {
   if (b->owned) {
     kiln_free(b->data);
-    kiln_free(b->diff);
+    if (!b->diff_borrowed) kiln_free(b->diff);
   }
+  b->diff_borrowed = 0;
   b->owned = false;
   b->data = data;
   b->diff = diff;

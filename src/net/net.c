@@ -40,6 +40,12 @@ typedef struct {
   int nsynth;
   kiln_layer *layer_storage;
   kiln_blob **param_owner_blob; /* per (layer, param) owned or shared */
+  /* Activation gradients sharing buffers by lifetime (kiln_net_options.share_diffs): blob i's
+   * diff is slot diff_slot[i] of the pool (-1: a diff of its own). */
+  int *diff_slot;
+  int ndiff_pool;
+  int64_t *diff_pool_floats;
+  float **diff_pool;
 } net_internal;
 
 static char *xstrdup(const char *s) { return kiln_strdup(s ? s : ""); }
@@ -491,13 +497,101 @@ static const char *human_bytes(int64_t b, char *buf, size_t n) {
   return buf;
 }
 
+/* Which activation gradients may share a buffer. In backward (layers in reverse order) a blob's
+ * diff is first written by the last layer that reads the blob in forward and last read by the
+ * first layer that writes it (its producer): it lives over the layer interval [first, last]
+ * (a loss top from the start of backward, when its diff is set to the loss weight). Blobs whose
+ * intervals do not overlap can use one buffer. Only blobs whose diff every consumer writes take
+ * part: a diff nobody writes must stay zero (a top only Accuracy reads, a bottom with
+ * propagate_down: false, an output that is not a loss), so those keep their own. Greedy, in
+ * backward order, best-fitting free buffer first. */
+static int plan_diff_sharing(kiln_net *net, const kiln_net_options *opt) {
+  net_internal *in = net->internal;
+  if (!opt->share_diffs || net->nblobs == 0) return KILN_OK;
+  int n = net->nblobs;
+  int *first = malloc(sizeof(int) * (size_t)n), *last = malloc(sizeof(int) * (size_t)n);
+  int *order = malloc(sizeof(int) * (size_t)n), *busy_until = malloc(sizeof(int) * (size_t)(n + 1));
+  bool *ok = malloc(sizeof(bool) * (size_t)n);
+  in->diff_slot = malloc(sizeof(int) * (size_t)n);
+  in->diff_pool_floats = calloc((size_t)n + 1, sizeof(int64_t));
+  if (!first || !last || !order || !busy_until || !ok || !in->diff_slot || !in->diff_pool_floats) {
+    free(first), free(last), free(order), free(busy_until), free(ok);
+    return kiln_errorf(KILN_ERR_NOMEM, "out of memory");
+  }
+  for (int i = 0; i < n; i++) {
+    first[i] = INT32_MAX, last[i] = -1, ok[i] = true, in->diff_slot[i] = -1;
+  }
+  for (int j = 0; j < net->nlayers; j++) {
+    kiln_layer *l = net->layers[j];
+    for (int i = 0; i < n; i++) {
+      kiln_blob *b = net->blobs[i];
+      bool touches = false;
+      for (int t = 0; t < l->ntop; t++)
+        if (l->top[t] == b) {
+          touches = true;
+          if (l->loss_weight[t] != 0) last[i] = net->nlayers; /* set when backward starts */
+        }
+      for (int k = 0; k < l->nbottom; k++)
+        if (l->bottom[k] == b) {
+          touches = true;
+          if (!net->layer_need_backward[j] || !l->propagate_down[k] || !l->ops->backward)
+            ok[i] = false;
+        }
+      if (!touches) continue;
+      if (j < first[i]) first[i] = j;
+      if (j > last[i]) last[i] = j;
+    }
+  }
+  for (int o = 0; o < net->noutputs; o++)
+    if (net->output_loss_weight[o] == 0)
+      for (int i = 0; i < n; i++)
+        if (net->blobs[i] == net->outputs[o]) ok[i] = false;
+  int m = 0;
+  for (int i = 0; i < n; i++)
+    if (ok[i] && last[i] >= 0 && net->blobs[i]->count > 0 && !net->blobs[i]->no_diff) order[m++] = i;
+  /* backward order: the blob whose diff is written first comes first */
+  for (int a = 1; a < m; a++)
+    for (int b = a; b > 0 && last[order[b]] > last[order[b - 1]]; b--) {
+      int t = order[b];
+      order[b] = order[b - 1];
+      order[b - 1] = t;
+    }
+  int slots = 0;
+  for (int a = 0; a < m; a++) {
+    int i = order[a];
+    int64_t need = net->blobs[i]->count;
+    int best = -1;
+    for (int k = 0; k < slots; k++) {
+      if (busy_until[k] <= last[i]) continue; /* its blob is still live when this one starts */
+      if (best < 0) {
+        best = k;
+        continue;
+      }
+      int64_t have = in->diff_pool_floats[k], bh = in->diff_pool_floats[best];
+      /* the smallest that fits, else the largest (it grows least) */
+      if ((have >= need && (bh < need || have < bh)) || (bh < need && have > bh)) best = k;
+    }
+    if (best < 0) best = slots++;
+    if (in->diff_pool_floats[best] < need) in->diff_pool_floats[best] = need;
+    busy_until[best] = first[i];
+    in->diff_slot[i] = best;
+  }
+  in->ndiff_pool = slots;
+  free(first), free(last), free(order), free(busy_until), free(ok);
+  return KILN_OK;
+}
+
 static int plan_memory(kiln_net *net, const kiln_net_options *opt) {
   kiln_memory_plan *m = &net->memory;
   memset(m, 0, sizeof *m);
   for (int k = 0; k < net->nlearnable; k++) m->params += net->learnable[k]->count * 4;
   m->grads = m->params;
   m->history = m->params * opt->history_per_param;
-  for (int i = 0; i < net->nblobs; i++) m->activations += net->blobs[i]->count * 8;
+  KILN_TRY(plan_diff_sharing(net, opt));
+  net_internal *in = net->internal;
+  for (int i = 0; i < net->nblobs; i++)
+    m->activations += net->blobs[i]->count * (in->diff_slot && in->diff_slot[i] >= 0 ? 4 : 8);
+  for (int k = 0; k < in->ndiff_pool; k++) m->activations += in->diff_pool_floats[k] * 4;
   for (int i = 0; i < net->nlayers; i++) {
     kiln_layer *l = net->layers[i];
     for (int b = 0; b < l->nbuffer; b++) m->buffers += l->buffer[b]->count * 4; /* data only */
@@ -560,7 +654,24 @@ static int allocate_and_fill(kiln_net *net) {
     }
     for (int b = 0; b < l->nbuffer; b++) KILN_TRY(kiln_blob_alloc(l->buffer[b]));
   }
-  for (int i = 0; i < net->nblobs; i++) KILN_TRY(kiln_blob_alloc(net->blobs[i]));
+  if (in->ndiff_pool) {
+    in->diff_pool = calloc((size_t)in->ndiff_pool, sizeof(float *));
+    if (!in->diff_pool) return kiln_errorf(KILN_ERR_NOMEM, "out of memory");
+    for (int k = 0; k < in->ndiff_pool; k++)
+      if (!(in->diff_pool[k] = kiln_alloc((size_t)in->diff_pool_floats[k] * sizeof(float))))
+        return kiln_errorf(KILN_ERR_NOMEM, "net '%s': cannot allocate gradients", net->name);
+  }
+  for (int i = 0; i < net->nblobs; i++) {
+    kiln_blob *b = net->blobs[i];
+    int k = in->diff_slot ? in->diff_slot[i] : -1;
+    if (k >= 0) {
+      b->no_diff = true; /* data only; the diff is the pool's */
+      KILN_TRY(kiln_blob_alloc(b));
+      kiln_blob_borrow_diff(b, in->diff_pool[k], in->diff_pool_floats[k]);
+    } else {
+      KILN_TRY(kiln_blob_alloc(b));
+    }
+  }
   return KILN_OK;
 }
 
@@ -687,6 +798,10 @@ void kiln_net_free(kiln_net *net) {
     free(in->synth);
     free(in->layer_storage);
     free(in->param_owner_blob);
+    for (int k = 0; k < in->ndiff_pool && in->diff_pool; k++) kiln_free(in->diff_pool[k]);
+    free(in->diff_pool);
+    free(in->diff_pool_floats);
+    free(in->diff_slot);
     free(in);
   }
   free(net->layers);
