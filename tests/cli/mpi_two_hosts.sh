@@ -1,0 +1,204 @@
+# Data-parallel training across two "hosts" on one machine: two network namespaces joined by a
+# veth pair (10.213.7.1/24 and .2/24, each with its own host name), Open MPI told to use TCP only
+# (pml ob1, btl self,tcp, on the veth subnet) and to start its daemon on the second host with
+# tests/support/netns-agent.sh (`ip netns exec`) instead of ssh. mpirun itself runs in the first
+# namespace. The data and the snapshots are in $WORK, seen by both (a shared file system).
+#   (a) the ranks run in different network namespaces, with the addresses and names of their
+#       hosts;
+#   (b) 2 workers, one per host, with --deterministic: 20 iterations give the bits of 1 worker
+#       with iter_size 2; the training ranks themselves ran in the two namespaces, the TCP BTL
+#       connected them across the veth, and the gradients went over it (its byte counters);
+#   (c) MODEL sync (--sync model:5) across the hosts gives the bits of the same run on one host.
+# Skips (exit 0) when not root, without `ip netns` (no CAP_SYS_ADMIN, e.g. in a container),
+# without mpirun, or when kiln was built without MPI. Otherwise a failure fails.
+# The namespaces are removed on every exit path (a trap); every mpirun runs under a timeout.
+source "$(dirname "$0")/lib.bash"
+cd "$WORK"
+if [ "$(id -u)" -ne 0 ]; then
+  echo "SKIP: not root (creating network namespaces needs it)"
+  exit 0
+fi
+if ! command -v mpirun >/dev/null 2>&1; then
+  echo "SKIP: mpirun not found (scripts/install-deps installs openmpi-bin libopenmpi-dev)"
+  exit 0
+fi
+if [ "${KILN_HAVE_MPI:-1}" = 0 ]; then
+  echo "SKIP: kiln was built without MPI (libopenmpi-dev missing when CMake ran?)"
+  exit 0
+fi
+if ! command -v ip >/dev/null 2>&1; then
+  echo "SKIP: ip not found (scripts/install-deps installs iproute2)"
+  exit 0
+fi
+
+NS1=kiln-h1-$$
+NS2=kiln-h2-$$
+NET=10.213.7
+IP1=$NET.1
+IP2=$NET.2
+IF=kiln0  # the veth's name in both namespaces (it never exists outside them)
+cleanup() {
+  local ns pid
+  for ns in "$NS1" "$NS2"; do
+    if [ -e "/var/run/netns/$ns" ]; then
+      # Processes this test started there (a daemon left over after a timeout) keep the
+      # namespace alive after its name is gone; deleting it also removes the veth.
+      for pid in $(ip netns pids "$ns" 2>/dev/null); do kill -9 "$pid" 2>/dev/null; done
+      ip netns del "$ns" 2>/dev/null
+    fi
+  done
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+# A signal ends the test at once (the runs below are waited for in the background, so that the
+# trap does not wait for them), through cleanup.
+trap 'exit 1' INT TERM HUP
+# Namespaces of runs killed without a chance to clean up (SIGKILL): the test process is gone.
+for ns in $(ip netns list 2>/dev/null | awk '$1 ~ /^kiln-h[12]-[0-9]+$/ { print $1 }'); do
+  kill -0 "${ns##*-}" 2>/dev/null || ip netns del "$ns" 2>/dev/null
+done
+
+if ! err=$(ip netns add "$NS1" 2>&1); then
+  echo "SKIP: cannot create a network namespace (ip netns add: $err)"
+  exit 0
+fi
+setup() {
+  ip netns add "$NS2" &&
+    ip link add "$IF" netns "$NS1" type veth peer name "$IF" netns "$NS2" &&
+    ip -n "$NS1" addr add "$IP1/24" dev "$IF" &&
+    ip -n "$NS2" addr add "$IP2/24" dev "$IF" &&
+    for ns in "$NS1" "$NS2"; do
+      ip -n "$ns" link set lo up && ip -n "$ns" link set "$IF" up || return 1
+    done
+}
+if ! err=$(setup 2>&1); then
+  fail "setting up the two hosts: $err"
+  finish
+  exit 1
+fi
+# The agent as a file of its own, executable whatever the checkout did with its mode.
+cp "$SRC/tests/support/netns-agent.sh" agent.sh && chmod +x agent.sh
+# How the agent finds a host's namespace and name; mpirun's environment reaches it.
+export KILN_NETNS_HOSTS="$IP1=$NS1:kiln-host1 $IP2=$NS2:kiln-host2"
+printf '%s slots=1\n%s slots=1\n' "$IP1" "$IP2" > hostfile
+
+FORWARD=()
+for v in ASAN_OPTIONS LSAN_OPTIONS UBSAN_OPTIONS OMPI_MCA_mca_base_component_disable_dlclose; do
+  [ -n "${!v:-}" ] && FORWARD+=(-x "$v")
+done
+export OMP_NUM_THREADS=1
+# on_hosts [MPIRUN OPTIONS...] COMMAND...: mpirun in the first namespace (under the name
+# kiln-host1, as the agent names the second), one rank per host, TCP only, on the veth subnet.
+on_hosts() {
+  timeout -k 5 120 ip netns exec "$NS1" unshare --uts \
+    bash -c 'hostname kiln-host1 && exec "$@"' - \
+    mpirun -np 2 --hostfile hostfile --mca plm_rsh_agent "$WORK/agent.sh" \
+    --mca pml ob1 --mca btl self,tcp \
+    --mca btl_tcp_if_include "$NET.0/24" --mca oob_tcp_if_include "$NET.0/24" \
+    --allow-run-as-root --oversubscribe --bind-to none \
+    -x OMP_NUM_THREADS "${FORWARD[@]}" "$@" &
+  wait $!
+}
+# veth byte counters of the second host: "RX TX"
+counters() {
+  ip netns exec "$NS2" cat /sys/class/net/$IF/statistics/rx_bytes /sys/class/net/$IF/statistics/tx_bytes | paste -sd ' '
+}
+
+# (a) where the ranks run. Each prints its rank, host name, network namespace and address.
+on_hosts bash -c 'echo "$OMPI_COMM_WORLD_RANK $(hostname) $(readlink /proc/self/ns/net) $(ip -o -4 addr show dev '$IF' | awk "{print \$4}")"' \
+  > where.log 2>&1 || fail "a shell on each host: exit $?: $(tail -n 5 where.log)"
+r0=$(grep '^0 ' where.log)
+r1=$(grep '^1 ' where.log)
+[ "$r0" != "${r0#0 kiln-host1 net:}" ] && [ "${r0##* }" = "$IP1/24" ] && pass \
+  || fail "rank 0 is not on kiln-host1 ($IP1): $(cat where.log)"
+[ "$r1" != "${r1#1 kiln-host2 net:}" ] && [ "${r1##* }" = "$IP2/24" ] && pass \
+  || fail "rank 1 is not on kiln-host2 ($IP2): $(cat where.log)"
+ns0=$(echo "$r0" | awk '{print $3}')
+ns1=$(echo "$r1" | awk '{print $3}')
+[ -n "$ns0" ] && [ "$ns0" != "$ns1" ] && [ "$ns0" != "$(readlink /proc/self/ns/net)" ] && pass \
+  || fail "the ranks share a network namespace: $(cat where.log)"
+
+solver() {  # solver NAME ITER_SIZE [EXTRA]: 20 iterations, snapshots NAME_iter_20
+  printf 'net: "net.prototxt"\nbase_lr: 0.05\nlr_policy: "fixed"\nmomentum: 0.9\nweight_decay: 0.005\n'
+  printf 'max_iter: 20\niter_size: %s\ndisplay: 0\nrandom_seed: 5\nsnapshot_prefix: "%s"\n%s' \
+    "$2" "$WORK/$1" "${3:-}"
+}
+
+# The fixture of mpi_gradient.sh: 64 records of 1x8x8 bytes, labels 0..3, and a small conv net.
+{
+  printf '\x00\x00\x08\x03\x00\x00\x00\x40\x00\x00\x00\x08\x00\x00\x00\x08'
+  LC_ALL=C awk 'BEGIN { srand(7); for (i = 0; i < 4096; i++) printf "%c", int(rand() * 256) }'
+} > img.idx
+{
+  printf '\x00\x00\x08\x01\x00\x00\x00\x40'
+  for i in $(seq 0 63); do printf "\\x0$((i % 4))"; done
+} > lab.idx
+"$KILN" convert idx img.idx lab.idx tiny_lmdb >/dev/null || { fail "convert"; finish; exit 1; }
+cat > net.prototxt <<NET
+name: "tiny"
+layer { name: "d" type: "Data" top: "data" top: "label"
+  data_param { source: "$WORK/tiny_lmdb" batch_size: 4 backend: LMDB }
+  transform_param { scale: 0.00390625 } }
+layer { name: "conv" type: "Convolution" bottom: "data" top: "conv"
+  convolution_param { num_output: 4 kernel_size: 3 weight_filler { type: "xavier" }
+    bias_filler { type: "constant" value: 0.1 } } }
+layer { name: "relu" type: "ReLU" bottom: "conv" top: "conv" }
+layer { name: "ip" type: "InnerProduct" bottom: "conv" top: "ip"
+  inner_product_param { num_output: 4 weight_filler { type: "xavier" } } }
+layer { name: "loss" type: "SoftmaxWithLoss" bottom: "ip" bottom: "label" top: "loss" }
+NET
+# 40 + 580 parameters: 2480 bytes of gradient each way per iteration in GRADIENT mode.
+PARAM_BYTES=2480
+same() {  # same A B WHAT: bit-identical .caffemodel files
+  if [ ! -f "$1" ] || [ ! -f "$2" ]; then fail "$3: missing $1 or $2"; return; fi
+  cmp -s "$1" "$2" && pass || fail "$3: $1 and $2 differ: $("$KILN" compare-weights "$1" "$2" | head -n 2)"
+}
+
+# (b) GRADIENT: 2 workers on two hosts = 1 worker with iter_size 2. Each training rank records
+# its namespace; the TCP BTL logs its connection; the veth counts the bytes.
+cat > rank.sh <<'RANK'
+readlink /proc/self/ns/net > "ns.$OMPI_COMM_WORLD_RANK"
+hostname >> "ns.$OMPI_COMM_WORLD_RANK"
+exec "$@"
+RANK
+solver ref2 2 > ref2.prototxt
+solver w2 1 > w2.prototxt
+"$KILN" train --solver ref2.prototxt 2>ref2.log || fail "one-worker run: $(tail -n 3 ref2.log)"
+read -r rx0 tx0 <<< "$(counters)"
+start=$(date +%s%N)
+on_hosts --mca btl_base_verbose 100 bash rank.sh "$KILN" train --solver w2.prototxt --deterministic > w2.log 2>&1 \
+  || fail "2 workers on two hosts: exit $?: $(grep -v 'btl' w2.log | tail -n 5)"
+took=$((($(date +%s%N) - start) / 1000000))
+read -r rx1 tx1 <<< "$(counters)"
+echo "2 workers on two hosts, 20 iterations: $took ms; veth of kiln-host2: $((rx1 - rx0)) bytes in, $((tx1 - tx0)) out"
+same ref2_iter_20.caffemodel w2_iter_20.caffemodel "2 workers on two hosts --deterministic vs iter_size 2"
+grep -q "2 workers, gradient sync (deterministic: rank-order sum), global batch 8 = batch 4 x 2 workers x iter_size 1" w2.log \
+  && pass || fail "no global batch line on rank 0: $(grep workers w2.log)"
+grep -q '^worker 1 of 2: 20 iterations' w2.log && pass || fail "no throughput line for worker 1: $(grep '^worker' w2.log)"
+[ -f ns.0 ] && [ -f ns.1 ] && [ "$(head -n 1 ns.0)" = "$ns0" ] && [ "$(head -n 1 ns.1)" = "$ns1" ] \
+  && [ "$(sed -n 2p ns.0)" = kiln-host1 ] && [ "$(sed -n 2p ns.1)" = kiln-host2 ] && pass \
+  || fail "the training ranks did not run on the two hosts: rank 0 $(cat ns.0 2>/dev/null), rank 1 $(cat ns.1 2>/dev/null)"
+# Only TCP (the ob1 PML with the self and tcp BTLs): rank 1 connected to rank 0 across the veth,
+# and each sends to the other with the tcp BTL.
+grep -q "\[kiln-host2:[0-9]*\] btl:tcp: connect() to $IP1:[0-9]* completed" w2.log && pass \
+  || fail "no TCP connection from kiln-host2 to $IP1: $(grep -i 'tcp' w2.log | tail -n 8)"
+grep -q "\[kiln-host2:[0-9]*\] mca: bml: Using tcp btl for send to \[\[[0-9]*,1\],0\] on node kiln-host1" w2.log \
+  && grep -q "\[kiln-host1:[0-9]*\] mca: bml: Using tcp btl for send to \[\[[0-9]*,1\],1\]" w2.log && pass \
+  || fail "the ranks do not send with the tcp BTL: $(grep 'bml' w2.log)"
+# Rank 1 sends its gradient to rank 0 and receives the sum, 20 times: at least that many bytes
+# crossed the veth in each direction.
+[ $((rx1 - rx0)) -ge $((20 * PARAM_BYTES)) ] && [ $((tx1 - tx0)) -ge $((20 * PARAM_BYTES)) ] && pass \
+  || fail "too little traffic on the veth: $((rx1 - rx0)) bytes in, $((tx1 - tx0)) out, expected >= $((20 * PARAM_BYTES)) each"
+
+# (c) MODEL sync every 5 iterations across the hosts: the bits of the same run on one host.
+solver m5 1 > m5.prototxt
+solver m5l 1 > m5l.prototxt
+on_hosts "$KILN" train --solver m5.prototxt --deterministic --sync model:5 > m5.log 2>&1 \
+  || fail "MODEL on two hosts: exit $?: $(tail -n 5 m5.log)"
+grep -q "2 workers, model sync every 5 iterations" m5.log && pass || fail "MODEL line: $(grep workers m5.log)"
+timeout -k 5 120 mpirun -np 2 --oversubscribe --allow-run-as-root --bind-to none -x OMP_NUM_THREADS "${FORWARD[@]}" \
+  "$KILN" train --solver m5l.prototxt --deterministic --sync model:5 > m5l.log 2>&1 &
+wait $! || fail "MODEL on one host: exit $?: $(tail -n 5 m5l.log)"
+same m5l_iter_20.caffemodel m5_iter_20.caffemodel "MODEL K=5 on two hosts vs on one host"
+cmp -s m5_iter_20.caffemodel w2_iter_20.caffemodel && fail "MODEL K=5 trained as GRADIENT" || pass
+finish
