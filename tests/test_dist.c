@@ -11,6 +11,7 @@
 #include <cmocka.h>
 
 #include <ftw.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -53,6 +54,18 @@ static void test_local_comm(void **state) {
   assert_int_equal(c->ops->allgather(c, "xyz", 4, got), KILN_OK);
   assert_string_equal(got, "xyz");
   assert_int_equal(kiln_comm_broadcast(c, buf, 5, 3), KILN_OK); /* one rank: nothing to send */
+  /* The watchdog's limit is checked and kept (one process never waits on it); 0 is no limit. */
+  assert_int_equal(kiln_comm_set_timeout(c, 7.5), KILN_OK);
+  assert_true(c->timeout_s == 7.5);
+  assert_int_equal(kiln_comm_set_timeout(c, 0), KILN_OK);
+  assert_true(c->timeout_s == 0);
+  const double bad[] = {-1, NAN, INFINITY};
+  for (int i = 0; i < 3; i++) {
+    assert_int_equal(kiln_comm_set_timeout(c, bad[i]), KILN_ERR_INVALID);
+    assert_contains(kiln_last_error(), "expected seconds");
+  }
+  assert_true(c->timeout_s == 0);
+  assert_int_equal(kiln_comm_set_timeout(NULL, 5), KILN_OK);
   kiln_comm_end_job(c, 1); /* one process: returns, the caller exits */
   kiln_comm_free(c);
 }

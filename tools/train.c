@@ -1,7 +1,10 @@
 /* kiln train: trains the net a solver file names, optionally resuming from a .solverstate or
  * starting from a .caffemodel. Under mpirun (or another MPI launcher) every process is one
  * worker of a data-parallel run: rank 0 prints, tests, snapshots and writes the metrics; a
- * worker that fails ends the whole job (MPI_Abort), so no rank is left waiting. */
+ * worker that fails ends the whole job (MPI_Abort), so no rank is left waiting, and one that
+ * waits longer than --comm-timeout in a collective (a peer stopped or hung) fails the same way. */
+#include <errno.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -10,8 +13,8 @@
 static int usage_error(const char *why, const char *a) {
   fprintf(stderr,
           "kiln train: %s '%s'\nusage: kiln train --solver S [--snapshot X | --weights W] "
-          "[--sync grad|model:K[:W]|time:T[:W]] [--deterministic] [--metrics F] [--threads N] "
-          "[--max-memory SIZE] [--debug-slow-rank R:MS]\n",
+          "[--sync grad|model:K[:W]|time:T[:W]] [--deterministic] [--comm-timeout SECONDS] "
+          "[--metrics F] [--threads N] [--max-memory SIZE] [--debug-slow-rank R:MS]\n",
           why, a);
   return 2;
 }
@@ -60,6 +63,7 @@ int cmd_train(int argc, char **argv) {
   kiln_sync_config sync = {0};
   int slow_rank = 0;
   double slow_ms = 0;
+  double comm_timeout = KILN_COMM_DEFAULT_TIMEOUT_S;
   for (int i = 1; i < argc; i++) {
     int r = tool_common_option(&c, argc, argv, &i);
     if (r < 0) return 2;
@@ -91,6 +95,21 @@ int cmd_train(int argc, char **argv) {
       slow_rank = (int)r;
       continue;
     }
+    if (!strcmp(a, "--comm-timeout")) {
+      if (i + 1 >= argc) return usage_error("missing value for", a);
+      const char *v = argv[++i];
+      char *end;
+      errno = 0;
+      comm_timeout = strtod(v, &end);
+      if (errno || end == v || *end || !isfinite(comm_timeout) || comm_timeout < 0) {
+        fprintf(stderr,
+                "kiln train: --comm-timeout '%s': expected the seconds a worker may wait for the "
+                "others in one collective (> 0; 0 waits forever)\n",
+                v);
+        return 2;
+      }
+      continue;
+    }
     const char **slot = !strcmp(a, "--solver") ? &solver : !strcmp(a, "--snapshot") ? &snapshot
                       : !strcmp(a, "--weights") ? &weights : NULL;
     if (!slot || i + 1 >= argc) return usage_error(slot ? "missing value for" : "unknown option", a);
@@ -105,7 +124,11 @@ int cmd_train(int argc, char **argv) {
     return 2;
   }
   kiln_comm *comm = NULL;
-  if (open_comm(&argc, &argv, &comm)) return tool_fail("train");
+  if (open_comm(&argc, &argv, &comm)) {
+    if (comm) return fail(comm, "starting MPI"); /* ends every rank */
+    return tool_fail("train");
+  }
+  if (kiln_comm_set_timeout(comm, comm_timeout)) return fail(comm, "train");
   int rank = kiln_comm_rank(comm), nworkers = kiln_comm_size(comm);
   if (nworkers > 1) share_cores(&c);
   if (rank != 0) kiln_log_set_level(KILN_LOG_WARN); /* rank 0 speaks for the job */
@@ -150,7 +173,11 @@ int cmd_train(int argc, char **argv) {
     if (m.tty && rank == 0) fprintf(stderr, "\n");
     const char *what = snapshot && s->iter == 0 ? "resume" : weights && s->iter == 0 ? "weights" : "train";
     tool_metrics_close(&m);
-    if (nworkers > 1) return fail(comm, what); /* the solver stays allocated: the job ends */
+    if (nworkers > 1) { /* the solver stays allocated: the job ends */
+      char at[64]; /* where training stood: a watchdog message names the collective */
+      snprintf(at, sizeof at, "train at iteration %d", s->iter);
+      return fail(comm, strcmp(what, "train") ? what : at);
+    }
     kiln_solver_free(s);
     return fail(comm, what);
   }

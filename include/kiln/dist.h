@@ -41,12 +41,24 @@ struct kiln_comm {
   const kiln_comm_ops *ops;
   int rank, size;
   void *impl; /* the implementation's state */
+  /* The watchdog: a collective that has waited this long for the other ranks fails with
+   * KILN_ERR_COMM, naming the ranks that did not answer (0: wait forever). The limit must exceed
+   * the longest time one rank spends between collectives: rank 0's test pass or snapshot. */
+  double timeout_s;
 };
+
+/* The MPI communicator's limit unless kiln_comm_set_timeout() says otherwise. */
+#define KILN_COMM_DEFAULT_TIMEOUT_S 300.0
+/* KILN_ERR_INVALID unless seconds is finite and >= 0 (0: no limit); NULL: nothing to set. */
+int kiln_comm_set_timeout(kiln_comm *c, double seconds);
 
 /* The single-process communicator: rank 0 of 1, every collective a no-op (allgather copies). */
 int kiln_comm_local_create(kiln_comm **out);
 /* MPI_COMM_WORLD (MPI_Init_thread with MPI_THREAD_FUNNELED: only the calling thread talks).
- * KILN_ERR_UNSUPPORTED when kiln was built without MPI. */
+ * KILN_ERR_UNSUPPORTED when kiln was built without MPI. When MPI started but the communicator
+ * could not be set up in a job of several processes, the error comes back with *out still set:
+ * the caller must end the job with kiln_comm_end_job (finalizing would wait for the other ranks
+ * forever). */
 int kiln_comm_mpi_create(int *argc, char ***argv, kiln_comm **out);
 bool kiln_comm_mpi_built(void);
 /* The world size announced by a launcher in the environment (Open MPI's mpirun sets

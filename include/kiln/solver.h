@@ -101,6 +101,7 @@ typedef struct kiln_solver {
   int64_t naverages;       /* MODEL / TIME: model averages so far */
   bool diverged;           /* MODEL / TIME: local steps since the last model average */
   bool state_diverged;     /* running statistics (BatchNorm's) updated since the last average */
+  double round_start_ms;   /* TIME: when the next round's clock started (the last average) */
 } kiln_solver;
 
 /* Reads the solver file and builds the train and test nets (net paths are taken as given, or

@@ -1,6 +1,8 @@
 /* The communicator's front end (see include/kiln/dist.h): NULL stands for one process, so code
- * that trains on one or on many workers calls the same functions; the launcher probe; and the
- * one addition kernel that makes the deterministic reduction and iter_size agree bit for bit. */
+ * that trains on one or on many workers calls the same functions; the watchdog's limit; the
+ * launcher probe; and the one addition kernel that makes the deterministic reduction and
+ * iter_size agree bit for bit. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -29,6 +31,15 @@ int kiln_comm_allgather(kiln_comm *c, const void *send, size_t n, void *recv) {
     return KILN_OK;
   }
   return c->ops->allgather(c, send, n, recv);
+}
+
+int kiln_comm_set_timeout(kiln_comm *c, double seconds) {
+  if (!isfinite(seconds) || seconds < 0)
+    return kiln_errorf(KILN_ERR_INVALID,
+                       "communication timeout %g: expected seconds (> 0, or 0 to wait forever)",
+                       seconds);
+  if (c) c->timeout_s = seconds;
+  return KILN_OK;
 }
 
 void kiln_comm_end_job(kiln_comm *c, int code) {

@@ -93,7 +93,7 @@ on_hosts() {
   timeout -k 5 120 ip netns exec "$NS1" unshare --uts \
     bash -c 'hostname kiln-host1 && exec "$@"' - \
     mpirun -np 2 --hostfile hostfile --mca plm_rsh_agent "$WORK/agent.sh" \
-    --mca pml ob1 --mca btl self,tcp \
+    --mca pml ob1 --mca btl "${BTL:-self,tcp}" \
     --mca btl_tcp_if_include "$NET.0/24" --mca oob_tcp_if_include "$NET.0/24" \
     --allow-run-as-root --oversubscribe --bind-to none \
     -x OMP_NUM_THREADS "${FORWARD[@]}" "$@" &
@@ -201,4 +201,14 @@ timeout -k 5 120 mpirun -np 2 --oversubscribe --allow-run-as-root --bind-to none
 wait $! || fail "MODEL on one host: exit $?: $(tail -n 5 m5l.log)"
 same m5l_iter_20.caffemodel m5_iter_20.caffemodel "MODEL K=5 on two hosts vs on one host"
 cmp -s m5_iter_20.caffemodel w2_iter_20.caffemodel && fail "MODEL K=5 trained as GRADIENT" || pass
+
+# (d) Shared memory only (no TCP) cannot join two hosts: the ranks fail while setting up their
+#     communicator, and the job must end with that error instead of hanging in MPI_Finalize.
+start=$(date +%s)
+BTL=self,vader on_hosts "$KILN" train --solver m5.prototxt > nobtl.log 2>&1
+rc=$?
+took=$(($(date +%s) - start))
+[ $rc -ne 0 ] && [ $rc -ne 124 ] && [ $rc -ne 137 ] && [ $took -lt 60 ] && pass \
+  || fail "no usable BTL: exit $rc after $took s: $(tail -n 5 nobtl.log)"
+grep -q "kiln: rank [01] of 2: starting MPI: " nobtl.log && pass || fail "no setup error named: $(grep -i kiln nobtl.log | head -n 3)"
 finish

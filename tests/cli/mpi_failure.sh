@@ -1,0 +1,163 @@
+# A worker that dies or stops mid-run ends the whole job with a non-zero exit and a message that
+# names it, within a bounded time (docs/distributed.md, Failures), on a tiny LMDB written from
+# hand-made IDX files:
+#   (a) SIGKILL of rank 1 of 2: Open MPI's mpirun ends the job (about 1 s here) and names rank 1;
+#   (b) SIGSTOP of rank 1 of 3 with --comm-timeout 5: kiln's watchdog on the ranks left waiting
+#       ends the job after 5 s + a 2 s roll call, naming the collective, the wait, rank 1 as the
+#       one that did not answer and the ranks that waited with it;
+#   (c) a healthy run with a short --comm-timeout trains to the end (no false alarm);
+#   (d) bad --comm-timeout values are refused with a clear message.
+# Every mpirun runs under `timeout -k 5 90`, so a hang fails the test instead of blocking CI.
+# Skips (exit 0) only when mpirun is missing or kiln was built without MPI.
+source "$(dirname "$0")/lib.bash"
+cd "$WORK"
+if ! command -v mpirun >/dev/null 2>&1; then
+  echo "SKIP: mpirun not found (scripts/install-deps installs openmpi-bin libopenmpi-dev)"
+  exit 0
+fi
+if [ "${KILN_HAVE_MPI:-1}" = 0 ]; then
+  echo "SKIP: kiln was built without MPI (libopenmpi-dev missing when CMake ran?)"
+  exit 0
+fi
+FORWARD=()
+for v in ASAN_OPTIONS LSAN_OPTIONS UBSAN_OPTIONS OMPI_MCA_mca_base_component_disable_dlclose; do
+  [ -n "${!v:-}" ] && FORWARD+=(-x "$v")
+done
+export OMP_NUM_THREADS=1
+
+# (d) first: no mpirun needed, the option is checked before anything starts.
+for bad in abc -1 nan inf 5s ""; do
+  expect_error "--comm-timeout '$bad'" "--comm-timeout '$bad': expected the seconds" -- \
+    "$KILN" train --solver none.prototxt --comm-timeout "$bad"
+done
+expect_error "--comm-timeout without a value" "missing value for '--comm-timeout'" -- \
+  "$KILN" train --solver none.prototxt --comm-timeout
+
+{
+  printf '\x00\x00\x08\x03\x00\x00\x00\x40\x00\x00\x00\x08\x00\x00\x00\x08'
+  LC_ALL=C awk 'BEGIN { srand(7); for (i = 0; i < 4096; i++) printf "%c", int(rand() * 256) }'
+} > img.idx
+{
+  printf '\x00\x00\x08\x01\x00\x00\x00\x40'
+  for i in $(seq 0 63); do printf "\\x0$((i % 4))"; done
+} > lab.idx
+"$KILN" convert idx img.idx lab.idx tiny_lmdb >/dev/null || { fail "convert"; finish; exit 1; }
+cat > net.prototxt <<NET
+name: "tiny"
+layer { name: "d" type: "Data" top: "data" top: "label"
+  data_param { source: "$WORK/tiny_lmdb" batch_size: 4 backend: LMDB }
+  transform_param { scale: 0.00390625 } }
+layer { name: "conv" type: "Convolution" bottom: "data" top: "conv"
+  convolution_param { num_output: 4 kernel_size: 3 weight_filler { type: "xavier" } } }
+layer { name: "relu" type: "ReLU" bottom: "conv" top: "conv" }
+layer { name: "ip" type: "InnerProduct" bottom: "conv" top: "ip"
+  inner_product_param { num_output: 4 weight_filler { type: "xavier" } } }
+layer { name: "loss" type: "SoftmaxWithLoss" bottom: "ip" bottom: "label" top: "loss" }
+NET
+solver() {  # solver MAX_ITER DISPLAY
+  printf 'net: "%s/net.prototxt"\nbase_lr: 0.01\nlr_policy: "fixed"\nmax_iter: %s\n' "$WORK" "$1"
+  printf 'display: %s\nrandom_seed: 5\nsnapshot_prefix: "%s/snap"\nsnapshot_after_train: false\n' "$2" "$WORK"
+}
+# Runs "forever": the test ends them (a million iterations, a display line every 50).
+solver 1000000 50 > long.prototxt
+solver 200 0 > short.prototxt
+
+descendants() {  # every process under PID
+  local k
+  for k in $(pgrep -P "$1"); do
+    echo "$k"
+    descendants "$k"
+  done
+}
+rank_pid() {  # rank_pid ROOT R: the process under ROOT that MPI started as rank R (only ours)
+  local p
+  for p in $(descendants "$1"); do
+    tr '\0' '\n' 2>/dev/null < "/proc/$p/environ" | grep -qx "OMPI_COMM_WORLD_RANK=$2" \
+      && { echo "$p"; return 0; }
+  done
+  return 1
+}
+now() { date +%s.%N; }
+elapsed() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.1f", b - a }'; }
+STRAYS=()
+cleanup_strays() {  # a rank mpirun left behind (never expected): ours by its solver path under $WORK
+  local p
+  for p in "${STRAYS[@]}"; do
+    if tr '\0' ' ' 2>/dev/null < "/proc/$p/cmdline" | grep -q "$WORK/long.prototxt"; then
+      fail "rank process $p outlived its job"
+      kill -KILL "$p" 2>/dev/null
+    fi
+  done
+}
+trap 'cleanup_strays; rm -rf "$WORK"' EXIT
+
+# kill_case NAME NP RANK SIGNAL [OPTIONS...]: starts NP workers on long.prototxt, waits for
+# training to be under way (a display line), sends SIGNAL to RANK and sets RC and TOOK (seconds
+# from the signal to mpirun's exit).
+kill_case() {
+  local name=$1 np=$2 victim=$3 sig=$4
+  shift 4
+  timeout -k 5 90 mpirun -np "$np" --oversubscribe --allow-run-as-root --bind-to none \
+    -x OMP_NUM_THREADS=1 "${FORWARD[@]}" "$KILN" train --solver "$WORK/long.prototxt" "$@" \
+    > "$name.log" 2>&1 &
+  local root=$! pid="" i
+  # A loaded machine can take a while to start the ranks: up to 60 s.
+  for i in $(seq 1 300); do
+    [ -z "$pid" ] && pid=$(rank_pid "$root" "$victim")
+    [ -n "$pid" ] && grep -q '^iter [0-9]* *loss' "$name.log" && break
+    kill -0 "$root" 2>/dev/null || break
+    sleep 0.2
+  done
+  if [ -z "$pid" ] || ! grep -q '^iter [0-9]* *loss' "$name.log"; then
+    fail "$name: the $np workers did not start training: $(tail -n 5 "$name.log")"
+    kill -TERM "$root" 2>/dev/null
+    wait "$root"
+    RC=0 TOOK=0
+    return 1
+  fi
+  STRAYS+=("$pid")
+  local t0
+  t0=$(now)
+  kill "-$sig" "$pid"
+  wait "$root"
+  RC=$?
+  TOOK=$(elapsed "$t0" "$(now)")
+  echo "$name: exit $RC, $TOOK s after SIG$sig to rank $victim"
+  # A job ended by our signal, not by timeout(1) (124, or 137 after 90 + 5 s).
+  if [ "$RC" -ne 0 ] && [ "$RC" -ne 124 ] && awk -v t="$TOOK" 'BEGIN { exit !(t < 30) }'; then
+    pass
+  else
+    fail "$name: exit $RC after $TOOK s (expected non-zero within 30 s): $(tail -n 8 "$name.log")"
+  fi
+  # The sanitizers must stay quiet on every rank, even on these paths.
+  grep -q "ERROR: AddressSanitizer\|runtime error:" "$name.log" \
+    && fail "$name: sanitizer report: $(grep -m 3 "AddressSanitizer\|runtime error" "$name.log")" || pass
+  return 0
+}
+
+# (a) SIGKILL: Open MPI sees the process die and ends the job itself.
+if kill_case killed 2 1 KILL; then
+  grep -Eq "rank 1[^0-9]" killed.log && pass \
+    || fail "killed: the output does not name rank 1: $(grep -v '^iter' killed.log | tail -n 8)"
+fi
+
+# (b) SIGSTOP: nothing dies, so only kiln's watchdog can end it. Ranks 0 and 2 wait in the
+# gradient sum, time out after 5 s and ask every rank where it is; rank 1 cannot answer.
+if kill_case stopped 3 1 STOP --comm-timeout 5; then
+  line=$(grep -m 1 "^kiln: rank [02] of 3: train at iteration [0-9]*: " stopped.log)
+  [ -n "$line" ] && pass || fail "stopped: no watchdog message: $(grep -v '^iter' stopped.log | tail -n 8)"
+  for want in "waited [0-9.]+ s for the other workers, past the limit of 5 s \\(--comm-timeout\\)" \
+              "rank 1 did not answer" "rank [02] is (waiting in it too|in [a-z])"; do
+    echo "$line" | grep -Eq -- "$want" && pass || fail "stopped: message lacks '$want': $line"
+  done
+  # Not before the limit: the 5 s wait, then up to 2 s for the roll call.
+  awk -v t="$TOOK" 'BEGIN { exit !(t >= 5) }' && pass || fail "stopped: ended after $TOOK s, before the limit"
+fi
+
+# (c) No false alarm: a healthy run with a short limit trains to the end (10 s, not less: on a
+# loaded machine a rank can be off its core for a few seconds).
+timeout -k 5 90 mpirun -np 2 --oversubscribe --allow-run-as-root --bind-to none -x OMP_NUM_THREADS=1 \
+  "${FORWARD[@]}" "$KILN" train --solver "$WORK/short.prototxt" --comm-timeout 10 > short.log 2>&1 \
+  && pass || fail "healthy run with --comm-timeout 10: $(tail -n 5 short.log)"
+grep -q "done at iteration 200" short.log && pass || fail "healthy run did not finish: $(tail -n 3 short.log)"
+finish
