@@ -46,6 +46,7 @@ run-lenet: build data
 
 bench: build data
 	@bench/run $(BUILD)/kiln
+	@bench/mpi $(BUILD)/kiln
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD)

@@ -1,8 +1,8 @@
 /* kiln-comm-bench: what the watchdog costs. Under `mpirun -np N`, times the sum of a float buffer
  * over the ranks through kiln's communicator (MPI_Iallreduce polled with MPI_Test, then sleeps:
  * src/dist/comm_mpi.c) against a plain blocking MPI_Allreduce of the same buffer, alternating
- * the two so that both see the same machine load, and prints the median and the 10th and 90th
- * percentiles of each. Usage: mpirun -np 2 kiln-comm-bench [FLOATS [REPS]]
+ * the two (and the rank-order sum of --deterministic) so that all see the same machine load,
+ * and prints the median and the 10th and 90th percentiles of each. Usage: mpirun -np 2 kiln-comm-bench [FLOATS [REPS]]
  * (default 1048576 floats, 200 repetitions). */
 #include <mpi.h>
 #include <stdio.h>
@@ -36,7 +36,8 @@ int main(int argc, char **argv) {
   }
   float *buf = malloc(sizeof(float) * (size_t)n);
   double *t_kiln = malloc(sizeof(double) * (size_t)reps), *t_mpi = malloc(sizeof(double) * (size_t)reps);
-  if (!buf || !t_kiln || !t_mpi) kiln_comm_end_job(c, 1);
+  double *t_ord = malloc(sizeof(double) * (size_t)reps);
+  if (!buf || !t_kiln || !t_mpi || !t_ord) kiln_comm_end_job(c, 1);
   for (int64_t i = 0; i < n; i++) buf[i] = 1e-6f * (float)(i % 1000);
   MPI_Comm world = MPI_COMM_WORLD;
   for (int w = 0; w < 5; w++) { /* warm up both paths (connections, buffers) */
@@ -59,16 +60,25 @@ int main(int argc, char **argv) {
       kiln_comm_end_job(c, 1);
     }
     t_kiln[r] = (MPI_Wtime() - t) * 1e3;
+    MPI_Barrier(world);
+    t = MPI_Wtime();
+    if (kiln_comm_allreduce_sum(c, buf, n, true)) {
+      fprintf(stderr, "kiln-comm-bench: %s\n", kiln_last_error());
+      kiln_comm_end_job(c, 1);
+    }
+    t_ord[r] = (MPI_Wtime() - t) * 1e3;
   }
   if (kiln_comm_rank(c) == 0) {
     printf("%d ranks, allreduce (sum) of %lld floats, %d repetitions\n", kiln_comm_size(c),
            (long long)n, reps);
     report("MPI_Allreduce (blocking)", t_mpi, reps, n);
     report("kiln_comm_allreduce_sum (watchdog)", t_kiln, reps, n);
+    report("kiln ordered sum (--deterministic)", t_ord, reps, n);
   }
   free(buf);
   free(t_kiln);
   free(t_mpi);
+  free(t_ord);
   kiln_comm_free(c);
   return 0;
 }
