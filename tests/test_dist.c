@@ -265,6 +265,11 @@ static void test_batch_stream_matches_walk(void **state) {
 typedef struct {
   int broadcasts, allreduces, ordered, allgathers;
   bool corrupt_digest;
+  /* overlapped buckets: what each held when it was started (before the sum) */
+  int nbuckets, finishes;
+  float *bucket_buf[8];
+  float *bucket_copy[8];
+  int64_t bucket_n[8];
 } fake_state;
 
 static int fake_barrier(kiln_comm *c) {
@@ -293,6 +298,28 @@ static int fake_allgather(kiln_comm *c, const void *send, size_t n, void *recv) 
   if (st->corrupt_digest && n == 32) ((uint8_t *)recv)[n * (size_t)(c->size - 1)] ^= 1;
   return KILN_OK;
 }
+static int fake_bucket_start(kiln_comm *c, float *buf, int64_t n) {
+  fake_state *st = c->impl;
+  if (st->nbuckets >= 8) return kiln_errorf(KILN_ERR_INVALID, "too many buckets");
+  int b = st->nbuckets++;
+  st->bucket_buf[b] = buf;
+  st->bucket_n[b] = n;
+  st->bucket_copy[b] = malloc(sizeof(float) * (size_t)n);
+  if (!st->bucket_copy[b]) return kiln_errorf(KILN_ERR_NOMEM, "out of memory");
+  memcpy(st->bucket_copy[b], buf, sizeof(float) * (size_t)n);
+  for (int64_t i = 0; i < n; i++) buf[i] *= (float)c->size;
+  return KILN_OK;
+}
+static int fake_bucket_finish(kiln_comm *c) {
+  ((fake_state *)c->impl)->finishes++;
+  return KILN_OK;
+}
+static const kiln_comm_ops fake_bucket_ops = {
+    .name = "fake-buckets", .barrier = fake_barrier, .broadcast = fake_broadcast,
+    .allreduce_sum = fake_allreduce, .allreduce_sum_ordered = fake_ordered,
+    .allgather = fake_allgather, .bucket_start = fake_bucket_start,
+    .bucket_finish = fake_bucket_finish,
+};
 static const kiln_comm_ops fake_ops = {
     .name = "fake", .barrier = fake_barrier, .broadcast = fake_broadcast,
     .allreduce_sum = fake_allreduce, .allreduce_sum_ordered = fake_ordered,
@@ -485,6 +512,75 @@ static void test_solver_model_and_time_twins(void **state) {
   kiln_solver_free(grad);
 }
 
+/* GRADIENT twins with the gradient summed in buckets during backward: two buckets (ip2 with the
+ * layers after it, then ip1), each started only once backward has finished with it (what it
+ * held when started is what it holds at the end, halved back), covering the whole buffer in
+ * order, and the same parameters as the sum after backward (--no-overlap). */
+static void test_solver_overlapped_buckets(void **state) {
+  (void)state;
+  char net2[192], solver2[192];
+  snprintf(net2, sizeof net2, "%s/wide.prototxt", dir);
+  snprintf(solver2, sizeof solver2, "%s/wide_solver.prototxt", dir);
+  FILE *f = fopen(net2, "w");
+  assert_non_null(f);
+  fprintf(f,
+          "layer { name: 'd' type: 'DummyData' top: 'data' top: 'label'\n"
+          "  dummy_data_param { shape { dim: 2 dim: 64 } shape { dim: 2 }\n"
+          "    data_filler { type: 'gaussian' std: 1 } data_filler { type: 'constant' value: 1 } } }\n"
+          "layer { name: 'ip1' type: 'InnerProduct' bottom: 'data' top: 'ip1'\n"
+          "  inner_product_param { num_output: 4500 weight_filler { type: 'gaussian' std: 0.01 } } }\n"
+          "layer { name: 'relu' type: 'ReLU' bottom: 'ip1' top: 'ip1' }\n"
+          "layer { name: 'ip2' type: 'InnerProduct' bottom: 'ip1' top: 'ip2'\n"
+          "  inner_product_param { num_output: 70 weight_filler { type: 'gaussian' std: 0.01 } } }\n"
+          "layer { name: 'ip3' type: 'InnerProduct' bottom: 'ip2' top: 'ip3'\n"
+          "  inner_product_param { num_output: 3 weight_filler { type: 'gaussian' std: 0.1 } } }\n"
+          "layer { name: 'loss' type: 'SoftmaxWithLoss' bottom: 'ip3' bottom: 'label' top: 'loss' }\n");
+  fclose(f);
+  f = fopen(solver2, "w");
+  assert_non_null(f);
+  fprintf(f, "net: 'wide.prototxt'\nbase_lr: 0.1\nlr_policy: 'fixed'\nmomentum: 0.9\n"
+             "max_iter: 2\nrandom_seed: 3\nsnapshot_after_train: false\n");
+  fclose(f);
+  fake_state st = {0}, st2 = {0};
+  kiln_comm c = {.ops = &fake_bucket_ops, .rank = 0, .size = 2, .impl = &st};
+  kiln_comm c2 = {.ops = &fake_bucket_ops, .rank = 0, .size = 2, .impl = &st2};
+  kiln_solver_options o = {.comm = &c}, o2 = {.comm = &c2, .no_overlap = true};
+  kiln_solver *s, *whole;
+  assert_int_equal(kiln_solver_create(solver2, &o, &s), KILN_OK);
+  assert_int_equal(kiln_solver_create(solver2, &o2, &whole), KILN_OK);
+  assert_true(s->overlap);
+  assert_false(whole->overlap);
+  assert_int_equal(s->nbuckets, 2);
+  assert_int_equal(kiln_solver_step(s, 1), KILN_OK);
+  assert_int_equal(st.nbuckets, 2);
+  assert_int_equal(st.finishes, 1);
+  assert_int_equal(st.allreduces, 0);
+  kiln_net *net = s->net;
+  /* from the end of the buffer down to 0, without gaps */
+  assert_true(st.bucket_buf[0] + st.bucket_n[0] == net->param_diff + net->nparam_floats);
+  assert_true(st.bucket_buf[1] + st.bucket_n[1] == st.bucket_buf[0]);
+  assert_true(st.bucket_buf[1] == net->param_diff);
+  for (int b = 0; b < 2; b++) {
+    double norm = 0;
+    for (int64_t i = 0; i < st.bucket_n[b]; i++) {
+      norm += fabsf(st.bucket_copy[b][i]);
+      /* the update scaled the sum back by 1/2 in place: the gradient is the copy again */
+      if (st.bucket_buf[b][i] != st.bucket_copy[b][i])
+        fail_msg("bucket %d changed after it was started, at %lld: %g then %g", b, (long long)i,
+                 (double)st.bucket_copy[b][i], (double)st.bucket_buf[b][i]);
+    }
+    if (!(norm > 0)) fail_msg("bucket %d was started before its gradient was computed", b);
+  }
+  assert_int_equal(kiln_solver_step(whole, 1), KILN_OK);
+  assert_int_equal(st2.nbuckets, 0);
+  assert_int_equal(st2.allreduces, 1);
+  assert_memory_equal(s->net->param_data, whole->net->param_data,
+                      sizeof(float) * (size_t)net->nparam_floats);
+  for (int b = 0; b < st.nbuckets; b++) free(st.bucket_copy[b]);
+  kiln_solver_free(s);
+  kiln_solver_free(whole);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_local_comm),
@@ -496,6 +592,7 @@ int main(void) {
       cmocka_unit_test(test_solver_config_mismatch_names_the_rank),
       cmocka_unit_test(test_solver_twin_workers),
       cmocka_unit_test(test_solver_model_and_time_twins),
+      cmocka_unit_test(test_solver_overlapped_buckets),
   };
   return cmocka_run_group_tests(tests, make_fixture, remove_fixture);
 }

@@ -13,7 +13,7 @@
 static int usage_error(const char *why, const char *a) {
   fprintf(stderr,
           "kiln train: %s '%s'\nusage: kiln train --solver S [--snapshot X | --weights W] "
-          "[--sync grad|model:K[:W]|time:T[:W]] [--deterministic] [--comm-timeout SECONDS] "
+          "[--sync grad|model:K[:W]|time:T[:W]] [--deterministic] [--no-overlap] [--comm-timeout S] "
           "[--metrics F] [--threads N] [--max-memory SIZE] [--debug-slow-rank R:MS]\n",
           why, a);
   return 2;
@@ -64,6 +64,7 @@ int cmd_train(int argc, char **argv) {
   int slow_rank = 0;
   double slow_ms = 0;
   double comm_timeout = KILN_COMM_DEFAULT_TIMEOUT_S;
+  bool no_overlap = false;
   for (int i = 1; i < argc; i++) {
     int r = tool_common_option(&c, argc, argv, &i);
     if (r < 0) return 2;
@@ -71,6 +72,10 @@ int cmd_train(int argc, char **argv) {
     const char *a = argv[i];
     if (!strcmp(a, "--deterministic")) {
       sync.deterministic = true;
+      continue;
+    }
+    if (!strcmp(a, "--no-overlap")) {
+      no_overlap = true;
       continue;
     }
     if (!strcmp(a, "--sync")) {
@@ -137,7 +142,7 @@ int cmd_train(int argc, char **argv) {
   m.rank = rank;
   kiln_solver_options o = {.max_memory = c.max_memory, .on_event = tool_on_event, .user = &m,
                            .comm = comm, .sync = sync, .debug_slow_rank = slow_rank,
-                           .debug_slow_ms = slow_ms};
+                           .debug_slow_ms = slow_ms, .no_overlap = no_overlap};
   kiln_solver *s;
   if (kiln_solver_create(solver, &o, &s)) {
     tool_metrics_close(&m);

@@ -30,6 +30,14 @@ typedef struct kiln_comm_ops {
   int (*allreduce_sum_ordered)(kiln_comm *c, float *buf, int64_t n);
   /* Each rank sends n bytes; recv (size x n bytes) gets them in rank order on every rank. */
   int (*allgather)(kiln_comm *c, const void *send, size_t n, void *recv);
+  /* Overlapped sums (optional; NULL: the front end sums each bucket at once, blocking).
+   * bucket_start begins the sum of buf (n floats) in place over the ranks and returns at once;
+   * buckets are started in the same order on every rank. bucket_progress lets outstanding sums
+   * advance (MPI makes no progress on its own between calls). bucket_finish waits for all of
+   * them, within the watchdog's limit. */
+  int (*bucket_start)(kiln_comm *c, float *buf, int64_t n);
+  int (*bucket_progress)(kiln_comm *c);
+  int (*bucket_finish)(kiln_comm *c);
   /* Ends every process of the job with exit status `code` (MPI_Abort). The local communicator
    * returns: a single process ends by returning the code itself. */
   void (*end_job)(kiln_comm *c, int code);
@@ -73,6 +81,11 @@ int kiln_comm_barrier(kiln_comm *c);
 int kiln_comm_broadcast(kiln_comm *c, float *buf, int64_t n, int root);
 int kiln_comm_allreduce_sum(kiln_comm *c, float *buf, int64_t n, bool ordered);
 int kiln_comm_allgather(kiln_comm *c, const void *send, size_t n, void *recv);
+/* Overlapped sums of buckets (see kiln_comm_ops): start each, let them progress while computing,
+ * finish once. Without an implementation, start sums the bucket at once. */
+int kiln_comm_bucket_start(kiln_comm *c, float *buf, int64_t n);
+int kiln_comm_bucket_progress(kiln_comm *c);
+int kiln_comm_bucket_finish(kiln_comm *c);
 void kiln_comm_end_job(kiln_comm *c, int code);
 
 /* acc[i] += x[i], one float addition per element in index order. The deterministic reduction

@@ -55,6 +55,10 @@ typedef struct kiln_net {
   int64_t workspace_floats;
   kiln_memory_plan memory;
   int nthreads;
+  /* Called after each layer's place in backward (index i, from the last layer down; also for
+   * layers that skip backward): the solver starts the sums of gradients that are final. */
+  int (*backward_hook)(void *user, int layer);
+  void *backward_hook_user;
   void *internal;             /* names, synthesized layer messages */
 } kiln_net;
 

@@ -57,6 +57,9 @@ typedef struct kiln_solver_options {
   /* Every activation of the train net keeps its own gradient, readable after backward (for
    * tests and inspection). Off (the default): gradients share buffers by lifetime. */
   bool keep_diffs;
+  /* GRADIENT mode sums the whole gradient after backward instead of bucket by bucket during it
+   * (for measuring what the overlap gives). */
+  bool no_overlap;
   double debug_slow_ms;
 } kiln_solver_options;
 
@@ -102,6 +105,12 @@ typedef struct kiln_solver {
   bool diverged;           /* MODEL / TIME: local steps since the last model average */
   bool state_diverged;     /* running statistics (BatchNorm's) updated since the last average */
   double round_start_ms;   /* TIME: when the next round's clock started (the last average) */
+  /* GRADIENT, not deterministic, iter_size 1: the flat gradient in buckets (from the end, where
+   * the last layers' gradients lie), each summed as soon as backward has passed every layer
+   * using it, while earlier layers still compute. */
+  struct kiln_grad_bucket *buckets;
+  int nbuckets, next_bucket;
+  bool overlap;
 } kiln_solver;
 
 /* Reads the solver file and builds the train and test nets (net paths are taken as given, or

@@ -42,6 +42,21 @@ int kiln_comm_set_timeout(kiln_comm *c, double seconds) {
   return KILN_OK;
 }
 
+int kiln_comm_bucket_start(kiln_comm *c, float *buf, int64_t n) {
+  if (!c || c->size == 1 || n == 0) return KILN_OK;
+  return c->ops->bucket_start ? c->ops->bucket_start(c, buf, n) : c->ops->allreduce_sum(c, buf, n);
+}
+
+int kiln_comm_bucket_progress(kiln_comm *c) {
+  if (!c || c->size == 1 || !c->ops->bucket_progress) return KILN_OK;
+  return c->ops->bucket_progress(c);
+}
+
+int kiln_comm_bucket_finish(kiln_comm *c) {
+  if (!c || c->size == 1 || !c->ops->bucket_finish) return KILN_OK;
+  return c->ops->bucket_finish(c);
+}
+
 void kiln_comm_end_job(kiln_comm *c, int code) {
   if (c && c->ops->end_job) c->ops->end_job(c, code);
 }

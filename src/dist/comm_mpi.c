@@ -61,6 +61,11 @@ typedef struct {
   bool warned_away;
   pending_send **sends; /* roll-call messages not yet known to be delivered */
   int nsends, cap_sends;
+  /* Overlapped bucket sums in flight (one collective for the watchdog: begun with the first
+   * bucket, ended by bucket_finish). */
+  MPI_Request *buckets;
+  int64_t bucket_floats;
+  int nbuckets, cap_buckets;
 } mpi_state;
 
 static int mpi_status(int err, const char *what) {
@@ -325,6 +330,55 @@ static int mpi_allreduce(kiln_comm *c, float *buf, int64_t n) {
   return rc;
 }
 
+/* One MPI_Test per outstanding sum: completed ones become MPI_REQUEST_NULL. */
+static int mpi_bucket_progress_impl(kiln_comm *c) {
+  mpi_state *st = c->impl;
+  for (int i = 0; i < st->nbuckets; i++) {
+    if (st->buckets[i] == MPI_REQUEST_NULL) continue;
+    int done = 0;
+    KILN_TRY(mpi_status(MPI_Test(&st->buckets[i], &done, MPI_STATUS_IGNORE), "allreduce"));
+    if (!done) break; /* later ones wait behind it */
+  }
+  return KILN_OK;
+}
+
+static int mpi_bucket_start(kiln_comm *c, float *buf, int64_t n) {
+  mpi_state *st = c->impl;
+  if (st->nbuckets == 0) {
+    begin_op(c, "overlapped gradient sum");
+    st->bucket_floats = 0;
+  }
+  for (int64_t off = 0; off < n; off += CHUNK_FLOATS) {
+    if (st->nbuckets == st->cap_buckets) {
+      int cap = st->cap_buckets ? 2 * st->cap_buckets : 16;
+      MPI_Request *v = realloc(st->buckets, sizeof *v * (size_t)cap);
+      if (!v) return kiln_errorf(KILN_ERR_NOMEM, "out of memory for overlapped sums");
+      st->buckets = v;
+      st->cap_buckets = cap;
+    }
+    int cnt = (int)(n - off < CHUNK_FLOATS ? n - off : CHUNK_FLOATS);
+    KILN_TRY(mpi_status(MPI_Iallreduce(MPI_IN_PLACE, buf + off, cnt, MPI_FLOAT, MPI_SUM,
+                                       comm_of(c), &st->buckets[st->nbuckets]),
+                        "allreduce"));
+    st->nbuckets++;
+  }
+  st->bucket_floats += n;
+  return mpi_bucket_progress_impl(c);
+}
+
+static int mpi_bucket_finish(kiln_comm *c) {
+  mpi_state *st = c->impl;
+  if (st->nbuckets == 0) return KILN_OK;
+  snprintf(st->what, sizeof st->what, "overlapped gradient sum of %lld floats in %d parts",
+           (long long)st->bucket_floats, st->nbuckets);
+  int rc = KILN_OK;
+  for (int i = 0; i < st->nbuckets && !rc; i++)
+    if (st->buckets[i] != MPI_REQUEST_NULL) rc = wait_for(c, &st->buckets[i]);
+  st->nbuckets = 0;
+  end_op(c);
+  return rc;
+}
+
 static int ordered_sum(kiln_comm *c, float *buf, int64_t n) {
   mpi_state *st = c->impl;
   int64_t want = n < CHUNK_FLOATS ? n : CHUNK_FLOATS;
@@ -406,6 +460,7 @@ static void mpi_destroy(kiln_comm *c) {
     }
     for (int i = 0; i < st->nsends; i++) free(st->sends[i]);
     free(st->sends);
+    free(st->buckets);
     free(st->tmp);
     free(st);
   }
@@ -419,6 +474,9 @@ static const kiln_comm_ops mpi_ops = {
     .allreduce_sum = mpi_allreduce,
     .allreduce_sum_ordered = mpi_allreduce_ordered,
     .allgather = mpi_allgather,
+    .bucket_start = mpi_bucket_start,
+    .bucket_progress = mpi_bucket_progress_impl,
+    .bucket_finish = mpi_bucket_finish,
     .end_job = mpi_end_job,
     .destroy = mpi_destroy,
 };

@@ -856,9 +856,11 @@ int kiln_net_backward(kiln_net *net) {
   }
   for (int i = net->nlayers - 1; i >= 0; i--) {
     kiln_layer *l = net->layers[i];
-    if (!net->layer_need_backward[i] || !l->ops->backward) continue;
-    int rc = l->ops->backward(l);
-    if (rc) return rc;
+    if (net->layer_need_backward[i] && l->ops->backward) {
+      int rc = l->ops->backward(l);
+      if (rc) return rc;
+    }
+    if (net->backward_hook) KILN_TRY(net->backward_hook(net->backward_hook_user, i));
   }
   return KILN_OK;
 }

@@ -197,6 +197,8 @@ static int check_params(kiln_solver *s) {
   return KILN_OK;
 }
 
+static int plan_buckets(kiln_solver *s);
+
 /* ---- workers ------------------------------------------------------------------------------ */
 
 /* The solver file's sync { } with the caller's overrides on top. */
@@ -343,6 +345,13 @@ int kiln_solver_create(const char *solver_path, const kiln_solver_options *opt, 
         break;
       }
     seed_worker_rng(s, 0);
+    /* The ordered sum (--deterministic) and iter_size > 1 (gradients final only after the last
+     * pass's accumulation) sum the whole buffer after backward. */
+    s->overlap = s->nworkers > 1 && !s->sync.deterministic && p->iter_size == 1 &&
+                 !s->opt.no_overlap;
+    if (s->overlap) rc = plan_buckets(s);
+  }
+  if (!rc) {
     uint8_t digest[32];
     rc = config_digest(s, digest);
     if (!rc)
@@ -372,6 +381,7 @@ void kiln_solver_free(kiln_solver *s) {
   if (s->param) protobuf_c_message_free_unpacked(&s->param->base, NULL);
   kiln_free(s->history);
   kiln_free(s->grad_acc);
+  free(s->buckets);
   free(s->loss_window);
   free(s->source);
   free(s->snapshot_prefix);
@@ -639,6 +649,62 @@ static int global_loss(kiln_solver *s, double local, bool own, float *out) {
   return KILN_OK;
 }
 
+/* ---- overlapped gradient sums (GRADIENT) ------------------------------------------------------ */
+
+struct kiln_grad_bucket {
+  int64_t off, n;   /* a range of the flat gradient */
+  int ready_layer;  /* final once backward has run this layer (the first layer using it) */
+};
+
+/* About 1 MiB: big enough that a sum's fixed cost is small, small enough that the last layers'
+ * gradients go out while the first layers still compute. */
+enum { BUCKET_FLOATS = 1 << 18 };
+
+static int plan_buckets(kiln_solver *s) {
+  kiln_net *net = s->net;
+  int nl = net->nlearnable;
+  if (nl == 0) return KILN_OK;
+  int *ready = malloc(sizeof(int) * (size_t)nl);
+  s->buckets = malloc(sizeof *s->buckets * (size_t)nl);
+  if (!ready || !s->buckets) {
+    free(ready);
+    return kiln_errorf(KILN_ERR_NOMEM, "out of memory");
+  }
+  for (int k = 0; k < nl; k++) ready[k] = net->nlayers;
+  /* a shared parameter is final only after the first layer using it */
+  for (int j = 0; j < net->nlayers; j++)
+    for (int p = 0; p < net->layers[j]->nparam; p++)
+      for (int k = 0; k < nl; k++)
+        if (net->learnable[k]->data == net->layers[j]->param[p]->data && j < ready[k]) ready[k] = j;
+  int64_t end = net->nparam_floats;
+  int r = net->nlayers;
+  for (int k = nl - 1; k >= 0; k--) {
+    if (ready[k] < r) r = ready[k];
+    int64_t start = net->learnable_offset[k];
+    if (end - start >= BUCKET_FLOATS || k == 0) {
+      s->buckets[s->nbuckets++] = (struct kiln_grad_bucket){.off = start, .n = end - start,
+                                                            .ready_layer = r};
+      end = start;
+      r = net->nlayers;
+    }
+  }
+  free(ready);
+  return KILN_OK;
+}
+
+static int start_ready_buckets(kiln_solver *s, int layer) {
+  while (s->next_bucket < s->nbuckets && s->buckets[s->next_bucket].ready_layer >= layer) {
+    const struct kiln_grad_bucket *b = &s->buckets[s->next_bucket++];
+    KILN_TRY(kiln_comm_bucket_start(s->opt.comm, s->net->param_diff + b->off, b->n));
+  }
+  return kiln_comm_bucket_progress(s->opt.comm);
+}
+
+static int backward_hook(void *user, int layer) {
+  int rc = start_ready_buckets(user, layer);
+  return rc ? kiln_error_context(rc, "gradient sync: ") : KILN_OK;
+}
+
 /* ---- model averaging (MODEL and TIME) ------------------------------------------------------- */
 
 /* Every worker's parameters (running statistics included) and solver history become
@@ -706,12 +772,26 @@ static int one_iteration(kiln_solver *s, bool local, rate_window *w) {
   const Caffe__SolverParameter *p = s->param;
   double work_start = kiln_now_ms();
   double loss;
-  KILN_TRY(compute_gradients(s, &loss));
+  bool overlap = s->overlap && !local && s->nworkers > 1;
+  if (overlap) {
+    s->next_bucket = 0;
+    s->net->backward_hook = backward_hook;
+    s->net->backward_hook_user = s;
+  }
+  int grc = compute_gradients(s, &loss);
+  s->net->backward_hook = NULL;
+  KILN_TRY(grc);
   int summed = 1;
   if (s->nworkers > 1 && !local) {
     double t = kiln_now_ms();
-    KILN_TRY(kiln_sync_gradients(s->opt.comm, &s->sync, s->net->param_diff,
-                                 s->net->nparam_floats));
+    if (overlap) {
+      int rc = start_ready_buckets(s, -1); /* every layer is done */
+      if (!rc) rc = kiln_comm_bucket_finish(s->opt.comm);
+      if (rc) return kiln_error_context(rc, "gradient sync: ");
+    } else {
+      KILN_TRY(kiln_sync_gradients(s->opt.comm, &s->sync, s->net->param_diff,
+                                   s->net->nparam_floats));
+    }
     s->sync_ms += kiln_now_ms() - t;
     work_start += kiln_now_ms() - t;
     summed = s->nworkers;
