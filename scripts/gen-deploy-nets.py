@@ -159,9 +159,13 @@ def resnet50():
 def data_layers(n, batch):
     for phase, src, b in (("TRAIN", "train_lmdb", batch), ("TEST", "test_lmdb", 100)):
         # Fashion-MNIST pixels: mean 73 and standard deviation about 90 on the 0..255 scale.
+        # Training reads a new order each epoch and mirrors half the images (a garment flipped
+        # left to right is the same garment); testing reads the set as it is.
+        mirror = " mirror: true" if phase == "TRAIN" else ""
+        shuffle = " shuffle: true" if phase == "TRAIN" else ""
         n.layer("data", "Data", [], ["data", "label"],
-                f"include {{ phase: {phase} }}\n  transform_param {{ mean_value: 73 scale: 0.011 }}\n"
-                f"  data_param {{ source: \"$KILN_DATA/fashion-mnist/{src}\" batch_size: {b} backend: LMDB }}")
+                f"include {{ phase: {phase} }}\n  transform_param {{ mean_value: 73 scale: 0.011{mirror} }}\n"
+                f"  data_param {{ source: \"$KILN_DATA/fashion-mnist/{src}\" batch_size: {b} backend: LMDB{shuffle} }}")
 
 
 def head(n, x, classes=10):

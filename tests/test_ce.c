@@ -164,6 +164,56 @@ static void test_metrics_nan_and_damage(void **state) {
   assert_int_equal(kiln_ce_metrics_read(path, &m), KILN_ERR_IO);
 }
 
+/* The trainer's wait for a CPU, as far as other processes' CPU time accounts for it, comes out
+ * of the timings: of the duration, and of each throughput window by its own share. */
+static void test_metrics_discount_wait(void **state) {
+  (void)state;
+  static const char text[] =
+      "{\"event\":\"train\",\"iter\":0,\"time_ms\":0,\"rank\":0,\"loss\":1,"
+      "\"samples_per_s\":10,\"cpu_wait_ms\":0}\n"
+      "{\"event\":\"train\",\"iter\":100,\"time_ms\":1000,\"rank\":0,\"loss\":1,"
+      "\"samples_per_s\":1000,\"cpu_wait_ms\":0}\n"
+      "{\"event\":\"train\",\"iter\":200,\"time_ms\":2000,\"rank\":0,\"loss\":1,"
+      "\"samples_per_s\":500,\"cpu_wait_ms\":500}\n"
+      "{\"event\":\"train\",\"iter\":300,\"time_ms\":3000,\"rank\":0,\"loss\":1,"
+      "\"samples_per_s\":250,\"cpu_wait_ms\":1250}\n"
+      "{\"event\":\"done\",\"iter\":300,\"time_ms\":4000,\"rank\":0,\"cpu_wait_ms\":1500}\n";
+  kiln_ce_metrics m;
+  assert_int_equal(kiln_ce_metrics_parse(text, strlen(text), "w.jsonl", &m), KILN_OK);
+  assert_float_equal(m.cpu_wait_s, 1.5, 1e-12);
+  assert_float_equal(m.duration_s, 4, 1e-12);
+  assert_float_equal(m.samples_per_s, 500, 1e-9); /* on the wall clock: 1000, 500, 250 */
+  assert_int_equal(m.window_sps.n, 4);
+  /* other processes used plenty of CPU: the whole wait was theirs */
+  kiln_ce_metrics_discount_wait(&m, 10);
+  assert_float_equal(m.discounted_wait_s, 1.5, 1e-12);
+  assert_float_equal(m.duration_s, 2.5, 1e-12);
+  assert_float_equal(m.samples_per_s, 1000, 1e-9); /* every window back to 1000 */
+  assert_float_equal(m.wall_duration_s, 4, 1e-12);
+  assert_float_equal(m.wall_samples_per_s, 500, 1e-9);
+  /* they used 0.75 CPU-s: half the wait is theirs, the other half the trainer's own */
+  kiln_ce_metrics_discount_wait(&m, 0.75);
+  assert_float_equal(m.discounted_wait_s, 0.75, 1e-12);
+  assert_float_equal(m.duration_s, 3.25, 1e-12);
+  assert_float_equal(m.samples_per_s, 500.0 * 1000 / 750, 1e-9); /* 1000, 666.7, 400 */
+  /* nobody else ran, or nothing is known: the wall clock stands */
+  kiln_ce_metrics_discount_wait(&m, 0);
+  assert_float_equal(m.duration_s, 4, 1e-12);
+  assert_float_equal(m.samples_per_s, 500, 1e-9);
+  assert_float_equal(m.discounted_wait_s, 0, 0);
+  kiln_ce_metrics_discount_wait(&m, NAN);
+  assert_float_equal(m.duration_s, 4, 1e-12);
+  kiln_ce_metrics_free(&m);
+  /* metrics without cpu_wait_ms (an older trainer): nothing changes */
+  assert_int_equal(kiln_ce_metrics_parse(metrics_text, strlen(metrics_text), "m.jsonl", &m),
+                   KILN_OK);
+  assert_true(isnan(m.cpu_wait_s));
+  kiln_ce_metrics_discount_wait(&m, 10);
+  assert_float_equal(m.duration_s, 4.2, 1e-12);
+  assert_float_equal(m.samples_per_s, 1100, 1e-9);
+  kiln_ce_metrics_free(&m);
+}
+
 /* ---- reductions and statistics -------------------------------------------------------------- */
 
 static void test_reductions(void **state) {
@@ -1033,6 +1083,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_metrics_extraction),
       cmocka_unit_test(test_metrics_nan_and_damage),
+      cmocka_unit_test(test_metrics_discount_wait),
       cmocka_unit_test(test_reductions),
       cmocka_unit_test(test_kpi_defaults),
       cmocka_unit_test(test_compare_tolerances_and_noise),

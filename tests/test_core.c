@@ -1,9 +1,12 @@
-/* Core: blobs, errors, the random generator. */
+/* Core: blobs, errors, the random generator, fault injection (KILN_FAULT) and the process
+ * figures it moves. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
+#include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "kiln/core.h"
@@ -56,11 +59,109 @@ static void test_error_context(void **state) {
   assert_string_equal(kiln_last_error(), "layer 'conv1': bad thing 3");
 }
 
+static void assert_parse_error(const char *text, const char *want) {
+  kiln_fault f;
+  assert_int_equal(kiln_fault_parse(text, &f), KILN_ERR_INVALID);
+  if (!strstr(kiln_last_error(), want))
+    fail_msg("'%s' does not contain '%s'", kiln_last_error(), want);
+  assert_non_null(strstr(kiln_last_error(), "KILN_FAULT")); /* the message names the variable */
+}
+
+static void test_fault_parse(void **state) {
+  (void)state;
+  kiln_fault f;
+  assert_int_equal(kiln_fault_parse(NULL, &f), KILN_OK);
+  assert_int_equal(f.kind, KILN_FAULT_NONE);
+  assert_int_equal(kiln_fault_parse("", &f), KILN_OK);
+  assert_int_equal(f.kind, KILN_FAULT_NONE);
+  assert_int_equal(kiln_fault_parse("sleep:conv1:20", &f), KILN_OK);
+  assert_int_equal(f.kind, KILN_FAULT_SLEEP);
+  assert_string_equal(f.layer, "conv1");
+  assert_int_equal(f.ms, 20);
+  /* a layer name may hold colons: MS is after the last one */
+  assert_int_equal(kiln_fault_parse("sleep:block:1/conv:5", &f), KILN_OK);
+  assert_string_equal(f.layer, "block:1/conv");
+  assert_int_equal(f.ms, 5);
+  assert_int_equal(kiln_fault_parse("leak:1024", &f), KILN_OK);
+  assert_int_equal(f.kind, KILN_FAULT_LEAK);
+  assert_int_equal(f.kb, 1024);
+  char buf[128];
+  assert_string_equal(kiln_fault_describe(&f, buf, sizeof buf),
+                      "leak 1024 KB every training iteration");
+
+  assert_parse_error("slep:conv1:5", "unknown fault 'slep'");
+  assert_parse_error("sleep", "expected sleep:LAYER:MS");
+  assert_parse_error("sleep:conv1", "expected sleep:LAYER:MS");
+  assert_parse_error("sleep::5", "no layer name");
+  assert_parse_error("sleep:conv1:", "'' is not a whole number of milliseconds");
+  assert_parse_error("sleep:conv1:0", "'0' is not a whole number of milliseconds in 1..60000");
+  assert_parse_error("sleep:conv1:60001", "in 1..60000");
+  assert_parse_error("sleep:conv1:2.5", "'2.5' is not a whole number");
+  assert_parse_error("sleep:conv1: 5", "' 5' is not a whole number");
+  assert_parse_error("leak", "expected sleep:LAYER:MS");
+  assert_parse_error("leak:-1", "'-1' is not a whole number of kilobytes in 1..1048576");
+  assert_parse_error("leak:1048577", "in 1..1048576");
+  assert_parse_error("leak:12k", "'12k' is not a whole number of kilobytes");
+  assert_parse_error("LEAK:12", "unknown fault 'LEAK'");
+  char longname[300] = "sleep:";
+  memset(longname + 6, 'x', 200);
+  strcpy(longname + 206, ":5");
+  assert_parse_error(longname, "the layer name is longer than 127 characters");
+
+  /* the environment is read by kiln_fault_from_env, and only there */
+  setenv("KILN_FAULT", "leak:3", 1);
+  assert_int_equal(kiln_fault_from_env(&f), KILN_OK);
+  assert_int_equal(f.kind, KILN_FAULT_LEAK);
+  assert_int_equal(f.kb, 3);
+  setenv("KILN_FAULT", "nonsense", 1);
+  assert_int_equal(kiln_fault_from_env(&f), KILN_ERR_INVALID);
+  assert_non_null(strstr(kiln_last_error(), "KILN_FAULT='nonsense'"));
+  unsetenv("KILN_FAULT");
+  assert_int_equal(kiln_fault_from_env(&f), KILN_OK);
+  assert_int_equal(f.kind, KILN_FAULT_NONE);
+}
+
+static void test_fault_effects(void **state) {
+  (void)state;
+  kiln_fault sleep_fault, leak_fault, none;
+  assert_int_equal(kiln_fault_parse("sleep:x:30", &sleep_fault), KILN_OK);
+  assert_int_equal(kiln_fault_parse("leak:16384", &leak_fault), KILN_OK);
+  assert_int_equal(kiln_fault_parse(NULL, &none), KILN_OK);
+  double t0 = kiln_now_ms();
+  kiln_fault_sleep(&sleep_fault);
+  assert_true(kiln_now_ms() - t0 >= 30);
+  t0 = kiln_now_ms();
+  kiln_fault_sleep(&leak_fault); /* another kind: nothing */
+  kiln_fault_sleep(&none);
+  assert_true(kiln_now_ms() - t0 < 30);
+  /* 16 MB leaked and touched: the peak resident set grows by about that much */
+  double before = kiln_peak_rss_mb();
+  assert_int_equal(kiln_fault_leak(&leak_fault), KILN_OK);
+  assert_true(kiln_peak_rss_mb() - before >= 15);
+  assert_int_equal(kiln_fault_leak(&none), KILN_OK);
+  assert_int_equal(kiln_fault_leak(&sleep_fault), KILN_OK);
+}
+
+static void test_thread_cpu_wait(void **state) {
+  (void)state;
+  /* the kernel's run-queue delay of this thread: a non-negative number that never decreases
+   * (NaN only where /proc does not report it) */
+  double a = kiln_thread_cpu_wait_ms();
+  if (isnan(a)) return;
+  assert_true(a >= 0);
+  volatile double x = 0;
+  for (int i = 0; i < 1000000; i++) x += i;
+  assert_true(kiln_thread_cpu_wait_ms() >= a);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_blob_reshape_keeps_capacity),
       cmocka_unit_test(test_rng_reproducible_and_uniform),
       cmocka_unit_test(test_error_context),
+      cmocka_unit_test(test_fault_parse),
+      cmocka_unit_test(test_fault_effects),
+      cmocka_unit_test(test_thread_cpu_wait),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -889,6 +889,52 @@ static void test_divergence_is_numeric_error(void **state) {
   kiln_solver_free(s);
 }
 
+/* ---- fault injection --------------------------------------------------------------------- */
+
+static void on_event_count(const kiln_event *e, void *user) {
+  if (!strcmp(e->event, "done")) *(double *)user = e->cpu_wait_ms;
+}
+
+static void test_fault_injection(void **state) {
+  (void)state;
+  const char *body = "base_lr: 0.1 lr_policy: 'fixed' max_iter: 5 display: 0\n";
+  char err[2048];
+  /* a sleep in every forward of 'ip': five iterations take at least five sleeps */
+  setenv("KILN_FAULT", "sleep:ip:20", 1);
+  kiln_solver *s = make_solver(tiny_net, body, NULL);
+  set_tiny_inputs(s->net);
+  double t0 = kiln_now_ms();
+  assert_int_equal(kiln_solver_step(s, 5), KILN_OK);
+  assert_true(kiln_now_ms() - t0 >= 5 * 20);
+  kiln_solver_free(s);
+  /* a layer the train net does not have, and a malformed value, are errors */
+  setenv("KILN_FAULT", "sleep:conv9:20", 1);
+  assert_int_equal(make_solver_rc(tiny_net, body, err, sizeof err), KILN_ERR_INVALID);
+  assert_contains(err, "KILN_FAULT=sleep:conv9:20: the train net 'tiny' has no layer 'conv9'");
+  assert_contains(err, "its layers: data, ip, loss");
+  setenv("KILN_FAULT", "sleep:ip", 1);
+  assert_int_equal(make_solver_rc(tiny_net, body, err, sizeof err), KILN_ERR_INVALID);
+  assert_contains(err, "KILN_FAULT='sleep:ip': expected sleep:LAYER:MS");
+  /* a leak: every iteration keeps 4 MB */
+  setenv("KILN_FAULT", "leak:4096", 1);
+  s = make_solver(tiny_net, body, NULL);
+  set_tiny_inputs(s->net);
+  double before = kiln_peak_rss_mb();
+  assert_int_equal(kiln_solver_step(s, 5), KILN_OK);
+  assert_true(kiln_peak_rss_mb() - before >= 5 * 4 - 1);
+  kiln_solver_free(s);
+  unsetenv("KILN_FAULT");
+  /* no fault: a clean run, and the done event carries the training thread's CPU wait */
+  double wait = -1;
+  kiln_solver_options o = {.on_event = on_event_count, .user = &wait};
+  t0 = kiln_now_ms();
+  s = make_solver(tiny_net, body, &o);
+  set_tiny_inputs(s->net);
+  assert_int_equal(kiln_solver_solve(s), KILN_OK);
+  assert_true(isnan(wait) || (wait >= 0 && wait <= kiln_now_ms() - t0 + 1));
+  kiln_solver_free(s);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_lr_policies),
@@ -903,6 +949,7 @@ int main(void) {
       cmocka_unit_test(test_restore_errors),
       cmocka_unit_test(test_test_passes_emit_events),
       cmocka_unit_test(test_divergence_is_numeric_error),
+      cmocka_unit_test(test_fault_injection),
   };
   return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

@@ -149,6 +149,7 @@ void tool_on_event(const kiln_event *e, void *user) {
     names[n] = "lr", values[n++] = e->lr;
     names[n] = "samples_per_s", values[n++] = e->samples_per_s;
     names[n] = "peak_rss_mb", values[n++] = e->peak_rss_mb;
+    names[n] = "cpu_wait_ms", values[n++] = e->cpu_wait_ms;
     if (!m->tty)
       fprintf(stderr, "iter %d  loss %.4f  lr %.6g  %.0f samples/s\n", e->iter, e->loss, e->lr,
               e->samples_per_s);
@@ -178,6 +179,7 @@ void tool_on_event(const kiln_event *e, void *user) {
             e->wall_samples_per_s, e->sync_ms / 1e3);
   } else if (!strcmp(e->event, "done")) {
     names[n] = "peak_rss_mb", values[n++] = e->peak_rss_mb;
+    names[n] = "cpu_wait_ms", values[n++] = e->cpu_wait_ms;
     fprintf(stderr, "done at iteration %d in %.1f s, peak RSS %.1f MB\n", e->iter, e->time_ms / 1e3,
             e->peak_rss_mb);
   }

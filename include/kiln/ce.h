@@ -73,6 +73,13 @@ typedef struct kiln_ce_metrics {
   double duration_s;          /* the "done" event's time_ms of rank 0; NaN without one */
   double samples_per_s;       /* the median over the train events after the first (rank 0 writes
                                * them with the throughput of all workers); NaN without any */
+  double cpu_wait_s;          /* the "done" event's cpu_wait_ms (the training thread's time
+                               * runnable but waiting for a CPU), in s; NaN without one */
+  /* rank 0's train events in order: throughput, time_ms and cpu_wait_ms (NaN where null) */
+  kiln_ce_series window_sps, window_time_ms, window_wait_ms;
+  /* set by kiln_ce_metrics_discount_wait: the figures on the wall clock, and the wait taken out
+   * (0 before, or when nothing could be taken out) */
+  double wall_duration_s, wall_samples_per_s, discounted_wait_s;
   bool done;                  /* a "done" event was seen */
   int last_iter;              /* the largest iteration of any event; -1 without events */
   int nonfinite_iter;         /* first iteration whose loss was null or non-finite; -1 if none */
@@ -88,6 +95,14 @@ typedef struct kiln_ce_metrics {
 int kiln_ce_metrics_parse(const char *text, size_t len, const char *name, kiln_ce_metrics *out);
 int kiln_ce_metrics_read(const char *path, kiln_ce_metrics *out);
 void kiln_ce_metrics_free(kiln_ce_metrics *m);
+
+/* Takes the machine's load out of the timing figures: the time the training thread waited for
+ * a CPU (cpu_wait_s), as far as other processes' CPU time during the run (`others_cpu_s`: all
+ * the machine's busy CPU time less the trainer's own; NaN when unknown) can account for it, is
+ * taken out of duration_s and out of each throughput window before the median. A wait the
+ * trainer's own threads caused (others_cpu_s near 0) stays in: oversubscribing the cores is a
+ * regression of kiln's. Without a cpu_wait_s (older metrics, no schedstat) nothing changes. */
+void kiln_ce_metrics_discount_wait(kiln_ce_metrics *m, double others_cpu_s);
 
 /* The value of a (non multi-worker) KPI from one run's metrics; NaN when the run has no such
  * figure. */
@@ -121,6 +136,9 @@ typedef struct kiln_ce_child {
   int code;
   double wall_s;
   double timeout_s;
+  double cpu_s;        /* user + system CPU time of the child and the processes it waited for */
+  double others_cpu_s; /* CPU time every other process on the machine used meanwhile (the
+                        * machine's busy time less cpu_s); NaN when /proc/stat is unreadable */
   char last_error[512]; /* the last "kiln: ..." line of the child's log, if any */
 } kiln_ce_child;
 
@@ -196,6 +214,9 @@ typedef struct kiln_ce_row {
   double tolerance;             /* effective, in the KPI's unit */
   kiln_ce_verdict verdict;
   char reason[512];
+  double busy;                  /* timing KPIs: the median share of the wall clock their samples
+                                 * had taken out (waiting for a CPU other processes held); NaN
+                                 * when unknown or not a timing KPI */
   int64_t seed;
   int threads;                  /* per worker */
   int iterations;               /* max_iter the run was given */

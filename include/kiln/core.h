@@ -61,6 +61,10 @@ int kiln_read_file(const char *path, char **out, size_t *len);
 int kiln_write_file_atomic(const char *path, const void *data, size_t len);
 /* Peak resident set size of this process in MiB (VmHWM). */
 double kiln_peak_rss_mb(void);
+/* How long the calling thread has been runnable but waiting for a CPU since it started (the
+ * kernel's run-queue delay, /proc/thread-self/schedstat), in ms: time other threads and
+ * processes held the cores it wanted. NaN where the kernel does not report it. */
+double kiln_thread_cpu_wait_ms(void);
 /* Memory the OS reports as available (MemAvailable), in bytes; 0 if unknown. */
 uint64_t kiln_mem_available(void);
 double kiln_now_ms(void); /* monotonic clock */
@@ -125,5 +129,34 @@ float kiln_rng_gaussian(kiln_rng *r, float mean, float std);
 /* Sets the threads used by kernels (OpenMP) and by the BLAS library together. */
 void kiln_set_num_threads(int n);
 int kiln_get_num_threads(void);
+
+/* ---- fault injection --------------------------------------------------------------------- */
+
+/* Deliberate faults that let tests plant a real regression in an unchanged trainer (the CE
+ * harness's end-to-end tests; docs/ce.md). The environment variable KILN_FAULT chooses one:
+ *   sleep:LAYER:MS   every forward of layer LAYER sleeps MS milliseconds (1..60000)
+ *   leak:KB          every training iteration allocates and touches KB kilobytes (1..1048576)
+ *                    that stay allocated (reachable, so LeakSanitizer stays quiet) until exit
+ * Unset or empty: no fault. kiln_fault_from_env is the only reader of the variable. */
+#define KILN_FAULT_ENV "KILN_FAULT"
+
+typedef enum { KILN_FAULT_NONE, KILN_FAULT_SLEEP, KILN_FAULT_LEAK } kiln_fault_kind;
+
+typedef struct kiln_fault {
+  kiln_fault_kind kind;
+  char layer[128]; /* sleep: the layer's name */
+  int ms;          /* sleep: per forward */
+  int64_t kb;      /* leak: per training iteration */
+} kiln_fault;
+
+/* Parses a KILN_FAULT value; a malformed one is KILN_ERR_INVALID with a message naming the
+ * variable and the expected syntax. */
+int kiln_fault_parse(const char *text, kiln_fault *out);
+int kiln_fault_from_env(kiln_fault *out);
+/* "sleep 20 ms in every forward of layer 'conv1'", for logs and warnings. */
+const char *kiln_fault_describe(const kiln_fault *f, char *buf, size_t n);
+/* The fault's effects; each does nothing for a fault of another kind. */
+void kiln_fault_sleep(const kiln_fault *f);
+int kiln_fault_leak(const kiln_fault *f);
 
 #endif

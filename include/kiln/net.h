@@ -22,6 +22,9 @@ typedef struct kiln_net_options {
                               train net uses it; off, every blob keeps its gradient */
   int shard_rank, shard_count; /* data-parallel worker rank and count (0: one worker); passed to
                                   every layer, used by train-phase Data layers */
+  const kiln_fault *fault;     /* KILN_FAULT=sleep:LAYER:MS: every forward of that layer sleeps
+                                  (a net without the layer ignores it); NULL or another kind:
+                                  none */
 } kiln_net_options;
 
 typedef struct kiln_memory_plan {

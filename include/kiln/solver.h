@@ -23,6 +23,8 @@ typedef struct kiln_event {
   float lr;
   double samples_per_s;
   double peak_rss_mb;
+  double cpu_wait_ms;  /* since the solver was created, the training thread's time runnable but
+                          waiting for a CPU (kiln_thread_cpu_wait_ms); NaN where unknown */
   int test_net;        /* test: which test net */
   int noutputs;        /* test and train: the net's outputs, averaged */
   const char *const *output_names;
@@ -111,10 +113,14 @@ typedef struct kiln_solver {
   struct kiln_grad_bucket *buckets;
   int nbuckets, next_bucket;
   bool overlap;
+  kiln_fault fault;        /* KILN_FAULT, read at creation: an injected slowdown or leak */
+  double start_cpu_wait_ms; /* the creating thread's CPU wait at creation */
 } kiln_solver;
 
 /* Reads the solver file and builds the train and test nets (net paths are taken as given, or
- * relative to the solver file's folder). */
+ * relative to the solver file's folder). A KILN_FAULT in the environment (include/kiln/core.h)
+ * is applied to this run: a malformed value, or a sleep naming a layer the train net does not
+ * have, is an error. */
 int kiln_solver_create(const char *solver_path, const kiln_solver_options *opt, kiln_solver **out);
 void kiln_solver_free(kiln_solver *s);
 

@@ -305,6 +305,7 @@ int kiln_ce_history_load_run(kiln_ce_history *h, int64_t run_id, kiln_ce_result 
     row.higher_is_better = sqlite3_column_int(s, 4) != 0;
     row.value = column_real(s, 5);
     row.spread = column_real(s, 6);
+    row.busy = NAN; /* not kept in the history */
     parse_samples((const char *)sqlite3_column_text(s, 7), &row);
     row.baseline = column_real(s, 8);
     row.has_baseline = isfinite(row.baseline);

@@ -35,6 +35,9 @@ void kiln_ce_metrics_free(kiln_ce_metrics *m) {
   series_free(&m->test_loss);
   series_free(&m->accuracy);
   series_free(&m->perplexity);
+  series_free(&m->window_sps);
+  series_free(&m->window_time_ms);
+  series_free(&m->window_wait_ms);
 }
 
 /* A number field: its value, NaN for null (kiln's spelling of a non-finite figure); `present`
@@ -64,7 +67,6 @@ static int set_add(rank_set *s, int rank, int *count) {
 
 typedef struct {
   rank_set ranks, workers;
-  kiln_ce_series sps; /* rank 0's train throughput (of all workers together) */
 } parse_state;
 
 static int handle_event(kiln_ce_metrics *m, const cJSON *o, parse_state *st) {
@@ -94,7 +96,11 @@ static int handle_event(kiln_ce_metrics *m, const cJSON *o, parse_state *st) {
     double loss = field(o, "loss", &have);
     if (have) KILN_TRY(series_push(&m->train_loss, iter, loss));
     double sps = field(o, "samples_per_s", &have);
-    if (have) KILN_TRY(series_push(&st->sps, iter, sps));
+    if (have) {
+      KILN_TRY(series_push(&m->window_sps, iter, sps));
+      KILN_TRY(series_push(&m->window_time_ms, iter, field(o, "time_ms", NULL)));
+      KILN_TRY(series_push(&m->window_wait_ms, iter, field(o, "cpu_wait_ms", NULL)));
+    }
   } else if (test) {
     double net = field(o, "test_net", &have);
     if (have && net != 0) return KILN_OK;
@@ -111,6 +117,7 @@ static int handle_event(kiln_ce_metrics *m, const cJSON *o, parse_state *st) {
     m->done = true;
     double t = field(o, "time_ms", &have);
     m->duration_s = t / 1e3;
+    m->cpu_wait_s = field(o, "cpu_wait_ms", NULL) / 1e3;
   }
   return KILN_OK;
 }
@@ -120,6 +127,7 @@ int kiln_ce_metrics_parse(const char *text, size_t len, const char *name, kiln_c
   out->peak_rss_mb = NAN;
   out->duration_s = NAN;
   out->samples_per_s = NAN;
+  out->cpu_wait_s = NAN;
   out->last_iter = -1;
   out->nonfinite_iter = -1;
   parse_state st;
@@ -149,15 +157,16 @@ int kiln_ce_metrics_parse(const char *text, size_t len, const char *name, kiln_c
     rc = handle_event(out, o, &st);
     cJSON_Delete(o);
   }
-  if (rc == KILN_OK && st.sps.n > 0) {
+  if (rc == KILN_OK && out->window_sps.n > 0) {
     /* The first display window holds the start-up (allocation, first data reads), so it is
      * left out when there are later ones. */
-    int skip = st.sps.n > 1 ? 1 : 0;
-    out->samples_per_s = kiln_ce_median(st.sps.value + skip, st.sps.n - skip);
+    int skip = out->window_sps.n > 1 ? 1 : 0;
+    out->samples_per_s = kiln_ce_median(out->window_sps.value + skip, out->window_sps.n - skip);
   }
+  out->wall_duration_s = out->duration_s;
+  out->wall_samples_per_s = out->samples_per_s;
   free(st.ranks.rank);
   free(st.workers.rank);
-  series_free(&st.sps);
   if (rc != KILN_OK) kiln_ce_metrics_free(out);
   return rc;
 }
@@ -170,6 +179,35 @@ int kiln_ce_metrics_read(const char *path, kiln_ce_metrics *out) {
   int rc = kiln_ce_metrics_parse(text, len, path, out);
   free(text);
   return rc;
+}
+
+void kiln_ce_metrics_discount_wait(kiln_ce_metrics *m, double others_cpu_s) {
+  m->duration_s = m->wall_duration_s;
+  m->samples_per_s = m->wall_samples_per_s;
+  m->discounted_wait_s = 0;
+  double wait = m->cpu_wait_s;
+  if (!(wait > 0) || !(others_cpu_s > 0) || !isfinite(others_cpu_s)) return;
+  /* Waiting for a CPU is the machine's doing only as far as other processes used CPUs
+   * meanwhile; the rest the trainer did to itself. */
+  double share = fmin(1, others_cpu_s / wait);
+  m->discounted_wait_s = share * wait;
+  if (isfinite(m->duration_s))
+    m->duration_s = fmax(m->duration_s - m->discounted_wait_s, 0.01 * m->duration_s);
+  int n = m->window_sps.n, skip = n > 1 ? 1 : 0;
+  if (n == 0) return;
+  double *adjusted = malloc((size_t)n * sizeof *adjusted);
+  if (!adjusted) return; /* the wall-clock median stays */
+  for (int i = skip; i < n; i++) {
+    double sps = m->window_sps.value[i];
+    adjusted[i - skip] = sps;
+    if (i == 0) continue;
+    double dt = m->window_time_ms.value[i] - m->window_time_ms.value[i - 1];
+    double dw = share * (m->window_wait_ms.value[i] - m->window_wait_ms.value[i - 1]);
+    if (!(dt > 0) || !(dw > 0) || !isfinite(dw)) continue;
+    adjusted[i - skip] = sps * dt / fmax(dt - dw, 0.01 * dt);
+  }
+  m->samples_per_s = kiln_ce_median(adjusted, n - skip);
+  free(adjusted);
 }
 
 double kiln_ce_kpi_value(const kiln_ce_metrics *m, const kiln_ce_kpi_spec *k) {

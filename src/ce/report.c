@@ -137,6 +137,7 @@ int kiln_ce_report_jsonl(const kiln_ce_result *r, const char *path) {
     add_real(o, "baseline", row->has_baseline ? row->baseline : NAN);
     add_real(o, "change", row->change);
     add_real(o, "tolerance", row->tolerance);
+    add_real(o, "busy", row->busy);
     cJSON_AddStringToObject(o, "verdict", kiln_ce_verdict_name(row->verdict));
     cJSON_AddStringToObject(o, "reason", row->reason);
     cJSON_AddNumberToObject(o, "seed", (double)row->seed);

@@ -3,7 +3,8 @@
  * divergence is a recorded failure and never takes the harness down; turns the metrics of each
  * repeat into KPI samples, judges them (absolute checks, then the baseline), and re-runs a
  * configuration once when a timing KPI looks like a regression, to tell noise from a real
- * slowdown. */
+ * slowdown. Timings leave out the time the trainer waited for a CPU that other processes held
+ * (see kiln_ce_metrics_discount_wait), so a busy machine is not taken for a slower kiln. */
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -13,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -288,6 +290,20 @@ static void last_error_line(const char *log, char *out, size_t n) {
   free(text);
 }
 
+/* The CPU time all processes of the machine have used since boot (user, nice, system, irq,
+ * softirq and steal: what kept a CPU from anyone else), in s; NaN when unknown. */
+static double machine_busy_s(void) {
+  FILE *f = fopen("/proc/stat", "r");
+  if (!f) return NAN;
+  unsigned long long user, nice, sys, idle, iowait, irq, softirq, steal;
+  int got = fscanf(f, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &user, &nice, &sys, &idle,
+                   &iowait, &irq, &softirq, &steal);
+  fclose(f);
+  long hz = sysconf(_SC_CLK_TCK);
+  if (got != 8 || hz <= 0) return NAN;
+  return (double)(user + nice + sys + irq + softirq + steal) / (double)hz;
+}
+
 /* Runs argv in `folder` with stdout and stderr in folder/train.log, in its own process group so
  * that a timeout kills mpirun and every rank together. */
 static void run_child(char *const argv[], const char *folder, double timeout_s,
@@ -302,7 +318,7 @@ static void run_child(char *const argv[], const char *folder, double timeout_s,
     ce_fmt(c->last_error, sizeof c->last_error, "%s: %s", log, strerror(errno));
     return;
   }
-  double t0 = now_s();
+  double t0 = now_s(), busy0 = machine_busy_s();
   pid_t pid = fork();
   if (pid < 0) {
     close(fd);
@@ -327,8 +343,10 @@ static void run_child(char *const argv[], const char *folder, double timeout_s,
   close(fd);
   int status = 0;
   bool timed_out = false;
+  struct rusage ru;
+  memset(&ru, 0, sizeof ru);
   for (;;) {
-    pid_t w = waitpid(pid, &status, WNOHANG);
+    pid_t w = wait4(pid, &status, WNOHANG, &ru);
     if (w == pid) break;
     if (w < 0 && errno != EINTR) break;
     bool cancelled = cancel && *cancel;
@@ -336,18 +354,22 @@ static void run_child(char *const argv[], const char *folder, double timeout_s,
       timed_out = true;
       kill(-pid, SIGTERM);
       double grace = now_s();
-      while (waitpid(pid, &status, WNOHANG) == 0 && now_s() - grace < 5) {
+      while (wait4(pid, &status, WNOHANG, &ru) == 0 && now_s() - grace < 5) {
         struct timespec ts = {0, 50 * 1000 * 1000};
         nanosleep(&ts, NULL);
       }
       kill(-pid, SIGKILL);
-      waitpid(pid, &status, 0);
+      wait4(pid, &status, 0, &ru);
       break;
     }
     struct timespec ts = {0, 50 * 1000 * 1000};
     nanosleep(&ts, NULL);
   }
   c->wall_s = now_s() - t0;
+  c->cpu_s = (double)ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6 + (double)ru.ru_stime.tv_sec +
+             ru.ru_stime.tv_usec / 1e6;
+  double others = machine_busy_s() - busy0 - c->cpu_s;
+  c->others_cpu_s = isfinite(others) ? fmax(others, 0) : NAN;
   if (!timed_out) kill(-pid, SIGKILL); /* ranks mpirun left behind, if any */
   last_error_line(log, c->last_error, sizeof c->last_error);
   if (timed_out) {
@@ -389,6 +411,9 @@ typedef struct config_state {
   int n;                                        /* repeats with samples */
   double v[MAX_KPIS][KILN_CE_MAX_SAMPLES];      /* per KPI of the model, per repeat */
   double sps[KILN_CE_MAX_SAMPLES];              /* throughput per repeat (for speedup) */
+  double busy[KILN_CE_MAX_SAMPLES];             /* per repeat: the share of the wall clock taken
+                                                   out of its timings (waiting for a CPU other
+                                                   processes held); NaN when unknown */
   kiln_ce_run_facts facts;
 } config_state;
 
@@ -499,6 +524,7 @@ static bool run_once(const ctx *x, const Caffe__CeModel *m, const prepared *p,
     met.last_iter = -1;
     met.nonfinite_iter = -1;
   }
+  if (!mrc) kiln_ce_metrics_discount_wait(&met, child.others_cpu_s);
   char reason[512];
   bool failed = kiln_ce_run_failed(&child, mrc ? NULL : &met, reason, sizeof reason);
   if (!failed && mrc) {
@@ -541,6 +567,9 @@ static bool run_once(const ctx *x, const Caffe__CeModel *m, const prepared *p,
     cs->v[k][slot] = v;
   }
   cs->sps[slot] = met.samples_per_s;
+  cs->busy[slot] = isfinite(met.cpu_wait_s) && met.wall_duration_s > 0
+                       ? met.discounted_wait_s / met.wall_duration_s
+                       : NAN;
   cs->facts.planned_iter = p->max_iter;
   cs->facts.reached_iter = met.last_iter;
   cs->facts.min_epochs_learning = m->min_epochs_learning;
@@ -573,7 +602,7 @@ static void fill_row_head(kiln_ce_row *row, const Caffe__CeModel *m, const confi
   snprintf(row->model, sizeof row->model, "%s", m->name);
   row->workers = cs->workers;
   snprintf(row->kpi, sizeof row->kpi, "%s", kpi);
-  row->value = row->spread = row->baseline = row->baseline_spread = NAN;
+  row->value = row->spread = row->baseline = row->baseline_spread = row->busy = NAN;
   row->change = row->tolerance = NAN;
   row->threads = cs->threads;
   if (p) {
@@ -583,10 +612,29 @@ static void fill_row_head(kiln_ce_row *row, const Caffe__CeModel *m, const confi
   }
 }
 
-/* Judges one KPI row from samples [from, to) (the value) with every sample kept. */
+/* For a timing row: how busy the machine kept the repeats [from, nall) (the median share of the
+ * wall clock taken out of their timings), said in the reason when it matters. */
+static void note_busy(kiln_ce_row *row, const double *busy, int nall, int from) {
+  double b[KILN_CE_MAX_SAMPLES];
+  int n = 0;
+  for (int i = from; i < nall; i++)
+    if (isfinite(busy[i])) b[n++] = busy[i];
+  row->busy = n ? kiln_ce_median(b, n) : NAN;
+  if (!(row->busy >= 0.10)) return;
+  char note[160];
+  snprintf(note, sizeof note,
+           "%s%.0f%% of the wall clock spent waiting for a CPU that other processes held is not "
+           "counted",
+           row->reason[0] ? "; " : "the machine was busy: ", 100 * row->busy);
+  size_t len = strlen(row->reason);
+  snprintf(row->reason + len, sizeof row->reason - len, "%s", note);
+}
+
+/* Judges one KPI row from samples [from, nall) (the value) with every sample kept. */
 static void judge(const ctx *x, kiln_ce_row *row, const kiln_ce_kpi_spec *spec,
-                  const double *samples, int nall, int from, const kiln_ce_run_facts *facts,
-                  const Caffe__CeBaseline *base, const char *base_class) {
+                  const double *samples, int nall, int from, const double *busy,
+                  const kiln_ce_run_facts *facts, const Caffe__CeBaseline *base,
+                  const char *base_class) {
   snprintf(row->unit, sizeof row->unit, "%s", spec->info->unit);
   row->higher_is_better = spec->higher_is_better;
   row->nsamples = nall;
@@ -634,6 +682,7 @@ static void judge(const ctx *x, kiln_ce_row *row, const kiln_ce_kpi_spec *spec,
   row->verdict = kiln_ce_compare(spec, row->value, row->spread, row->baseline,
                                  row->baseline_spread, x->suite->noise_k, &row->tolerance,
                                  &row->change, row->reason, sizeof row->reason);
+  if (spec->info->timing) note_busy(row, busy, nall, from);
 }
 
 /* Speedup samples of an N-worker configuration against the median 1-worker throughput. */
@@ -676,9 +725,9 @@ static void build_rows(const ctx *x, const Caffe__CeModel *m, const prepared *p,
       }
       double d[KILN_CE_MAX_SAMPLES];
       int n = derived_samples(spec, cs, kiln_ce_median(one->sps, one->n), d);
-      judge(x, row, spec, d, n, from, &cs->facts, base, base_class);
+      judge(x, row, spec, d, n, from, cs->busy, &cs->facts, base, base_class);
     } else {
-      judge(x, row, spec, cs->v[k], cs->n, from, &cs->facts, base, base_class);
+      judge(x, row, spec, cs->v[k], cs->n, from, cs->busy, &cs->facts, base, base_class);
     }
   }
 }
@@ -827,9 +876,20 @@ int kiln_ce_run(const char *suite_path, const kiln_ce_options *o, kiln_ce_result
   memset(out, 0, sizeof *out);
   if (!o->kiln_path || !o->report_dir)
     return kiln_errorf(KILN_ERR_INVALID, "kiln_ce_run: kiln_path and report_dir are required");
+  /* The trainings inherit the environment, KILN_FAULT included: a malformed one would fail
+   * every run, so it stops the harness instead, and a valid one is said loudly. */
+  kiln_fault fault;
+  KILN_TRY(kiln_fault_from_env(&fault));
   Caffe__CeSuite *suite;
   KILN_TRY(kiln_ce_suite_load(suite_path, &suite));
   ctx x = {.o = o, .suite = suite, .r = out};
+  if (fault.kind != KILN_FAULT_NONE) {
+    char what[256];
+    kiln_ce_result_warn(out,
+                        "%s is set: every training of this run has an injected fault (%s); do "
+                        "not accept this run as a baseline",
+                        KILN_FAULT_ENV, kiln_fault_describe(&fault, what, sizeof what));
+  }
   char real[PATH_MAX];
   snprintf(out->suite_path, sizeof out->suite_path, "%s",
            realpath(suite_path, real) ? real : suite_path);

@@ -107,6 +107,15 @@ static uint64_t status_kb(const char *file, const char *key) {
 
 double kiln_peak_rss_mb(void) { return status_kb("/proc/self/status", "VmHWM:") / 1024.0; }
 
+double kiln_thread_cpu_wait_ms(void) {
+  FILE *f = fopen("/proc/thread-self/schedstat", "r");
+  if (!f) return NAN;
+  unsigned long long on_cpu_ns, waiting_ns;
+  int got = fscanf(f, "%llu %llu", &on_cpu_ns, &waiting_ns);
+  fclose(f);
+  return got == 2 ? waiting_ns / 1e6 : NAN;
+}
+
 uint64_t kiln_mem_available(void) { return status_kb("/proc/meminfo", "MemAvailable:") * 1024; }
 
 double kiln_now_ms(void) {

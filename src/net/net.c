@@ -46,6 +46,8 @@ typedef struct {
   int ndiff_pool;
   int64_t *diff_pool_floats;
   float **diff_pool;
+  kiln_fault fault;             /* an injected slowdown (tests of the CE harness) */
+  int fault_layer;              /* the layer whose forward sleeps; -1: none */
 } net_internal;
 
 static char *xstrdup(const char *s) { return kiln_strdup(s ? s : ""); }
@@ -756,6 +758,13 @@ static int build(kiln_net *net, const Caffe__NetParameter *np, const kiln_net_op
   need_backward(net, np);
   KILN_TRY(find_outputs(net));
   KILN_TRY(plan_memory(net, opt));
+  if (opt->fault && opt->fault->kind == KILN_FAULT_SLEEP)
+    for (int i = 0; i < net->nlayers; i++)
+      if (!strcmp(net->layers[i]->name, opt->fault->layer)) {
+        in->fault = *opt->fault;
+        in->fault_layer = i;
+        break;
+      }
   return allocate_and_fill(net);
 }
 
@@ -769,6 +778,7 @@ int kiln_net_create(const Caffe__NetParameter *np, const kiln_net_options *opt, 
     return kiln_errorf(KILN_ERR_NOMEM, "out of memory");
   }
   net->internal = in;
+  in->fault_layer = -1;
   net->name = xstrdup(np->name && np->name[0] ? np->name : "net");
   net->phase = opt->phase;
   net->seed = opt->seed;
@@ -824,11 +834,13 @@ void kiln_net_free(kiln_net *net) {
 /* ---- running ------------------------------------------------------------------------------- */
 
 int kiln_net_forward(kiln_net *net, float *loss) {
+  const net_internal *in = net->internal;
   double total = 0;
   for (int i = 0; i < net->nlayers; i++) {
     kiln_layer *l = net->layers[i];
     int rc = l->ops->forward(l);
     if (rc) return rc;
+    if (i == in->fault_layer) kiln_fault_sleep(&in->fault);
     if (l->reshaped) {
       /* Shrinking (or growing back to the planned size) never allocates. */
       l->reshaped = false;

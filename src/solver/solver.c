@@ -35,8 +35,10 @@ static void emit(kiln_solver *s, kiln_event *e) {
   e->max_iter = s->max_iter;
   e->nworkers = s->nworkers;
   e->time_ms = kiln_now_ms() - s->start_ms;
-  /* /proc read: not for the per-iteration progress event */
-  e->peak_rss_mb = strcmp(e->event, "progress") ? kiln_peak_rss_mb() : 0;
+  /* /proc reads: not for the per-iteration progress event */
+  bool progress = !strcmp(e->event, "progress");
+  e->peak_rss_mb = progress ? 0 : kiln_peak_rss_mb();
+  e->cpu_wait_ms = progress ? 0 : kiln_thread_cpu_wait_ms() - s->start_cpu_wait_ms;
   s->opt.on_event(e, s->opt.user);
 }
 
@@ -104,6 +106,7 @@ static int make_net(kiln_solver *s, const Caffe__NetParameter *np, int phase,
   o.history_per_param = phase == CAFFE__PHASE__TRAIN ? s->history_per_param : 0;
   o.share_diffs = phase == CAFFE__PHASE__TRAIN && !s->opt.keep_diffs;
   o.source = source;
+  o.fault = &s->fault;
   if (phase == CAFFE__PHASE__TRAIN) {
     o.shard_rank = s->rank;
     o.shard_count = s->nworkers;
@@ -296,6 +299,27 @@ static int workers_agree(kiln_solver *s, const uint8_t digest[32], const char *w
   return rc;
 }
 
+/* An injected fault must hit something: a sleep names a layer of the train net. The log says a
+ * fault is on, so nobody mistakes the run for a real one. */
+static int check_fault(kiln_solver *s) {
+  if (s->fault.kind == KILN_FAULT_NONE) return KILN_OK;
+  if (s->fault.kind == KILN_FAULT_SLEEP && !kiln_net_layer(s->net, s->fault.layer)) {
+    char names[1024] = "";
+    size_t used = 0;
+    for (int i = 0; i < s->net->nlayers && used < sizeof names; i++)
+      used += (size_t)snprintf(names + used, sizeof names - used, "%s%s", i ? ", " : "",
+                               s->net->layers[i]->name);
+    return kiln_errorf(KILN_ERR_INVALID, "%s=sleep:%s:%d: the train net '%s' has no layer '%s' "
+                       "(its layers: %s)",
+                       KILN_FAULT_ENV, s->fault.layer, s->fault.ms, s->net->name, s->fault.layer,
+                       names);
+  }
+  char what[256];
+  kiln_log(KILN_LOG_WARN, "%s is set: injecting a fault: %s", KILN_FAULT_ENV,
+           kiln_fault_describe(&s->fault, what, sizeof what));
+  return KILN_OK;
+}
+
 int kiln_solver_create(const char *solver_path, const kiln_solver_options *opt, kiln_solver **out) {
   *out = NULL;
   kiln_solver *s = calloc(1, sizeof *s);
@@ -304,6 +328,7 @@ int kiln_solver_create(const char *solver_path, const kiln_solver_options *opt, 
   s->rank = kiln_comm_rank(s->opt.comm);
   s->nworkers = kiln_comm_size(s->opt.comm);
   s->start_ms = kiln_now_ms();
+  s->start_cpu_wait_ms = kiln_thread_cpu_wait_ms();
   s->source = kiln_strdup(solver_path);
   ProtobufCMessage *m;
   int rc = kiln_text_parse_file(solver_path, &caffe__solver_parameter__descriptor, &m);
@@ -313,6 +338,10 @@ int kiln_solver_create(const char *solver_path, const kiln_solver_options *opt, 
   }
   s->param = (Caffe__SolverParameter *)m;
   const Caffe__SolverParameter *p = s->param;
+  if ((rc = kiln_fault_from_env(&s->fault))) {
+    kiln_solver_free(s);
+    return rc;
+  }
   s->seed = p->random_seed >= 0 ? (uint64_t)p->random_seed : 1701; /* deterministic by default */
   s->max_iter = s->opt.max_iter_override > 0 ? s->opt.max_iter_override : p->max_iter;
   if (p->snapshot_prefix && p->snapshot_prefix[0]) {
@@ -329,6 +358,7 @@ int kiln_solver_create(const char *solver_path, const kiln_solver_options *opt, 
     s->history_per_param = (s->type == KILN_SOLVER_ADAM || s->type == KILN_SOLVER_ADADELTA) ? 2 : 1;
     rc = build_nets(s);
   }
+  if (!rc) rc = check_fault(s);
   if (!rc) {
     s->history = kiln_alloc((size_t)s->net->nparam_floats * s->history_per_param * sizeof(float));
     s->loss_window = calloc((size_t)p->average_loss, sizeof(float));
@@ -781,6 +811,7 @@ static int one_iteration(kiln_solver *s, bool local, rate_window *w) {
   int grc = compute_gradients(s, &loss);
   s->net->backward_hook = NULL;
   KILN_TRY(grc);
+  KILN_TRY(kiln_fault_leak(&s->fault)); /* nothing unless KILN_FAULT=leak:KB */
   int summed = 1;
   if (s->nworkers > 1 && !local) {
     double t = kiln_now_ms();

@@ -1,0 +1,121 @@
+/* Fault injection for testing the CE harness end to end: a deliberate slowdown or memory leak,
+ * switched on by the KILN_FAULT environment variable, so a test can plant a real throughput or
+ * peak-memory regression in an unchanged trainer. The variable is read here and nowhere else;
+ * the solver asks once per run and hands the result to its nets. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "kiln/core.h"
+
+enum { MAX_SLEEP_MS = 60000, MAX_LEAK_KB = 1 << 20 };
+
+static const char syntax[] =
+    "expected sleep:LAYER:MS (every forward of layer LAYER sleeps MS milliseconds) or leak:KB "
+    "(every training iteration leaks KB kilobytes)";
+
+/* A whole decimal number in [lo, hi], nothing else (no sign, no spaces, no suffix). */
+static bool parse_count(const char *s, size_t len, long lo, long hi, long *out) {
+  if (len == 0 || len > 9) return false;
+  long v = 0;
+  for (size_t i = 0; i < len; i++) {
+    if (s[i] < '0' || s[i] > '9') return false;
+    v = v * 10 + (s[i] - '0');
+  }
+  if (v < lo || v > hi) return false;
+  *out = v;
+  return true;
+}
+
+int kiln_fault_parse(const char *text, kiln_fault *out) {
+  memset(out, 0, sizeof *out);
+  out->kind = KILN_FAULT_NONE;
+  if (!text || !*text) return KILN_OK;
+  const char *colon = strchr(text, ':');
+  size_t kind_len = colon ? (size_t)(colon - text) : strlen(text);
+  if (kind_len == 5 && !strncmp(text, "sleep", 5)) {
+    /* the layer name is everything between the first and the last colon */
+    const char *last = strrchr(text, ':');
+    if (!colon || last == colon)
+      return kiln_errorf(KILN_ERR_INVALID, "%s='%s': %s", KILN_FAULT_ENV, text, syntax);
+    if (last == colon + 1)
+      return kiln_errorf(KILN_ERR_INVALID, "%s='%s': no layer name (%s)", KILN_FAULT_ENV, text,
+                         syntax);
+    size_t name_len = (size_t)(last - colon - 1);
+    if (name_len >= sizeof out->layer)
+      return kiln_errorf(KILN_ERR_INVALID, "%s='%s': the layer name is longer than %zu characters",
+                         KILN_FAULT_ENV, text, sizeof out->layer - 1);
+    long ms;
+    if (!parse_count(last + 1, strlen(last + 1), 1, MAX_SLEEP_MS, &ms))
+      return kiln_errorf(KILN_ERR_INVALID,
+                         "%s='%s': '%s' is not a whole number of milliseconds in 1..%d",
+                         KILN_FAULT_ENV, text, last + 1, MAX_SLEEP_MS);
+    out->kind = KILN_FAULT_SLEEP;
+    memcpy(out->layer, colon + 1, name_len);
+    out->layer[name_len] = '\0';
+    out->ms = (int)ms;
+    return KILN_OK;
+  }
+  if (kind_len == 4 && !strncmp(text, "leak", 4)) {
+    if (!colon)
+      return kiln_errorf(KILN_ERR_INVALID, "%s='%s': %s", KILN_FAULT_ENV, text, syntax);
+    long kb;
+    if (!parse_count(colon + 1, strlen(colon + 1), 1, MAX_LEAK_KB, &kb))
+      return kiln_errorf(KILN_ERR_INVALID,
+                         "%s='%s': '%s' is not a whole number of kilobytes in 1..%d",
+                         KILN_FAULT_ENV, text, colon + 1, MAX_LEAK_KB);
+    out->kind = KILN_FAULT_LEAK;
+    out->kb = kb;
+    return KILN_OK;
+  }
+  return kiln_errorf(KILN_ERR_INVALID, "%s='%s': unknown fault '%.*s': %s", KILN_FAULT_ENV, text,
+                     (int)kind_len, text, syntax);
+}
+
+int kiln_fault_from_env(kiln_fault *out) { return kiln_fault_parse(getenv(KILN_FAULT_ENV), out); }
+
+const char *kiln_fault_describe(const kiln_fault *f, char *buf, size_t n) {
+  switch (f->kind) {
+  case KILN_FAULT_SLEEP:
+    snprintf(buf, n, "sleep %d ms in every forward of layer '%s'", f->ms, f->layer);
+    break;
+  case KILN_FAULT_LEAK:
+    snprintf(buf, n, "leak %lld KB every training iteration", (long long)f->kb);
+    break;
+  default: snprintf(buf, n, "none"); break;
+  }
+  return buf;
+}
+
+void kiln_fault_sleep(const kiln_fault *f) {
+  if (f->kind != KILN_FAULT_SLEEP) return;
+  struct timespec ts = {f->ms / 1000, (long)(f->ms % 1000) * 1000000L};
+  while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+  }
+}
+
+/* The leaked blocks stay linked from this list until the process ends: "leaked" in the sense
+ * of resident memory that only grows, while LeakSanitizer still sees every block reachable. */
+typedef struct leaked_block {
+  struct leaked_block *next;
+} leaked_block;
+static leaked_block *leaked;
+
+int kiln_fault_leak(const kiln_fault *f) {
+  if (f->kind != KILN_FAULT_LEAK) return KILN_OK;
+  size_t bytes = (size_t)f->kb * 1024;
+  leaked_block *b = malloc(bytes);
+  if (!b)
+    return kiln_errorf(KILN_ERR_NOMEM, "%s: cannot allocate the %lld KB to leak", KILN_FAULT_ENV,
+                       (long long)f->kb);
+  /* touch every page, so the memory is resident and not only reserved */
+  long page = sysconf(_SC_PAGESIZE);
+  size_t step = page > 0 ? (size_t)page : 4096;
+  for (size_t i = 0; i < bytes; i += step) ((volatile char *)b)[i] = 1;
+  b->next = leaked;
+  leaked = b;
+  return KILN_OK;
+}

@@ -1,0 +1,138 @@
+# The CE report as a browser shows it: a tiny suite (LeNet, 20 iterations) run, accepted and run
+# again, so report.html has a pass/fail grid, baselines and trend lines over two runs; headless
+# Chromium renders it. The rendered DOM must hold the grid and the inline SVG trend plots with
+# their lines, and the screenshot must be a real 1200x900 PNG showing them (the grid's pass
+# colour and the plots' series colour among its pixels). The screenshot and the report are kept
+# as CI artifacts: $KILN_BUILD_DIR/artifacts/ce-report.png and ce-report.html.
+# Skips (exit 0) when Chromium is not installed (Debian: apt-get install chromium, in
+# scripts/install-deps).
+source "$(dirname "$0")/lib.bash"
+cd "$WORK"
+export NO_COLOR=1
+unset KILN_FAULT
+
+CHROMIUM=${CHROMIUM:-$(command -v chromium || command -v chromium-browser || true)}
+if [ -z "$CHROMIUM" ]; then
+  echo "SKIP: chromium is not installed (Debian: apt-get install chromium); the report was not checked in a browser"
+  exit 0
+fi
+ARTIFACTS=${KILN_BUILD_DIR:-$(dirname "$KILN")}/artifacts
+mkdir -p "$ARTIFACTS" || { fail "cannot create $ARTIFACTS"; finish; exit; }
+rm -f "$ARTIFACTS/ce-report.png" "$ARTIFACTS/ce-report.html"
+"$KILN" data fetch fashion-mnist >/dev/null 2>&1 || { fail "data fetch"; finish; exit; }
+
+cat > suite.prototxt <<SUITE
+name: "browser"
+repeats: 1
+model {
+  name: "lenet"
+  solver: "$SRC/models/lenet/lenet_solver.prototxt"
+  max_iter: 20
+  test_interval: 20
+  test_iter: 2
+  threads: 1
+  dataset: "fashion-mnist"
+  kpi { name: "accuracy" floor: 0 abs_tolerance: 1 }
+  kpi { name: "train_loss" rel_tolerance: 1 }
+  kpi { name: "peak_rss_mb" rel_tolerance: 1 }
+  kpi { name: "samples_per_s" rel_tolerance: 0.9 }
+}
+SUITE
+run() {  # run DIR: one suite run, which must pass
+  local out rc
+  out=$("$KILN" ce run suite.prototxt --db "$WORK/ce.db" --report-dir "$WORK/$1" --machine-class browser-test 2>&1)
+  rc=$?
+  [ $rc -eq 0 ] && pass || fail "ce run $1: exit $rc: $out"
+}
+run r1
+"$KILN" ce accept suite.prototxt --db "$WORK/ce.db" > acc.txt 2>&1 && pass || fail "accept: $(cat acc.txt)"
+run r2
+report=$WORK/r2/report.html
+[ -s "$report" ] || { fail "no report"; finish; exit; }
+cp "$report" "$ARTIFACTS/ce-report.html"
+
+# Chromium as root needs --no-sandbox; its own profile folder keeps it out of $HOME; timeout: a
+# browser that hangs is a failure, not a stuck test.
+browser() {
+  timeout -k 5 90 "$CHROMIUM" --headless --no-sandbox --disable-gpu --disable-dev-shm-usage \
+    --no-first-run --user-data-dir="$WORK/profile" --window-size=1200,900 \
+    --hide-scrollbars "$@" "file://$report"
+}
+browser --dump-dom > dom.html 2> dom.err
+rc=$?
+[ $rc -eq 0 ] && [ -s dom.html ] && pass || fail "chromium --dump-dom: exit $rc: $(tail -n 5 dom.err)"
+grep -q '<table class="grid">' dom.html && pass || fail "rendered DOM has no grid table"
+grep -Eq '<td class="name">lenet</td><td>1</td>(<td class="pass" title="[^"]*">)' dom.html \
+  && pass || fail "the grid has no passing lenet row: $(grep -o '<tr>.*</tr>' dom.html | head -n 3)"
+nsvg=$(grep -o '<svg ' dom.html | wc -l)
+[ "$nsvg" -eq 4 ] && pass || fail "expected 4 trend plots (one per KPI), the DOM has $nsvg"
+grep -Eq '<polyline [^>]*points="[0-9.]+,[0-9.]+ [0-9.]+,[0-9.]+"' dom.html \
+  && pass || fail "no trend line over the two runs in the rendered SVG"
+grep -q 'stroke-dasharray' dom.html && pass || fail "no dashed baseline in the plots"
+
+browser --screenshot="$ARTIFACTS/ce-report.png" > shot.out 2>&1
+rc=$?
+[ $rc -eq 0 ] && [ -s "$ARTIFACTS/ce-report.png" ] && pass \
+  || fail "chromium --screenshot: exit $rc: $(tail -n 5 shot.out)"
+
+# The PNG: signature, IHDR size, and the pixels (decoded with the standard library): many
+# colours, and the grid's pass green (#dff3df) and the first series' blue (#1f77b4) among them.
+if command -v python3 >/dev/null; then
+  check=$(python3 - "$ARTIFACTS/ce-report.png" <<'PY'
+import struct, sys, zlib
+data = open(sys.argv[1], "rb").read()
+if data[:8] != b"\x89PNG\r\n\x1a\n":
+    sys.exit("not a PNG (signature)")
+pos, chunks = 8, []
+while pos < len(data):
+    n, kind = struct.unpack(">I4s", data[pos:pos + 8])
+    chunks.append((kind, data[pos + 8:pos + 8 + n]))
+    pos += 12 + n
+if chunks[0][0] != b"IHDR":
+    sys.exit("the first chunk is not IHDR")
+w, h, depth, ctype, _, _, interlace = struct.unpack(">IIBBBBB", chunks[0][1])
+if (w, h) != (1200, 900):
+    sys.exit("IHDR says %dx%d, the window was 1200x900" % (w, h))
+if depth != 8 or ctype not in (2, 6) or interlace:
+    sys.exit("unexpected PNG format: depth %d, colour type %d, interlace %d" % (depth, ctype, interlace))
+bpp = 3 if ctype == 2 else 4
+raw = zlib.decompress(b"".join(c for k, c in chunks if k == b"IDAT"))
+stride = w * bpp
+prev, colours = bytearray(stride), {}
+for y in range(h):
+    f, line = raw[y * (stride + 1)], bytearray(raw[y * (stride + 1) + 1:(y + 1) * (stride + 1)])
+    for i in range(stride):
+        a = line[i - bpp] if i >= bpp else 0
+        b, c = prev[i], prev[i - bpp] if i >= bpp else 0
+        if f == 1: line[i] = (line[i] + a) & 255
+        elif f == 2: line[i] = (line[i] + b) & 255
+        elif f == 3: line[i] = (line[i] + (a + b) // 2) & 255
+        elif f == 4:
+            p = a + b - c
+            pa, pb, pc = abs(p - a), abs(p - b), abs(p - c)
+            line[i] = (line[i] + (a if pa <= pb and pa <= pc else b if pb <= pc else c)) & 255
+    for x in range(0, stride, bpp):
+        px = bytes(line[x:x + 3])
+        colours[px] = colours.get(px, 0) + 1
+    prev = line
+top = max(colours.values())
+want = {"pass green #dff3df": bytes((0xdf, 0xf3, 0xdf)), "series blue #1f77b4": bytes((0x1f, 0x77, 0xb4))}
+missing = [name for name, px in want.items() if colours.get(px, 0) < 20]
+print("%dx%d, %d colours, %.1f%% not the background, %s" % (w, h, len(colours),
+      100.0 * (w * h - top) / (w * h), ", ".join("%s: %d px" % (n, colours.get(p, 0)) for n, p in want.items())))
+if len(colours) < 50 or w * h - top < 0.02 * w * h:
+    sys.exit("the screenshot is (nearly) a flat colour")
+if missing:
+    sys.exit("the screenshot lacks " + ", ".join(missing))
+PY
+)
+  rc=$?
+  echo "screenshot: $check"
+  [ $rc -eq 0 ] && pass || fail "screenshot: $check"
+else
+  # without python3: the signature, and a size well above a blank page's few kilobytes
+  [ "$(head -c 8 "$ARTIFACTS/ce-report.png" | od -An -tx1 | tr -d ' \n')" = 89504e470d0a1a0a ] \
+    && [ "$(stat -c %s "$ARTIFACTS/ce-report.png")" -gt 30000 ] && pass || fail "screenshot is no real PNG"
+fi
+echo "artifacts: $ARTIFACTS/ce-report.png $ARTIFACTS/ce-report.html"
+finish
