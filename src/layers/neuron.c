@@ -18,7 +18,9 @@ static int relu_forward(kiln_layer *l) {
   float *y = l->top[0]->data;
   float slope = KILN_PARAM_OR(l->lp->relu_param, relu_defaults)->negative_slope;
   int64_t n = l->bottom[0]->count;
-#pragma omp parallel for schedule(static) num_threads(l->nthreads) if (n > 32768)
+  /* `simd`: vectorised, the select becomes a blend. Without it (gcc -O2) the loop stays scalar and
+   * branches on random signs: 10x slower. (fmaxf would be a libm call per element.) */
+#pragma omp parallel for simd schedule(static) num_threads(l->nthreads) if (n > 32768)
   for (int64_t i = 0; i < n; i++) y[i] = x[i] > 0 ? x[i] : slope * x[i];
   return KILN_OK;
 }
@@ -30,14 +32,10 @@ static int relu_backward(kiln_layer *l) {
   const float *y = l->top[0]->data, *dy = l->top[0]->diff;
   float *dx = l->bottom[0]->diff;
   float slope = KILN_PARAM_OR(l->lp->relu_param, relu_defaults)->negative_slope;
-  const float *x = l->bottom[0]->data;
-  bool in_place = l->bottom[0] == l->top[0];
+  const float *v = l->bottom[0] == l->top[0] ? y : l->bottom[0]->data;
   int64_t n = l->bottom[0]->count;
-#pragma omp parallel for schedule(static) num_threads(l->nthreads) if (n > 32768)
-  for (int64_t i = 0; i < n; i++) {
-    float v = in_place ? y[i] : x[i];
-    dx[i] = v > 0 ? dy[i] : slope * dy[i];
-  }
+#pragma omp parallel for simd schedule(static) num_threads(l->nthreads) if (n > 32768)
+  for (int64_t i = 0; i < n; i++) dx[i] = v[i] > 0 ? dy[i] : slope * dy[i];
   return KILN_OK;
 }
 
