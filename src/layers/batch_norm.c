@@ -70,6 +70,60 @@ static int bn_reshape(kiln_layer *l) {
   return kiln_blob_reshape_like(l->top[0], x);
 }
 
+/* Sums over one channel's plane of each image, in double, with eight partial sums taken in a
+ * fixed order: independent additions (one dependent chain waits ~4 cycles per element) that the
+ * compiler can vectorise, and the same result for any thread count. */
+enum { LANES = 8 };
+
+static double plane_sum(const float *x, int64_t N, int64_t stride, int64_t S) {
+  double acc[LANES] = {0};
+  for (int64_t n = 0; n < N; n++) {
+    const float *p = x + n * stride;
+    int64_t i = 0;
+    for (; i + LANES <= S; i += LANES)
+      for (int k = 0; k < LANES; k++) acc[k] += p[i + k];
+    for (; i < S; i++) acc[i % LANES] += p[i];
+  }
+  double t = 0;
+  for (int k = 0; k < LANES; k++) t += acc[k];
+  return t;
+}
+
+/* sum of (x - mean)^2, and sum of a * b, the same way. */
+static double plane_sq(const float *x, double mean, int64_t N, int64_t stride, int64_t S) {
+  double acc[LANES] = {0};
+  for (int64_t n = 0; n < N; n++) {
+    const float *p = x + n * stride;
+    int64_t i = 0;
+    for (; i + LANES <= S; i += LANES)
+      for (int k = 0; k < LANES; k++) {
+        double d = p[i + k] - mean;
+        acc[k] += d * d;
+      }
+    for (; i < S; i++) {
+      double d = p[i] - mean;
+      acc[i % LANES] += d * d;
+    }
+  }
+  double t = 0;
+  for (int k = 0; k < LANES; k++) t += acc[k];
+  return t;
+}
+
+static double plane_dot(const float *a, const float *b, int64_t N, int64_t stride, int64_t S) {
+  double acc[LANES] = {0};
+  for (int64_t n = 0; n < N; n++) {
+    const float *p = a + n * stride, *q = b + n * stride;
+    int64_t i = 0;
+    for (; i + LANES <= S; i += LANES)
+      for (int k = 0; k < LANES; k++) acc[k] += (double)p[i + k] * q[i + k];
+    for (; i < S; i++) acc[i % LANES] += (double)p[i] * q[i];
+  }
+  double t = 0;
+  for (int k = 0; k < LANES; k++) t += acc[k];
+  return t;
+}
+
 static int bn_forward(kiln_layer *l) {
   bn_state *s = l->priv;
   const float *x = l->bottom[0]->data;
@@ -85,6 +139,7 @@ static int bn_forward(kiln_layer *l) {
       inv[c] = is;
       for (int64_t n = 0; n < N; n++) {
         int64_t o = (n * C + c) * S;
+#pragma omp simd
         for (int64_t i = 0; i < S; i++) xn[o + i] = (x[o + i] - mean) * is;
       }
     }
@@ -94,25 +149,15 @@ static int bn_forward(kiln_layer *l) {
     double correction = m > 1 ? (double)m / (double)(m - 1) : 1.0;
 #pragma omp parallel for schedule(static) num_threads(l->nthreads) if (N * C * S > 32768)
     for (int64_t c = 0; c < C; c++) {
-      double sum = 0;
-      for (int64_t n = 0; n < N; n++) {
-        const float *xc = x + (n * C + c) * S;
-        for (int64_t i = 0; i < S; i++) sum += xc[i];
-      }
-      double mean = m ? sum / (double)m : 0.0, sq = 0;
-      for (int64_t n = 0; n < N; n++) {
-        const float *xc = x + (n * C + c) * S;
-        for (int64_t i = 0; i < S; i++) {
-          double d = xc[i] - mean;
-          sq += d * d;
-        }
-      }
+      double mean = m ? plane_sum(x + c * S, N, C * S, S) / (double)m : 0.0;
+      double sq = plane_sq(x + c * S, mean, N, C * S, S);
       double var = m ? sq / (double)m : 0.0; /* biased, as Caffe normalises with */
-      float is = (float)(1.0 / sqrt(var + s->eps));
+      float is = (float)(1.0 / sqrt(var + s->eps)), mf = (float)mean;
       inv[c] = is;
       for (int64_t n = 0; n < N; n++) {
         int64_t o = (n * C + c) * S;
-        for (int64_t i = 0; i < S; i++) xn[o + i] = (float)((x[o + i] - mean) * is);
+#pragma omp simd
+        for (int64_t i = 0; i < S; i++) xn[o + i] = (x[o + i] - mf) * is;
       }
       mean_sum[c] = s->maf * mean_sum[c] + (float)mean;
       var_sum[c] = s->maf * var_sum[c] + (float)(correction * var);
@@ -139,23 +184,19 @@ static int bn_backward(kiln_layer *l) {
     if (s->global) {
       for (int64_t n = 0; n < N; n++) {
         int64_t o = (n * C + c) * S;
+#pragma omp simd
         for (int64_t i = 0; i < S; i++) dx[o + i] = dy[o + i] * is;
       }
       continue;
     }
-    double sum_dy = 0, sum_dy_y = 0;
+    double sum_dy = plane_sum(dy + c * S, N, C * S, S);
+    double sum_dy_y = plane_dot(dy + c * S, xn + c * S, N, C * S, S);
+    float mean_dy = m ? (float)(sum_dy / (double)m) : 0.0f;
+    float mean_dy_y = m ? (float)(sum_dy_y / (double)m) : 0.0f;
     for (int64_t n = 0; n < N; n++) {
       int64_t o = (n * C + c) * S;
-      for (int64_t i = 0; i < S; i++) {
-        sum_dy += dy[o + i];
-        sum_dy_y += (double)dy[o + i] * xn[o + i];
-      }
-    }
-    double mean_dy = m ? sum_dy / (double)m : 0.0, mean_dy_y = m ? sum_dy_y / (double)m : 0.0;
-    for (int64_t n = 0; n < N; n++) {
-      int64_t o = (n * C + c) * S;
-      for (int64_t i = 0; i < S; i++)
-        dx[o + i] = (float)((dy[o + i] - mean_dy - mean_dy_y * xn[o + i]) * is);
+#pragma omp simd
+      for (int64_t i = 0; i < S; i++) dx[o + i] = (dy[o + i] - mean_dy - mean_dy_y * xn[o + i]) * is;
     }
   }
   return KILN_OK;
