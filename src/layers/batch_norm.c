@@ -70,57 +70,24 @@ static int bn_reshape(kiln_layer *l) {
   return kiln_blob_reshape_like(l->top[0], x);
 }
 
-/* Sums over one channel's plane of each image, in double, with eight partial sums taken in a
- * fixed order: independent additions (one dependent chain waits ~4 cycles per element) that the
- * compiler can vectorise, and the same result for any thread count. */
-enum { LANES = 8 };
-
-static double plane_sum(const float *x, int64_t N, int64_t stride, int64_t S) {
-  double acc[LANES] = {0};
-  for (int64_t n = 0; n < N; n++) {
-    const float *p = x + n * stride;
-    int64_t i = 0;
-    for (; i + LANES <= S; i += LANES)
-      for (int k = 0; k < LANES; k++) acc[k] += p[i + k];
-    for (; i < S; i++) acc[i % LANES] += p[i];
-  }
-  double t = 0;
-  for (int k = 0; k < LANES; k++) t += acc[k];
-  return t;
-}
-
-/* sum of (x - mean)^2, and sum of a * b, the same way. */
+/* (x - mean)^2 summed over one channel's planes, as kiln_plane_sum does. */
 static double plane_sq(const float *x, double mean, int64_t N, int64_t stride, int64_t S) {
-  double acc[LANES] = {0};
+  double acc[KILN_SUM_LANES] = {0};
   for (int64_t n = 0; n < N; n++) {
     const float *p = x + n * stride;
     int64_t i = 0;
-    for (; i + LANES <= S; i += LANES)
-      for (int k = 0; k < LANES; k++) {
+    for (; i + KILN_SUM_LANES <= S; i += KILN_SUM_LANES)
+      for (int k = 0; k < KILN_SUM_LANES; k++) {
         double d = p[i + k] - mean;
         acc[k] += d * d;
       }
     for (; i < S; i++) {
       double d = p[i] - mean;
-      acc[i % LANES] += d * d;
+      acc[i % KILN_SUM_LANES] += d * d;
     }
   }
   double t = 0;
-  for (int k = 0; k < LANES; k++) t += acc[k];
-  return t;
-}
-
-static double plane_dot(const float *a, const float *b, int64_t N, int64_t stride, int64_t S) {
-  double acc[LANES] = {0};
-  for (int64_t n = 0; n < N; n++) {
-    const float *p = a + n * stride, *q = b + n * stride;
-    int64_t i = 0;
-    for (; i + LANES <= S; i += LANES)
-      for (int k = 0; k < LANES; k++) acc[k] += (double)p[i + k] * q[i + k];
-    for (; i < S; i++) acc[i % LANES] += (double)p[i] * q[i];
-  }
-  double t = 0;
-  for (int k = 0; k < LANES; k++) t += acc[k];
+  for (int k = 0; k < KILN_SUM_LANES; k++) t += acc[k];
   return t;
 }
 
@@ -149,7 +116,7 @@ static int bn_forward(kiln_layer *l) {
     double correction = m > 1 ? (double)m / (double)(m - 1) : 1.0;
 #pragma omp parallel for schedule(static) num_threads(l->nthreads) if (N * C * S > 32768)
     for (int64_t c = 0; c < C; c++) {
-      double mean = m ? plane_sum(x + c * S, N, C * S, S) / (double)m : 0.0;
+      double mean = m ? kiln_plane_sum(x + c * S, N, C * S, S) / (double)m : 0.0;
       double sq = plane_sq(x + c * S, mean, N, C * S, S);
       double var = m ? sq / (double)m : 0.0; /* biased, as Caffe normalises with */
       float is = (float)(1.0 / sqrt(var + s->eps)), mf = (float)mean;
@@ -189,8 +156,8 @@ static int bn_backward(kiln_layer *l) {
       }
       continue;
     }
-    double sum_dy = plane_sum(dy + c * S, N, C * S, S);
-    double sum_dy_y = plane_dot(dy + c * S, xn + c * S, N, C * S, S);
+    double sum_dy = kiln_plane_sum(dy + c * S, N, C * S, S);
+    double sum_dy_y = kiln_plane_dot(dy + c * S, xn + c * S, N, C * S, S);
     float mean_dy = m ? (float)(sum_dy / (double)m) : 0.0f;
     float mean_dy_y = m ? (float)(sum_dy_y / (double)m) : 0.0f;
     for (int64_t n = 0; n < N; n++) {

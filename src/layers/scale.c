@@ -108,6 +108,7 @@ static int scale_forward(kiln_layer *l) {
     for (int64_t d = 0; d < s->dim; d++) {
       int64_t off = (o * s->dim + d) * s->inner;
       float gd = g[d], bd = b ? b[d] : 0.0f;
+#pragma omp simd
       for (int64_t i = 0; i < s->inner; i++) y[off + i] = x[off + i] * gd + bd;
     }
   return KILN_OK;
@@ -127,18 +128,15 @@ static int scale_backward(kiln_layer *l) {
     accumulate = false; /* bottom diffs are overwritten */
   }
   float *db = s->bias_index >= 0 ? l->param[s->bias_index]->diff : NULL;
+  const int64_t stride = s->dim * s->inner;
   if (dg || db)
     for (int64_t d = 0; d < s->dim; d++) {
-      double sg = 0, sb = 0;
-      for (int64_t o = 0; o < s->outer; o++) {
-        int64_t off = (o * s->dim + d) * s->inner;
-        for (int64_t i = 0; i < s->inner; i++) {
-          sg += (double)dy[off + i] * x[off + i];
-          sb += dy[off + i];
-        }
+      const float *dyd = dy + d * s->inner, *xd = x + d * s->inner;
+      if (dg) {
+        float sg = (float)kiln_plane_dot(dyd, xd, s->outer, stride, s->inner);
+        dg[d] = (accumulate ? dg[d] : 0.0f) + sg;
       }
-      if (dg) dg[d] = (accumulate ? dg[d] : 0.0f) + (float)sg;
-      if (db) db[d] += (float)sb;
+      if (db) db[d] += (float)kiln_plane_sum(dyd, s->outer, stride, s->inner);
     }
   if (l->propagate_down[0]) {
     const float *g = (s->from_bottom ? l->bottom[1] : l->param[0])->data;
@@ -146,7 +144,9 @@ static int scale_backward(kiln_layer *l) {
     for (int64_t o = 0; o < s->outer; o++)
       for (int64_t d = 0; d < s->dim; d++) {
         int64_t off = (o * s->dim + d) * s->inner;
-        for (int64_t i = 0; i < s->inner; i++) dx[off + i] = dy[off + i] * g[d];
+        float gd = g[d];
+#pragma omp simd
+        for (int64_t i = 0; i < s->inner; i++) dx[off + i] = dy[off + i] * gd;
       }
   }
   return KILN_OK;
