@@ -1078,6 +1078,39 @@ static void test_runner_workers_and_failures(void **state) {
   kiln_ce_result_free(&r);
 }
 
+/* The repository's own suites load: every model's solver exists and every KPI is known; the full
+ * suite keeps its baselines apart from the quick one's and holds the zoo's accuracy targets. */
+static void test_repository_suites(void **state) {
+  (void)state;
+  const char *data = getenv("KILN_TEST_DATA"); /* <repo>/tests/data */
+  assert_non_null(data);
+  struct {
+    const char *file;
+    size_t models;
+    const char *baselines;
+  } suites[] = {{"quick.prototxt", 2, "/ce/baselines"}, {"full.prototxt", 5, "/ce/baselines-full"}};
+  for (size_t i = 0; i < sizeof suites / sizeof suites[0]; i++) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/../../ce/%s", data, suites[i].file);
+    Caffe__CeSuite *s = NULL;
+    if (kiln_ce_suite_load(path, &s)) fail_msg("%s: %s", suites[i].file, kiln_last_error());
+    assert_int_equal(s->n_model, suites[i].models);
+    char bdir[4096];
+    kiln_ce_suite_baseline_dir(s, path, bdir, sizeof bdir);
+    assert_contains(bdir, suites[i].baselines);
+    if (i == 1)
+      for (size_t m = 0; m < s->n_model; m++) {
+        bool floor = false;
+        for (size_t k = 0; k < s->model[m]->n_kpi; k++)
+          if (!strcmp(s->model[m]->kpi[k]->name, "accuracy") && s->model[m]->kpi[k]->has_floor &&
+              s->model[m]->kpi[k]->floor >= 0.85)
+            floor = true;
+        if (!floor) fail_msg("full suite: model '%s' has no zoo accuracy floor", s->model[m]->name);
+      }
+    protobuf_c_message_free_unpacked(&s->base, NULL);
+  }
+}
+
 int main(void) {
   kiln_log_set_level(KILN_LOG_WARN);
   const struct CMUnitTest tests[] = {
@@ -1095,6 +1128,7 @@ int main(void) {
       cmocka_unit_test(test_history),
       cmocka_unit_test(test_reports),
       cmocka_unit_test(test_suite_load),
+      cmocka_unit_test(test_repository_suites),
       cmocka_unit_test(test_runner_timing_noise),
       cmocka_unit_test(test_runner_workers_and_failures),
   };
