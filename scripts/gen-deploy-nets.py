@@ -174,8 +174,13 @@ def head(n, x, classes=10):
     n.layer("loss", "SoftmaxWithLoss", [x, "label"], ["loss"])
 
 
-def bn_train(n, name, blob):
-    n.layer("bn_" + name, "BatchNorm", [blob], [blob])
+def bn_train(n, name, blob, maf=None):
+    # maf: moving_average_fraction. Caffe's default, 0.999, averages the statistics over about
+    # a thousand iterations; in a 20-layer net trained at lr 0.1 for a few epochs the weights move
+    # faster than that, and the stored statistics lag behind them (test accuracy near chance
+    # while the train loss falls). 0.9 is PyTorch's default (momentum 0.1).
+    bn_param = f"batch_norm_param {{ moving_average_fraction: {maf} }}" if maf is not None else ""
+    n.layer("bn_" + name, "BatchNorm", [blob], [blob], bn_param)
     n.layer("scale_" + name, "Scale", [blob], [blob], "scale_param { bias_term: true }")
     return blob
 
@@ -193,17 +198,18 @@ def resnet20(bench=False):
     else:
         data_layers(n, 128)
     x = n.conv("conv1", "data", 16, 3, pad=1, bias=False)
-    x = n.relu("relu1", bn_train(n, "conv1", x))
+    maf = None if bench else 0.9
+    x = n.relu("relu1", bn_train(n, "conv1", x, maf))
     cin = 16
     for stage, width in enumerate((16, 32, 64), start=1):
         for i in range(3):
             tag = f"s{stage}b{i}"
             stride = 2 if (i == 0 and stage > 1) else 1
             y = n.conv(f"{tag}_conv1", x, width, 3, stride=stride, pad=1, bias=False)
-            y = n.relu(f"{tag}_relu1", bn_train(n, f"{tag}_conv1", y))
-            y = bn_train(n, f"{tag}_conv2", n.conv(f"{tag}_conv2", y, width, 3, pad=1, bias=False))
+            y = n.relu(f"{tag}_relu1", bn_train(n, f"{tag}_conv1", y, maf))
+            y = bn_train(n, f"{tag}_conv2", n.conv(f"{tag}_conv2", y, width, 3, pad=1, bias=False), maf)
             if stride != 1 or cin != width:
-                short = bn_train(n, f"{tag}_proj", n.conv(f"{tag}_proj", x, width, 1, stride=stride, bias=False))
+                short = bn_train(n, f"{tag}_proj", n.conv(f"{tag}_proj", x, width, 1, stride=stride, bias=False), maf)
             else:
                 short = x
             n.layer(f"{tag}_sum", "Eltwise", [short, y], [f"{tag}_sum"])
