@@ -11,19 +11,7 @@
 # Skips (exit 0) only when mpirun is missing or kiln was built without MPI.
 source "$(dirname "$0")/lib.bash"
 cd "$WORK"
-if ! command -v mpirun >/dev/null 2>&1; then
-  echo "SKIP: mpirun not found (scripts/install-deps installs openmpi-bin libopenmpi-dev)"
-  exit 0
-fi
-if [ "${KILN_HAVE_MPI:-1}" = 0 ]; then
-  echo "SKIP: kiln was built without MPI (libopenmpi-dev missing when CMake ran?)"
-  exit 0
-fi
-FORWARD=()
-for v in ASAN_OPTIONS LSAN_OPTIONS UBSAN_OPTIONS OMPI_MCA_mca_base_component_disable_dlclose; do
-  [ -n "${!v:-}" ] && FORWARD+=(-x "$v")
-done
-export OMP_NUM_THREADS=1
+source "$(dirname "$0")/mpi.bash"
 
 # (d) first: no mpirun needed, the option is checked before anything starts.
 for bad in abc -1 nan inf 5s ""; do
@@ -33,15 +21,7 @@ done
 expect_error "--comm-timeout without a value" "missing value for '--comm-timeout'" -- \
   "$KILN" train --solver none.prototxt --comm-timeout
 
-{
-  printf '\x00\x00\x08\x03\x00\x00\x00\x40\x00\x00\x00\x08\x00\x00\x00\x08'
-  LC_ALL=C awk 'BEGIN { srand(7); for (i = 0; i < 4096; i++) printf "%c", int(rand() * 256) }'
-} > img.idx
-{
-  printf '\x00\x00\x08\x01\x00\x00\x00\x40'
-  for i in $(seq 0 63); do printf "\\x0$((i % 4))"; done
-} > lab.idx
-"$KILN" convert idx img.idx lab.idx tiny_lmdb >/dev/null || { fail "convert"; finish; exit 1; }
+mpi_tiny_lmdb
 cat > net.prototxt <<NET
 name: "tiny"
 layer { name: "d" type: "Data" top: "data" top: "label"

@@ -13,39 +13,19 @@
 # Skips (exit 0) only when mpirun is missing or kiln was built without MPI.
 source "$(dirname "$0")/lib.bash"
 cd "$WORK"
-if ! command -v mpirun >/dev/null 2>&1; then
-  echo "SKIP: mpirun not found (scripts/install-deps installs openmpi-bin libopenmpi-dev)"
-  exit 0
-fi
-if [ "${KILN_HAVE_MPI:-1}" = 0 ]; then
-  echo "SKIP: kiln was built without MPI (libopenmpi-dev missing when CMake ran?)"
-  exit 0
-fi
+source "$(dirname "$0")/mpi.bash"
 # CI runs as root; one OpenMP thread per worker on a small machine; no core binding, so that
 # more ranks than cores share them.
 # The sanitizer build's settings (tests/CMakeLists.txt) go to every rank.
-FORWARD=()
-for v in ASAN_OPTIONS LSAN_OPTIONS UBSAN_OPTIONS OMPI_MCA_mca_base_component_disable_dlclose; do
-  [ -n "${!v:-}" ] && FORWARD+=(-x "$v")
-done
 mpi() {  # mpi NP ARGS... (killed after 60 s: a hang fails the test instead of blocking CI)
   local np=$1
   shift
   timeout -k 5 60 mpirun -np "$np" --oversubscribe --allow-run-as-root --bind-to none \
     -x OMP_NUM_THREADS=1 "${FORWARD[@]}" "$@"
 }
-export OMP_NUM_THREADS=1
 
 # 64 records of 1x8x8 bytes (a fixed pseudo-random pattern), labels 0..3.
-{
-  printf '\x00\x00\x08\x03\x00\x00\x00\x40\x00\x00\x00\x08\x00\x00\x00\x08'
-  LC_ALL=C awk 'BEGIN { srand(7); for (i = 0; i < 4096; i++) printf "%c", int(rand() * 256) }'
-} > img.idx
-{
-  printf '\x00\x00\x08\x01\x00\x00\x00\x40'
-  for i in $(seq 0 63); do printf "\\x0$((i % 4))"; done
-} > lab.idx
-"$KILN" convert idx img.idx lab.idx tiny_lmdb >/dev/null || { fail "convert"; finish; exit 1; }
+mpi_tiny_lmdb
 
 net() {  # net BATCH EXTRA_DATA_PARAM
   cat <<NET

@@ -18,14 +18,7 @@ if [ "$(id -u)" -ne 0 ]; then
   echo "SKIP: not root (creating network namespaces needs it)"
   exit 0
 fi
-if ! command -v mpirun >/dev/null 2>&1; then
-  echo "SKIP: mpirun not found (scripts/install-deps installs openmpi-bin libopenmpi-dev)"
-  exit 0
-fi
-if [ "${KILN_HAVE_MPI:-1}" = 0 ]; then
-  echo "SKIP: kiln was built without MPI (libopenmpi-dev missing when CMake ran?)"
-  exit 0
-fi
+source "$(dirname "$0")/mpi.bash"
 if ! command -v ip >/dev/null 2>&1; then
   echo "SKIP: ip not found (scripts/install-deps installs iproute2)"
   exit 0
@@ -82,11 +75,6 @@ cp "$SRC/tests/support/netns-agent.sh" agent.sh && chmod +x agent.sh
 export KILN_NETNS_HOSTS="$IP1=$NS1:kiln-host1 $IP2=$NS2:kiln-host2"
 printf '%s slots=1\n%s slots=1\n' "$IP1" "$IP2" > hostfile
 
-FORWARD=()
-for v in ASAN_OPTIONS LSAN_OPTIONS UBSAN_OPTIONS OMPI_MCA_mca_base_component_disable_dlclose; do
-  [ -n "${!v:-}" ] && FORWARD+=(-x "$v")
-done
-export OMP_NUM_THREADS=1
 # on_hosts [MPIRUN OPTIONS...] COMMAND...: mpirun in the first namespace (under the name
 # kiln-host1, as the agent names the second), one rank per host, TCP only, on the veth subnet.
 on_hosts() {
@@ -125,15 +113,7 @@ solver() {  # solver NAME ITER_SIZE [EXTRA]: 20 iterations, snapshots NAME_iter_
 }
 
 # The fixture of mpi_gradient.sh: 64 records of 1x8x8 bytes, labels 0..3, and a small conv net.
-{
-  printf '\x00\x00\x08\x03\x00\x00\x00\x40\x00\x00\x00\x08\x00\x00\x00\x08'
-  LC_ALL=C awk 'BEGIN { srand(7); for (i = 0; i < 4096; i++) printf "%c", int(rand() * 256) }'
-} > img.idx
-{
-  printf '\x00\x00\x08\x01\x00\x00\x00\x40'
-  for i in $(seq 0 63); do printf "\\x0$((i % 4))"; done
-} > lab.idx
-"$KILN" convert idx img.idx lab.idx tiny_lmdb >/dev/null || { fail "convert"; finish; exit 1; }
+mpi_tiny_lmdb
 cat > net.prototxt <<NET
 name: "tiny"
 layer { name: "d" type: "Data" top: "data" top: "label"

@@ -1,0 +1,32 @@
+# Shared by the MPI shell tests (sourced after lib.bash, in $WORK; not a test itself):
+#   - exits 0 with SKIP when there is no MPI to test (mpirun missing, or kiln built without MPI);
+#   - FORWARD: the sanitizer build's settings (tests/CMakeLists.txt), as `-x` options for mpirun,
+#     so that every rank gets them;
+#   - one OpenMP thread per worker (a small machine runs several ranks);
+#   - mpi_tiny_lmdb: tiny_lmdb, 64 records of 1x8x8 bytes (a fixed pseudo-random pattern) with
+#     labels 0..3, written through hand-made IDX files.
+if ! command -v mpirun >/dev/null 2>&1; then
+  echo "SKIP: mpirun not found (scripts/install-deps installs openmpi-bin libopenmpi-dev)"
+  exit 0
+fi
+if [ "${KILN_HAVE_MPI:-1}" = 0 ]; then
+  echo "SKIP: kiln was built without MPI (libopenmpi-dev missing when CMake ran?)"
+  exit 0
+fi
+FORWARD=()
+for v in ASAN_OPTIONS LSAN_OPTIONS UBSAN_OPTIONS OMPI_MCA_mca_base_component_disable_dlclose; do
+  [ -n "${!v:-}" ] && FORWARD+=(-x "$v")
+done
+export OMP_NUM_THREADS=1
+
+mpi_tiny_lmdb() {
+  {
+    printf '\x00\x00\x08\x03\x00\x00\x00\x40\x00\x00\x00\x08\x00\x00\x00\x08'
+    LC_ALL=C awk 'BEGIN { srand(7); for (i = 0; i < 4096; i++) printf "%c", int(rand() * 256) }'
+  } > img.idx
+  {
+    printf '\x00\x00\x08\x01\x00\x00\x00\x40'
+    for i in $(seq 0 63); do printf "\\x0$((i % 4))"; done
+  } > lab.idx
+  "$KILN" convert idx img.idx lab.idx tiny_lmdb >/dev/null || { fail "convert"; finish; exit 1; }
+}
