@@ -22,18 +22,7 @@ expect_error "--comm-timeout without a value" "missing value for '--comm-timeout
   "$KILN" train --solver none.prototxt --comm-timeout
 
 mpi_tiny_lmdb
-cat > net.prototxt <<NET
-name: "tiny"
-layer { name: "d" type: "Data" top: "data" top: "label"
-  data_param { source: "$WORK/tiny_lmdb" batch_size: 4 backend: LMDB }
-  transform_param { scale: 0.00390625 } }
-layer { name: "conv" type: "Convolution" bottom: "data" top: "conv"
-  convolution_param { num_output: 4 kernel_size: 3 weight_filler { type: "xavier" } } }
-layer { name: "relu" type: "ReLU" bottom: "conv" top: "conv" }
-layer { name: "ip" type: "InnerProduct" bottom: "conv" top: "ip"
-  inner_product_param { num_output: 4 weight_filler { type: "xavier" } } }
-layer { name: "loss" type: "SoftmaxWithLoss" bottom: "ip" bottom: "label" top: "loss" }
-NET
+mpi_tiny_net 4 > net.prototxt
 solver() {  # solver MAX_ITER DISPLAY
   printf 'net: "%s/net.prototxt"\nbase_lr: 0.01\nlr_policy: "fixed"\nmax_iter: %s\n' "$WORK" "$1"
   printf 'display: %s\nrandom_seed: 5\nsnapshot_prefix: "%s/snap"\nsnapshot_after_train: false\n' "$2" "$WORK"

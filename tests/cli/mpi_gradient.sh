@@ -27,21 +27,7 @@ mpi() {  # mpi NP ARGS... (killed after 60 s: a hang fails the test instead of b
 # 64 records of 1x8x8 bytes (a fixed pseudo-random pattern), labels 0..3.
 mpi_tiny_lmdb
 
-net() {  # net BATCH EXTRA_DATA_PARAM
-  cat <<NET
-name: "tiny"
-layer { name: "d" type: "Data" top: "data" top: "label"
-  data_param { source: "$WORK/tiny_lmdb" batch_size: $1 backend: LMDB $2 }
-  transform_param { scale: 0.00390625 } }
-layer { name: "conv" type: "Convolution" bottom: "data" top: "conv"
-  convolution_param { num_output: 4 kernel_size: 3 weight_filler { type: "xavier" }
-    bias_filler { type: "constant" value: 0.1 } } }
-layer { name: "relu" type: "ReLU" bottom: "conv" top: "conv" }
-layer { name: "ip" type: "InnerProduct" bottom: "conv" top: "ip"
-  inner_product_param { num_output: 4 weight_filler { type: "xavier" } } }
-layer { name: "loss" type: "SoftmaxWithLoss" bottom: "ip" bottom: "label" top: "loss" }
-NET
-}
+net() { mpi_tiny_net "$@"; }  # net BATCH EXTRA_DATA_PARAM
 net 4 "" > net.prototxt
 net 6 "shuffle: true last_batch: KEEP" > shuffle_net.prototxt
 solver() {  # solver NAME NET ITER_SIZE MAX_ITER [EXTRA]: writes NAME.prototxt, snapshots NAME_iter_*

@@ -114,19 +114,7 @@ solver() {  # solver NAME ITER_SIZE [EXTRA]: 20 iterations, snapshots NAME_iter_
 
 # The fixture of mpi_gradient.sh: 64 records of 1x8x8 bytes, labels 0..3, and a small conv net.
 mpi_tiny_lmdb
-cat > net.prototxt <<NET
-name: "tiny"
-layer { name: "d" type: "Data" top: "data" top: "label"
-  data_param { source: "$WORK/tiny_lmdb" batch_size: 4 backend: LMDB }
-  transform_param { scale: 0.00390625 } }
-layer { name: "conv" type: "Convolution" bottom: "data" top: "conv"
-  convolution_param { num_output: 4 kernel_size: 3 weight_filler { type: "xavier" }
-    bias_filler { type: "constant" value: 0.1 } } }
-layer { name: "relu" type: "ReLU" bottom: "conv" top: "conv" }
-layer { name: "ip" type: "InnerProduct" bottom: "conv" top: "ip"
-  inner_product_param { num_output: 4 weight_filler { type: "xavier" } } }
-layer { name: "loss" type: "SoftmaxWithLoss" bottom: "ip" bottom: "label" top: "loss" }
-NET
+mpi_tiny_net 4 > net.prototxt
 # 40 + 580 parameters: 2480 bytes of gradient each way per iteration in GRADIENT mode.
 PARAM_BYTES=2480
 same() {  # same A B WHAT: bit-identical .caffemodel files
