@@ -1082,8 +1082,8 @@ static void test_runner_workers_and_failures(void **state) {
  * suite keeps its baselines apart from the quick one's and holds the zoo's accuracy targets. */
 static void test_repository_suites(void **state) {
   (void)state;
-  const char *data = getenv("KILN_TEST_DATA"); /* <repo>/tests/data */
-  assert_non_null(data);
+  const char *root = getenv("KILN_SOURCE_DIR"); /* the repository root, set by CTest */
+  assert_non_null(root);
   struct {
     const char *file;
     size_t models;
@@ -1091,7 +1091,7 @@ static void test_repository_suites(void **state) {
   } suites[] = {{"quick.prototxt", 2, "/ce/baselines"}, {"full.prototxt", 5, "/ce/baselines-full"}};
   for (size_t i = 0; i < sizeof suites / sizeof suites[0]; i++) {
     char path[4096];
-    snprintf(path, sizeof path, "%s/../../ce/%s", data, suites[i].file);
+    snprintf(path, sizeof path, "%s/ce/%s", root, suites[i].file);
     Caffe__CeSuite *s = NULL;
     if (kiln_ce_suite_load(path, &s)) fail_msg("%s: %s", suites[i].file, kiln_last_error());
     assert_int_equal(s->n_model, suites[i].models);
