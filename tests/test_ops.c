@@ -152,6 +152,55 @@ static const conv_case conv_cases[] = {
     {3, 4, 13, 12, 4, 3, 3, 3, 2, 2, 3, 2, 1, 2, 1}, /* pad beyond kernel reach, group 2 */
 };
 
+/* The oneDNN route (when the build has it) on the same case: the same contract as the plain
+ * kernels (out and din overwritten, dw and dbias accumulated) against the same double-precision
+ * reference, with workspace full of garbage, on 1 and 2 threads; and the same bits when run
+ * again with the same threads (snapshots resume exactly). */
+static void run_dnnl_case(const conv_case *c, const kiln_conv_geom *g, const float *in,
+                          const float *w, const float *b, const float *dout, const float *dw0,
+                          const float *db0, const double *ref_out, const double *ref_din,
+                          const double *ref_dw, const double *ref_db) {
+  if (!kiln_dnnl_available()) return;
+  const int64_t nin = (int64_t)c->N * c->C * c->H * c->W;
+  const int64_t nout = (int64_t)c->N * c->M * g->out_h * g->out_w;
+  const int64_t nw = (int64_t)c->M * (c->C / c->group) * c->kh * c->kw;
+  kiln_dnnl_conv *dn = NULL;
+  if (kiln_dnnl_conv_create(&dn, c->N, c->M, c->group, g, c->bias, true) != KILN_OK)
+    fail_msg("oneDNN has no convolution for N%d C%d %dx%d M%d k%dx%d: %s", c->N, c->C, c->H,
+             c->W, c->M, c->kh, c->kw, kiln_last_error());
+  const int64_t nws = kiln_dnnl_conv_workspace(dn);
+  float *ws = kiln_alloc(sizeof(float) * (size_t)(nws > 0 ? nws : 1));
+  assert_non_null(ws);
+  float *out[3], *din[3], *dw[3], *db[3];
+  const int threads[3] = {1, 2, 2};
+  for (int t = 0; t < 3; t++) {
+    kiln_set_num_threads(threads[t]);
+    out[t] = fbuf(nout), din[t] = fbuf(nin), dw[t] = fbuf(nw), db[t] = fbuf(c->M);
+    fill_const(out[t], nout, NAN);
+    fill_const(din[t], nin, 777.0f);
+    fill_const(ws, nws, NAN);
+    memcpy(dw[t], dw0, sizeof(float) * (size_t)nw);
+    memcpy(db[t], db0, sizeof(float) * (size_t)c->M);
+    assert_int_equal(kiln_dnnl_conv_forward(dn, out[t], in, w, b, ws), KILN_OK);
+    fill_const(ws, nws, NAN);
+    assert_int_equal(kiln_dnnl_conv_backward(dn, din[t], dw[t], c->bias ? db[t] : NULL, dout, in,
+                                             w, ws),
+                     KILN_OK);
+    expect_close_d("dnnl out", out[t], ref_out, nout, 1e-4, 1e-4);
+    expect_close_d("dnnl din", din[t], ref_din, nin, 1e-4, 1e-4);
+    expect_close_d("dnnl dw", dw[t], ref_dw, nw, 1e-4, 1e-4);
+    if (c->bias) expect_close_d("dnnl dbias", db[t], ref_db, c->M, 1e-4, 1e-4);
+  }
+  assert_memory_equal(out[2], out[1], sizeof(float) * (size_t)nout);
+  assert_memory_equal(din[2], din[1], sizeof(float) * (size_t)nin);
+  assert_memory_equal(dw[2], dw[1], sizeof(float) * (size_t)nw);
+  assert_memory_equal(db[2], db[1], sizeof(float) * (size_t)c->M);
+  for (int t = 0; t < 3; t++) free(out[t]), free(din[t]), free(dw[t]), free(db[t]);
+  kiln_set_num_threads(2);
+  kiln_free(ws);
+  kiln_dnnl_conv_destroy(dn);
+}
+
 static void run_conv_case(const conv_case *c, kiln_rng *r) {
   kiln_conv_geom g = geom_of(c);
   const int64_t nin = (int64_t)c->N * c->C * c->H * c->W;
@@ -211,6 +260,7 @@ static void run_conv_case(const conv_case *c, kiln_rng *r) {
     free(dw[t]);
     free(db[t]);
   }
+  run_dnnl_case(c, &g, in, w, b, dout, dw0, db0, ref_out, ref_din, ref_dw, ref_db);
   free(in), free(w), free(bias), free(dout), free(dw0), free(db0);
   free(ref_out), free(ref_din), free(ref_dw), free(ref_db);
 }

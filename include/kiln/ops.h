@@ -4,6 +4,7 @@
 #ifndef KILN_OPS_H
 #define KILN_OPS_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 /* Geometry of a 2-D convolution or pooling window over one image. */
@@ -39,6 +40,25 @@ void kiln_conv2d_forward(float *out, const float *in, const float *w, const floa
 void kiln_conv2d_backward(float *din, float *dw, float *dbias, const float *dout, const float *in,
                           const float *w, int N, int M, int group, const kiln_conv_geom *g,
                           float *col, float *dw_ws, int nthreads);
+
+/* The same convolution through oneDNN's JIT kernels (src/ops/conv_dnnl.c), when the build has
+ * oneDNN (kiln_dnnl_available()). A kiln_dnnl_conv holds the primitives for one shape; its calls
+ * keep the contract above (dw and dbias +=, din =) and use kiln_dnnl_conv_workspace() floats of
+ * caller workspace (64-byte aligned) for the blocked copies and oneDNN's scratchpad. The plain
+ * kernels above are the reference it is tested against. `backward` false builds the inference
+ * forward only. Creation fails with KILN_ERR_UNSUPPORTED when oneDNN has no kernel for a shape. */
+typedef struct kiln_dnnl_conv kiln_dnnl_conv;
+bool kiln_dnnl_available(void);
+int kiln_dnnl_conv_create(kiln_dnnl_conv **out, int N, int M, int group, const kiln_conv_geom *g,
+                          bool bias, bool backward);
+int64_t kiln_dnnl_conv_workspace(const kiln_dnnl_conv *c);
+/* The implementation oneDNN chose: 0 forward, 1 backward data, 2 backward weights. */
+const char *kiln_dnnl_conv_impl(const kiln_dnnl_conv *c, int which);
+int kiln_dnnl_conv_forward(kiln_dnnl_conv *c, float *out, const float *in, const float *w,
+                           const float *bias, float *ws);
+int kiln_dnnl_conv_backward(kiln_dnnl_conv *c, float *din, float *dw, float *dbias,
+                            const float *dout, const float *in, const float *w, float *ws);
+void kiln_dnnl_conv_destroy(kiln_dnnl_conv *c);
 
 /* Pooling over (N, C, H, W) -> (N, C, OH, OW), Caffe's semantics: windows clipped to the padded
  * input; AVE divides by the window size clipped to H+pad (not to H); MAX records the argmax index

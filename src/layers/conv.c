@@ -1,6 +1,7 @@
 /* Convolution (2-D, Caffe's parameters: kernel/pad/stride/dilation as a single value or h/w
  * pair, group, bias) over im2col + GEMM kernels in src/ops. */
 #include <stdlib.h>
+#include <string.h>
 
 #include "kiln/ops.h"
 #include "layer_util.h"
@@ -11,7 +12,17 @@ typedef struct {
   kiln_conv_geom g;
   int M, group;
   bool bias;
+  kiln_dnnl_conv *dn; /* oneDNN primitives for the current shape, or NULL: plain kernels */
+  int64_t dn_n;       /* batch the primitives were made for */
+  int dn_h, dn_w;
 } conv_state;
+
+/* oneDNN unless the build lacks it or KILN_ENGINE=ref asks for the plain C reference. */
+static bool want_dnnl(void) {
+  if (!kiln_dnnl_available()) return false;
+  const char *e = getenv("KILN_ENGINE");
+  return !(e && strcmp(e, "ref") == 0);
+}
 
 /* Caffe allows a value given once (both axes) or per axis (repeated), or as *_h / *_w. */
 static int pick2(kiln_layer *l, const char *what, size_t n, const uint32_t *vals, bool has_h,
@@ -100,11 +111,28 @@ static int conv_reshape(kiln_layer *l) {
              g->kernel_h * g->kernel_w;
   int64_t wcount = (int64_t)s->M * (g->channels / s->group) * g->kernel_h * g->kernel_w;
   l->workspace_floats = kiln_conv_workspace(g, s->group, l->nthreads) + (int64_t)l->nthreads * wcount;
+  if (want_dnnl()) {
+    if (!s->dn || s->dn_n != x->shape[0] || s->dn_h != g->height || s->dn_w != g->width) {
+      kiln_dnnl_conv_destroy(s->dn);
+      s->dn = NULL;
+      /* Where oneDNN has no kernel for a shape the plain path runs it. */
+      if (kiln_dnnl_conv_create(&s->dn, (int)x->shape[0], s->M, s->group, g, s->bias, true) ==
+          KILN_OK) {
+        s->dn_n = x->shape[0];
+        s->dn_h = g->height;
+        s->dn_w = g->width;
+      }
+    }
+    if (s->dn) l->workspace_floats = kiln_dnnl_conv_workspace(s->dn);
+  }
   return kiln_blob_reshape(l->top[0], 4, shape);
 }
 
 static int conv_forward(kiln_layer *l) {
   conv_state *s = l->priv;
+  if (s->dn)
+    return kiln_dnnl_conv_forward(s->dn, l->top[0]->data, l->bottom[0]->data, l->param[0]->data,
+                                  s->bias ? l->param[1]->data : NULL, l->workspace);
   kiln_conv2d_forward(l->top[0]->data, l->bottom[0]->data, l->param[0]->data,
                       s->bias ? l->param[1]->data : NULL, (int)l->bottom[0]->shape[0], s->M,
                       s->group, &s->g, l->workspace, l->nthreads);
@@ -113,6 +141,11 @@ static int conv_forward(kiln_layer *l) {
 
 static int conv_backward(kiln_layer *l) {
   conv_state *s = l->priv;
+  if (s->dn)
+    return kiln_dnnl_conv_backward(s->dn, l->propagate_down[0] ? l->bottom[0]->diff : NULL,
+                                   l->param[0]->diff, s->bias ? l->param[1]->diff : NULL,
+                                   l->top[0]->diff, l->bottom[0]->data, l->param[0]->data,
+                                   l->workspace);
   float *col = l->workspace;
   float *dw_ws = l->workspace + kiln_conv_workspace(&s->g, s->group, l->nthreads);
   kiln_conv2d_backward(l->propagate_down[0] ? l->bottom[0]->diff : NULL, l->param[0]->diff,
@@ -122,7 +155,11 @@ static int conv_backward(kiln_layer *l) {
   return KILN_OK;
 }
 
-static void conv_destroy(kiln_layer *l) { free(l->priv); }
+static void conv_destroy(kiln_layer *l) {
+  conv_state *s = l->priv;
+  if (s) kiln_dnnl_conv_destroy(s->dn);
+  free(l->priv);
+}
 
 const kiln_layer_ops kiln_layer_convolution = {
     .type = "Convolution", .min_bottoms = 1, .max_bottoms = 1, .min_tops = 1, .max_tops = 1,

@@ -1,0 +1,424 @@
+/* 2-D convolution through oneDNN's JIT kernels (C API), behind the same contract as
+ * kiln_conv2d_forward / kiln_conv2d_backward in conv.c, which stays the reference.
+ *
+ * kiln's blobs are plain NCHW. oneDNN picks its own (blocked) layouts for source, weights and
+ * destination ("any"); each call reorders into them and back. Every buffer a call needs (the
+ * blocked copies and oneDNN's scratchpad) is carved from the caller's workspace, which the net
+ * shares across layers, so the JIT path adds no memory that lives from one layer to the next.
+ *
+ * Weight and bias gradients are ACCUMULATED (+=) as the op contract asks: oneDNN writes them
+ * whole into workspace and a reorder with a sum post-op adds them to the parameter gradient. */
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kiln/core.h"
+#include "kiln/ops.h"
+
+#ifdef KILN_HAVE_DNNL
+#include <oneapi/dnnl/dnnl.h>
+
+/* One CPU engine and one in-order stream for the process (oneDNN's handles, not kiln state). */
+static dnnl_engine_t g_engine;
+static dnnl_stream_t g_stream;
+static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+static dnnl_status_t g_init_status = dnnl_runtime_error;
+
+static void dnnl_init_once(void) {
+  g_init_status = dnnl_engine_create(&g_engine, dnnl_cpu, 0);
+  if (g_init_status == dnnl_success)
+    g_init_status = dnnl_stream_create(&g_stream, g_engine, dnnl_stream_default_flags);
+}
+
+/* A reorder between a plain and a blocked layout; prim is NULL when the two are the same. */
+typedef struct {
+  dnnl_primitive_t prim;
+  dnnl_memory_t from, to;
+} reorder;
+
+/* One primitive and the layouts it chose. */
+typedef struct {
+  dnnl_primitive_t prim;
+  dnnl_memory_desc_t src, wei, bia, dst, scratch;
+  size_t scratch_bytes;
+} conv_prim;
+
+struct kiln_dnnl_conv {
+  int N, M, group;
+  kiln_conv_geom g;
+  bool bias;
+  conv_prim fwd, bwd_data, bwd_weights;
+  /* plain descriptors */
+  dnnl_memory_desc_t x_md, w_md, b_md, y_md;
+  /* forward */
+  reorder x_in, w_in, y_out;
+  /* backward data: dy in, w in (its own layout), dx out */
+  reorder dy_in_d, w_in_d, dx_out;
+  /* backward weights: x in, dy in, dw out (+=), db out (+=) */
+  reorder x_in_w, dy_in_w, dw_out, db_out;
+  /* workspace offsets in floats */
+  int64_t ws_floats;
+  char impl[3][64];
+};
+
+#define DN(call)                                                      \
+  do {                                                                \
+    dnnl_status_t st_ = (call);                                       \
+    if (st_ != dnnl_success) return kiln_errorf(KILN_ERR_UNSUPPORTED, \
+                                                "oneDNN: %s failed (status %d)", #call, (int)st_); \
+  } while (0)
+
+static int64_t floats_of(const dnnl_memory_desc_t *md) {
+  size_t b = dnnl_memory_desc_get_size(md);
+  return (int64_t)((b + 63) / 64 * 16); /* rounded up to 64 bytes so carved buffers stay aligned */
+}
+
+/* Reorder from -> to, optionally adding into `to` (sum post-op); none when the layouts agree and
+ * no sum is asked for. */
+static int reorder_make(reorder *r, const dnnl_memory_desc_t *from, const dnnl_memory_desc_t *to,
+                        bool accumulate) {
+  memset(r, 0, sizeof *r);
+  if (!accumulate && dnnl_memory_desc_equal(from, to)) return KILN_OK;
+  dnnl_primitive_attr_t attr = NULL;
+  dnnl_post_ops_t po = NULL;
+  if (accumulate) {
+    DN(dnnl_primitive_attr_create(&attr));
+    DN(dnnl_post_ops_create(&po));
+    DN(dnnl_post_ops_append_sum(po, 1.0f));
+    DN(dnnl_primitive_attr_set_post_ops(attr, po));
+    dnnl_post_ops_destroy(po);
+  }
+  dnnl_primitive_desc_t pd = NULL;
+  dnnl_status_t st = dnnl_reorder_primitive_desc_create(&pd, from, g_engine, to, g_engine, attr);
+  if (attr) dnnl_primitive_attr_destroy(attr);
+  if (st != dnnl_success)
+    return kiln_errorf(KILN_ERR_UNSUPPORTED, "oneDNN: no reorder for this layout (status %d)",
+                       (int)st);
+  st = dnnl_primitive_create(&r->prim, pd);
+  dnnl_primitive_desc_destroy(pd);
+  if (st != dnnl_success) return kiln_errorf(KILN_ERR_UNSUPPORTED, "oneDNN: reorder create");
+  DN(dnnl_memory_create(&r->from, from, g_engine, DNNL_MEMORY_NONE));
+  DN(dnnl_memory_create(&r->to, to, g_engine, DNNL_MEMORY_NONE));
+  return KILN_OK;
+}
+
+static void reorder_free(reorder *r) {
+  if (r->prim) dnnl_primitive_destroy(r->prim);
+  if (r->from) dnnl_memory_destroy(r->from);
+  if (r->to) dnnl_memory_destroy(r->to);
+  memset(r, 0, sizeof *r);
+}
+
+static int reorder_run(reorder *r, const void *from, void *to) {
+  if (!r->prim) return KILN_OK;
+  DN(dnnl_memory_set_data_handle(r->from, (void *)from));
+  DN(dnnl_memory_set_data_handle(r->to, to));
+  dnnl_exec_arg_t args[2] = {{DNNL_ARG_FROM, r->from}, {DNNL_ARG_TO, r->to}};
+  DN(dnnl_primitive_execute(r->prim, g_stream, 2, args));
+  return KILN_OK;
+}
+
+static const dnnl_memory_desc_t *q(const_dnnl_primitive_desc_t pd, dnnl_query_t what) {
+  return dnnl_primitive_desc_query_md(pd, what, 0);
+}
+
+/* Create the primitive from its op descriptor; fills the chosen layouts. */
+static int prim_make(conv_prim *p, const dnnl_convolution_desc_t *desc,
+                     const_dnnl_primitive_desc_t hint, int kind, char *impl) {
+  dnnl_primitive_attr_t attr;
+  DN(dnnl_primitive_attr_create(&attr));
+  DN(dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user));
+  dnnl_primitive_desc_t pd = NULL;
+  dnnl_status_t st = dnnl_primitive_desc_create(&pd, desc, attr, g_engine, hint);
+  dnnl_primitive_attr_destroy(attr);
+  if (st != dnnl_success)
+    return kiln_errorf(KILN_ERR_UNSUPPORTED, "oneDNN: no convolution for this shape (status %d)",
+                       (int)st);
+  const char *name = NULL;
+  if (dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &name) == dnnl_success && name)
+    snprintf(impl, 64, "%s", name);
+  if (kind == 0) {
+    p->src = *q(pd, dnnl_query_src_md);
+    p->wei = *q(pd, dnnl_query_weights_md);
+    p->dst = *q(pd, dnnl_query_dst_md);
+  } else if (kind == 1) {
+    p->src = *q(pd, dnnl_query_diff_src_md);
+    p->wei = *q(pd, dnnl_query_weights_md);
+    p->dst = *q(pd, dnnl_query_diff_dst_md);
+  } else {
+    p->src = *q(pd, dnnl_query_src_md);
+    p->wei = *q(pd, dnnl_query_diff_weights_md);
+    p->dst = *q(pd, dnnl_query_diff_dst_md);
+  }
+  p->scratch = *q(pd, dnnl_query_scratchpad_md);
+  p->scratch_bytes = dnnl_memory_desc_get_size(&p->scratch);
+  st = dnnl_primitive_create(&p->prim, pd);
+  dnnl_primitive_desc_destroy(pd);
+  if (st != dnnl_success) return kiln_errorf(KILN_ERR_UNSUPPORTED, "oneDNN: primitive create");
+  return KILN_OK;
+}
+
+void kiln_dnnl_conv_destroy(kiln_dnnl_conv *c) {
+  if (!c) return;
+  conv_prim *ps[3] = {&c->fwd, &c->bwd_data, &c->bwd_weights};
+  for (int i = 0; i < 3; i++)
+    if (ps[i]->prim) dnnl_primitive_destroy(ps[i]->prim);
+  reorder *rs[] = {&c->x_in, &c->w_in, &c->y_out, &c->dy_in_d, &c->w_in_d,
+                   &c->dx_out, &c->x_in_w, &c->dy_in_w, &c->dw_out, &c->db_out};
+  for (size_t i = 0; i < sizeof rs / sizeof rs[0]; i++) reorder_free(rs[i]);
+  free(c);
+}
+
+static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
+
+/* Workspace of one call: the blocked tensors it uses that differ from kiln's plain ones, and the
+ * primitive's scratchpad. */
+static int64_t fwd_ws(const kiln_dnnl_conv *c) {
+  const conv_prim *p = &c->fwd;
+  return (c->x_in.prim ? floats_of(&p->src) : 0) + (c->w_in.prim ? floats_of(&p->wei) : 0) +
+         (c->y_out.prim ? floats_of(&p->dst) : 0) + floats_of(&p->scratch);
+}
+static int64_t bwd_ws(const kiln_dnnl_conv *c) {
+  const conv_prim *d = &c->bwd_data, *w = &c->bwd_weights;
+  int64_t data = (c->dy_in_d.prim ? floats_of(&d->dst) : 0) +
+                 (c->w_in_d.prim ? floats_of(&d->wei) : 0) +
+                 (c->dx_out.prim ? floats_of(&d->src) : 0) + floats_of(&d->scratch);
+  int64_t weights = (c->x_in_w.prim ? floats_of(&w->src) : 0) +
+                    (c->dy_in_w.prim ? floats_of(&w->dst) : 0) + floats_of(&w->wei) +
+                    (c->bias ? floats_of(&c->b_md) : 0) + floats_of(&w->scratch);
+  return max64(data, weights);
+}
+
+int kiln_dnnl_conv_create(kiln_dnnl_conv **out, int N, int M, int group, const kiln_conv_geom *g,
+                          bool bias, bool backward) {
+  *out = NULL;
+  pthread_once(&g_once, dnnl_init_once);
+  if (g_init_status != dnnl_success)
+    return kiln_errorf(KILN_ERR_UNSUPPORTED, "oneDNN: no CPU engine (status %d)",
+                       (int)g_init_status);
+  kiln_dnnl_conv *c = calloc(1, sizeof *c);
+  if (!c) return kiln_errorf(KILN_ERR_NOMEM, "out of memory");
+  c->N = N;
+  c->M = M;
+  c->group = group;
+  c->g = *g;
+  c->bias = bias;
+  int rc = KILN_OK;
+#define TRY(x)                       \
+  do {                               \
+    if ((rc = (x)) != KILN_OK) goto fail; \
+  } while (0)
+#define TRYD(x)                                                                        \
+  do {                                                                                 \
+    dnnl_status_t st_ = (x);                                                           \
+    if (st_ != dnnl_success) {                                                         \
+      rc = kiln_errorf(KILN_ERR_UNSUPPORTED, "oneDNN: %s failed (status %d)", #x, (int)st_); \
+      goto fail;                                                                       \
+    }                                                                                  \
+  } while (0)
+  dnnl_dims_t xd = {N, g->channels, g->height, g->width};
+  dnnl_dims_t yd = {N, M, g->out_h, g->out_w};
+  dnnl_dims_t bd = {M};
+  dnnl_dims_t wd;
+  int wnd;
+  dnnl_format_tag_t wtag;
+  if (group == 1) {
+    wnd = 4;
+    wd[0] = M, wd[1] = g->channels, wd[2] = g->kernel_h, wd[3] = g->kernel_w;
+    wtag = dnnl_oihw;
+  } else {
+    wnd = 5;
+    wd[0] = group, wd[1] = M / group, wd[2] = g->channels / group, wd[3] = g->kernel_h;
+    wd[4] = g->kernel_w;
+    wtag = dnnl_goihw;
+  }
+  TRYD(dnnl_memory_desc_init_by_tag(&c->x_md, 4, xd, dnnl_f32, dnnl_nchw));
+  TRYD(dnnl_memory_desc_init_by_tag(&c->y_md, 4, yd, dnnl_f32, dnnl_nchw));
+  TRYD(dnnl_memory_desc_init_by_tag(&c->w_md, wnd, wd, dnnl_f32, wtag));
+  TRYD(dnnl_memory_desc_init_by_tag(&c->b_md, 1, bd, dnnl_f32, dnnl_x));
+  dnnl_memory_desc_t xa, ya, wa;
+  dnnl_format_tag_t atag = getenv("KILN_DNNL_NHWC") ? dnnl_nhwc : dnnl_format_tag_any;
+  TRYD(dnnl_memory_desc_init_by_tag(&xa, 4, xd, dnnl_f32, atag));
+  TRYD(dnnl_memory_desc_init_by_tag(&ya, 4, yd, dnnl_f32, atag));
+  TRYD(dnnl_memory_desc_init_by_tag(&wa, wnd, wd, dnnl_f32, dnnl_format_tag_any));
+  /* Caffe's output size rounds down; oneDNN wants the right padding that makes it exact. */
+  const int ext_h = g->dilation_h * (g->kernel_h - 1) + 1;
+  const int ext_w = g->dilation_w * (g->kernel_w - 1) + 1;
+  dnnl_dims_t strides = {g->stride_h, g->stride_w};
+  dnnl_dims_t dil = {g->dilation_h - 1, g->dilation_w - 1};
+  dnnl_dims_t pl = {g->pad_h, g->pad_w};
+  dnnl_dims_t pr = {(int64_t)(g->out_h - 1) * g->stride_h + ext_h - g->height - g->pad_h,
+                    (int64_t)(g->out_w - 1) * g->stride_w + ext_w - g->width - g->pad_w};
+  dnnl_convolution_desc_t fd;
+  const int training = backward;
+  TRYD(dnnl_dilated_convolution_forward_desc_init(
+      &fd, training ? dnnl_forward_training : dnnl_forward_inference, dnnl_convolution_direct, &xa,
+      &wa, bias ? &c->b_md : NULL, &ya, strides, dil, pl, pr));
+  /* The forward descriptor is created again as the hint for the backward ones. */
+  dnnl_primitive_desc_t hint = NULL;
+  TRYD(dnnl_primitive_desc_create(&hint, &fd, NULL, g_engine, NULL));
+  TRY(prim_make(&c->fwd, &fd, NULL, 0, c->impl[0]));
+  TRY(reorder_make(&c->x_in, &c->x_md, &c->fwd.src, false));
+  TRY(reorder_make(&c->w_in, &c->w_md, &c->fwd.wei, false));
+  TRY(reorder_make(&c->y_out, &c->fwd.dst, &c->y_md, false));
+  if (backward) {
+    dnnl_convolution_desc_t dd, wdsc;
+    TRYD(dnnl_dilated_convolution_backward_data_desc_init(&dd, dnnl_convolution_direct, &xa, &wa,
+                                                          &ya, strides, dil, pl, pr));
+    rc = prim_make(&c->bwd_data, &dd, hint, 1, c->impl[1]);
+    if (rc != KILN_OK) {
+      dnnl_primitive_desc_destroy(hint);
+      goto fail;
+    }
+    TRYD(dnnl_dilated_convolution_backward_weights_desc_init(
+        &wdsc, dnnl_convolution_direct, &xa, &wa, bias ? &c->b_md : NULL, &ya, strides, dil, pl,
+        pr));
+    rc = prim_make(&c->bwd_weights, &wdsc, hint, 2, c->impl[2]);
+    dnnl_primitive_desc_destroy(hint);
+    hint = NULL;
+    if (rc != KILN_OK) goto fail;
+    TRY(reorder_make(&c->dy_in_d, &c->y_md, &c->bwd_data.dst, false));
+    TRY(reorder_make(&c->w_in_d, &c->w_md, &c->bwd_data.wei, false));
+    TRY(reorder_make(&c->dx_out, &c->bwd_data.src, &c->x_md, false));
+    TRY(reorder_make(&c->x_in_w, &c->x_md, &c->bwd_weights.src, false));
+    TRY(reorder_make(&c->dy_in_w, &c->y_md, &c->bwd_weights.dst, false));
+    TRY(reorder_make(&c->dw_out, &c->bwd_weights.wei, &c->w_md, true));
+    if (bias) TRY(reorder_make(&c->db_out, &c->b_md, &c->b_md, true));
+  }
+  if (hint) dnnl_primitive_desc_destroy(hint);
+  c->ws_floats = backward ? max64(fwd_ws(c), bwd_ws(c)) : fwd_ws(c);
+  *out = c;
+  return KILN_OK;
+fail:
+  kiln_dnnl_conv_destroy(c);
+  return rc;
+#undef TRY
+#undef TRYD
+}
+
+int64_t kiln_dnnl_conv_workspace(const kiln_dnnl_conv *c) { return c->ws_floats; }
+
+const char *kiln_dnnl_conv_impl(const kiln_dnnl_conv *c, int which) {
+  return which >= 0 && which < 3 ? c->impl[which] : "";
+}
+
+/* Bump allocator over the workspace. */
+static float *carve(float **at, const dnnl_memory_desc_t *md) {
+  float *p = *at;
+  *at += floats_of(md);
+  return p;
+}
+
+static int exec(conv_prim *p, int n, dnnl_exec_arg_t *args, float *scratch) {
+  dnnl_primitive_t prim = p->prim;
+  dnnl_memory_t sp = NULL;
+  DN(dnnl_memory_create(&sp, &p->scratch, g_engine, scratch));
+  args[n].arg = DNNL_ARG_SCRATCHPAD;
+  args[n].memory = sp;
+  dnnl_status_t st = dnnl_primitive_execute(prim, g_stream, n + 1, args);
+  dnnl_memory_destroy(sp);
+  for (int i = 0; i < n; i++) dnnl_memory_destroy(args[i].memory);
+  if (st != dnnl_success)
+    return kiln_errorf(KILN_ERR_UNSUPPORTED, "oneDNN: convolution failed (status %d)", (int)st);
+  return KILN_OK;
+}
+
+static dnnl_memory_t mem(const dnnl_memory_desc_t *md, const void *p) {
+  dnnl_memory_t m = NULL;
+  if (dnnl_memory_create(&m, md, g_engine, (void *)p) != dnnl_success) return NULL;
+  return m;
+}
+
+int kiln_dnnl_conv_forward(kiln_dnnl_conv *c, float *out, const float *in, const float *w,
+                           const float *bias, float *ws) {
+  conv_prim *p = &c->fwd;
+  float *at = ws;
+  const float *x = c->x_in.prim ? carve(&at, &p->src) : in;
+  const float *wb = c->w_in.prim ? carve(&at, &p->wei) : w;
+  float *y = c->y_out.prim ? carve(&at, &p->dst) : out;
+  KILN_TRY(reorder_run(&c->x_in, in, (void *)x));
+  KILN_TRY(reorder_run(&c->w_in, w, (void *)wb));
+  dnnl_exec_arg_t args[5];
+  int n = 0;
+  args[n++] = (dnnl_exec_arg_t){DNNL_ARG_SRC, mem(&p->src, x)};
+  args[n++] = (dnnl_exec_arg_t){DNNL_ARG_WEIGHTS, mem(&p->wei, wb)};
+  if (c->bias) args[n++] = (dnnl_exec_arg_t){DNNL_ARG_BIAS, mem(&c->b_md, bias)};
+  args[n++] = (dnnl_exec_arg_t){DNNL_ARG_DST, mem(&p->dst, y)};
+  for (int i = 0; i < n; i++)
+    if (!args[i].memory) return kiln_errorf(KILN_ERR_NOMEM, "oneDNN: memory object");
+  KILN_TRY(exec(p, n, args, at));
+  KILN_TRY(reorder_run(&c->y_out, y, out));
+  DN(dnnl_stream_wait(g_stream));
+  return KILN_OK;
+}
+
+int kiln_dnnl_conv_backward(kiln_dnnl_conv *c, float *din, float *dw, float *dbias,
+                            const float *dout, const float *in, const float *w, float *ws) {
+  if (din) {
+    conv_prim *p = &c->bwd_data;
+    float *at = ws;
+    const float *dy = c->dy_in_d.prim ? carve(&at, &p->dst) : dout;
+    const float *wb = c->w_in_d.prim ? carve(&at, &p->wei) : w;
+    float *dx = c->dx_out.prim ? carve(&at, &p->src) : din;
+    KILN_TRY(reorder_run(&c->dy_in_d, dout, (void *)dy));
+    KILN_TRY(reorder_run(&c->w_in_d, w, (void *)wb));
+    dnnl_exec_arg_t args[4] = {{DNNL_ARG_DIFF_DST, mem(&p->dst, dy)},
+                               {DNNL_ARG_WEIGHTS, mem(&p->wei, wb)},
+                               {DNNL_ARG_DIFF_SRC, mem(&p->src, dx)}};
+    for (int i = 0; i < 3; i++)
+      if (!args[i].memory) return kiln_errorf(KILN_ERR_NOMEM, "oneDNN: memory object");
+    KILN_TRY(exec(p, 3, args, at));
+    KILN_TRY(reorder_run(&c->dx_out, dx, din));
+  }
+  if (dw || dbias) {
+    conv_prim *p = &c->bwd_weights;
+    float *at = ws;
+    const float *x = c->x_in_w.prim ? carve(&at, &p->src) : in;
+    const float *dy = c->dy_in_w.prim ? carve(&at, &p->dst) : dout;
+    float *dwb = carve(&at, &p->wei);
+    float *dbb = c->bias ? carve(&at, &c->b_md) : NULL;
+    KILN_TRY(reorder_run(&c->x_in_w, in, (void *)x));
+    KILN_TRY(reorder_run(&c->dy_in_w, dout, (void *)dy));
+    dnnl_exec_arg_t args[5];
+    int n = 0;
+    args[n++] = (dnnl_exec_arg_t){DNNL_ARG_SRC, mem(&p->src, x)};
+    args[n++] = (dnnl_exec_arg_t){DNNL_ARG_DIFF_DST, mem(&p->dst, dy)};
+    args[n++] = (dnnl_exec_arg_t){DNNL_ARG_DIFF_WEIGHTS, mem(&p->wei, dwb)};
+    if (c->bias) args[n++] = (dnnl_exec_arg_t){DNNL_ARG_DIFF_BIAS, mem(&c->b_md, dbb)};
+    for (int i = 0; i < n; i++)
+      if (!args[i].memory) return kiln_errorf(KILN_ERR_NOMEM, "oneDNN: memory object");
+    KILN_TRY(exec(p, n, args, at));
+    if (dw) KILN_TRY(reorder_run(&c->dw_out, dwb, dw));
+    if (dbias && c->bias) KILN_TRY(reorder_run(&c->db_out, dbb, dbias));
+  }
+  DN(dnnl_stream_wait(g_stream));
+  return KILN_OK;
+}
+
+bool kiln_dnnl_available(void) { return true; }
+
+#else /* no oneDNN in this build: the plain path is the only one */
+
+bool kiln_dnnl_available(void) { return false; }
+int kiln_dnnl_conv_create(kiln_dnnl_conv **out, int N, int M, int group, const kiln_conv_geom *g,
+                          bool bias, bool backward) {
+  (void)N, (void)M, (void)group, (void)g, (void)bias, (void)backward;
+  *out = NULL;
+  return kiln_errorf(KILN_ERR_UNSUPPORTED, "this build has no oneDNN");
+}
+int64_t kiln_dnnl_conv_workspace(const kiln_dnnl_conv *c) { (void)c; return 0; }
+const char *kiln_dnnl_conv_impl(const kiln_dnnl_conv *c, int which) { (void)c, (void)which; return ""; }
+int kiln_dnnl_conv_forward(kiln_dnnl_conv *c, float *out, const float *in, const float *w,
+                           const float *bias, float *ws) {
+  (void)c, (void)out, (void)in, (void)w, (void)bias, (void)ws;
+  return kiln_errorf(KILN_ERR_UNSUPPORTED, "this build has no oneDNN");
+}
+int kiln_dnnl_conv_backward(kiln_dnnl_conv *c, float *din, float *dw, float *dbias,
+                            const float *dout, const float *in, const float *w, float *ws) {
+  (void)c, (void)din, (void)dw, (void)dbias, (void)dout, (void)in, (void)w, (void)ws;
+  return kiln_errorf(KILN_ERR_UNSUPPORTED, "this build has no oneDNN");
+}
+void kiln_dnnl_conv_destroy(kiln_dnnl_conv *c) { (void)c; }
+#endif
