@@ -103,14 +103,17 @@ static int scale_forward(kiln_layer *l) {
   const float *g = (s->from_bottom ? l->bottom[1] : l->param[0])->data;
   const float *b = s->bias_index >= 0 ? l->param[s->bias_index]->data : NULL;
   float *y = l->top[0]->data;
-  if (s->in_place) memcpy(l->buffer[0]->data, x, sizeof(float) * (size_t)l->bottom[0]->count);
-  for (int64_t o = 0; o < s->outer; o++)
-    for (int64_t d = 0; d < s->dim; d++) {
-      int64_t off = (o * s->dim + d) * s->inner;
-      float gd = g[d], bd = b ? b[d] : 0.0f;
+  const int64_t rows = s->outer * s->dim, count = rows * s->inner;
+  float *keep = s->in_place ? l->buffer[0]->data : NULL;
+  /* Row by row (one channel of one image each), threaded when the blob is big. */
+#pragma omp parallel for schedule(static) num_threads(l->nthreads) if (count > 32768)
+  for (int64_t r = 0; r < rows; r++) {
+    const int64_t d = r % s->dim, off = r * s->inner;
+    const float gd = g[d], bd = b ? b[d] : 0.0f;
+    if (keep) memcpy(keep + off, x + off, sizeof(float) * (size_t)s->inner);
 #pragma omp simd
-      for (int64_t i = 0; i < s->inner; i++) y[off + i] = x[off + i] * gd + bd;
-    }
+    for (int64_t i = 0; i < s->inner; i++) y[off + i] = x[off + i] * gd + bd;
+  }
   return KILN_OK;
 }
 
@@ -130,6 +133,7 @@ static int scale_backward(kiln_layer *l) {
   float *db = s->bias_index >= 0 ? l->param[s->bias_index]->diff : NULL;
   const int64_t stride = s->dim * s->inner;
   if (dg || db)
+#pragma omp parallel for schedule(static) num_threads(l->nthreads) if (s->outer * stride > 32768)
     for (int64_t d = 0; d < s->dim; d++) {
       const float *dyd = dy + d * s->inner, *xd = x + d * s->inner;
       if (dg) {
@@ -141,13 +145,14 @@ static int scale_backward(kiln_layer *l) {
   if (l->propagate_down[0]) {
     const float *g = (s->from_bottom ? l->bottom[1] : l->param[0])->data;
     float *dx = l->bottom[0]->diff;
-    for (int64_t o = 0; o < s->outer; o++)
-      for (int64_t d = 0; d < s->dim; d++) {
-        int64_t off = (o * s->dim + d) * s->inner;
-        float gd = g[d];
+    const int64_t rows = s->outer * s->dim;
+#pragma omp parallel for schedule(static) num_threads(l->nthreads) if (rows * s->inner > 32768)
+    for (int64_t r = 0; r < rows; r++) {
+      const int64_t off = r * s->inner;
+      const float gd = g[r % s->dim];
 #pragma omp simd
-        for (int64_t i = 0; i < s->inner; i++) dx[off + i] = dy[off + i] * gd;
-      }
+      for (int64_t i = 0; i < s->inner; i++) dx[off + i] = dy[off + i] * gd;
+    }
   }
   return KILN_OK;
 }
