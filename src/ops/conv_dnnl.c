@@ -58,6 +58,7 @@ struct kiln_dnnl_conv {
   reorder dy_in_d, w_in_d, dx_out;
   /* backward weights: x in, dy in, dw out (+=), db out (+=) */
   reorder x_in_w, dy_in_w, dw_out, db_out;
+  bool share_dy; /* both backward primitives take dy in the same blocked layout: reorder once */
   /* workspace offsets in floats */
   int64_t ws_floats;
   char impl[3][64];
@@ -188,7 +189,9 @@ static int64_t bwd_ws(const kiln_dnnl_conv *c) {
   int64_t weights = (c->x_in_w.prim ? floats_of(&w->src) : 0) +
                     (c->dy_in_w.prim ? floats_of(&w->dst) : 0) + floats_of(&w->wei) +
                     (c->bias ? floats_of(&c->b_md) : 0) + floats_of(&w->scratch);
-  return max64(data, weights);
+  if (!c->share_dy) return max64(data, weights);
+  const int64_t dy = floats_of(&d->dst);
+  return dy + max64(data - dy, weights - dy);
 }
 
 int kiln_dnnl_conv_create(kiln_dnnl_conv **out, int N, int M, int group, const kiln_conv_geom *g,
@@ -296,6 +299,8 @@ int kiln_dnnl_conv_create(kiln_dnnl_conv **out, int N, int M, int group, const k
     TRY(reorder_make(&c->dy_in_w, &c->y_md, &c->bwd_weights.dst, false));
     TRY(reorder_make(&c->dw_out, &c->bwd_weights.wei, &c->w_md, true));
     if (bias) TRY(reorder_make(&c->db_out, &c->b_md, &c->b_md, true));
+    c->share_dy = c->dy_in_d.prim && c->dy_in_w.prim &&
+                  dnnl_memory_desc_equal(&c->bwd_data.dst, &c->bwd_weights.dst);
   }
   if (hint) dnnl_primitive_desc_destroy(hint);
   c->ws_floats = backward ? max64(fwd_ws(c), bwd_ws(c)) : fwd_ws(c);
@@ -366,13 +371,19 @@ int kiln_dnnl_conv_forward(kiln_dnnl_conv *c, float *out, const float *in, const
 
 int kiln_dnnl_conv_backward(kiln_dnnl_conv *c, float *din, float *dw, float *dbias,
                             const float *dout, const float *in, const float *w, float *ws) {
+  /* dy in the blocked layout both primitives read, made once when both run. */
+  float *base = ws, *dy_both = NULL;
+  if (c->share_dy && din && (dw || dbias)) {
+    dy_both = carve(&base, &c->bwd_data.dst);
+    KILN_TRY(reorder_run(&c->dy_in_d, dout, dy_both));
+  }
   if (din) {
     conv_prim *p = &c->bwd_data;
-    float *at = ws;
-    const float *dy = c->dy_in_d.prim ? carve(&at, &p->dst) : dout;
+    float *at = base;
+    const float *dy = dy_both ? dy_both : c->dy_in_d.prim ? carve(&at, &p->dst) : dout;
     const float *wb = c->w_in_d.prim ? carve(&at, &p->wei) : w;
     float *dx = c->dx_out.prim ? carve(&at, &p->src) : din;
-    KILN_TRY(reorder_run(&c->dy_in_d, dout, (void *)dy));
+    if (!dy_both) KILN_TRY(reorder_run(&c->dy_in_d, dout, (void *)dy));
     KILN_TRY(reorder_run(&c->w_in_d, w, (void *)wb));
     dnnl_exec_arg_t args[4] = {{DNNL_ARG_DIFF_DST, mem(&p->dst, dy)},
                                {DNNL_ARG_WEIGHTS, mem(&p->wei, wb)},
@@ -384,13 +395,13 @@ int kiln_dnnl_conv_backward(kiln_dnnl_conv *c, float *din, float *dw, float *dbi
   }
   if (dw || dbias) {
     conv_prim *p = &c->bwd_weights;
-    float *at = ws;
+    float *at = base;
     const float *x = c->x_in_w.prim ? carve(&at, &p->src) : in;
-    const float *dy = c->dy_in_w.prim ? carve(&at, &p->dst) : dout;
+    const float *dy = dy_both ? dy_both : c->dy_in_w.prim ? carve(&at, &p->dst) : dout;
     float *dwb = carve(&at, &p->wei);
     float *dbb = c->bias ? carve(&at, &c->b_md) : NULL;
     KILN_TRY(reorder_run(&c->x_in_w, in, (void *)x));
-    KILN_TRY(reorder_run(&c->dy_in_w, dout, (void *)dy));
+    if (!dy_both) KILN_TRY(reorder_run(&c->dy_in_w, dout, (void *)dy));
     dnnl_exec_arg_t args[5];
     int n = 0;
     args[n++] = (dnnl_exec_arg_t){DNNL_ARG_SRC, mem(&p->src, x)};
