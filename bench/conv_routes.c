@@ -52,7 +52,8 @@ int main(int argc, char **argv) {
     if (r > 0) {
       if (!kiln_dnnl_available()) continue;
       setenv("KILN_DNNL_LAYOUT", r == 1 ? "any" : "nhwc", 1);
-      if (kiln_dnnl_conv_create(&dn, N, M, G, &g, true, true) != KILN_OK) {
+      if (kiln_dnnl_conv_create(&dn, N, M, G, &g, true, true, KILN_LAYOUT_PLAIN,
+                                KILN_LAYOUT_PLAIN) != KILN_OK) {
         printf("%-12s %s\n", routes[r], kiln_last_error());
         continue;
       }

@@ -17,6 +17,7 @@
 
 #include "files.h"
 #include "kiln/net.h"
+#include "kiln/ops.h"
 
 /* ---- helpers ------------------------------------------------------------------------------ */
 
@@ -913,6 +914,122 @@ static void test_shared_diffs_match_own_diffs(void **state) {
   built_free(&b);
 }
 
+/* ---- blocked activation layouts ------------------------------------------------------------ */
+
+/* A residual block as resnet20 has them, after a max pooling with padding: conv -> BatchNorm ->
+ * Scale -> ReLU -> conv ->
+ * BatchNorm -> Scale, a shortcut (a Split the net inserts) summed by Eltwise, ReLU, then pooling
+ * and a classifier that read the plain layout; 32 channels fill two blocks of 16. */
+static const char *residual_net =
+    "name: 'res'\n"
+    "layer { name: 'in' type: 'Input' top: 'data' top: 'label'\n"
+    "        input_param { shape { dim: 3 dim: 3 dim: 7 dim: 6 } shape { dim: 3 } } }\n"
+    "layer { name: 'conv0' type: 'Convolution' bottom: 'data' top: 'c0'\n"
+    "        convolution_param { num_output: 32 kernel_size: 3 pad: 1\n"
+    "          weight_filler { type: 'msra' } bias_filler { type: 'gaussian' std: 0.1 } } }\n"
+    "layer { name: 'relu0' type: 'ReLU' bottom: 'c0' top: 'c0' }\n"
+    "layer { name: 'mp' type: 'Pooling' bottom: 'c0' top: 'p0'\n"
+    "        pooling_param { pool: MAX kernel_size: 3 stride: 2 pad: 1 } }\n"
+    "layer { name: 'conv1' type: 'Convolution' bottom: 'p0' top: 'c1'\n"
+    "        convolution_param { num_output: 32 kernel_size: 3 pad: 1 bias_term: false\n"
+    "          weight_filler { type: 'msra' } } }\n"
+    "layer { name: 'bn1' type: 'BatchNorm' bottom: 'c1' top: 'c1' }\n"
+    "layer { name: 'sc1' type: 'Scale' bottom: 'c1' top: 'c1'\n"
+    "        scale_param { bias_term: true filler { type: 'uniform' min: 0.5 max: 1.5 }\n"
+    "          bias_filler { type: 'uniform' min: -0.2 max: 0.2 } } }\n"
+    "layer { name: 'relu1' type: 'ReLU' bottom: 'c1' top: 'c1' }\n"
+    "layer { name: 'conv2' type: 'Convolution' bottom: 'c1' top: 'c2'\n"
+    "        convolution_param { num_output: 32 kernel_size: 3 pad: 1 bias_term: false\n"
+    "          weight_filler { type: 'msra' } } }\n"
+    "layer { name: 'bn2' type: 'BatchNorm' bottom: 'c2' top: 'b2' }\n"
+    "layer { name: 'sc2' type: 'Scale' bottom: 'b2' top: 'b2'\n"
+    "        scale_param { bias_term: true filler { type: 'uniform' min: 0.5 max: 1.5 } } }\n"
+    "layer { name: 'sum' type: 'Eltwise' bottom: 'b2' bottom: 'p0' top: 'sum' }\n"
+    "layer { name: 'relu2' type: 'ReLU' bottom: 'sum' top: 'sum' }\n"
+    "layer { name: 'pool' type: 'Pooling' bottom: 'sum' top: 'pool'\n"
+    "        pooling_param { pool: AVE global_pooling: true } }\n"
+    "layer { name: 'ip' type: 'InnerProduct' bottom: 'pool' top: 'ip'\n"
+    "        inner_product_param { num_output: 3 weight_filler { type: 'xavier' } } }\n"
+    "layer { name: 'loss' type: 'SoftmaxWithLoss' bottom: 'ip' bottom: 'label' top: 'loss' }\n";
+
+/* The net keeps oneDNN's blocked layout between the layers that read it, and the result is the
+ * plain-layout net's: same loss, same parameter gradients (to rounding; the sums run in another
+ * order), same BatchNorm statistics, over a few steps in TRAIN and then in TEST. */
+static void test_blocked_layouts_match_plain(void **state) {
+  (void)state;
+  const char *engine = getenv("KILN_ENGINE");
+  if (!kiln_dnnl_available() || (engine && !strcmp(engine, "ref"))) skip(); /* no oneDNN: plain */
+  kiln_net_options po = train_opts(), bo = train_opts();
+  po.plain_layouts = true;
+  po.share_diffs = bo.share_diffs = true;
+  built p, b;
+  build_ok(&p, residual_net, &po);
+  build_ok(&b, residual_net, &bo);
+  /* Where the blocked layout goes: between the convolutions and through BatchNorm, Scale, ReLU,
+   * the shortcut's Split, Eltwise and pooling (whose 1x1 output is the same bytes in both
+   * layouts, so the classifier reads it as it is); not into the Input's blob (3 channels) nor
+   * the classifier's. */
+  const char *blocked[] = {"c0", "p0", "c1", "c2", "b2", "sum", "pool"}, *plain[] = {"data", "ip"};
+  for (int i = 0; i < 7; i++) {
+    kiln_blob *x = kiln_net_blob(b.net, blocked[i]);
+    assert_non_null(x);
+    if (x->layout != KILN_LAYOUT_BLOCKED16) fail_msg("blob '%s' is not blocked", blocked[i]);
+    assert_int_equal(kiln_net_blob(p.net, blocked[i])->layout, KILN_LAYOUT_PLAIN);
+  }
+  for (int i = 0; i < 2; i++) assert_int_equal(kiln_net_blob(b.net, plain[i])->layout, KILN_LAYOUT_PLAIN);
+  int splits = 0;
+  for (int i = 0; i < b.net->nblobs; i++)
+    if (strstr(b.net->blobs[i]->name, "p0_") == b.net->blobs[i]->name) { /* Split's tops */
+      assert_int_equal(b.net->blobs[i]->layout, KILN_LAYOUT_BLOCKED16);
+      splits++;
+    }
+  assert_int_equal(splits, 2);
+  const size_t bytes = sizeof(float) * (size_t)p.net->nparam_floats;
+  assert_memory_equal(p.net->param_data, b.net->param_data, bytes);
+  for (int step = 0; step < 3; step++) {
+    set_inputs(p.net, 40 + (uint64_t)step);
+    set_inputs(b.net, 40 + (uint64_t)step);
+    float lp, lb;
+    forward_backward(p.net, &lp);
+    forward_backward(b.net, &lb);
+    assert_float_equal(lb, lp, 1e-4 * (1 + fabsf(lp)));
+    double norm = 0;
+    for (int64_t i = 0; i < p.net->nparam_floats; i++) {
+      const float a = p.net->param_diff[i], c = b.net->param_diff[i];
+      norm += fabs(a);
+      if (fabsf(a - c) > 1e-4f * (1 + fabsf(a)))
+        fail_msg("step %d: gradient %lld: plain %g, blocked %g", step, (long long)i, a, c);
+      if (fabsf(p.net->param_data[i] - b.net->param_data[i]) >
+          1e-4f * (1 + fabsf(p.net->param_data[i])))
+        fail_msg("step %d: parameter %lld (BatchNorm statistics included) differs", step,
+                 (long long)i);
+    }
+    assert_true(norm > 0);
+    for (int64_t i = 0; i < p.net->nparam_floats; i++) {
+      p.net->param_data[i] -= 0.05f * p.net->param_diff[i];
+      b.net->param_data[i] -= 0.05f * b.net->param_diff[i];
+    }
+  }
+  /* TEST phase: BatchNorm normalises with the stored statistics. */
+  kiln_net_options pt = po, bt = bo;
+  pt.phase = bt.phase = CAFFE__PHASE__TEST;
+  pt.share_diffs = bt.share_diffs = false;
+  built tp, tb;
+  build_ok(&tp, residual_net, &pt);
+  build_ok(&tb, residual_net, &bt);
+  assert_int_equal(kiln_net_blob(tb.net, "c1")->layout, KILN_LAYOUT_BLOCKED16);
+  assert_int_equal(kiln_net_share_params(tp.net, p.net), KILN_OK);
+  assert_int_equal(kiln_net_share_params(tb.net, b.net), KILN_OK);
+  set_inputs(tp.net, 99);
+  set_inputs(tb.net, 99);
+  const double a = net_loss(tp.net), c = net_loss(tb.net);
+  assert_float_equal(c, a, 1e-4 * (1 + fabs(a)));
+  built_free(&tp);
+  built_free(&tb);
+  built_free(&p);
+  built_free(&b);
+}
+
 /* ---- weights ------------------------------------------------------------------------------------ */
 
 static const char *weights_fmt =
@@ -1076,6 +1193,7 @@ int main(void) {
       cmocka_unit_test(test_unknown_type_and_bottom_count),
       cmocka_unit_test(test_memory_plan),
       cmocka_unit_test(test_shared_diffs_match_own_diffs),
+      cmocka_unit_test(test_blocked_layouts_match_plain),
       cmocka_unit_test(test_weights_round_trip),
       cmocka_unit_test(test_weights_with_shared_params),
   };

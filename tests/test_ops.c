@@ -150,6 +150,8 @@ static const conv_case conv_cases[] = {
     {3, 2, 5, 5, 3, 5, 5, 0, 0, 1, 1, 1, 1, 1, 1},  /* kernel as large as the image */
     {3, 3, 10, 9, 4, 2, 4, 0, 2, 3, 1, 1, 2, 1, 1}, /* rectangular, mixed stride/dilation */
     {3, 4, 13, 12, 4, 3, 3, 3, 2, 2, 3, 2, 1, 2, 1}, /* pad beyond kernel reach, group 2 */
+    {2, 16, 9, 8, 32, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1},  /* 16 | channels, 3x3: oneDNN's Winograd */
+    {2, 32, 6, 7, 16, 3, 3, 1, 1, 1, 1, 1, 1, 1, 0},  /* the same, odd width, no bias */
 };
 
 /* The oneDNN route (when the build has it) on the same case: the same contract as the plain
@@ -165,9 +167,17 @@ static void run_dnnl_case(const conv_case *c, const kiln_conv_geom *g, const flo
   const int64_t nout = (int64_t)c->N * c->M * g->out_h * g->out_w;
   const int64_t nw = (int64_t)c->M * (c->C / c->group) * c->kh * c->kw;
   kiln_dnnl_conv *dn = NULL;
-  if (kiln_dnnl_conv_create(&dn, c->N, c->M, c->group, g, c->bias, true) != KILN_OK)
+  if (kiln_dnnl_conv_create(&dn, c->N, c->M, c->group, g, c->bias, true, KILN_LAYOUT_PLAIN,
+                            KILN_LAYOUT_PLAIN) != KILN_OK)
     fail_msg("oneDNN has no convolution for N%d C%d %dx%d M%d k%dx%d: %s", c->N, c->C, c->H,
              c->W, c->M, c->kh, c->kw, kiln_last_error());
+  /* 3x3 at stride 1 with 16 | channels runs Winograd; the same tolerance holds for it. */
+  const bool wino = c->kh == 3 && c->kw == 3 && c->sh == 1 && c->sw == 1 && c->dh == 1 &&
+                    c->dw == 1 && c->group == 1 && c->C % 16 == 0 && c->M % 16 == 0;
+  for (int which = 0; which < 3; which++)
+    if ((strstr(kiln_dnnl_conv_impl(dn, which), "wino") != NULL) != wino)
+      fail_msg("primitive %d is %s; Winograd expected: %d", which, kiln_dnnl_conv_impl(dn, which),
+               wino);
   const int64_t nws = kiln_dnnl_conv_workspace(dn);
   float *ws = kiln_alloc(sizeof(float) * (size_t)(nws > 0 ? nws : 1));
   assert_non_null(ws);

@@ -89,7 +89,14 @@ typedef struct kiln_blob {
   bool no_diff;     /* storage for data only (layer buffers: masks, caches); diff stays NULL */
   int64_t diff_borrowed; /* > 0: diff is someone else's buffer of this many floats (never freed
                             here; the blob cannot grow past it) */
+  int layout;            /* KILN_LAYOUT_*: how data and diff are laid out in memory */
 } kiln_blob;
+
+/* Activation layouts. PLAIN is Caffe's row-major N x C x H x W (and every blob that is not 4-D).
+ * BLOCKED16 is oneDNN's nChw16c for a 4-D blob whose C is a multiple of 16: element (n, c, h, w)
+ * at ((n * C/16 + c/16) * H*W + h*W + w) * 16 + c%16. The net chooses BLOCKED16 only between
+ * layers that read it (docs/architecture.md); everything outside a net sees PLAIN. */
+enum { KILN_LAYOUT_PLAIN = 0, KILN_LAYOUT_BLOCKED16 = 1 };
 
 kiln_blob *kiln_blob_new(const char *name);
 void kiln_blob_free(kiln_blob *b);

@@ -15,6 +15,14 @@
 
 typedef struct kiln_layer kiln_layer;
 
+/* kiln_layer_ops.layout_role flags. */
+enum {
+  KILN_LAYOUT_ROLE_NONE = 0,   /* plain bottoms and tops only */
+  KILN_LAYOUT_ROLE_SAME = 1,   /* any layout, the same for all its bottoms and tops */
+  KILN_LAYOUT_ROLE_BOTTOM = 2, /* its (single) bottom in either layout, whatever the top's */
+  KILN_LAYOUT_ROLE_TOP = 4,    /* its (single) top in either layout, whatever the bottom's */
+};
+
 typedef struct kiln_layer_ops {
   const char *type;
   int min_bottoms, max_bottoms; /* -1: no upper bound */
@@ -28,6 +36,11 @@ typedef struct kiln_layer_ops {
   int (*forward)(kiln_layer *l);
   int (*backward)(kiln_layer *l); /* NULL: nothing to propagate */
   void (*destroy)(kiln_layer *l);
+  /* Which activation layouts the layer reads and writes, as KILN_LAYOUT_ROLE_* flags (asked
+   * after its first reshape); NULL: plain only. SAME: element-wise and per-channel layers;
+   * BOTTOM | TOP: convolution on oneDNN, which reorders inside. The net sets the blobs'
+   * layout, then reshapes every layer again. */
+  int (*layout_role)(const kiln_layer *l);
   /* Data layers: records consumed, and repositioning, for exact resume. */
   uint64_t (*get_cursor)(kiln_layer *l);
   int (*set_cursor)(kiln_layer *l, uint64_t cursor);

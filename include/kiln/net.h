@@ -20,6 +20,9 @@ typedef struct kiln_net_options {
   bool share_diffs;        /* activation gradients share buffers by lifetime (much less memory);
                               a blob's diff is then valid only during backward. The solver's
                               train net uses it; off, every blob keeps its gradient */
+  bool plain_layouts;      /* keep every activation in Caffe's plain layout; otherwise blobs
+                              between layers that read oneDNN's blocked layout use it (also off
+                              with KILN_LAYOUT=plain in the environment) */
   int shard_rank, shard_count; /* data-parallel worker rank and count (0: one worker); passed to
                                   every layer, used by train-phase Data layers */
   const kiln_fault *fault;     /* KILN_FAULT=sleep:LAYER:MS: every forward of that layer sleeps

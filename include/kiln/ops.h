@@ -7,6 +7,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "kiln/core.h"
+
 /* Geometry of a 2-D convolution or pooling window over one image. */
 typedef struct kiln_conv_geom {
   int channels, height, width;       /* input (C, H, W) */
@@ -46,11 +48,13 @@ void kiln_conv2d_backward(float *din, float *dw, float *dbias, const float *dout
  * keep the contract above (dw and dbias +=, din =) and use kiln_dnnl_conv_workspace() floats of
  * caller workspace (64-byte aligned) for the blocked copies and oneDNN's scratchpad. The plain
  * kernels above are the reference it is tested against. `backward` false builds the inference
- * forward only. Creation fails with KILN_ERR_UNSUPPORTED when oneDNN has no kernel for a shape. */
+ * forward only. x_layout and y_layout (KILN_LAYOUT_*) say how the caller holds the input and
+ * the output (and their gradients); BLOCKED16 needs group 1 and 16 | channels. Creation fails
+ * with KILN_ERR_UNSUPPORTED when oneDNN has no kernel for a shape. */
 typedef struct kiln_dnnl_conv kiln_dnnl_conv;
 bool kiln_dnnl_available(void);
 int kiln_dnnl_conv_create(kiln_dnnl_conv **out, int N, int M, int group, const kiln_conv_geom *g,
-                          bool bias, bool backward);
+                          bool bias, bool backward, int x_layout, int y_layout);
 int64_t kiln_dnnl_conv_workspace(const kiln_dnnl_conv *c);
 /* The implementation oneDNN chose: 0 forward, 1 backward data, 2 backward weights. */
 const char *kiln_dnnl_conv_impl(const kiln_dnnl_conv *c, int which);
@@ -73,6 +77,13 @@ void kiln_maxpool_backward(float *din, const float *dout, const int32_t *mask, i
 void kiln_avepool_forward(float *out, const float *in, int N, const kiln_conv_geom *g);
 void kiln_avepool_backward(float *din, const float *dout, int N,
                            const kiln_conv_geom *g); /* din overwritten */
+
+/* The same pooling (max = MAX, else AVE) over the nChw16c layout (KILN_LAYOUT_BLOCKED16, 16 |
+ * channels): out, mask and in all blocked. Results equal the plain kernels' after reordering. */
+void kiln_pool_blocked16_forward(float *out, int32_t *mask, const float *in, int N,
+                                 const kiln_conv_geom *g, bool max);
+void kiln_pool_blocked16_backward(float *din, const float *dout, const int32_t *mask, int N,
+                                  const kiln_conv_geom *g, bool max); /* din overwritten */
 
 /* Softmax over axis of size C, for `outer` x C x `inner` data (numerically stable). */
 void kiln_softmax_forward(float *out, const float *in, int64_t outer, int64_t C, int64_t inner);

@@ -91,8 +91,63 @@ static double plane_sq(const float *x, double mean, int64_t N, int64_t stride, i
   return t;
 }
 
+/* The same statistics and normalisation over oneDNN's nChw16c layout: 16 channels at a time,
+ * one per vector lane. */
+static void bn_forward_blocked(kiln_layer *l, bn_state *s) {
+  const float *x = l->bottom[0]->data;
+  float *xn = l->buffer[BN_XNORM]->data, *inv = l->buffer[BN_INVSTD]->data;
+  float *mean_sum = l->param[0]->data, *var_sum = l->param[1]->data, *factor = l->param[2]->data;
+  const int64_t N = s->N, CB = s->C / 16, S = s->S, m = N * S;
+  const float f = factor[0] == 0 ? 0.0f : 1.0f / factor[0];
+  const double correction = m > 1 ? (double)m / (double)(m - 1) : 1.0;
+#pragma omp parallel for schedule(static) num_threads(l->nthreads) if (N * s->C * S > 32768)
+  for (int64_t cb = 0; cb < CB; cb++) {
+    float mf[16], is[16];
+    if (s->global) {
+      for (int k = 0; k < 16; k++) {
+        mf[k] = f * mean_sum[cb * 16 + k];
+        is[k] = 1.0f / sqrtf(f * var_sum[cb * 16 + k] + s->eps);
+      }
+    } else {
+      double sum[16], mean[16], sq[16] = {0};
+      kiln_block16_sums(sum, x, NULL, N, CB, cb, S);
+      for (int k = 0; k < 16; k++) mean[k] = m ? sum[k] / (double)m : 0.0;
+      for (int64_t n = 0; n < N; n++) {
+        const float *p = x + (n * CB + cb) * S * 16;
+        for (int64_t i = 0; i < S; i++)
+#pragma omp simd
+          for (int k = 0; k < 16; k++) {
+            double d = p[i * 16 + k] - mean[k];
+            sq[k] += d * d;
+          }
+      }
+      for (int k = 0; k < 16; k++) {
+        double var = m ? sq[k] / (double)m : 0.0;
+        mf[k] = (float)mean[k];
+        is[k] = (float)(1.0 / sqrt(var + s->eps));
+        mean_sum[cb * 16 + k] = s->maf * mean_sum[cb * 16 + k] + (float)mean[k];
+        var_sum[cb * 16 + k] = s->maf * var_sum[cb * 16 + k] + (float)(correction * var);
+      }
+    }
+    for (int k = 0; k < 16; k++) inv[cb * 16 + k] = is[k];
+    for (int64_t n = 0; n < N; n++) {
+      const int64_t off = (n * CB + cb) * S * 16;
+      for (int64_t i = 0; i < S; i++)
+#pragma omp simd
+        for (int k = 0; k < 16; k++) xn[off + i * 16 + k] = (x[off + i * 16 + k] - mf[k]) * is[k];
+    }
+  }
+  if (!s->global) factor[0] = s->maf * factor[0] + 1.0f;
+}
+
 static int bn_forward(kiln_layer *l) {
   bn_state *s = l->priv;
+  if (l->bottom[0]->layout == KILN_LAYOUT_BLOCKED16) {
+    bn_forward_blocked(l, s);
+    memcpy(l->top[0]->data, l->buffer[BN_XNORM]->data,
+           sizeof(float) * (size_t)l->bottom[0]->count);
+    return KILN_OK;
+  }
   const float *x = l->bottom[0]->data;
   float *y = l->top[0]->data, *xn = l->buffer[BN_XNORM]->data, *inv = l->buffer[BN_INVSTD]->data;
   float *mean_sum = l->param[0]->data, *var_sum = l->param[1]->data, *factor = l->param[2]->data;
@@ -145,6 +200,33 @@ static int bn_backward(kiln_layer *l) {
   const float *inv = l->buffer[BN_INVSTD]->data;
   float *dx = l->bottom[0]->diff; /* may be dy itself (in place): each element read, then written */
   const int64_t N = s->N, C = s->C, S = s->S, m = N * S;
+  if (l->bottom[0]->layout == KILN_LAYOUT_BLOCKED16) {
+    const int64_t CB = C / 16;
+#pragma omp parallel for schedule(static) num_threads(l->nthreads) if (N * C * S > 32768)
+    for (int64_t cb = 0; cb < CB; cb++) {
+      float a[16] = {0}, bq[16] = {0}, is[16];
+      for (int k = 0; k < 16; k++) is[k] = inv[cb * 16 + k];
+      if (!s->global && m) {
+        double sum_dy[16], sum_dy_y[16];
+        kiln_block16_sums(sum_dy, dy, NULL, N, CB, cb, S);
+        kiln_block16_sums(sum_dy_y, dy, xn, N, CB, cb, S);
+        for (int k = 0; k < 16; k++) {
+          a[k] = (float)(sum_dy[k] / (double)m);
+          bq[k] = (float)(sum_dy_y[k] / (double)m);
+        }
+      }
+      for (int64_t n = 0; n < N; n++) {
+        const int64_t off = (n * CB + cb) * S * 16;
+        for (int64_t i = 0; i < S; i++)
+#pragma omp simd
+          for (int k = 0; k < 16; k++) {
+            const int64_t e = off + i * 16 + k;
+            dx[e] = (dy[e] - a[k] - bq[k] * xn[e]) * is[k];
+          }
+      }
+    }
+    return KILN_OK;
+  }
 #pragma omp parallel for schedule(static) num_threads(l->nthreads) if (N * C * S > 32768)
   for (int64_t c = 0; c < C; c++) {
     float is = inv[c];
@@ -171,8 +253,13 @@ static int bn_backward(kiln_layer *l) {
 
 static void bn_destroy(kiln_layer *l) { free(l->priv); }
 
+/* 4-D inputs in either layout (per channel, 16 channels a vector in the blocked one). */
+static int bn_layout_role(const kiln_layer *l) {
+  return l->bottom[0]->naxes == 4 ? KILN_LAYOUT_ROLE_SAME : KILN_LAYOUT_ROLE_NONE;
+}
+
 const kiln_layer_ops kiln_layer_batch_norm = {
     .type = "BatchNorm", .min_bottoms = 1, .max_bottoms = 1, .min_tops = 1, .max_tops = 1,
     .setup = bn_setup, .reshape = bn_reshape, .forward = bn_forward, .backward = bn_backward,
-    .destroy = bn_destroy,
+    .destroy = bn_destroy, .layout_role = bn_layout_role,
 };

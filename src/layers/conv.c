@@ -15,6 +15,7 @@ typedef struct {
   kiln_dnnl_conv *dn; /* oneDNN primitives for the current shape, or NULL: plain kernels */
   int64_t dn_n;       /* batch the primitives were made for */
   int dn_h, dn_w;
+  int dn_xl, dn_yl;   /* the layouts of input and output they were made for */
   bool plain_din;     /* with oneDNN: the input gradient still on the plain route */
 } conv_state;
 
@@ -113,16 +114,24 @@ static int conv_reshape(kiln_layer *l) {
   int64_t wcount = (int64_t)s->M * (g->channels / s->group) * g->kernel_h * g->kernel_w;
   l->workspace_floats = kiln_conv_workspace(g, s->group, l->nthreads) + (int64_t)l->nthreads * wcount;
   if (want_dnnl()) {
-    if (!s->dn || s->dn_n != x->shape[0] || s->dn_h != g->height || s->dn_w != g->width) {
+    const int xl = x->layout, yl = l->top[0]->layout;
+    if (!s->dn || s->dn_n != x->shape[0] || s->dn_h != g->height || s->dn_w != g->width ||
+        s->dn_xl != xl || s->dn_yl != yl) {
       kiln_dnnl_conv_destroy(s->dn);
       s->dn = NULL;
-      /* Where oneDNN has no kernel for a shape the plain path runs it. */
-      if (kiln_dnnl_conv_create(&s->dn, (int)x->shape[0], s->M, s->group, g, s->bias, true) ==
-          KILN_OK) {
+      int rc = kiln_dnnl_conv_create(&s->dn, (int)x->shape[0], s->M, s->group, g, s->bias, true,
+                                     xl, yl);
+      if (rc == KILN_OK) {
         s->dn_n = x->shape[0];
         s->dn_h = g->height;
         s->dn_w = g->width;
+        s->dn_xl = xl;
+        s->dn_yl = yl;
+      } else if (xl != KILN_LAYOUT_PLAIN || yl != KILN_LAYOUT_PLAIN) {
+        /* The net chose a blocked neighbour because this layer had oneDNN primitives. */
+        return kiln_error_context(rc, "layer '%s' (Convolution): ", l->name);
       }
+      /* Otherwise, where oneDNN has no kernel for a shape, the plain path runs it. */
     }
     if (s->dn) {
       /* A few input channels: oneDNN pads them to a block of 16 for the input gradient (LeNet's
@@ -170,6 +179,14 @@ static int conv_backward(kiln_layer *l) {
   return KILN_OK;
 }
 
+/* On oneDNN with group 1 the input and the output may each be blocked: the primitives read and
+ * write that layout directly, with no reorder. The plain input-gradient route reads plain. */
+static int conv_layout_role(const kiln_layer *l) {
+  const conv_state *s = l->priv;
+  if (!s || !s->dn || s->group != 1) return KILN_LAYOUT_ROLE_NONE;
+  return KILN_LAYOUT_ROLE_TOP | (s->plain_din ? 0 : KILN_LAYOUT_ROLE_BOTTOM);
+}
+
 static void conv_destroy(kiln_layer *l) {
   conv_state *s = l->priv;
   if (s) kiln_dnnl_conv_destroy(s->dn);
@@ -179,5 +196,5 @@ static void conv_destroy(kiln_layer *l) {
 const kiln_layer_ops kiln_layer_convolution = {
     .type = "Convolution", .min_bottoms = 1, .max_bottoms = 1, .min_tops = 1, .max_tops = 1,
     .setup = conv_setup, .reshape = conv_reshape, .forward = conv_forward,
-    .backward = conv_backward, .destroy = conv_destroy,
+    .backward = conv_backward, .destroy = conv_destroy, .layout_role = conv_layout_role,
 };

@@ -174,5 +174,5 @@ static void eltwise_destroy(kiln_layer *l) {
 const kiln_layer_ops kiln_layer_eltwise = {
     .type = "Eltwise", .min_bottoms = 2, .max_bottoms = -1, .min_tops = 1, .max_tops = 1,
     .setup = eltwise_setup, .reshape = eltwise_reshape, .forward = eltwise_forward,
-    .backward = eltwise_backward, .destroy = eltwise_destroy,
+    .backward = eltwise_backward, .destroy = eltwise_destroy, .layout_role = kiln_layout_any,
 };

@@ -14,6 +14,35 @@
 #define KILN_LAYER_ERROR(l, code, ...) \
   kiln_error_context(kiln_errorf((code), __VA_ARGS__), "layer '%s' (%s): ", (l)->name, (l)->ops->type)
 
+/* Element-wise layers take any activation layout (kiln_layer_ops.layout_role). */
+static inline int kiln_layout_any(const kiln_layer *l) {
+  (void)l;
+  return KILN_LAYOUT_ROLE_SAME;
+}
+
+/* Per-channel sums over a BLOCKED16 (nChw16c) tensor of N images, C channels and S = H*W: for
+ * the 16 channels of block cb, sum[k] = sum over n, i of a(n, 16 cb + k, i) (times b's when b is
+ * not NULL), in double, in a fixed order. */
+static inline void kiln_block16_sums(double sum[16], const float *a, const float *b, int64_t N,
+                                     int64_t CB, int64_t cb, int64_t S) {
+  double acc[16] = {0};
+  for (int64_t n = 0; n < N; n++) {
+    const int64_t off = (n * CB + cb) * S * 16;
+    const float *pa = a + off;
+    if (b) {
+      const float *pb = b + off;
+      for (int64_t i = 0; i < S; i++)
+#pragma omp simd
+        for (int k = 0; k < 16; k++) acc[k] += (double)pa[i * 16 + k] * pb[i * 16 + k];
+    } else {
+      for (int64_t i = 0; i < S; i++)
+#pragma omp simd
+        for (int k = 0; k < 16; k++) acc[k] += pa[i * 16 + k];
+    }
+  }
+  for (int k = 0; k < 16; k++) sum[k] = acc[k];
+}
+
 /* Elements of the bottom at axes [from, to). */
 static inline int64_t kiln_count(const kiln_blob *b, int from, int to) {
   return kiln_blob_count_range(b, from, to);

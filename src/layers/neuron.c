@@ -50,7 +50,7 @@ static int relu_setup(kiln_layer *l) {
 const kiln_layer_ops kiln_layer_relu = {
     .type = "ReLU", .min_bottoms = 1, .max_bottoms = 1, .min_tops = 1, .max_tops = 1,
     .setup = relu_setup, .reshape = neuron_reshape, .forward = relu_forward,
-    .backward = relu_backward,
+    .backward = relu_backward, .layout_role = kiln_layout_any,
 };
 
 /* ---- Sigmoid --------------------------------------------------------------------------- */

@@ -79,7 +79,13 @@ static int pool_reshape(kiln_layer *l) {
 static int pool_forward(kiln_layer *l) {
   pool_state *s = l->priv;
   int N = (int)l->bottom[0]->shape[0];
-  if (s->method == CAFFE__POOLING_PARAMETER__POOL_METHOD__MAX)
+  const bool max = s->method == CAFFE__POOLING_PARAMETER__POOL_METHOD__MAX;
+  if (l->bottom[0]->layout == KILN_LAYOUT_BLOCKED16) {
+    kiln_pool_blocked16_forward(l->top[0]->data, max ? (int32_t *)l->buffer[0]->data : NULL,
+                                l->bottom[0]->data, N, &s->g, max);
+    return KILN_OK;
+  }
+  if (max)
     kiln_maxpool_forward(l->top[0]->data, (int32_t *)l->buffer[0]->data, l->bottom[0]->data, N, &s->g);
   else
     kiln_avepool_forward(l->top[0]->data, l->bottom[0]->data, N, &s->g);
@@ -90,7 +96,13 @@ static int pool_backward(kiln_layer *l) {
   if (!l->propagate_down[0]) return KILN_OK;
   pool_state *s = l->priv;
   int N = (int)l->bottom[0]->shape[0];
-  if (s->method == CAFFE__POOLING_PARAMETER__POOL_METHOD__MAX)
+  const bool max = s->method == CAFFE__POOLING_PARAMETER__POOL_METHOD__MAX;
+  if (l->bottom[0]->layout == KILN_LAYOUT_BLOCKED16) {
+    kiln_pool_blocked16_backward(l->bottom[0]->diff, l->top[0]->diff,
+                                 max ? (const int32_t *)l->buffer[0]->data : NULL, N, &s->g, max);
+    return KILN_OK;
+  }
+  if (max)
     kiln_maxpool_backward(l->bottom[0]->diff, l->top[0]->diff, (const int32_t *)l->buffer[0]->data, N, &s->g);
   else
     kiln_avepool_backward(l->bottom[0]->diff, l->top[0]->diff, N, &s->g);
@@ -99,8 +111,17 @@ static int pool_backward(kiln_layer *l) {
 
 static void pool_destroy(kiln_layer *l) { free(l->priv); }
 
+/* MAX and AVE read either layout, the top in the bottom's (per channel, 16 channels a vector). */
+static int pool_layout_role(const kiln_layer *l) {
+  const pool_state *s = l->priv;
+  return s && (s->method == CAFFE__POOLING_PARAMETER__POOL_METHOD__MAX ||
+               s->method == CAFFE__POOLING_PARAMETER__POOL_METHOD__AVE)
+             ? KILN_LAYOUT_ROLE_SAME
+             : KILN_LAYOUT_ROLE_NONE;
+}
+
 const kiln_layer_ops kiln_layer_pooling = {
     .type = "Pooling", .min_bottoms = 1, .max_bottoms = 1, .min_tops = 1, .max_tops = 1,
     .setup = pool_setup, .reshape = pool_reshape, .forward = pool_forward,
-    .backward = pool_backward, .destroy = pool_destroy,
+    .backward = pool_backward, .destroy = pool_destroy, .layout_role = pool_layout_role,
 };

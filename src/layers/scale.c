@@ -105,6 +105,20 @@ static int scale_forward(kiln_layer *l) {
   float *y = l->top[0]->data;
   const int64_t rows = s->outer * s->dim, count = rows * s->inner;
   float *keep = s->in_place ? l->buffer[0]->data : NULL;
+  if (l->bottom[0]->layout == KILN_LAYOUT_BLOCKED16) { /* 16 channels of one image at a time */
+    const int64_t CB = s->dim / 16, S = s->inner, blocks = s->outer * CB;
+#pragma omp parallel for schedule(static) num_threads(l->nthreads) if (count > 32768)
+    for (int64_t r = 0; r < blocks; r++) {
+      const int64_t cb = r % CB, off = r * S * 16;
+      float gk[16], bk[16];
+      for (int k = 0; k < 16; k++) gk[k] = g[cb * 16 + k], bk[k] = b ? b[cb * 16 + k] : 0.0f;
+      if (keep) memcpy(keep + off, x + off, sizeof(float) * (size_t)(S * 16));
+      for (int64_t i = 0; i < S; i++)
+#pragma omp simd
+        for (int k = 0; k < 16; k++) y[off + i * 16 + k] = x[off + i * 16 + k] * gk[k] + bk[k];
+    }
+    return KILN_OK;
+  }
   /* Row by row (one channel of one image each), threaded when the blob is big. */
 #pragma omp parallel for schedule(static) num_threads(l->nthreads) if (count > 32768)
   for (int64_t r = 0; r < rows; r++) {
@@ -132,6 +146,38 @@ static int scale_backward(kiln_layer *l) {
   }
   float *db = s->bias_index >= 0 ? l->param[s->bias_index]->diff : NULL;
   const int64_t stride = s->dim * s->inner;
+  if (l->bottom[0]->layout == KILN_LAYOUT_BLOCKED16) {
+    const int64_t CB = s->dim / 16, S = s->inner;
+    if (dg || db)
+#pragma omp parallel for schedule(static) num_threads(l->nthreads) if (s->outer * stride > 32768)
+      for (int64_t cb = 0; cb < CB; cb++) {
+        double sg[16], sb[16];
+        if (dg) {
+          kiln_block16_sums(sg, dy, x, s->outer, CB, cb, S);
+          for (int k = 0; k < 16; k++)
+            dg[cb * 16 + k] = (accumulate ? dg[cb * 16 + k] : 0.0f) + (float)sg[k];
+        }
+        if (db) {
+          kiln_block16_sums(sb, dy, NULL, s->outer, CB, cb, S);
+          for (int k = 0; k < 16; k++) db[cb * 16 + k] += (float)sb[k];
+        }
+      }
+    if (l->propagate_down[0]) {
+      const float *g = (s->from_bottom ? l->bottom[1] : l->param[0])->data;
+      float *dx = l->bottom[0]->diff;
+      const int64_t blocks = s->outer * CB;
+#pragma omp parallel for schedule(static) num_threads(l->nthreads) if (blocks * S * 16 > 32768)
+      for (int64_t r = 0; r < blocks; r++) {
+        const int64_t cb = r % CB, off = r * S * 16;
+        float gk[16];
+        for (int k = 0; k < 16; k++) gk[k] = g[cb * 16 + k];
+        for (int64_t i = 0; i < S; i++)
+#pragma omp simd
+          for (int k = 0; k < 16; k++) dx[off + i * 16 + k] = dy[off + i * 16 + k] * gk[k];
+      }
+    }
+    return KILN_OK;
+  }
   if (dg || db)
 #pragma omp parallel for schedule(static) num_threads(l->nthreads) if (s->outer * stride > 32768)
     for (int64_t d = 0; d < s->dim; d++) {
@@ -159,8 +205,17 @@ static int scale_backward(kiln_layer *l) {
 
 static void scale_destroy(kiln_layer *l) { free(l->priv); }
 
+/* A learnable per-channel scale of a 4-D input reads either layout. */
+static int scale_layout_role(const kiln_layer *l) {
+  const scale_state *s = l->priv;
+  const kiln_blob *x = l->bottom[0];
+  bool per_channel = s && !s->from_bottom && x->naxes == 4 && s->dim == x->shape[1] &&
+                     s->outer == x->shape[0];
+  return per_channel ? KILN_LAYOUT_ROLE_SAME : KILN_LAYOUT_ROLE_NONE;
+}
+
 const kiln_layer_ops kiln_layer_scale = {
     .type = "Scale", .min_bottoms = 1, .max_bottoms = 2, .min_tops = 1, .max_tops = 1,
     .setup = scale_setup, .reshape = scale_reshape, .forward = scale_forward,
-    .backward = scale_backward, .destroy = scale_destroy,
+    .backward = scale_backward, .destroy = scale_destroy, .layout_role = scale_layout_role,
 };

@@ -700,6 +700,75 @@ static int find_outputs(kiln_net *net) {
   return KILN_OK;
 }
 
+/* ---- activation layouts ------------------------------------------------------------------ */
+
+static int blob_index(const kiln_net *net, const kiln_blob *b) {
+  for (int i = 0; i < net->nblobs; i++)
+    if (net->blobs[i] == b) return i;
+  return -1;
+}
+
+static int uf_find(int *parent, int i) {
+  while (parent[i] != i) i = parent[i] = parent[parent[i]];
+  return i;
+}
+
+/* oneDNN's blocked layout between the layers that read it (kiln_layer_ops.layout_role). Blobs
+ * joined by SAME layers form groups that take one layout. A group is blocked when each of its
+ * blobs is 4-D with channels a multiple of 16, every layer touching it reads blocked, and none
+ * of its blobs leaves the net (outputs stay plain for whoever reads them); blobs of 1x1 cells
+ * are exempt from the last two (the bytes are the same). Then every layer is reshaped again,
+ * which remakes the convolutions' primitives for their new layouts. */
+static int plan_layouts(kiln_net *net, const kiln_net_options *opt) {
+  const char *env = getenv("KILN_LAYOUT");
+  if (opt->plain_layouts || (env && !strcmp(env, "plain")) || net->nblobs == 0) return KILN_OK;
+  const int n = net->nblobs;
+  int *parent = malloc(sizeof(int) * (size_t)n);
+  bool *plain = calloc((size_t)n, sizeof(bool)), *consumed = calloc((size_t)n, sizeof(bool));
+  bool *root_plain = calloc((size_t)n, sizeof(bool));
+  if (!parent || !plain || !consumed || !root_plain) {
+    free(parent), free(plain), free(consumed), free(root_plain);
+    return kiln_errorf(KILN_ERR_NOMEM, "out of memory");
+  }
+  for (int i = 0; i < n; i++) parent[i] = i;
+  for (int li = 0; li < net->nlayers; li++) {
+    kiln_layer *l = net->layers[li];
+    const int role = l->ops->layout_role ? l->ops->layout_role(l) : KILN_LAYOUT_ROLE_NONE;
+    int first = -1;
+    for (int k = 0; k < l->nbottom + l->ntop; k++) {
+      const bool is_bottom = k < l->nbottom;
+      int bi = blob_index(net, is_bottom ? l->bottom[k] : l->top[k - l->nbottom]);
+      if (bi < 0) continue;
+      if (is_bottom) consumed[bi] = true;
+      if (role & KILN_LAYOUT_ROLE_SAME) {
+        if (first < 0) first = bi;
+        else parent[uf_find(parent, bi)] = uf_find(parent, first);
+      } else if (!(role & (is_bottom ? KILN_LAYOUT_ROLE_BOTTOM : KILN_LAYOUT_ROLE_TOP))) {
+        plain[bi] = true;
+      }
+    }
+  }
+  for (int i = 0; i < n; i++) {
+    const kiln_blob *b = net->blobs[i];
+    const bool fits = b->naxes == 4 && b->shape[1] % 16 == 0;
+    /* With one cell per channel (global pooling's output) both layouts are the same bytes, so
+     * such a blob takes its group's layout whoever else reads it. */
+    const bool same_bytes = fits && b->shape[2] * b->shape[3] == 1;
+    if (!fits || (!same_bytes && (plain[i] || !consumed[i])))
+      root_plain[uf_find(parent, i)] = true;
+  }
+  bool any = false;
+  for (int i = 0; i < n; i++) {
+    net->blobs[i]->layout = root_plain[uf_find(parent, i)] ? KILN_LAYOUT_PLAIN : KILN_LAYOUT_BLOCKED16;
+    any |= net->blobs[i]->layout != KILN_LAYOUT_PLAIN;
+  }
+  free(parent), free(plain), free(consumed), free(root_plain);
+  if (any)
+    for (int li = 0; li < net->nlayers; li++)
+      KILN_TRY(net->layers[li]->ops->reshape(net->layers[li]));
+  return KILN_OK;
+}
+
 static int build(kiln_net *net, const Caffe__NetParameter *np, const kiln_net_options *opt) {
   net_internal *in = net->internal;
   KILN_TRY(add_deploy_inputs(in, np));
@@ -754,6 +823,7 @@ static int build(kiln_net *net, const Caffe__NetParameter *np, const kiln_net_op
     rc = pl->ops->reshape(l);
     if (rc) return rc;
   }
+  KILN_TRY(plan_layouts(net, opt));
   KILN_TRY(setup_params(net));
   need_backward(net, np);
   KILN_TRY(find_outputs(net));

@@ -194,9 +194,13 @@ static int64_t bwd_ws(const kiln_dnnl_conv *c) {
   return dy + max64(data - dy, weights - dy);
 }
 
-int kiln_dnnl_conv_create(kiln_dnnl_conv **out, int N, int M, int group, const kiln_conv_geom *g,
-                          bool bias, bool backward) {
+static int conv_create(kiln_dnnl_conv **out, int N, int M, int group, const kiln_conv_geom *g,
+                       bool bias, bool backward, int x_layout, int y_layout, dnnl_alg_kind_t alg) {
   *out = NULL;
+  dnnl_primitive_desc_t hint = NULL;
+  if ((x_layout == KILN_LAYOUT_BLOCKED16 && (g->channels % 16 || group != 1)) ||
+      (y_layout == KILN_LAYOUT_BLOCKED16 && (M % 16 || group != 1)))
+    return kiln_errorf(KILN_ERR_INVALID, "oneDNN: blocked layout needs 16 | channels, group 1");
   pthread_once(&g_once, dnnl_init_once);
   if (g_init_status != dnnl_success)
     return kiln_errorf(KILN_ERR_UNSUPPORTED, "oneDNN: no CPU engine (status %d)",
@@ -237,8 +241,11 @@ int kiln_dnnl_conv_create(kiln_dnnl_conv **out, int N, int M, int group, const k
     wd[4] = g->kernel_w;
     wtag = dnnl_goihw;
   }
-  TRYD(dnnl_memory_desc_init_by_tag(&c->x_md, 4, xd, dnnl_f32, dnnl_nchw));
-  TRYD(dnnl_memory_desc_init_by_tag(&c->y_md, 4, yd, dnnl_f32, dnnl_nchw));
+  /* kiln's side of each activation: plain NCHW, or nChw16c where the net keeps it blocked. */
+  TRYD(dnnl_memory_desc_init_by_tag(
+      &c->x_md, 4, xd, dnnl_f32, x_layout == KILN_LAYOUT_BLOCKED16 ? dnnl_nChw16c : dnnl_nchw));
+  TRYD(dnnl_memory_desc_init_by_tag(
+      &c->y_md, 4, yd, dnnl_f32, y_layout == KILN_LAYOUT_BLOCKED16 ? dnnl_nChw16c : dnnl_nchw));
   TRYD(dnnl_memory_desc_init_by_tag(&c->w_md, wnd, wd, dnnl_f32, wtag));
   TRYD(dnnl_memory_desc_init_by_tag(&c->b_md, 1, bd, dnnl_f32, dnnl_x));
   dnnl_memory_desc_t xa, ya, wa;
@@ -253,8 +260,11 @@ int kiln_dnnl_conv_create(kiln_dnnl_conv **out, int N, int M, int group, const k
                            : fmt && !strcmp(fmt, "any") ? dnnl_format_tag_any
                            : blocks                     ? dnnl_format_tag_any
                                                         : dnnl_nhwc;
-  TRYD(dnnl_memory_desc_init_by_tag(&xa, 4, xd, dnnl_f32, atag));
-  TRYD(dnnl_memory_desc_init_by_tag(&ya, 4, yd, dnnl_f32, atag));
+  /* A blocked side is given to oneDNN as it is, so no reorder is made for it. */
+  if (x_layout == KILN_LAYOUT_BLOCKED16) xa = c->x_md;
+  else TRYD(dnnl_memory_desc_init_by_tag(&xa, 4, xd, dnnl_f32, atag));
+  if (y_layout == KILN_LAYOUT_BLOCKED16) ya = c->y_md;
+  else TRYD(dnnl_memory_desc_init_by_tag(&ya, 4, yd, dnnl_f32, atag));
   TRYD(dnnl_memory_desc_init_by_tag(&wa, wnd, wd, dnnl_f32, dnnl_format_tag_any));
   /* Caffe's output size rounds down; oneDNN wants the right padding that makes it exact. */
   const int ext_h = g->dilation_h * (g->kernel_h - 1) + 1;
@@ -267,10 +277,9 @@ int kiln_dnnl_conv_create(kiln_dnnl_conv **out, int N, int M, int group, const k
   dnnl_convolution_desc_t fd;
   const int training = backward;
   TRYD(dnnl_dilated_convolution_forward_desc_init(
-      &fd, training ? dnnl_forward_training : dnnl_forward_inference, dnnl_convolution_direct, &xa,
+      &fd, training ? dnnl_forward_training : dnnl_forward_inference, alg, &xa,
       &wa, bias ? &c->b_md : NULL, &ya, strides, dil, pl, pr));
   /* The forward descriptor is created again as the hint for the backward ones. */
-  dnnl_primitive_desc_t hint = NULL;
   TRYD(dnnl_primitive_desc_create(&hint, &fd, NULL, g_engine, NULL));
   TRY(prim_make(&c->fwd, &fd, NULL, 0, c->impl[0]));
   TRY(reorder_make(&c->x_in, &c->x_md, &c->fwd.src, false));
@@ -278,20 +287,12 @@ int kiln_dnnl_conv_create(kiln_dnnl_conv **out, int N, int M, int group, const k
   TRY(reorder_make(&c->y_out, &c->fwd.dst, &c->y_md, false));
   if (backward) {
     dnnl_convolution_desc_t dd, wdsc;
-    TRYD(dnnl_dilated_convolution_backward_data_desc_init(&dd, dnnl_convolution_direct, &xa, &wa,
+    TRYD(dnnl_dilated_convolution_backward_data_desc_init(&dd, alg, &xa, &wa,
                                                           &ya, strides, dil, pl, pr));
-    rc = prim_make(&c->bwd_data, &dd, hint, 1, c->impl[1]);
-    if (rc != KILN_OK) {
-      dnnl_primitive_desc_destroy(hint);
-      goto fail;
-    }
+    TRY(prim_make(&c->bwd_data, &dd, hint, 1, c->impl[1]));
     TRYD(dnnl_dilated_convolution_backward_weights_desc_init(
-        &wdsc, dnnl_convolution_direct, &xa, &wa, bias ? &c->b_md : NULL, &ya, strides, dil, pl,
-        pr));
-    rc = prim_make(&c->bwd_weights, &wdsc, hint, 2, c->impl[2]);
-    dnnl_primitive_desc_destroy(hint);
-    hint = NULL;
-    if (rc != KILN_OK) goto fail;
+        &wdsc, alg, &xa, &wa, bias ? &c->b_md : NULL, &ya, strides, dil, pl, pr));
+    TRY(prim_make(&c->bwd_weights, &wdsc, hint, 2, c->impl[2]));
     TRY(reorder_make(&c->dy_in_d, &c->y_md, &c->bwd_data.dst, false));
     TRY(reorder_make(&c->w_in_d, &c->w_md, &c->bwd_data.wei, false));
     TRY(reorder_make(&c->dx_out, &c->bwd_data.src, &c->x_md, false));
@@ -307,10 +308,29 @@ int kiln_dnnl_conv_create(kiln_dnnl_conv **out, int N, int M, int group, const k
   *out = c;
   return KILN_OK;
 fail:
+  if (hint) dnnl_primitive_desc_destroy(hint);
   kiln_dnnl_conv_destroy(c);
   return rc;
 #undef TRY
 #undef TRYD
+}
+
+/* 3x3 kernels at stride 1 go through Winograd's F(4x4, 3x3) where oneDNN has it for the shape
+ * (its kernels need 16 | channels): four times fewer multiplications, at the price of fp32
+ * rounding that differs from the direct sum (tested against the same double-precision reference
+ * and tolerance). KILN_CONV_ALGO=direct turns it off. Everything else, and any shape Winograd
+ * refuses, is direct. */
+int kiln_dnnl_conv_create(kiln_dnnl_conv **out, int N, int M, int group, const kiln_conv_geom *g,
+                          bool bias, bool backward, int x_layout, int y_layout) {
+  const char *algo = getenv("KILN_CONV_ALGO");
+  const bool wino = !(algo && !strcmp(algo, "direct")) && g->kernel_h == 3 && g->kernel_w == 3 &&
+                    g->stride_h == 1 && g->stride_w == 1 && g->dilation_h == 1 &&
+                    g->dilation_w == 1 && group == 1 && g->channels % 16 == 0 && M % 16 == 0;
+  if (wino && conv_create(out, N, M, group, g, bias, backward, x_layout, y_layout,
+                          dnnl_convolution_winograd) == KILN_OK)
+    return KILN_OK;
+  return conv_create(out, N, M, group, g, bias, backward, x_layout, y_layout,
+                     dnnl_convolution_direct);
 }
 
 int64_t kiln_dnnl_conv_workspace(const kiln_dnnl_conv *c) { return c->ws_floats; }
@@ -424,8 +444,9 @@ bool kiln_dnnl_available(void) { return true; }
 
 bool kiln_dnnl_available(void) { return false; }
 int kiln_dnnl_conv_create(kiln_dnnl_conv **out, int N, int M, int group, const kiln_conv_geom *g,
-                          bool bias, bool backward) {
-  (void)N, (void)M, (void)group, (void)g, (void)bias, (void)backward;
+                          bool bias, bool backward, int x_layout, int y_layout) {
+  (void)N, (void)M, (void)group, (void)g, (void)bias, (void)backward, (void)x_layout,
+      (void)y_layout;
   *out = NULL;
   return kiln_errorf(KILN_ERR_UNSUPPORTED, "this build has no oneDNN");
 }

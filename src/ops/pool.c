@@ -149,3 +149,103 @@ void kiln_avepool_backward(float *din, const float *dout, int N, const kiln_conv
     }
   }
 }
+
+/* ---- the same pooling over oneDNN's nChw16c layout --------------------------------------------
+ * A blocked (N, C, H, W) tensor is N * C/16 planes of H x W cells of 16 channels; each window is
+ * taken for the 16 channels of a cell at once, one per vector lane, with the plain kernels' rules
+ * (ties keep the first maximum in row-major order; the mask holds h*W + w per lane). */
+void kiln_pool_blocked16_forward(float *out, int32_t *mask, const float *in, int N,
+                                 const kiln_conv_geom *g, bool max) {
+  const int H = g->height, W = g->width, OH = g->out_h, OW = g->out_w;
+  const int64_t planes = (int64_t)N * (g->channels / 16);
+#pragma omp parallel for schedule(static) if (planes * OH * OW * 16 >= POOL_PARALLEL_MIN)
+  for (int64_t pl = 0; pl < planes; pl++) {
+    const float *x = in + pl * H * W * 16;
+    float *y = out + pl * OH * OW * 16;
+    int32_t *mk = max ? mask + pl * OH * OW * 16 : NULL;
+    for (int oh = 0; oh < OH; oh++)
+      for (int ow = 0; ow < OW; ow++) {
+        float *yo = y + (oh * OW + ow) * 16;
+        int h0, h1, w0, w1, eh = 1, ew = 1;
+        if (max) {
+          h0 = imax(oh * g->stride_h - g->pad_h, 0);
+          h1 = imin(oh * g->stride_h - g->pad_h + g->kernel_h, H);
+          w0 = imax(ow * g->stride_w - g->pad_w, 0);
+          w1 = imin(ow * g->stride_w - g->pad_w + g->kernel_w, W);
+        } else {
+          ave_window(oh, g->stride_h, g->pad_h, g->kernel_h, H, &h0, &h1, &eh);
+          ave_window(ow, g->stride_w, g->pad_w, g->kernel_w, W, &w0, &w1, &ew);
+        }
+        if (h0 >= h1 || w0 >= w1 || eh <= 0 || ew <= 0) { /* an empty window: 0, no gradient */
+          for (int k = 0; k < 16; k++) {
+            yo[k] = 0.0f;
+            if (mk) mk[(oh * OW + ow) * 16 + k] = -1;
+          }
+          continue;
+        }
+        if (max) {
+          float best[16];
+          int32_t arg[16];
+          const float *x0 = x + (h0 * W + w0) * 16;
+          for (int k = 0; k < 16; k++) best[k] = x0[k], arg[k] = h0 * W + w0;
+          for (int h = h0; h < h1; h++)
+            for (int w = w0; w < w1; w++) {
+              const float *xc = x + (h * W + w) * 16;
+              const int32_t at = h * W + w;
+#pragma omp simd
+              for (int k = 0; k < 16; k++) {
+                const int better = xc[k] > best[k];
+                best[k] = better ? xc[k] : best[k];
+                arg[k] = better ? at : arg[k];
+              }
+            }
+          for (int k = 0; k < 16; k++) yo[k] = best[k], mk[(oh * OW + ow) * 16 + k] = arg[k];
+        } else {
+          float sum[16] = {0};
+          for (int h = h0; h < h1; h++)
+            for (int w = w0; w < w1; w++) {
+              const float *xc = x + (h * W + w) * 16;
+#pragma omp simd
+              for (int k = 0; k < 16; k++) sum[k] += xc[k];
+            }
+          const float d = (float)(eh * ew);
+          for (int k = 0; k < 16; k++) yo[k] = sum[k] / d;
+        }
+      }
+  }
+}
+
+void kiln_pool_blocked16_backward(float *din, const float *dout, const int32_t *mask, int N,
+                                  const kiln_conv_geom *g, bool max) {
+  const int H = g->height, W = g->width, OH = g->out_h, OW = g->out_w;
+  const int64_t planes = (int64_t)N * (g->channels / 16);
+#pragma omp parallel for schedule(static) if (planes * H * W * 16 >= POOL_PARALLEL_MIN)
+  for (int64_t pl = 0; pl < planes; pl++) {
+    float *dx = din + pl * H * W * 16;
+    const float *dy = dout + pl * OH * OW * 16;
+    memset(dx, 0, sizeof(float) * (size_t)H * W * 16);
+    if (max) {
+      const int32_t *mk = mask + pl * OH * OW * 16;
+      for (int64_t p = 0; p < (int64_t)OH * OW * 16; p++)
+        if (mk[p] >= 0) dx[(int64_t)mk[p] * 16 + p % 16] += dy[p];
+      continue;
+    }
+    for (int oh = 0; oh < OH; oh++) {
+      int h0, h1, eh;
+      ave_window(oh, g->stride_h, g->pad_h, g->kernel_h, H, &h0, &h1, &eh);
+      for (int ow = 0; ow < OW; ow++) {
+        int w0, w1, ew;
+        ave_window(ow, g->stride_w, g->pad_w, g->kernel_w, W, &w0, &w1, &ew);
+        if (eh <= 0 || ew <= 0) continue;
+        float d[16];
+        for (int k = 0; k < 16; k++) d[k] = dy[(oh * OW + ow) * 16 + k] / (float)(eh * ew);
+        for (int h = h0; h < h1; h++)
+          for (int w = w0; w < w1; w++) {
+            float *dc = dx + (h * W + w) * 16;
+#pragma omp simd
+            for (int k = 0; k < 16; k++) dc[k] += d[k];
+          }
+      }
+    }
+  }
+}
