@@ -1030,6 +1030,41 @@ static void test_blocked_layouts_match_plain(void **state) {
   built_free(&b);
 }
 
+/* Scale working in place right after BatchNorm reads BatchNorm's normalised output instead of
+ * saving its own copy of the input: no buffer of its own, and the gradients still match finite
+ * differences. */
+static void test_scale_after_batchnorm_reads_its_copy(void **state) {
+  (void)state;
+  const char *text =
+      "name: 'bns'\n"
+      "layer { name: 'in' type: 'Input' top: 'data' top: 'label'\n"
+      "        input_param { shape { dim: 4 dim: 2 dim: 4 dim: 3 } shape { dim: 4 } } }\n"
+      "layer { name: 'conv' type: 'Convolution' bottom: 'data' top: 'c'\n"
+      "        convolution_param { num_output: 3 kernel_size: 3 pad: 1\n"
+      "          weight_filler { type: 'gaussian' std: 0.5 } } }\n"
+      "layer { name: 'bn' type: 'BatchNorm' bottom: 'c' top: 'c' }\n"
+      "layer { name: 'sc' type: 'Scale' bottom: 'c' top: 'c'\n"
+      "        scale_param { bias_term: true filler { type: 'uniform' min: 0.5 max: 1.5 }\n"
+      "          bias_filler { type: 'uniform' min: -0.5 max: 0.5 } } }\n"
+      "layer { name: 'relu' type: 'ReLU' bottom: 'c' top: 'c' }\n"
+      "layer { name: 'ip' type: 'InnerProduct' bottom: 'c' top: 'ip'\n"
+      "        inner_product_param { num_output: 3 weight_filler { type: 'xavier' } } }\n"
+      "layer { name: 'loss' type: 'SoftmaxWithLoss' bottom: 'ip' bottom: 'label' top: 'loss' }\n";
+  kiln_net_options o = train_opts();
+  built b;
+  build_ok(&b, text, &o);
+  kiln_layer *sc = must_layer(b.net, "sc");
+  assert_ptr_equal(sc->input_copy, must_layer(b.net, "bn")->buffer[0]);
+  assert_int_equal(sc->buffer[0]->count, 1);
+  set_inputs(b.net, 5);
+  float loss;
+  forward_backward(b.net, &loss);
+  float *dp = copy_floats(b.net->param_diff, b.net->nparam_floats);
+  assert_int_equal(fd_check(b.net, b.net->param_data, dp, b.net->nparam_floats, "param"), 0);
+  free(dp);
+  built_free(&b);
+}
+
 /* ---- weights ------------------------------------------------------------------------------------ */
 
 static const char *weights_fmt =
@@ -1194,6 +1229,7 @@ int main(void) {
       cmocka_unit_test(test_memory_plan),
       cmocka_unit_test(test_shared_diffs_match_own_diffs),
       cmocka_unit_test(test_blocked_layouts_match_plain),
+      cmocka_unit_test(test_scale_after_batchnorm_reads_its_copy),
       cmocka_unit_test(test_weights_round_trip),
       cmocka_unit_test(test_weights_with_shared_params),
   };

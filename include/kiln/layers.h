@@ -41,6 +41,10 @@ typedef struct kiln_layer_ops {
    * BOTTOM | TOP: convolution on oneDNN, which reorders inside. The net sets the blobs'
    * layout, then reshapes every layer again. */
   int (*layout_role)(const kiln_layer *l);
+  /* A buffer that holds a copy of the layer's (single) top as forward left it, unchanged until
+   * the layer's own backward (BatchNorm's normalised output); NULL: none. The net hands it to
+   * the next layer when that one works in place on this top (kiln_layer.input_copy). */
+  const kiln_blob *(*kept_output)(const kiln_layer *l);
   /* Data layers: records consumed, and repositioning, for exact resume. */
   uint64_t (*get_cursor)(kiln_layer *l);
   int (*set_cursor)(kiln_layer *l, uint64_t cursor);
@@ -80,6 +84,10 @@ struct kiln_layer {
    * train-phase Data layer reads only its share of the batches (see include/kiln/dist.h). Set
    * before the first forward; fixed after it. */
   int shard_rank, shard_count;
+  /* Set by the net when the layer just before this one keeps a copy of this layer's bottom 0
+   * (kiln_layer_ops.kept_output): an in-place layer can read it in backward instead of saving
+   * its input itself (Scale after BatchNorm). NULL otherwise. */
+  const kiln_blob *input_copy;
   void *priv;
 };
 

@@ -253,6 +253,9 @@ static int bn_backward(kiln_layer *l) {
 
 static void bn_destroy(kiln_layer *l) { free(l->priv); }
 
+/* The top is a copy of x_norm, which only this layer's forward writes. */
+static const kiln_blob *bn_kept_output(const kiln_layer *l) { return l->buffer[BN_XNORM]; }
+
 /* 4-D inputs in either layout (per channel, 16 channels a vector in the blocked one). */
 static int bn_layout_role(const kiln_layer *l) {
   return l->bottom[0]->naxes == 4 ? KILN_LAYOUT_ROLE_SAME : KILN_LAYOUT_ROLE_NONE;
@@ -261,5 +264,5 @@ static int bn_layout_role(const kiln_layer *l) {
 const kiln_layer_ops kiln_layer_batch_norm = {
     .type = "BatchNorm", .min_bottoms = 1, .max_bottoms = 1, .min_tops = 1, .max_tops = 1,
     .setup = bn_setup, .reshape = bn_reshape, .forward = bn_forward, .backward = bn_backward,
-    .destroy = bn_destroy, .layout_role = bn_layout_role,
+    .destroy = bn_destroy, .layout_role = bn_layout_role, .kept_output = bn_kept_output,
 };

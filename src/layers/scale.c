@@ -14,6 +14,7 @@ typedef struct {
   bool from_bottom; /* gamma is bottom[1] */
   int bias_index;   /* parameter index of beta, -1 without bias_term */
   bool in_place;    /* the input is copied to buffer 0 before it is overwritten */
+  bool borrowed;    /* in place, but the layer before keeps a copy of the input (input_copy) */
   int64_t outer, dim, inner;
 } scale_state;
 
@@ -92,7 +93,14 @@ static int scale_reshape(kiln_layer *l) {
   s->outer = kiln_count(x, 0, axis);
   s->dim = g->count;
   s->inner = kiln_count(x, axis + g->naxes, x->naxes);
-  if (s->in_place) KILN_TRY(kiln_blob_reshape_like(l->buffer[0], x));
+  s->borrowed = s->in_place && l->input_copy && l->input_copy->naxes == x->naxes &&
+                l->input_copy->count == x->count;
+  if (s->borrowed) {
+    int64_t one[1] = {1};
+    KILN_TRY(kiln_blob_reshape(l->buffer[0], 1, one));
+  } else if (s->in_place) {
+    KILN_TRY(kiln_blob_reshape_like(l->buffer[0], x));
+  }
   l->flops = (s->bias_index >= 0 ? 2.0 : 1.0) * (double)x->count;
   return kiln_blob_reshape_like(l->top[0], x);
 }
@@ -104,7 +112,7 @@ static int scale_forward(kiln_layer *l) {
   const float *b = s->bias_index >= 0 ? l->param[s->bias_index]->data : NULL;
   float *y = l->top[0]->data;
   const int64_t rows = s->outer * s->dim, count = rows * s->inner;
-  float *keep = s->in_place ? l->buffer[0]->data : NULL;
+  float *keep = s->in_place && !s->borrowed ? l->buffer[0]->data : NULL;
   if (l->bottom[0]->layout == KILN_LAYOUT_BLOCKED16) { /* 16 channels of one image at a time */
     const int64_t CB = s->dim / 16, S = s->inner, blocks = s->outer * CB;
 #pragma omp parallel for schedule(static) num_threads(l->nthreads) if (count > 32768)
@@ -135,7 +143,9 @@ static int scale_forward(kiln_layer *l) {
 static int scale_backward(kiln_layer *l) {
   scale_state *s = l->priv;
   const float *dy = l->top[0]->diff;
-  const float *x = s->in_place ? l->buffer[0]->data : l->bottom[0]->data;
+  const float *x = s->borrowed   ? l->input_copy->data
+                   : s->in_place ? l->buffer[0]->data
+                                 : l->bottom[0]->data;
   float *dg = NULL;
   bool accumulate = true;
   if (!s->from_bottom) {

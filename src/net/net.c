@@ -823,6 +823,16 @@ static int build(kiln_net *net, const Caffe__NetParameter *np, const kiln_net_op
     rc = pl->ops->reshape(l);
     if (rc) return rc;
   }
+  /* A layer working in place on the output of the layer just before, which keeps a copy of
+   * that output, reads the copy instead of saving its input (Scale after BatchNorm). */
+  for (int i = 0; i + 1 < net->nlayers; i++) {
+    kiln_layer *a = net->layers[i], *b = net->layers[i + 1];
+    if (a->ops->kept_output && a->ntop == 1 && b->nbottom >= 1 && b->bottom[0] == a->top[0] &&
+        b->ntop >= 1 && b->top[0] == b->bottom[0]) {
+      b->input_copy = a->ops->kept_output(a);
+      KILN_TRY(b->ops->reshape(b));
+    }
+  }
   KILN_TRY(plan_layouts(net, opt));
   KILN_TRY(setup_params(net));
   need_backward(net, np);
