@@ -95,6 +95,7 @@ static double plane_sq(const float *x, double mean, int64_t N, int64_t stride, i
  * one per vector lane. */
 static void bn_forward_blocked(kiln_layer *l, bn_state *s) {
   const float *x = l->bottom[0]->data;
+  float *y = l->top[0]->data;
   float *xn = l->buffer[BN_XNORM]->data, *inv = l->buffer[BN_INVSTD]->data;
   float *mean_sum = l->param[0]->data, *var_sum = l->param[1]->data, *factor = l->param[2]->data;
   const int64_t N = s->N, CB = s->C / 16, S = s->S, m = N * S;
@@ -134,7 +135,10 @@ static void bn_forward_blocked(kiln_layer *l, bn_state *s) {
       const int64_t off = (n * CB + cb) * S * 16;
       for (int64_t i = 0; i < S; i++)
 #pragma omp simd
-        for (int k = 0; k < 16; k++) xn[off + i * 16 + k] = (x[off + i * 16 + k] - mf[k]) * is[k];
+        for (int k = 0; k < 16; k++) {
+          const int64_t e = off + i * 16 + k;
+          y[e] = xn[e] = (x[e] - mf[k]) * is[k];
+        }
     }
   }
   if (!s->global) factor[0] = s->maf * factor[0] + 1.0f;
@@ -144,8 +148,6 @@ static int bn_forward(kiln_layer *l) {
   bn_state *s = l->priv;
   if (l->bottom[0]->layout == KILN_LAYOUT_BLOCKED16) {
     bn_forward_blocked(l, s);
-    memcpy(l->top[0]->data, l->buffer[BN_XNORM]->data,
-           sizeof(float) * (size_t)l->bottom[0]->count);
     return KILN_OK;
   }
   const float *x = l->bottom[0]->data;
@@ -162,7 +164,7 @@ static int bn_forward(kiln_layer *l) {
       for (int64_t n = 0; n < N; n++) {
         int64_t o = (n * C + c) * S;
 #pragma omp simd
-        for (int64_t i = 0; i < S; i++) xn[o + i] = (x[o + i] - mean) * is;
+        for (int64_t i = 0; i < S; i++) y[o + i] = xn[o + i] = (x[o + i] - mean) * is;
       }
     }
   } else {
@@ -179,14 +181,13 @@ static int bn_forward(kiln_layer *l) {
       for (int64_t n = 0; n < N; n++) {
         int64_t o = (n * C + c) * S;
 #pragma omp simd
-        for (int64_t i = 0; i < S; i++) xn[o + i] = (x[o + i] - mf) * is;
+        for (int64_t i = 0; i < S; i++) y[o + i] = xn[o + i] = (x[o + i] - mf) * is;
       }
       mean_sum[c] = s->maf * mean_sum[c] + (float)mean;
       var_sum[c] = s->maf * var_sum[c] + (float)(correction * var);
     }
     factor[0] = s->maf * factor[0] + 1.0f;
   }
-  memcpy(y, xn, sizeof(float) * (size_t)l->bottom[0]->count);
   return KILN_OK;
 }
 
@@ -208,8 +209,7 @@ static int bn_backward(kiln_layer *l) {
       for (int k = 0; k < 16; k++) is[k] = inv[cb * 16 + k];
       if (!s->global && m) {
         double sum_dy[16], sum_dy_y[16];
-        kiln_block16_sums(sum_dy, dy, NULL, N, CB, cb, S);
-        kiln_block16_sums(sum_dy_y, dy, xn, N, CB, cb, S);
+        kiln_block16_sum_dot(sum_dy, sum_dy_y, dy, xn, N, CB, cb, S);
         for (int k = 0; k < 16; k++) {
           a[k] = (float)(sum_dy[k] / (double)m);
           bq[k] = (float)(sum_dy_y[k] / (double)m);

@@ -43,6 +43,24 @@ static inline void kiln_block16_sums(double sum[16], const float *a, const float
   for (int k = 0; k < 16; k++) sum[k] = acc[k];
 }
 
+/* Both at once, in one pass: sum[k] of a, and dot[k] of a * b (the same bits as two calls). */
+static inline void kiln_block16_sum_dot(double sum[16], double dot[16], const float *a,
+                                        const float *b, int64_t N, int64_t CB, int64_t cb,
+                                        int64_t S) {
+  double as[16] = {0}, ad[16] = {0};
+  for (int64_t n = 0; n < N; n++) {
+    const int64_t off = (n * CB + cb) * S * 16;
+    const float *pa = a + off, *pb = b + off;
+    for (int64_t i = 0; i < S; i++)
+#pragma omp simd
+      for (int k = 0; k < 16; k++) {
+        as[k] += pa[i * 16 + k];
+        ad[k] += (double)pa[i * 16 + k] * pb[i * 16 + k];
+      }
+  }
+  for (int k = 0; k < 16; k++) sum[k] = as[k], dot[k] = ad[k];
+}
+
 /* Elements of the bottom at axes [from, to). */
 static inline int64_t kiln_count(const kiln_blob *b, int from, int to) {
   return kiln_blob_count_range(b, from, to);

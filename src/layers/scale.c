@@ -162,13 +162,14 @@ static int scale_backward(kiln_layer *l) {
 #pragma omp parallel for schedule(static) num_threads(l->nthreads) if (s->outer * stride > 32768)
       for (int64_t cb = 0; cb < CB; cb++) {
         double sg[16], sb[16];
+        if (dg && db) kiln_block16_sum_dot(sb, sg, dy, x, s->outer, CB, cb, S);
         if (dg) {
-          kiln_block16_sums(sg, dy, x, s->outer, CB, cb, S);
+          if (!db) kiln_block16_sums(sg, dy, x, s->outer, CB, cb, S);
           for (int k = 0; k < 16; k++)
             dg[cb * 16 + k] = (accumulate ? dg[cb * 16 + k] : 0.0f) + (float)sg[k];
         }
         if (db) {
-          kiln_block16_sums(sb, dy, NULL, s->outer, CB, cb, S);
+          if (!dg) kiln_block16_sums(sb, dy, NULL, s->outer, CB, cb, S);
           for (int k = 0; k < 16; k++) db[cb * 16 + k] += (float)sb[k];
         }
       }
