@@ -153,7 +153,19 @@ void kiln_avepool_backward(float *din, const float *dout, int N, const kiln_conv
 /* ---- the same pooling over oneDNN's nChw16c layout --------------------------------------------
  * A blocked (N, C, H, W) tensor is N * C/16 planes of H x W cells of 16 channels; each window is
  * taken for the 16 channels of a cell at once, one per vector lane, with the plain kernels' rules
- * (ties keep the first maximum in row-major order; the mask holds h*W + w per lane). */
+ * (ties keep the first maximum in row-major order; the mask holds h*W + w per lane). The 16
+ * lanes are a GCC vector, so the running maximum stays in a register (as a 16-float array it
+ * went through memory at every window cell: 4.7 ms for cifar10_quick's first pooling). */
+typedef float v16f __attribute__((vector_size(64)));
+typedef int32_t v16i __attribute__((vector_size(64)));
+
+static inline v16f v16_load(const float *p) {
+  v16f v;
+  memcpy(&v, p, sizeof v);
+  return v;
+}
+static inline void v16_store(float *p, v16f v) { memcpy(p, &v, sizeof v); }
+
 void kiln_pool_blocked16_forward(float *out, int32_t *mask, const float *in, int N,
                                  const kiln_conv_geom *g, bool max) {
   const int H = g->height, W = g->width, OH = g->out_h, OW = g->out_w;
@@ -184,32 +196,22 @@ void kiln_pool_blocked16_forward(float *out, int32_t *mask, const float *in, int
           continue;
         }
         if (max) {
-          float best[16];
-          int32_t arg[16];
-          const float *x0 = x + (h0 * W + w0) * 16;
-          for (int k = 0; k < 16; k++) best[k] = x0[k], arg[k] = h0 * W + w0;
+          v16f best = v16_load(x + (h0 * W + w0) * 16);
+          v16i arg = (v16i){0} + (h0 * W + w0);
           for (int h = h0; h < h1; h++)
             for (int w = w0; w < w1; w++) {
-              const float *xc = x + (h * W + w) * 16;
-              const int32_t at = h * W + w;
-#pragma omp simd
-              for (int k = 0; k < 16; k++) {
-                const int better = xc[k] > best[k];
-                best[k] = better ? xc[k] : best[k];
-                arg[k] = better ? at : arg[k];
-              }
+              const v16f v = v16_load(x + (h * W + w) * 16);
+              const v16i better = v > best; /* all ones where v wins */
+              best = (v16f)(((v16i)v & better) | ((v16i)best & ~better));
+              arg = (((v16i){0} + (h * W + w)) & better) | (arg & ~better);
             }
-          for (int k = 0; k < 16; k++) yo[k] = best[k], mk[(oh * OW + ow) * 16 + k] = arg[k];
+          v16_store(yo, best);
+          memcpy(mk + (oh * OW + ow) * 16, &arg, sizeof arg);
         } else {
-          float sum[16] = {0};
+          v16f sum = {0};
           for (int h = h0; h < h1; h++)
-            for (int w = w0; w < w1; w++) {
-              const float *xc = x + (h * W + w) * 16;
-#pragma omp simd
-              for (int k = 0; k < 16; k++) sum[k] += xc[k];
-            }
-          const float d = (float)(eh * ew);
-          for (int k = 0; k < 16; k++) yo[k] = sum[k] / d;
+            for (int w = w0; w < w1; w++) sum += v16_load(x + (h * W + w) * 16);
+          v16_store(yo, sum / (float)(eh * ew));
         }
       }
   }
