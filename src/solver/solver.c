@@ -686,9 +686,11 @@ struct kiln_grad_bucket {
   int ready_layer;  /* final once backward has run this layer (the first layer using it) */
 };
 
-/* About 1 MiB: big enough that a sum's fixed cost is small, small enough that the last layers'
- * gradients go out while the first layers still compute. */
-enum { BUCKET_FLOATS = 1 << 18 };
+/* 256 KiB: big enough that a sum's fixed cost is small, small enough that the last layers'
+ * gradients go out while the first layers still compute. 1 MiB left LeNet's and resnet20's
+ * whole gradient (1.7 and 1.1 MB) in one or two buckets that started only at the end of
+ * backward; 256 KiB took LeNet's wait per iteration from 0.47 to 0.13 ms (docs/PERF.md). */
+enum { BUCKET_FLOATS = 1 << 16 };
 
 static int plan_buckets(kiln_solver *s) {
   kiln_net *net = s->net;
