@@ -955,10 +955,7 @@ static const char *residual_net =
 /* The net keeps oneDNN's blocked layout between the layers that read it, and the result is the
  * plain-layout net's: same loss, same parameter gradients (to rounding; the sums run in another
  * order), same BatchNorm statistics, over a few steps in TRAIN and then in TEST. */
-static void test_blocked_layouts_match_plain(void **state) {
-  (void)state;
-  const char *engine = getenv("KILN_ENGINE");
-  if (!kiln_dnnl_available() || (engine && !strcmp(engine, "ref"))) skip(); /* no oneDNN: plain */
+static void check_blocked_net(const char *residual_net) {
   kiln_net_options po = train_opts(), bo = train_opts();
   po.plain_layouts = true;
   po.share_diffs = bo.share_diffs = true;
@@ -1028,6 +1025,21 @@ static void test_blocked_layouts_match_plain(void **state) {
   built_free(&tb);
   built_free(&p);
   built_free(&b);
+}
+
+static void test_blocked_layouts_match_plain(void **state) {
+  (void)state;
+  const char *engine = getenv("KILN_ENGINE");
+  if (!kiln_dnnl_available() || (engine && !strcmp(engine, "ref"))) skip(); /* no oneDNN: plain */
+  check_blocked_net(residual_net);
+  /* Another batch and odd image sizes (5x9, pooled to 3x5). */
+  char other[4096];
+  const char *at = strstr(residual_net, "dim: 3 dim: 3 dim: 7 dim: 6 } shape { dim: 3 }");
+  assert_non_null(at);
+  snprintf(other, sizeof other, "%.*s%s%s", (int)(at - residual_net), residual_net,
+           "dim: 2 dim: 3 dim: 5 dim: 9 } shape { dim: 2 }",
+           at + strlen("dim: 3 dim: 3 dim: 7 dim: 6 } shape { dim: 3 }"));
+  check_blocked_net(other);
 }
 
 /* Scale working in place right after BatchNorm reads BatchNorm's normalised output instead of

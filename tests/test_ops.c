@@ -548,6 +548,83 @@ static kiln_conv_geom pool_geom(int C, int H, int W, int k, int s, int p, int ce
   return g;
 }
 
+/* NCHW <-> nChw16c (KILN_LAYOUT_BLOCKED16) for N images of C (16 | C) channels of S cells. */
+static void to_blocked16(float *dst, const float *src, int N, int C, int64_t S) {
+  for (int n = 0; n < N; n++)
+    for (int c = 0; c < C; c++)
+      for (int64_t i = 0; i < S; i++)
+        dst[(((int64_t)n * (C / 16) + c / 16) * S + i) * 16 + c % 16] =
+            src[((int64_t)n * C + c) * S + i];
+}
+static void from_blocked16(float *dst, const float *src, int N, int C, int64_t S) {
+  for (int n = 0; n < N; n++)
+    for (int c = 0; c < C; c++)
+      for (int64_t i = 0; i < S; i++)
+        dst[((int64_t)n * C + c) * S + i] =
+            src[(((int64_t)n * (C / 16) + c / 16) * S + i) * 16 + c % 16];
+}
+
+/* Pooling on the blocked layout against the plain kernels on random shapes (odd sizes, padding,
+ * stride, CEIL and FLOOR, windows larger than the stride and smaller): the same windows in the
+ * same order, so the same bits, forward and backward, MAX (with its mask) and AVE. */
+static void test_pool_blocked_matches_plain(void **state) {
+  (void)state;
+  kiln_rng r;
+  kiln_rng_seed(&r, 17, 4);
+  int tried = 0;
+  for (int it = 0; it < 40; it++) {
+    const int N = 1 + (int)kiln_rng_below(&r, 3), C = 16 * (1 + (int)kiln_rng_below(&r, 2));
+    const int k = 1 + (int)kiln_rng_below(&r, 4), st = 1 + (int)kiln_rng_below(&r, 3);
+    const int pad = (int)kiln_rng_below(&r, (uint32_t)k), ceil_mode = (int)kiln_rng_below(&r, 2);
+    const int H = k + (int)kiln_rng_below(&r, 8), W = k + (int)kiln_rng_below(&r, 8);
+    kiln_conv_geom g = {.channels = C, .height = H, .width = W, .kernel_h = k, .kernel_w = k,
+                        .pad_h = pad, .pad_w = pad, .stride_h = st, .stride_w = st,
+                        .dilation_h = 1, .dilation_w = 1};
+    if (kiln_pool_out_size(&g, ceil_mode) != 0) continue;
+    tried++;
+    const int64_t S = (int64_t)H * W, P = (int64_t)g.out_h * g.out_w;
+    const int64_t nin = N * C * S, nout = N * C * P;
+    float *x = fbuf(nin), *xb = fbuf(nin), *dy = fbuf(nout), *dyb = fbuf(nout);
+    float *y = fbuf(nout), *yb = fbuf(nout), *yb_plain = fbuf(nout);
+    float *dx = fbuf(nin), *dxb = fbuf(nin), *dxb_plain = fbuf(nin);
+    int32_t *mk = malloc(sizeof(int32_t) * (size_t)nout), *mkb = malloc(sizeof(int32_t) * (size_t)nout);
+    assert_non_null(mk), assert_non_null(mkb);
+    fill_uniform(&r, x, nin, -1, 1);
+    for (int64_t i = 0; i < nin; i += 7) x[i] = x[i / 2]; /* ties */
+    fill_uniform(&r, dy, nout, -1, 1);
+    to_blocked16(xb, x, N, C, S);
+    to_blocked16(dyb, dy, N, C, P);
+    for (int max = 0; max < 2; max++) {
+      if (max) {
+        kiln_maxpool_forward(y, mk, x, N, &g);
+        kiln_maxpool_backward(dx, dy, mk, N, &g);
+      } else {
+        kiln_avepool_forward(y, x, N, &g);
+        kiln_avepool_backward(dx, dy, N, &g);
+      }
+      fill_const(dxb, nin, 777.0f);
+      kiln_pool_blocked16_forward(yb, max ? mkb : NULL, xb, N, &g, max);
+      kiln_pool_blocked16_backward(dxb, dyb, max ? mkb : NULL, N, &g, max);
+      from_blocked16(yb_plain, yb, N, C, P);
+      from_blocked16(dxb_plain, dxb, N, C, S);
+      if (memcmp(yb_plain, y, sizeof(float) * (size_t)nout) ||
+          memcmp(dxb_plain, dx, sizeof(float) * (size_t)nin))
+        fail_msg("%s pooling N%d C%d %dx%d k%d s%d p%d ceil%d: blocked differs from plain",
+                 max ? "max" : "ave", N, C, H, W, k, st, pad, ceil_mode);
+      if (max) {
+        float *m = fbuf(nout), *mb = fbuf(nout), *mbp = fbuf(nout);
+        for (int64_t i = 0; i < nout; i++) m[i] = (float)mk[i], mb[i] = (float)mkb[i];
+        from_blocked16(mbp, mb, N, C, P);
+        assert_memory_equal(mbp, m, sizeof(float) * (size_t)nout);
+        free(m), free(mb), free(mbp);
+      }
+    }
+    free(x), free(xb), free(dy), free(dyb), free(y), free(yb), free(yb_plain);
+    free(dx), free(dxb), free(dxb_plain), free(mk), free(mkb);
+  }
+  assert_true(tried >= 30);
+}
+
 static void test_pool_out_size(void **state) {
   (void)state;
   kiln_conv_geom g = pool_geom(1, 6, 6, 3, 2, 0, 1);
@@ -857,6 +934,7 @@ int main(void) {
       cmocka_unit_test(test_pool_out_size),
       cmocka_unit_test(test_pool_hand_computed),
       cmocka_unit_test(test_pool_padding),
+      cmocka_unit_test(test_pool_blocked_matches_plain),
       cmocka_unit_test(test_pool_gradient_finite_differences),
       cmocka_unit_test(test_softmax_forward),
       cmocka_unit_test(test_softmax_gradient_finite_differences),
