@@ -35,4 +35,22 @@ mk fromweights | sed -e 's/^max_iter: .*/max_iter: 1/' -e 's/^display: .*/displa
   || fail "train --weights"
 loss=$(grep '"event":"train"' fw.jsonl | head -n 1 | sed -n 's/.*"loss":\([0-9.e-]*\).*/\1/p')
 awk -v l="$loss" 'BEGIN { exit !(l < 1.5) }' && pass || fail "first loss with --weights is $loss"
+
+# The same on a net whose activations oneDNN keeps in its blocked layout (resnet20: 16-64
+# channel convolutions, BatchNorm, Scale, Eltwise, Winograd), 6 iterations of batch 128.
+mk20() {  # mk20 PREFIX
+  sed -e "s#^net: .*#net: \"$SRC/models/resnet20/resnet20_train_test.prototxt\"#" \
+      -e "s#^max_iter: .*#max_iter: 6#" -e "s#^snapshot: .*#snapshot: 3#" \
+      -e "s#^snapshot_prefix: .*#snapshot_prefix: \"$WORK/$1\"#" -e "s#^test_interval: .*#test_interval: 3#" \
+      -e "s#^test_iter: .*#test_iter: 1#" -e "s#^display: .*#display: 1#" \
+      "$SRC/models/resnet20/resnet20_solver.prototxt"
+}
+mk20 r20straight > r20s.prototxt
+mk20 r20resumed > r20r.prototxt
+"$KILN" train --solver r20s.prototxt 2>/dev/null || fail "resnet20 straight run"
+"$KILN" train --solver r20r.prototxt --snapshot "$WORK/r20straight_iter_3.solverstate" 2>/dev/null \
+  || fail "resnet20 resumed run"
+cmp -s r20straight_iter_6.caffemodel r20resumed_iter_6.caffemodel && pass \
+  || fail "resnet20: resumed weights differ from the uninterrupted run"
+cmp -s r20straight_iter_3.caffemodel r20straight_iter_6.caffemodel && fail "resnet20 weights did not change" || pass
 finish
