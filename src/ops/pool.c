@@ -159,12 +159,10 @@ void kiln_avepool_backward(float *din, const float *dout, int N, const kiln_conv
 typedef float v16f __attribute__((vector_size(64)));
 typedef int32_t v16i __attribute__((vector_size(64)));
 
-static inline v16f v16_load(const float *p) {
-  v16f v;
-  memcpy(&v, p, sizeof v);
-  return v;
-}
-static inline void v16_store(float *p, v16f v) { memcpy(p, &v, sizeof v); }
+/* Loads and stores through memcpy (any alignment); by pointer, so that a portable build, where
+ * the vector is wider than the target's registers, passes no vector by value. */
+#define V16_LOAD(v, p) memcpy(&(v), (p), sizeof(v16f))
+#define V16_STORE(p, v) memcpy((p), &(v), sizeof(v16f))
 
 void kiln_pool_blocked16_forward(float *out, int32_t *mask, const float *in, int N,
                                  const kiln_conv_geom *g, bool max) {
@@ -196,22 +194,29 @@ void kiln_pool_blocked16_forward(float *out, int32_t *mask, const float *in, int
           continue;
         }
         if (max) {
-          v16f best = v16_load(x + (h0 * W + w0) * 16);
+          v16f best;
+          V16_LOAD(best, x + (h0 * W + w0) * 16);
           v16i arg = (v16i){0} + (h0 * W + w0);
           for (int h = h0; h < h1; h++)
             for (int w = w0; w < w1; w++) {
-              const v16f v = v16_load(x + (h * W + w) * 16);
+              v16f v;
+              V16_LOAD(v, x + (h * W + w) * 16);
               const v16i better = v > best; /* all ones where v wins */
               best = (v16f)(((v16i)v & better) | ((v16i)best & ~better));
               arg = (((v16i){0} + (h * W + w)) & better) | (arg & ~better);
             }
-          v16_store(yo, best);
+          V16_STORE(yo, best);
           memcpy(mk + (oh * OW + ow) * 16, &arg, sizeof arg);
         } else {
           v16f sum = {0};
           for (int h = h0; h < h1; h++)
-            for (int w = w0; w < w1; w++) sum += v16_load(x + (h * W + w) * 16);
-          v16_store(yo, sum / (float)(eh * ew));
+            for (int w = w0; w < w1; w++) {
+              v16f v;
+              V16_LOAD(v, x + (h * W + w) * 16);
+              sum += v;
+            }
+          sum /= (float)(eh * ew);
+          V16_STORE(yo, sum);
         }
       }
   }
