@@ -4,7 +4,8 @@
 #   MODEL, K = 10, 2 workers:         accuracy >= the single worker's - 0.01
 #   TIME, 1 s rounds, rank 1 slowed:  accuracy >= the single worker's - 0.01, and rank 0's
 #                                     throughput (its waits counted) >= 0.9 of the same run's
-#                                     without the slowdown.
+#                                     without the slowdown (confirmed on a second pair of
+#                                     runs before it fails). Ranks are bound to cores.
 # Skips (exit 0) only when mpirun is missing or kiln was built without MPI.
 source "$(dirname "$0")/lib.bash"
 cd "$WORK"
@@ -26,7 +27,8 @@ run() {  # run NAME NP [OPTIONS...]: trains, leaves NAME.jsonl and NAME.log
   if [ "$np" = 1 ]; then
     "$KILN" train --solver solver.prototxt --metrics "$name.jsonl" "$@" > "$name.log" 2>&1
   else
-    timeout -k 5 600 mpirun -np "$np" --oversubscribe --allow-run-as-root --bind-to none \
+    timeout -k 5 600 mpirun -np "$np" --oversubscribe --allow-run-as-root \
+      --bind-to core:overload-allowed \
       -x OMP_NUM_THREADS=1 "$KILN" train --solver solver.prototxt --metrics "$name.jsonl" "$@" \
       > "$name.log" 2>&1
   fi || fail "$name: training failed: $(tail -n 5 "$name.log")"
@@ -62,5 +64,17 @@ fast=$(wall_rate time 0)
 slowed=$(wall_rate slow 0)
 echo "rank 0 samples/s, waits counted: $fast unslowed, $slowed with rank 1 slowed"
 grep '^worker' slow.log
+# A timing on a shared machine: a shortfall is confirmed on a second pair of runs before it
+# fails, as kiln ce confirms a suspected timing regression (a CI run once saw rank 0 compute 11%
+# slower in the slowed run while rank 1 slept: the machine, not the mode).
+if ! awk -v s="$slowed" -v f="$fast" 'BEGIN { exit !(s >= 0.9 * f) }'; then
+  echo "rank 0 throughput with rank 1 slowed under 0.9 of unslowed; running the pair again"
+  run time 2 --sync time:1
+  run slow 2 --sync time:1 --debug-slow-rank 1:25
+  fast=$(wall_rate time 0)
+  slowed=$(wall_rate slow 0)
+  echo "again: rank 0 samples/s, waits counted: $fast unslowed, $slowed with rank 1 slowed"
+  grep '^worker' slow.log
+fi
 at_least "rank 0 throughput with rank 1 slowed" "$slowed" "$(awk -v a="$fast" 'BEGIN { print 0.9 * a }')"
 finish
