@@ -43,6 +43,10 @@ typedef struct {
   dnnl_primitive_t prim;
   dnnl_memory_desc_t src, wei, bia, dst, scratch;
   size_t scratch_bytes;
+  /* Memory objects for its arguments, made once; each call only sets their data handles, so a
+   * training step allocates nothing. arg_* are the DNNL_ARG_* each one is passed as. */
+  dnnl_memory_t m_src, m_wei, m_bia, m_dst, m_scratch;
+  int arg_src, arg_wei, arg_bia, arg_dst;
 } conv_prim;
 
 struct kiln_dnnl_conv {
@@ -127,7 +131,8 @@ static const dnnl_memory_desc_t *q(const_dnnl_primitive_desc_t pd, dnnl_query_t 
 
 /* Create the primitive from its op descriptor; fills the chosen layouts. */
 static int prim_make(conv_prim *p, const dnnl_convolution_desc_t *desc,
-                     const_dnnl_primitive_desc_t hint, int kind, char *impl) {
+                     const_dnnl_primitive_desc_t hint, int kind, const dnnl_memory_desc_t *bias_md,
+                     char *impl) {
   dnnl_primitive_attr_t attr;
   DN(dnnl_primitive_attr_create(&attr));
   DN(dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user));
@@ -144,28 +149,47 @@ static int prim_make(conv_prim *p, const dnnl_convolution_desc_t *desc,
     p->src = *q(pd, dnnl_query_src_md);
     p->wei = *q(pd, dnnl_query_weights_md);
     p->dst = *q(pd, dnnl_query_dst_md);
+    p->arg_src = DNNL_ARG_SRC, p->arg_wei = DNNL_ARG_WEIGHTS;
+    p->arg_bia = DNNL_ARG_BIAS, p->arg_dst = DNNL_ARG_DST;
   } else if (kind == 1) {
     p->src = *q(pd, dnnl_query_diff_src_md);
     p->wei = *q(pd, dnnl_query_weights_md);
     p->dst = *q(pd, dnnl_query_diff_dst_md);
+    p->arg_src = DNNL_ARG_DIFF_SRC, p->arg_wei = DNNL_ARG_WEIGHTS;
+    p->arg_bia = 0, p->arg_dst = DNNL_ARG_DIFF_DST;
   } else {
     p->src = *q(pd, dnnl_query_src_md);
     p->wei = *q(pd, dnnl_query_diff_weights_md);
     p->dst = *q(pd, dnnl_query_diff_dst_md);
+    p->arg_src = DNNL_ARG_SRC, p->arg_wei = DNNL_ARG_DIFF_WEIGHTS;
+    p->arg_bia = DNNL_ARG_DIFF_BIAS, p->arg_dst = DNNL_ARG_DIFF_DST;
   }
+  if (!bias_md) p->arg_bia = 0;
   p->scratch = *q(pd, dnnl_query_scratchpad_md);
   p->scratch_bytes = dnnl_memory_desc_get_size(&p->scratch);
   st = dnnl_primitive_create(&p->prim, pd);
   dnnl_primitive_desc_destroy(pd);
   if (st != dnnl_success) return kiln_errorf(KILN_ERR_UNSUPPORTED, "oneDNN: primitive create");
+  DN(dnnl_memory_create(&p->m_src, &p->src, g_engine, DNNL_MEMORY_NONE));
+  DN(dnnl_memory_create(&p->m_wei, &p->wei, g_engine, DNNL_MEMORY_NONE));
+  DN(dnnl_memory_create(&p->m_dst, &p->dst, g_engine, DNNL_MEMORY_NONE));
+  DN(dnnl_memory_create(&p->m_scratch, &p->scratch, g_engine, DNNL_MEMORY_NONE));
+  if (p->arg_bia) DN(dnnl_memory_create(&p->m_bia, bias_md, g_engine, DNNL_MEMORY_NONE));
   return KILN_OK;
+}
+
+static void prim_free(conv_prim *p) {
+  if (p->prim) dnnl_primitive_destroy(p->prim);
+  dnnl_memory_t *ms[] = {&p->m_src, &p->m_wei, &p->m_bia, &p->m_dst, &p->m_scratch};
+  for (size_t i = 0; i < sizeof ms / sizeof ms[0]; i++)
+    if (*ms[i]) dnnl_memory_destroy(*ms[i]);
 }
 
 void kiln_dnnl_conv_destroy(kiln_dnnl_conv *c) {
   if (!c) return;
-  conv_prim *ps[3] = {&c->fwd, &c->bwd_data, &c->bwd_weights};
-  for (int i = 0; i < 3; i++)
-    if (ps[i]->prim) dnnl_primitive_destroy(ps[i]->prim);
+  prim_free(&c->fwd);
+  prim_free(&c->bwd_data);
+  prim_free(&c->bwd_weights);
   reorder *rs[] = {&c->x_in, &c->w_in, &c->y_out, &c->dy_in_d, &c->w_in_d,
                    &c->dx_out, &c->x_in_w, &c->dy_in_w, &c->dw_out, &c->db_out};
   for (size_t i = 0; i < sizeof rs / sizeof rs[0]; i++) reorder_free(rs[i]);
@@ -281,7 +305,7 @@ static int conv_create(kiln_dnnl_conv **out, int N, int M, int group, const kiln
       &wa, bias ? &c->b_md : NULL, &ya, strides, dil, pl, pr));
   /* The forward descriptor is created again as the hint for the backward ones. */
   TRYD(dnnl_primitive_desc_create(&hint, &fd, NULL, g_engine, NULL));
-  TRY(prim_make(&c->fwd, &fd, NULL, 0, c->impl[0]));
+  TRY(prim_make(&c->fwd, &fd, NULL, 0, bias ? &c->b_md : NULL, c->impl[0]));
   TRY(reorder_make(&c->x_in, &c->x_md, &c->fwd.src, false));
   TRY(reorder_make(&c->w_in, &c->w_md, &c->fwd.wei, false));
   TRY(reorder_make(&c->y_out, &c->fwd.dst, &c->y_md, false));
@@ -289,10 +313,10 @@ static int conv_create(kiln_dnnl_conv **out, int N, int M, int group, const kiln
     dnnl_convolution_desc_t dd, wdsc;
     TRYD(dnnl_dilated_convolution_backward_data_desc_init(&dd, alg, &xa, &wa,
                                                           &ya, strides, dil, pl, pr));
-    TRY(prim_make(&c->bwd_data, &dd, hint, 1, c->impl[1]));
+    TRY(prim_make(&c->bwd_data, &dd, hint, 1, NULL, c->impl[1]));
     TRYD(dnnl_dilated_convolution_backward_weights_desc_init(
         &wdsc, alg, &xa, &wa, bias ? &c->b_md : NULL, &ya, strides, dil, pl, pr));
-    TRY(prim_make(&c->bwd_weights, &wdsc, hint, 2, c->impl[2]));
+    TRY(prim_make(&c->bwd_weights, &wdsc, hint, 2, bias ? &c->b_md : NULL, c->impl[2]));
     TRY(reorder_make(&c->dy_in_d, &c->y_md, &c->bwd_data.dst, false));
     TRY(reorder_make(&c->w_in_d, &c->w_md, &c->bwd_data.wei, false));
     TRY(reorder_make(&c->dx_out, &c->bwd_data.src, &c->x_md, false));
@@ -346,24 +370,29 @@ static float *carve(float **at, const dnnl_memory_desc_t *md) {
   return p;
 }
 
-static int exec(conv_prim *p, int n, dnnl_exec_arg_t *args, float *scratch) {
-  dnnl_primitive_t prim = p->prim;
-  dnnl_memory_t sp = NULL;
-  DN(dnnl_memory_create(&sp, &p->scratch, g_engine, scratch));
-  args[n].arg = DNNL_ARG_SCRATCHPAD;
-  args[n].memory = sp;
-  dnnl_status_t st = dnnl_primitive_execute(prim, g_stream, n + 1, args);
-  dnnl_memory_destroy(sp);
-  for (int i = 0; i < n; i++) dnnl_memory_destroy(args[i].memory);
+/* Runs the primitive on these buffers (bia NULL: no bias argument). */
+static int run_prim(conv_prim *p, const void *src, const void *wei, const void *bia,
+                    const void *dst, void *scratch) {
+  dnnl_exec_arg_t args[5];
+  int n = 0;
+  const struct {
+    int arg;
+    dnnl_memory_t m;
+    const void *h;
+  } in[] = {{p->arg_src, p->m_src, src},
+            {p->arg_wei, p->m_wei, wei},
+            {p->arg_bia, p->m_bia, bia},
+            {p->arg_dst, p->m_dst, dst},
+            {DNNL_ARG_SCRATCHPAD, p->m_scratch, scratch}};
+  for (int i = 0; i < 5; i++) {
+    if (!in[i].arg || !in[i].m || !in[i].h) continue;
+    DN(dnnl_memory_set_data_handle(in[i].m, (void *)in[i].h));
+    args[n++] = (dnnl_exec_arg_t){in[i].arg, in[i].m};
+  }
+  dnnl_status_t st = dnnl_primitive_execute(p->prim, g_stream, n, args);
   if (st != dnnl_success)
     return kiln_errorf(KILN_ERR_UNSUPPORTED, "oneDNN: convolution failed (status %d)", (int)st);
   return KILN_OK;
-}
-
-static dnnl_memory_t mem(const dnnl_memory_desc_t *md, const void *p) {
-  dnnl_memory_t m = NULL;
-  if (dnnl_memory_create(&m, md, g_engine, (void *)p) != dnnl_success) return NULL;
-  return m;
 }
 
 int kiln_dnnl_conv_forward(kiln_dnnl_conv *c, float *out, const float *in, const float *w,
@@ -375,15 +404,7 @@ int kiln_dnnl_conv_forward(kiln_dnnl_conv *c, float *out, const float *in, const
   float *y = c->y_out.prim ? carve(&at, &p->dst) : out;
   KILN_TRY(reorder_run(&c->x_in, in, (void *)x));
   KILN_TRY(reorder_run(&c->w_in, w, (void *)wb));
-  dnnl_exec_arg_t args[5];
-  int n = 0;
-  args[n++] = (dnnl_exec_arg_t){DNNL_ARG_SRC, mem(&p->src, x)};
-  args[n++] = (dnnl_exec_arg_t){DNNL_ARG_WEIGHTS, mem(&p->wei, wb)};
-  if (c->bias) args[n++] = (dnnl_exec_arg_t){DNNL_ARG_BIAS, mem(&c->b_md, bias)};
-  args[n++] = (dnnl_exec_arg_t){DNNL_ARG_DST, mem(&p->dst, y)};
-  for (int i = 0; i < n; i++)
-    if (!args[i].memory) return kiln_errorf(KILN_ERR_NOMEM, "oneDNN: memory object");
-  KILN_TRY(exec(p, n, args, at));
+  KILN_TRY(run_prim(p, x, wb, c->bias ? bias : NULL, y, at));
   KILN_TRY(reorder_run(&c->y_out, y, out));
   DN(dnnl_stream_wait(g_stream));
   return KILN_OK;
@@ -405,12 +426,7 @@ int kiln_dnnl_conv_backward(kiln_dnnl_conv *c, float *din, float *dw, float *dbi
     float *dx = c->dx_out.prim ? carve(&at, &p->src) : din;
     if (!dy_both) KILN_TRY(reorder_run(&c->dy_in_d, dout, (void *)dy));
     KILN_TRY(reorder_run(&c->w_in_d, w, (void *)wb));
-    dnnl_exec_arg_t args[4] = {{DNNL_ARG_DIFF_DST, mem(&p->dst, dy)},
-                               {DNNL_ARG_WEIGHTS, mem(&p->wei, wb)},
-                               {DNNL_ARG_DIFF_SRC, mem(&p->src, dx)}};
-    for (int i = 0; i < 3; i++)
-      if (!args[i].memory) return kiln_errorf(KILN_ERR_NOMEM, "oneDNN: memory object");
-    KILN_TRY(exec(p, 3, args, at));
+    KILN_TRY(run_prim(p, dx, wb, NULL, dy, at));
     KILN_TRY(reorder_run(&c->dx_out, dx, din));
   }
   if (dw || dbias) {
@@ -422,15 +438,7 @@ int kiln_dnnl_conv_backward(kiln_dnnl_conv *c, float *din, float *dw, float *dbi
     float *dbb = c->bias ? carve(&at, &c->b_md) : NULL;
     KILN_TRY(reorder_run(&c->x_in_w, in, (void *)x));
     if (!dy_both) KILN_TRY(reorder_run(&c->dy_in_w, dout, (void *)dy));
-    dnnl_exec_arg_t args[5];
-    int n = 0;
-    args[n++] = (dnnl_exec_arg_t){DNNL_ARG_SRC, mem(&p->src, x)};
-    args[n++] = (dnnl_exec_arg_t){DNNL_ARG_DIFF_DST, mem(&p->dst, dy)};
-    args[n++] = (dnnl_exec_arg_t){DNNL_ARG_DIFF_WEIGHTS, mem(&p->wei, dwb)};
-    if (c->bias) args[n++] = (dnnl_exec_arg_t){DNNL_ARG_DIFF_BIAS, mem(&c->b_md, dbb)};
-    for (int i = 0; i < n; i++)
-      if (!args[i].memory) return kiln_errorf(KILN_ERR_NOMEM, "oneDNN: memory object");
-    KILN_TRY(exec(p, n, args, at));
+    KILN_TRY(run_prim(p, x, dwb, dbb, dy, at));
     if (dw) KILN_TRY(reorder_run(&c->dw_out, dwb, dw));
     if (dbias && c->bias) KILN_TRY(reorder_run(&c->db_out, dbb, dbias));
   }
