@@ -41,8 +41,7 @@ typedef struct {
 /* One primitive and the layouts it chose. */
 typedef struct {
   dnnl_primitive_t prim;
-  dnnl_memory_desc_t src, wei, bia, dst, scratch;
-  size_t scratch_bytes;
+  dnnl_memory_desc_t src, wei, dst, scratch;
   /* Memory objects for its arguments, made once; each call only sets their data handles, so a
    * training step allocates nothing. arg_* are the DNNL_ARG_* each one is passed as. */
   dnnl_memory_t m_src, m_wei, m_bia, m_dst, m_scratch;
@@ -50,8 +49,6 @@ typedef struct {
 } conv_prim;
 
 struct kiln_dnnl_conv {
-  int N, M, group;
-  kiln_conv_geom g;
   bool bias;
   conv_prim fwd, bwd_data, bwd_weights;
   /* plain descriptors */
@@ -166,7 +163,6 @@ static int prim_make(conv_prim *p, const dnnl_convolution_desc_t *desc,
   }
   if (!bias_md) p->arg_bia = 0;
   p->scratch = *q(pd, dnnl_query_scratchpad_md);
-  p->scratch_bytes = dnnl_memory_desc_get_size(&p->scratch);
   st = dnnl_primitive_create(&p->prim, pd);
   dnnl_primitive_desc_destroy(pd);
   if (st != dnnl_success) return kiln_errorf(KILN_ERR_UNSUPPORTED, "oneDNN: primitive create");
@@ -231,10 +227,6 @@ static int conv_create(kiln_dnnl_conv **out, int N, int M, int group, const kiln
                        (int)g_init_status);
   kiln_dnnl_conv *c = calloc(1, sizeof *c);
   if (!c) return kiln_errorf(KILN_ERR_NOMEM, "out of memory");
-  c->N = N;
-  c->M = M;
-  c->group = group;
-  c->g = *g;
   c->bias = bias;
   int rc = KILN_OK;
 #define TRY(x)                       \
@@ -279,6 +271,7 @@ static int conv_create(kiln_dnnl_conv **out, int N, int M, int group, const kiln
    * (kiln-conv-routes, docs/PERF.md). */
   const int cg = g->channels / group, mg = M / group;
   const bool blocks = cg < 16 || (cg % 16 == 0 && mg % 16 == 0);
+  /* KILN_DNNL_LAYOUT=any|nhwc overrides the rule, for kiln-conv-routes to time each route. */
   const char *fmt = getenv("KILN_DNNL_LAYOUT");
   dnnl_format_tag_t atag = fmt && !strcmp(fmt, "nhwc")  ? dnnl_nhwc
                            : fmt && !strcmp(fmt, "any") ? dnnl_format_tag_any
