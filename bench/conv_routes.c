@@ -1,5 +1,6 @@
 /* kiln-conv-routes: one convolution shape through each route kiln has (the plain im2col + GEMM
- * kernels, and oneDNN with its blocked or its channels-last layouts), forward and backward, the
+ * kernels, oneDNN with its blocked or its channels-last layouts, and the shifted-row direct
+ * kernels for stride 1 and group 1), forward and backward, the
  * best of R repetitions in ms. It is the measurement behind the route each shape takes
  * (docs/PERF.md); not a test.
  *
@@ -45,11 +46,14 @@ int main(int argc, char **argv) {
   printf("N%d C%d %dx%d M%d k%d pad%d stride%d group%d threads%d din%d\n", N, C, H, W, M, K, P, S,
          G, nt, want_din);
   printf("%-12s %9s %9s %9s\n", "route", "fwd ms", "bwd ms", "total");
-  const char *routes[] = {"plain", "dnnl-blocked", "dnnl-nhwc"};
-  for (int r = 0; r < 3; r++) {
+  const char *routes[] = {"plain", "dnnl-blocked", "dnnl-nhwc", "shift"};
+  for (int r = 0; r < 4; r++) {
     kiln_dnnl_conv *dn = NULL;
     int64_t ws_n = kiln_conv_workspace(&g, G, nt) + (int64_t)nt * nw;
-    if (r > 0) {
+    if (r == 3) {
+      if (!kiln_conv_shift_supported(&g, G)) continue;
+      ws_n = kiln_conv_shift_workspace(&g, N, M, nt, true);
+    } else if (r > 0) {
       if (!kiln_dnnl_available()) continue;
       setenv("KILN_DNNL_LAYOUT", r == 1 ? "any" : "nhwc", 1);
       if (kiln_dnnl_conv_create(&dn, N, M, G, &g, true, true, KILN_LAYOUT_PLAIN,
@@ -63,12 +67,16 @@ int main(int argc, char **argv) {
     double best_f = 1e30, best_b = 1e30;
     for (int it = 0; it < reps + 1; it++) {
       double t0 = now_ms();
-      if (dn)
+      if (r == 3)
+        kiln_conv_shift_forward(out, in, w, b, N, M, &g, ws, nt);
+      else if (dn)
         kiln_dnnl_conv_forward(dn, out, in, w, b, ws);
       else
         kiln_conv2d_forward(out, in, w, b, N, M, G, &g, ws, nt);
       double t1 = now_ms();
-      if (dn)
+      if (r == 3)
+        kiln_conv_shift_backward(want_din ? din : NULL, dw, db, dout, in, w, N, M, &g, ws, nt);
+      else if (dn)
         kiln_dnnl_conv_backward(dn, want_din ? din : NULL, dw, db, dout, in, w, ws);
       else
         kiln_conv2d_backward(want_din ? din : NULL, dw, db, dout, in, w, N, M, G, &g, ws,

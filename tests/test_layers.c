@@ -192,6 +192,16 @@ static void test_conv_gradients(void **state) {
            fillers);
   check_grad(text, &c, 1, 1, NULL);
   kiln_blob_free(c);
+
+  /* 5 kernel rows at stride 1 into 7 outputs: the shifted-row route (LeNet's shapes take it),
+   * with padding and a column dilation; plain under KILN_ENGINE=ref */
+  kiln_blob *d = gc_blob("d", 4, SHAPE(2, 3, 7, 9), -1, 1, &rng);
+  snprintf(text, sizeof text,
+           "name: 'c5' type: 'Convolution' convolution_param { num_output: 7 kernel_size: 5 "
+           "pad: 2 dilation: 1 dilation: 2 %s }",
+           fillers);
+  check_grad(text, &d, 1, 1, NULL);
+  kiln_blob_free(d);
 }
 
 static void test_conv_bad_parameters(void **state) {

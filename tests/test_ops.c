@@ -152,6 +152,9 @@ static const conv_case conv_cases[] = {
     {3, 4, 13, 12, 4, 3, 3, 3, 2, 2, 3, 2, 1, 2, 1}, /* pad beyond kernel reach, group 2 */
     {2, 16, 9, 8, 32, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1},  /* 16 | channels, 3x3: oneDNN's Winograd */
     {2, 32, 6, 7, 16, 3, 3, 1, 1, 1, 1, 1, 1, 1, 0},  /* the same, odd width, no bias */
+    {2, 20, 12, 12, 50, 5, 5, 0, 0, 1, 1, 1, 1, 1, 1}, /* LeNet's conv2: shifted-row route */
+    {2, 1, 28, 28, 20, 5, 5, 0, 0, 1, 1, 1, 1, 1, 1},  /* LeNet's conv1 */
+    {3, 3, 9, 10, 7, 7, 2, 3, 1, 1, 1, 1, 2, 1, 1},    /* 7 kernel rows, 7 outputs: block tails */
 };
 
 /* The oneDNN route (when the build has it) on the same case: the same contract as the plain
@@ -209,6 +212,57 @@ static void run_dnnl_case(const conv_case *c, const kiln_conv_geom *g, const flo
   kiln_set_num_threads(2);
   kiln_free(ws);
   kiln_dnnl_conv_destroy(dn);
+}
+
+/* The shifted-row route (stride 1, group 1) on the same case and contract, on 1, 2 and 3
+ * threads with garbage workspace: close to the reference and the same bits on every thread
+ * count. */
+static void run_shift_case(const conv_case *c, const kiln_conv_geom *g, const float *in,
+                           const float *w, const float *b, const float *dout, const float *dw0,
+                           const float *db0, const double *ref_out, const double *ref_din,
+                           const double *ref_dw, const double *ref_db) {
+  if (!kiln_conv_shift_supported(g, c->group)) return;
+  const int64_t nin = (int64_t)c->N * c->C * c->H * c->W;
+  const int64_t nout = (int64_t)c->N * c->M * g->out_h * g->out_w;
+  const int64_t nw = (int64_t)c->M * c->C * c->kh * c->kw;
+  float *out[3], *din[3], *dw[3], *db[3];
+  for (int t = 0; t < 3; t++) {
+    const int nt = t + 1;
+    const int64_t nws = kiln_conv_shift_workspace(g, c->N, c->M, nt, true);
+    float *ws = fbuf(nws);
+    out[t] = fbuf(nout), din[t] = fbuf(nin), dw[t] = fbuf(nw), db[t] = fbuf(c->M);
+    fill_const(out[t], nout, NAN);
+    fill_const(din[t], nin, 777.0f);
+    fill_const(ws, nws, NAN);
+    memcpy(dw[t], dw0, sizeof(float) * (size_t)nw);
+    memcpy(db[t], db0, sizeof(float) * (size_t)c->M);
+    kiln_conv_shift_forward(out[t], in, w, b, c->N, c->M, g, ws, nt);
+    fill_const(ws, nws, NAN);
+    kiln_conv_shift_backward(din[t], dw[t], c->bias ? db[t] : NULL, dout, in, w, c->N, c->M, g,
+                             ws, nt);
+    free(ws);
+  }
+  expect_close_d("shift out", out[0], ref_out, nout, 1e-4, 1e-4);
+  expect_close_d("shift din", din[0], ref_din, nin, 1e-4, 1e-4);
+  expect_close_d("shift dw", dw[0], ref_dw, nw, 1e-4, 1e-4);
+  if (c->bias) expect_close_d("shift dbias", db[0], ref_db, c->M, 1e-4, 1e-4);
+  for (int t = 1; t < 3; t++) {
+    assert_memory_equal(out[t], out[0], sizeof(float) * (size_t)nout);
+    assert_memory_equal(din[t], din[0], sizeof(float) * (size_t)nin);
+    assert_memory_equal(dw[t], dw[0], sizeof(float) * (size_t)nw);
+    assert_memory_equal(db[t], db[0], sizeof(float) * (size_t)c->M);
+  }
+  /* Each gradient alone (the others NULL) gives the same bits. */
+  const int64_t nws = kiln_conv_shift_workspace(g, c->N, c->M, 2, true);
+  float *ws = fbuf(nws), *din1 = fbuf(nin), *dw1 = fbuf(nw);
+  memcpy(dw1, dw0, sizeof(float) * (size_t)nw);
+  fill_const(ws, nws, NAN);
+  kiln_conv_shift_backward(din1, NULL, NULL, dout, in, w, c->N, c->M, g, ws, 2);
+  kiln_conv_shift_backward(NULL, dw1, NULL, dout, in, w, c->N, c->M, g, ws, 2);
+  assert_memory_equal(din1, din[0], sizeof(float) * (size_t)nin);
+  assert_memory_equal(dw1, dw[0], sizeof(float) * (size_t)nw);
+  free(ws), free(din1), free(dw1);
+  for (int t = 0; t < 3; t++) free(out[t]), free(din[t]), free(dw[t]), free(db[t]);
 }
 
 static void run_conv_case(const conv_case *c, kiln_rng *r) {
@@ -271,6 +325,7 @@ static void run_conv_case(const conv_case *c, kiln_rng *r) {
     free(db[t]);
   }
   run_dnnl_case(c, &g, in, w, b, dout, dw0, db0, ref_out, ref_din, ref_dw, ref_db);
+  run_shift_case(c, &g, in, w, b, dout, dw0, db0, ref_out, ref_din, ref_dw, ref_db);
   free(in), free(w), free(bias), free(dout), free(dw0), free(db0);
   free(ref_out), free(ref_din), free(ref_dw), free(ref_db);
 }
@@ -567,6 +622,50 @@ static void from_blocked16(float *dst, const float *src, int N, int C, int64_t S
 /* Pooling on the blocked layout against the plain kernels on random shapes (odd sizes, padding,
  * stride, CEIL and FLOOR, windows larger than the stride and smaller): the same windows in the
  * same order, so the same bits, forward and backward, MAX (with its mask) and AVE. */
+/* Max pooling's 2x2 stride-2 route (8 and 4 windows per vector step, general loop for the
+ * rest) against the rule written out: per window the first maximum in row-major order, strict >,
+ * seeded with the window's first value (a NaN there stays; a NaN later never wins). Widths that
+ * exercise the 8-step, the 4-step and the scalar rest; CEIL mode with odd sizes adds partial
+ * windows; ties and NaNs in the data. Values and indices must match bit for bit. */
+static void test_maxpool_2x2_matches_rule(void **state) {
+  (void)state;
+  kiln_rng r;
+  kiln_rng_seed(&r, 23, 6);
+  for (int it = 0; it < 60; it++) {
+    const int N = 1 + (int)kiln_rng_below(&r, 2), C = 1 + (int)kiln_rng_below(&r, 3);
+    const int H = 2 + (int)kiln_rng_below(&r, 30), W = 2 + (int)kiln_rng_below(&r, 40);
+    const int ceil_mode = (int)kiln_rng_below(&r, 2);
+    kiln_conv_geom g = {.channels = C, .height = H, .width = W, .kernel_h = 2, .kernel_w = 2,
+                        .stride_h = 2, .stride_w = 2, .dilation_h = 1, .dilation_w = 1};
+    assert_int_equal(kiln_pool_out_size(&g, ceil_mode), 0);
+    const int64_t nin = (int64_t)N * C * H * W, nout = (int64_t)N * C * g.out_h * g.out_w;
+    float *x = fbuf(nin), *y = fbuf(nout);
+    int32_t *mk = malloc(sizeof(int32_t) * (size_t)nout);
+    assert_non_null(mk);
+    for (int64_t i = 0; i < nin; i++) /* few distinct values: many ties */
+      x[i] = (float)kiln_rng_below(&r, 5) - 2.0f;
+    for (int64_t i = 0; i < nin; i += 13) x[i] = NAN;
+    kiln_maxpool_forward(y, mk, x, N, &g);
+    for (int64_t pl = 0; pl < (int64_t)N * C; pl++)
+      for (int oh = 0; oh < g.out_h; oh++)
+        for (int ow = 0; ow < g.out_w; ow++) {
+          const float *xp = x + pl * H * W;
+          const int h0 = 2 * oh, w0 = 2 * ow;
+          const int h1 = h0 + 2 < H ? h0 + 2 : H, w1 = w0 + 2 < W ? w0 + 2 : W;
+          float best = xp[h0 * W + w0];
+          int32_t arg = h0 * W + w0;
+          for (int h = h0; h < h1; h++)
+            for (int w = w0; w < w1; w++)
+              if (xp[h * W + w] > best) best = xp[h * W + w], arg = h * W + w;
+          const int64_t o = (pl * g.out_h + oh) * g.out_w + ow;
+          if (mk[o] != arg || memcmp(&y[o], &best, sizeof best) != 0)
+            fail_msg("%dx%d ceil%d window (%d,%d): got %g at %d, want %g at %d", H, W, ceil_mode,
+                     oh, ow, (double)y[o], mk[o], (double)best, arg);
+        }
+    free(x), free(y), free(mk);
+  }
+}
+
 static void test_pool_blocked_matches_plain(void **state) {
   (void)state;
   kiln_rng r;
@@ -935,6 +1034,7 @@ int main(void) {
       cmocka_unit_test(test_pool_hand_computed),
       cmocka_unit_test(test_pool_padding),
       cmocka_unit_test(test_pool_blocked_matches_plain),
+      cmocka_unit_test(test_maxpool_2x2_matches_rule),
       cmocka_unit_test(test_pool_gradient_finite_differences),
       cmocka_unit_test(test_softmax_forward),
       cmocka_unit_test(test_softmax_gradient_finite_differences),

@@ -64,6 +64,21 @@ int kiln_dnnl_conv_backward(kiln_dnnl_conv *c, float *din, float *dw, float *dbi
                             const float *dout, const float *in, const float *w, float *ws);
 void kiln_dnnl_conv_destroy(kiln_dnnl_conv *c);
 
+/* Direct convolution by shifted rows (src/ops/conv_shift.c) for stride 1 and group 1: the
+ * route for small channel counts on small planes, where neither oneDNN's 16-channel blocks nor
+ * im2col's GEMMs are filled (LeNet). Same contract as kiln_conv2d_forward/backward (out and din
+ * overwritten, dw and dbias accumulated, any gradient NULL to skip), workspace of
+ * kiln_conv_shift_workspace() floats (backward true: the size the backward pass needs, which
+ * also covers the forward). Results are bitwise independent of nthreads. */
+bool kiln_conv_shift_supported(const kiln_conv_geom *g, int group);
+int64_t kiln_conv_shift_workspace(const kiln_conv_geom *g, int N, int M, int nthreads,
+                                  bool backward);
+void kiln_conv_shift_forward(float *out, const float *in, const float *w, const float *bias,
+                             int N, int M, const kiln_conv_geom *g, float *ws, int nthreads);
+void kiln_conv_shift_backward(float *din, float *dw, float *dbias, const float *dout,
+                              const float *in, const float *w, int N, int M,
+                              const kiln_conv_geom *g, float *ws, int nthreads);
+
 /* Pooling over (N, C, H, W) -> (N, C, OH, OW), Caffe's semantics: windows clipped to the padded
  * input; AVE divides by the window size clipped to H+pad (not to H); MAX records the argmax index
  * (into the H*W plane) in `mask` for backward. Output size with CEIL or FLOOR rounding and

@@ -17,6 +17,7 @@ typedef struct {
   int dn_h, dn_w;
   int dn_xl, dn_yl;   /* the layouts of input and output they were made for */
   bool plain_din;     /* with oneDNN: the input gradient still on the plain route */
+  bool shift;         /* the shifted-row direct kernels (kiln_conv_shift_*) */
 } conv_state;
 
 /* oneDNN unless the build lacks it or KILN_ENGINE=ref asks for the plain C reference, or the
@@ -28,6 +29,21 @@ static bool want_dnnl(const conv_state *s) {
   const char *e = getenv("KILN_ENGINE");
   if (e && strcmp(e, "ref") == 0) return false;
   return !(s->g.channels / s->group < 16 && (s->M / s->group) % 16 != 0);
+}
+
+/* The shifted-row direct kernels where they were measured to beat every other route
+ * (`kiln-conv-routes`, docs/PERF.md): stride 1 and group 1, an output channel count off oneDNN's
+ * 16-blocks, and 5 or more kernel rows (the register blocks hold 4-6 kernel rows of the weight
+ * and input gradients; with 3 they are a third empty). LeNet's conv2, 20 -> 50 5x5 on 12x12:
+ * 6.9 ms against 8.7 (oneDNN channels-last) and 11.2 (im2col); its conv1, 1 -> 20 on 28x28:
+ * 1.6 against 2.3. Per-image shifted planes over 512 KiB would leave the caches: not taken. */
+static bool want_shift(const conv_state *s, int64_t N) {
+  const char *e = getenv("KILN_ENGINE");
+  if (e && strcmp(e, "ref") == 0) return false;
+  const kiln_conv_geom *g = &s->g;
+  if (!kiln_conv_shift_supported(g, s->group) || s->M % 16 == 0 || g->kernel_h < 5) return false;
+  int64_t per_image = kiln_conv_shift_workspace(g, (int)N, s->M, 1, false);
+  return per_image * (int64_t)sizeof(float) <= 512 * 1024;
 }
 
 /* Caffe allows a value given once (both axes) or per axis (repeated), or as *_h / *_w. */
@@ -117,7 +133,12 @@ static int conv_reshape(kiln_layer *l) {
              g->kernel_h * g->kernel_w;
   int64_t wcount = (int64_t)s->M * (g->channels / s->group) * g->kernel_h * g->kernel_w;
   l->workspace_floats = kiln_conv_workspace(g, s->group, l->nthreads) + (int64_t)l->nthreads * wcount;
-  if (want_dnnl(s)) {
+  s->shift = want_shift(s, x->shape[0]);
+  if (s->shift) {
+    kiln_dnnl_conv_destroy(s->dn);
+    s->dn = NULL;
+    l->workspace_floats = kiln_conv_shift_workspace(g, (int)x->shape[0], s->M, l->nthreads, true);
+  } else if (want_dnnl(s)) {
     const int xl = x->layout, yl = l->top[0]->layout;
     if (!s->dn || s->dn_n != x->shape[0] || s->dn_h != g->height || s->dn_w != g->width ||
         s->dn_xl != xl || s->dn_yl != yl) {
@@ -151,6 +172,12 @@ static int conv_reshape(kiln_layer *l) {
 
 static int conv_forward(kiln_layer *l) {
   conv_state *s = l->priv;
+  if (s->shift) {
+    kiln_conv_shift_forward(l->top[0]->data, l->bottom[0]->data, l->param[0]->data,
+                            s->bias ? l->param[1]->data : NULL, (int)l->bottom[0]->shape[0], s->M,
+                            &s->g, l->workspace, l->nthreads);
+    return KILN_OK;
+  }
   if (s->dn)
     return kiln_dnnl_conv_forward(s->dn, l->top[0]->data, l->bottom[0]->data, l->param[0]->data,
                                   s->bias ? l->param[1]->data : NULL, l->workspace);
@@ -162,6 +189,13 @@ static int conv_forward(kiln_layer *l) {
 
 static int conv_backward(kiln_layer *l) {
   conv_state *s = l->priv;
+  if (s->shift) {
+    kiln_conv_shift_backward(l->propagate_down[0] ? l->bottom[0]->diff : NULL, l->param[0]->diff,
+                             s->bias ? l->param[1]->diff : NULL, l->top[0]->diff,
+                             l->bottom[0]->data, l->param[0]->data, (int)l->bottom[0]->shape[0],
+                             s->M, &s->g, l->workspace, l->nthreads);
+    return KILN_OK;
+  }
   if (s->dn) {
     float *din = l->propagate_down[0] ? l->bottom[0]->diff : NULL;
     if (din && s->plain_din) {

@@ -1,6 +1,7 @@
 /* Max and average pooling with Caffe's window rules (CEIL/FLOOR output size, windows clipped to
  * the padded input, AVE divisor counting padding up to H + pad), threaded over the N*C planes. */
 #include <float.h>
+#include <stdbool.h>
 #include <string.h>
 
 #include "kiln/ops.h"
@@ -37,19 +38,80 @@ static inline int imax(int a, int b) { return a > b ? a : b; }
  * (N, C, H, W). Padding never wins. Ties keep the first maximum in row-major window order.
  * An empty window (possible only without padding, in CEIL mode, when stride > kernel) gives 0 and
  * mask -1 (Caffe would write -FLT_MAX there and misroute its gradient). */
+/* The common 2x2 window at stride 2 without padding, over the windows that lie whole inside
+ * the image (rows < full_h, columns < full_w): the same comparisons in the same order as the
+ * general loop below (seeded with the top-left value, strict >, row-major), so the same values
+ * and indices, with the window bounds and loops taken out. */
+typedef float v8f __attribute__((vector_size(32)));
+typedef int32_t v8i __attribute__((vector_size(32)));
+typedef float v4f __attribute__((vector_size(16)));
+typedef int32_t v4i __attribute__((vector_size(16)));
+
+/* L windows of 2x2 at stride 2 (L = 8 or 4): r0 and r1 hold the window rows' 2L values each,
+ * split into left and right columns; ia is each window's top-left index. Compare-and-select in
+ * vector registers, in the general loop's order (seeded with the top-left value, strict >, so
+ * ties keep the earlier): which value wins is data-dependent, and branches on it mispredict. */
+#define MAX_WINDOWS(NAME, VF, VI, L, EVEN)                                                   \
+  static inline void NAME(float *y, int32_t *mk, const float *r0, const float *r1, int32_t i0, \
+                          int W) {                                                           \
+    const VI even = EVEN, odd = even + 1;                                                    \
+    VF p0, p1, q0, q1;                                                                       \
+    memcpy(&p0, r0, sizeof p0);                                                              \
+    memcpy(&p1, r0 + L, sizeof p1);                                                          \
+    memcpy(&q0, r1, sizeof q0);                                                              \
+    memcpy(&q1, r1 + L, sizeof q1);                                                          \
+    const VF a = __builtin_shuffle(p0, p1, even), b = __builtin_shuffle(p0, p1, odd);        \
+    const VF c = __builtin_shuffle(q0, q1, even), d = __builtin_shuffle(q0, q1, odd);        \
+    const VI ia = even + i0;                                                                 \
+    VF best = a;                                                                             \
+    VI arg = ia, m;                                                                          \
+    m = b > best;                                                                            \
+    best = (VF)((m & (VI)b) | (~m & (VI)best)), arg = (m & (ia + 1)) | (~m & arg);           \
+    m = c > best;                                                                            \
+    best = (VF)((m & (VI)c) | (~m & (VI)best)), arg = (m & (ia + W)) | (~m & arg);           \
+    m = d > best;                                                                            \
+    best = (VF)((m & (VI)d) | (~m & (VI)best)), arg = (m & (ia + W + 1)) | (~m & arg);       \
+    memcpy(y, &best, sizeof best);                                                           \
+    memcpy(mk, &arg, sizeof arg);                                                            \
+  }
+MAX_WINDOWS(max8, v8f, v8i, 8, ((v8i){0, 2, 4, 6, 8, 10, 12, 14}))
+MAX_WINDOWS(max4, v4f, v4i, 4, ((v4i){0, 2, 4, 6}))
+
+/* The common 2x2 window at stride 2 without padding, over the windows that lie whole inside
+ * the image (rows < full_h): columns in steps of 8 and 4 windows. Returns how many columns it
+ * did (full_w rounded down to 4); the general loop does the rest, with the same results. */
+static int maxpool_2x2s2_whole(float *y, int32_t *mk, const float *x, int W, int OW, int full_h,
+                               int full_w) {
+  const int done = full_w / 4 * 4;
+  for (int oh = 0; oh < full_h; oh++) {
+    const float *r0 = x + (int64_t)2 * oh * W, *r1 = r0 + W;
+    const int32_t base = 2 * oh * W;
+    int ow = 0;
+    for (; ow + 8 <= done; ow += 8)
+      max8(y + oh * OW + ow, mk + oh * OW + ow, r0 + 2 * ow, r1 + 2 * ow, base + 2 * ow, W);
+    if (ow < done)
+      max4(y + oh * OW + ow, mk + oh * OW + ow, r0 + 2 * ow, r1 + 2 * ow, base + 2 * ow, W);
+  }
+  return done;
+}
+
 void kiln_maxpool_forward(float *out, int32_t *mask, const float *in, int N,
                           const kiln_conv_geom *g) {
   const int H = g->height, W = g->width, OH = g->out_h, OW = g->out_w;
   const int64_t planes = (int64_t)N * g->channels;
+  const bool k2s2 = g->kernel_h == 2 && g->kernel_w == 2 && g->stride_h == 2 &&
+                    g->stride_w == 2 && g->pad_h == 0 && g->pad_w == 0;
+  const int full_h = k2s2 ? imin(OH, H / 2) : 0, full_w = k2s2 ? imin(OW, W / 2) : 0;
 #pragma omp parallel for schedule(static) if (planes * OH * OW >= POOL_PARALLEL_MIN)
   for (int64_t pl = 0; pl < planes; pl++) {
     const float *x = in + pl * H * W;
     float *y = out + pl * OH * OW;
     int32_t *mk = mask + pl * OH * OW;
+    const int done = maxpool_2x2s2_whole(y, mk, x, W, OW, full_h, full_w);
     for (int oh = 0; oh < OH; oh++) {
       const int h0 = imax(oh * g->stride_h - g->pad_h, 0);
       const int h1 = imin(oh * g->stride_h - g->pad_h + g->kernel_h, H);
-      for (int ow = 0; ow < OW; ow++) {
+      for (int ow = oh < full_h ? done : 0; ow < OW; ow++) {
         const int w0 = imax(ow * g->stride_w - g->pad_w, 0);
         const int w1 = imin(ow * g->stride_w - g->pad_w + g->kernel_w, W);
         if (h0 >= h1 || w0 >= w1) { /* an empty window (see above): output 0, no gradient */
