@@ -80,11 +80,11 @@ static int eltwise_forward(kiln_layer *l) {
       /* One pass per bottom, each a threaded, vectorised loop; element-wise, so bottom 0 may be
        * the top (in place). */
       const float c0 = s->coeff[0], *x0 = l->bottom[0]->data;
-#pragma omp parallel for simd schedule(static) num_threads(l->nthreads) if (n > 32768)
+#pragma omp parallel for simd schedule(static) num_threads(l->nthreads) if (parallel: n > 32768)
       for (int64_t k = 0; k < n; k++) y[k] = c0 * x0[k];
       for (int b = 1; b < nb; b++) {
         const float cb = s->coeff[b], *xb = l->bottom[b]->data;
-#pragma omp parallel for simd schedule(static) num_threads(l->nthreads) if (n > 32768)
+#pragma omp parallel for simd schedule(static) num_threads(l->nthreads) if (parallel: n > 32768)
         for (int64_t k = 0; k < n; k++) y[k] += cb * xb[k];
       }
       break;
@@ -136,7 +136,7 @@ static int eltwise_backward(kiln_layer *l) {
       case OP_SUM: {
         const float c = s->coeff[b];
         if (c == 1.0f && dx == dy) break; /* in place with coefficient 1: already the top's */
-#pragma omp parallel for simd schedule(static) num_threads(l->nthreads) if (n > 32768)
+#pragma omp parallel for simd schedule(static) num_threads(l->nthreads) if (parallel: n > 32768)
         for (int64_t k = 0; k < n; k++) dx[k] = c * dy[k];
         break;
       }

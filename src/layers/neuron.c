@@ -19,8 +19,11 @@ static int relu_forward(kiln_layer *l) {
   float slope = KILN_PARAM_OR(l->lp->relu_param, relu_defaults)->negative_slope;
   int64_t n = l->bottom[0]->count;
   /* `simd`: vectorised, the select becomes a blend. Without it (gcc -O2) the loop stays scalar and
-   * branches on random signs: 10x slower. (fmaxf would be a libm call per element.) */
-#pragma omp parallel for simd schedule(static) num_threads(l->nthreads) if (n > 32768)
+   * branches on random signs: 10x slower. (fmaxf would be a libm call per element.) The `if`
+   * names `parallel`: an `if` without a modifier on a combined construct also applies to `simd`
+   * (OpenMP 5.0) and turned vectorisation off for every blob under the threshold (LeNet's relu1:
+   * 0.1 ms a pass, 13x the vectorised loop). */
+#pragma omp parallel for simd schedule(static) num_threads(l->nthreads) if (parallel: n > 32768)
   for (int64_t i = 0; i < n; i++) y[i] = x[i] > 0 ? x[i] : slope * x[i];
   return KILN_OK;
 }
@@ -34,7 +37,7 @@ static int relu_backward(kiln_layer *l) {
   float slope = KILN_PARAM_OR(l->lp->relu_param, relu_defaults)->negative_slope;
   const float *v = l->bottom[0] == l->top[0] ? y : l->bottom[0]->data;
   int64_t n = l->bottom[0]->count;
-#pragma omp parallel for simd schedule(static) num_threads(l->nthreads) if (n > 32768)
+#pragma omp parallel for simd schedule(static) num_threads(l->nthreads) if (parallel: n > 32768)
   for (int64_t i = 0; i < n; i++) dx[i] = v[i] > 0 ? dy[i] : slope * dy[i];
   return KILN_OK;
 }

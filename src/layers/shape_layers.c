@@ -91,7 +91,7 @@ static int split_forward(kiln_layer *l) {
   for (int t = 0; t < l->ntop; t++) {
     float *y = l->top[t]->data;
     if (y == x) continue;
-#pragma omp parallel for simd schedule(static) num_threads(l->nthreads) if (n > 32768)
+#pragma omp parallel for simd schedule(static) num_threads(l->nthreads) if (parallel: n > 32768)
     for (int64_t i = 0; i < n; i++) y[i] = x[i];
   }
   return KILN_OK;
@@ -104,15 +104,15 @@ static int split_backward(kiln_layer *l) {
   const int64_t n = l->bottom[0]->count;
   const float *d0 = l->top[0]->diff, *d1 = l->ntop > 1 ? l->top[1]->diff : NULL;
   if (d1) {
-#pragma omp parallel for simd schedule(static) num_threads(l->nthreads) if (n > 32768)
+#pragma omp parallel for simd schedule(static) num_threads(l->nthreads) if (parallel: n > 32768)
     for (int64_t i = 0; i < n; i++) dx[i] = d0[i] + d1[i];
   } else if (dx != d0) {
-#pragma omp parallel for simd schedule(static) num_threads(l->nthreads) if (n > 32768)
+#pragma omp parallel for simd schedule(static) num_threads(l->nthreads) if (parallel: n > 32768)
     for (int64_t i = 0; i < n; i++) dx[i] = d0[i];
   }
   for (int t = 2; t < l->ntop; t++) {
     const float *dy = l->top[t]->diff;
-#pragma omp parallel for simd schedule(static) num_threads(l->nthreads) if (n > 32768)
+#pragma omp parallel for simd schedule(static) num_threads(l->nthreads) if (parallel: n > 32768)
     for (int64_t i = 0; i < n; i++) dx[i] += dy[i];
   }
   return KILN_OK;
