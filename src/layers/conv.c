@@ -1,5 +1,7 @@
 /* Convolution (2-D, Caffe's parameters: kernel/pad/stride/dilation as a single value or h/w
- * pair, group, bias) over im2col + GEMM kernels in src/ops. */
+ * pair, group, bias) over the kernels in src/ops, by the route measured fastest for the shape:
+ * shifted rows (conv_shift.c), oneDNN (conv_dnnl.c), or im2col + GEMM (conv.c, the reference,
+ * and the only route under KILN_ENGINE=ref). */
 #include <stdlib.h>
 #include <string.h>
 

@@ -26,6 +26,11 @@
 typedef float v16f __attribute__((vector_size(64)));
 #define VL 16
 
+/* The helpers below pass 64-byte vectors by value; they are static inline, so no call crosses
+ * an ABI boundary, and gcc's note that the ABI differs without AVX-512 (portable builds) does
+ * not apply. */
+#pragma GCC diagnostic ignored "-Wpsabi"
+
 /* Output channels and kernel rows per weight-gradient block: 4 x 6 accumulators at most. */
 #define DW_RM 4
 #define DW_TH 6
