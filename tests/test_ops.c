@@ -155,6 +155,7 @@ static const conv_case conv_cases[] = {
     {2, 20, 12, 12, 50, 5, 5, 0, 0, 1, 1, 1, 1, 1, 1}, /* LeNet's conv2: shifted-row route */
     {2, 1, 28, 28, 20, 5, 5, 0, 0, 1, 1, 1, 1, 1, 1},  /* LeNet's conv1 */
     {3, 3, 9, 10, 7, 7, 2, 3, 1, 1, 1, 1, 2, 1, 1},    /* 7 kernel rows, 7 outputs: block tails */
+    {2, 2, 8, 4, 3, 5, 3, 0, 5, 1, 1, 1, 5, 1, 1},     /* kernel columns shifted past the image */
 };
 
 /* The oneDNN route (when the build has it) on the same case: the same contract as the plain

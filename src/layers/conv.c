@@ -37,11 +37,17 @@ static bool want_dnnl(const conv_state *s) {
  * (`kiln-conv-routes`, docs/PERF.md): stride 1 and group 1, an output channel count off oneDNN's
  * 16-blocks, and 5 or more kernel rows (the register blocks hold 4-6 kernel rows of the weight
  * and input gradients; with 3 they are a third empty). LeNet's conv2, 20 -> 50 5x5 on 12x12:
- * 6.9 ms against 8.7 (oneDNN channels-last) and 11.2 (im2col); its conv1, 1 -> 20 on 28x28:
- * 1.6 against 2.3. Per-image shifted planes over 512 KiB would leave the caches: not taken. */
-static bool want_shift(const conv_state *s, int64_t N) {
+ * 6.9 ms against 8.7 (oneDNN channels-last) and 11.2 (im2col); its conv1, 1 -> 20 on 28x28,
+ * forward and weight gradient: 1.0-1.3 against 2.3. Per-image shifted planes over 512 KiB
+ * would leave the caches: not taken. */
+static bool want_shift(const conv_state *s, const kiln_layer *l) {
   const char *e = getenv("KILN_ENGINE");
   if (e && strcmp(e, "ref") == 0) return false;
+  /* It reads and writes Caffe's layout only (a blocked neighbour means oneDNN was chosen at
+   * the first reshape; a later reshape keeps that route). */
+  if (l->bottom[0]->layout != KILN_LAYOUT_PLAIN || l->top[0]->layout != KILN_LAYOUT_PLAIN)
+    return false;
+  const int64_t N = l->bottom[0]->shape[0];
   const kiln_conv_geom *g = &s->g;
   if (!kiln_conv_shift_supported(g, s->group) || s->M % 16 == 0 || g->kernel_h < 5) return false;
   int64_t per_image = kiln_conv_shift_workspace(g, (int)N, s->M, 1, false);
@@ -135,7 +141,7 @@ static int conv_reshape(kiln_layer *l) {
              g->kernel_h * g->kernel_w;
   int64_t wcount = (int64_t)s->M * (g->channels / s->group) * g->kernel_h * g->kernel_w;
   l->workspace_floats = kiln_conv_workspace(g, s->group, l->nthreads) + (int64_t)l->nthreads * wcount;
-  s->shift = want_shift(s, x->shape[0]);
+  s->shift = want_shift(s, l);
   if (s->shift) {
     kiln_dnnl_conv_destroy(s->dn);
     s->dn = NULL;

@@ -165,6 +165,7 @@ static void build_planes(float *S, const float *x, const kiln_conv_geom *g, cons
       const int off = kw * g->dilation_w - g->pad_w; /* input column of output column 0 */
       int lo = off < 0 ? -off : 0, hi = W - off;     /* output columns that read the image */
       if (hi > OW) hi = OW;
+      if (hi < 0) hi = 0; /* a column shift past the image: all padding */
       if (lo > hi) lo = hi;
       for (int r = 0; r < R; r++, dst += OW) {
         const int ih = r - g->pad_h;
@@ -321,7 +322,11 @@ static inline __attribute__((always_inline)) void dw_block(float *dw, float *kee
       }
 #pragma GCC unroll 6
       for (int j = 0; j < T; j++) {
-        const v16f x = vload(src + j * rowstep + v * VL);
+        /* The last vector's lanes past the plane read the next rows' values: zeroed, as
+         * the output gradient's are, so an Inf there cannot make 0 x Inf. */
+        const v16f x = v < s->nv - 1 || s->tail == VL
+                           ? vload(src + j * rowstep + v * VL)
+                           : vload_part(src + j * rowstep + v * VL, s->tail);
 #pragma GCC unroll 4
         for (int i = 0; i < RM; i++) acc[i][j] += d[i] * x;
       }
@@ -363,11 +368,11 @@ static KILN_FMA_FN void dw_dispatch(float *dw, float *keep, const float *dout, c
  * so passes pay only when each block has much to do per image: with 16 or more vectors per
  * output plane (LeNet's conv1: 36), as many images as keep their planes and output gradients
  * within about 256 KiB (the per-core L2), at least one; with fewer (LeNet's conv2: 4, 1,300
- * blocks), the whole batch in one pass. */
+ * blocks), the whole batch in one pass (2.9 MiB for LeNet), unless that passes 8 MiB. */
 static int dw_chunk(const shift_geom *s, int N, int M) {
-  if (s->nv < 16) return N;
   const int64_t bytes = (image_floats(s) + (int64_t)M * s->P) * (int64_t)sizeof(float);
-  int64_t k = (256 * 1024) / bytes;
+  /* few vectors: the whole batch, up to 8 MiB of planes (a bound on the workspace) */
+  int64_t k = s->nv < 16 ? (8 << 20) / bytes : (256 * 1024) / bytes;
   if (k < 1) k = 1;
   return k > N ? N : (int)k;
 }
@@ -446,6 +451,7 @@ static void fold_planes(float *din, const float *dS, const kiln_conv_geom *g,
       const int off = kw * g->dilation_w - g->pad_w;
       int lo = off < 0 ? -off : 0, hi = W - off;
       if (hi > OW) hi = OW;
+      if (hi < 0) hi = 0; /* a column shift past the image: all padding */
       if (lo > hi) lo = hi;
       for (int ih = 0; ih < H; ih++) {
         float *d = din + ((int64_t)c * H + ih) * W + off;

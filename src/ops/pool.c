@@ -34,14 +34,6 @@ int kiln_pool_out_size(kiln_conv_geom *g, int ceil_mode) {
 static inline int imin(int a, int b) { return a < b ? a : b; }
 static inline int imax(int a, int b) { return a > b ? a : b; }
 
-/* out (N, C, OH, OW), mask (N, C, OH, OW) = argmax index h*W + w in the input plane, in
- * (N, C, H, W). Padding never wins. Ties keep the first maximum in row-major window order.
- * An empty window (possible only without padding, in CEIL mode, when stride > kernel) gives 0 and
- * mask -1 (Caffe would write -FLT_MAX there and misroute its gradient). */
-/* The common 2x2 window at stride 2 without padding, over the windows that lie whole inside
- * the image (rows < full_h, columns < full_w): the same comparisons in the same order as the
- * general loop below (seeded with the top-left value, strict >, row-major), so the same values
- * and indices, with the window bounds and loops taken out. */
 typedef float v8f __attribute__((vector_size(32)));
 typedef int32_t v8i __attribute__((vector_size(32)));
 typedef float v4f __attribute__((vector_size(16)));
@@ -78,8 +70,10 @@ MAX_WINDOWS(max8, v8f, v8i, 8, ((v8i){0, 2, 4, 6, 8, 10, 12, 14}))
 MAX_WINDOWS(max4, v4f, v4i, 4, ((v4i){0, 2, 4, 6}))
 
 /* The common 2x2 window at stride 2 without padding, over the windows that lie whole inside
- * the image (rows < full_h): columns in steps of 8 and 4 windows. Returns how many columns it
- * did (full_w rounded down to 4); the general loop does the rest, with the same results. */
+ * the image (rows < full_h): columns in steps of 8 and 4 windows, the general loop's
+ * comparisons in its order, with the window bounds and loops taken out. Returns how many
+ * columns it did (full_w rounded down to 4); the general loop does the rest, with the same
+ * results. */
 static int maxpool_2x2s2_whole(float *y, int32_t *mk, const float *x, int W, int OW, int full_h,
                                int full_w) {
   const int done = full_w / 4 * 4;
@@ -95,6 +89,10 @@ static int maxpool_2x2s2_whole(float *y, int32_t *mk, const float *x, int W, int
   return done;
 }
 
+/* out (N, C, OH, OW), mask (N, C, OH, OW) = argmax index h*W + w in the input plane, in
+ * (N, C, H, W). Padding never wins. Ties keep the first maximum in row-major window order.
+ * An empty window (possible only without padding, in CEIL mode, when stride > kernel) gives 0 and
+ * mask -1 (Caffe would write -FLT_MAX there and misroute its gradient). */
 void kiln_maxpool_forward(float *out, int32_t *mask, const float *in, int N,
                           const kiln_conv_geom *g) {
   const int H = g->height, W = g->width, OH = g->out_h, OW = g->out_w;
