@@ -365,6 +365,36 @@ static void test_conv_random_shapes(void **state) {
   }
 }
 
+/* Stride 1, group 1 (the shifted-row route's domain) with wide padding and dilation, so that
+ * kernel rows and columns fall wholly in the padding, against the reference on every route. */
+static void test_conv_random_stride1_wide_padding(void **state) {
+  (void)state;
+  kiln_rng r;
+  kiln_rng_seed(&r, 29, 3);
+  for (int it = 0; it < 60; it++) {
+    conv_case c = {.N = 2, .sh = 1, .sw = 1, .group = 1};
+    c.C = 1 + (int)kiln_rng_below(&r, 3);
+    c.M = 1 + (int)kiln_rng_below(&r, 9);
+    c.kh = 1 + (int)kiln_rng_below(&r, 7);
+    c.kw = 1 + (int)kiln_rng_below(&r, 7);
+    c.dh = 1 + (int)kiln_rng_below(&r, 4);
+    c.dw = 1 + (int)kiln_rng_below(&r, 4);
+    c.ph = (int)kiln_rng_below(&r, 7);
+    c.pw = (int)kiln_rng_below(&r, 7);
+    c.H = 1 + (int)kiln_rng_below(&r, 12);
+    c.W = 1 + (int)kiln_rng_below(&r, 12);
+    c.bias = (int)kiln_rng_below(&r, 2);
+    kiln_conv_geom g = {.channels = c.C, .height = c.H, .width = c.W, .kernel_h = c.kh,
+                        .kernel_w = c.kw, .pad_h = c.ph, .pad_w = c.pw, .stride_h = 1,
+                        .stride_w = 1, .dilation_h = c.dh, .dilation_w = c.dw};
+    if (kiln_conv_out_size(&g) != 0) {
+      it--; /* the kernel does not fit: draw again */
+      continue;
+    }
+    run_conv_case(&c, &r);
+  }
+}
+
 static void test_conv_backward_optional_outputs(void **state) {
   (void)state;
   const conv_case c = {3, 4, 6, 5, 4, 3, 3, 1, 0, 1, 2, 1, 1, 2, 1};
@@ -1028,6 +1058,7 @@ int main(void) {
       cmocka_unit_test(test_im2col_col2im_roundtrip),
       cmocka_unit_test(test_conv_matches_direct_reference),
       cmocka_unit_test(test_conv_random_shapes),
+      cmocka_unit_test(test_conv_random_stride1_wide_padding),
       cmocka_unit_test(test_conv_backward_optional_outputs),
       cmocka_unit_test(test_conv_thread_count_independent_large),
       cmocka_unit_test(test_conv_gradient_finite_differences),
