@@ -71,6 +71,8 @@ void kiln_dnnl_conv_destroy(kiln_dnnl_conv *c);
  * kiln_conv_shift_workspace() floats (backward true: the size the backward pass needs, which
  * also covers the forward). Results are bitwise independent of nthreads. */
 bool kiln_conv_shift_supported(const kiln_conv_geom *g, int group);
+/* Whether this build compiled the kernels for AVX-512, the only target they are fast on. */
+bool kiln_conv_shift_fast(void);
 int64_t kiln_conv_shift_workspace(const kiln_conv_geom *g, int N, int M, int nthreads,
                                   bool backward);
 void kiln_conv_shift_forward(float *out, const float *in, const float *w, const float *bias,

@@ -39,7 +39,7 @@ static bool want_dnnl(const conv_state *s) {
  * and input gradients; with 3 they are a third empty). LeNet's conv2, 20 -> 50 5x5 on 12x12:
  * 6.9 ms against 8.7 (oneDNN channels-last) and 11.2 (im2col); its conv1, 1 -> 20 on 28x28,
  * forward and weight gradient: 1.0-1.3 against 2.3. Per-image shifted planes over 512 KiB
- * would leave the caches: not taken. */
+ * would leave the caches: not taken. Only in a build with AVX-512 (kiln_conv_shift_fast). */
 static bool want_shift(const conv_state *s, const kiln_layer *l) {
   const char *e = getenv("KILN_ENGINE");
   if (e && strcmp(e, "ref") == 0) return false;
@@ -49,7 +49,9 @@ static bool want_shift(const conv_state *s, const kiln_layer *l) {
     return false;
   const int64_t N = l->bottom[0]->shape[0];
   const kiln_conv_geom *g = &s->g;
-  if (!kiln_conv_shift_supported(g, s->group) || s->M % 16 == 0 || g->kernel_h < 5) return false;
+  if (!kiln_conv_shift_fast() || !kiln_conv_shift_supported(g, s->group) || s->M % 16 == 0 ||
+      g->kernel_h < 5)
+    return false;
   int64_t per_image = kiln_conv_shift_workspace(g, (int)N, s->M, 1, false);
   return per_image * (int64_t)sizeof(float) <= 512 * 1024;
 }
