@@ -1040,6 +1040,11 @@ static void test_blocked_layouts_match_plain(void **state) {
            "dim: 2 dim: 3 dim: 5 dim: 9 } shape { dim: 2 }",
            at + strlen("dim: 3 dim: 3 dim: 7 dim: 6 } shape { dim: 3 }"));
   check_blocked_net(other);
+  /* A batch of 19: blocked BatchNorm sums in chunks of 8 images (8 + 8 + 3). */
+  snprintf(other, sizeof other, "%.*s%s%s", (int)(at - residual_net), residual_net,
+           "dim: 19 dim: 3 dim: 4 dim: 4 } shape { dim: 19 }",
+           at + strlen("dim: 3 dim: 3 dim: 7 dim: 6 } shape { dim: 3 }"));
+  check_blocked_net(other);
 }
 
 /* Scale working in place right after BatchNorm reads BatchNorm's normalised output instead of

@@ -16,7 +16,18 @@ typedef struct {
   bool global;    /* normalise with the stored statistics */
   float maf, eps; /* moving_average_fraction, eps */
   int64_t N, C, S; /* batch, channels, spatial (everything after the channel axis) */
+  /* Blocked layout: per-channel sums in double over chunks of BN_CHUNK images (2 per chunk and
+   * channel), and two per-channel floats (shift and scale), sized at reshape. */
+  double *part;
+  float *chan;
+  int64_t part_cap, chan_cap;
 } bn_state;
+
+/* Images per partial sum in the blocked layout. The work goes to threads by (channel block,
+ * chunk of images), so a layer with one 16-channel block (resnet20's first stage) uses every
+ * thread; a fixed chunk keeps the order of the additions, hence the bits, independent of the
+ * thread count. */
+#define BN_CHUNK 8
 
 /* Buffers: 0 = the normalised output, kept apart from the top so that an in-place layer after
  * this one (or this one in place) cannot spoil backward; 1 = per channel 1/sqrt(var + eps). */
@@ -63,6 +74,22 @@ static int bn_reshape(kiln_layer *l) {
   }
   s->N = x->shape[0];
   s->S = kiln_count(x, 2, x->naxes);
+  const int64_t nchunks = (s->N + BN_CHUNK - 1) / BN_CHUNK;
+  /* partial sums (2 x 16 per chunk and block), then the blocks' means (16 each) */
+  const int64_t blocks = (s->C + 15) / 16, part = blocks * nchunks * 32 + blocks * 16;
+  const int64_t chan = 2 * s->C;
+  if (part > s->part_cap) {
+    double *p = realloc(s->part, sizeof(double) * (size_t)part);
+    if (!p) return kiln_errorf(KILN_ERR_NOMEM, "out of memory");
+    s->part = p;
+    s->part_cap = part;
+  }
+  if (chan > s->chan_cap) {
+    float *p = realloc(s->chan, sizeof(float) * (size_t)chan);
+    if (!p) return kiln_errorf(KILN_ERR_NOMEM, "out of memory");
+    s->chan = p;
+    s->chan_cap = chan;
+  }
   int64_t cshape[1] = {s->C};
   KILN_TRY(kiln_blob_reshape_like(l->buffer[BN_XNORM], x));
   KILN_TRY(kiln_blob_reshape(l->buffer[BN_INVSTD], 1, cshape));
@@ -93,55 +120,111 @@ static double plane_sq(const float *x, double mean, int64_t N, int64_t stride, i
 
 /* The same statistics and normalisation over oneDNN's nChw16c layout: 16 channels at a time,
  * one per vector lane. */
+/* Sums over images [n0, n1) of one 16-channel block, lane by lane in double: of a, of a * b
+ * (b non-NULL), or of (a - mean)^2 (mean non-NULL). */
+static void block16_chunk_sums(double *sum, double *dot, const float *a, const float *b,
+                               const double *mean, int64_t n0, int64_t n1, int64_t CB,
+                               int64_t cb, int64_t S) {
+  double as[16] = {0}, ad[16] = {0};
+  for (int64_t n = n0; n < n1; n++) {
+    const int64_t off = (n * CB + cb) * S * 16;
+    const float *pa = a + off;
+    if (mean) {
+      for (int64_t i = 0; i < S; i++)
+#pragma omp simd
+        for (int k = 0; k < 16; k++) {
+          const double d = pa[i * 16 + k] - mean[k];
+          as[k] += d * d;
+        }
+    } else if (b) {
+      const float *pb = b + off;
+      for (int64_t i = 0; i < S; i++)
+#pragma omp simd
+        for (int k = 0; k < 16; k++) {
+          as[k] += pa[i * 16 + k];
+          ad[k] += (double)pa[i * 16 + k] * pb[i * 16 + k];
+        }
+    } else {
+      for (int64_t i = 0; i < S; i++)
+#pragma omp simd
+        for (int k = 0; k < 16; k++) as[k] += pa[i * 16 + k];
+    }
+  }
+  for (int k = 0; k < 16; k++) sum[k] = as[k];
+  if (dot)
+    for (int k = 0; k < 16; k++) dot[k] = ad[k];
+}
+
+/* The chunks' partial sums of block cb added in chunk order. */
+static void block16_combine(double out[16], const double *part, int64_t cb, int64_t nchunks,
+                            int64_t which) {
+  for (int k = 0; k < 16; k++) out[k] = 0.0;
+  for (int64_t ch = 0; ch < nchunks; ch++) {
+    const double *p = part + ((cb * nchunks + ch) * 2 + which) * 16;
+    for (int k = 0; k < 16; k++) out[k] += p[k];
+  }
+}
+
 static void bn_forward_blocked(kiln_layer *l, bn_state *s) {
   const float *x = l->bottom[0]->data;
   float *y = l->top[0]->data;
   float *xn = l->buffer[BN_XNORM]->data, *inv = l->buffer[BN_INVSTD]->data;
   float *mean_sum = l->param[0]->data, *var_sum = l->param[1]->data, *factor = l->param[2]->data;
   const int64_t N = s->N, CB = s->C / 16, S = s->S, m = N * S;
-  const float f = factor[0] == 0 ? 0.0f : 1.0f / factor[0];
-  const double correction = m > 1 ? (double)m / (double)(m - 1) : 1.0;
-#pragma omp parallel for schedule(static) num_threads(l->nthreads) if (N * s->C * S > 32768)
-  for (int64_t cb = 0; cb < CB; cb++) {
-    float mf[16], is[16];
-    if (s->global) {
+  const int64_t nchunks = (N + BN_CHUNK - 1) / BN_CHUNK, items = CB * nchunks;
+  const bool big = N * s->C * S > 32768;
+  float *mf = s->chan;
+  if (s->global) {
+    const float f = factor[0] == 0 ? 0.0f : 1.0f / factor[0];
+    for (int64_t c = 0; c < s->C; c++) {
+      mf[c] = f * mean_sum[c];
+      inv[c] = 1.0f / sqrtf(f * var_sum[c] + s->eps);
+    }
+  } else {
+    double *part = s->part;
+    const double correction = m > 1 ? (double)m / (double)(m - 1) : 1.0;
+#pragma omp parallel for schedule(static) num_threads(l->nthreads) if (big)
+    for (int64_t t = 0; t < items; t++) {
+      const int64_t cb = t / nchunks, n0 = (t % nchunks) * BN_CHUNK;
+      block16_chunk_sums(part + t * 32, NULL, x, NULL, NULL, n0,
+                         n0 + BN_CHUNK < N ? n0 + BN_CHUNK : N, CB, cb, S);
+    }
+    double *mean = part + items * 32; /* after the partial sums: CB * 16 more doubles */
+    for (int64_t cb = 0; cb < CB; cb++) {
+      block16_combine(mean + cb * 16, part, cb, nchunks, 0);
+      for (int k = 0; k < 16; k++) mean[cb * 16 + k] = m ? mean[cb * 16 + k] / (double)m : 0.0;
+    }
+#pragma omp parallel for schedule(static) num_threads(l->nthreads) if (big)
+    for (int64_t t = 0; t < items; t++) {
+      const int64_t cb = t / nchunks, n0 = (t % nchunks) * BN_CHUNK;
+      block16_chunk_sums(part + t * 32 + 16, NULL, x, NULL, mean + cb * 16, n0,
+                         n0 + BN_CHUNK < N ? n0 + BN_CHUNK : N, CB, cb, S);
+    }
+    for (int64_t cb = 0; cb < CB; cb++) {
+      double sq[16];
+      block16_combine(sq, part, cb, nchunks, 1);
       for (int k = 0; k < 16; k++) {
-        mf[k] = f * mean_sum[cb * 16 + k];
-        is[k] = 1.0f / sqrtf(f * var_sum[cb * 16 + k] + s->eps);
-      }
-    } else {
-      double sum[16], mean[16], sq[16] = {0};
-      kiln_block16_sums(sum, x, NULL, N, CB, cb, S);
-      for (int k = 0; k < 16; k++) mean[k] = m ? sum[k] / (double)m : 0.0;
-      for (int64_t n = 0; n < N; n++) {
-        const float *p = x + (n * CB + cb) * S * 16;
-        for (int64_t i = 0; i < S; i++)
-#pragma omp simd
-          for (int k = 0; k < 16; k++) {
-            double d = p[i * 16 + k] - mean[k];
-            sq[k] += d * d;
-          }
-      }
-      for (int k = 0; k < 16; k++) {
-        double var = m ? sq[k] / (double)m : 0.0;
-        mf[k] = (float)mean[k];
-        is[k] = (float)(1.0 / sqrt(var + s->eps));
-        mean_sum[cb * 16 + k] = s->maf * mean_sum[cb * 16 + k] + (float)mean[k];
-        var_sum[cb * 16 + k] = s->maf * var_sum[cb * 16 + k] + (float)(correction * var);
+        const int64_t c = cb * 16 + k;
+        const double var = m ? sq[k] / (double)m : 0.0; /* biased, as Caffe normalises with */
+        mf[c] = (float)mean[c];
+        inv[c] = (float)(1.0 / sqrt(var + s->eps));
+        mean_sum[c] = s->maf * mean_sum[c] + (float)mean[c];
+        var_sum[c] = s->maf * var_sum[c] + (float)(correction * var);
       }
     }
-    for (int k = 0; k < 16; k++) inv[cb * 16 + k] = is[k];
-    for (int64_t n = 0; n < N; n++) {
-      const int64_t off = (n * CB + cb) * S * 16;
-      for (int64_t i = 0; i < S; i++)
-#pragma omp simd
-        for (int k = 0; k < 16; k++) {
-          const int64_t e = off + i * 16 + k;
-          y[e] = xn[e] = (x[e] - mf[k]) * is[k];
-        }
-    }
+    factor[0] = s->maf * factor[0] + 1.0f;
   }
-  if (!s->global) factor[0] = s->maf * factor[0] + 1.0f;
+#pragma omp parallel for schedule(static) num_threads(l->nthreads) if (big)
+  for (int64_t t = 0; t < CB * N; t++) {
+    const int64_t cb = t % CB, off = t * S * 16; /* image t / CB, block cb */
+    const float *mk = mf + cb * 16, *is = inv + cb * 16;
+    for (int64_t i = 0; i < S; i++)
+#pragma omp simd
+      for (int k = 0; k < 16; k++) {
+        const int64_t e = off + i * 16 + k;
+        y[e] = xn[e] = (x[e] - mk[k]) * is[k];
+      }
+  }
 }
 
 static int bn_forward(kiln_layer *l) {
@@ -202,28 +285,39 @@ static int bn_backward(kiln_layer *l) {
   float *dx = l->bottom[0]->diff; /* may be dy itself (in place): each element read, then written */
   const int64_t N = s->N, C = s->C, S = s->S, m = N * S;
   if (l->bottom[0]->layout == KILN_LAYOUT_BLOCKED16) {
-    const int64_t CB = C / 16;
-#pragma omp parallel for schedule(static) num_threads(l->nthreads) if (N * C * S > 32768)
-    for (int64_t cb = 0; cb < CB; cb++) {
-      float a[16] = {0}, bq[16] = {0}, is[16];
-      for (int k = 0; k < 16; k++) is[k] = inv[cb * 16 + k];
-      if (!s->global && m) {
+    const int64_t CB = C / 16, nchunks = (N + BN_CHUNK - 1) / BN_CHUNK, items = CB * nchunks;
+    const bool big = N * C * S > 32768;
+    float *a = s->chan, *bq = s->chan + C; /* per channel: mean(dy), mean(dy * y) */
+    if (!s->global && m) {
+      double *part = s->part;
+#pragma omp parallel for schedule(static) num_threads(l->nthreads) if (big)
+      for (int64_t t = 0; t < items; t++) {
+        const int64_t cb = t / nchunks, n0 = (t % nchunks) * BN_CHUNK;
+        block16_chunk_sums(part + t * 32, part + t * 32 + 16, dy, xn, NULL, n0,
+                           n0 + BN_CHUNK < N ? n0 + BN_CHUNK : N, CB, cb, S);
+      }
+      for (int64_t cb = 0; cb < CB; cb++) {
         double sum_dy[16], sum_dy_y[16];
-        kiln_block16_sum_dot(sum_dy, sum_dy_y, dy, xn, N, CB, cb, S);
+        block16_combine(sum_dy, part, cb, nchunks, 0);
+        block16_combine(sum_dy_y, part, cb, nchunks, 1);
         for (int k = 0; k < 16; k++) {
-          a[k] = (float)(sum_dy[k] / (double)m);
-          bq[k] = (float)(sum_dy_y[k] / (double)m);
+          a[cb * 16 + k] = (float)(sum_dy[k] / (double)m);
+          bq[cb * 16 + k] = (float)(sum_dy_y[k] / (double)m);
         }
       }
-      for (int64_t n = 0; n < N; n++) {
-        const int64_t off = (n * CB + cb) * S * 16;
-        for (int64_t i = 0; i < S; i++)
+    } else {
+      for (int64_t c = 0; c < C; c++) a[c] = bq[c] = 0.0f;
+    }
+#pragma omp parallel for schedule(static) num_threads(l->nthreads) if (big)
+    for (int64_t t = 0; t < CB * N; t++) {
+      const int64_t cb = t % CB, off = t * S * 16; /* image t / CB, block cb */
+      const float *ak = a + cb * 16, *bk = bq + cb * 16, *is = inv + cb * 16;
+      for (int64_t i = 0; i < S; i++)
 #pragma omp simd
-          for (int k = 0; k < 16; k++) {
-            const int64_t e = off + i * 16 + k;
-            dx[e] = (dy[e] - a[k] - bq[k] * xn[e]) * is[k];
-          }
-      }
+        for (int k = 0; k < 16; k++) {
+          const int64_t e = off + i * 16 + k;
+          dx[e] = (dy[e] - ak[k] - bk[k] * xn[e]) * is[k];
+        }
     }
     return KILN_OK;
   }
@@ -251,7 +345,11 @@ static int bn_backward(kiln_layer *l) {
   return KILN_OK;
 }
 
-static void bn_destroy(kiln_layer *l) { free(l->priv); }
+static void bn_destroy(kiln_layer *l) {
+  bn_state *s = l->priv;
+  if (s) free(s->part), free(s->chan);
+  free(l->priv);
+}
 
 /* The top is a copy of x_norm, which only this layer's forward writes. */
 static const kiln_blob *bn_kept_output(const kiln_layer *l) { return l->buffer[BN_XNORM]; }
