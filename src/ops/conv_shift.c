@@ -100,13 +100,13 @@ static inline v16f vsplat(float x) {
 /* Rows here are a few to a few dozen floats (LeNet: 8 and 24), copied or added many thousand
  * times a pass: whole vectors, then 8, then single floats, inline, where a memcpy call per row
  * cost more than the copy (3% of LeNet's step). */
-typedef float v8f_ __attribute__((vector_size(32)));
+typedef float v8f __attribute__((vector_size(32)));
 
 static inline void copy_row(float *d, const float *s, int n) {
   int i = 0;
   for (; i + VL <= n; i += VL) VSTORE(d + i, vload(s + i));
   if (i + 8 <= n) {
-    v8f_ v;
+    v8f v;
     memcpy(&v, s + i, sizeof v);
     memcpy(d + i, &v, sizeof v);
     i += 8;
@@ -118,7 +118,7 @@ static inline void add_row(float *d, const float *s, int n) {
   int i = 0;
   for (; i + VL <= n; i += VL) VSTORE(d + i, vload(d + i) + vload(s + i));
   if (i + 8 <= n) {
-    v8f_ a, b;
+    v8f a, b;
     memcpy(&a, d + i, sizeof a);
     memcpy(&b, s + i, sizeof b);
     a += b;
@@ -192,6 +192,18 @@ int64_t kiln_conv_shift_workspace(const kiln_conv_geom *g, int N, int M, int nth
   return dw > din ? dw : din;
 }
 
+/* Kernel column kw of a plane shifted for it: its output column 0 reads input column *off, and
+ * output columns [*lo, *hi) read inside the image (an empty range when the shift lies wholly in
+ * the padding); the others read padding. */
+static void shifted_cols(const kiln_conv_geom *g, int OW, int kw, int *off, int *lo, int *hi) {
+  const int o = kw * g->dilation_w - g->pad_w;
+  int a = o < 0 ? -o : 0, b = g->width - o;
+  if (b > OW) b = OW;
+  if (b < 0) b = 0;
+  if (a > b) a = b;
+  *off = o, *lo = a, *hi = b;
+}
+
 /* The shifted planes of one image x (C, H, W): S[c][kw] at S + (c*KW + kw) * plane, row r
  * (padded input row r - pad_h) holding x[c][r - pad_h][ow + kw*dil_w - pad_w] for ow < out_w,
  * zero where that falls in the padding; zero after the last row. */
@@ -201,11 +213,8 @@ static void build_planes(float *S, const float *x, const kiln_conv_geom *g, cons
     const float *xc = x + (int64_t)c * H * W;
     for (int kw = 0; kw < s->KW; kw++) {
       float *dst = S + ((int64_t)c * s->KW + kw) * s->plane;
-      const int off = kw * g->dilation_w - g->pad_w; /* input column of output column 0 */
-      int lo = off < 0 ? -off : 0, hi = W - off;     /* output columns that read the image */
-      if (hi > OW) hi = OW;
-      if (hi < 0) hi = 0; /* a column shift past the image: all padding */
-      if (lo > hi) lo = hi;
+      int off, lo, hi;
+      shifted_cols(g, OW, kw, &off, &lo, &hi);
       for (int r = 0; r < R; r++, dst += OW) {
         const int ih = r - g->pad_h;
         if (ih < 0 || ih >= H) {
@@ -484,11 +493,8 @@ static void fold_planes(float *din, const float *dS, const kiln_conv_geom *g,
   for (int c = 0; c < s->C; c++) {
     for (int kw = 0; kw < s->KW; kw++) {
       const float *src = dS + ((int64_t)c * s->KW + kw) * s->plane + (int64_t)g->pad_h * OW;
-      const int off = kw * g->dilation_w - g->pad_w;
-      int lo = off < 0 ? -off : 0, hi = W - off;
-      if (hi > OW) hi = OW;
-      if (hi < 0) hi = 0; /* a column shift past the image: all padding */
-      if (lo > hi) lo = hi;
+      int off, lo, hi;
+      shifted_cols(g, OW, kw, &off, &lo, &hi);
       for (int ih = 0; ih < H; ih++) {
         float *d = din + ((int64_t)c * H + ih) * W + off;
         const float *r = src + (int64_t)ih * OW;
@@ -498,7 +504,6 @@ static void fold_planes(float *din, const float *dS, const kiln_conv_geom *g,
   }
 }
 
-typedef float v8f __attribute__((vector_size(32)));
 typedef double v8d __attribute__((vector_size(64)));
 
 /* The sum over n of the P values at d + n * stride, in double: 32 lanes of partial sums (four
