@@ -1082,6 +1082,146 @@ static void test_scale_after_batchnorm_reads_its_copy(void **state) {
   built_free(&b);
 }
 
+/* ---- fusion -------------------------------------------------------------------------------- */
+
+/* BatchNorm with the Scale and ReLU after it run as one layer (kiln_layer_ops.fuse) gives the
+ * unfused net's results: the same forward bits (the fused kernels compute Scale's and ReLU's
+ * expressions), and the same gradients and BatchNorm statistics to rounding (its sums run in
+ * another order), over a few steps, then in TEST. `groups` names each fused head and how many
+ * layers it takes; the unfused net has none. */
+typedef struct {
+  const char *head;
+  int fused;
+} fuse_group;
+
+static void check_fused_net(const char *text, bool plain, const fuse_group *groups, int ngroups,
+                            const char *const *blobs, int nblobs) {
+  kiln_net_options uo = train_opts(), fo = train_opts();
+  uo.plain_layouts = fo.plain_layouts = plain;
+  uo.share_diffs = fo.share_diffs = true;
+  uo.unfused = true;
+  built u, f;
+  build_ok(&u, text, &uo);
+  build_ok(&f, text, &fo);
+  for (int i = 0; i < u.net->nlayers; i++) {
+    assert_int_equal(u.net->layers[i]->fused, 0);
+    assert_null(u.net->layers[i]->fused_into);
+  }
+  int absorbed = 0;
+  for (int i = 0; i < f.net->nlayers; i++) absorbed += f.net->layers[i]->fused_into != NULL;
+  int expect = 0;
+  for (int g = 0; g < ngroups; g++) {
+    int h = layer_index(f.net, groups[g].head);
+    assert_true(h >= 0);
+    if (f.net->layers[h]->fused != groups[g].fused)
+      fail_msg("layer '%s' fuses %d layers, expected %d", groups[g].head, f.net->layers[h]->fused,
+               groups[g].fused);
+    for (int j = 1; j <= groups[g].fused; j++)
+      assert_ptr_equal(f.net->layers[h + j]->fused_into, f.net->layers[h]);
+    expect += groups[g].fused;
+  }
+  assert_int_equal(absorbed, expect);
+  const size_t bytes = sizeof(float) * (size_t)u.net->nparam_floats;
+  assert_memory_equal(u.net->param_data, f.net->param_data, bytes);
+  for (int step = 0; step < 3; step++) {
+    set_inputs(u.net, 70 + (uint64_t)step);
+    set_inputs(f.net, 70 + (uint64_t)step);
+    float lu, lf;
+    forward_backward(u.net, &lu);
+    forward_backward(f.net, &lf);
+    for (int k = 0; k < nblobs; k++) {
+      const kiln_blob *a = kiln_net_blob(u.net, blobs[k]), *b = kiln_net_blob(f.net, blobs[k]);
+      assert_non_null(a);
+      assert_non_null(b);
+      if (memcmp(a->data, b->data, sizeof(float) * (size_t)a->count) != 0)
+        fail_msg("step %d: blob '%s' differs between the fused and unfused nets", step, blobs[k]);
+    }
+    assert_true(lu == lf);
+    double norm = 0;
+    for (int64_t i = 0; i < u.net->nparam_floats; i++) {
+      const float a = u.net->param_diff[i], c = f.net->param_diff[i];
+      norm += fabs(a);
+      if (fabsf(a - c) > 1e-4f * (1 + fabsf(a)))
+        fail_msg("step %d: gradient %lld: unfused %g, fused %g", step, (long long)i, a, c);
+      if (u.net->param_data[i] != f.net->param_data[i])
+        fail_msg("step %d: parameter %lld (BatchNorm statistics included) differs", step,
+                 (long long)i);
+    }
+    assert_true(norm > 0);
+    for (int64_t i = 0; i < u.net->nparam_floats; i++) {
+      u.net->param_data[i] -= 0.05f * u.net->param_diff[i];
+      f.net->param_data[i] = u.net->param_data[i];
+    }
+  }
+  kiln_net_options ut = uo, ft = fo;
+  ut.phase = ft.phase = CAFFE__PHASE__TEST;
+  ut.share_diffs = ft.share_diffs = false;
+  built tu, tf;
+  build_ok(&tu, text, &ut);
+  build_ok(&tf, text, &ft);
+  assert_int_equal(tf.net->layers[layer_index(tf.net, groups[0].head)]->fused, groups[0].fused);
+  assert_int_equal(kiln_net_share_params(tu.net, u.net), KILN_OK);
+  assert_int_equal(kiln_net_share_params(tf.net, f.net), KILN_OK);
+  set_inputs(tu.net, 98);
+  set_inputs(tf.net, 98);
+  assert_true(net_loss(tu.net) == net_loss(tf.net));
+  built_free(&tu);
+  built_free(&tf);
+  built_free(&u);
+  built_free(&f);
+}
+
+/* residual_net with the text `from` replaced by `to` (once) into buf. */
+static const char *edit_net(char *buf, size_t n, const char *text, const char *from,
+                            const char *to) {
+  const char *at = strstr(text, from);
+  assert_non_null(at);
+  snprintf(buf, n, "%.*s%s%s", (int)(at - text), text, to, at + strlen(from));
+  return buf;
+}
+
+static void test_fused_batchnorm_matches_unfused(void **state) {
+  (void)state;
+  /* bn1 + sc1 + relu1 in place; bn2 (out of place) + sc2, an Eltwise after it. */
+  const fuse_group res[] = {{"bn1", 2}, {"bn2", 1}};
+  const char *blobs[] = {"c1", "b2", "sum", "loss"};
+  char a[4096], b[4096];
+  const char *engine = getenv("KILN_ENGINE");
+  const bool blocked = kiln_dnnl_available() && !(engine && !strcmp(engine, "ref"));
+  for (int plain = blocked ? 0 : 1; plain < 2; plain++) {
+    check_fused_net(residual_net, plain, res, 2, blobs, 4);
+    /* a leaky ReLU; a batch of 19 (chunks of 8 + 8 + 3 in the blocked sums) */
+    edit_net(a, sizeof a, residual_net, "name: 'relu1' type: 'ReLU' bottom: 'c1' top: 'c1' }",
+             "name: 'relu1' type: 'ReLU' bottom: 'c1' top: 'c1' relu_param { negative_slope: 0.1 } }");
+    check_fused_net(a, plain, res, 2, blobs, 4);
+    edit_net(b, sizeof b, residual_net, "dim: 3 dim: 3 dim: 7 dim: 6 } shape { dim: 3 }",
+             "dim: 19 dim: 3 dim: 4 dim: 4 } shape { dim: 19 }");
+    check_fused_net(b, plain, res, 2, blobs, 4);
+  }
+  /* Not fused: a Scale without beta, or one that is not in place. */
+  edit_net(a, sizeof a, residual_net, "scale_param { bias_term: true filler { type: 'uniform' min: 0.5 max: 1.5 }\n          bias_filler",
+           "scale_param { bias_term: false filler { type: 'uniform' min: 0.5 max: 1.5 }\n          bias_filler");
+  const fuse_group only_bn2[] = {{"bn2", 1}, {"bn1", 0}};
+  check_fused_net(a, true, only_bn2, 2, blobs, 4);
+  /* BatchNorm on the net's input: nothing flows below it, but Scale's gamma and beta still get
+   * their gradients from the fused backward. */
+  const char *first =
+      "name: 'bnfirst'\n"
+      "layer { name: 'in' type: 'Input' top: 'data' top: 'label'\n"
+      "        input_param { shape { dim: 5 dim: 16 dim: 3 dim: 2 } shape { dim: 5 } } }\n"
+      "layer { name: 'bn' type: 'BatchNorm' bottom: 'data' top: 'n' }\n"
+      "layer { name: 'sc' type: 'Scale' bottom: 'n' top: 'n'\n"
+      "        scale_param { bias_term: true filler { type: 'uniform' min: 0.5 max: 1.5 }\n"
+      "          bias_filler { type: 'uniform' min: -0.5 max: 0.5 } } }\n"
+      "layer { name: 'relu' type: 'ReLU' bottom: 'n' top: 'n' }\n"
+      "layer { name: 'ip' type: 'InnerProduct' bottom: 'n' top: 'ip'\n"
+      "        inner_product_param { num_output: 3 weight_filler { type: 'xavier' } } }\n"
+      "layer { name: 'loss' type: 'SoftmaxWithLoss' bottom: 'ip' bottom: 'label' top: 'loss' }\n";
+  const fuse_group fg[] = {{"bn", 2}};
+  const char *fb[] = {"n", "loss"};
+  check_fused_net(first, true, fg, 1, fb, 2);
+}
+
 /* ---- weights ------------------------------------------------------------------------------------ */
 
 static const char *weights_fmt =
@@ -1247,6 +1387,7 @@ int main(void) {
       cmocka_unit_test(test_shared_diffs_match_own_diffs),
       cmocka_unit_test(test_blocked_layouts_match_plain),
       cmocka_unit_test(test_scale_after_batchnorm_reads_its_copy),
+      cmocka_unit_test(test_fused_batchnorm_matches_unfused),
       cmocka_unit_test(test_weights_round_trip),
       cmocka_unit_test(test_weights_with_shared_params),
   };

@@ -159,9 +159,8 @@ int cmd_time(int argc, char **argv) {
   double total_start = kiln_now_ms();
   for (int it = 0; it < a.iterations; it++) {
     for (int i = 0; i < L; i++) {
-      kiln_layer *l = net->layers[i];
       double t0 = kiln_now_ms();
-      if (l->ops->forward(l)) return tool_fail("time");
+      if (kiln_net_layer_forward(net, i)) return tool_fail("time");
       fwd[i] += kiln_now_ms() - t0;
     }
     for (int i = 0; i < L; i++) {
@@ -171,10 +170,8 @@ int cmd_time(int argc, char **argv) {
           for (int64_t k = 0; k < l->top[t]->count; k++) l->top[t]->diff[k] = l->loss_weight[t];
     }
     for (int i = L - 1; i >= 0; i--) {
-      kiln_layer *l = net->layers[i];
-      if (!net->layer_need_backward[i]) continue;
       double t0 = kiln_now_ms();
-      if (l->ops->backward(l)) return tool_fail("time");
+      if (kiln_net_layer_backward(net, i)) return tool_fail("time");
       bwd[i] += kiln_now_ms() - t0;
     }
   }
@@ -192,8 +189,10 @@ int cmd_time(int argc, char **argv) {
     double f = fwd[i] / a.iterations, b = bwd[i] / a.iterations;
     fsum += f;
     bsum += b;
+    double group_flops = l->flops; /* a fused group's forward runs on its first layer */
+    for (int j = 1; j <= l->fused; j++) group_flops += net->layers[i + j]->flops;
     printf("%-24.24s %-16.16s %12.4f %12.4f %10.2f\n", l->name, l->ops->type, f, b,
-           f > 0 ? l->flops / (f * 1e6) : 0.0);
+           f > 0 ? group_flops / (f * 1e6) : 0.0);
     const char *names[] = {"forward_ms", "backward_ms", "mflops"};
     double values[] = {f, b, l->flops / 1e6};
     if (m.f) {
@@ -207,6 +206,11 @@ int cmd_time(int argc, char **argv) {
     }
   }
   double per_iter = total / a.iterations;
+  int groups = 0;
+  for (int i = 0; i < L; i++) groups += net->layers[i]->fused > 0;
+  if (groups)
+    printf("%d fused groups (BatchNorm + Scale [+ ReLU]): each one's forward is timed on its "
+           "first layer, its backward on its last; KILN_FUSE=0 times them apart\n", groups);
   printf("average forward: %.3f ms, backward: %.3f ms, forward-backward: %.3f ms per iteration\n",
          fsum, bsum, per_iter);
   printf("%.1f samples/s (batch %d), %.2f GFLOP/s forward\n", batch / (per_iter / 1e3), batch,

@@ -45,6 +45,13 @@ typedef struct kiln_layer_ops {
    * the layer's own backward (BatchNorm's normalised output); NULL: none. The net hands it to
    * the next layer when that one works in place on this top (kiln_layer.input_copy). */
   const kiln_blob *(*kept_output)(const kiln_layer *l);
+  /* Fusion: shown the layers that follow this one (next[0 .. n)), returns how many of the first
+   * of them this layer's own forward and backward also do (0: none); asked once, after the net
+   * is wired, shaped and its layouts planned, and only when the net fuses
+   * (kiln_net_options.unfused unset). The net then skips their forward and, in backward, runs
+   * this layer's backward in the place of the last of them (so gradients reach a backward hook
+   * no later than unfused). NULL: never fuses. */
+  int (*fuse)(kiln_layer *l, kiln_layer *const *next, int n);
   /* Data layers: records consumed, and repositioning, for exact resume. */
   uint64_t (*get_cursor)(kiln_layer *l);
   int (*set_cursor)(kiln_layer *l, uint64_t cursor);
@@ -88,6 +95,10 @@ struct kiln_layer {
    * (kiln_layer_ops.kept_output): an in-place layer can read it in backward instead of saving
    * its input itself (Scale after BatchNorm). NULL otherwise. */
   const kiln_blob *input_copy;
+  /* Fusion (kiln_layer_ops.fuse), set by the net: on the layer that does the work, how many
+   * layers after it it does it for; on each of those, that layer. */
+  int fused;
+  kiln_layer *fused_into;
   void *priv;
 };
 

@@ -23,6 +23,10 @@ typedef struct kiln_net_options {
   bool plain_layouts;      /* keep every activation in Caffe's plain layout; otherwise blobs
                               between layers that read oneDNN's blocked layout use it (also off
                               with KILN_LAYOUT=plain in the environment) */
+  bool unfused;            /* run every layer on its own; otherwise a layer may do the work of
+                              the ones after it in the same passes over memory (BatchNorm with
+                              the Scale and ReLU that follow it in place: kiln_layer_ops.fuse);
+                              also set by KILN_FUSE=0 in the environment */
   int shard_rank, shard_count; /* data-parallel worker rank and count (0: one worker); passed to
                                   every layer, used by train-phase Data layers */
   const kiln_fault *fault;     /* KILN_FAULT=sleep:LAYER:MS: every forward of that layer sleeps
@@ -75,6 +79,11 @@ void kiln_net_free(kiln_net *net);
 int kiln_net_forward(kiln_net *net, float *loss);
 /* Backward pass from the loss tops; parameter gradients accumulate. */
 int kiln_net_backward(kiln_net *net);
+/* One layer's place in the passes (what kiln_net_forward and kiln_net_backward do for layer i,
+ * without the loss and the backward hook): a layer whose work another does (fused_into) does
+ * nothing in forward, and the last such layer of a fused group runs the group's backward. */
+int kiln_net_layer_forward(kiln_net *net, int i);
+int kiln_net_layer_backward(kiln_net *net, int i);
 void kiln_net_zero_param_diff(kiln_net *net);
 
 kiln_blob *kiln_net_blob(const kiln_net *net, const char *name);

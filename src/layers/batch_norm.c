@@ -21,7 +21,27 @@ typedef struct {
   double *part;
   float *chan;
   int64_t part_cap, chan_cap;
+  /* Fusion (bn_fuse): the Scale working in place on this layer's top, whose gamma and beta this
+   * layer applies (bias: beta's parameter index), and the slope of the ReLU after it (1: none).
+   * scale NULL: not fused. */
+  const kiln_layer *scale;
+  int bias;
+  float slope;
 } bn_state;
+
+/* Fused, one normalised value v through Scale (gamma g, beta b) and ReLU: the expression Scale
+ * and ReLU compute on their own, so the output has the same bits. */
+static inline float fused_out(float v, float g, float b, float slope) {
+  const float z = v * g + b;
+  return z > 0 ? z : slope * z;
+}
+
+/* Fused backward: the gradient reaching Scale's output, from ReLU's dy. The sign of Scale's
+ * output is recomputed from v (the same expression as forward, so the same mask) instead of read
+ * from the top: one stream less over memory. */
+static inline float fused_dz(float v, float g, float b, float slope, float dy) {
+  return v * g + b > 0 ? dy : slope * dy;
+}
 
 /* Images per partial sum in the blocked layout. The work goes to threads by (channel block,
  * chunk of images), so a layer with one 16-channel block (resnet20's first stage) uses every
@@ -214,16 +234,53 @@ static void bn_forward_blocked(kiln_layer *l, bn_state *s) {
     }
     factor[0] = s->maf * factor[0] + 1.0f;
   }
+  const float *gam = s->scale ? s->scale->param[0]->data : NULL;
+  const float *bet = s->scale ? s->scale->param[s->bias]->data : NULL;
+  const float slope = s->slope;
 #pragma omp parallel for schedule(static) num_threads(l->nthreads) if (big)
   for (int64_t t = 0; t < CB * N; t++) {
     const int64_t cb = t % CB, off = t * S * 16; /* image t / CB, block cb */
     const float *mk = mf + cb * 16, *is = inv + cb * 16;
+    if (gam) {
+      const float *gk = gam + cb * 16, *bk = bet + cb * 16;
+      for (int64_t i = 0; i < S; i++)
+#pragma omp simd
+        for (int k = 0; k < 16; k++) {
+          const int64_t e = off + i * 16 + k;
+          const float v = (x[e] - mk[k]) * is[k];
+          xn[e] = v;
+          y[e] = fused_out(v, gk[k], bk[k], slope);
+        }
+      continue;
+    }
     for (int64_t i = 0; i < S; i++)
 #pragma omp simd
       for (int k = 0; k < 16; k++) {
         const int64_t e = off + i * 16 + k;
         y[e] = xn[e] = (x[e] - mk[k]) * is[k];
       }
+  }
+}
+
+/* One channel's planes of the plain layout: the normalised values kept in xn, the output in y
+ * (through the fused Scale and ReLU when gam is set). */
+static void plain_normalise(float *y, float *xn, const float *x, float mean, float is,
+                            const float *gam, const float *bet, float slope, int64_t c,
+                            int64_t N, int64_t C, int64_t S) {
+  for (int64_t n = 0; n < N; n++) {
+    const int64_t o = (n * C + c) * S;
+    if (gam) {
+      const float g = gam[c], b = bet[c];
+#pragma omp simd
+      for (int64_t i = 0; i < S; i++) {
+        const float v = (x[o + i] - mean) * is;
+        xn[o + i] = v;
+        y[o + i] = fused_out(v, g, b, slope);
+      }
+    } else {
+#pragma omp simd
+      for (int64_t i = 0; i < S; i++) y[o + i] = xn[o + i] = (x[o + i] - mean) * is;
+    }
   }
 }
 
@@ -237,6 +294,8 @@ static int bn_forward(kiln_layer *l) {
   float *y = l->top[0]->data, *xn = l->buffer[BN_XNORM]->data, *inv = l->buffer[BN_INVSTD]->data;
   float *mean_sum = l->param[0]->data, *var_sum = l->param[1]->data, *factor = l->param[2]->data;
   const int64_t N = s->N, C = s->C, S = s->S, m = N * S;
+  const float *gam = s->scale ? s->scale->param[0]->data : NULL;
+  const float *bet = s->scale ? s->scale->param[s->bias]->data : NULL;
   if (s->global) {
     float f = factor[0] == 0 ? 0.0f : 1.0f / factor[0];
 #pragma omp parallel for schedule(static) num_threads(l->nthreads) if (N * C * S > 32768)
@@ -244,11 +303,7 @@ static int bn_forward(kiln_layer *l) {
       float mean = f * mean_sum[c], var = f * var_sum[c];
       float is = 1.0f / sqrtf(var + s->eps);
       inv[c] = is;
-      for (int64_t n = 0; n < N; n++) {
-        int64_t o = (n * C + c) * S;
-#pragma omp simd
-        for (int64_t i = 0; i < S; i++) y[o + i] = xn[o + i] = (x[o + i] - mean) * is;
-      }
+      plain_normalise(y, xn, x, mean, is, gam, bet, s->slope, c, N, C, S);
     }
   } else {
     /* The stored sums change below but the output does not depend on them: repeated forwards
@@ -261,11 +316,7 @@ static int bn_forward(kiln_layer *l) {
       double var = m ? sq / (double)m : 0.0; /* biased, as Caffe normalises with */
       float is = (float)(1.0 / sqrt(var + s->eps)), mf = (float)mean;
       inv[c] = is;
-      for (int64_t n = 0; n < N; n++) {
-        int64_t o = (n * C + c) * S;
-#pragma omp simd
-        for (int64_t i = 0; i < S; i++) y[o + i] = xn[o + i] = (x[o + i] - mf) * is;
-      }
+      plain_normalise(y, xn, x, mf, is, gam, bet, s->slope, c, N, C, S);
       mean_sum[c] = s->maf * mean_sum[c] + (float)mean;
       var_sum[c] = s->maf * var_sum[c] + (float)(correction * var);
     }
@@ -277,9 +328,130 @@ static int bn_forward(kiln_layer *l) {
 /* Batch statistics: dx = (dy - mean(dy) - mean(dy * y) * y) / sqrt(var + eps), means over the
  * batch and spatial axes of each channel. Stored statistics: dx = dy / sqrt(var + eps). The
  * statistics blobs get no gradient. */
+/* Fused backward, blocked layout. Pass 1 (by 16-channel block and chunk of images, summed in
+ * chunk order): per channel, the sums of dz (Scale's output gradient after ReLU's mask) and of
+ * dz * x_norm, which are beta's and gamma's gradients; BatchNorm's own means of dy * gamma
+ * follow from them. Pass 2: dx. Two passes over (dy, x_norm) where BatchNorm, Scale and ReLU
+ * apart make six over larger sets of streams. */
+static void bn_backward_fused_blocked(kiln_layer *l, bn_state *s, const float *gam,
+                                      const float *bet, float *dgam, float *dbet) {
+  const float *dy = l->top[0]->diff, *xn = l->buffer[BN_XNORM]->data;
+  const float *inv = l->buffer[BN_INVSTD]->data;
+  const int64_t N = s->N, C = s->C, CB = C / 16, S = s->S, m = N * S;
+  const int64_t nchunks = (N + BN_CHUNK - 1) / BN_CHUNK, items = CB * nchunks;
+  const bool big = N * C * S > 32768;
+  const float slope = s->slope;
+  double *part = s->part;
+#pragma omp parallel for schedule(static) num_threads(l->nthreads) if (big)
+  for (int64_t t = 0; t < items; t++) {
+    const int64_t cb = t / nchunks, n0 = (t % nchunks) * BN_CHUNK;
+    const int64_t n1 = n0 + BN_CHUNK < N ? n0 + BN_CHUNK : N;
+    const float *gk = gam + cb * 16, *bk = bet + cb * 16;
+    double sd[16] = {0}, sx[16] = {0};
+    for (int64_t n = n0; n < n1; n++) {
+      const int64_t off = (n * CB + cb) * S * 16;
+      for (int64_t i = 0; i < S; i++)
+#pragma omp simd
+        for (int k = 0; k < 16; k++) {
+          const int64_t e = off + i * 16 + k;
+          const float v = xn[e], d = fused_dz(v, gk[k], bk[k], slope, dy[e]);
+          sd[k] += d;
+          sx[k] += (double)d * v;
+        }
+    }
+    for (int k = 0; k < 16; k++) part[t * 32 + k] = sd[k], part[t * 32 + 16 + k] = sx[k];
+  }
+  float *a = s->chan, *bq = s->chan + C; /* per channel: mean(dy * gamma), mean(dy * gamma * xn) */
+  for (int64_t cb = 0; cb < CB; cb++) {
+    double sd[16], sx[16];
+    block16_combine(sd, part, cb, nchunks, 0);
+    block16_combine(sx, part, cb, nchunks, 1);
+    for (int k = 0; k < 16; k++) {
+      const int64_t c = cb * 16 + k;
+      dbet[c] += (float)sd[k];
+      dgam[c] += (float)sx[k];
+      const bool batch = !s->global && m;
+      a[c] = batch ? (float)((double)gam[c] * sd[k] / (double)m) : 0.0f;
+      bq[c] = batch ? (float)((double)gam[c] * sx[k] / (double)m) : 0.0f;
+    }
+  }
+  if (!l->propagate_down[0]) return;
+  float *dx = l->bottom[0]->diff; /* may be dy itself (in place): each element read, then written */
+#pragma omp parallel for schedule(static) num_threads(l->nthreads) if (big)
+  for (int64_t t = 0; t < CB * N; t++) {
+    const int64_t cb = t % CB, off = t * S * 16; /* image t / CB, block cb */
+    const float *gk = gam + cb * 16, *bk = bet + cb * 16, *ak = a + cb * 16, *qk = bq + cb * 16;
+    const float *is = inv + cb * 16;
+    for (int64_t i = 0; i < S; i++)
+#pragma omp simd
+      for (int k = 0; k < 16; k++) {
+        const int64_t e = off + i * 16 + k;
+        const float v = xn[e], d = fused_dz(v, gk[k], bk[k], slope, dy[e]);
+        dx[e] = (d * gk[k] - ak[k] - qk[k] * v) * is[k];
+      }
+  }
+}
+
+/* Fused backward, plain layout: the same two passes, channel by channel. */
+static void bn_backward_fused_plain(kiln_layer *l, bn_state *s, const float *gam,
+                                    const float *bet, float *dgam, float *dbet) {
+  const float *dy = l->top[0]->diff, *xn = l->buffer[BN_XNORM]->data;
+  const float *inv = l->buffer[BN_INVSTD]->data;
+  float *dx = l->bottom[0]->diff;
+  const int64_t N = s->N, C = s->C, S = s->S, m = N * S;
+  const float slope = s->slope;
+  const bool down = l->propagate_down[0];
+#pragma omp parallel for schedule(static) num_threads(l->nthreads) if (N * C * S > 32768)
+  for (int64_t c = 0; c < C; c++) {
+    const float g = gam[c], b = bet[c], is = inv[c];
+    double ad[KILN_SUM_LANES] = {0}, ax[KILN_SUM_LANES] = {0};
+    for (int64_t n = 0; n < N; n++) {
+      const float *pv = xn + (n * C + c) * S, *pd = dy + (n * C + c) * S;
+      int64_t i = 0;
+      for (; i + KILN_SUM_LANES <= S; i += KILN_SUM_LANES)
+        for (int k = 0; k < KILN_SUM_LANES; k++) {
+          const float d = fused_dz(pv[i + k], g, b, slope, pd[i + k]);
+          ad[k] += d;
+          ax[k] += (double)d * pv[i + k];
+        }
+      for (; i < S; i++) {
+        const float d = fused_dz(pv[i], g, b, slope, pd[i]);
+        ad[i % KILN_SUM_LANES] += d;
+        ax[i % KILN_SUM_LANES] += (double)d * pv[i];
+      }
+    }
+    double sd = 0, sx = 0;
+    for (int k = 0; k < KILN_SUM_LANES; k++) sd += ad[k], sx += ax[k];
+    dbet[c] += (float)sd;
+    dgam[c] += (float)sx;
+    if (!down) continue;
+    const bool batch = !s->global && m;
+    const float a = batch ? (float)((double)g * sd / (double)m) : 0.0f;
+    const float q = batch ? (float)((double)g * sx / (double)m) : 0.0f;
+    for (int64_t n = 0; n < N; n++) {
+      const int64_t o = (n * C + c) * S;
+#pragma omp simd
+      for (int64_t i = 0; i < S; i++) {
+        const float v = xn[o + i], d = fused_dz(v, g, b, slope, dy[o + i]);
+        dx[o + i] = (d * g - a - q * v) * is;
+      }
+    }
+  }
+}
+
 static int bn_backward(kiln_layer *l) {
-  if (!l->propagate_down[0]) return KILN_OK;
   bn_state *s = l->priv;
+  if (s->scale) { /* Scale's parameter gradients are wanted even without propagate_down */
+    const kiln_layer *sc = s->scale;
+    const float *gam = sc->param[0]->data, *bet = sc->param[s->bias]->data;
+    float *dgam = sc->param[0]->diff, *dbet = sc->param[s->bias]->diff;
+    if (l->bottom[0]->layout == KILN_LAYOUT_BLOCKED16)
+      bn_backward_fused_blocked(l, s, gam, bet, dgam, dbet);
+    else
+      bn_backward_fused_plain(l, s, gam, bet, dgam, dbet);
+    return KILN_OK;
+  }
+  if (!l->propagate_down[0]) return KILN_OK;
   const float *dy = l->top[0]->diff, *xn = l->buffer[BN_XNORM]->data;
   const float *inv = l->buffer[BN_INVSTD]->data;
   float *dx = l->bottom[0]->diff; /* may be dy itself (in place): each element read, then written */
@@ -354,6 +526,32 @@ static void bn_destroy(kiln_layer *l) {
 /* The top is a copy of x_norm, which only this layer's forward writes. */
 static const kiln_blob *bn_kept_output(const kiln_layer *l) { return l->buffer[BN_XNORM]; }
 
+/* Fusion: the Scale (learnable per-channel gamma with beta) working in place on this layer's
+ * top, and the in-place ReLU after it when there is one, are done in this layer's passes: in
+ * forward, one pass writes x_norm and the final output where three wrote and rewrote the top;
+ * in backward, see bn_backward_fused_blocked. Not when a loss reads one of the tops in between
+ * (the fused top holds only the last value). */
+static int bn_fuse(kiln_layer *l, kiln_layer *const *next, int n) {
+  bn_state *s = l->priv;
+  kiln_blob *y = l->top[0];
+  int bias;
+  if (n < 1 || l->loss_weight[0] != 0 || next[0]->loss_weight[0] != 0 ||
+      !kiln_scale_fusable(next[0], y, &bias))
+    return 0;
+  s->scale = next[0];
+  s->bias = bias;
+  s->slope = 1.0f;
+  if (n < 2) return 1;
+  const kiln_layer *r = next[1];
+  if (strcmp(r->ops->type, "ReLU") || r->nbottom != 1 || r->bottom[0] != y || r->top[0] != y ||
+      r->loss_weight[0] != 0)
+    return 1;
+  const float slope = r->lp->relu_param ? r->lp->relu_param->negative_slope : 0.0f;
+  if (!(slope >= 0)) return 1;
+  s->slope = slope;
+  return 2;
+}
+
 /* 4-D inputs in either layout (per channel, 16 channels a vector in the blocked one). */
 static int bn_layout_role(const kiln_layer *l) {
   return l->bottom[0]->naxes == 4 ? KILN_LAYOUT_ROLE_SAME : KILN_LAYOUT_ROLE_NONE;
@@ -363,4 +561,5 @@ const kiln_layer_ops kiln_layer_batch_norm = {
     .type = "BatchNorm", .min_bottoms = 1, .max_bottoms = 1, .min_tops = 1, .max_tops = 1,
     .setup = bn_setup, .reshape = bn_reshape, .forward = bn_forward, .backward = bn_backward,
     .destroy = bn_destroy, .layout_role = bn_layout_role, .kept_output = bn_kept_output,
+    .fuse = bn_fuse,
 };

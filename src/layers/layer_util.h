@@ -101,5 +101,9 @@ static inline double kiln_plane_dot(const float *a, const float *b, int64_t N, i
   return t;
 }
 
+/* Scale's part in fusion (BatchNorm + Scale): true when `scale` is a Scale layer with a learnable
+ * per-channel gamma and a beta (bias_term) over an (N, C, ...) input, working in place on
+ * `blob`; *bias_index gets beta's parameter index. */
+bool kiln_scale_fusable(const kiln_layer *scale, const kiln_blob *blob, int *bias_index);
 
 #endif

@@ -216,6 +216,17 @@ static int scale_backward(kiln_layer *l) {
 
 static void scale_destroy(kiln_layer *l) { free(l->priv); }
 
+bool kiln_scale_fusable(const kiln_layer *l, const kiln_blob *blob, int *bias_index) {
+  if (strcmp(l->ops->type, "Scale") || l->nbottom != 1 || l->bottom[0] != blob || l->top[0] != blob)
+    return false;
+  const scale_state *s = l->priv;
+  if (!s || s->from_bottom || s->bias_index < 0 || blob->naxes < 2 || s->outer != blob->shape[0] ||
+      s->dim != blob->shape[1])
+    return false;
+  *bias_index = s->bias_index;
+  return true;
+}
+
 /* A learnable per-channel scale of a 4-D input reads either layout. */
 static int scale_layout_role(const kiln_layer *l) {
   const scale_state *s = l->priv;

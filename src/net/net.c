@@ -525,6 +525,7 @@ static int plan_diff_sharing(kiln_net *net, const kiln_net_options *opt) {
   }
   for (int j = 0; j < net->nlayers; j++) {
     kiln_layer *l = net->layers[j];
+    const int jb = j + l->fused; /* where its backward runs (a fused group's last layer) */
     for (int i = 0; i < n; i++) {
       kiln_blob *b = net->blobs[i];
       bool touches = false;
@@ -541,7 +542,7 @@ static int plan_diff_sharing(kiln_net *net, const kiln_net_options *opt) {
         }
       if (!touches) continue;
       if (j < first[i]) first[i] = j;
-      if (j > last[i]) last[i] = j;
+      if (jb > last[i]) last[i] = jb;
     }
   }
   for (int o = 0; o < net->noutputs; o++)
@@ -769,6 +770,21 @@ static int plan_layouts(kiln_net *net, const kiln_net_options *opt) {
   return KILN_OK;
 }
 
+/* Layers that do the work of the ones after them (kiln_layer_ops.fuse), decided once the
+ * layouts are known. A layer already absorbed into another is not asked. */
+static void plan_fusion(kiln_net *net, const kiln_net_options *opt) {
+  const char *env = getenv("KILN_FUSE");
+  if (opt->unfused || (env && !strcmp(env, "0"))) return;
+  for (int i = 0; i < net->nlayers; i++) {
+    kiln_layer *l = net->layers[i];
+    if (!l->ops->fuse || l->fused_into) continue;
+    int k = l->ops->fuse(l, net->layers + i + 1, net->nlayers - i - 1);
+    if (k <= 0) continue;
+    l->fused = k;
+    for (int j = 1; j <= k; j++) net->layers[i + j]->fused_into = l;
+  }
+}
+
 static int build(kiln_net *net, const Caffe__NetParameter *np, const kiln_net_options *opt) {
   net_internal *in = net->internal;
   KILN_TRY(add_deploy_inputs(in, np));
@@ -834,6 +850,7 @@ static int build(kiln_net *net, const Caffe__NetParameter *np, const kiln_net_op
     }
   }
   KILN_TRY(plan_layouts(net, opt));
+  plan_fusion(net, opt);
   KILN_TRY(setup_params(net));
   need_backward(net, np);
   KILN_TRY(find_outputs(net));
@@ -913,12 +930,32 @@ void kiln_net_free(kiln_net *net) {
 
 /* ---- running ------------------------------------------------------------------------------- */
 
+int kiln_net_layer_forward(kiln_net *net, int i) {
+  kiln_layer *l = net->layers[i];
+  return l->fused_into ? KILN_OK : l->ops->forward(l);
+}
+
+/* A fused group [h, h + fused] runs its head's backward at its last layer, when any of its layers
+ * needs backward (the head skips what is not wanted: its input gradient without propagate_down). */
+int kiln_net_layer_backward(kiln_net *net, int i) {
+  kiln_layer *l = net->layers[i];
+  if (l->fused) return KILN_OK; /* done at the group's last layer */
+  if (!l->fused_into) return net->layer_need_backward[i] && l->ops->backward ? l->ops->backward(l) : KILN_OK;
+  int h = i;
+  while (h > 0 && net->layers[h] != l->fused_into) h--;
+  if (h + net->layers[h]->fused != i) return KILN_OK;
+  bool need = false;
+  for (int j = h; j <= i; j++) need |= net->layer_need_backward[j];
+  kiln_layer *head = net->layers[h];
+  return need && head->ops->backward ? head->ops->backward(head) : KILN_OK;
+}
+
 int kiln_net_forward(kiln_net *net, float *loss) {
   const net_internal *in = net->internal;
   double total = 0;
   for (int i = 0; i < net->nlayers; i++) {
     kiln_layer *l = net->layers[i];
-    int rc = l->ops->forward(l);
+    int rc = kiln_net_layer_forward(net, i);
     if (rc) return rc;
     if (i == in->fault_layer) kiln_fault_sleep(&in->fault);
     if (l->reshaped) {
@@ -947,11 +984,7 @@ int kiln_net_backward(kiln_net *net) {
         for (int64_t k = 0; k < l->top[t]->count; k++) l->top[t]->diff[k] = l->loss_weight[t];
   }
   for (int i = net->nlayers - 1; i >= 0; i--) {
-    kiln_layer *l = net->layers[i];
-    if (net->layer_need_backward[i] && l->ops->backward) {
-      int rc = l->ops->backward(l);
-      if (rc) return rc;
-    }
+    KILN_TRY(kiln_net_layer_backward(net, i));
     if (net->backward_hook) KILN_TRY(net->backward_hook(net->backward_hook_user, i));
   }
   return KILN_OK;
