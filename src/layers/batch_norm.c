@@ -145,12 +145,20 @@ static double plane_sq(const float *x, double mean, int64_t N, int64_t stride, i
 static void block16_chunk_sums(double *sum, double *dot, const float *a, const float *b,
                                const double *mean, int64_t n0, int64_t n1, int64_t CB,
                                int64_t cb, int64_t S) {
-  double as[16] = {0}, ad[16] = {0};
+  double as[16] = {0}, ad[16] = {0}, a2[16] = {0}; /* a2: odd cells, a second chain of adds */
   for (int64_t n = n0; n < n1; n++) {
     const int64_t off = (n * CB + cb) * S * 16;
     const float *pa = a + off;
     if (mean) {
-      for (int64_t i = 0; i < S; i++)
+      int64_t i = 0;
+      for (; i + 2 <= S; i += 2)
+#pragma omp simd
+        for (int k = 0; k < 16; k++) {
+          const double d = pa[i * 16 + k] - mean[k], e = pa[i * 16 + 16 + k] - mean[k];
+          as[k] += d * d;
+          a2[k] += e * e;
+        }
+      for (; i < S; i++)
 #pragma omp simd
         for (int k = 0; k < 16; k++) {
           const double d = pa[i * 16 + k] - mean[k];
@@ -165,12 +173,19 @@ static void block16_chunk_sums(double *sum, double *dot, const float *a, const f
           ad[k] += (double)pa[i * 16 + k] * pb[i * 16 + k];
         }
     } else {
-      for (int64_t i = 0; i < S; i++)
+      int64_t i = 0;
+      for (; i + 2 <= S; i += 2)
+#pragma omp simd
+        for (int k = 0; k < 16; k++) {
+          as[k] += pa[i * 16 + k];
+          a2[k] += pa[i * 16 + 16 + k];
+        }
+      for (; i < S; i++)
 #pragma omp simd
         for (int k = 0; k < 16; k++) as[k] += pa[i * 16 + k];
     }
   }
-  for (int k = 0; k < 16; k++) sum[k] = as[k];
+  for (int k = 0; k < 16; k++) sum[k] = as[k] + a2[k];
   if (dot)
     for (int k = 0; k < 16; k++) dot[k] = ad[k];
 }
