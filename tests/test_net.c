@@ -1084,10 +1084,10 @@ static void test_scale_after_batchnorm_reads_its_copy(void **state) {
 
 /* ---- fusion -------------------------------------------------------------------------------- */
 
-/* BatchNorm with the Scale and ReLU after it run as one layer (kiln_layer_ops.fuse) gives the
- * unfused net's results: the same forward bits (the fused kernels compute Scale's and ReLU's
- * expressions), and the same gradients and BatchNorm statistics to rounding (its sums run in
- * another order), over a few steps, then in TEST. `groups` names each fused head and how many
+/* BatchNorm with the Scale and ReLU after it run as one layer, and an Eltwise sum with the ReLU
+ * after it (kiln_layer_ops.fuse), give the unfused net's results: the same forward bits (the
+ * fused kernels compute Scale's and ReLU's expressions), and the same gradients and BatchNorm
+ * statistics to rounding (its sums run in another order), over a few steps, then in TEST. `groups` names each fused head and how many
  * layers it takes; the unfused net has none. */
 typedef struct {
   const char *head;
@@ -1182,27 +1182,44 @@ static const char *edit_net(char *buf, size_t n, const char *text, const char *f
 
 static void test_fused_batchnorm_matches_unfused(void **state) {
   (void)state;
-  /* bn1 + sc1 + relu1 in place; bn2 (out of place) + sc2, an Eltwise after it. */
-  const fuse_group res[] = {{"bn1", 2}, {"bn2", 1}};
+  /* bn1 + sc1 + relu1 in place; bn2 (out of place) + sc2, an Eltwise after it; the Eltwise sum +
+   * relu2. */
+  const fuse_group res[] = {{"bn1", 2}, {"bn2", 1}, {"sum", 1}};
   const char *blobs[] = {"c1", "b2", "sum", "loss"};
   char a[4096], b[4096];
   const char *engine = getenv("KILN_ENGINE");
   const bool blocked = kiln_dnnl_available() && !(engine && !strcmp(engine, "ref"));
   for (int plain = blocked ? 0 : 1; plain < 2; plain++) {
-    check_fused_net(residual_net, plain, res, 2, blobs, 4);
+    check_fused_net(residual_net, plain, res, 3, blobs, 4);
     /* a leaky ReLU; a batch of 19 (chunks of 8 + 8 + 3 in the blocked sums) */
     edit_net(a, sizeof a, residual_net, "name: 'relu1' type: 'ReLU' bottom: 'c1' top: 'c1' }",
              "name: 'relu1' type: 'ReLU' bottom: 'c1' top: 'c1' relu_param { negative_slope: 0.1 } }");
-    check_fused_net(a, plain, res, 2, blobs, 4);
+    check_fused_net(a, plain, res, 3, blobs, 4);
     edit_net(b, sizeof b, residual_net, "dim: 3 dim: 3 dim: 7 dim: 6 } shape { dim: 3 }",
              "dim: 19 dim: 3 dim: 4 dim: 4 } shape { dim: 19 }");
-    check_fused_net(b, plain, res, 2, blobs, 4);
+    check_fused_net(b, plain, res, 3, blobs, 4);
+    /* The sum with coefficients over three bottoms (one pass per bottom after the first two),
+     * then a leaky ReLU. */
+    char c[4096];
+    edit_net(a, sizeof a, residual_net, "bottom: 'b2' bottom: 'p0' top: 'sum' }",
+             "bottom: 'b2' bottom: 'p0' bottom: 'c1' top: 'sum'\n"
+             "        eltwise_param { coeff: 1 coeff: 0.5 coeff: -2 } }");
+    edit_net(c, sizeof c, a, "name: 'relu2' type: 'ReLU' bottom: 'sum' top: 'sum' }",
+             "name: 'relu2' type: 'ReLU' bottom: 'sum' top: 'sum' relu_param { negative_slope: 0.2 } }");
+    check_fused_net(c, plain, res, 3, blobs, 4);
+    /* The sum in place on its first bottom: that bottom's gradient is the top's. */
+    edit_net(a, sizeof a, residual_net, "bottom: 'b2' bottom: 'p0' top: 'sum' }",
+             "bottom: 'b2' bottom: 'p0' top: 'b2' }");
+    edit_net(c, sizeof c, a, "bottom: 'sum' top: 'sum' }", "bottom: 'b2' top: 'b2' }");
+    edit_net(b, sizeof b, c, "bottom: 'sum' top: 'pool'", "bottom: 'b2' top: 'pool'");
+    const char *inplace_blobs[] = {"c1", "b2", "loss"};
+    check_fused_net(b, plain, res, 3, inplace_blobs, 3);
   }
   /* Not fused: a Scale without beta, or one that is not in place. */
   edit_net(a, sizeof a, residual_net, "scale_param { bias_term: true filler { type: 'uniform' min: 0.5 max: 1.5 }\n          bias_filler",
            "scale_param { bias_term: false filler { type: 'uniform' min: 0.5 max: 1.5 }\n          bias_filler");
-  const fuse_group only_bn2[] = {{"bn2", 1}, {"bn1", 0}};
-  check_fused_net(a, true, only_bn2, 2, blobs, 4);
+  const fuse_group only_bn2[] = {{"bn2", 1}, {"bn1", 0}, {"sum", 1}};
+  check_fused_net(a, true, only_bn2, 3, blobs, 4);
   /* BatchNorm on the net's input: nothing flows below it, but Scale's gamma and beta still get
    * their gradients from the fused backward. */
   const char *first =

@@ -17,6 +17,8 @@ typedef struct {
   bool stable_prod_grad;
   bool in_place; /* top is bottom 0 */
   float *coeff;  /* one per bottom */
+  bool relu;     /* SUM fused with the in-place ReLU after it (eltwise_fuse) */
+  float slope;   /* that ReLU's negative_slope */
 } eltwise_state;
 
 /* Buffer 0: MAX's winning bottom per element (as a float); PROD in place: bottom 0's input. */
@@ -77,15 +79,25 @@ static int eltwise_forward(kiln_layer *l) {
   /* In place y is bottom 0: each element is read from every bottom before it is written. */
   switch (s->op) {
     case OP_SUM: {
-      /* One pass per bottom, each a threaded, vectorised loop; element-wise, so bottom 0 may be
-       * the top (in place). */
-      const float c0 = s->coeff[0], *x0 = l->bottom[0]->data;
+      /* Threaded, vectorised passes, element-wise, so bottom 0 may be the top (in place): the
+       * first two bottoms in one pass, then one per further bottom; the fused ReLU's select in
+       * the last pass. The additions are those of one bottom after another. */
+      const float c0 = s->coeff[0], c1 = s->coeff[1], *x0 = l->bottom[0]->data;
+      const float *x1 = l->bottom[1]->data;
+      const float slope = s->relu && nb == 2 ? s->slope : 1.0f; /* 1: no select */
 #pragma omp parallel for simd schedule(static) num_threads(l->nthreads) if (parallel: n > 32768)
-      for (int64_t k = 0; k < n; k++) y[k] = c0 * x0[k];
-      for (int b = 1; b < nb; b++) {
+      for (int64_t k = 0; k < n; k++) {
+        const float t = c0 * x0[k], z = t + c1 * x1[k];
+        y[k] = z > 0 ? z : slope * z;
+      }
+      for (int b = 2; b < nb; b++) {
         const float cb = s->coeff[b], *xb = l->bottom[b]->data;
+        const float sl = s->relu && b == nb - 1 ? s->slope : 1.0f;
 #pragma omp parallel for simd schedule(static) num_threads(l->nthreads) if (parallel: n > 32768)
-        for (int64_t k = 0; k < n; k++) y[k] += cb * xb[k];
+        for (int64_t k = 0; k < n; k++) {
+          const float z = y[k] + cb * xb[k];
+          y[k] = z > 0 ? z : sl * z;
+        }
       }
       break;
     }
@@ -123,12 +135,49 @@ static int eltwise_forward(kiln_layer *l) {
   return KILN_OK;
 }
 
+/* SUM fused with ReLU: each bottom's gradient from the masked top gradient in one pass (the
+ * mask read from the top, as the in-place ReLU reads it: its sign is the sum's for slope >= 0).
+ * Element by element, so a bottom's diff may be the top's (in place). */
+static void sum_relu_backward(kiln_layer *l, const eltwise_state *s) {
+  const int64_t n = l->bottom[0]->count;
+  const float *dy = l->top[0]->diff, *y = l->top[0]->data, slope = s->slope;
+  const int nb = l->nbottom;
+  float *dx0 = l->propagate_down[0] ? l->bottom[0]->diff : NULL;
+  float *dx1 = l->propagate_down[1] ? l->bottom[1]->diff : NULL;
+  const float c0 = s->coeff[0], c1 = s->coeff[1];
+  if (nb == 2 && dx0 && dx1) { /* resnets' shortcut sums */
+#pragma omp parallel for simd schedule(static) num_threads(l->nthreads) if (parallel: n > 32768)
+    for (int64_t k = 0; k < n; k++) {
+      const float d = y[k] > 0 ? dy[k] : slope * dy[k];
+      dx1[k] = c1 * d;
+      dx0[k] = c0 * d;
+    }
+    return;
+  }
+  /* Otherwise bottom by bottom, the top's own diff (if a bottom's) last. */
+  int order[64], m = 0;
+  for (int b = nb - 1; b >= 0; b--)
+    if (l->propagate_down[b] && l->bottom[b]->diff != dy) order[m++] = b;
+  for (int b = nb - 1; b >= 0; b--)
+    if (l->propagate_down[b] && l->bottom[b]->diff == dy) order[m++] = b;
+  for (int i = 0; i < m; i++) {
+    float *dx = l->bottom[order[i]]->diff;
+    const float c = s->coeff[order[i]];
+#pragma omp parallel for simd schedule(static) num_threads(l->nthreads) if (parallel: n > 32768)
+    for (int64_t k = 0; k < n; k++) dx[k] = c * (y[k] > 0 ? dy[k] : slope * dy[k]);
+  }
+}
+
 /* Bottom 0 last: in place its diff is the top's. */
 static int eltwise_backward(kiln_layer *l) {
   eltwise_state *s = l->priv;
   int nb = l->nbottom;
   int64_t n = l->bottom[0]->count;
   const float *dy = l->top[0]->diff, *y = l->top[0]->data;
+  if (s->relu) {
+    sum_relu_backward(l, s);
+    return KILN_OK;
+  }
   for (int b = nb - 1; b >= 0; b--) {
     if (!l->propagate_down[b]) continue;
     float *dx = l->bottom[b]->diff;
@@ -171,8 +220,26 @@ static void eltwise_destroy(kiln_layer *l) {
   free(s);
 }
 
+/* Fusion: SUM takes the ReLU (negative_slope >= 0) working in place on its top, when no loss
+ * reads the top in between; at most 64 bottoms (the fused backward orders them on the stack). */
+static int eltwise_fuse(kiln_layer *l, kiln_layer *const *next, int n) {
+  eltwise_state *s = l->priv;
+  kiln_blob *y = l->top[0];
+  if (s->op != OP_SUM || n < 1 || l->nbottom > 64 || l->loss_weight[0] != 0) return 0;
+  const kiln_layer *r = next[0];
+  if (strcmp(r->ops->type, "ReLU") || r->nbottom != 1 || r->bottom[0] != y || r->top[0] != y ||
+      r->loss_weight[0] != 0)
+    return 0;
+  const float slope = r->lp->relu_param ? r->lp->relu_param->negative_slope : 0.0f;
+  if (!(slope >= 0)) return 0;
+  s->relu = true;
+  s->slope = slope;
+  return 1;
+}
+
 const kiln_layer_ops kiln_layer_eltwise = {
     .type = "Eltwise", .min_bottoms = 2, .max_bottoms = -1, .min_tops = 1, .max_tops = 1,
     .setup = eltwise_setup, .reshape = eltwise_reshape, .forward = eltwise_forward,
     .backward = eltwise_backward, .destroy = eltwise_destroy, .layout_role = kiln_layout_any,
+    .fuse = eltwise_fuse,
 };
