@@ -209,8 +209,9 @@ int cmd_time(int argc, char **argv) {
   int groups = 0;
   for (int i = 0; i < L; i++) groups += net->layers[i]->fused > 0;
   if (groups)
-    printf("%d fused groups (BatchNorm + Scale [+ ReLU]): each one's forward is timed on its "
-           "first layer, its backward on its last; KILN_FUSE=0 times them apart\n", groups);
+    printf("%d fused groups (BatchNorm + Scale [+ ReLU], Eltwise sum + ReLU): each one's "
+           "forward is timed on its first layer, its backward on its last; KILN_FUSE=0 times "
+           "them apart\n", groups);
   printf("average forward: %.3f ms, backward: %.3f ms, forward-backward: %.3f ms per iteration\n",
          fsum, bsum, per_iter);
   printf("%.1f samples/s (batch %d), %.2f GFLOP/s forward\n", batch / (per_iter / 1e3), batch,
