@@ -387,6 +387,13 @@ static void test_split_for_fanout(void **state) {
   assert_ptr_equal(l2->bottom[1], lsp->top[1]);
   assert_true(net->layer_need_backward[sp_i]);
   assert_true(sp->propagate_down[0]);
+  /* The Split's tops read ip's data (no copies); their gradients are their own. */
+  for (int t = 0; t < 2; t++) {
+    assert_ptr_equal(sp->top[t]->data_of, sp->bottom[0]);
+    assert_ptr_equal(sp->top[t]->data, sp->bottom[0]->data);
+    assert_ptr_not_equal(sp->top[t]->diff, sp->bottom[0]->diff);
+  }
+  assert_ptr_not_equal(sp->top[0]->diff, sp->top[1]->diff);
 
   /* The gradient reaching ip (and data) is the sum over both consumers. */
   set_inputs(net, 11);

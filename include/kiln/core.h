@@ -90,6 +90,8 @@ typedef struct kiln_blob {
   int64_t diff_borrowed; /* > 0: diff is someone else's buffer of this many floats (never freed
                             here; the blob cannot grow past it) */
   int layout;            /* KILN_LAYOUT_*: how data and diff are laid out in memory */
+  const struct kiln_blob *data_of; /* non-NULL: the data is that blob's (a Split's top reading
+                                      its bottom's); only the diff is this blob's own */
 } kiln_blob;
 
 /* Activation layouts. PLAIN is Caffe's row-major N x C x H x W (and every blob that is not 4-D).

@@ -16,7 +16,7 @@ kiln_blob *kiln_blob_new(const char *name) {
 void kiln_blob_free(kiln_blob *b) {
   if (!b) return;
   if (b->owned) {
-    kiln_free(b->data);
+    if (!b->data_of) kiln_free(b->data);
     if (!b->diff_borrowed) kiln_free(b->diff);
   }
   free(b->name);
@@ -46,6 +46,28 @@ int kiln_blob_reshape(kiln_blob *b, int naxes, const int64_t *shape) {
 int kiln_blob_alloc(kiln_blob *b) {
   int64_t count = b->count;
   b->defer_alloc = false;
+  if (b->data_of && b->owned) { /* the data is another blob's: follow it; only the diff here */
+    if (count > b->data_of->count)
+      return kiln_errorf(KILN_ERR_SHAPE, "blob '%s': %lld elements, more than the %lld of '%s' "
+                         "whose data it shares", b->name, (long long)count,
+                         (long long)b->data_of->count, b->data_of->name);
+    b->data = b->data_of->data;
+    if (b->diff_borrowed && count > b->diff_borrowed)
+      return kiln_errorf(KILN_ERR_SHAPE,
+                         "blob '%s': cannot grow to %lld elements past its planned %lld (its "
+                         "gradient shares a buffer)",
+                         b->name, (long long)count, (long long)b->diff_borrowed);
+    if (!b->no_diff && !b->diff_borrowed && count > b->capacity) {
+      float *g = kiln_alloc((size_t)count * sizeof(float));
+      if (!g)
+        return kiln_errorf(KILN_ERR_NOMEM, "blob '%s': cannot allocate %lld floats", b->name,
+                           (long long)count);
+      kiln_free(b->diff);
+      b->diff = g;
+      b->capacity = count;
+    }
+    return KILN_OK;
+  }
   if (b->owned && count > b->capacity) {
     if (b->diff_borrowed)
       return kiln_errorf(KILN_ERR_SHAPE,
@@ -82,9 +104,10 @@ void kiln_blob_borrow_diff(kiln_blob *b, float *diff, int64_t floats) {
 
 void kiln_blob_set_view(kiln_blob *b, float *data, float *diff) {
   if (b->owned) {
-    kiln_free(b->data);
+    if (!b->data_of) kiln_free(b->data);
     if (!b->diff_borrowed) kiln_free(b->diff);
   }
+  b->data_of = NULL;
   b->diff_borrowed = 0;
   b->owned = false;
   b->data = data;

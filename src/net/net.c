@@ -593,7 +593,8 @@ static int plan_memory(kiln_net *net, const kiln_net_options *opt) {
   KILN_TRY(plan_diff_sharing(net, opt));
   net_internal *in = net->internal;
   for (int i = 0; i < net->nblobs; i++)
-    m->activations += net->blobs[i]->count * (in->diff_slot && in->diff_slot[i] >= 0 ? 4 : 8);
+    m->activations += net->blobs[i]->count * ((net->blobs[i]->data_of ? 0 : 4) +
+                                              (in->diff_slot && in->diff_slot[i] >= 0 ? 0 : 4));
   for (int k = 0; k < in->ndiff_pool; k++) m->activations += in->diff_pool_floats[k] * 4;
   for (int i = 0; i < net->nlayers; i++) {
     kiln_layer *l = net->layers[i];
@@ -770,6 +771,24 @@ static int plan_layouts(kiln_net *net, const kiln_net_options *opt) {
   return KILN_OK;
 }
 
+/* A Split's tops read its bottom's data instead of copies (Caffe shares them too), unless a
+ * consumer works in place on one (any layer but the Split that names the blob as a top), which
+ * would change it under the others. Saves a copy per top in forward and the memory for it. */
+static void share_split_data(kiln_net *net) {
+  for (int i = 0; i < net->nlayers; i++) {
+    kiln_layer *l = net->layers[i];
+    if (strcmp(l->ops->type, "Split") || l->nbottom != 1) continue;
+    for (int t = 0; t < l->ntop; t++) {
+      kiln_blob *b = l->top[t];
+      if (b == l->bottom[0]) continue;
+      bool written = false;
+      for (int j = 0; j < net->nlayers && !written; j++)
+        for (int k = 0; j != i && k < net->layers[j]->ntop; k++) written |= net->layers[j]->top[k] == b;
+      if (!written) b->data_of = l->bottom[0];
+    }
+  }
+}
+
 /* Layers that do the work of the ones after them (kiln_layer_ops.fuse), decided once the
  * layouts are known. A layer already absorbed into another is not asked. */
 static void plan_fusion(kiln_net *net, const kiln_net_options *opt) {
@@ -851,6 +870,7 @@ static int build(kiln_net *net, const Caffe__NetParameter *np, const kiln_net_op
   }
   KILN_TRY(plan_layouts(net, opt));
   plan_fusion(net, opt);
+  share_split_data(net);
   KILN_TRY(setup_params(net));
   need_backward(net, np);
   KILN_TRY(find_outputs(net));
