@@ -921,6 +921,50 @@ static void test_shared_diffs_match_own_diffs(void **state) {
   built_free(&b);
 }
 
+/* Three training steps on two nets built from one text, with the same initial parameters: the
+ * same parameter gradients to 1e-4 relative at each step (`na`, `nb` name the two in messages),
+ * then an SGD step on each. `exact`: the loss, the parameters (BatchNorm's statistics among them)
+ * and the data of `blobs` must also match bit for bit, and b continues from a's parameters;
+ * otherwise the loss and parameters match to 1e-4. */
+static void step_pair(kiln_net *a, kiln_net *b, uint64_t seed, bool exact, const char *na,
+                      const char *nb, const char *const *blobs, int nblobs) {
+  const size_t bytes = sizeof(float) * (size_t)a->nparam_floats;
+  assert_int_equal(a->nparam_floats, b->nparam_floats);
+  assert_memory_equal(a->param_data, b->param_data, bytes);
+  for (int step = 0; step < 3; step++) {
+    set_inputs(a, seed + (uint64_t)step);
+    set_inputs(b, seed + (uint64_t)step);
+    float la, lb;
+    forward_backward(a, &la);
+    forward_backward(b, &lb);
+    for (int k = 0; k < nblobs; k++) {
+      const kiln_blob *x = kiln_net_blob(a, blobs[k]), *y = kiln_net_blob(b, blobs[k]);
+      assert_non_null(x);
+      assert_non_null(y);
+      if (memcmp(x->data, y->data, sizeof(float) * (size_t)x->count) != 0)
+        fail_msg("step %d: blob '%s' differs between the %s and %s nets", step, blobs[k], na, nb);
+    }
+    if (exact) assert_true(la == lb);
+    else assert_float_equal(lb, la, 1e-4 * (1 + fabsf(la)));
+    double norm = 0;
+    for (int64_t i = 0; i < a->nparam_floats; i++) {
+      const float ga = a->param_diff[i], gb = b->param_diff[i];
+      const float pa = a->param_data[i], pb = b->param_data[i];
+      norm += fabs(ga);
+      if (fabsf(ga - gb) > 1e-4f * (1 + fabsf(ga)))
+        fail_msg("step %d: gradient %lld: %s %g, %s %g", step, (long long)i, na, ga, nb, gb);
+      if (exact ? pa != pb : fabsf(pa - pb) > 1e-4f * (1 + fabsf(pa)))
+        fail_msg("step %d: parameter %lld (BatchNorm statistics included) differs", step,
+                 (long long)i);
+    }
+    assert_true(norm > 0);
+    for (int64_t i = 0; i < a->nparam_floats; i++) {
+      a->param_data[i] -= 0.05f * a->param_diff[i];
+      b->param_data[i] = exact ? a->param_data[i] : b->param_data[i] - 0.05f * b->param_diff[i];
+    }
+  }
+}
+
 /* ---- blocked activation layouts ------------------------------------------------------------ */
 
 /* A residual block as resnet20 has them, after a max pooling with padding: conv -> BatchNorm ->
@@ -988,32 +1032,7 @@ static void check_blocked_net(const char *residual_net) {
       splits++;
     }
   assert_int_equal(splits, 2);
-  const size_t bytes = sizeof(float) * (size_t)p.net->nparam_floats;
-  assert_memory_equal(p.net->param_data, b.net->param_data, bytes);
-  for (int step = 0; step < 3; step++) {
-    set_inputs(p.net, 40 + (uint64_t)step);
-    set_inputs(b.net, 40 + (uint64_t)step);
-    float lp, lb;
-    forward_backward(p.net, &lp);
-    forward_backward(b.net, &lb);
-    assert_float_equal(lb, lp, 1e-4 * (1 + fabsf(lp)));
-    double norm = 0;
-    for (int64_t i = 0; i < p.net->nparam_floats; i++) {
-      const float a = p.net->param_diff[i], c = b.net->param_diff[i];
-      norm += fabs(a);
-      if (fabsf(a - c) > 1e-4f * (1 + fabsf(a)))
-        fail_msg("step %d: gradient %lld: plain %g, blocked %g", step, (long long)i, a, c);
-      if (fabsf(p.net->param_data[i] - b.net->param_data[i]) >
-          1e-4f * (1 + fabsf(p.net->param_data[i])))
-        fail_msg("step %d: parameter %lld (BatchNorm statistics included) differs", step,
-                 (long long)i);
-    }
-    assert_true(norm > 0);
-    for (int64_t i = 0; i < p.net->nparam_floats; i++) {
-      p.net->param_data[i] -= 0.05f * p.net->param_diff[i];
-      b.net->param_data[i] -= 0.05f * b.net->param_diff[i];
-    }
-  }
+  step_pair(p.net, b.net, 40, false, "plain", "blocked", NULL, 0);
   /* TEST phase: BatchNorm normalises with the stored statistics. */
   kiln_net_options pt = po, bt = bo;
   pt.phase = bt.phase = CAFFE__PHASE__TEST;
@@ -1128,38 +1147,7 @@ static void check_fused_net(const char *text, bool plain, const fuse_group *grou
     expect += groups[g].fused;
   }
   assert_int_equal(absorbed, expect);
-  const size_t bytes = sizeof(float) * (size_t)u.net->nparam_floats;
-  assert_memory_equal(u.net->param_data, f.net->param_data, bytes);
-  for (int step = 0; step < 3; step++) {
-    set_inputs(u.net, 70 + (uint64_t)step);
-    set_inputs(f.net, 70 + (uint64_t)step);
-    float lu, lf;
-    forward_backward(u.net, &lu);
-    forward_backward(f.net, &lf);
-    for (int k = 0; k < nblobs; k++) {
-      const kiln_blob *a = kiln_net_blob(u.net, blobs[k]), *b = kiln_net_blob(f.net, blobs[k]);
-      assert_non_null(a);
-      assert_non_null(b);
-      if (memcmp(a->data, b->data, sizeof(float) * (size_t)a->count) != 0)
-        fail_msg("step %d: blob '%s' differs between the fused and unfused nets", step, blobs[k]);
-    }
-    assert_true(lu == lf);
-    double norm = 0;
-    for (int64_t i = 0; i < u.net->nparam_floats; i++) {
-      const float a = u.net->param_diff[i], c = f.net->param_diff[i];
-      norm += fabs(a);
-      if (fabsf(a - c) > 1e-4f * (1 + fabsf(a)))
-        fail_msg("step %d: gradient %lld: unfused %g, fused %g", step, (long long)i, a, c);
-      if (u.net->param_data[i] != f.net->param_data[i])
-        fail_msg("step %d: parameter %lld (BatchNorm statistics included) differs", step,
-                 (long long)i);
-    }
-    assert_true(norm > 0);
-    for (int64_t i = 0; i < u.net->nparam_floats; i++) {
-      u.net->param_data[i] -= 0.05f * u.net->param_diff[i];
-      f.net->param_data[i] = u.net->param_data[i];
-    }
-  }
+  step_pair(u.net, f.net, 70, true, "unfused", "fused", blobs, nblobs);
   kiln_net_options ut = uo, ft = fo;
   ut.phase = ft.phase = CAFFE__PHASE__TEST;
   ut.share_diffs = ft.share_diffs = false;

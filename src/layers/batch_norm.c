@@ -556,13 +556,8 @@ static int bn_fuse(kiln_layer *l, kiln_layer *const *next, int n) {
   s->scale = next[0];
   s->bias = bias;
   s->slope = 1.0f;
-  if (n < 2) return 1;
-  const kiln_layer *r = next[1];
-  if (strcmp(r->ops->type, "ReLU") || r->nbottom != 1 || r->bottom[0] != y || r->top[0] != y ||
-      r->loss_weight[0] != 0)
-    return 1;
-  const float slope = r->lp->relu_param ? r->lp->relu_param->negative_slope : 0.0f;
-  if (!(slope >= 0)) return 1;
+  float slope;
+  if (n < 2 || !kiln_relu_fusable(next[1], y, &slope)) return 1;
   s->slope = slope;
   return 2;
 }

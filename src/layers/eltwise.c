@@ -225,13 +225,10 @@ static void eltwise_destroy(kiln_layer *l) {
 static int eltwise_fuse(kiln_layer *l, kiln_layer *const *next, int n) {
   eltwise_state *s = l->priv;
   kiln_blob *y = l->top[0];
-  if (s->op != OP_SUM || n < 1 || l->nbottom > 64 || l->loss_weight[0] != 0) return 0;
-  const kiln_layer *r = next[0];
-  if (strcmp(r->ops->type, "ReLU") || r->nbottom != 1 || r->bottom[0] != y || r->top[0] != y ||
-      r->loss_weight[0] != 0)
+  float slope;
+  if (s->op != OP_SUM || n < 1 || l->nbottom > 64 || l->loss_weight[0] != 0 ||
+      !kiln_relu_fusable(next[0], y, &slope))
     return 0;
-  const float slope = r->lp->relu_param ? r->lp->relu_param->negative_slope : 0.0f;
-  if (!(slope >= 0)) return 0;
   s->relu = true;
   s->slope = slope;
   return 1;

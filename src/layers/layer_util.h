@@ -106,4 +106,8 @@ static inline double kiln_plane_dot(const float *a, const float *b, int64_t N, i
  * `blob`; *bias_index gets beta's parameter index. */
 bool kiln_scale_fusable(const kiln_layer *scale, const kiln_blob *blob, int *bias_index);
 
+/* For fusion: true when `r` is a ReLU working in place on `blob` with negative_slope >= 0 (the
+ * top's sign is then the input's) and no loss weight on its top; *slope gets the slope. */
+bool kiln_relu_fusable(const kiln_layer *r, const kiln_blob *blob, float *slope);
+
 #endif

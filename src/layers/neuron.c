@@ -42,6 +42,14 @@ static int relu_backward(kiln_layer *l) {
   return KILN_OK;
 }
 
+bool kiln_relu_fusable(const kiln_layer *r, const kiln_blob *blob, float *slope) {
+  if (strcmp(r->ops->type, "ReLU") || r->nbottom != 1 || r->bottom[0] != blob ||
+      r->top[0] != blob || r->loss_weight[0] != 0)
+    return false;
+  *slope = KILN_PARAM_OR(r->lp->relu_param, relu_defaults)->negative_slope;
+  return *slope >= 0;
+}
+
 static int relu_setup(kiln_layer *l) {
   float slope = KILN_PARAM_OR(l->lp->relu_param, relu_defaults)->negative_slope;
   if (slope < 0 && l->bottom[0] == l->top[0])
