@@ -1113,8 +1113,8 @@ static void test_scale_after_batchnorm_reads_its_copy(void **state) {
 /* BatchNorm with the Scale and ReLU after it run as one layer, and an Eltwise sum with the ReLU
  * after it (kiln_layer_ops.fuse), give the unfused net's results: the same forward bits (the
  * fused kernels compute Scale's and ReLU's expressions), and the same gradients and BatchNorm
- * statistics to rounding (its sums run in another order), over a few steps, then in TEST. `groups` names each fused head and how many
- * layers it takes; the unfused net has none. */
+ * statistics to rounding (its sums run in another order), over a few steps, then in TEST.
+ * `groups` names each fused head and how many layers it takes; the unfused net has none. */
 typedef struct {
   const char *head;
   int fused;
@@ -1188,7 +1188,8 @@ static void test_fused_batchnorm_matches_unfused(void **state) {
     check_fused_net(residual_net, plain, res, 3, blobs, 4);
     /* a leaky ReLU; a batch of 19 (chunks of 8 + 8 + 3 in the blocked sums) */
     edit_net(a, sizeof a, residual_net, "name: 'relu1' type: 'ReLU' bottom: 'c1' top: 'c1' }",
-             "name: 'relu1' type: 'ReLU' bottom: 'c1' top: 'c1' relu_param { negative_slope: 0.1 } }");
+             "name: 'relu1' type: 'ReLU' bottom: 'c1' top: 'c1'\n"
+             "        relu_param { negative_slope: 0.1 } }");
     check_fused_net(a, plain, res, 3, blobs, 4);
     edit_net(b, sizeof b, residual_net, "dim: 3 dim: 3 dim: 7 dim: 6 } shape { dim: 3 }",
              "dim: 19 dim: 3 dim: 4 dim: 4 } shape { dim: 19 }");
@@ -1200,7 +1201,8 @@ static void test_fused_batchnorm_matches_unfused(void **state) {
              "bottom: 'b2' bottom: 'p0' bottom: 'c1' top: 'sum'\n"
              "        eltwise_param { coeff: 1 coeff: 0.5 coeff: -2 } }");
     edit_net(c, sizeof c, a, "name: 'relu2' type: 'ReLU' bottom: 'sum' top: 'sum' }",
-             "name: 'relu2' type: 'ReLU' bottom: 'sum' top: 'sum' relu_param { negative_slope: 0.2 } }");
+             "name: 'relu2' type: 'ReLU' bottom: 'sum' top: 'sum'\n"
+             "        relu_param { negative_slope: 0.2 } }");
     check_fused_net(c, plain, res, 3, blobs, 4);
     /* The sum in place on its first bottom: that bottom's gradient is the top's. */
     edit_net(a, sizeof a, residual_net, "bottom: 'b2' bottom: 'p0' top: 'sum' }",
@@ -1211,8 +1213,11 @@ static void test_fused_batchnorm_matches_unfused(void **state) {
     check_fused_net(b, plain, res, 3, inplace_blobs, 3);
   }
   /* Not fused: a Scale without beta, or one that is not in place. */
-  edit_net(a, sizeof a, residual_net, "scale_param { bias_term: true filler { type: 'uniform' min: 0.5 max: 1.5 }\n          bias_filler",
-           "scale_param { bias_term: false filler { type: 'uniform' min: 0.5 max: 1.5 }\n          bias_filler");
+  edit_net(a, sizeof a, residual_net,
+           "scale_param { bias_term: true filler { type: 'uniform' min: 0.5 max: 1.5 }\n"
+           "          bias_filler",
+           "scale_param { bias_term: false filler { type: 'uniform' min: 0.5 max: 1.5 }\n"
+           "          bias_filler");
   const fuse_group only_bn2[] = {{"bn2", 1}, {"bn1", 0}, {"sum", 1}};
   check_fused_net(a, true, only_bn2, 3, blobs, 4);
   /* BatchNorm on the net's input: nothing flows below it, but Scale's gamma and beta still get

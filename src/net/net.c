@@ -783,7 +783,8 @@ static void share_split_data(kiln_net *net) {
       if (b == l->bottom[0]) continue;
       bool written = false;
       for (int j = 0; j < net->nlayers && !written; j++)
-        for (int k = 0; j != i && k < net->layers[j]->ntop; k++) written |= net->layers[j]->top[k] == b;
+        for (int k = 0; j != i && k < net->layers[j]->ntop; k++)
+          written |= net->layers[j]->top[k] == b;
       if (!written) b->data_of = l->bottom[0];
     }
   }
@@ -960,7 +961,8 @@ int kiln_net_layer_forward(kiln_net *net, int i) {
 int kiln_net_layer_backward(kiln_net *net, int i) {
   kiln_layer *l = net->layers[i];
   if (l->fused) return KILN_OK; /* done at the group's last layer */
-  if (!l->fused_into) return net->layer_need_backward[i] && l->ops->backward ? l->ops->backward(l) : KILN_OK;
+  if (!l->fused_into)
+    return net->layer_need_backward[i] && l->ops->backward ? l->ops->backward(l) : KILN_OK;
   int h = i;
   while (h > 0 && net->layers[h] != l->fused_into) h--;
   if (h + net->layers[h]->fused != i) return KILN_OK;

@@ -75,7 +75,8 @@ duration=$(value clean/results.jsonl duration_s)
 peak=$(value clean/results.jsonl peak_rss_mb)
 # Twice an iteration: throughput falls to a third. With one iteration's worth (a half), an ASan
 # run beside another CE test once saw the repeats' spread widen the tolerance past the drop.
-sleep_ms=$(awk -v d="$duration" -v n=$ITERS 'BEGIN { m = int(2000 * d / n + 0.5); print m < 5 ? 5 : m }')
+sleep_ms=$(awk -v d="$duration" -v n=$ITERS \
+  'BEGIN { m = int(2000 * d / n + 0.5); print m < 5 ? 5 : m }')
 leak_kb=$(awk -v p="$peak" -v n=$ITERS 'BEGIN { t = p < 64 ? 64 : p; print int(t * 1024 / n) + 1 }')
 echo "clean run: $((SECONDS - t0)) s, duration $duration s, peak $peak MB: sleep $sleep_ms ms, leak $leak_kb KB/iteration"
 
