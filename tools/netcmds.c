@@ -156,12 +156,22 @@ int cmd_time(int argc, char **argv) {
   /* one untimed pass warms caches and the prefetch thread */
   float loss;
   if (kiln_net_forward(net, &loss)) return tool_fail("time");
+  /* A fused group's work is timed where it runs: its forward on its first layer, its backward on
+   * its last; the other places stay at 0. */
+  bool *runs_fwd = calloc((size_t)L, sizeof(bool)), *runs_bwd = calloc((size_t)L, sizeof(bool));
+  if (!fwd || !bwd || !runs_fwd || !runs_bwd) return tool_fail("time");
+  for (int i = 0; i < L; i++) {
+    const kiln_layer *l = net->layers[i];
+    runs_fwd[i] = !l->fused_into;
+    runs_bwd[i] = l->fused_into ? i + 1 == L || net->layers[i + 1]->fused_into != l->fused_into
+                                : !l->fused;
+  }
   double total_start = kiln_now_ms();
   for (int it = 0; it < a.iterations; it++) {
     for (int i = 0; i < L; i++) {
       double t0 = kiln_now_ms();
       if (kiln_net_layer_forward(net, i)) return tool_fail("time");
-      fwd[i] += kiln_now_ms() - t0;
+      if (runs_fwd[i]) fwd[i] += kiln_now_ms() - t0;
     }
     for (int i = 0; i < L; i++) {
       kiln_layer *l = net->layers[i];
@@ -172,7 +182,7 @@ int cmd_time(int argc, char **argv) {
     for (int i = L - 1; i >= 0; i--) {
       double t0 = kiln_now_ms();
       if (kiln_net_layer_backward(net, i)) return tool_fail("time");
-      bwd[i] += kiln_now_ms() - t0;
+      if (runs_bwd[i]) bwd[i] += kiln_now_ms() - t0;
     }
   }
   double total = kiln_now_ms() - total_start;
@@ -222,6 +232,8 @@ int cmd_time(int argc, char **argv) {
   tool_metrics_write(&m, "time", a.iterations, total, 6, names, values);
   free(fwd);
   free(bwd);
+  free(runs_fwd);
+  free(runs_bwd);
   free_net(net, msg);
   tool_metrics_close(&m);
   return 0;

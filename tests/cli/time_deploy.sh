@@ -27,4 +27,28 @@ out=$("$KILN" describe --model header.prototxt) || fail "describe header net"
 echo "$out" | grep -q "conv .*2x4x16x16" && pass || fail "conv shape: $out"
 echo "$out" | grep -q "pool .*2x4x1x1" && pass || fail "pool shape: $out"
 "$KILN" time --model header.prototxt --iterations 2 >/dev/null && pass || fail "time header net"
+
+# A fused group (BatchNorm + Scale + ReLU): its forward is timed on BatchNorm, its backward on the
+# ReLU, and the table says so; KILN_FUSE=0 times the three apart.
+cat > bn.prototxt <<'NET'
+name: "bn"
+input: "data"
+input_dim: 4
+input_dim: 16
+input_dim: 8
+input_dim: 8
+layer { name: "conv" type: "Convolution" bottom: "data" top: "c" convolution_param { num_output: 16 kernel_size: 3 pad: 1 } }
+layer { name: "bn" type: "BatchNorm" bottom: "c" top: "c" }
+layer { name: "sc" type: "Scale" bottom: "c" top: "c" scale_param { bias_term: true } }
+layer { name: "relu" type: "ReLU" bottom: "c" top: "c" }
+NET
+ms() { echo "$1" | awk -v l="$2" -v c="$3" '$1 == l { print $c }'; }  # ms OUTPUT LAYER COLUMN
+out=$("$KILN" time --model bn.prototxt --iterations 3) || fail "time bn net"
+echo "$out" | grep -q "^1 fused groups" && pass || fail "no fused-group line: $out"
+[ "$(ms "$out" sc 3)" = 0.0000 ] && [ "$(ms "$out" relu 3)" = 0.0000 ] && [ "$(ms "$out" bn 4)" = 0.0000 ] \
+  && pass || fail "fused layers timed apart: $out"
+awk -v t="$(ms "$out" relu 4)" 'BEGIN { exit !(t > 0) }' && pass || fail "no backward on relu: $out"
+out=$(KILN_FUSE=0 "$KILN" time --model bn.prototxt --iterations 3) || fail "time bn net unfused"
+echo "$out" | grep -q "fused groups" && fail "KILN_FUSE=0 still fused: $out" || pass
+awk -v t="$(ms "$out" sc 3)" 'BEGIN { exit !(t > 0) }' && pass || fail "Scale not timed unfused: $out"
 finish
