@@ -965,6 +965,22 @@ static void step_pair(kiln_net *a, kiln_net *b, uint64_t seed, bool exact, const
   }
 }
 
+/* The TEST-phase nets of `text` under options a and b (phase and share_diffs set here) with
+ * the parameters of the train nets ta and tb, and their losses on one input. */
+static void test_pair(const char *text, kiln_net_options a, kiln_net_options b, kiln_net *ta,
+                      kiln_net *tb, built *xa, built *xb, double *la, double *lb) {
+  a.phase = b.phase = CAFFE__PHASE__TEST;
+  a.share_diffs = b.share_diffs = false;
+  build_ok(xa, text, &a);
+  build_ok(xb, text, &b);
+  assert_int_equal(kiln_net_share_params(xa->net, ta), KILN_OK);
+  assert_int_equal(kiln_net_share_params(xb->net, tb), KILN_OK);
+  set_inputs(xa->net, 99);
+  set_inputs(xb->net, 99);
+  *la = net_loss(xa->net);
+  *lb = net_loss(xb->net);
+}
+
 /* ---- blocked activation layouts ------------------------------------------------------------ */
 
 /* A residual block as resnet20 has them, after a max pooling with padding: conv -> BatchNorm ->
@@ -1034,18 +1050,10 @@ static void check_blocked_net(const char *residual_net) {
   assert_int_equal(splits, 2);
   step_pair(p.net, b.net, 40, false, "plain", "blocked", NULL, 0);
   /* TEST phase: BatchNorm normalises with the stored statistics. */
-  kiln_net_options pt = po, bt = bo;
-  pt.phase = bt.phase = CAFFE__PHASE__TEST;
-  pt.share_diffs = bt.share_diffs = false;
   built tp, tb;
-  build_ok(&tp, residual_net, &pt);
-  build_ok(&tb, residual_net, &bt);
+  double a, c;
+  test_pair(residual_net, po, bo, p.net, b.net, &tp, &tb, &a, &c);
   assert_int_equal(kiln_net_blob(tb.net, "c1")->layout, KILN_LAYOUT_BLOCKED16);
-  assert_int_equal(kiln_net_share_params(tp.net, p.net), KILN_OK);
-  assert_int_equal(kiln_net_share_params(tb.net, b.net), KILN_OK);
-  set_inputs(tp.net, 99);
-  set_inputs(tb.net, 99);
-  const double a = net_loss(tp.net), c = net_loss(tb.net);
   assert_float_equal(c, a, 1e-4 * (1 + fabs(a)));
   built_free(&tp);
   built_free(&tb);
@@ -1148,18 +1156,11 @@ static void check_fused_net(const char *text, bool plain, const fuse_group *grou
   }
   assert_int_equal(absorbed, expect);
   step_pair(u.net, f.net, 70, true, "unfused", "fused", blobs, nblobs);
-  kiln_net_options ut = uo, ft = fo;
-  ut.phase = ft.phase = CAFFE__PHASE__TEST;
-  ut.share_diffs = ft.share_diffs = false;
   built tu, tf;
-  build_ok(&tu, text, &ut);
-  build_ok(&tf, text, &ft);
+  double lu, lf;
+  test_pair(text, uo, fo, u.net, f.net, &tu, &tf, &lu, &lf);
   assert_int_equal(tf.net->layers[layer_index(tf.net, groups[0].head)]->fused, groups[0].fused);
-  assert_int_equal(kiln_net_share_params(tu.net, u.net), KILN_OK);
-  assert_int_equal(kiln_net_share_params(tf.net, f.net), KILN_OK);
-  set_inputs(tu.net, 98);
-  set_inputs(tf.net, 98);
-  assert_true(net_loss(tu.net) == net_loss(tf.net));
+  assert_true(lu == lf);
   built_free(&tu);
   built_free(&tf);
   built_free(&u);
