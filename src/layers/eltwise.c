@@ -154,15 +154,11 @@ static void sum_relu_backward(kiln_layer *l, const eltwise_state *s) {
     }
     return;
   }
-  /* Otherwise bottom by bottom, the top's own diff (if a bottom's) last. */
-  int order[64], m = 0;
-  for (int b = nb - 1; b >= 0; b--)
-    if (l->propagate_down[b] && l->bottom[b]->diff != dy) order[m++] = b;
-  for (int b = nb - 1; b >= 0; b--)
-    if (l->propagate_down[b] && l->bottom[b]->diff == dy) order[m++] = b;
-  for (int i = 0; i < m; i++) {
-    float *dx = l->bottom[order[i]]->diff;
-    const float c = s->coeff[order[i]];
+  /* Otherwise bottom by bottom, bottom 0 last: in place its diff is the top's. */
+  for (int b = nb - 1; b >= 0; b--) {
+    if (!l->propagate_down[b]) continue;
+    float *dx = l->bottom[b]->diff;
+    const float c = s->coeff[b];
 #pragma omp parallel for simd schedule(static) num_threads(l->nthreads) if (parallel: n > 32768)
     for (int64_t k = 0; k < n; k++) dx[k] = c * (y[k] > 0 ? dy[k] : slope * dy[k]);
   }
@@ -221,12 +217,12 @@ static void eltwise_destroy(kiln_layer *l) {
 }
 
 /* Fusion: SUM takes the ReLU (negative_slope >= 0) working in place on its top, when no loss
- * reads the top in between; at most 64 bottoms (the fused backward orders them on the stack). */
+ * reads the top in between. */
 static int eltwise_fuse(kiln_layer *l, kiln_layer *const *next, int n) {
   eltwise_state *s = l->priv;
   kiln_blob *y = l->top[0];
   float slope;
-  if (s->op != OP_SUM || n < 1 || l->nbottom > 64 || l->loss_weight[0] != 0 ||
+  if (s->op != OP_SUM || n < 1 || l->loss_weight[0] != 0 ||
       !kiln_relu_fusable(next[0], y, &slope))
     return 0;
   s->relu = true;
