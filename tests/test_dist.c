@@ -266,7 +266,7 @@ typedef struct {
   int broadcasts, allreduces, ordered, allgathers;
   bool corrupt_digest;
   /* overlapped buckets: what each held when it was started (before the sum) */
-  int nbuckets, finishes;
+  int nbuckets, finishes, ordered_buckets;
   float *bucket_buf[8];
   float *bucket_copy[8];
   int64_t bucket_n[8];
@@ -298,9 +298,10 @@ static int fake_allgather(kiln_comm *c, const void *send, size_t n, void *recv) 
   if (st->corrupt_digest && n == 32) ((uint8_t *)recv)[n * (size_t)(c->size - 1)] ^= 1;
   return KILN_OK;
 }
-static int fake_bucket_start(kiln_comm *c, float *buf, int64_t n) {
+static int fake_bucket_start(kiln_comm *c, float *buf, int64_t n, bool ordered) {
   fake_state *st = c->impl;
   if (st->nbuckets >= 8) return kiln_errorf(KILN_ERR_INVALID, "too many buckets");
+  st->ordered_buckets += ordered;
   int b = st->nbuckets++;
   st->bucket_buf[b] = buf;
   st->bucket_n[b] = n;
@@ -512,15 +513,63 @@ static void test_solver_model_and_time_twins(void **state) {
   kiln_solver_free(grad);
 }
 
-/* GRADIENT twins with the gradient summed in buckets during backward: two buckets (ip2 with the
- * layers after it, then ip1), each started only once backward has finished with it (what it
- * held when started is what it holds at the end, halved back), covering the whole buffer in
- * order, and the same parameters as the sum after backward (--no-overlap). */
+/* One overlapped run against the sum after backward (--no-overlap), with `det` (ordered sums)
+ * and the solver's iter_size: two buckets (ip2 with the layers after it, then ip1), each started
+ * only once backward (the last pass's) has finished with it and the earlier passes are added in
+ * (what it held when started is what it holds at the end, which the update scaled by
+ * 2 / (2 x iter_size), a power of two, in place), covering the whole
+ * buffer in order, and the same parameters as the whole-buffer sum. */
+static void check_overlapped(const char *solver_file, bool det, int iter_size) {
+  fake_state st = {0}, st2 = {0};
+  kiln_comm c = {.ops = &fake_bucket_ops, .rank = 0, .size = 2, .impl = &st};
+  kiln_comm c2 = {.ops = &fake_bucket_ops, .rank = 0, .size = 2, .impl = &st2};
+  kiln_solver_options o = {.comm = &c, .sync = {.deterministic = det}},
+                      o2 = {.comm = &c2, .sync = {.deterministic = det}, .no_overlap = true};
+  kiln_solver *s, *whole;
+  assert_int_equal(kiln_solver_create(solver_file, &o, &s), KILN_OK);
+  assert_int_equal(kiln_solver_create(solver_file, &o2, &whole), KILN_OK);
+  assert_true(s->overlap);
+  assert_false(whole->overlap);
+  assert_int_equal(s->nbuckets, 2);
+  assert_int_equal(kiln_solver_step(s, 1), KILN_OK);
+  assert_int_equal(st.nbuckets, 2);
+  assert_int_equal(st.ordered_buckets, det ? 2 : 0);
+  assert_int_equal(st.finishes, 1);
+  assert_int_equal(st.allreduces + st.ordered, 0);
+  kiln_net *net = s->net;
+  /* from the end of the buffer down to 0, without gaps */
+  assert_true(st.bucket_buf[0] + st.bucket_n[0] == net->param_diff + net->nparam_floats);
+  assert_true(st.bucket_buf[1] + st.bucket_n[1] == st.bucket_buf[0]);
+  assert_true(st.bucket_buf[1] == net->param_diff);
+  for (int b = 0; b < 2; b++) {
+    double norm = 0;
+    for (int64_t i = 0; i < st.bucket_n[b]; i++) {
+      norm += fabsf(st.bucket_copy[b][i]);
+      if (st.bucket_buf[b][i] != st.bucket_copy[b][i] / (float)iter_size)
+        fail_msg("bucket %d changed after it was started, at %lld: %g then %g", b, (long long)i,
+                 (double)st.bucket_copy[b][i], (double)st.bucket_buf[b][i] * iter_size);
+    }
+    if (!(norm > 0)) fail_msg("bucket %d was started before its gradient was computed", b);
+  }
+  assert_int_equal(kiln_solver_step(whole, 1), KILN_OK);
+  assert_int_equal(st2.nbuckets, 0);
+  assert_int_equal(det ? st2.ordered : st2.allreduces, 1);
+  assert_memory_equal(s->net->param_data, whole->net->param_data,
+                      sizeof(float) * (size_t)net->nparam_floats);
+  for (int b = 0; b < st.nbuckets; b++) free(st.bucket_copy[b]);
+  kiln_solver_free(s);
+  kiln_solver_free(whole);
+}
+
+/* GRADIENT twins with the gradient summed in buckets during backward: plain; in rank order
+ * (--deterministic) with iter_size 2, where each bucket gets the first pass added before it
+ * goes out. */
 static void test_solver_overlapped_buckets(void **state) {
   (void)state;
-  char net2[192], solver2[192];
+  char net2[192], solver2[192], solver3[192];
   snprintf(net2, sizeof net2, "%s/wide.prototxt", dir);
   snprintf(solver2, sizeof solver2, "%s/wide_solver.prototxt", dir);
+  snprintf(solver3, sizeof solver3, "%s/wide_solver_i2.prototxt", dir);
   FILE *f = fopen(net2, "w");
   assert_non_null(f);
   fprintf(f,
@@ -536,49 +585,15 @@ static void test_solver_overlapped_buckets(void **state) {
           "  inner_product_param { num_output: 3 weight_filler { type: 'gaussian' std: 0.1 } } }\n"
           "layer { name: 'loss' type: 'SoftmaxWithLoss' bottom: 'ip3' bottom: 'label' top: 'loss' }\n");
   fclose(f);
-  f = fopen(solver2, "w");
-  assert_non_null(f);
-  fprintf(f, "net: 'wide.prototxt'\nbase_lr: 0.1\nlr_policy: 'fixed'\nmomentum: 0.9\n"
-             "max_iter: 2\nrandom_seed: 3\nsnapshot_after_train: false\n");
-  fclose(f);
-  fake_state st = {0}, st2 = {0};
-  kiln_comm c = {.ops = &fake_bucket_ops, .rank = 0, .size = 2, .impl = &st};
-  kiln_comm c2 = {.ops = &fake_bucket_ops, .rank = 0, .size = 2, .impl = &st2};
-  kiln_solver_options o = {.comm = &c}, o2 = {.comm = &c2, .no_overlap = true};
-  kiln_solver *s, *whole;
-  assert_int_equal(kiln_solver_create(solver2, &o, &s), KILN_OK);
-  assert_int_equal(kiln_solver_create(solver2, &o2, &whole), KILN_OK);
-  assert_true(s->overlap);
-  assert_false(whole->overlap);
-  assert_int_equal(s->nbuckets, 2);
-  assert_int_equal(kiln_solver_step(s, 1), KILN_OK);
-  assert_int_equal(st.nbuckets, 2);
-  assert_int_equal(st.finishes, 1);
-  assert_int_equal(st.allreduces, 0);
-  kiln_net *net = s->net;
-  /* from the end of the buffer down to 0, without gaps */
-  assert_true(st.bucket_buf[0] + st.bucket_n[0] == net->param_diff + net->nparam_floats);
-  assert_true(st.bucket_buf[1] + st.bucket_n[1] == st.bucket_buf[0]);
-  assert_true(st.bucket_buf[1] == net->param_diff);
-  for (int b = 0; b < 2; b++) {
-    double norm = 0;
-    for (int64_t i = 0; i < st.bucket_n[b]; i++) {
-      norm += fabsf(st.bucket_copy[b][i]);
-      /* the update scaled the sum back by 1/2 in place: the gradient is the copy again */
-      if (st.bucket_buf[b][i] != st.bucket_copy[b][i])
-        fail_msg("bucket %d changed after it was started, at %lld: %g then %g", b, (long long)i,
-                 (double)st.bucket_copy[b][i], (double)st.bucket_buf[b][i]);
-    }
-    if (!(norm > 0)) fail_msg("bucket %d was started before its gradient was computed", b);
+  for (int i = 0; i < 2; i++) {
+    f = fopen(i ? solver3 : solver2, "w");
+    assert_non_null(f);
+    fprintf(f, "net: 'wide.prototxt'\nbase_lr: 0.1\nlr_policy: 'fixed'\nmomentum: 0.9\n"
+               "max_iter: 2\nrandom_seed: 3\nsnapshot_after_train: false\niter_size: %d\n", i + 1);
+    fclose(f);
   }
-  assert_int_equal(kiln_solver_step(whole, 1), KILN_OK);
-  assert_int_equal(st2.nbuckets, 0);
-  assert_int_equal(st2.allreduces, 1);
-  assert_memory_equal(s->net->param_data, whole->net->param_data,
-                      sizeof(float) * (size_t)net->nparam_floats);
-  for (int b = 0; b < st.nbuckets; b++) free(st.bucket_copy[b]);
-  kiln_solver_free(s);
-  kiln_solver_free(whole);
+  check_overlapped(solver2, false, 1);
+  check_overlapped(solver3, true, 2);
 }
 
 int main(void) {

@@ -31,11 +31,11 @@ typedef struct kiln_comm_ops {
   /* Each rank sends n bytes; recv (size x n bytes) gets them in rank order on every rank. */
   int (*allgather)(kiln_comm *c, const void *send, size_t n, void *recv);
   /* Overlapped sums (optional; NULL: the front end sums each bucket at once, blocking).
-   * bucket_start begins the sum of buf (n floats) in place over the ranks and returns at once;
-   * buckets are started in the same order on every rank. bucket_progress lets outstanding sums
-   * advance (MPI makes no progress on its own between calls). bucket_finish waits for all of
-   * them, within the watchdog's limit. */
-  int (*bucket_start)(kiln_comm *c, float *buf, int64_t n);
+   * bucket_start begins the sum of buf (n floats) in place over the ranks and returns at once,
+   * in rank order (as allreduce_sum_ordered) when `ordered`; buckets are started in the same
+   * order on every rank. bucket_progress lets outstanding sums advance (MPI makes no progress on
+   * its own between calls). bucket_finish waits for all of them, within the watchdog's limit. */
+  int (*bucket_start)(kiln_comm *c, float *buf, int64_t n, bool ordered);
   int (*bucket_progress)(kiln_comm *c);
   int (*bucket_finish)(kiln_comm *c);
   /* Ends every process of the job with exit status `code` (MPI_Abort). The local communicator
@@ -83,7 +83,7 @@ int kiln_comm_allreduce_sum(kiln_comm *c, float *buf, int64_t n, bool ordered);
 int kiln_comm_allgather(kiln_comm *c, const void *send, size_t n, void *recv);
 /* Overlapped sums of buckets (see kiln_comm_ops): start each, let them progress while computing,
  * finish once. Without an implementation, start sums the bucket at once. */
-int kiln_comm_bucket_start(kiln_comm *c, float *buf, int64_t n);
+int kiln_comm_bucket_start(kiln_comm *c, float *buf, int64_t n, bool ordered);
 int kiln_comm_bucket_progress(kiln_comm *c);
 int kiln_comm_bucket_finish(kiln_comm *c);
 void kiln_comm_end_job(kiln_comm *c, int code);

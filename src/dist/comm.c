@@ -42,9 +42,10 @@ int kiln_comm_set_timeout(kiln_comm *c, double seconds) {
   return KILN_OK;
 }
 
-int kiln_comm_bucket_start(kiln_comm *c, float *buf, int64_t n) {
+int kiln_comm_bucket_start(kiln_comm *c, float *buf, int64_t n, bool ordered) {
   if (!c || c->size == 1 || n == 0) return KILN_OK;
-  return c->ops->bucket_start ? c->ops->bucket_start(c, buf, n) : c->ops->allreduce_sum(c, buf, n);
+  if (c->ops->bucket_start) return c->ops->bucket_start(c, buf, n, ordered);
+  return kiln_comm_allreduce_sum(c, buf, n, ordered);
 }
 
 int kiln_comm_bucket_progress(kiln_comm *c) {

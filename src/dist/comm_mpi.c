@@ -2,9 +2,12 @@
  * of MPI_COMM_WORLD with MPI_ERRORS_RETURN, so a failed call becomes a status with MPI's message
  * instead of MPI's default abort. Counts are int in MPI, so large buffers go in chunks.
  *
- * The ordered sum gathers to rank 0 chunk by chunk, adding the ranks' chunks in rank order with
- * kiln_dist_accumulate(), then broadcasts the result: N-1 receives on rank 0 per chunk, slower
- * than a tree or ring allreduce, but its bits do not depend on the library's algorithm.
+ * The ordered sum (--deterministic) is a reduce-scatter and an allgather of our own, in
+ * point-to-point messages: rank r receives segment r of every other rank's buffer, adds the N
+ * segments in rank order with kiln_dist_accumulate() (rank 0's first, whoever adds them), and
+ * sends the sum to every other rank. Each rank moves 2 (N-1)/N of the buffer, as a ring would,
+ * and the bits do not depend on the library's algorithm. The same state machine serves the
+ * overlapped buckets, so the ordered sum overlaps backward too.
  *
  * The watchdog. Open MPI ends the job when a process dies, but a rank that stops without dying
  * (SIGSTOP, a hang outside MPI, a host cut off by the network) would leave the others in a
@@ -28,7 +31,13 @@
 
 #include "kiln/dist.h"
 
-enum { CHUNK_FLOATS = 1 << 22, ORDERED_TAG = 0x6b6c, ROLL_CALL_TAG = 0x6b6d, ROLL_ANSWER_TAG };
+enum {
+  CHUNK_FLOATS = 1 << 22,
+  ORDERED_TAG = 0x6b6c, /* the ordered sum's segments on their way to be added */
+  ROLL_CALL_TAG = 0x6b6d,
+  ROLL_ANSWER_TAG,
+  GATHER_TAG /* the ordered sum's added segments on their way back */
+};
 #define SPIN_MS 2.0
 #define MIN_SLEEP_US 20
 #define MAX_SLEEP_US 1000
@@ -48,12 +57,24 @@ typedef struct {
   roll_msg msg;
 } pending_send;
 
+/* One sum in flight: an MPI_Iallreduce, or an ordered sum going through its two exchanges. The
+ * slots persist across iterations (the same buckets come back every step), so after the first
+ * step nothing is allocated. */
+typedef struct {
+  float *buf;
+  int64_t n;
+  bool ordered;
+  int stage;          /* 0: first exchange (or the allreduce) in flight, 1: second, 2: done */
+  MPI_Request *req;   /* 1, or 2 (N-1) for an ordered sum */
+  int nreq;
+  float *tmp;         /* ordered: the other ranks' copies of this rank's segment */
+  int64_t tmp_floats;
+} bucket;
+
 typedef struct {
   MPI_Comm comm;  /* the collectives */
   MPI_Comm watch; /* the watchdog's roll calls, apart from the collectives' messages */
   bool we_initialised;
-  float *tmp; /* rank 0: one chunk, for the ordered sum */
-  int64_t tmp_floats;
   /* The collective this rank is in (or was in last), for messages and roll-call answers. */
   char what[64];
   uint64_t seq;
@@ -61,11 +82,12 @@ typedef struct {
   bool warned_away;
   pending_send **sends; /* roll-call messages not yet known to be delivered */
   int nsends, cap_sends;
-  /* Overlapped bucket sums in flight (one collective for the watchdog: begun with the first
-   * bucket, ended by bucket_finish). */
-  MPI_Request *buckets;
+  /* Sums in flight: the overlapped buckets of one gradient (one collective for the watchdog:
+   * begun with the first bucket, ended by bucket_finish), or the chunks of one allreduce. */
+  bucket *buckets;
   int64_t bucket_floats;
   int nbuckets, cap_buckets;
+  int done_buckets; /* buckets[0 .. done_buckets) are complete */
 } mpi_state;
 
 static int mpi_status(int err, const char *what) {
@@ -198,9 +220,20 @@ static void append_ranks(char *buf, size_t cap, size_t *len, const bool *pick, i
   if (n > listed) append(buf, cap, len, " and %d more", n - listed);
 }
 
-/* The wait on `req` passed the limit: ask every other rank where it is, give them GRACE_MS to
- * answer, then fail naming those that did not. KILN_OK if the collective completes meanwhile. */
-static int roll_call(kiln_comm *c, MPI_Request *req, double waited_ms) {
+/* Whether what a rank waits for is complete: one request, or the sums in flight. */
+typedef int (*poll_fn)(kiln_comm *c, void *arg, bool *done);
+
+static int poll_request(kiln_comm *c, void *arg, bool *done) {
+  int flag = 0;
+  int err = MPI_Test(arg, &flag, MPI_STATUS_IGNORE);
+  if (err != MPI_SUCCESS) return mpi_status(err, ((mpi_state *)c->impl)->what);
+  *done = flag;
+  return KILN_OK;
+}
+
+/* The wait passed the limit: ask every other rank where it is, give them GRACE_MS to answer,
+ * then fail naming those that did not. KILN_OK if the collective completes meanwhile. */
+static int roll_call(kiln_comm *c, poll_fn poll, void *arg, double waited_ms) {
   mpi_state *st = c->impl;
   roll_msg *answers = calloc((size_t)c->size, sizeof *answers);
   bool *answered = calloc((size_t)c->size, sizeof *answered);
@@ -211,9 +244,9 @@ static int roll_call(kiln_comm *c, MPI_Request *req, double waited_ms) {
   double t0 = kiln_now_ms();
   int rc = -1;
   while (rc < 0 && kiln_now_ms() - t0 < GRACE_MS) {
-    int done = 0;
-    int err = MPI_Test(req, &done, MPI_STATUS_IGNORE);
-    if (err != MPI_SUCCESS) rc = mpi_status(err, st->what);
+    bool done = false;
+    int err = poll(c, arg, &done);
+    if (err) rc = err;
     else if (done) rc = KILN_OK;
     if (rc >= 0) break;
     serve_watch(c, asked ? st->seq : 0, answers, answered);
@@ -268,24 +301,25 @@ static int roll_call(kiln_comm *c, MPI_Request *req, double waited_ms) {
   return rc;
 }
 
-/* Waits for one non-blocking operation of the current collective, within the limit. */
-static int wait_for(kiln_comm *c, MPI_Request *req) {
-  mpi_state *st = c->impl;
+/* Waits, within the limit, until `poll` says the current collective is complete. */
+static int wait_on(kiln_comm *c, poll_fn poll, void *arg) {
   double t0 = kiln_now_ms();
   long pause_us = 0;
   for (;;) {
-    int done = 0;
-    int err = MPI_Test(req, &done, MPI_STATUS_IGNORE);
-    if (err != MPI_SUCCESS) return mpi_status(err, st->what);
+    bool done = false;
+    KILN_TRY(poll(c, arg, &done));
     if (done) return KILN_OK;
     double waited = kiln_now_ms() - t0;
     if (waited < SPIN_MS) continue;
     serve_watch(c, 0, NULL, NULL);
-    if (c->timeout_s > 0 && waited >= c->timeout_s * 1e3) return roll_call(c, req, waited);
+    if (c->timeout_s > 0 && waited >= c->timeout_s * 1e3) return roll_call(c, poll, arg, waited);
     pause_us = pause_us ? (2 * pause_us < MAX_SLEEP_US ? 2 * pause_us : MAX_SLEEP_US) : MIN_SLEEP_US;
     sleep_us(pause_us);
   }
 }
+
+/* Waits for one non-blocking operation of the current collective, within the limit. */
+static int wait_for(kiln_comm *c, MPI_Request *req) { return wait_on(c, poll_request, req); }
 
 /* ---- the collectives ---------------------------------------------------------------------- */
 
@@ -330,40 +364,162 @@ static int mpi_allreduce(kiln_comm *c, float *buf, int64_t n) {
   return rc;
 }
 
-/* One MPI_Test per outstanding sum: completed ones become MPI_REQUEST_NULL. */
-static int mpi_bucket_progress_impl(kiln_comm *c) {
+/* ---- sums in flight: overlapped buckets and the ordered sum ------------------------------------ */
+
+/* Segment q of a bucket of n floats dealt over `size` ranks starts here (segment `size` is the
+ * end). */
+static int64_t seg_start(int64_t n, int q, int size) { return n * q / size; }
+
+/* The ordered sum's exchanges. Stage 0: segment q of this rank's buffer goes to rank q, and the
+ * other ranks' copies of this rank's segment arrive in tmp (slot q, or q - 1 past this rank).
+ * Stage 1: this rank's added segment goes to every other rank, and theirs arrive in place. Every
+ * rank posts a stage's messages for the buckets in bucket order, so with one tag per stage a
+ * pair's messages match bucket for bucket. */
+static int post_ordered(kiln_comm *c, bucket *b, int stage) {
   mpi_state *st = c->impl;
-  for (int i = 0; i < st->nbuckets; i++) {
-    if (st->buckets[i] == MPI_REQUEST_NULL) continue;
-    int done = 0;
-    KILN_TRY(mpi_status(MPI_Test(&st->buckets[i], &done, MPI_STATUS_IGNORE), "allreduce"));
-    if (!done) break; /* later ones wait behind it */
+  int r = c->rank, size = c->size;
+  int64_t off_r = seg_start(b->n, r, size), len_r = seg_start(b->n, r + 1, size) - off_r;
+  int k = 0;
+  for (int q = 0; q < size; q++) {
+    if (q == r) continue;
+    int64_t off_q = seg_start(b->n, q, size), len_q = seg_start(b->n, q + 1, size) - off_q;
+    int err;
+    if (stage == 0) {
+      float *slot = b->tmp + (int64_t)(q < r ? q : q - 1) * len_r;
+      err = MPI_Irecv(slot, (int)len_r, MPI_FLOAT, q, ORDERED_TAG, st->comm, &b->req[k++]);
+      if (err == MPI_SUCCESS)
+        err = MPI_Isend(b->buf + off_q, (int)len_q, MPI_FLOAT, q, ORDERED_TAG, st->comm,
+                        &b->req[k++]);
+    } else {
+      err = MPI_Irecv(b->buf + off_q, (int)len_q, MPI_FLOAT, q, GATHER_TAG, st->comm, &b->req[k++]);
+      if (err == MPI_SUCCESS)
+        err = MPI_Isend(b->buf + off_r, (int)len_r, MPI_FLOAT, q, GATHER_TAG, st->comm,
+                        &b->req[k++]);
+    }
+    b->nreq = k; /* what was posted, for Testall, even when a post failed */
+    if (err != MPI_SUCCESS) return mpi_status(err, "point-to-point message (ordered sum)");
   }
   return KILN_OK;
 }
 
-static int mpi_bucket_start(kiln_comm *c, float *buf, int64_t n) {
+/* This rank's segment becomes ((seg_0 + seg_1) + seg_2) + ... with kiln_dist_accumulate: the
+ * same additions in the same order as one process adding the ranks' buffers. */
+static void add_in_rank_order(kiln_comm *c, bucket *b) {
+  int r = c->rank, size = c->size;
+  int64_t off_r = seg_start(b->n, r, size), len_r = seg_start(b->n, r + 1, size) - off_r;
+  float *own = b->buf + off_r;
+  if (r == 0) {
+    for (int q = 1; q < size; q++) kiln_dist_accumulate(own, b->tmp + (int64_t)(q - 1) * len_r, len_r);
+    return;
+  }
+  float *acc = b->tmp; /* rank 0's copy */
+  for (int q = 1; q < size; q++)
+    kiln_dist_accumulate(acc, q == r ? own : b->tmp + (int64_t)(q < r ? q : q - 1) * len_r, len_r);
+  memcpy(own, acc, sizeof(float) * (size_t)len_r);
+}
+
+/* Moves a sum on as far as its messages allow (stage 2: complete). */
+static int advance(kiln_comm *c, bucket *b) {
+  while (b->stage < 2) {
+    int flag = 0;
+    KILN_TRY(mpi_status(MPI_Testall(b->nreq, b->req, &flag, MPI_STATUSES_IGNORE),
+                        b->ordered ? "point-to-point message (ordered sum)" : "allreduce"));
+    if (!flag) break;
+    if (!b->ordered || b->stage == 1) {
+      b->stage = 2;
+      break;
+    }
+    add_in_rank_order(c, b);
+    KILN_TRY(post_ordered(c, b, 1));
+    b->stage = 1;
+  }
+  return KILN_OK;
+}
+
+/* Lets the sums in flight advance. A sum enters its second exchange only after every sum
+ * before it has, so that every rank posts those messages in the same order. */
+static int progress_buckets(kiln_comm *c, void *arg, bool *all_done) {
+  (void)arg;
+  mpi_state *st = c->impl;
+  for (int i = st->done_buckets; i < st->nbuckets; i++) {
+    KILN_TRY(advance(c, &st->buckets[i]));
+    if (st->buckets[i].stage == 0) break;
+  }
+  while (st->done_buckets < st->nbuckets && st->buckets[st->done_buckets].stage == 2)
+    st->done_buckets++;
+  *all_done = st->done_buckets == st->nbuckets;
+  return KILN_OK;
+}
+
+/* Starts the sum of buf (n floats) in place, in chunks that MPI's int counts can carry. */
+static int start_sums(kiln_comm *c, float *buf, int64_t n, bool ordered) {
+  mpi_state *st = c->impl;
+  for (int64_t off = 0; off < n; off += CHUNK_FLOATS) {
+    if (st->nbuckets == st->cap_buckets) {
+      int cap = st->cap_buckets ? 2 * st->cap_buckets : 16;
+      bucket *v = realloc(st->buckets, sizeof *v * (size_t)cap);
+      if (!v) return kiln_errorf(KILN_ERR_NOMEM, "out of memory for the sums in flight");
+      memset(v + st->cap_buckets, 0, sizeof *v * (size_t)(cap - st->cap_buckets));
+      st->buckets = v;
+      st->cap_buckets = cap;
+    }
+    bucket *b = &st->buckets[st->nbuckets];
+    if (!b->req) {
+      b->req = malloc(sizeof *b->req * 2 * (size_t)c->size);
+      if (!b->req) return kiln_errorf(KILN_ERR_NOMEM, "out of memory for the sums in flight");
+    }
+    b->buf = buf + off;
+    b->n = n - off < CHUNK_FLOATS ? n - off : CHUNK_FLOATS;
+    b->ordered = ordered;
+    b->stage = 0;
+    b->nreq = 0;
+    if (ordered) {
+      int64_t len = seg_start(b->n, c->rank + 1, c->size) - seg_start(b->n, c->rank, c->size);
+      int64_t want = (int64_t)(c->size - 1) * len;
+      if (b->tmp_floats < want) {
+        /* A failure here leaves the other ranks waiting: the caller must end the job. */
+        float *t = realloc(b->tmp, sizeof(float) * (size_t)want);
+        if (!t) return kiln_errorf(KILN_ERR_NOMEM, "out of memory for the ordered sum");
+        b->tmp = t;
+        b->tmp_floats = want;
+      }
+    }
+    st->nbuckets++;
+    if (ordered) {
+      KILN_TRY(post_ordered(c, b, 0));
+    } else {
+      b->nreq = 1;
+      KILN_TRY(mpi_status(MPI_Iallreduce(MPI_IN_PLACE, b->buf, (int)b->n, MPI_FLOAT, MPI_SUM,
+                                         st->comm, &b->req[0]),
+                          "allreduce"));
+    }
+  }
+  return KILN_OK;
+}
+
+/* Waits for every sum in flight (one collective for the watchdog) and clears the list. */
+static int finish_sums(kiln_comm *c) {
+  mpi_state *st = c->impl;
+  int rc = wait_on(c, progress_buckets, NULL);
+  st->nbuckets = st->done_buckets = 0;
+  end_op(c);
+  return rc;
+}
+
+static int mpi_bucket_progress(kiln_comm *c) {
+  bool done;
+  return progress_buckets(c, NULL, &done);
+}
+
+static int mpi_bucket_start(kiln_comm *c, float *buf, int64_t n, bool ordered) {
   mpi_state *st = c->impl;
   if (st->nbuckets == 0) {
     begin_op(c, "overlapped gradient sum");
     st->bucket_floats = 0;
   }
-  for (int64_t off = 0; off < n; off += CHUNK_FLOATS) {
-    if (st->nbuckets == st->cap_buckets) {
-      int cap = st->cap_buckets ? 2 * st->cap_buckets : 16;
-      MPI_Request *v = realloc(st->buckets, sizeof *v * (size_t)cap);
-      if (!v) return kiln_errorf(KILN_ERR_NOMEM, "out of memory for overlapped sums");
-      st->buckets = v;
-      st->cap_buckets = cap;
-    }
-    int cnt = (int)(n - off < CHUNK_FLOATS ? n - off : CHUNK_FLOATS);
-    KILN_TRY(mpi_status(MPI_Iallreduce(MPI_IN_PLACE, buf + off, cnt, MPI_FLOAT, MPI_SUM,
-                                       comm_of(c), &st->buckets[st->nbuckets]),
-                        "allreduce"));
-    st->nbuckets++;
-  }
   st->bucket_floats += n;
-  return mpi_bucket_progress_impl(c);
+  KILN_TRY(start_sums(c, buf, n, ordered));
+  return mpi_bucket_progress(c);
 }
 
 static int mpi_bucket_finish(kiln_comm *c) {
@@ -371,48 +527,22 @@ static int mpi_bucket_finish(kiln_comm *c) {
   if (st->nbuckets == 0) return KILN_OK;
   snprintf(st->what, sizeof st->what, "overlapped gradient sum of %lld floats in %d parts",
            (long long)st->bucket_floats, st->nbuckets);
-  int rc = KILN_OK;
-  for (int i = 0; i < st->nbuckets && !rc; i++)
-    if (st->buckets[i] != MPI_REQUEST_NULL) rc = wait_for(c, &st->buckets[i]);
-  st->nbuckets = 0;
-  end_op(c);
-  return rc;
-}
-
-static int ordered_sum(kiln_comm *c, float *buf, int64_t n) {
-  mpi_state *st = c->impl;
-  int64_t want = n < CHUNK_FLOATS ? n : CHUNK_FLOATS;
-  if (c->rank == 0 && st->tmp_floats < want) {
-    /* A failure here leaves the other ranks waiting: the caller must abort the job. */
-    float *t = realloc(st->tmp, sizeof(float) * (size_t)want);
-    if (!t) return kiln_errorf(KILN_ERR_NOMEM, "out of memory for the ordered reduction");
-    st->tmp = t;
-    st->tmp_floats = want;
-  }
-  for (int64_t off = 0; off < n; off += CHUNK_FLOATS) {
-    int cnt = (int)(n - off < CHUNK_FLOATS ? n - off : CHUNK_FLOATS);
-    MPI_Request req;
-    if (c->rank == 0) {
-      for (int r = 1; r < c->size; r++) {
-        KILN_TRY(mpi_status(MPI_Irecv(st->tmp, cnt, MPI_FLOAT, r, ORDERED_TAG, st->comm, &req),
-                            "receive (ordered sum)"));
-        KILN_TRY(wait_for(c, &req));
-        kiln_dist_accumulate(buf + off, st->tmp, cnt);
-      }
-    } else {
-      KILN_TRY(mpi_status(MPI_Isend(buf + off, cnt, MPI_FLOAT, 0, ORDERED_TAG, st->comm, &req),
-                          "send (ordered sum)"));
-      KILN_TRY(wait_for(c, &req));
-    }
-  }
-  return bcast_chunks(c, buf, n, 0);
+  return finish_sums(c);
 }
 
 static int mpi_allreduce_ordered(kiln_comm *c, float *buf, int64_t n) {
+  mpi_state *st = c->impl;
+  if (st->nbuckets)
+    return kiln_errorf(KILN_ERR_INVALID, "ordered allreduce while %d overlapped sums are in flight",
+                       st->nbuckets - st->done_buckets);
   begin_op(c, "ordered allreduce of %lld floats", (long long)n);
-  int rc = ordered_sum(c, buf, n);
-  end_op(c);
-  return rc;
+  int rc = start_sums(c, buf, n, true);
+  if (rc) {
+    st->nbuckets = st->done_buckets = 0;
+    end_op(c);
+    return rc;
+  }
+  return finish_sums(c);
 }
 
 static int mpi_allgather(kiln_comm *c, const void *send, size_t n, void *recv) {
@@ -460,8 +590,11 @@ static void mpi_destroy(kiln_comm *c) {
     }
     for (int i = 0; i < st->nsends; i++) free(st->sends[i]);
     free(st->sends);
+    for (int i = 0; i < st->cap_buckets; i++) {
+      free(st->buckets[i].req);
+      free(st->buckets[i].tmp);
+    }
     free(st->buckets);
-    free(st->tmp);
     free(st);
   }
   free(c);
@@ -475,7 +608,7 @@ static const kiln_comm_ops mpi_ops = {
     .allreduce_sum_ordered = mpi_allreduce_ordered,
     .allgather = mpi_allgather,
     .bucket_start = mpi_bucket_start,
-    .bucket_progress = mpi_bucket_progress_impl,
+    .bucket_progress = mpi_bucket_progress,
     .bucket_finish = mpi_bucket_finish,
     .end_job = mpi_end_job,
     .destroy = mpi_destroy,

@@ -376,10 +376,9 @@ int kiln_solver_create(const char *solver_path, const kiln_solver_options *opt, 
         break;
       }
     seed_worker_rng(s, 0);
-    /* The ordered sum (--deterministic) and iter_size > 1 (gradients final only after the last
-     * pass's accumulation) sum the whole buffer after backward. */
-    s->overlap = s->nworkers > 1 && !s->sync.deterministic && p->iter_size == 1 &&
-                 !s->opt.no_overlap;
+    /* Summed in buckets during backward (the last pass's, with iter_size > 1), in rank order
+     * with --deterministic; --no-overlap sums the whole buffer after backward instead. */
+    s->overlap = s->nworkers > 1 && !s->opt.no_overlap;
     if (s->overlap) rc = plan_buckets(s);
   }
   if (!rc) {
@@ -675,9 +674,13 @@ static int sync_params(kiln_solver *s) {
   return KILN_OK;
 }
 
+static int backward_hook(void *user, int layer);
+
 /* iter_size forward/backward passes; param_diff ends as their gradients summed in pass order.
- * `loss_sum` gets the passes' losses added up. */
-static int compute_gradients(kiln_solver *s, double *loss_sum) {
+ * `loss_sum` gets the passes' losses added up. With `overlap`, the last pass's backward starts
+ * each bucket's sum over the workers once the bucket is final (start_ready_buckets adds the
+ * earlier passes into it first), and the caller finishes them. */
+static int compute_gradients(kiln_solver *s, bool overlap, double *loss_sum) {
   kiln_net *net = s->net;
   int passes = s->param->iter_size;
   *loss_sum = 0;
@@ -685,14 +688,23 @@ static int compute_gradients(kiln_solver *s, double *loss_sum) {
     kiln_net_zero_param_diff(net);
     float l;
     KILN_TRY(kiln_net_forward(net, &l));
-    KILN_TRY(kiln_net_backward(net));
+    bool last = i == passes - 1;
+    if (overlap && last) {
+      s->next_bucket = 0;
+      net->backward_hook = backward_hook;
+      net->backward_hook_user = s;
+    }
+    int rc = kiln_net_backward(net);
+    net->backward_hook = NULL;
+    KILN_TRY(rc);
     *loss_sum += l;
     if (passes == 1) break;
     if (i == 0)
       memcpy(s->grad_acc, net->param_diff, sizeof(float) * (size_t)net->nparam_floats);
-    else if (i < passes - 1)
+    else if (!last)
       kiln_dist_accumulate(s->grad_acc, net->param_diff, net->nparam_floats);
-    else /* the last pass adds the sum into its own gradient: a + b == b + a, and no copy back */
+    else if (!overlap) /* the last pass adds the sum into its own gradient: a + b == b + a, and
+                          no copy back */
       kiln_dist_accumulate(net->param_diff, s->grad_acc, net->nparam_floats);
   }
   return KILN_OK;
@@ -762,10 +774,15 @@ static int plan_buckets(kiln_solver *s) {
   return KILN_OK;
 }
 
+/* Starts the sum of every bucket that backward is done with (all of them for layer -1). With
+ * iter_size > 1 the earlier passes' sum is added in first, as compute_gradients would after
+ * backward: the same additions, bucket by bucket. */
 static int start_ready_buckets(kiln_solver *s, int layer) {
   while (s->next_bucket < s->nbuckets && s->buckets[s->next_bucket].ready_layer >= layer) {
     const struct kiln_grad_bucket *b = &s->buckets[s->next_bucket++];
-    KILN_TRY(kiln_comm_bucket_start(s->opt.comm, s->net->param_diff + b->off, b->n));
+    float *g = s->net->param_diff + b->off;
+    if (s->param->iter_size > 1) kiln_dist_accumulate(g, s->grad_acc + b->off, b->n);
+    KILN_TRY(kiln_comm_bucket_start(s->opt.comm, g, b->n, s->sync.deterministic));
   }
   return kiln_comm_bucket_progress(s->opt.comm);
 }
@@ -843,14 +860,7 @@ static int one_iteration(kiln_solver *s, bool local, rate_window *w) {
   double work_start = kiln_now_ms();
   double loss;
   bool overlap = s->overlap && !local && s->nworkers > 1;
-  if (overlap) {
-    s->next_bucket = 0;
-    s->net->backward_hook = backward_hook;
-    s->net->backward_hook_user = s;
-  }
-  int grc = compute_gradients(s, &loss);
-  s->net->backward_hook = NULL;
-  KILN_TRY(grc);
+  KILN_TRY(compute_gradients(s, overlap, &loss));
   KILN_TRY(kiln_fault_leak(&s->fault)); /* nothing unless KILN_FAULT=leak:KB */
   int summed = 1;
   if (s->nworkers > 1 && !local) {
