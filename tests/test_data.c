@@ -435,6 +435,56 @@ static void test_writer_float_and_growth(void **state) {
   free(px);
 }
 
+/* n records of 1x2x2 bytes, keys 00000.., record `changed` with its first pixel flipped. */
+static void write_fp_db(const char *path, int n, int changed) {
+  kiln_datum_writer *w;
+  assert_int_equal(kiln_datum_writer_open(path, &w), KILN_OK);
+  for (int r = 0; r < n; r++) {
+    uint8_t px[4] = {(uint8_t)(7 * r), (uint8_t)(7 * r + 1), (uint8_t)(7 * r + 2), (uint8_t)(7 * r + 3)};
+    if (r == changed) px[0] ^= 1;
+    char key[16];
+    snprintf(key, sizeof key, "%05d", r);
+    kiln_datum d = {.channels = 1, .height = 2, .width = 2, .label = r % 10, .u8 = px};
+    assert_int_equal(kiln_datum_writer_put(w, key, &d), KILN_OK);
+  }
+  assert_int_equal(kiln_datum_writer_commit(w), KILN_OK);
+}
+
+static void fingerprint_of(const char *path, uint8_t digest[32]) {
+  kiln_datum_db *db;
+  assert_int_equal(kiln_datum_db_open(path, &db), KILN_OK);
+  assert_int_equal(kiln_datum_db_fingerprint(db, 64, digest), KILN_OK);
+  kiln_datum d; /* the sequential cursor has not moved */
+  assert_int_equal(kiln_datum_db_next(db, &d), KILN_OK);
+  assert_string_equal(kiln_datum_db_last_key(db), "00000");
+  kiln_datum_db_close(db);
+}
+
+/* The fingerprint that workers compare: the same records at another path give the same digest;
+ * another record count, or a change in a sampled record (the first, the last, one in the middle),
+ * gives another. 64 samples over 100 records are records floor(i x 99 / 63): record 2 lies
+ * between samples 1 and 3, so a change there goes unseen, which is the price of not reading
+ * the whole database. */
+static void test_fingerprint(void **state) {
+  tmpdir_fixture *f = *state;
+  static const struct { const char *name; int n, changed; bool same; } cases[] = {
+      {"copy", 100, -1, true}, {"first", 100, 0, false}, {"middle", 100, 50, false},
+      {"last", 100, 99, false}, {"longer", 101, -1, false}, {"between", 100, 2, true},
+  };
+  char base[256], path[256];
+  write_fp_db(path_in(f, "fp_base", base, sizeof base), 100, -1);
+  uint8_t want[32], got[32];
+  fingerprint_of(base, want);
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    char name[32];
+    snprintf(name, sizeof name, "fp_%s", cases[i].name);
+    write_fp_db(path_in(f, name, path, sizeof path), cases[i].n, cases[i].changed);
+    fingerprint_of(path, got);
+    if ((memcmp(got, want, 32) == 0) != cases[i].same)
+      fail_msg("%s: the fingerprint %s", cases[i].name, cases[i].same ? "changed" : "did not change");
+  }
+}
+
 static void test_reader_errors(void **state) {
   tmpdir_fixture *f = *state;
   char path[256], msg[512];
@@ -616,6 +666,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_convert_and_read, setup_dir, tmpdir_teardown),
       cmocka_unit_test_setup_teardown(test_convert_errors, setup_dir, tmpdir_teardown),
       cmocka_unit_test_setup_teardown(test_writer_float_and_growth, setup_dir, tmpdir_teardown),
+      cmocka_unit_test_setup_teardown(test_fingerprint, setup_dir, tmpdir_teardown),
       cmocka_unit_test_setup_teardown(test_reader_errors, setup_dir, tmpdir_teardown),
       cmocka_unit_test_setup_teardown(test_bad_records, setup_dir, tmpdir_teardown),
       cmocka_unit_test_setup_teardown(test_cache_dir, setup_dir, tmpdir_teardown),

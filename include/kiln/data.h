@@ -58,6 +58,11 @@ int kiln_datum_db_next(kiln_datum_db *db, kiln_datum *out);
 /* Random access: the record at `index` in key order (0 <= index < size), without moving the
  * sequential cursor. The first call builds an index of the keys (one pass over them). */
 int kiln_datum_db_read(kiln_datum_db *db, uint64_t index, kiln_datum *out);
+/* A digest of the database that another host can compare with its own copy's: the record
+ * count and the raw keys and values of `samples` records spread evenly over the key order, the
+ * first and the last among them (every record when there are no more than `samples`). Builds
+ * the random-access index, as read() does; does not move the sequential cursor. */
+int kiln_datum_db_fingerprint(kiln_datum_db *db, int samples, uint8_t digest[32]);
 /* Key of the record that the last successful next() or read() returned (NUL-terminated copy). */
 const char *kiln_datum_db_last_key(const kiln_datum_db *db);
 void kiln_datum_db_close(kiln_datum_db *db);

@@ -55,6 +55,10 @@ typedef struct kiln_layer_ops {
   /* Data layers: records consumed, and repositioning, for exact resume. */
   uint64_t (*get_cursor)(kiln_layer *l);
   int (*set_cursor)(kiln_layer *l, uint64_t cursor);
+  /* Data layers that read files: a digest of what the layer reads (so that workers on several
+   * hosts can check that they hold the same data) and, in `what` (n bytes), the source it names.
+   * Called before the first forward. NULL: the layer reads no files. */
+  int (*fingerprint)(kiln_layer *l, uint8_t digest[32], char *what, size_t n);
 } kiln_layer_ops;
 
 struct kiln_layer {

@@ -311,36 +311,63 @@ int kiln_datum_db_next(kiln_datum_db *db, kiln_datum *out) {
   return KILN_OK;
 }
 
+/* The key of every record in key order (one pass over the keys), for random access. */
+static int build_key_index(kiln_datum_db *db) {
+  if (db->keys) return KILN_OK;
+  MDB_val *keys = malloc(sizeof *keys * (size_t)db->size);
+  if (!keys) return kiln_errorf(KILN_ERR_NOMEM, "%s: out of memory for the key index", db->path);
+  MDB_cursor *c;
+  int rc = mdb_cursor_open(db->txn, db->dbi, &c);
+  if (rc) {
+    free(keys);
+    return mdb_failure(db, rc, "cannot open a cursor");
+  }
+  MDB_val k, v;
+  uint64_t n = 0;
+  for (rc = mdb_cursor_get(c, &k, &v, MDB_FIRST); rc == 0 && n < db->size;
+       rc = mdb_cursor_get(c, &k, &v, MDB_NEXT))
+    keys[n++] = k;
+  mdb_cursor_close(c);
+  if (n != db->size) {
+    free(keys);
+    return kiln_errorf(KILN_ERR_DATA, "%s: found %llu records, the database says %llu", db->path,
+                       (unsigned long long)n, (unsigned long long)db->size);
+  }
+  db->keys = keys;
+  return KILN_OK;
+}
+
 int kiln_datum_db_read(kiln_datum_db *db, uint64_t index, kiln_datum *out) {
   if (index >= db->size)
     return kiln_errorf(KILN_ERR_INVALID, "%s: record index %llu out of range (%llu records)",
                        db->path, (unsigned long long)index, (unsigned long long)db->size);
-  if (!db->keys) {
-    MDB_val *keys = malloc(sizeof *keys * (size_t)db->size);
-    if (!keys) return kiln_errorf(KILN_ERR_NOMEM, "%s: out of memory for the key index", db->path);
-    MDB_cursor *c;
-    int rc = mdb_cursor_open(db->txn, db->dbi, &c);
-    if (rc) {
-      free(keys);
-      return mdb_failure(db, rc, "cannot open a cursor");
-    }
-    MDB_val k, v;
-    uint64_t n = 0;
-    for (rc = mdb_cursor_get(c, &k, &v, MDB_FIRST); rc == 0 && n < db->size;
-         rc = mdb_cursor_get(c, &k, &v, MDB_NEXT))
-      keys[n++] = k;
-    mdb_cursor_close(c);
-    if (n != db->size) {
-      free(keys);
-      return kiln_errorf(KILN_ERR_DATA, "%s: found %llu records, the database says %llu", db->path,
-                         (unsigned long long)n, (unsigned long long)db->size);
-    }
-    db->keys = keys;
-  }
+  KILN_TRY(build_key_index(db));
   MDB_val k = db->keys[index], v;
   int rc = mdb_get(db->txn, db->dbi, &k, &v);
   if (rc) return mdb_failure(db, rc, "cannot read a record");
   return decode_record(db, &k, &v, out);
+}
+
+int kiln_datum_db_fingerprint(kiln_datum_db *db, int samples, uint8_t digest[32]) {
+  KILN_TRY(build_key_index(db));
+  kiln_sha256_ctx h;
+  kiln_sha256_init(&h);
+  uint64_t size = db->size;
+  kiln_sha256_update(&h, &size, sizeof size);
+  uint64_t n = samples > 0 && (uint64_t)samples < size ? (uint64_t)samples : size;
+  for (uint64_t i = 0; i < n; i++) {
+    /* evenly spread, the first and the last record among them */
+    uint64_t index = n > 1 ? i * (size - 1) / (n - 1) : 0;
+    MDB_val k = db->keys[index], v;
+    int rc = mdb_get(db->txn, db->dbi, &k, &v);
+    if (rc) return mdb_failure(db, rc, "cannot read a record");
+    uint64_t len[2] = {k.mv_size, v.mv_size};
+    kiln_sha256_update(&h, len, sizeof len);
+    kiln_sha256_update(&h, k.mv_data, k.mv_size);
+    kiln_sha256_update(&h, v.mv_data, v.mv_size);
+  }
+  kiln_sha256_final(&h, digest);
+  return KILN_OK;
 }
 
 void kiln_datum_db_close(kiln_datum_db *db) {

@@ -40,6 +40,7 @@ typedef struct {
 
 typedef struct {
   kiln_datum_db *db;
+  char *source; /* the database's path, $KILN_DATA expanded */
   int batch, C, H, W, outH, outW, crop;
   float scale;
   float *mean;      /* C*H*W from mean_file, or NULL */
@@ -265,6 +266,8 @@ static int data_setup(kiln_layer *l) {
     return KILN_LAYER_ERROR(l, KILN_ERR_INVALID, "data_param.batch_size must be set and > 0");
   char source[4096];
   KILN_TRY(expand_source(p->source, source, sizeof source));
+  s->source = strdup(source);
+  if (!s->source) return kiln_errorf(KILN_ERR_NOMEM, "out of memory");
   int rc = kiln_datum_db_open(source, &s->db);
   if (rc) return kiln_error_context(rc, "layer '%s' (Data): ", l->name);
   kiln_datum d;
@@ -387,11 +390,37 @@ static int data_set_cursor(kiln_layer *l, uint64_t cursor) {
   return KILN_OK;
 }
 
+/* Records sampled for the fingerprint: LMDB reads at random positions, milliseconds even for
+ * a large database once the key index (which several workers build anyway) exists. */
+enum { FINGERPRINT_SAMPLES = 64 };
+
+/* The database's fingerprint, and the mean file's values when there is one (mean_value and the
+ * other settings are in the net, which the workers compare already). */
+static int data_fingerprint(kiln_layer *l, uint8_t digest[32], char *what, size_t n) {
+  data_state *s = l->priv;
+  if (s->running)
+    return KILN_LAYER_ERROR(l, KILN_ERR_INVALID, "fingerprint asked for after the first forward");
+  uint8_t db_digest[32];
+  int rc = kiln_datum_db_fingerprint(s->db, FINGERPRINT_SAMPLES, db_digest);
+  if (rc) return kiln_error_context(rc, "layer '%s' (Data): ", l->name);
+  kiln_sha256_ctx h;
+  kiln_sha256_init(&h);
+  kiln_sha256_update(&h, db_digest, sizeof db_digest);
+  if (s->mean) kiln_sha256_update(&h, s->mean, sizeof(float) * (size_t)s->C * s->H * s->W);
+  kiln_sha256_final(&h, digest);
+  snprintf(what, n, "%s (%llu records, compared by their count and %d of them spread over the "
+           "key order%s)", s->source, (unsigned long long)s->size,
+           (int)(s->size < FINGERPRINT_SAMPLES ? s->size : FINGERPRINT_SAMPLES),
+           s->mean ? ", and the mean file's values" : "");
+  return KILN_OK;
+}
+
 static void data_destroy(kiln_layer *l) {
   data_state *s = l->priv;
   if (!s) return;
   stop_thread(s);
   if (s->db) kiln_datum_db_close(s->db);
+  free(s->source);
   if (s->slots)
     for (int i = 0; i < s->nslots; i++) {
       kiln_free(s->slots[i].data);
@@ -410,4 +439,5 @@ const kiln_layer_ops kiln_layer_data = {
     .type = "Data", .min_bottoms = 0, .max_bottoms = 0, .min_tops = 1, .max_tops = 2,
     .is_data = true, .setup = data_setup, .reshape = data_reshape, .forward = data_forward,
     .destroy = data_destroy, .get_cursor = data_get_cursor, .set_cursor = data_set_cursor,
+    .fingerprint = data_fingerprint,
 };

@@ -300,6 +300,31 @@ static int workers_agree(kiln_solver *s, const uint8_t digest[32], const char *w
   return rc;
 }
 
+/* The train net's data as this worker's files hold it (the layers' fingerprints), and in `what`
+ * the sources; empty when no layer reads files. Two hosts with different files under the same
+ * path would otherwise train on different data without a word. */
+static int data_digest(kiln_solver *s, uint8_t digest[32], char *what, size_t n) {
+  kiln_sha256_ctx h;
+  kiln_sha256_init(&h);
+  size_t used = 0;
+  what[0] = '\0';
+  for (int i = 0; i < s->net->nlayers; i++) {
+    kiln_layer *l = s->net->layers[i];
+    if (!l->ops->fingerprint) continue;
+    uint8_t d[32];
+    char src[1024];
+    KILN_TRY(l->ops->fingerprint(l, d, src, sizeof src));
+    kiln_sha256_update(&h, l->name, strlen(l->name) + 1);
+    kiln_sha256_update(&h, d, sizeof d);
+    if (used + 1 < n) {
+      int k = snprintf(what + used, n - used, "%slayer '%s' reads %s", used ? "; " : "", l->name, src);
+      used = k < 0 ? used : used + (size_t)k < n ? used + (size_t)k : n - 1;
+    }
+  }
+  kiln_sha256_final(&h, digest);
+  return KILN_OK;
+}
+
 /* An injected fault must hit something: a sleep names a layer of the train net. The log says a
  * fault is on, so nobody mistakes the run for a real one. */
 static int check_fault(kiln_solver *s) {
@@ -388,6 +413,16 @@ int kiln_solver_create(const char *solver_path, const kiln_solver_options *opt, 
       rc = workers_agree(s, digest, "the solver and train net",
                          "start every worker with the same solver and net files and the same "
                          "--sync / --deterministic options");
+  }
+  if (!rc && s->nworkers > 1) {
+    uint8_t digest[32];
+    char what[1536], hint[2048];
+    rc = data_digest(s, digest, what, sizeof what);
+    if (!rc && what[0]) {
+      snprintf(hint, sizeof hint,
+               "every worker must hold the same data under the same path: %s", what);
+      rc = workers_agree(s, digest, "the training data", hint);
+    }
   }
   if (!rc)
     kiln_log(KILN_LOG_INFO, "solver %s: %s, seed %llu, %d threads%s", solver_path,

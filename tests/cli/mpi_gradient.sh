@@ -4,12 +4,14 @@
 #   (a, b) 2 workers x batch b with --deterministic give the bits of 1 worker x batch b x iter_size 2;
 #   (c)    the same for 4 workers against iter_size 4, and with shuffle + last_batch KEEP;
 #   (d)    without --deterministic, 1 iteration is within 1e-5 relative of the reference;
-#   (e)    a solver that differs between ranks, or a rank that cannot open its data, ends the job
-#          with a clear message and a non-zero exit within seconds (no hang);
+#   (e)    a solver that differs between ranks, data that differs under the same path, or a rank
+#          that cannot open its data, ends the job with a clear message and a non-zero exit
+#          within seconds (no hang);
 #   (f)    a 2-worker snapshot at 10 resumed on 2 workers ends bit-identical to the straight run
 #          (with dropout too: every worker's generator is saved), and resumed on 1 worker with
 #          iter_size 2 as well (the data cursor is global);
-#   (g, h) MODEL and TIME sync (below).
+#   (g, h) MODEL and TIME sync (below);
+#   (i, j) sums overlapped with backward, plain and ordered, with iter_size 1 and 2.
 # Skips (exit 0) only when mpirun is missing or kiln was built without MPI.
 source "$(dirname "$0")/lib.bash"
 cd "$WORK"
@@ -119,6 +121,26 @@ grep -q "workers disagree on the solver and train net: rank 1 differs from rank 
 grep -q "rank 1 of 2: train: missing_net.prototxt: layer 'd' (Data): .*no_such_lmdb" miss.log && pass \
   || fail "missing data message: $(grep kiln: miss.log)"
 [ ! -e "$WORK/mm_0_iter_20.caffemodel" ] && pass || fail "the mismatched run trained"
+# Different data under the same path (each rank's $KILN_DATA holds its own copy): one changed
+# byte in the last record is refused, naming the source; identical copies train.
+mkdir -p same0 same1 diff1
+for d in same0 same1; do cp -r tiny_lmdb $d/tiny_lmdb; done
+{ head -c -1 img.idx; printf '\x01'; } > img_changed.idx
+cmp -s img.idx img_changed.idx && fail "the changed image file is the same" || pass
+"$KILN" convert idx img_changed.idx lab.idx diff1/tiny_lmdb >/dev/null || fail "convert changed data"
+sed 's#source: "[^"]*"#source: "$KILN_DATA/tiny_lmdb"#' net.prototxt > cache_net.prototxt
+solver dd cache_net.prototxt 1 4 > dd.prototxt
+export WORK
+datarun() {  # datarun NAME DIR_OF_RANK_1: rank 0 reads same0, rank 1 the given one
+  mpi 2 bash -c "d=same0; [ \$OMPI_COMM_WORLD_RANK = 1 ] && d=$2
+    KILN_DATA=\$WORK/\$d exec \"\$KILN\" train --solver dd.prototxt" > "$1.log" 2>&1
+}
+datarun dsame same1 && pass || fail "identical data in two places refused: $(grep kiln: dsame.log)"
+start=$(date +%s)
+datarun ddiff diff1 && fail "different data accepted" || pass
+[ $(($(date +%s) - start)) -lt 30 ] && pass || fail "different data: took too long (a hang?)"
+grep -q "workers disagree on the training data: rank 1 differs from rank 0 .*every worker must hold the same data under the same path: layer 'd' reads .*/tiny_lmdb (64 records" ddiff.log \
+  && pass || fail "data mismatch message: $(grep kiln: ddiff.log)"
 
 # (f) resume the 2-worker run from its snapshot at 10: on 2 workers, and on 1 with iter_size 2.
 solver r2 net.prototxt 1 20 > r2.prototxt
@@ -213,6 +235,22 @@ trainN 2 wno --no-overlap
 same wov_iter_5.caffemodel wno_iter_5.caffemodel "overlapped buckets vs one sum after backward"
 "$KILN" compare-weights wref_iter_5.caffemodel wov_iter_5.caffemodel --rtol 1e-5 --atol 1e-9 > cmp_wov.txt \
   && pass || fail "overlapped buckets vs iter_size 2: $(cat cmp_wov.txt)"
+
+# (j) The ordered sum overlapped too, on that net's several buckets: 3 workers (segments of
+#     unequal length) with --deterministic give the bits of 1 worker with iter_size 3; with
+#     iter_size 2 on 2 workers, where each bucket gets the first pass added as it goes out, the
+#     overlapped ordered sum gives the bits of the one after backward.
+solver wref3 wide_net.prototxt 3 5 > wref3.prototxt
+solver wd3 wide_net.prototxt 1 5 > wd3.prototxt
+solver wi2 wide_net.prototxt 2 5 > wi2.prototxt
+solver wi2no wide_net.prototxt 2 5 > wi2no.prototxt
+train1 wref3
+trainN 3 wd3 --deterministic
+same wref3_iter_5.caffemodel wd3_iter_5.caffemodel "3 workers, overlapped ordered sum vs iter_size 3"
+trainN 2 wi2 --deterministic
+trainN 2 wi2no --deterministic --no-overlap
+same wi2_iter_5.caffemodel wi2no_iter_5.caffemodel "iter_size 2 on 2 workers: overlapped ordered sum vs after backward"
+cmp -s wi2_iter_5.caffemodel wov_iter_5.caffemodel && fail "iter_size 2 changed nothing" || pass
 
 # Bad sync settings are refused with the field named.
 solver bad net.prototxt 1 20 "sync { mode: MODEL }
