@@ -281,6 +281,11 @@ static int fake_broadcast(kiln_comm *c, float *buf, int64_t n, int root) {
   ((fake_state *)c->impl)->broadcasts++;
   return KILN_OK;
 }
+static int fake_broadcast_bytes(kiln_comm *c, void *buf, size_t n, int root) {
+  (void)buf, (void)n, (void)root;
+  ((fake_state *)c->impl)->broadcasts++;
+  return KILN_OK;
+}
 static int fake_allreduce(kiln_comm *c, float *buf, int64_t n) {
   ((fake_state *)c->impl)->allreduces++;
   for (int64_t i = 0; i < n; i++) buf[i] *= (float)c->size;
@@ -317,12 +322,14 @@ static int fake_bucket_finish(kiln_comm *c) {
 }
 static const kiln_comm_ops fake_bucket_ops = {
     .name = "fake-buckets", .barrier = fake_barrier, .broadcast = fake_broadcast,
+    .broadcast_bytes = fake_broadcast_bytes,
     .allreduce_sum = fake_allreduce, .allreduce_sum_ordered = fake_ordered,
     .allgather = fake_allgather, .bucket_start = fake_bucket_start,
     .bucket_finish = fake_bucket_finish,
 };
 static const kiln_comm_ops fake_ops = {
     .name = "fake", .barrier = fake_barrier, .broadcast = fake_broadcast,
+    .broadcast_bytes = fake_broadcast_bytes,
     .allreduce_sum = fake_allreduce, .allreduce_sum_ordered = fake_ordered,
     .allgather = fake_allgather,
 };

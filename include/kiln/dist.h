@@ -21,6 +21,8 @@ typedef struct kiln_comm_ops {
   int (*barrier)(kiln_comm *c);
   /* buf (n floats) on every rank becomes root's. */
   int (*broadcast)(kiln_comm *c, float *buf, int64_t n, int root);
+  /* The same for n bytes. */
+  int (*broadcast_bytes)(kiln_comm *c, void *buf, size_t n, int root);
   /* buf becomes the elementwise sum over ranks, in whatever order the library finds fastest
    * (so the last bits may depend on the number of ranks and on the MPI library). */
   int (*allreduce_sum)(kiln_comm *c, float *buf, int64_t n);
@@ -79,6 +81,7 @@ int kiln_comm_rank(const kiln_comm *c);
 int kiln_comm_size(const kiln_comm *c);
 int kiln_comm_barrier(kiln_comm *c);
 int kiln_comm_broadcast(kiln_comm *c, float *buf, int64_t n, int root);
+int kiln_comm_broadcast_bytes(kiln_comm *c, void *buf, size_t n, int root);
 int kiln_comm_allreduce_sum(kiln_comm *c, float *buf, int64_t n, bool ordered);
 int kiln_comm_allgather(kiln_comm *c, const void *send, size_t n, void *recv);
 /* Overlapped sums of buckets (see kiln_comm_ops): start each, let them progress while computing,

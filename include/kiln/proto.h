@@ -29,6 +29,9 @@ int kiln_text_format(const ProtobufCMessage *msg, char **out);
 /* Binary protobuf files (.caffemodel, .solverstate, .binaryproto). */
 int kiln_proto_read_binary(const char *path, const ProtobufCMessageDescriptor *desc,
                            ProtobufCMessage **out);
+/* The same from bytes in memory; `name` stands for the source in the error message. */
+int kiln_proto_unpack(const void *buf, size_t len, const char *name,
+                      const ProtobufCMessageDescriptor *desc, ProtobufCMessage **out);
 /* Packs and writes through a temporary file and rename(). */
 int kiln_proto_write_binary(const char *path, const ProtobufCMessage *msg);
 

@@ -20,6 +20,13 @@ int kiln_comm_broadcast(kiln_comm *c, float *buf, int64_t n, int root) {
   return c->ops->broadcast(c, buf, n, root);
 }
 
+int kiln_comm_broadcast_bytes(kiln_comm *c, void *buf, size_t n, int root) {
+  if (!c || c->size == 1 || n == 0) return KILN_OK;
+  if (root < 0 || root >= c->size)
+    return kiln_errorf(KILN_ERR_INVALID, "broadcast from rank %d of %d", root, c->size);
+  return c->ops->broadcast_bytes(c, buf, n, root);
+}
+
 int kiln_comm_allreduce_sum(kiln_comm *c, float *buf, int64_t n, bool ordered) {
   if (!c || c->size == 1 || n == 0) return KILN_OK;
   return ordered ? c->ops->allreduce_sum_ordered(c, buf, n) : c->ops->allreduce_sum(c, buf, n);

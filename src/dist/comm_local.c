@@ -15,6 +15,11 @@ static int local_broadcast(kiln_comm *c, float *buf, int64_t n, int root) {
   return KILN_OK;
 }
 
+static int local_broadcast_bytes(kiln_comm *c, void *buf, size_t n, int root) {
+  (void)c, (void)buf, (void)n, (void)root;
+  return KILN_OK;
+}
+
 static int local_allreduce(kiln_comm *c, float *buf, int64_t n) {
   (void)c, (void)buf, (void)n;
   return KILN_OK;
@@ -34,6 +39,7 @@ static const kiln_comm_ops local_ops = {
     .name = "local",
     .barrier = local_barrier,
     .broadcast = local_broadcast,
+    .broadcast_bytes = local_broadcast_bytes,
     .allreduce_sum = local_allreduce,
     .allreduce_sum_ordered = local_allreduce,
     .allgather = local_allgather,

@@ -349,6 +349,20 @@ static int mpi_broadcast(kiln_comm *c, float *buf, int64_t n, int root) {
   return rc;
 }
 
+static int mpi_broadcast_bytes(kiln_comm *c, void *buf, size_t n, int root) {
+  begin_op(c, "broadcast of %zu bytes from rank %d", n, root);
+  int rc = KILN_OK;
+  for (size_t off = 0; off < n && !rc; off += (size_t)1 << 30) {
+    int cnt = (int)(n - off < ((size_t)1 << 30) ? n - off : ((size_t)1 << 30));
+    MPI_Request req;
+    rc = mpi_status(MPI_Ibcast((char *)buf + off, cnt, MPI_BYTE, root, comm_of(c), &req),
+                    "broadcast");
+    if (!rc) rc = wait_for(c, &req);
+  }
+  end_op(c);
+  return rc;
+}
+
 static int mpi_allreduce(kiln_comm *c, float *buf, int64_t n) {
   begin_op(c, "allreduce of %lld floats", (long long)n);
   int rc = KILN_OK;
@@ -604,6 +618,7 @@ static const kiln_comm_ops mpi_ops = {
     .name = "mpi",
     .barrier = mpi_barrier,
     .broadcast = mpi_broadcast,
+    .broadcast_bytes = mpi_broadcast_bytes,
     .allreduce_sum = mpi_allreduce,
     .allreduce_sum_ordered = mpi_allreduce_ordered,
     .allgather = mpi_allgather,

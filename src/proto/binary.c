@@ -3,19 +3,24 @@
 
 #include "kiln/proto.h"
 
+int kiln_proto_unpack(const void *buf, size_t len, const char *name,
+                      const ProtobufCMessageDescriptor *desc, ProtobufCMessage **out) {
+  *out = protobuf_c_message_unpack(desc, NULL, len, buf);
+  if (!*out)
+    return kiln_errorf(KILN_ERR_PARSE, "%s: not a valid binary %s (%zu bytes): corrupt or truncated",
+                       name, desc->short_name, len);
+  return KILN_OK;
+}
+
 int kiln_proto_read_binary(const char *path, const ProtobufCMessageDescriptor *desc,
                            ProtobufCMessage **out) {
   char *buf;
   size_t len;
   *out = NULL;
   KILN_TRY(kiln_read_file(path, &buf, &len));
-  ProtobufCMessage *m = protobuf_c_message_unpack(desc, NULL, len, (const uint8_t *)buf);
+  int rc = kiln_proto_unpack(buf, len, path, desc, out);
   free(buf);
-  if (!m)
-    return kiln_errorf(KILN_ERR_PARSE, "%s: not a valid binary %s (%zu bytes): corrupt or truncated",
-                       path, desc->short_name, len);
-  *out = m;
-  return KILN_OK;
+  return rc;
 }
 
 int kiln_proto_write_binary(const char *path, const ProtobufCMessage *msg) {

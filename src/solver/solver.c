@@ -1078,7 +1078,9 @@ int kiln_solver_solve(kiln_solver *s) {
 
 int kiln_solver_load_weights(kiln_solver *s, const char *path) {
   s->params_synced = false;
-  return kiln_net_load_weights(s->net, path);
+  /* Rank 0's parameters go to the other workers before the first step (sync_params), so only
+   * rank 0 needs the file. */
+  return s->rank == 0 ? kiln_net_load_weights(s->net, path) : KILN_OK;
 }
 
 /* ---- snapshots ---------------------------------------------------------------------------------- */
@@ -1183,9 +1185,47 @@ int kiln_solver_snapshot(kiln_solver *s, char **path_out) {
   return rc;
 }
 
+/* The .solverstate's bytes on every rank. Rank 0 reads the file and broadcasts them, so the
+ * other workers need not see it: on hosts without a shared file system the snapshots are where
+ * rank 0 wrote them. A rank 0 that cannot read it fails every rank with the same cause. */
+static int snapshot_bytes(kiln_solver *s, const char *path, char **buf, size_t *len) {
+  *buf = NULL;
+  *len = 0;
+  int rc = s->rank == 0 ? kiln_read_file(path, buf, len) : KILN_OK;
+  if (s->nworkers <= 1) return rc;
+  int64_t head[2] = {rc, (int64_t)*len};
+  int brc = kiln_comm_broadcast_bytes(s->opt.comm, head, sizeof head, 0);
+  if (brc || rc) {
+    free(*buf);
+    *buf = NULL;
+    return brc ? kiln_error_context(brc, "sending the snapshot: ") : rc;
+  }
+  if (head[0] != KILN_OK)
+    return kiln_errorf((int)head[0], "%s: rank 0 could not read the snapshot (its message says why)",
+                       path);
+  if (s->rank != 0) {
+    *len = (size_t)head[1];
+    *buf = malloc(*len ? *len : 1);
+    /* alone in failing: the caller ends the job */
+    if (!*buf) return kiln_errorf(KILN_ERR_NOMEM, "%s: out of memory for %zu bytes", path, *len);
+  }
+  int crc = kiln_comm_broadcast_bytes(s->opt.comm, *buf, *len, 0);
+  if (crc) {
+    free(*buf);
+    *buf = NULL;
+    return kiln_error_context(crc, "sending the snapshot: ");
+  }
+  return KILN_OK;
+}
+
 int kiln_solver_restore(kiln_solver *s, const char *path) {
   ProtobufCMessage *m;
-  KILN_TRY(kiln_proto_read_binary(path, &caffe__solver_state__descriptor, &m));
+  char *bytes;
+  size_t nbytes;
+  KILN_TRY(snapshot_bytes(s, path, &bytes, &nbytes));
+  int urc = kiln_proto_unpack(bytes, nbytes, path, &caffe__solver_state__descriptor, &m);
+  free(bytes);
+  KILN_TRY(urc);
   Caffe__SolverState *st = (Caffe__SolverState *)m;
   kiln_net *net = s->net;
   int rc = KILN_OK;
@@ -1208,8 +1248,9 @@ int kiln_solver_restore(kiln_solver *s, const char *path) {
     memcpy(s->history + (int64_t)h * net->nparam_floats + net->learnable_offset[k],
            st->history[i]->data, sizeof(float) * (size_t)net->learnable[k]->count);
   }
-  if (!rc) {
-    /* The weights file: as recorded, else beside the solverstate. */
+  if (!rc && s->rank == 0) {
+    /* The weights file: as recorded, else beside the solverstate. Rank 0 alone reads it: its
+     * parameters go to the other workers before the first step (sync_params). */
     const char *model = st->learned_net;
     char buf[4096];
     if (access(model, R_OK) != 0) {
@@ -1266,7 +1307,8 @@ int kiln_solver_restore(kiln_solver *s, const char *path) {
   protobuf_c_message_free_unpacked(m, NULL);
   s->params_synced = false;
   if (!rc && s->nworkers > 1) {
-    /* All ranks read the same files, or should have: check before the broadcast hides it. */
+    /* Every rank parsed rank 0's bytes; a check that they restored the same place costs one
+     * small collective. */
     kiln_sha256_ctx h;
     uint8_t digest[32];
     uint64_t cursors[64];
@@ -1279,7 +1321,7 @@ int kiln_solver_restore(kiln_solver *s, const char *path) {
     kiln_sha256_update(&h, cursors, sizeof(uint64_t) * (size_t)nc);
     kiln_sha256_final(&h, digest);
     rc = workers_agree(s, digest, "the resumed state (iteration and data cursors)",
-                       "give every worker the same --snapshot, visible to all of them");
+                       "give every worker the same --snapshot");
   }
   return rc;
 }

@@ -152,6 +152,12 @@ solver r1 net.prototxt 2 20 > r1.prototxt
 "$KILN" train --solver r1.prototxt --snapshot "$WORK/w2_iter_10.solverstate" 2>r1.log || fail "1-worker resume"
 same ref2_iter_20.caffemodel r1_iter_20.caffemodel "2-worker snapshot resumed on 1 worker with iter_size 2"
 cmp -s w2_iter_10.caffemodel w2_iter_20.caffemodel && fail "weights did not change after 10" || pass
+# Rank 0 reads the snapshot for everyone: when it cannot, the job ends with its message (rank 1
+# learns it too, but rank 0's MPI_Abort may end it before it prints).
+mpi 2 "$KILN" train --solver r2.prototxt --snapshot "$WORK/no_such.solverstate" > nosnap.log 2>&1 \
+  && fail "a missing snapshot was accepted" || pass
+grep -q "rank 0 of 2: resume: .*no_such.solverstate: cannot open" nosnap.log \
+  && pass || fail "missing snapshot message: $(grep kiln: nosnap.log)"
 # With dropout each worker draws from its own generator stream; the snapshot keeps all of them.
 sed 's#^layer { name: "relu".*#&\nlayer { name: "drop" type: "Dropout" bottom: "conv" top: "conv" dropout_param { dropout_ratio: 0.3 } }#' \
   net.prototxt > dropout_net.prototxt

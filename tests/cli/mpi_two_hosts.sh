@@ -2,13 +2,17 @@
 # veth pair (10.213.7.1/24 and .2/24, each with its own host name), Open MPI told to use TCP only
 # (pml ob1, btl self,tcp, on the veth subnet) and to start its daemon on the second host with
 # tests/support/netns-agent.sh (`ip netns exec`) instead of ssh. mpirun itself runs in the first
-# namespace. The data and the snapshots are in $WORK, seen by both (a shared file system).
+# namespace. The data and the snapshots are in $WORK, seen by both (a shared file system), except
+# in (d).
 #   (a) the ranks run in different network namespaces, with the addresses and names of their
 #       hosts;
 #   (b) 2 workers, one per host, with --deterministic: 20 iterations give the bits of 1 worker
 #       with iter_size 2; the training ranks themselves ran in the two namespaces, the TCP BTL
 #       connected them across the veth, and the gradients went over it (its byte counters);
-#   (c) MODEL sync (--sync model:5) across the hosts gives the bits of the same run on one host.
+#   (c) MODEL sync (--sync model:5) across the hosts gives the bits of the same run on one host;
+#   (d) without a shared file system (a directory only the first host sees), rank 0's snapshots
+#       resume on both hosts bit for bit, and --weights works;
+#   (e) shared memory alone cannot join two hosts: a clear error, no hang.
 # Skips (exit 0) when not root, without `ip netns` (no CAP_SYS_ADMIN, e.g. in a container),
 # without mpirun, or when kiln was built without MPI. Otherwise a failure fails.
 # The namespaces are removed on every exit path (a trap); every mpirun runs under a timeout.
@@ -172,7 +176,32 @@ wait $! || fail "MODEL on one host: exit $?: $(tail -n 5 m5l.log)"
 same m5l_iter_20.caffemodel m5_iter_20.caffemodel "MODEL K=5 on two hosts vs on one host"
 cmp -s m5_iter_20.caffemodel w2_iter_20.caffemodel && fail "MODEL K=5 trained as GRADIENT" || pass
 
-# (d) Shared memory only (no TCP) cannot join two hosts: the ranks fail while setting up their
+# (d) Hosts without a shared file system: $WORK/host1 is seen by kiln-host1 alone (kiln-host2
+#     sees an empty tmpfs there). Rank 0 writes the snapshots into it, and a resume from the one
+#     at 10 on both hosts (rank 0 reads it and sends it) ends with the bits of the straight run;
+#     --weights from there also needs the file on rank 0's host only.
+mkdir host1
+touch host1/marker
+export KILN_NETNS_LOCAL_DIR=$WORK/host1
+on_hosts bash -c 'echo "$OMPI_COMM_WORLD_RANK $(ls -A "$KILN_NETNS_LOCAL_DIR" | wc -l)"' > local.log 2>&1 \
+  || fail "a shell on each host with a local directory: $(tail -n 3 local.log)"
+grep -q '^0 1$' local.log && grep -q '^1 0$' local.log && pass \
+  || fail "host1/ is not local to kiln-host1: $(cat local.log)"
+solver ls 1 "snapshot: 10
+" | sed "s#snapshot_prefix: .*#snapshot_prefix: \"$WORK/host1/ls\"#" > ls.prototxt
+on_hosts "$KILN" train --solver ls.prototxt --deterministic > ls.log 2>&1 \
+  || fail "2 workers, snapshots local to rank 0: exit $?: $(tail -n 5 ls.log)"
+same ref2_iter_20.caffemodel host1/ls_iter_20.caffemodel "2 workers on two hosts, snapshots on host 1 only"
+mv host1/ls_iter_20.caffemodel straight_20.caffemodel
+on_hosts "$KILN" train --solver ls.prototxt --deterministic \
+  --snapshot "$WORK/host1/ls_iter_10.solverstate" > lsr.log 2>&1 \
+  || fail "resume from a snapshot on host 1 only: exit $?: $(grep kiln: lsr.log | tail -n 3)"
+same straight_20.caffemodel host1/ls_iter_20.caffemodel "resumed on two hosts from rank 0's snapshot vs the straight run"
+on_hosts "$KILN" train --solver ls.prototxt --weights "$WORK/host1/ls_iter_10.caffemodel" > lsw.log 2>&1 \
+  && pass || fail "--weights on host 1 only: exit $?: $(grep kiln: lsw.log | tail -n 3)"
+unset KILN_NETNS_LOCAL_DIR
+
+# (e) Shared memory only (no TCP) cannot join two hosts: the ranks fail while setting up their
 #     communicator, and the job must end with that error instead of hanging in MPI_Finalize.
 start=$(date +%s)
 BTL=self,vader on_hosts "$KILN" train --solver m5.prototxt > nobtl.log 2>&1
