@@ -21,8 +21,10 @@
  * After GRACE_MS the error names the ranks that did not answer and where the others are, and
  * the caller ends the job (kiln_comm_end_job). A collective that completes during the roll call
  * is no error. Everything stays on the thread that calls the collectives (MPI_THREAD_FUNNELED). */
+#include <errno.h>
 #include <limits.h>
 #include <mpi.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -71,6 +73,32 @@ typedef struct {
   int64_t tmp_floats;
 } bucket;
 
+/* The communication thread (KILN_COMM_THREAD=POLL_US): it starts the overlapped sums that the
+ * main thread queues and tests them every POLL_US microseconds while backward runs, instead of
+ * the main thread testing them between layers. MPI then runs MPI_THREAD_SERIALIZED: from the
+ * first queued bucket to the end of bucket_finish only this thread calls MPI, and the main thread
+ * calls none. */
+typedef struct {
+  float *buf;
+  int64_t n;
+  bool ordered;
+} queued_sum;
+
+typedef struct {
+  pthread_t tid;
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  long poll_us;
+  queued_sum *q;
+  int qn, qtaken, qcap;
+  bool active;  /* main: a round of buckets is under way */
+  bool finish;  /* main: every bucket of the round is queued */
+  bool done;    /* thread: the round is complete (rc, msg) */
+  bool quit;
+  int rc;
+  char msg[1024];
+} comm_thread;
+
 typedef struct {
   MPI_Comm comm;  /* the collectives */
   MPI_Comm watch; /* the watchdog's roll calls, apart from the collectives' messages */
@@ -88,6 +116,7 @@ typedef struct {
   int64_t bucket_floats;
   int nbuckets, cap_buckets;
   int done_buckets; /* buckets[0 .. done_buckets) are complete */
+  comm_thread *ct;  /* NULL: the main thread polls between layers */
 } mpi_state;
 
 static int mpi_status(int err, const char *what) {
@@ -520,13 +549,171 @@ static int finish_sums(kiln_comm *c) {
   return rc;
 }
 
+/* ---- the communication thread ------------------------------------------------------------- */
+
+static void thread_fail(comm_thread *ct, int rc) {
+  if (ct->rc) return;
+  ct->rc = rc;
+  snprintf(ct->msg, sizeof ct->msg, "%s", kiln_last_error());
+}
+
+static void *comm_thread_main(void *arg) {
+  kiln_comm *c = arg;
+  mpi_state *st = c->impl;
+  comm_thread *ct = st->ct;
+  pthread_mutex_lock(&ct->mu);
+  for (;;) {
+    while (!ct->quit && ct->qtaken == ct->qn && !ct->finish && st->nbuckets == 0)
+      pthread_cond_wait(&ct->cv, &ct->mu);
+    if (ct->quit) break;
+    while (ct->qtaken < ct->qn) {
+      queued_sum q = ct->q[ct->qtaken++];
+      pthread_mutex_unlock(&ct->mu);
+      int rc = ct->rc ? KILN_OK : start_sums(c, q.buf, q.n, q.ordered);
+      pthread_mutex_lock(&ct->mu);
+      if (rc) thread_fail(ct, rc);
+    }
+    if (ct->finish) {
+      pthread_mutex_unlock(&ct->mu);
+      int rc = ct->rc ? KILN_OK : wait_on(c, progress_buckets, NULL);
+      st->nbuckets = st->done_buckets = 0;
+      end_op(c);
+      pthread_mutex_lock(&ct->mu);
+      if (rc) thread_fail(ct, rc);
+      ct->qn = ct->qtaken = 0;
+      ct->finish = false;
+      ct->done = true;
+      pthread_cond_broadcast(&ct->cv);
+      continue;
+    }
+    if (st->nbuckets > st->done_buckets && !ct->rc) {
+      pthread_mutex_unlock(&ct->mu);
+      bool all;
+      int rc = progress_buckets(c, NULL, &all);
+      pthread_mutex_lock(&ct->mu);
+      if (rc) thread_fail(ct, rc);
+    }
+    if (ct->qtaken == ct->qn && !ct->finish) {
+      struct timespec until;
+      clock_gettime(CLOCK_REALTIME, &until);
+      until.tv_nsec += ct->poll_us * 1000;
+      if (until.tv_nsec >= 1000000000L) {
+        until.tv_sec++;
+        until.tv_nsec -= 1000000000L;
+      }
+      pthread_cond_timedwait(&ct->cv, &ct->mu, &until);
+    }
+  }
+  pthread_mutex_unlock(&ct->mu);
+  return NULL;
+}
+
+/* KILN_COMM_THREAD=POLL_US (1 .. 100000) asks for the thread; anything else, none. */
+static long comm_thread_wanted(void) {
+  const char *v = getenv("KILN_COMM_THREAD");
+  if (!v || !*v) return 0;
+  char *end;
+  errno = 0;
+  long us = strtol(v, &end, 10);
+  return errno || *end || us < 1 || us > 100000 ? 0 : us;
+}
+
+static int comm_thread_start(kiln_comm *c, long poll_us) {
+  mpi_state *st = c->impl;
+  comm_thread *ct = calloc(1, sizeof *ct);
+  if (!ct) return kiln_errorf(KILN_ERR_NOMEM, "out of memory");
+  ct->poll_us = poll_us;
+  pthread_mutex_init(&ct->mu, NULL);
+  pthread_cond_init(&ct->cv, NULL);
+  st->ct = ct;
+  if (pthread_create(&ct->tid, NULL, comm_thread_main, c) != 0) {
+    pthread_mutex_destroy(&ct->mu);
+    pthread_cond_destroy(&ct->cv);
+    free(ct);
+    st->ct = NULL;
+    return kiln_errorf(KILN_ERR_COMM, "cannot start the communication thread");
+  }
+  return KILN_OK;
+}
+
+static void comm_thread_stop(mpi_state *st) {
+  comm_thread *ct = st->ct;
+  if (!ct) return;
+  pthread_mutex_lock(&ct->mu);
+  ct->quit = true;
+  pthread_cond_broadcast(&ct->cv);
+  pthread_mutex_unlock(&ct->mu);
+  pthread_join(ct->tid, NULL);
+  pthread_mutex_destroy(&ct->mu);
+  pthread_cond_destroy(&ct->cv);
+  free(ct->q);
+  free(ct);
+  st->ct = NULL;
+}
+
+static int thread_bucket_start(kiln_comm *c, float *buf, int64_t n, bool ordered) {
+  mpi_state *st = c->impl;
+  comm_thread *ct = st->ct;
+  pthread_mutex_lock(&ct->mu);
+  int rc = KILN_OK;
+  if (!ct->active) {
+    begin_op(c, "overlapped gradient sum");
+    st->bucket_floats = 0;
+    ct->active = true;
+    ct->rc = 0;
+  }
+  if (ct->qn == ct->qcap) {
+    int cap = ct->qcap ? 2 * ct->qcap : 16;
+    queued_sum *q = realloc(ct->q, sizeof *q * (size_t)cap);
+    if (!q) rc = kiln_errorf(KILN_ERR_NOMEM, "out of memory for the sums in flight");
+    else {
+      ct->q = q;
+      ct->qcap = cap;
+    }
+  }
+  if (!rc) {
+    ct->q[ct->qn++] = (queued_sum){.buf = buf, .n = n, .ordered = ordered};
+    st->bucket_floats += n;
+    pthread_cond_broadcast(&ct->cv);
+  }
+  pthread_mutex_unlock(&ct->mu);
+  return rc;
+}
+
+static int thread_bucket_finish(kiln_comm *c) {
+  mpi_state *st = c->impl;
+  comm_thread *ct = st->ct;
+  pthread_mutex_lock(&ct->mu);
+  if (!ct->active) {
+    pthread_mutex_unlock(&ct->mu);
+    return KILN_OK;
+  }
+  snprintf(st->what, sizeof st->what, "overlapped gradient sum of %lld floats in %d parts",
+           (long long)st->bucket_floats, ct->qn);
+  ct->finish = true;
+  pthread_cond_broadcast(&ct->cv);
+  while (!ct->done) pthread_cond_wait(&ct->cv, &ct->mu);
+  ct->done = ct->active = false;
+  int rc = ct->rc;
+  char msg[sizeof ct->msg];
+  memcpy(msg, ct->msg, sizeof msg);
+  ct->rc = 0;
+  pthread_mutex_unlock(&ct->mu);
+  return rc ? kiln_errorf(rc, "%s", msg) : KILN_OK;
+}
+
+/* ---- overlapped bucket sums -------------------------------------------------------------- */
+
 static int mpi_bucket_progress(kiln_comm *c) {
+  mpi_state *st = c->impl;
+  if (st->ct) return KILN_OK; /* the thread does it */
   bool done;
   return progress_buckets(c, NULL, &done);
 }
 
 static int mpi_bucket_start(kiln_comm *c, float *buf, int64_t n, bool ordered) {
   mpi_state *st = c->impl;
+  if (st->ct) return thread_bucket_start(c, buf, n, ordered);
   if (st->nbuckets == 0) {
     begin_op(c, "overlapped gradient sum");
     st->bucket_floats = 0;
@@ -538,6 +725,7 @@ static int mpi_bucket_start(kiln_comm *c, float *buf, int64_t n, bool ordered) {
 
 static int mpi_bucket_finish(kiln_comm *c) {
   mpi_state *st = c->impl;
+  if (st->ct) return thread_bucket_finish(c);
   if (st->nbuckets == 0) return KILN_OK;
   snprintf(st->what, sizeof st->what, "overlapped gradient sum of %lld floats in %d parts",
            (long long)st->bucket_floats, st->nbuckets);
@@ -579,6 +767,7 @@ static void mpi_end_job(kiln_comm *c, int code) {
 static void mpi_destroy(kiln_comm *c) {
   mpi_state *st = c->impl;
   if (st) {
+    comm_thread_stop(st);
     int finalized = 0;
     MPI_Finalized(&finalized);
     if (!finalized) {
@@ -645,6 +834,7 @@ int kiln_comm_mpi_create(int *argc, char ***argv, kiln_comm **out) {
   c->timeout_s = KILN_COMM_DEFAULT_TIMEOUT_S;
   st->comm = st->watch = MPI_COMM_NULL;
   int initialised = 0;
+  long poll_us = 0;
   MPI_Initialized(&initialised);
   if (!initialised) {
     /* Open MPI's non-blocking allreduce (coll/libnbc) takes a binomial tree on fewer than 4 ranks
@@ -653,9 +843,13 @@ int kiln_comm_mpi_create(int *argc, char ***argv, kiln_comm **out) {
      * libnbc's own choice for 4 ranks and more) matches the blocking call. A value the user set
      * in the environment wins; other MPI libraries ignore the variable. */
     setenv("OMPI_MCA_coll_libnbc_iallreduce_algorithm", "3", 0);
-    /* FUNNELED: prefetch and OpenMP threads exist, but only this thread calls MPI. */
+    /* FUNNELED: prefetch and OpenMP threads exist, but only this thread calls MPI; with the
+     * communication thread, SERIALIZED (never two at once). */
     int provided = 0;
-    int err = MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided);
+    poll_us = comm_thread_wanted();
+    int err = MPI_Init_thread(argc, argv, poll_us ? MPI_THREAD_SERIALIZED : MPI_THREAD_FUNNELED,
+                              &provided);
+    if (provided < MPI_THREAD_SERIALIZED) poll_us = 0;
     if (err != MPI_SUCCESS) {
       mpi_destroy(c);
       return kiln_errorf(KILN_ERR_COMM, "MPI_Init_thread failed (error %d)", err);
@@ -682,6 +876,16 @@ int kiln_comm_mpi_create(int *argc, char ***argv, kiln_comm **out) {
     }
     mpi_destroy(c);
     return rc;
+  }
+  if (poll_us && c->size > 1) {
+    rc = comm_thread_start(c, poll_us);
+    if (rc) {
+      *out = c; /* the caller ends the job */
+      return rc;
+    }
+    if (c->rank == 0)
+      kiln_log(KILN_LOG_INFO, "a communication thread tests the overlapped sums every %ld us",
+               poll_us);
   }
   *out = c;
   return KILN_OK;

@@ -11,7 +11,8 @@
 #          (with dropout too: every worker's generator is saved), and resumed on 1 worker with
 #          iter_size 2 as well (the data cursor is global);
 #   (g, h) MODEL and TIME sync (below);
-#   (i, j) sums overlapped with backward, plain and ordered, with iter_size 1 and 2.
+#   (i, j) sums overlapped with backward, plain and ordered, with iter_size 1 and 2;
+#   (k)    the same sums driven by a communication thread.
 # Skips (exit 0) only when mpirun is missing or kiln was built without MPI.
 source "$(dirname "$0")/lib.bash"
 cd "$WORK"
@@ -257,6 +258,17 @@ trainN 2 wi2 --deterministic
 trainN 2 wi2no --deterministic --no-overlap
 same wi2_iter_5.caffemodel wi2no_iter_5.caffemodel "iter_size 2 on 2 workers: overlapped ordered sum vs after backward"
 cmp -s wi2_iter_5.caffemodel wov_iter_5.caffemodel && fail "iter_size 2 changed nothing" || pass
+
+# (k) The communication thread (KILN_COMM_THREAD=POLL_US) in place of polling between layers:
+#     the same bits, plain on 2 workers and ordered on 3.
+solver wth wide_net.prototxt 1 5 > wth.prototxt
+solver wth3 wide_net.prototxt 1 5 > wth3.prototxt
+KILN_COMM_THREAD=50 trainN 2 wth
+grep -q "a communication thread tests the overlapped sums every 50 us" wth.log && pass \
+  || fail "no communication thread: $(grep kiln wth.log | head -n 3)"
+same wno_iter_5.caffemodel wth_iter_5.caffemodel "communication thread vs one sum after backward"
+KILN_COMM_THREAD=50 trainN 3 wth3 --deterministic
+same wref3_iter_5.caffemodel wth3_iter_5.caffemodel "communication thread, 3 workers ordered vs iter_size 3"
 
 # Bad sync settings are refused with the field named.
 solver bad net.prototxt 1 20 "sync { mode: MODEL }
