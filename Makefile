@@ -2,9 +2,10 @@
 # machine needs.
 BUILD ?= build
 ASAN_BUILD ?= build-asan
+MPICH_BUILD ?= build-mpich
 JOBS ?= $(shell nproc)
 
-.PHONY: all deps build build-asan test test-fast test-asan run run-lenet bench data clean
+.PHONY: all deps build build-asan build-mpich test test-fast test-asan run run-lenet bench data clean
 
 all: build
 
@@ -19,12 +20,19 @@ build-asan: deps
 	@cmake -S . -B $(ASAN_BUILD) -DKILN_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug >/dev/null
 	@cmake --build $(ASAN_BUILD) -j $(JOBS)
 
+# kiln (the binary alone) against MPICH, for tests/cli/mpich.sh; nothing when MPICH is missing.
+build-mpich: deps
+	@if [ -x /usr/bin/mpicc.mpich ]; then \
+	  cmake -S . -B $(MPICH_BUILD) -DCMAKE_BUILD_TYPE=Release -DMPI_C_COMPILER=/usr/bin/mpicc.mpich >/dev/null && \
+	  cmake --build $(MPICH_BUILD) -j $(JOBS) --target kiln; fi
+
 data: build
 	@$(BUILD)/kiln data fetch fashion-mnist
 
-# Every test through CTest: the release build (including training on real data), then the
-# AddressSanitizer + UndefinedBehaviorSanitizer build (all but the slow training tests).
-test: build build-asan data
+# Every test through CTest: the release build (including training on real data, and the MPICH
+# build's test), then the AddressSanitizer + UndefinedBehaviorSanitizer build (all but the slow
+# training tests).
+test: build build-asan build-mpich data
 	@cd $(BUILD) && ctest --output-on-failure -j 2
 	@cd $(ASAN_BUILD) && ctest --output-on-failure -j 2 -LE slow
 
@@ -49,4 +57,4 @@ bench: build data
 	@bench/mpi $(BUILD)/kiln
 
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD)
+	rm -rf $(BUILD) $(ASAN_BUILD) $(MPICH_BUILD)

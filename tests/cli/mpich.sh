@@ -1,0 +1,151 @@
+# MPICH, Debian's other MPI ("MPICH must work too"): kiln built against MPICH (`make test` builds
+# build-mpich/kiln with mpicc.mpich; KILN_MPICH may name another) under MPICH's own launcher
+# (mpiexec.mpich, Hydra), on the tiny LMDB and nets of mpi_gradient.sh:
+#   (a) 2 workers with --deterministic give the bits of 1 worker with iter_size 2, and 4 workers
+#       those of iter_size 4; a resume from the 2-worker snapshot at 10 ends on the same bits;
+#   (b) the overlapped sum over several buckets gives the bits of the sum after backward
+#       (--no-overlap), and so does the communication thread (MPI_THREAD_SERIALIZED);
+#   (c) the same runs under Open MPI (the main build, mpirun) give the same bits: GRADIENT and
+#       MODEL K=5 with --deterministic;
+#   (d) SIGSTOP of rank 1 of 3 with --comm-timeout 5: kiln's watchdog ends the job, naming rank 1;
+#   (e) SIGKILL of rank 1 of 2: Hydra ends the job with a non-zero exit within 30 s (its message
+#       names a process id, not the rank: docs/distributed.md).
+# Skips (exit 0) when there is no MPICH build or no mpiexec.mpich; otherwise a failure fails.
+source "$(dirname "$0")/lib.bash"
+cd "$WORK"
+source "$(dirname "$0")/mpi.bash"
+KM=${KILN_MPICH:-$SRC/build-mpich/kiln}
+if [ ! -x "$KM" ] || ! command -v mpiexec.mpich >/dev/null 2>&1; then
+  echo "SKIP: no kiln built against MPICH at $KM, or no mpiexec.mpich (make test builds it after scripts/install-deps)"
+  exit 0
+fi
+ldd "$KM" | grep -q libmpich && pass || fail "$KM is not linked against MPICH: $(ldd "$KM" | grep -i mpi)"
+
+mpich() {  # mpich NP ARGS...: MPICH's launcher, one OpenMP thread per rank, killed after 60 s
+  local np=$1
+  shift
+  timeout -k 5 60 mpiexec.mpich -np "$np" -genv OMP_NUM_THREADS 1 "$@"
+}
+solver() {  # solver NAME NET ITER_SIZE MAX_ITER [EXTRA]: writes NAME.prototxt
+  {
+    printf 'net: "%s"\nbase_lr: 0.05\nlr_policy: "fixed"\nmomentum: 0.9\nweight_decay: 0.005\n' "$2"
+    printf 'max_iter: %s\niter_size: %s\ndisplay: 0\nrandom_seed: 5\nsnapshot_prefix: "%s"\n%s' \
+      "$4" "$3" "$WORK/$1" "${5:-}"
+  } > "$1.prototxt"
+}
+run() {  # run NAME LAUNCH...: the command's output in NAME.log; a failure is reported
+  local name=$1
+  shift
+  "$@" > "$name.log" 2>&1 || fail "$name: exit $?: $(grep -v '^iter' "$name.log" | tail -n 4)"
+}
+same() {  # same A B WHAT: bit-identical .caffemodel files
+  if [ ! -f "$1" ] || [ ! -f "$2" ]; then fail "$3: missing $1 or $2"; return; fi
+  cmp -s "$1" "$2" && pass || fail "$3: $1 and $2 differ: $("$KILN" compare-weights "$1" "$2" | head -n 2)"
+}
+
+mpi_tiny_lmdb
+mpi_tiny_net 4 > net.prototxt
+cat > wide_net.prototxt <<NET
+name: "wide"
+layer { name: "d" type: "Data" top: "data" top: "label"
+  data_param { source: "$WORK/tiny_lmdb" batch_size: 4 backend: LMDB }
+  transform_param { scale: 0.00390625 } }
+layer { name: "ip1" type: "InnerProduct" bottom: "data" top: "ip1"
+  inner_product_param { num_output: 4500 weight_filler { type: "gaussian" std: 0.01 } } }
+layer { name: "relu" type: "ReLU" bottom: "ip1" top: "ip1" }
+layer { name: "ip2" type: "InnerProduct" bottom: "ip1" top: "ip2"
+  inner_product_param { num_output: 70 weight_filler { type: "gaussian" std: 0.01 } } }
+layer { name: "ip3" type: "InnerProduct" bottom: "ip2" top: "ip3"
+  inner_product_param { num_output: 4 weight_filler { type: "gaussian" std: 0.1 } } }
+layer { name: "loss" type: "SoftmaxWithLoss" bottom: "ip3" bottom: "label" top: "loss" }
+NET
+
+# (a) exactness, and a resume
+solver ref2 net.prototxt 2 20
+solver ref4 net.prototxt 4 20
+solver m2 net.prototxt 1 20 "snapshot: 10
+"
+solver m4 net.prototxt 1 20
+solver r2 net.prototxt 1 20
+run ref2 "$KILN" train --solver ref2.prototxt
+run ref4 "$KILN" train --solver ref4.prototxt
+run m2 mpich 2 "$KM" train --solver m2.prototxt --deterministic
+grep -q "2 workers, gradient sync (deterministic: rank-order sum), global batch 8" m2.log && pass \
+  || fail "no 2-worker line under MPICH: $(grep -i workers m2.log)"
+same ref2_iter_20.caffemodel m2_iter_20.caffemodel "MPICH, 2 workers --deterministic vs iter_size 2"
+run m4 mpich 4 "$KM" train --solver m4.prototxt --deterministic
+same ref4_iter_20.caffemodel m4_iter_20.caffemodel "MPICH, 4 workers --deterministic vs iter_size 4"
+run r2 mpich 2 "$KM" train --solver r2.prototxt --deterministic --snapshot "$WORK/m2_iter_10.solverstate"
+same m2_iter_20.caffemodel r2_iter_20.caffemodel "MPICH, resumed at 10 vs the straight run"
+
+# (b) overlapped buckets, polled and on the communication thread, against the sum after backward
+solver wov wide_net.prototxt 1 5
+solver wno wide_net.prototxt 1 5
+solver wth wide_net.prototxt 1 5
+run wov mpich 2 "$KM" train --solver wov.prototxt
+run wno mpich 2 "$KM" train --solver wno.prototxt --no-overlap
+same wov_iter_5.caffemodel wno_iter_5.caffemodel "MPICH, overlapped buckets vs one sum after backward"
+run wth mpich 2 -genv KILN_COMM_THREAD 50 "$KM" train --solver wth.prototxt
+grep -q "a communication thread tests the overlapped sums every 50 us" wth.log && pass \
+  || fail "no communication thread under MPICH: $(grep kiln wth.log | head -n 3)"
+same wno_iter_5.caffemodel wth_iter_5.caffemodel "MPICH, communication thread vs one sum after backward"
+
+# (c) the same bits under Open MPI
+solver o2 net.prototxt 1 20
+solver mm net.prototxt 1 20
+solver om net.prototxt 1 20
+ompi() { timeout -k 5 60 mpirun -np 2 --oversubscribe --allow-run-as-root --bind-to none -x OMP_NUM_THREADS=1 "${FORWARD[@]}" "$@"; }
+run o2 ompi "$KILN" train --solver o2.prototxt --deterministic
+same m2_iter_20.caffemodel o2_iter_20.caffemodel "GRADIENT --deterministic, MPICH vs Open MPI"
+run mm mpich 2 "$KM" train --solver mm.prototxt --deterministic --sync model:5
+run om ompi "$KILN" train --solver om.prototxt --deterministic --sync model:5
+same mm_iter_20.caffemodel om_iter_20.caffemodel "MODEL K=5 --deterministic, MPICH vs Open MPI"
+cmp -s mm_iter_20.caffemodel m2_iter_20.caffemodel && fail "MODEL K=5 trained as GRADIENT" || pass
+
+# (d, e) a stopped and a killed worker
+printf 'net: "%s/net.prototxt"\nbase_lr: 0.01\nlr_policy: "fixed"\nmax_iter: 1000000\ndisplay: 50\nrandom_seed: 5\nsnapshot_after_train: false\n' \
+  "$WORK" > long.prototxt
+rank_pid() {  # rank_pid ROOT R: the process under ROOT that Hydra started as rank R
+  local p
+  for p in $(pgrep -f "$WORK/long.prototxt"); do
+    tr '\0' '\n' 2>/dev/null < "/proc/$p/environ" | grep -qx "PMI_RANK=$2" && { echo "$p"; return 0; }
+  done
+  return 1
+}
+signal_case() {  # signal_case NAME NP RANK SIGNAL [OPTIONS...]: sets RC and TOOK (s, signal to exit)
+  local name=$1 np=$2 victim=$3 sig=$4 pid="" i
+  shift 4
+  mpich "$np" "$KM" train --solver "$WORK/long.prototxt" "$@" > "$name.log" 2>&1 &
+  local root=$!
+  for i in $(seq 1 300); do
+    [ -z "$pid" ] && pid=$(rank_pid "$root" "$victim")
+    [ -n "$pid" ] && grep -q '^iter [0-9]* *loss' "$name.log" && break
+    kill -0 "$root" 2>/dev/null || break
+    sleep 0.2
+  done
+  if [ -z "$pid" ]; then
+    fail "$name: rank $victim never started: $(tail -n 3 "$name.log")"
+    kill -KILL "$root" 2>/dev/null
+    wait "$root"
+    RC=0 TOOK=0
+    return
+  fi
+  local t0=$(date +%s.%N)
+  kill "-$sig" "$pid"
+  wait "$root"
+  RC=$?
+  TOOK=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
+  kill -KILL "$pid" 2>/dev/null  # a stopped rank left behind
+}
+signal_case stop 3 1 STOP --comm-timeout 5
+echo "MPICH, SIGSTOP of rank 1 of 3: exit $RC after $TOOK s"
+[ "$RC" -ne 0 ] && [ "$RC" -ne 124 ] && [ "$RC" -ne 137 ] && pass || fail "stop: exit $RC: $(tail -n 4 stop.log)"
+awk -v t="$TOOK" 'BEGIN { exit !(t >= 5 && t < 30) }' && pass || fail "stop: ended after $TOOK s (limit 5 s)"
+grep -q "kiln: rank [02] of 3: .*waited [0-9.]* s for the other workers, past the limit of 5 s (--comm-timeout): rank 1 did not answer" stop.log \
+  && pass || fail "stop: the watchdog did not name rank 1: $(grep kiln: stop.log | head -n 2)"
+signal_case kill 2 1 KILL
+echo "MPICH, SIGKILL of rank 1 of 2: exit $RC after $TOOK s"
+[ "$RC" -ne 0 ] && [ "$RC" -ne 124 ] && [ "$RC" -ne 137 ] && pass || fail "kill: exit $RC: $(tail -n 4 kill.log)"
+awk -v t="$TOOK" 'BEGIN { exit !(t < 30) }' && pass || fail "kill: ended after $TOOK s"
+grep -q "BAD TERMINATION" kill.log && pass || fail "kill: no word from Hydra: $(tail -n 4 kill.log)"
+finish
