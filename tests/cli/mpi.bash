@@ -6,7 +6,11 @@
 #   - mpi_tiny_lmdb: tiny_lmdb, 64 records of 1x8x8 bytes (a fixed pseudo-random pattern) with
 #     labels 0..3, written through hand-made IDX files;
 #   - mpi_tiny_net BATCH [EXTRA_DATA_PARAM]: a small conv net on it (Data, Convolution, ReLU,
-#     InnerProduct, SoftmaxWithLoss; 40 + 580 parameters), on standard output.
+#     InnerProduct, SoftmaxWithLoss; 40 + 580 parameters), on standard output;
+#   - mpi_wide_net: an MLP on it whose 607,854 parameters span several gradient buckets;
+#   - mpi_await_rank ROOT R LOG [VAR]: once the job under ROOT has rank R running (VAR in its
+#     environment: OMPI_COMM_WORLD_RANK, or PMI_RANK for MPICH) and LOG shows a training line,
+#     the rank's pid; nothing if the job ended or 60 s passed first.
 if ! command -v mpirun >/dev/null 2>&1; then
   echo "SKIP: mpirun not found (scripts/install-deps installs openmpi-bin libopenmpi-dev)"
   exit 0
@@ -47,4 +51,50 @@ layer { name: "ip" type: "InnerProduct" bottom: "conv" top: "ip"
   inner_product_param { num_output: 4 weight_filler { type: "xavier" } } }
 layer { name: "loss" type: "SoftmaxWithLoss" bottom: "ip" bottom: "label" top: "loss" }
 NET
+}
+
+mpi_wide_net() {
+  cat <<NET
+name: "wide"
+layer { name: "d" type: "Data" top: "data" top: "label"
+  data_param { source: "$WORK/tiny_lmdb" batch_size: 4 backend: LMDB }
+  transform_param { scale: 0.00390625 } }
+layer { name: "ip1" type: "InnerProduct" bottom: "data" top: "ip1"
+  inner_product_param { num_output: 4500 weight_filler { type: "gaussian" std: 0.01 } } }
+layer { name: "relu" type: "ReLU" bottom: "ip1" top: "ip1" }
+layer { name: "ip2" type: "InnerProduct" bottom: "ip1" top: "ip2"
+  inner_product_param { num_output: 70 weight_filler { type: "gaussian" std: 0.01 } } }
+layer { name: "ip3" type: "InnerProduct" bottom: "ip2" top: "ip3"
+  inner_product_param { num_output: 4 weight_filler { type: "gaussian" std: 0.1 } } }
+layer { name: "loss" type: "SoftmaxWithLoss" bottom: "ip3" bottom: "label" top: "loss" }
+NET
+}
+
+mpi_descendants() {  # every process under PID
+  local k
+  for k in $(pgrep -P "$1"); do
+    echo "$k"
+    mpi_descendants "$k"
+  done
+}
+mpi_rank_pid() {  # mpi_rank_pid ROOT R VAR: the process under ROOT with VAR=R in its environment
+  local p
+  for p in $(mpi_descendants "$1"); do
+    tr '\0' '\n' 2>/dev/null < "/proc/$p/environ" | grep -qx "$3=$2" && { echo "$p"; return 0; }
+  done
+  return 1
+}
+mpi_await_rank() {
+  local root=$1 rank=$2 log=$3 var=${4:-OMPI_COMM_WORLD_RANK} pid="" i
+  # A loaded machine can take a while to start the ranks: up to 60 s.
+  for i in $(seq 1 300); do
+    [ -z "$pid" ] && pid=$(mpi_rank_pid "$root" "$rank" "$var")
+    if [ -n "$pid" ] && grep -q '^iter [0-9]* *loss' "$log"; then
+      echo "$pid"
+      return 0
+    fi
+    kill -0 "$root" 2>/dev/null || break
+    sleep 0.2
+  done
+  return 1
 }

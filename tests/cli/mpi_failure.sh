@@ -31,21 +31,6 @@ solver() {  # solver MAX_ITER DISPLAY
 solver 1000000 50 > long.prototxt
 solver 200 0 > short.prototxt
 
-descendants() {  # every process under PID
-  local k
-  for k in $(pgrep -P "$1"); do
-    echo "$k"
-    descendants "$k"
-  done
-}
-rank_pid() {  # rank_pid ROOT R: the process under ROOT that MPI started as rank R (only ours)
-  local p
-  for p in $(descendants "$1"); do
-    tr '\0' '\n' 2>/dev/null < "/proc/$p/environ" | grep -qx "OMPI_COMM_WORLD_RANK=$2" \
-      && { echo "$p"; return 0; }
-  done
-  return 1
-}
 now() { date +%s.%N; }
 elapsed() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.1f", b - a }'; }
 STRAYS=()
@@ -69,15 +54,9 @@ kill_case() {
   timeout -k 5 90 mpirun -np "$np" --oversubscribe --allow-run-as-root --bind-to none \
     -x OMP_NUM_THREADS=1 "${FORWARD[@]}" "$KILN" train --solver "$WORK/long.prototxt" "$@" \
     > "$name.log" 2>&1 &
-  local root=$! pid="" i
-  # A loaded machine can take a while to start the ranks: up to 60 s.
-  for i in $(seq 1 300); do
-    [ -z "$pid" ] && pid=$(rank_pid "$root" "$victim")
-    [ -n "$pid" ] && grep -q '^iter [0-9]* *loss' "$name.log" && break
-    kill -0 "$root" 2>/dev/null || break
-    sleep 0.2
-  done
-  if [ -z "$pid" ] || ! grep -q '^iter [0-9]* *loss' "$name.log"; then
+  local root=$! pid
+  pid=$(mpi_await_rank "$root" "$victim" "$name.log")
+  if [ -z "$pid" ]; then
     fail "$name: the $np workers did not start training: $(tail -n 5 "$name.log")"
     kill -TERM "$root" 2>/dev/null
     wait "$root"

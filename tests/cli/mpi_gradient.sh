@@ -219,20 +219,7 @@ grep -q 'snapshot .*ts_iter_' ts.log && pass || fail "no snapshot in the TIME ru
 # (i) GRADIENT sums overlapped with backward: a net whose gradient spans several 1 MiB buckets
 #     gives, on 2 workers, the bits of the sum after backward (--no-overlap), and is within 1e-5
 #     of 1 worker with iter_size 2.
-cat > wide_net.prototxt <<NET
-name: "wide"
-layer { name: "d" type: "Data" top: "data" top: "label"
-  data_param { source: "$WORK/tiny_lmdb" batch_size: 4 backend: LMDB }
-  transform_param { scale: 0.00390625 } }
-layer { name: "ip1" type: "InnerProduct" bottom: "data" top: "ip1"
-  inner_product_param { num_output: 4500 weight_filler { type: "gaussian" std: 0.01 } } }
-layer { name: "relu" type: "ReLU" bottom: "ip1" top: "ip1" }
-layer { name: "ip2" type: "InnerProduct" bottom: "ip1" top: "ip2"
-  inner_product_param { num_output: 70 weight_filler { type: "gaussian" std: 0.01 } } }
-layer { name: "ip3" type: "InnerProduct" bottom: "ip2" top: "ip3"
-  inner_product_param { num_output: 4 weight_filler { type: "gaussian" std: 0.1 } } }
-layer { name: "loss" type: "SoftmaxWithLoss" bottom: "ip3" bottom: "label" top: "loss" }
-NET
+mpi_wide_net > wide_net.prototxt
 solver wref wide_net.prototxt 2 5 > wref.prototxt
 solver wov wide_net.prototxt 1 5 > wov.prototxt
 solver wno wide_net.prototxt 1 5 > wno.prototxt

@@ -45,20 +45,7 @@ same() {  # same A B WHAT: bit-identical .caffemodel files
 
 mpi_tiny_lmdb
 mpi_tiny_net 4 > net.prototxt
-cat > wide_net.prototxt <<NET
-name: "wide"
-layer { name: "d" type: "Data" top: "data" top: "label"
-  data_param { source: "$WORK/tiny_lmdb" batch_size: 4 backend: LMDB }
-  transform_param { scale: 0.00390625 } }
-layer { name: "ip1" type: "InnerProduct" bottom: "data" top: "ip1"
-  inner_product_param { num_output: 4500 weight_filler { type: "gaussian" std: 0.01 } } }
-layer { name: "relu" type: "ReLU" bottom: "ip1" top: "ip1" }
-layer { name: "ip2" type: "InnerProduct" bottom: "ip1" top: "ip2"
-  inner_product_param { num_output: 70 weight_filler { type: "gaussian" std: 0.01 } } }
-layer { name: "ip3" type: "InnerProduct" bottom: "ip2" top: "ip3"
-  inner_product_param { num_output: 4 weight_filler { type: "gaussian" std: 0.1 } } }
-layer { name: "loss" type: "SoftmaxWithLoss" bottom: "ip3" bottom: "label" top: "loss" }
-NET
+mpi_wide_net > wide_net.prototxt
 
 # (a) exactness, and a resume
 solver ref2 net.prototxt 2 20
@@ -105,26 +92,14 @@ cmp -s mm_iter_20.caffemodel m2_iter_20.caffemodel && fail "MODEL K=5 trained as
 # (d, e) a stopped and a killed worker
 printf 'net: "%s/net.prototxt"\nbase_lr: 0.01\nlr_policy: "fixed"\nmax_iter: 1000000\ndisplay: 50\nrandom_seed: 5\nsnapshot_after_train: false\n' \
   "$WORK" > long.prototxt
-rank_pid() {  # rank_pid ROOT R: the process under ROOT that Hydra started as rank R
-  local p
-  for p in $(pgrep -f "$WORK/long.prototxt"); do
-    tr '\0' '\n' 2>/dev/null < "/proc/$p/environ" | grep -qx "PMI_RANK=$2" && { echo "$p"; return 0; }
-  done
-  return 1
-}
 signal_case() {  # signal_case NAME NP RANK SIGNAL [OPTIONS...]: sets RC and TOOK (s, signal to exit)
-  local name=$1 np=$2 victim=$3 sig=$4 pid="" i
+  local name=$1 np=$2 victim=$3 sig=$4 pid
   shift 4
   mpich "$np" "$KM" train --solver "$WORK/long.prototxt" "$@" > "$name.log" 2>&1 &
   local root=$!
-  for i in $(seq 1 300); do
-    [ -z "$pid" ] && pid=$(rank_pid "$root" "$victim")
-    [ -n "$pid" ] && grep -q '^iter [0-9]* *loss' "$name.log" && break
-    kill -0 "$root" 2>/dev/null || break
-    sleep 0.2
-  done
+  pid=$(mpi_await_rank "$root" "$victim" "$name.log" PMI_RANK)
   if [ -z "$pid" ]; then
-    fail "$name: rank $victim never started: $(tail -n 3 "$name.log")"
+    fail "$name: the $np workers did not start training: $(tail -n 3 "$name.log")"
     kill -KILL "$root" 2>/dev/null
     wait "$root"
     RC=0 TOOK=0
