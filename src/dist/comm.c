@@ -86,7 +86,9 @@ int kiln_comm_launcher_size(void) {
 }
 
 void kiln_dist_accumulate(float *restrict acc, const float *restrict x, int64_t n) {
-  /* Elementwise, so vectorising it changes nothing: each element gets exactly one rounding. */
+  /* Elementwise, so vectorising it changes nothing: each element gets exactly one rounding.
+   * gcc's -O2 left the plain loop scalar. */
+#pragma omp simd
   for (int64_t i = 0; i < n; i++) acc[i] += x[i];
 }
 

@@ -446,19 +446,20 @@ static int post_ordered(kiln_comm *c, bucket *b, int stage) {
 }
 
 /* This rank's segment becomes ((seg_0 + seg_1) + seg_2) + ... with kiln_dist_accumulate: the
- * same additions in the same order as one process adding the ranks' buffers. */
+ * same additions in the same order as one process adding the ranks' buffers. Ranks before this
+ * one are added up in rank 0's copy; their sum then goes into this rank's own segment in place
+ * (a + b and b + a are the same float), and the later ranks after it. */
 static void add_in_rank_order(kiln_comm *c, bucket *b) {
   int r = c->rank, size = c->size;
   int64_t off_r = seg_start(b->n, r, size), len_r = seg_start(b->n, r + 1, size) - off_r;
   float *own = b->buf + off_r;
-  if (r == 0) {
-    for (int q = 1; q < size; q++) kiln_dist_accumulate(own, b->tmp + (int64_t)(q - 1) * len_r, len_r);
-    return;
+  if (r > 0) {
+    float *before = b->tmp; /* rank 0's copy, then ranks 1 .. r - 1 added */
+    for (int q = 1; q < r; q++) kiln_dist_accumulate(before, b->tmp + (int64_t)q * len_r, len_r);
+    kiln_dist_accumulate(own, before, len_r);
   }
-  float *acc = b->tmp; /* rank 0's copy */
-  for (int q = 1; q < size; q++)
-    kiln_dist_accumulate(acc, q == r ? own : b->tmp + (int64_t)(q < r ? q : q - 1) * len_r, len_r);
-  memcpy(own, acc, sizeof(float) * (size_t)len_r);
+  for (int q = r + 1; q < size; q++)
+    kiln_dist_accumulate(own, b->tmp + (int64_t)(q - 1) * len_r, len_r);
 }
 
 /* MPI_Testall, one request at a time (completed ones become MPI_REQUEST_NULL): with MPICH's
