@@ -626,14 +626,22 @@ static void *comm_thread_main(void *arg) {
   return NULL;
 }
 
-/* KILN_COMM_THREAD=POLL_US (1 .. 100000) asks for the thread; anything else, none. */
+/* KILN_COMM_THREAD=POLL_US (1 .. 100000) asks for the thread; unset or empty, none; anything
+ * else is warned about and ignored. */
 static long comm_thread_wanted(void) {
   const char *v = getenv("KILN_COMM_THREAD");
   if (!v || !*v) return 0;
   char *end;
   errno = 0;
   long us = strtol(v, &end, 10);
-  return errno || *end || us < 1 || us > 100000 ? 0 : us;
+  if (errno || *end || us < 1 || us > 100000) {
+    kiln_log(KILN_LOG_WARN,
+             "KILN_COMM_THREAD='%s' is not a polling interval in microseconds (1 to 100000): "
+             "no communication thread, the sums are polled between layers",
+             v);
+    return 0;
+  }
+  return us;
 }
 
 static int comm_thread_start(kiln_comm *c, long poll_us) {
@@ -867,7 +875,11 @@ int kiln_comm_mpi_create(int *argc, char ***argv, kiln_comm **out) {
     poll_us = comm_thread_wanted();
     int err = MPI_Init_thread(argc, argv, poll_us ? MPI_THREAD_SERIALIZED : MPI_THREAD_FUNNELED,
                               &provided);
-    if (provided < MPI_THREAD_SERIALIZED) poll_us = 0;
+    if (poll_us && provided < MPI_THREAD_SERIALIZED) {
+      kiln_log(KILN_LOG_WARN, "this MPI library does not allow MPI_THREAD_SERIALIZED: no "
+                              "communication thread, the sums are polled between layers");
+      poll_us = 0;
+    }
     if (err != MPI_SUCCESS) {
       mpi_destroy(c);
       return kiln_errorf(KILN_ERR_COMM, "MPI_Init_thread failed (error %d)", err);

@@ -256,6 +256,12 @@ grep -q "a communication thread tests the overlapped sums every 50 us" wth.log &
 same wno_iter_5.caffemodel wth_iter_5.caffemodel "communication thread vs one sum after backward"
 KILN_COMM_THREAD=50 trainN 3 wth3 --deterministic
 same wref3_iter_5.caffemodel wth3_iter_5.caffemodel "communication thread, 3 workers ordered vs iter_size 3"
+# A value that is not an interval is said, and polling between layers goes on.
+solver wbad wide_net.prototxt 1 5 > wbad.prototxt
+KILN_COMM_THREAD=5ms trainN 2 wbad
+grep -q "KILN_COMM_THREAD='5ms' is not a polling interval in microseconds (1 to 100000)" wbad.log \
+  && ! grep -q "a communication thread tests" wbad.log && pass || fail "bad KILN_COMM_THREAD: $(grep kiln wbad.log | head -n 3)"
+same wno_iter_5.caffemodel wbad_iter_5.caffemodel "polling after a bad KILN_COMM_THREAD"
 
 # Bad sync settings are refused with the field named.
 solver bad net.prototxt 1 20 "sync { mode: MODEL }
