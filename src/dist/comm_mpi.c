@@ -361,11 +361,15 @@ static int mpi_barrier(kiln_comm *c) {
   return rc;
 }
 
-static int bcast_chunks(kiln_comm *c, float *buf, int64_t n, int root) {
-  for (int64_t off = 0; off < n; off += CHUNK_FLOATS) {
-    int cnt = (int)(n - off < CHUNK_FLOATS ? n - off : CHUNK_FLOATS);
+/* root's `count` elements of `type` (`size` bytes each) at buf, to every rank, in chunks that
+ * MPI's int counts can carry. */
+static int bcast_chunks(kiln_comm *c, void *buf, int64_t count, MPI_Datatype type, size_t size,
+                        int root) {
+  for (int64_t off = 0; off < count; off += CHUNK_FLOATS) {
+    int cnt = (int)(count - off < CHUNK_FLOATS ? count - off : CHUNK_FLOATS);
     MPI_Request req;
-    KILN_TRY(mpi_status(MPI_Ibcast(buf + off, cnt, MPI_FLOAT, root, comm_of(c), &req), "broadcast"));
+    KILN_TRY(mpi_status(MPI_Ibcast((char *)buf + (size_t)off * size, cnt, type, root, comm_of(c), &req),
+                        "broadcast"));
     KILN_TRY(wait_for(c, &req));
   }
   return KILN_OK;
@@ -373,21 +377,14 @@ static int bcast_chunks(kiln_comm *c, float *buf, int64_t n, int root) {
 
 static int mpi_broadcast(kiln_comm *c, float *buf, int64_t n, int root) {
   begin_op(c, "broadcast of %lld floats from rank %d", (long long)n, root);
-  int rc = bcast_chunks(c, buf, n, root);
+  int rc = bcast_chunks(c, buf, n, MPI_FLOAT, sizeof(float), root);
   end_op(c);
   return rc;
 }
 
 static int mpi_broadcast_bytes(kiln_comm *c, void *buf, size_t n, int root) {
   begin_op(c, "broadcast of %zu bytes from rank %d", n, root);
-  int rc = KILN_OK;
-  for (size_t off = 0; off < n && !rc; off += (size_t)1 << 30) {
-    int cnt = (int)(n - off < ((size_t)1 << 30) ? n - off : ((size_t)1 << 30));
-    MPI_Request req;
-    rc = mpi_status(MPI_Ibcast((char *)buf + off, cnt, MPI_BYTE, root, comm_of(c), &req),
-                    "broadcast");
-    if (!rc) rc = wait_for(c, &req);
-  }
+  int rc = bcast_chunks(c, buf, (int64_t)n, MPI_BYTE, 1, root);
   end_op(c);
   return rc;
 }
@@ -409,9 +406,12 @@ static int mpi_allreduce(kiln_comm *c, float *buf, int64_t n) {
 
 /* ---- sums in flight: overlapped buckets and the ordered sum ------------------------------------ */
 
-/* Segment q of a bucket of n floats dealt over `size` ranks starts here (segment `size` is the
- * end). */
-static int64_t seg_start(int64_t n, int q, int size) { return n * q / size; }
+/* Segment q of a bucket of n floats dealt over `size` ranks: its offset and length. */
+static int64_t seg(int64_t n, int q, int size, int64_t *len) {
+  int64_t start = n * q / size;
+  *len = n * (q + 1) / size - start;
+  return start;
+}
 
 /* The ordered sum's exchanges. Stage 0: segment q of this rank's buffer goes to rank q, and the
  * other ranks' copies of this rank's segment arrive in tmp (slot q, or q - 1 past this rank).
@@ -421,11 +421,11 @@ static int64_t seg_start(int64_t n, int q, int size) { return n * q / size; }
 static int post_ordered(kiln_comm *c, bucket *b, int stage) {
   mpi_state *st = c->impl;
   int r = c->rank, size = c->size;
-  int64_t off_r = seg_start(b->n, r, size), len_r = seg_start(b->n, r + 1, size) - off_r;
+  int64_t len_r, off_r = seg(b->n, r, size, &len_r);
   int k = 0;
   for (int q = 0; q < size; q++) {
     if (q == r) continue;
-    int64_t off_q = seg_start(b->n, q, size), len_q = seg_start(b->n, q + 1, size) - off_q;
+    int64_t len_q, off_q = seg(b->n, q, size, &len_q);
     int err;
     if (stage == 0) {
       float *slot = b->tmp + (int64_t)(q < r ? q : q - 1) * len_r;
@@ -439,7 +439,7 @@ static int post_ordered(kiln_comm *c, bucket *b, int stage) {
         err = MPI_Isend(b->buf + off_r, (int)len_r, MPI_FLOAT, q, GATHER_TAG, st->comm,
                         &b->req[k++]);
     }
-    b->nreq = k; /* what was posted, for Testall, even when a post failed */
+    b->nreq = k; /* what was posted, for test_all, even when a post failed */
     if (err != MPI_SUCCESS) return mpi_status(err, "point-to-point message (ordered sum)");
   }
   return KILN_OK;
@@ -451,7 +451,7 @@ static int post_ordered(kiln_comm *c, bucket *b, int stage) {
  * (a + b and b + a are the same float), and the later ranks after it. */
 static void add_in_rank_order(kiln_comm *c, bucket *b) {
   int r = c->rank, size = c->size;
-  int64_t off_r = seg_start(b->n, r, size), len_r = seg_start(b->n, r + 1, size) - off_r;
+  int64_t len_r, off_r = seg(b->n, r, size, &len_r);
   float *own = b->buf + off_r;
   if (r > 0) {
     float *before = b->tmp; /* rank 0's copy, then ranks 1 .. r - 1 added */
@@ -534,8 +534,10 @@ static int start_sums(kiln_comm *c, float *buf, int64_t n, bool ordered) {
     b->ordered = ordered;
     b->stage = 0;
     b->nreq = 0;
+    st->nbuckets++;
     if (ordered) {
-      int64_t len = seg_start(b->n, c->rank + 1, c->size) - seg_start(b->n, c->rank, c->size);
+      int64_t len;
+      seg(b->n, c->rank, c->size, &len);
       int64_t want = (int64_t)(c->size - 1) * len;
       if (b->tmp_floats < want) {
         /* A failure here leaves the other ranks waiting: the caller must end the job. */
@@ -544,9 +546,6 @@ static int start_sums(kiln_comm *c, float *buf, int64_t n, bool ordered) {
         b->tmp = t;
         b->tmp_floats = want;
       }
-    }
-    st->nbuckets++;
-    if (ordered) {
       KILN_TRY(post_ordered(c, b, 0));
     } else {
       b->nreq = 1;
