@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "kiln/core.h"
@@ -19,6 +20,21 @@ void *kiln_alloc(size_t bytes) {
 }
 
 void kiln_free(void *p) { free(p); }
+
+enum { HUGE_PAGE = 2 << 20, HUGE_FROM = 1 << 20 };
+
+/* Rounding up to whole huge pages costs less than 2 MiB a buffer, and never more than the
+ * buffer's own size (buffers under 1 MiB are ordinary ones). Where the kernel has transparent
+ * huge pages off (`never`), madvise fails or does nothing and the pages are ordinary ones. */
+void *kiln_alloc_huge(size_t bytes) {
+  if (bytes < HUGE_FROM) return kiln_alloc(bytes);
+  size_t rounded = (bytes + HUGE_PAGE - 1) & ~(size_t)(HUGE_PAGE - 1);
+  void *p = aligned_alloc(HUGE_PAGE, rounded);
+  if (!p) return NULL;
+  (void)madvise(p, rounded, MADV_HUGEPAGE);
+  memset(p, 0, rounded);
+  return p;
+}
 
 char *kiln_strdup(const char *s) {
   if (!s) return NULL;

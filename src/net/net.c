@@ -635,8 +635,9 @@ static int allocate_and_fill(kiln_net *net) {
     total += (net->learnable[k]->count + 15) & ~(int64_t)15; /* 64-byte aligned slots */
   }
   net->nparam_floats = total;
-  net->param_data = kiln_alloc((size_t)total * sizeof(float));
-  net->param_diff = kiln_alloc((size_t)total * sizeof(float));
+  /* huge pages: every step streams these, and MPI pins them for its single-copy transfers */
+  net->param_data = kiln_alloc_huge((size_t)total * sizeof(float));
+  net->param_diff = kiln_alloc_huge((size_t)total * sizeof(float));
   net->workspace = kiln_alloc((size_t)net->workspace_floats * sizeof(float));
   if (!net->param_data || !net->param_diff || !net->workspace)
     return kiln_errorf(KILN_ERR_NOMEM, "net '%s': cannot allocate parameters", net->name);

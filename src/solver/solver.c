@@ -386,9 +386,10 @@ int kiln_solver_create(const char *solver_path, const kiln_solver_options *opt, 
   }
   if (!rc) rc = check_fault(s);
   if (!rc) {
-    s->history = kiln_alloc((size_t)s->net->nparam_floats * s->history_per_param * sizeof(float));
+    size_t model = (size_t)s->net->nparam_floats * sizeof(float);
+    s->history = kiln_alloc_huge(model * s->history_per_param);
     s->loss_window = calloc((size_t)p->average_loss, sizeof(float));
-    if (p->iter_size > 1) s->grad_acc = kiln_alloc((size_t)s->net->nparam_floats * sizeof(float));
+    if (p->iter_size > 1) s->grad_acc = kiln_alloc_huge(model);
     if (!s->history || !s->loss_window || (p->iter_size > 1 && !s->grad_acc))
       rc = kiln_errorf(KILN_ERR_NOMEM, "out of memory");
   }
