@@ -2,17 +2,47 @@
  * over the ranks through kiln's communicator (MPI_Iallreduce polled with MPI_Test, then sleeps:
  * src/dist/comm_mpi.c) against a plain blocking MPI_Allreduce of the same buffer, alternating
  * the two (and the rank-order sum of --deterministic) so that all see the same machine load,
- * and prints the median and the 10th and 90th percentiles of each. Usage: mpirun -np 2 kiln-comm-bench [FLOATS [REPS]]
- * (default 1048576 floats, 200 repetitions). */
+ * and prints the median and the 10th and 90th percentiles of each. Then a late rank: the last
+ * rank arrives D ms after the others (it spins), and rank 0 prints how long past those D ms it
+ * took to leave kiln's barrier and MPI_Barrier: what the wait's polling adds to a rank's
+ * lateness (a training step waits so whenever one worker is slower). Usage: mpirun -np 2
+ * kiln-comm-bench [FLOATS [REPS]] (default 1048576 floats, 200 repetitions). */
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "kiln/dist.h"
 
 static int cmp_double(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;
   return (x > y) - (x < y);
+}
+
+static void spin_ms(double ms) {
+  double t = MPI_Wtime();
+  while ((MPI_Wtime() - t) * 1e3 < ms) {
+  }
+}
+
+/* The last rank arrives `late_ms` after the others; rank 0's time in the barrier past that. */
+static void late_rank(kiln_comm *c, double late_ms, int reps, double *t_kiln, double *t_mpi) {
+  bool late = kiln_comm_rank(c) == kiln_comm_size(c) - 1;
+  for (int r = 0; r < reps; r++) {
+    MPI_Barrier(MPI_COMM_WORLD);
+    double t = MPI_Wtime();
+    if (late) spin_ms(late_ms);
+    if (kiln_comm_barrier(c)) {
+      fprintf(stderr, "kiln-comm-bench: %s\n", kiln_last_error());
+      kiln_comm_end_job(c, 1);
+    }
+    t_kiln[r] = (MPI_Wtime() - t) * 1e3 - late_ms;
+    MPI_Barrier(MPI_COMM_WORLD);
+    t = MPI_Wtime();
+    if (late) spin_ms(late_ms);
+    MPI_Barrier(MPI_COMM_WORLD);
+    t_mpi[r] = (MPI_Wtime() - t) * 1e3 - late_ms;
+  }
 }
 
 static void report(const char *name, double *t, int n, int64_t floats) {
@@ -31,7 +61,7 @@ int main(int argc, char **argv) {
   int64_t n = argc > 1 ? atoll(argv[1]) : 1 << 20;
   int reps = argc > 2 ? atoi(argv[2]) : 200;
   if (n < 1 || reps < 10) {
-    fprintf(stderr, "usage: mpirun -np N kiln-comm-bench [FLOATS >= 1 [REPS >= 10]]\n");
+    fprintf(stderr, "usage: mpirun -np N kiln-comm-bench [FLOATS >= 1 [REPS >= 10 [late]]]\n");
     kiln_comm_end_job(c, 2);
   }
   float *buf = malloc(sizeof(float) * (size_t)n);
@@ -74,6 +104,24 @@ int main(int argc, char **argv) {
     report("MPI_Allreduce (blocking)", t_mpi, reps, n);
     report("kiln_comm_allreduce_sum (watchdog)", t_kiln, reps, n);
     report("kiln ordered sum (--deterministic)", t_ord, reps, n);
+  }
+  if (kiln_comm_size(c) > 1 && argc > 3 && !strcmp(argv[3], "late")) {
+    static const double lates[] = {0.5, 1.5, 2.5, 4, 7, 12};
+    int lr = reps / 2 < 10 ? 10 : reps / 2;
+    if (kiln_comm_rank(c) == 0)
+      printf("the last rank late by D ms: rank 0's time in the barrier past D, %d repetitions\n",
+             lr);
+    for (size_t i = 0; i < sizeof lates / sizeof *lates; i++) {
+      late_rank(c, lates[i], lr, t_kiln, t_mpi);
+      if (kiln_comm_rank(c) == 0) {
+        qsort(t_kiln, (size_t)lr, sizeof *t_kiln, cmp_double);
+        qsort(t_mpi, (size_t)lr, sizeof *t_mpi, cmp_double);
+        printf("  D %5.1f ms: kiln_comm_barrier median %6.3f p90 %6.3f ms | MPI_Barrier median "
+               "%6.3f p90 %6.3f ms\n",
+               lates[i], t_kiln[lr / 2], t_kiln[lr - 1 - lr / 10], t_mpi[lr / 2],
+               t_mpi[lr - 1 - lr / 10]);
+      }
+    }
   }
   free(buf);
   free(t_kiln);

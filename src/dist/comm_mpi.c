@@ -12,12 +12,13 @@
  * The watchdog. Open MPI ends the job when a process dies, but a rank that stops without dying
  * (SIGSTOP, a hang outside MPI, a host cut off by the network) would leave the others in a
  * collective forever. So every collective here is started non-blocking (MPI_Iallreduce,
- * MPI_Ibcast, ...) and waited for in wait_for(): MPI_Test back to back for the first SPIN_MS (a
+ * MPI_Ibcast, ...) and waited for in wait_on(): MPI_Test back to back for the first SPIN_MS (a
  * collective whose ranks arrive together is over by then, as with the blocking call), then with
- * sleeps growing to MAX_SLEEP_US between tests, so that a rank waiting for a slower one leaves
- * the cores to it. A wait longer than c->timeout_s starts a roll call on a second duplicate of
- * the world communicator: the rank asks every other rank where it is, and a rank that is
- * waiting in any collective answers from its own polling loop (which collective, since when).
+ * sched_yield() between tests until YIELD_MS, then with sleeps of up to MAX_SLEEP_US, so that a
+ * rank waiting for a slower one leaves the cores to it. A wait longer than c->timeout_s starts a
+ * roll call on a second duplicate of the world communicator: the rank asks every other rank where
+ * it is, and a rank that is waiting in any collective answers from its own polling loop (which
+ * collective, since when).
  * After GRACE_MS the error names the ranks that did not answer and where the others are, and
  * the caller ends the job (kiln_comm_end_job). A collective that completes during the roll call
  * is no error. Everything stays on the thread that calls the collectives (MPI_THREAD_FUNNELED). */
@@ -25,6 +26,7 @@
 #include <limits.h>
 #include <mpi.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -41,6 +43,7 @@ enum {
   GATHER_TAG /* the ordered sum's added segments on their way back */
 };
 #define SPIN_MS 2.0
+#define YIELD_MS 20.0
 #define MIN_SLEEP_US 20
 #define MAX_SLEEP_US 1000
 #define GRACE_MS 2000.0
@@ -330,10 +333,16 @@ static int roll_call(kiln_comm *c, poll_fn poll, void *arg, double waited_ms) {
   return rc;
 }
 
-/* Waits, within the limit, until `poll` says the current collective is complete. */
+/* Waits, within the limit, until `poll` says the current collective is complete. Three phases:
+ * MPI_Test back to back for SPIN_MS; then each test followed by sched_yield() until YIELD_MS, so
+ * that a rank sharing its core with another (an oversubscribed host) hands the core over, while
+ * on a core of its own it still leaves the wait within microseconds; then sleeps of 1/16 of the
+ * time waited (MIN_SLEEP_US to MAX_SLEEP_US), for long waits such as rank 0's test pass. A
+ * training step waits here whenever another worker is late, often by a few milliseconds on a busy
+ * or virtual machine; sleeps growing from 20 us, as before, left a rank 0.2 to 0.9 ms behind
+ * a peer 2.5 to 12 ms late (kiln-comm-bench), where yielding leaves it microseconds behind. */
 static int wait_on(kiln_comm *c, poll_fn poll, void *arg) {
   double t0 = kiln_now_ms();
-  long pause_us = 0;
   for (;;) {
     bool done = false;
     KILN_TRY(poll(c, arg, &done));
@@ -342,8 +351,13 @@ static int wait_on(kiln_comm *c, poll_fn poll, void *arg) {
     if (waited < SPIN_MS) continue;
     serve_watch(c, 0, NULL, NULL);
     if (c->timeout_s > 0 && waited >= c->timeout_s * 1e3) return roll_call(c, poll, arg, waited);
-    pause_us = pause_us ? (2 * pause_us < MAX_SLEEP_US ? 2 * pause_us : MAX_SLEEP_US) : MIN_SLEEP_US;
-    sleep_us(pause_us);
+    if (waited < YIELD_MS) {
+      sched_yield();
+      continue;
+    }
+    long pause_us = (long)(waited * 1e3 / 16);
+    if (pause_us < MIN_SLEEP_US) pause_us = MIN_SLEEP_US;
+    sleep_us(pause_us < MAX_SLEEP_US ? pause_us : MAX_SLEEP_US);
   }
 }
 
