@@ -339,7 +339,7 @@ static int roll_call(kiln_comm *c, poll_fn poll, void *arg, double waited_ms) {
  * on a core of its own it still leaves the wait within microseconds; then sleeps of 1/16 of the
  * time waited (MIN_SLEEP_US to MAX_SLEEP_US), for long waits such as rank 0's test pass. A
  * training step waits here whenever another worker is late, often by a few milliseconds on a busy
- * or virtual machine; sleeps growing from 20 us, as before, left a rank 0.2 to 0.9 ms behind
+ * or virtual machine; sleeps growing from 20 us, as before, left a rank 0.1 to 1 ms behind
  * a peer 2.5 to 12 ms late (kiln-comm-bench), where yielding leaves it microseconds behind. */
 static int wait_on(kiln_comm *c, poll_fn poll, void *arg) {
   double t0 = kiln_now_ms();
