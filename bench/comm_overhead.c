@@ -1,12 +1,13 @@
 /* kiln-comm-bench: what the watchdog costs. Under `mpirun -np N`, times the sum of a float buffer
- * over the ranks through kiln's communicator (MPI_Iallreduce polled with MPI_Test, then sleeps:
- * src/dist/comm_mpi.c) against a plain blocking MPI_Allreduce of the same buffer, alternating
+ * over the ranks through kiln's communicator (MPI_Iallreduce polled with MPI_Test, yielding after
+ * 2 ms and sleeping after 20: src/dist/comm_mpi.c) against a plain blocking MPI_Allreduce of the same buffer, alternating
  * the two (and the rank-order sum of --deterministic) so that all see the same machine load,
  * and prints the median and the 10th and 90th percentiles of each. Then a late rank: the last
  * rank arrives D ms after the others (it spins), and rank 0 prints how long past those D ms it
  * took to leave kiln's barrier and MPI_Barrier: what the wait's polling adds to a rank's
- * lateness (a training step waits so whenever one worker is slower). Usage: mpirun -np 2
- * kiln-comm-bench [FLOATS [REPS]] (default 1048576 floats, 200 repetitions). */
+ * lateness (a training step waits so whenever one worker is slower), when the third argument is
+ * `late`. Usage: mpirun -np 2 kiln-comm-bench [FLOATS [REPS [late]]] (default 1048576 floats,
+ * 200 repetitions). */
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
