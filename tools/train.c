@@ -4,6 +4,7 @@
  * worker that fails ends the whole job (MPI_Abort), so no rank is left waiting, and one that
  * waits longer than --comm-timeout in a collective (a peer stopped or hung) fails the same way. */
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -92,7 +93,8 @@ int cmd_train(int argc, char **argv) {
       const char *v = argv[++i];
       char *end;
       long r = strtol(v, &end, 10);
-      if (end == v || *end != ':' || r < 0) return usage_error("expected R:MS, not", v);
+      if (end == v || *end != ':' || r < 0 || r > INT_MAX)
+        return usage_error("expected R:MS, not", v);
       const char *ms = end + 1;
       slow_ms = strtod(ms, &end);
       if (end == ms || *end || !(slow_ms >= 0) || slow_ms > 1e7)
@@ -135,6 +137,16 @@ int cmd_train(int argc, char **argv) {
   }
   if (kiln_comm_set_timeout(comm, comm_timeout)) return fail(comm, "train");
   int rank = kiln_comm_rank(comm), nworkers = kiln_comm_size(comm);
+  if (slow_ms > 0 && slow_rank >= nworkers) {
+    /* every rank sees the same arguments and fails alike */
+    if (nworkers == 1)
+      kiln_errorf(KILN_ERR_INVALID, "--debug-slow-rank %d: the job has 1 worker (rank 0)",
+                  slow_rank);
+    else
+      kiln_errorf(KILN_ERR_INVALID, "--debug-slow-rank %d: the job has %d workers (ranks 0 to %d)",
+                  slow_rank, nworkers, nworkers - 1);
+    return fail(comm, "train");
+  }
   if (nworkers > 1) share_cores(&c);
   if (rank != 0) kiln_log_set_level(KILN_LOG_WARN); /* rank 0 speaks for the job */
   tool_metrics m;

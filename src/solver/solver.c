@@ -1119,9 +1119,10 @@ int kiln_solver_snapshot(kiln_solver *s, char **path_out) {
   Caffe__BlobProto *bps = calloc((size_t)nh + 1, sizeof *bps);
   Caffe__BlobProto **bpp = calloc((size_t)nh + 1, sizeof *bpp);
   Caffe__BlobShape *shapes = calloc((size_t)nh + 1, sizeof *shapes);
-  uint64_t cursors[64];
+  int nc = kiln_net_data_layer_count(net);
+  uint64_t *cursors = calloc((size_t)nc + 1, sizeof *cursors); /* one per data layer */
   ProtobufCBinaryData *worker_rng = calloc((size_t)s->nworkers, sizeof *worker_rng);
-  if (!rc && (!bps || !bpp || !shapes || !worker_rng))
+  if (!rc && (!bps || !bpp || !shapes || !cursors || !worker_rng))
     rc = kiln_errorf(KILN_ERR_NOMEM, "out of memory");
   if (!rc) {
     st.has_iter = st.has_current_step = true;
@@ -1143,8 +1144,6 @@ int kiln_solver_snapshot(kiln_solver *s, char **path_out) {
       }
     st.n_history = (size_t)nh;
     st.history = bpp;
-    int nc = kiln_net_data_layer_count(net);
-    if (nc > 64) nc = 64;
     kiln_net_get_cursors(net, cursors);
     st.n_kiln_data_cursor = (size_t)nc;
     st.kiln_data_cursor = cursors;
@@ -1172,6 +1171,7 @@ int kiln_solver_snapshot(kiln_solver *s, char **path_out) {
     rc = kiln_proto_write_binary(state_path, &st.base);
   }
   free(worker_rng);
+  free(cursors);
   free(rngs);
   free(bps);
   free(bpp);
@@ -1312,15 +1312,16 @@ int kiln_solver_restore(kiln_solver *s, const char *path) {
      * small collective. */
     kiln_sha256_ctx h;
     uint8_t digest[32];
-    uint64_t cursors[64];
     int nc = kiln_net_data_layer_count(net);
-    if (nc > 64) nc = 64;
+    uint64_t *cursors = calloc((size_t)nc + 1, sizeof *cursors);
+    if (!cursors) return kiln_errorf(KILN_ERR_NOMEM, "out of memory");
     kiln_net_get_cursors(net, cursors);
     int64_t where[2] = {s->iter, s->current_step};
     kiln_sha256_init(&h);
     kiln_sha256_update(&h, where, sizeof where);
     kiln_sha256_update(&h, cursors, sizeof(uint64_t) * (size_t)nc);
     kiln_sha256_final(&h, digest);
+    free(cursors);
     rc = workers_agree(s, digest, "the resumed state (iteration and data cursors)",
                        "give every worker the same --snapshot");
   }
