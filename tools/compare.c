@@ -1,5 +1,6 @@
-/* kiln compare-weights A B [--rtol R] [--atol A]: a hidden command for tests and scripts. Loads
- * two .caffemodel files, matches layers by name and blobs by index, and checks every value:
+/* kiln compare-weights A B [--rtol R] [--atol A] [--blob LAYER:K]: a hidden command for tests
+ * and scripts. Loads two .caffemodel files, matches layers by name and blobs by index (only blob
+ * K of layer LAYER with --blob), and checks every value:
  * |a - b| <= atol + rtol * max(|a|, |b|) (the defaults, 0 and 0, ask for equal values). Prints
  * the largest differences; exit 0 when every value is within tolerance, 1 when one is not or the
  * files hold different layers or shapes, 2 for a usage error. */
@@ -28,9 +29,13 @@ static float blob_value(const Caffe__BlobProto *bp, size_t i) {
 }
 
 int cmd_compare_weights(int argc, char **argv) {
+  static const char usage[] = "usage: kiln compare-weights A.caffemodel B.caffemodel [--rtol R] "
+                              "[--atol A] [--blob LAYER:K]\n";
   const char *path[2] = {NULL, NULL};
   double rtol = 0, atol = 0;
   int npath = 0;
+  char only_layer[256] = "";
+  long only_blob = -1;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     if (!strcmp(a, "--rtol") || !strcmp(a, "--atol")) {
@@ -39,15 +44,27 @@ int cmd_compare_weights(int argc, char **argv) {
         return 2;
       }
       i++;
+    } else if (!strcmp(a, "--blob")) {
+      const char *v = i + 1 < argc ? argv[++i] : "";
+      const char *colon = strrchr(v, ':');
+      char *end = NULL;
+      if (colon && colon > v && (size_t)(colon - v) < sizeof only_layer)
+        only_blob = strtol(colon + 1, &end, 10);
+      if (!colon || colon == v || !end || end == colon + 1 || *end || only_blob < 0) {
+        fprintf(stderr, "kiln compare-weights: --blob needs LAYER:K (K >= 0), not '%s'\n", v);
+        return 2;
+      }
+      memcpy(only_layer, v, (size_t)(colon - v));
+      only_layer[colon - v] = '\0';
     } else if (a[0] != '-' && npath < 2) {
       path[npath++] = a;
     } else {
-      fprintf(stderr, "usage: kiln compare-weights A.caffemodel B.caffemodel [--rtol R] [--atol A]\n");
+      fprintf(stderr, "%s", usage);
       return 2;
     }
   }
   if (npath != 2) {
-    fprintf(stderr, "usage: kiln compare-weights A.caffemodel B.caffemodel [--rtol R] [--atol A]\n");
+    fprintf(stderr, "%s", usage);
     return 2;
   }
   ProtobufCMessage *m[2] = {NULL, NULL};
@@ -65,6 +82,7 @@ int cmd_compare_weights(int argc, char **argv) {
   for (size_t i = 0; i < A->n_layer && status < 2; i++) {
     const Caffe__LayerParameter *la = A->layer[i];
     if (!la->n_blobs) continue;
+    if (only_blob >= 0 && strcmp(la->name ? la->name : "", only_layer)) continue;
     const Caffe__LayerParameter *lb = find_layer(B, la->name ? la->name : "");
     if (!lb || lb->n_blobs != la->n_blobs) {
       printf("layer '%s': %zu blobs in %s, %zu in %s\n", la->name, la->n_blobs, path[0],
@@ -73,6 +91,7 @@ int cmd_compare_weights(int argc, char **argv) {
       break;
     }
     for (size_t b = 0; b < la->n_blobs; b++) {
+      if (only_blob >= 0 && b != (size_t)only_blob) continue;
       const Caffe__BlobProto *ba = la->blobs[b], *bb = lb->blobs[b];
       size_t na = ba->n_data ? ba->n_data : ba->n_double_data;
       size_t nb = bb->n_data ? bb->n_data : bb->n_double_data;
