@@ -270,6 +270,15 @@ typedef struct {
   float *bucket_buf[8];
   float *bucket_copy[8];
   int64_t bucket_n[8];
+  /* a bucket started while the floats from watch_lo up to it were all still zero: before
+   * backward reached the layers they belong to */
+  const float *watch_lo;
+  int started_early;
+  /* TIME rounds (a gather of `round_bytes`): the last rank reports `round_steps_factor` times
+   * this rank's local steps and its data cursor `round_cursor_ahead` records further on */
+  size_t round_bytes;
+  int round_steps_factor;
+  uint64_t round_cursor_ahead;
 } fake_state;
 
 static int fake_barrier(kiln_comm *c) {
@@ -301,6 +310,11 @@ static int fake_allgather(kiln_comm *c, const void *send, size_t n, void *recv) 
   st->allgathers++;
   for (int r = 0; r < c->size; r++) memcpy((char *)recv + n * (size_t)r, send, n);
   if (st->corrupt_digest && n == 32) ((uint8_t *)recv)[n * (size_t)(c->size - 1)] ^= 1;
+  if (st->round_bytes && n == st->round_bytes) { /* steps, then one cursor per data layer */
+    uint64_t *last = (uint64_t *)((char *)recv + n * (size_t)(c->size - 1));
+    last[0] *= (uint64_t)st->round_steps_factor;
+    last[1] += st->round_cursor_ahead;
+  }
   return KILN_OK;
 }
 static int fake_bucket_start(kiln_comm *c, float *buf, int64_t n, bool ordered) {
@@ -310,6 +324,11 @@ static int fake_bucket_start(kiln_comm *c, float *buf, int64_t n, bool ordered) 
   int b = st->nbuckets++;
   st->bucket_buf[b] = buf;
   st->bucket_n[b] = n;
+  if (st->watch_lo && buf > st->watch_lo) {
+    bool zero = true;
+    for (const float *p = st->watch_lo; p < buf && zero; p++) zero = *p == 0;
+    st->started_early += zero;
+  }
   st->bucket_copy[b] = malloc(sizeof(float) * (size_t)n);
   if (!st->bucket_copy[b]) return kiln_errorf(KILN_ERR_NOMEM, "out of memory");
   memcpy(st->bucket_copy[b], buf, sizeof(float) * (size_t)n);
@@ -538,8 +557,11 @@ static void check_overlapped(const char *solver_file, bool det, int iter_size) {
   assert_true(s->overlap);
   assert_false(whole->overlap);
   assert_int_equal(s->nbuckets, 2);
+  st.watch_lo = s->net->param_diff;
   assert_int_equal(kiln_solver_step(s, 1), KILN_OK);
   assert_int_equal(st.nbuckets, 2);
+  /* the first bucket (ip2, ip3) went out while backward had yet to compute ip1's gradient */
+  assert_int_equal(st.started_early, 1);
   assert_int_equal(st.ordered_buckets, det ? 2 : 0);
   assert_int_equal(st.finishes, 1);
   assert_int_equal(st.allreduces + st.ordered, 0);
@@ -603,6 +625,93 @@ static void test_solver_overlapped_buckets(void **state) {
   check_overlapped(solver3, true, 2);
 }
 
+/* TIME mode's weights: in a round where the other worker ran 3 times this one's steps, this one's
+ * change counts for 1/4 of the average (not 1/2), the iteration count moves to the furthest
+ * worker's, and so does the data cursor. The fake sum doubles what it is given, so after the
+ * round rank 0's parameters are 2 x 1/4 x its own: half the GRADIENT twin's (exact in float). */
+static void test_solver_time_weights(void **state) {
+  (void)state;
+  fake_state gs = {0};
+  kiln_comm gc = {.ops = &fake_ops, .rank = 0, .size = 2, .impl = &gs};
+  kiln_solver_options go = {.comm = &gc};
+  kiln_solver *grad;
+  assert_int_equal(kiln_solver_create(solver_path, &go, &grad), KILN_OK);
+  assert_int_equal(kiln_solver_step(grad, 2), KILN_OK);
+  uint64_t grad_cursor;
+  assert_int_equal(kiln_net_get_cursors(grad->net, &grad_cursor), 1);
+  for (int factor = 1; factor <= 3; factor += 2) {
+    fake_state st = {.round_bytes = 2 * sizeof(uint64_t), .round_steps_factor = factor,
+                     .round_cursor_ahead = factor == 1 ? 0 : 8};
+    kiln_comm c = {.ops = &fake_ops, .rank = 0, .size = 2, .impl = &st};
+    kiln_solver_options o = {.comm = &c,
+                             .sync = {.mode = KILN_SYNC_TIME, .interval_seconds = 1000}};
+    kiln_solver *s;
+    assert_int_equal(kiln_solver_create(solver_path, &o, &s), KILN_OK);
+    assert_int_equal(kiln_solver_step(s, 2), KILN_OK); /* one round: 2 local steps */
+    assert_int_equal(s->naverages, 1);
+    assert_int_equal(s->iter, 2 * factor);
+    float scale = factor == 1 ? 1.0f : 0.5f;
+    for (int64_t i = 0; i < s->net->nparam_floats; i++)
+      if (s->net->param_data[i] != scale * grad->net->param_data[i])
+        fail_msg("steps 2 against %d: parameter %lld is %.9g, not %g x %.9g", 2 * factor,
+                 (long long)i, (double)s->net->param_data[i], (double)scale,
+                 (double)grad->net->param_data[i]);
+    uint64_t cur;
+    assert_int_equal(kiln_net_get_cursors(s->net, &cur), 1);
+    assert_int_equal(cur, grad_cursor + st.round_cursor_ahead);
+    kiln_solver_free(s);
+  }
+  kiln_solver_free(grad);
+}
+
+/* The solver file's sync { } sets the mode, and the command line's --sync (the options) replaces
+ * the mode and its intervals; --deterministic from either side holds. */
+static void test_solver_sync_from_file_and_override(void **state) {
+  (void)state;
+  char path[192];
+  snprintf(path, sizeof path, "%s/sync_solver.prototxt", dir);
+  FILE *f = fopen(path, "w");
+  assert_non_null(f);
+  fprintf(f, "net: 'net.prototxt'\nbase_lr: 0.1\nlr_policy: 'fixed'\nmax_iter: 4\nrandom_seed: 3\n"
+             "snapshot_after_train: false\n"
+             "sync { mode: TIME interval_seconds: 2.5 warmup_iters: 3 deterministic: true }\n");
+  fclose(f);
+  fake_state st = {0};
+  kiln_comm c = {.ops = &fake_ops, .rank = 0, .size = 2, .impl = &st};
+  kiln_solver_options o = {.comm = &c};
+  kiln_solver *s;
+  assert_int_equal(kiln_solver_create(path, &o, &s), KILN_OK);
+  assert_int_equal(s->sync.mode, KILN_SYNC_TIME);
+  assert_true(s->sync.interval_seconds == 2.5);
+  assert_int_equal(s->sync.warmup_iters, 3);
+  assert_true(s->sync.deterministic);
+  kiln_solver_free(s);
+  o.sync = (kiln_sync_config){.mode = KILN_SYNC_MODEL, .interval_iters = 4};
+  assert_int_equal(kiln_solver_create(path, &o, &s), KILN_OK);
+  assert_int_equal(s->sync.mode, KILN_SYNC_MODEL);
+  assert_int_equal(s->sync.interval_iters, 4);
+  assert_int_equal(s->sync.warmup_iters, 0); /* the file's warm-up went with its mode */
+  assert_true(s->sync.deterministic);
+  kiln_solver_free(s);
+  o.sync = (kiln_sync_config){.mode = KILN_SYNC_GRADIENT};
+  assert_int_equal(kiln_solver_create(path, &o, &s), KILN_OK);
+  assert_int_equal(s->sync.mode, KILN_SYNC_GRADIENT);
+  kiln_solver_free(s);
+  /* a file's MODEL without its interval is refused, unless the command line replaces it */
+  f = fopen(path, "w");
+  assert_non_null(f);
+  fprintf(f, "net: 'net.prototxt'\nbase_lr: 0.1\nlr_policy: 'fixed'\nmax_iter: 4\n"
+             "sync { mode: MODEL }\n");
+  fclose(f);
+  o.sync = (kiln_sync_config){0};
+  assert_int_equal(kiln_solver_create(path, &o, &s), KILN_ERR_INVALID);
+  assert_contains(kiln_last_error(), "sync_solver.prototxt: sync mode MODEL needs interval_iters");
+  o.sync = (kiln_sync_config){.mode = KILN_SYNC_GRADIENT};
+  assert_int_equal(kiln_solver_create(path, &o, &s), KILN_OK);
+  assert_int_equal(s->sync.mode, KILN_SYNC_GRADIENT);
+  kiln_solver_free(s);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_local_comm),
@@ -615,6 +724,8 @@ int main(void) {
       cmocka_unit_test(test_solver_twin_workers),
       cmocka_unit_test(test_solver_model_and_time_twins),
       cmocka_unit_test(test_solver_overlapped_buckets),
+      cmocka_unit_test(test_solver_time_weights),
+      cmocka_unit_test(test_solver_sync_from_file_and_override),
   };
   return cmocka_run_group_tests(tests, make_fixture, remove_fixture);
 }

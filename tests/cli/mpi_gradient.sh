@@ -9,11 +9,13 @@
 #          within seconds (no hang);
 #   (f)    a 2-worker snapshot at 10 resumed on 2 workers ends bit-identical to the straight run
 #          (with dropout too: every worker's generator is saved), and resumed on 1 worker with
-#          iter_size 2 as well (the data cursor is global);
+#          iter_size 2 as well (the data cursor is global); a 1-worker snapshot resumed on 2 and
+#          on 4 workers, bit-identical too; a 4-worker one on 2 workers x iter_size 2, within
+#          rounding;
 #   (g, h) MODEL and TIME sync (below);
 #   (i, j) sums overlapped with backward, plain and ordered, with iter_size 1 and 2;
 #   (k)    the same sums driven by a communication thread.
-# Skips (exit 0) only when mpirun is missing or kiln was built without MPI.
+# Skips (exit 77, a CTest skip) only when mpirun is missing or kiln was built without MPI.
 source "$(dirname "$0")/lib.bash"
 cd "$WORK"
 source "$(dirname "$0")/mpi.bash"
@@ -74,7 +76,8 @@ cmp -s one_iter_20.caffemodel ref2_iter_20.caffemodel && fail "iter_size 2 chang
 
 # (c) 4 workers against iter_size 4; 2 workers on shuffled data with a short last batch (KEEP).
 solver ref4 net.prototxt 4 20 > ref4.prototxt
-solver w4 net.prototxt 1 20 > w4.prototxt
+solver w4 net.prototxt 1 20 "snapshot: 10
+" > w4.prototxt
 train1 ref4
 trainN 4 w4 --deterministic
 same ref4_iter_20.caffemodel w4_iter_20.caffemodel "4 workers --deterministic vs iter_size 4"
@@ -153,6 +156,25 @@ solver r1 net.prototxt 2 20 > r1.prototxt
 "$KILN" train --solver r1.prototxt --snapshot "$WORK/w2_iter_10.solverstate" 2>r1.log || fail "1-worker resume"
 same ref2_iter_20.caffemodel r1_iter_20.caffemodel "2-worker snapshot resumed on 1 worker with iter_size 2"
 cmp -s w2_iter_10.caffemodel w2_iter_20.caffemodel && fail "weights did not change after 10" || pass
+# ... and the other way: one worker's snapshot (iter_size 2 or 4) resumed on 2 or 4 workers; and
+# the 4-worker run's resumed on 2 workers with iter_size 2, whose passes add up in another order
+# ((g0 + g1) + (g2 + g3) against ((g0 + g1) + g2) + g3), so equal within rounding.
+for np in 2 4; do
+  solver s$np net.prototxt $np 20 "snapshot: 10
+" > s$np.prototxt
+  train1 s$np
+  solver g$np net.prototxt 1 20 > g$np.prototxt
+  trainN $np g$np --deterministic --snapshot "$WORK/s${np}_iter_10.solverstate"
+  same ref${np}_iter_20.caffemodel g${np}_iter_20.caffemodel "1-worker snapshot resumed on $np workers"
+done
+solver h2 net.prototxt 2 20 > h2.prototxt
+trainN 2 h2 --deterministic --snapshot "$WORK/w4_iter_10.solverstate"
+if "$KILN" compare-weights ref4_iter_20.caffemodel h2_iter_20.caffemodel --rtol 1e-4 --atol 1e-7 > cmp_h2.txt; then
+  pass
+else
+  fail "4-worker snapshot resumed on 2 workers x iter_size 2: $(cat cmp_h2.txt)"
+fi
+cmp -s w4_iter_10.caffemodel ref4_iter_20.caffemodel && fail "4-worker weights did not change after 10" || pass
 # Rank 0 reads the snapshot for everyone: when it cannot, the job ends with its message (rank 1
 # learns it too, but rank 0's MPI_Abort may end it before it prints).
 mpi 2 "$KILN" train --solver r2.prototxt --snapshot "$WORK/no_such.solverstate" > nosnap.log 2>&1 \
@@ -215,6 +237,12 @@ it1=$(sed -n 's/^worker 1 of 2: \([0-9]*\) iterations.*/\1/p' ts.log)
 grep -q '"event":"worker".*"rank":1.*"wall_samples_per_s"' ts.jsonl && pass || fail "no wall throughput in the worker event"
 grep -q 'snapshot .*ts_iter_' ts.log && pass || fail "no snapshot in the TIME run: $(grep snapshot ts.log)"
 "$KILN" compare-weights ts_iter_200.caffemodel ts_iter_200.caffemodel >/dev/null && pass || fail "TIME weights unreadable"
+# A slowed rank that the job does not have is an error, not a silent no-op.
+expect_error "slow rank out of range" "--debug-slow-rank 1: the job has 1 worker (rank 0)" -- \
+  "$KILN" train --solver one.prototxt --debug-slow-rank 1:5
+mpi 2 "$KILN" train --solver one.prototxt --debug-slow-rank 2:5 > slow2.log 2>&1 \
+  && fail "--debug-slow-rank 2 on 2 workers was accepted" || pass
+grep -q "the job has 2 workers (ranks 0 to 1)" slow2.log && pass || fail "slow rank message: $(grep kiln: slow2.log)"
 
 # (i) GRADIENT sums overlapped with backward: a net whose gradient spans several 1 MiB buckets
 #     gives, on 2 workers, the bits of the sum after backward (--no-overlap), and is within 1e-5
