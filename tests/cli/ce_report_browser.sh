@@ -4,7 +4,7 @@
 # their lines, and the screenshot must be a real 1200x900 PNG showing them (the grid's pass
 # colour and the plots' series colour among its pixels). The screenshot and the report are kept
 # as CI artifacts: $KILN_BUILD_DIR/artifacts/ce-report.png and ce-report.html.
-# Skips (exit 0) when Chromium is not installed (Debian: apt-get install chromium, in
+# Skips (exit 77, a CTest skip) when Chromium is not installed (Debian: apt-get install chromium, in
 # scripts/install-deps).
 source "$(dirname "$0")/lib.bash"
 cd "$WORK"
@@ -14,7 +14,7 @@ unset KILN_FAULT
 CHROMIUM=${CHROMIUM:-$(command -v chromium || command -v chromium-browser || true)}
 if [ -z "$CHROMIUM" ]; then
   echo "SKIP: chromium is not installed (Debian: apt-get install chromium); the report was not checked in a browser"
-  exit 0
+  exit 77
 fi
 ARTIFACTS=${KILN_BUILD_DIR:-$(dirname "$KILN")}/artifacts
 mkdir -p "$ARTIFACTS" || { fail "cannot create $ARTIFACTS"; finish; exit; }

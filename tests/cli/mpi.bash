@@ -1,5 +1,5 @@
 # Shared by the MPI shell tests (sourced after lib.bash, in $WORK; not a test itself):
-#   - exits 0 with SKIP when there is no MPI to test (mpirun missing, or kiln built without MPI);
+#   - exits 77 (a CTest skip) when there is no MPI to test (mpirun missing, or kiln built without MPI);
 #   - FORWARD: the sanitizer build's settings (tests/CMakeLists.txt), as `-x` options for mpirun,
 #     so that every rank gets them;
 #   - one OpenMP thread per worker (a small machine runs several ranks);
@@ -13,11 +13,11 @@
 #     the rank's pid; nothing if the job ended or 60 s passed first.
 if ! command -v mpirun >/dev/null 2>&1; then
   echo "SKIP: mpirun not found (scripts/install-deps installs openmpi-bin libopenmpi-dev)"
-  exit 0
+  exit 77
 fi
 if [ "${KILN_HAVE_MPI:-1}" = 0 ]; then
   echo "SKIP: kiln was built without MPI (libopenmpi-dev missing when CMake ran?)"
-  exit 0
+  exit 77
 fi
 FORWARD=()
 for v in ASAN_OPTIONS LSAN_OPTIONS UBSAN_OPTIONS OMPI_MCA_mca_base_component_disable_dlclose; do

@@ -8,7 +8,7 @@
 #   (c) a healthy run with a short --comm-timeout trains to the end (no false alarm);
 #   (d) bad --comm-timeout values are refused with a clear message.
 # Every mpirun runs under `timeout -k 5 90`, so a hang fails the test instead of blocking CI.
-# Skips (exit 0) only when mpirun is missing or kiln was built without MPI.
+# Skips (exit 77, a CTest skip) only when mpirun is missing or kiln was built without MPI.
 source "$(dirname "$0")/lib.bash"
 cd "$WORK"
 source "$(dirname "$0")/mpi.bash"

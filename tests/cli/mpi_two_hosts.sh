@@ -13,19 +13,19 @@
 #   (d) without a shared file system (a directory only the first host sees), rank 0's snapshots
 #       resume on both hosts bit for bit, and --weights works;
 #   (e) shared memory alone cannot join two hosts: a clear error, no hang.
-# Skips (exit 0) when not root, without `ip netns` (no CAP_SYS_ADMIN, e.g. in a container),
+# Skips (exit 77, a CTest skip) when not root, without `ip netns` (no CAP_SYS_ADMIN, e.g. in a container),
 # without mpirun, or when kiln was built without MPI. Otherwise a failure fails.
 # The namespaces are removed on every exit path (a trap); every mpirun runs under a timeout.
 source "$(dirname "$0")/lib.bash"
 cd "$WORK"
 if [ "$(id -u)" -ne 0 ]; then
   echo "SKIP: not root (creating network namespaces needs it)"
-  exit 0
+  exit 77
 fi
 source "$(dirname "$0")/mpi.bash"
 if ! command -v ip >/dev/null 2>&1; then
   echo "SKIP: ip not found (scripts/install-deps installs iproute2)"
-  exit 0
+  exit 77
 fi
 
 NS1=kiln-h1-$$
@@ -57,7 +57,7 @@ done
 
 if ! err=$(ip netns add "$NS1" 2>&1); then
   echo "SKIP: cannot create a network namespace (ip netns add: $err)"
-  exit 0
+  exit 77
 fi
 setup() {
   ip netns add "$NS2" &&

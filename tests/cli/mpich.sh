@@ -10,14 +10,14 @@
 #   (d) SIGSTOP of rank 1 of 3 with --comm-timeout 5: kiln's watchdog ends the job, naming rank 1;
 #   (e) SIGKILL of rank 1 of 2: Hydra ends the job with a non-zero exit within 30 s (its message
 #       names a process id, not the rank: docs/distributed.md).
-# Skips (exit 0) when there is no MPICH build or no mpiexec.mpich; otherwise a failure fails.
+# Skips (exit 77, a CTest skip) when there is no MPICH build or no mpiexec.mpich; otherwise a failure fails.
 source "$(dirname "$0")/lib.bash"
 cd "$WORK"
 source "$(dirname "$0")/mpi.bash"
 KM=${KILN_MPICH:-$SRC/build-mpich/kiln}
 if [ ! -x "$KM" ] || ! command -v mpiexec.mpich >/dev/null 2>&1; then
   echo "SKIP: no kiln built against MPICH at $KM, or no mpiexec.mpich (make test builds it after scripts/install-deps)"
-  exit 0
+  exit 77
 fi
 ldd "$KM" | grep -q libmpich && pass || fail "$KM is not linked against MPICH: $(ldd "$KM" | grep -i mpi)"
 
