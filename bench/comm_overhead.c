@@ -1,7 +1,9 @@
 /* kiln-comm-bench: what the watchdog costs. Under `mpirun -np N`, times the sum of a float buffer
  * over the ranks through kiln's communicator (MPI_Iallreduce polled with MPI_Test, yielding after
- * 2 ms and sleeping after 20: src/dist/comm_mpi.c) against a plain blocking MPI_Allreduce of the same buffer, alternating
- * the two (and the rank-order sum of --deterministic) so that all see the same machine load,
+ * 2 ms and sleeping after 20: src/dist/comm_mpi.c) against a plain blocking MPI_Allreduce of
+ * the same buffer, alternating the two (and the rank-order sum of --deterministic, and the
+ * buffer in 256 KiB buckets started back to back as training's overlapped sum starts them) so
+ * that all see the same machine load,
  * and prints the median and the 10th and 90th percentiles of each. Then a late rank: the last
  * rank arrives D ms after the others (it spins), and rank 0 prints how long past those D ms it
  * took to leave kiln's barrier and MPI_Barrier: what the wait's polling adds to a rank's
@@ -46,6 +48,19 @@ static void late_rank(kiln_comm *c, double late_ms, int reps, double *t_kiln, do
   }
 }
 
+/* The buffer in buckets of BUCKET floats, each started as soon as the one before (training
+ * starts them as backward finishes each; src/solver/solver.c's BUCKET_FLOATS), then finished:
+ * the overlapped path's own cost with no compute in between. */
+enum { BUCKET = 1 << 16 };
+static int bucketed_sum(kiln_comm *c, float *buf, int64_t n) {
+  for (int64_t off = 0; off < n; off += BUCKET) {
+    int rc = kiln_comm_bucket_start(c, buf + off, n - off < BUCKET ? n - off : BUCKET, false);
+    if (!rc) rc = kiln_comm_bucket_progress(c);
+    if (rc) return rc;
+  }
+  return kiln_comm_bucket_finish(c);
+}
+
 static void report(const char *name, double *t, int n, int64_t floats) {
   qsort(t, (size_t)n, sizeof *t, cmp_double);
   double med = t[n / 2];
@@ -68,7 +83,8 @@ int main(int argc, char **argv) {
   float *buf = malloc(sizeof(float) * (size_t)n);
   double *t_kiln = malloc(sizeof(double) * (size_t)reps), *t_mpi = malloc(sizeof(double) * (size_t)reps);
   double *t_ord = malloc(sizeof(double) * (size_t)reps);
-  if (!buf || !t_kiln || !t_mpi || !t_ord) kiln_comm_end_job(c, 1);
+  double *t_bkt = malloc(sizeof(double) * (size_t)reps);
+  if (!buf || !t_kiln || !t_mpi || !t_ord || !t_bkt) kiln_comm_end_job(c, 1);
   for (int64_t i = 0; i < n; i++) buf[i] = 1e-6f * (float)(i % 1000);
   MPI_Comm world = MPI_COMM_WORLD;
   for (int w = 0; w < 5; w++) { /* warm up both paths (connections, buffers) */
@@ -98,6 +114,13 @@ int main(int argc, char **argv) {
       kiln_comm_end_job(c, 1);
     }
     t_ord[r] = (MPI_Wtime() - t) * 1e3;
+    MPI_Barrier(world);
+    t = MPI_Wtime();
+    if (bucketed_sum(c, buf, n)) {
+      fprintf(stderr, "kiln-comm-bench: %s\n", kiln_last_error());
+      kiln_comm_end_job(c, 1);
+    }
+    t_bkt[r] = (MPI_Wtime() - t) * 1e3;
   }
   if (kiln_comm_rank(c) == 0) {
     printf("%d ranks, allreduce (sum) of %lld floats, %d repetitions\n", kiln_comm_size(c),
@@ -105,6 +128,7 @@ int main(int argc, char **argv) {
     report("MPI_Allreduce (blocking)", t_mpi, reps, n);
     report("kiln_comm_allreduce_sum (watchdog)", t_kiln, reps, n);
     report("kiln ordered sum (--deterministic)", t_ord, reps, n);
+    report("kiln 256 KiB buckets (training)", t_bkt, reps, n);
   }
   if (kiln_comm_size(c) > 1 && argc > 3 && !strcmp(argv[3], "late")) {
     static const double lates[] = {0.5, 1.5, 2.5, 4, 7, 12};
@@ -128,6 +152,7 @@ int main(int argc, char **argv) {
   free(t_kiln);
   free(t_mpi);
   free(t_ord);
+  free(t_bkt);
   kiln_comm_free(c);
   return 0;
 }

@@ -482,6 +482,17 @@ static void test_solver_twin_workers(void **state) {
   kiln_solver_free(s);
 }
 
+/* Rank 0 of two GRADIENT twins after `steps` iterations (the fake state must outlive it). */
+static kiln_solver *gradient_twin(fake_state *gs, kiln_comm *gc, int steps) {
+  *gc = (kiln_comm){.ops = &fake_ops, .rank = 0, .size = 2, .impl = gs};
+  kiln_solver_options go = {.comm = gc};
+  kiln_solver *grad;
+  assert_int_equal(kiln_solver_create(solver_path, &go, &grad), KILN_OK);
+  assert_int_equal(kiln_solver_step(grad, steps), KILN_OK);
+  assert_int_equal(gs->allreduces, steps); /* one gradient sum an iteration */
+  return grad;
+}
+
 /* Twin workers (the fake communicator gives every rank the same buffers) in MODEL and TIME mode:
  * local steps divide by one worker, averaging identical twins with weight 1/2 changes no bit, so
  * each run must equal the GRADIENT twin's (whose sum of two equal gradients, halved, is exact)
@@ -489,12 +500,8 @@ static void test_solver_twin_workers(void **state) {
 static void test_solver_model_and_time_twins(void **state) {
   (void)state;
   fake_state gs = {0};
-  kiln_comm gc = {.ops = &fake_ops, .rank = 0, .size = 2, .impl = &gs};
-  kiln_solver_options go = {.comm = &gc};
-  kiln_solver *grad;
-  assert_int_equal(kiln_solver_create(solver_path, &go, &grad), KILN_OK);
-  assert_int_equal(kiln_solver_step(grad, 4), KILN_OK);
-  assert_int_equal(gs.allreduces, 4); /* one gradient sum an iteration */
+  kiln_comm gc;
+  kiln_solver *grad = gradient_twin(&gs, &gc, 4);
   size_t bytes = sizeof(float) * (size_t)grad->net->nparam_floats;
   struct {
     kiln_sync_config sync;
@@ -632,11 +639,8 @@ static void test_solver_overlapped_buckets(void **state) {
 static void test_solver_time_weights(void **state) {
   (void)state;
   fake_state gs = {0};
-  kiln_comm gc = {.ops = &fake_ops, .rank = 0, .size = 2, .impl = &gs};
-  kiln_solver_options go = {.comm = &gc};
-  kiln_solver *grad;
-  assert_int_equal(kiln_solver_create(solver_path, &go, &grad), KILN_OK);
-  assert_int_equal(kiln_solver_step(grad, 2), KILN_OK);
+  kiln_comm gc;
+  kiln_solver *grad = gradient_twin(&gs, &gc, 2);
   uint64_t grad_cursor;
   assert_int_equal(kiln_net_get_cursors(grad->net, &grad_cursor), 1);
   for (int factor = 1; factor <= 3; factor += 2) {

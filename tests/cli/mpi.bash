@@ -2,7 +2,7 @@
 #   - exits 77 (a CTest skip) when there is no MPI to test (mpirun missing, or kiln built without MPI);
 #   - FORWARD: the sanitizer build's settings (tests/CMakeLists.txt), as `-x` options for mpirun,
 #     so that every rank gets them;
-#   - one OpenMP thread per worker (a small machine runs several ranks);
+#   - one OpenMP thread per worker (a small machine runs several ranks), and `mpi NP ARGS...`;
 #   - mpi_tiny_lmdb: tiny_lmdb, 64 records of 1x8x8 bytes (a fixed pseudo-random pattern) with
 #     labels 0..3, written through hand-made IDX files;
 #   - mpi_tiny_net BATCH [EXTRA_DATA_PARAM]: a small conv net on it (Data, Convolution, ReLU,
@@ -24,6 +24,15 @@ for v in ASAN_OPTIONS LSAN_OPTIONS UBSAN_OPTIONS OMPI_MCA_mca_base_component_dis
   [ -n "${!v:-}" ] && FORWARD+=(-x "$v")
 done
 export OMP_NUM_THREADS=1
+# mpi NP ARGS...: mpirun as root (CI), with more ranks than cores allowed and no core binding
+# (so that they share the cores), one OpenMP thread and the sanitizer settings on every rank;
+# killed after 60 s, so that a hang fails the test instead of blocking CI.
+mpi() {
+  local np=$1
+  shift
+  timeout -k 5 60 mpirun -np "$np" --oversubscribe --allow-run-as-root --bind-to none \
+    -x OMP_NUM_THREADS=1 "${FORWARD[@]}" "$@"
+}
 
 mpi_tiny_lmdb() {
   {

@@ -10,12 +10,6 @@
 source "$(dirname "$0")/lib.bash"
 cd "$WORK"
 source "$(dirname "$0")/mpi.bash"
-mpi() {  # mpi NP ARGS... (killed after 60 s: a hang fails the test instead of blocking CI)
-  local np=$1
-  shift
-  timeout -k 5 60 mpirun -np "$np" --oversubscribe --allow-run-as-root --bind-to none \
-    -x OMP_NUM_THREADS=1 "${FORWARD[@]}" "$@"
-}
 mpi_tiny_lmdb
 
 net() {  # net BATCH

@@ -19,15 +19,6 @@
 source "$(dirname "$0")/lib.bash"
 cd "$WORK"
 source "$(dirname "$0")/mpi.bash"
-# CI runs as root; one OpenMP thread per worker on a small machine; no core binding, so that
-# more ranks than cores share them.
-# The sanitizer build's settings (tests/CMakeLists.txt) go to every rank.
-mpi() {  # mpi NP ARGS... (killed after 60 s: a hang fails the test instead of blocking CI)
-  local np=$1
-  shift
-  timeout -k 5 60 mpirun -np "$np" --oversubscribe --allow-run-as-root --bind-to none \
-    -x OMP_NUM_THREADS=1 "${FORWARD[@]}" "$@"
-}
 
 # 64 records of 1x8x8 bytes (a fixed pseudo-random pattern), labels 0..3.
 mpi_tiny_lmdb
