@@ -21,13 +21,29 @@
  * collective, since when).
  * After GRACE_MS the error names the ranks that did not answer and where the others are, and
  * the caller ends the job (kiln_comm_end_job). A collective that completes during the roll call
- * is no error. Everything stays on the thread that calls the collectives (MPI_THREAD_FUNNELED). */
+ * is no error. Everything stays on the thread that calls the collectives (MPI_THREAD_FUNNELED).
+ *
+ * Sums through shared memory. When every rank is on one host (MPI_COMM_TYPE_SHARED), the sums
+ * (overlapped buckets, allreduce, ordered allreduce) skip MPI: each rank has a segment of an
+ * MPI-3 shared window. A rank copies its bucket into its own segment and says so (`ready`, the
+ * round's number, in its segment's header); rank q then adds part q of the bucket over the ranks'
+ * segments in rank order into rank 0's segment (kiln_dist_accumulate: ((s0 + s1) + s2) ..., the
+ * bits of the ordered sum, so every sum on one host is deterministic) and says so (`done`); every
+ * rank copies the whole sum out of rank 0's segment once every part is done. Only rank q touches
+ * part q of any segment, so no locks: release stores and acquire loads of the round numbers
+ * order the copies. Rank 0 reuses its segment in the next round only after every rank has copied
+ * the last one out (`finished`). Waits go through wait_on() as for MPI, watchdog included. This
+ * replaces Open MPI's single-copy transfers, whose cost on this VM moves between 0.15 and 1 ms for
+ * LeNet's 1.7 MB in some minutes while the shared-memory sum stays at 0.13-0.2 ms
+ * (docs/PERF.md, session 8). KILN_COMM_SHM=0 keeps every sum in MPI. */
 #include <errno.h>
 #include <limits.h>
 #include <mpi.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdarg.h>
+#include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -69,7 +85,10 @@ typedef struct {
   float *buf;
   int64_t n;
   bool ordered;
-  int stage;          /* 0: first exchange (or the allreduce) in flight, 1: second, 2: done */
+  int slot;           /* >= 0: summed through shared memory, in this slot of the round */
+  int64_t shm_off;    /* ... at this offset of each rank's segment */
+  int stage;          /* 0: first exchange (or the allreduce) in flight, 1: second, 2: done;
+                         shared memory: 0 waiting for every rank's copy, 1 for every part */
   MPI_Request *req;   /* 1, or 2 (N-1) for an ordered sum */
   int nreq;
   float *tmp;         /* ordered: the other ranks' copies of this rank's segment */
@@ -102,6 +121,16 @@ typedef struct {
   char msg[1024];
 } comm_thread;
 
+/* The header of each rank's segment of the shared window: round numbers, written by the rank
+ * that owns the segment, read by all. The floats follow at SHM_HEADER bytes. */
+enum { SHM_SLOTS = 512, SHM_HEADER = 16384 };
+typedef struct {
+  _Atomic uint64_t ready[SHM_SLOTS]; /* this rank's copy of the slot's bucket is in its segment */
+  _Atomic uint64_t done[SHM_SLOTS];  /* this rank's part of the slot's sum is in rank 0's segment */
+  _Atomic uint64_t finished;         /* this rank has copied out every sum of the round */
+} shm_header;
+_Static_assert(sizeof(shm_header) <= SHM_HEADER, "shared-memory header too large");
+
 typedef struct {
   MPI_Comm comm;  /* the collectives */
   MPI_Comm watch; /* the watchdog's roll calls, apart from the collectives' messages */
@@ -120,6 +149,15 @@ typedef struct {
   int nbuckets, cap_buckets;
   int done_buckets; /* buckets[0 .. done_buckets) are complete */
   comm_thread *ct;  /* NULL: the main thread polls between layers */
+  /* sums through shared memory (every rank on this host) */
+  bool shm;
+  MPI_Comm node;
+  MPI_Win win;
+  shm_header **shm_head; /* per rank */
+  float **shm_data;      /* per rank: SHM_FLOATS floats */
+  uint64_t shm_round;    /* the round under way (or last), 1, 2, ... */
+  int shm_slots;         /* slots used in this round */
+  int64_t shm_used;      /* floats used in each segment in this round */
 } mpi_state;
 
 static int mpi_status(int err, const char *what) {
@@ -403,19 +441,32 @@ static int mpi_broadcast_bytes(kiln_comm *c, void *buf, size_t n, int root) {
   return rc;
 }
 
-static int mpi_allreduce(kiln_comm *c, float *buf, int64_t n) {
-  begin_op(c, "allreduce of %lld floats", (long long)n);
+/* Forward declarations: the sums in flight (below) serve the whole-buffer sums too. */
+static int start_sums(kiln_comm *c, float *buf, int64_t n, bool ordered);
+static int progress_buckets(kiln_comm *c, void *arg, bool *all_done);
+static void sums_over(mpi_state *st, int rank);
+
+/* A whole buffer summed now, a chunk at a time (each through shared memory where it can be). */
+static int sum_now(kiln_comm *c, float *buf, int64_t n, bool ordered) {
+  mpi_state *st = c->impl;
+  if (st->nbuckets) {
+    end_op(c);
+    return kiln_errorf(KILN_ERR_INVALID, "allreduce while %d overlapped sums are in flight",
+                       st->nbuckets - st->done_buckets);
+  }
   int rc = KILN_OK;
   for (int64_t off = 0; off < n && !rc; off += CHUNK_FLOATS) {
-    int cnt = (int)(n - off < CHUNK_FLOATS ? n - off : CHUNK_FLOATS);
-    MPI_Request req;
-    rc = mpi_status(
-        MPI_Iallreduce(MPI_IN_PLACE, buf + off, cnt, MPI_FLOAT, MPI_SUM, comm_of(c), &req),
-        "allreduce");
-    if (!rc) rc = wait_for(c, &req);
+    rc = start_sums(c, buf + off, n - off < CHUNK_FLOATS ? n - off : CHUNK_FLOATS, ordered);
+    if (!rc) rc = wait_on(c, progress_buckets, NULL);
+    sums_over(st, c->rank);
   }
   end_op(c);
   return rc;
+}
+
+static int mpi_allreduce(kiln_comm *c, float *buf, int64_t n) {
+  begin_op(c, "allreduce of %lld floats", (long long)n);
+  return sum_now(c, buf, n, false);
 }
 
 /* ---- sums in flight: overlapped buckets and the ordered sum ------------------------------------ */
@@ -425,6 +476,72 @@ static int64_t seg(int64_t n, int q, int size, int64_t *len) {
   int64_t start = n * q / size;
   *len = n * (q + 1) / size - start;
   return start;
+}
+
+/* ---- sums through shared memory ------------------------------------------------------------ */
+
+static bool all_reached(mpi_state *st, int size, int slot, uint64_t round, bool done) {
+  for (int r = 0; r < size; r++) {
+    shm_header *h = st->shm_head[r];
+    _Atomic uint64_t *v = slot < 0 ? &h->finished : done ? &h->done[slot] : &h->ready[slot];
+    if (atomic_load_explicit(v, memory_order_acquire) < round) return false;
+  }
+  return true;
+}
+
+/* wait_on's test: every rank has copied out the last round's sums */
+static int poll_finished(kiln_comm *c, void *arg, bool *done) {
+  mpi_state *st = c->impl;
+  *done = all_reached(st, c->size, -1, *(uint64_t *)arg, false);
+  return KILN_OK;
+}
+
+/* This rank's copy of the bucket goes into its segment (rank 0 first waits until its segment's
+ * last round has been copied out everywhere). */
+static int shm_start(kiln_comm *c, bucket *b) {
+  mpi_state *st = c->impl;
+  if (st->shm_slots == 0) {
+    st->shm_round++;
+    uint64_t last = st->shm_round - 1;
+    if (c->rank == 0 && !all_reached(st, c->size, -1, last, false))
+      KILN_TRY(wait_on(c, poll_finished, &last));
+  }
+  b->slot = st->shm_slots++;
+  b->shm_off = st->shm_used;
+  st->shm_used += (b->n + 15) & ~(int64_t)15; /* 64-byte aligned */
+  memcpy(st->shm_data[c->rank] + b->shm_off, b->buf, sizeof(float) * (size_t)b->n);
+  atomic_store_explicit(&st->shm_head[c->rank]->ready[b->slot], st->shm_round,
+                        memory_order_release);
+  return KILN_OK;
+}
+
+/* Moves a shared-memory sum on: this rank's part once every copy is in, the result once every
+ * part is done. */
+static void shm_advance(kiln_comm *c, bucket *b) {
+  mpi_state *st = c->impl;
+  uint64_t round = st->shm_round;
+  if (b->stage == 0 && all_reached(st, c->size, b->slot, round, false)) {
+    int64_t len, off = seg(b->n, c->rank, c->size, &len);
+    float *sum = st->shm_data[0] + b->shm_off + off;
+    for (int r = 1; r < c->size; r++)
+      kiln_dist_accumulate(sum, st->shm_data[r] + b->shm_off + off, len);
+    atomic_store_explicit(&st->shm_head[c->rank]->done[b->slot], round, memory_order_release);
+    b->stage = 1;
+  }
+  if (b->stage == 1 && all_reached(st, c->size, b->slot, round, true)) {
+    memcpy(b->buf, st->shm_data[0] + b->shm_off, sizeof(float) * (size_t)b->n);
+    b->stage = 2;
+  }
+}
+
+/* The sums in flight are complete (or failed: the job ends): a new list, and a new round. */
+static void sums_over(mpi_state *st, int rank) {
+  st->nbuckets = st->done_buckets = 0;
+  if (st->shm_slots) {
+    atomic_store_explicit(&st->shm_head[rank]->finished, st->shm_round, memory_order_release);
+    st->shm_slots = 0;
+    st->shm_used = 0;
+  }
 }
 
 /* The ordered sum's exchanges. Stage 0: segment q of this rank's buffer goes to rank q, and the
@@ -497,6 +614,10 @@ static int test_all(int n, MPI_Request *req, int *flag) {
 
 /* Moves a sum on as far as its messages allow (stage 2: complete). */
 static int advance(kiln_comm *c, bucket *b) {
+  if (b->slot >= 0) {
+    shm_advance(c, b);
+    return KILN_OK;
+  }
   while (b->stage < 2) {
     int flag = 0;
     KILN_TRY(mpi_status(test_all(b->nreq, b->req, &flag),
@@ -520,7 +641,7 @@ static int progress_buckets(kiln_comm *c, void *arg, bool *all_done) {
   mpi_state *st = c->impl;
   for (int i = st->done_buckets; i < st->nbuckets; i++) {
     KILN_TRY(advance(c, &st->buckets[i]));
-    if (st->buckets[i].stage == 0) break;
+    if (st->buckets[i].stage == 0 && st->buckets[i].slot < 0) break;
   }
   while (st->done_buckets < st->nbuckets && st->buckets[st->done_buckets].stage == 2)
     st->done_buckets++;
@@ -550,7 +671,13 @@ static int start_sums(kiln_comm *c, float *buf, int64_t n, bool ordered) {
     b->ordered = ordered;
     b->stage = 0;
     b->nreq = 0;
+    b->slot = -1;
     st->nbuckets++;
+    /* every rank decides alike: the same buckets in the same order */
+    if (st->shm && st->shm_slots < SHM_SLOTS && st->shm_used + b->n <= CHUNK_FLOATS) {
+      KILN_TRY(shm_start(c, b));
+      continue;
+    }
     if (ordered) {
       int64_t len;
       seg(b->n, c->rank, c->size, &len);
@@ -575,9 +702,8 @@ static int start_sums(kiln_comm *c, float *buf, int64_t n, bool ordered) {
 
 /* Waits for every sum in flight (one collective for the watchdog) and clears the list. */
 static int finish_sums(kiln_comm *c) {
-  mpi_state *st = c->impl;
   int rc = wait_on(c, progress_buckets, NULL);
-  st->nbuckets = st->done_buckets = 0;
+  sums_over(c->impl, c->rank);
   end_op(c);
   return rc;
 }
@@ -609,7 +735,7 @@ static void *comm_thread_main(void *arg) {
     if (ct->finish) {
       pthread_mutex_unlock(&ct->mu);
       int rc = ct->rc ? KILN_OK : wait_on(c, progress_buckets, NULL);
-      st->nbuckets = st->done_buckets = 0;
+      sums_over(st, c->rank);
       end_op(c);
       pthread_mutex_lock(&ct->mu);
       if (rc) thread_fail(ct, rc);
@@ -774,18 +900,8 @@ static int mpi_bucket_finish(kiln_comm *c) {
 }
 
 static int mpi_allreduce_ordered(kiln_comm *c, float *buf, int64_t n) {
-  mpi_state *st = c->impl;
-  if (st->nbuckets)
-    return kiln_errorf(KILN_ERR_INVALID, "ordered allreduce while %d overlapped sums are in flight",
-                       st->nbuckets - st->done_buckets);
   begin_op(c, "ordered allreduce of %lld floats", (long long)n);
-  int rc = start_sums(c, buf, n, true);
-  if (rc) {
-    st->nbuckets = st->done_buckets = 0;
-    end_op(c);
-    return rc;
-  }
-  return finish_sums(c);
+  return sum_now(c, buf, n, true);
 }
 
 static int mpi_allgather(kiln_comm *c, const void *send, size_t n, void *recv) {
@@ -829,6 +945,11 @@ static void mpi_destroy(kiln_comm *c) {
         }
         MPI_Comm_free(&st->watch);
       }
+      if (st->shm) {
+        MPI_Win_unlock_all(st->win);
+        MPI_Win_free(&st->win);
+      }
+      if (st->node != MPI_COMM_NULL) MPI_Comm_free(&st->node);
       if (st->comm != MPI_COMM_NULL) MPI_Comm_free(&st->comm);
       if (st->we_initialised) MPI_Finalize();
     }
@@ -839,6 +960,8 @@ static void mpi_destroy(kiln_comm *c) {
       free(st->buckets[i].tmp);
     }
     free(st->buckets);
+    free(st->shm_head);
+    free(st->shm_data);
     free(st);
   }
   free(c);
@@ -859,6 +982,64 @@ static const kiln_comm_ops mpi_ops = {
     .destroy = mpi_destroy,
 };
 
+/* Sums through shared memory when every rank is on this host, unless KILN_COMM_SHM=0. Every
+ * rank reaches the same decision (the node split is collective, and a failed allocation on any
+ * rank turns it off everywhere); a failure leaves the sums in MPI, with a warning. Blocking
+ * calls, as the communicator's own setup. */
+static void shm_setup(kiln_comm *c) {
+  mpi_state *st = c->impl;
+  const char *v = getenv("KILN_COMM_SHM");
+  if (c->size < 2 || (v && !strcmp(v, "0"))) return;
+  if (MPI_Comm_split_type(st->comm, MPI_COMM_TYPE_SHARED, c->rank, MPI_INFO_NULL, &st->node) !=
+      MPI_SUCCESS) {
+    st->node = MPI_COMM_NULL;
+    return;
+  }
+  MPI_Comm_set_errhandler(st->node, MPI_ERRORS_RETURN);
+  int nsize = 0;
+  MPI_Comm_size(st->node, &nsize);
+  if (nsize != c->size) return; /* several hosts: MPI */
+  void *base = NULL;
+  MPI_Aint bytes = SHM_HEADER + (MPI_Aint)sizeof(float) * (CHUNK_FLOATS + 16);
+  MPI_Info info; /* each rank's segment on its own pages (placed near that rank) */
+  MPI_Info_create(&info);
+  MPI_Info_set(info, "alloc_shared_noncontig", "true");
+  int ok = MPI_Win_allocate_shared(bytes, 1, info, st->node, &base, &st->win) == MPI_SUCCESS;
+  MPI_Info_free(&info);
+  st->shm_head = calloc((size_t)c->size, sizeof *st->shm_head);
+  st->shm_data = calloc((size_t)c->size, sizeof *st->shm_data);
+  ok = ok && st->shm_head && st->shm_data;
+  for (int r = 0; ok && r < c->size; r++) {
+    MPI_Aint sz;
+    int unit;
+    char *seg_base = NULL;
+    ok = MPI_Win_shared_query(st->win, r, &sz, &unit, &seg_base) == MPI_SUCCESS && sz >= bytes;
+    st->shm_head[r] = (shm_header *)seg_base;
+    st->shm_data[r] = (float *)(seg_base + SHM_HEADER);
+  }
+  if (ok) {
+    shm_header *h = st->shm_head[c->rank];
+    for (int i = 0; i < SHM_SLOTS; i++) {
+      atomic_init(&h->ready[i], 0);
+      atomic_init(&h->done[i], 0);
+    }
+    atomic_init(&h->finished, 0);
+  }
+  int all = 0;
+  if (MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, st->node) != MPI_SUCCESS) all = 0;
+  if (!all) {
+    if (c->rank == 0)
+      kiln_log(KILN_LOG_WARN, "no shared memory for the sums between this host's ranks: the sums "
+                              "go through MPI");
+    return; /* the window, if any, goes with MPI_Finalize */
+  }
+  MPI_Win_lock_all(MPI_MODE_NOCHECK, st->win);
+  st->shm = true;
+  if (c->rank == 0)
+    kiln_log(KILN_LOG_INFO, "the %d workers share this host: sums go through shared memory",
+             c->size);
+}
+
 bool kiln_comm_mpi_built(void) { return true; }
 
 int kiln_comm_mpi_create(int *argc, char ***argv, kiln_comm **out) {
@@ -873,7 +1054,7 @@ int kiln_comm_mpi_create(int *argc, char ***argv, kiln_comm **out) {
   c->ops = &mpi_ops;
   c->impl = st;
   c->timeout_s = KILN_COMM_DEFAULT_TIMEOUT_S;
-  st->comm = st->watch = MPI_COMM_NULL;
+  st->comm = st->watch = st->node = MPI_COMM_NULL;
   int initialised = 0;
   long poll_us = 0;
   MPI_Initialized(&initialised);
@@ -922,6 +1103,7 @@ int kiln_comm_mpi_create(int *argc, char ***argv, kiln_comm **out) {
     mpi_destroy(c);
     return rc;
   }
+  shm_setup(c);
   if (poll_us && c->size > 1) {
     rc = comm_thread_start(c, poll_us);
     if (rc) {

@@ -15,6 +15,8 @@
 #   (g, h) MODEL and TIME sync (below);
 #   (i, j) sums overlapped with backward, plain and ordered, with iter_size 1 and 2;
 #   (k)    the same sums driven by a communication thread.
+# On one host every sum goes through shared memory (src/dist/comm_mpi.c); mpi_gradient_no_shm.sh
+# runs all of this again with KILN_COMM_SHM=0, through MPI.
 # Skips (exit 77, a CTest skip) only when mpirun is missing or kiln was built without MPI.
 source "$(dirname "$0")/lib.bash"
 cd "$WORK"
@@ -95,6 +97,18 @@ done
 # ... and the comparison itself can fail.
 "$KILN" compare-weights ref2_iter_20.caffemodel one_iter_20.caffemodel --rtol 1e-5 >/dev/null \
   && fail "compare-weights accepted different weights" || pass
+# On one host the sums go through shared memory, in rank order: without --deterministic too, 2
+# workers then give the bits of iter_size 2. KILN_COMM_SHM=0 (mpi_gradient_no_shm.sh) keeps
+# every sum in MPI.
+if [ "${KILN_COMM_SHM:-1}" = 0 ]; then
+  ! grep -q "sums go through shared memory" w2.log && pass || fail "KILN_COMM_SHM=0: shared memory used"
+else
+  grep -q "the 2 workers share this host: sums go through shared memory" w2.log && pass \
+    || fail "no shared-memory sums on one host: $(grep kiln w2.log | head -n 3)"
+  solver nd20 net.prototxt 1 20 > nd20.prototxt
+  trainN 2 nd20
+  same ref2_iter_20.caffemodel nd20_iter_20.caffemodel "shared-memory sums without --deterministic vs iter_size 2"
+fi
 
 # (e) ranks that disagree, or a rank that fails alone, end the job quickly with a clear message.
 solver mm_0 net.prototxt 1 20 > mm_0.prototxt

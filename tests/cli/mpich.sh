@@ -6,7 +6,8 @@
 #   (b) the overlapped sum over several buckets gives the bits of the sum after backward
 #       (--no-overlap), and so does the communication thread (MPI_THREAD_SERIALIZED);
 #   (c) the same runs under Open MPI (the main build, mpirun) give the same bits: GRADIENT and
-#       MODEL K=5 with --deterministic;
+#       MODEL K=5 with --deterministic; those summed through shared memory (one host), and
+#       MPICH's own transport (KILN_COMM_SHM=0) gives the bits of iter_size 4 too;
 #   (d) SIGSTOP of rank 1 of 3 with --comm-timeout 5: kiln's watchdog ends the job, naming rank 1;
 #   (e) SIGKILL of rank 1 of 2: Hydra ends the job with a non-zero exit within 30 s (its message
 #       names a process id, not the rank: docs/distributed.md).
@@ -88,6 +89,17 @@ run mm mpich 2 "$KM" train --solver mm.prototxt --deterministic --sync model:5
 run om ompi "$KILN" train --solver om.prototxt --deterministic --sync model:5
 same mm_iter_20.caffemodel om_iter_20.caffemodel "MODEL K=5 --deterministic, MPICH vs Open MPI"
 cmp -s mm_iter_20.caffemodel m2_iter_20.caffemodel && fail "MODEL K=5 trained as GRADIENT" || pass
+# ... where both summed through shared memory (one host); MPICH's own transport with every sum in
+# MPI (KILN_COMM_SHM=0): the ordered sum on 4 workers, and overlapped buckets within rounding.
+grep -q "sums go through shared memory" m2.log && pass || fail "no shared-memory sums under MPICH: $(grep kiln m2.log | head -n 3)"
+solver n4 net.prototxt 1 20
+solver nov wide_net.prototxt 1 5
+run n4 mpich 4 -genv KILN_COMM_SHM 0 "$KM" train --solver n4.prototxt --deterministic
+grep -q "shared memory" n4.log && fail "KILN_COMM_SHM=0 under MPICH: shared memory used" || pass
+same ref4_iter_20.caffemodel n4_iter_20.caffemodel "MPICH through MPI, 4 workers --deterministic vs iter_size 4"
+run nov mpich 2 -genv KILN_COMM_SHM 0 "$KM" train --solver nov.prototxt
+"$KILN" compare-weights wno_iter_5.caffemodel nov_iter_5.caffemodel --rtol 1e-5 --atol 1e-9 > cmp_nov.txt \
+  && pass || fail "MPICH through MPI, overlapped buckets vs shared memory: $(cat cmp_nov.txt)"
 
 # (d, e) a stopped and a killed worker
 printf 'net: "%s/net.prototxt"\nbase_lr: 0.01\nlr_policy: "fixed"\nmax_iter: 1000000\ndisplay: 50\nrandom_seed: 5\nsnapshot_after_train: false\n' \
