@@ -29,9 +29,9 @@
  * round's number, in its segment's header); rank q then adds part q of the bucket over the ranks'
  * segments in rank order into rank 0's segment (kiln_dist_accumulate: ((s0 + s1) + s2) ..., the
  * bits of the ordered sum, so every sum on one host is deterministic) and says so (`done`); every
- * rank copies the whole sum out of rank 0's segment once every part is done. Only rank q touches
- * part q of any segment, so no locks: release stores and acquire loads of the round numbers
- * order the copies. Rank 0 reuses its segment in the next round only after every rank has copied
+ * rank copies the whole sum out of rank 0's segment once every part is done. Between a copy in
+ * and a copy out, only rank q touches part q of any segment, and release stores and acquire
+ * loads of the round numbers order the copies against the additions: no locks. Rank 0 reuses its segment in the next round only after every rank has copied
  * the last one out (`finished`). Waits go through wait_on() as for MPI, watchdog included. This
  * replaces Open MPI's single-copy transfers, whose cost on this VM moves between 0.15 and 1 ms for
  * LeNet's 1.7 MB in some minutes while the shared-memory sum stays at 0.13-0.2 ms
@@ -130,6 +130,8 @@ typedef struct {
   _Atomic uint64_t finished;         /* this rank has copied out every sum of the round */
 } shm_header;
 _Static_assert(sizeof(shm_header) <= SHM_HEADER, "shared-memory header too large");
+/* atomics that take a lock would take a lock private to each process */
+_Static_assert(ATOMIC_LLONG_LOCK_FREE == 2, "64-bit atomics must be lock-free across processes");
 
 typedef struct {
   MPI_Comm comm;  /* the collectives */
@@ -154,7 +156,7 @@ typedef struct {
   MPI_Comm node;
   MPI_Win win;
   shm_header **shm_head; /* per rank */
-  float **shm_data;      /* per rank: SHM_FLOATS floats */
+  float **shm_data;      /* per rank: CHUNK_FLOATS floats (and a little slack) */
   uint64_t shm_round;    /* the round under way (or last), 1, 2, ... */
   int shm_slots;         /* slots used in this round */
   int64_t shm_used;      /* floats used in each segment in this round */
@@ -722,7 +724,9 @@ static void *comm_thread_main(void *arg) {
   comm_thread *ct = st->ct;
   pthread_mutex_lock(&ct->mu);
   for (;;) {
-    while (!ct->quit && ct->qtaken == ct->qn && !ct->finish && st->nbuckets == 0)
+    /* Outside a round (!active) the buckets are the main thread's (sum_now): not touched here. */
+    while (!ct->quit && ct->qtaken == ct->qn && !ct->finish &&
+           (!ct->active || st->nbuckets == 0))
       pthread_cond_wait(&ct->cv, &ct->mu);
     if (ct->quit) break;
     while (ct->qtaken < ct->qn) {
@@ -745,7 +749,7 @@ static void *comm_thread_main(void *arg) {
       pthread_cond_broadcast(&ct->cv);
       continue;
     }
-    if (st->nbuckets > st->done_buckets && !ct->rc) {
+    if (ct->active && st->nbuckets > st->done_buckets && !ct->rc) {
       pthread_mutex_unlock(&ct->mu);
       bool all;
       int rc = progress_buckets(c, NULL, &all);
@@ -988,8 +992,12 @@ static const kiln_comm_ops mpi_ops = {
  * calls, as the communicator's own setup. */
 static void shm_setup(kiln_comm *c) {
   mpi_state *st = c->impl;
+  if (c->size < 2) return;
+  /* KILN_COMM_SHM=0 on any rank (the environment may differ) turns it off on all */
   const char *v = getenv("KILN_COMM_SHM");
-  if (c->size < 2 || (v && !strcmp(v, "0"))) return;
+  int want = !(v && !strcmp(v, "0")), all_want = 0;
+  if (MPI_Allreduce(&want, &all_want, 1, MPI_INT, MPI_MIN, st->comm) != MPI_SUCCESS || !all_want)
+    return;
   if (MPI_Comm_split_type(st->comm, MPI_COMM_TYPE_SHARED, c->rank, MPI_INFO_NULL, &st->node) !=
       MPI_SUCCESS) {
     st->node = MPI_COMM_NULL;
@@ -998,14 +1006,16 @@ static void shm_setup(kiln_comm *c) {
   MPI_Comm_set_errhandler(st->node, MPI_ERRORS_RETURN);
   int nsize = 0;
   MPI_Comm_size(st->node, &nsize);
-  if (nsize != c->size) return; /* several hosts: MPI */
+  if (nsize != c->size) return; /* several hosts: MPI (the split agrees on every rank) */
   void *base = NULL;
   MPI_Aint bytes = SHM_HEADER + (MPI_Aint)sizeof(float) * (CHUNK_FLOATS + 16);
   MPI_Info info; /* each rank's segment on its own pages (placed near that rank) */
   MPI_Info_create(&info);
   MPI_Info_set(info, "alloc_shared_noncontig", "true");
-  int ok = MPI_Win_allocate_shared(bytes, 1, info, st->node, &base, &st->win) == MPI_SUCCESS;
+  int made = MPI_Win_allocate_shared(bytes, 1, info, st->node, &base, &st->win) == MPI_SUCCESS;
   MPI_Info_free(&info);
+  if (made) MPI_Win_set_errhandler(st->win, MPI_ERRORS_RETURN);
+  int ok = made;
   st->shm_head = calloc((size_t)c->size, sizeof *st->shm_head);
   st->shm_data = calloc((size_t)c->size, sizeof *st->shm_data);
   ok = ok && st->shm_head && st->shm_data;
@@ -1024,14 +1034,17 @@ static void shm_setup(kiln_comm *c) {
       atomic_init(&h->done[i], 0);
     }
     atomic_init(&h->finished, 0);
+    atomic_thread_fence(memory_order_seq_cst); /* before the others may look (the allreduce) */
   }
-  int all = 0;
-  if (MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, st->node) != MPI_SUCCESS) all = 0;
-  if (!all) {
+  int mine[2] = {made, ok}, all[2] = {0, 0};
+  if (MPI_Allreduce(mine, all, 2, MPI_INT, MPI_MIN, st->node) != MPI_SUCCESS)
+    all[0] = all[1] = 0;
+  if (!all[1]) {
     if (c->rank == 0)
       kiln_log(KILN_LOG_WARN, "no shared memory for the sums between this host's ranks: the sums "
                               "go through MPI");
-    return; /* the window, if any, goes with MPI_Finalize */
+    if (all[0]) MPI_Win_free(&st->win); /* collective: only if every rank has one */
+    return;
   }
   MPI_Win_lock_all(MPI_MODE_NOCHECK, st->win);
   st->shm = true;

@@ -108,6 +108,15 @@ else
   solver nd20 net.prototxt 1 20 > nd20.prototxt
   trainN 2 nd20
   same ref2_iter_20.caffemodel nd20_iter_20.caffemodel "shared-memory sums without --deterministic vs iter_size 2"
+  # KILN_COMM_SHM=0 on one rank only turns it off on both (no rank left waiting in a setup the
+  # other skipped).
+  solver half net.prototxt 1 20 > half.prototxt
+  export KILN
+  mpi 2 bash -c '[ "$OMPI_COMM_WORLD_RANK" = 1 ] && export KILN_COMM_SHM=0
+    exec "$KILN" train --solver half.prototxt --deterministic' > half.log 2>&1 \
+    || fail "KILN_COMM_SHM=0 on rank 1 only: $(tail -n 5 half.log)"
+  ! grep -q "shared memory" half.log && pass || fail "KILN_COMM_SHM=0 on rank 1 only: shared memory used"
+  same ref2_iter_20.caffemodel half_iter_20.caffemodel "KILN_COMM_SHM=0 on rank 1 only vs iter_size 2"
 fi
 
 # (e) ranks that disagree, or a rank that fails alone, end the job quickly with a clear message.
