@@ -483,10 +483,15 @@ static int64_t seg(int64_t n, int q, int size, int64_t *len) {
 
 /* ---- sums through shared memory ------------------------------------------------------------ */
 
-static bool all_reached(mpi_state *st, int size, int slot, uint64_t round, bool done) {
+typedef enum { SHM_READY, SHM_DONE, SHM_FINISHED } shm_mark;
+
+/* Every rank's `mark` (of `slot`; none for SHM_FINISHED) has reached `round`. */
+static bool all_reached(mpi_state *st, int size, shm_mark mark, int slot, uint64_t round) {
   for (int r = 0; r < size; r++) {
     shm_header *h = st->shm_head[r];
-    _Atomic uint64_t *v = slot < 0 ? &h->finished : done ? &h->done[slot] : &h->ready[slot];
+    _Atomic uint64_t *v = mark == SHM_READY  ? &h->ready[slot]
+                          : mark == SHM_DONE ? &h->done[slot]
+                                             : &h->finished;
     if (atomic_load_explicit(v, memory_order_acquire) < round) return false;
   }
   return true;
@@ -495,7 +500,7 @@ static bool all_reached(mpi_state *st, int size, int slot, uint64_t round, bool 
 /* wait_on's test: every rank has copied out the last round's sums */
 static int poll_finished(kiln_comm *c, void *arg, bool *done) {
   mpi_state *st = c->impl;
-  *done = all_reached(st, c->size, -1, *(uint64_t *)arg, false);
+  *done = all_reached(st, c->size, SHM_FINISHED, 0, *(uint64_t *)arg);
   return KILN_OK;
 }
 
@@ -506,7 +511,7 @@ static int shm_start(kiln_comm *c, bucket *b) {
   if (st->shm_slots == 0) {
     st->shm_round++;
     uint64_t last = st->shm_round - 1;
-    if (c->rank == 0 && !all_reached(st, c->size, -1, last, false))
+    if (c->rank == 0 && !all_reached(st, c->size, SHM_FINISHED, 0, last))
       KILN_TRY(wait_on(c, poll_finished, &last));
   }
   b->slot = st->shm_slots++;
@@ -523,7 +528,7 @@ static int shm_start(kiln_comm *c, bucket *b) {
 static void shm_advance(kiln_comm *c, bucket *b) {
   mpi_state *st = c->impl;
   uint64_t round = st->shm_round;
-  if (b->stage == 0 && all_reached(st, c->size, b->slot, round, false)) {
+  if (b->stage == 0 && all_reached(st, c->size, SHM_READY, b->slot, round)) {
     int64_t len, off = seg(b->n, c->rank, c->size, &len);
     float *sum = st->shm_data[0] + b->shm_off + off;
     for (int r = 1; r < c->size; r++)
@@ -531,7 +536,7 @@ static void shm_advance(kiln_comm *c, bucket *b) {
     atomic_store_explicit(&st->shm_head[c->rank]->done[b->slot], round, memory_order_release);
     b->stage = 1;
   }
-  if (b->stage == 1 && all_reached(st, c->size, b->slot, round, true)) {
+  if (b->stage == 1 && all_reached(st, c->size, SHM_DONE, b->slot, round)) {
     memcpy(b->buf, st->shm_data[0] + b->shm_off, sizeof(float) * (size_t)b->n);
     b->stage = 2;
   }
