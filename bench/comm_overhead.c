@@ -2,8 +2,9 @@
  * over the ranks through kiln's communicator (MPI_Iallreduce polled with MPI_Test, yielding after
  * 2 ms and sleeping after 20: src/dist/comm_mpi.c) against a plain blocking MPI_Allreduce of
  * the same buffer, alternating the two (and the rank-order sum of --deterministic, and the
- * buffer in 256 KiB buckets started back to back as training's overlapped sum starts them) so
- * that all see the same machine load,
+ * buffer in 256 KiB buckets started back to back as training's overlapped sum starts them; and
+ * those buckets in the communicator's own memory, summed where they lie, as training's gradients
+ * are on one host) so that all see the same machine load,
  * and prints the median and the 10th and 90th percentiles of each. Then a late rank: the last
  * rank arrives D ms after the others (it spins), and rank 0 prints how long past those D ms it
  * took to leave kiln's barrier and MPI_Barrier: what the wait's polling adds to a rank's
@@ -84,7 +85,11 @@ int main(int argc, char **argv) {
   double *t_kiln = malloc(sizeof(double) * (size_t)reps), *t_mpi = malloc(sizeof(double) * (size_t)reps);
   double *t_ord = malloc(sizeof(double) * (size_t)reps);
   double *t_bkt = malloc(sizeof(double) * (size_t)reps);
-  if (!buf || !t_kiln || !t_mpi || !t_ord || !t_bkt) kiln_comm_end_job(c, 1);
+  double *t_inp = malloc(sizeof(double) * (size_t)reps);
+  if (!buf || !t_kiln || !t_mpi || !t_ord || !t_bkt || !t_inp) kiln_comm_end_job(c, 1);
+  /* NULL unless every rank is on this host and n fits (then every rank gets one) */
+  float *lent = kiln_comm_claim_sum_buffer(c, n);
+  if (lent) memcpy(lent, buf, sizeof(float) * (size_t)n);
   for (int64_t i = 0; i < n; i++) buf[i] = 1e-6f * (float)(i % 1000);
   MPI_Comm world = MPI_COMM_WORLD;
   for (int w = 0; w < 5; w++) { /* warm up both paths (connections, buffers) */
@@ -121,6 +126,14 @@ int main(int argc, char **argv) {
       kiln_comm_end_job(c, 1);
     }
     t_bkt[r] = (MPI_Wtime() - t) * 1e3;
+    if (!lent) continue;
+    MPI_Barrier(world);
+    t = MPI_Wtime();
+    if (bucketed_sum(c, lent, n)) {
+      fprintf(stderr, "kiln-comm-bench: %s\n", kiln_last_error());
+      kiln_comm_end_job(c, 1);
+    }
+    t_inp[r] = (MPI_Wtime() - t) * 1e3;
   }
   if (kiln_comm_rank(c) == 0) {
     printf("%d ranks, allreduce (sum) of %lld floats, %d repetitions\n", kiln_comm_size(c),
@@ -129,6 +142,8 @@ int main(int argc, char **argv) {
     report("kiln_comm_allreduce_sum (watchdog)", t_kiln, reps, n);
     report("kiln ordered sum (--deterministic)", t_ord, reps, n);
     report("kiln 256 KiB buckets (training)", t_bkt, reps, n);
+    if (lent) report("kiln buckets summed in place", t_inp, reps, n);
+    else printf("kiln buckets summed in place: no memory to sum in (several hosts, or too large)\n");
   }
   if (kiln_comm_size(c) > 1 && argc > 3 && !strcmp(argv[3], "late")) {
     static const double lates[] = {0.5, 1.5, 2.5, 4, 7, 12};
@@ -153,6 +168,8 @@ int main(int argc, char **argv) {
   free(t_mpi);
   free(t_ord);
   free(t_bkt);
+  free(t_inp);
+  kiln_comm_release_sum_buffer(c, lent);
   kiln_comm_free(c);
   return 0;
 }

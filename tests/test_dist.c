@@ -154,6 +154,30 @@ static void test_accumulate_is_in_order(void **state) {
   free(z);
 }
 
+/* Every buffer gets ((p0 + p1) + p2) + p3, the accumulate's bits, across several of the
+ * kernel's blocks and a short last one. */
+static void test_sum_to_all(void **state) {
+  (void)state;
+  enum { N = 2500, NP = 4 };
+  float *p[NP], *want = malloc(sizeof(float) * N);
+  assert_non_null(want);
+  kiln_rng r;
+  kiln_rng_seed(&r, 7, 1);
+  for (int k = 0; k < NP; k++) {
+    assert_non_null(p[k] = malloc(sizeof(float) * N));
+    for (int i = 0; i < N; i++) p[k][i] = kiln_rng_gaussian(&r, 0, k == 0 ? 1e4f : 1);
+  }
+  memcpy(want, p[0], sizeof(float) * N);
+  for (int k = 1; k < NP; k++) kiln_dist_accumulate(want, p[k], N);
+  kiln_dist_sum_to_all(p, NP, N);
+  for (int k = 0; k < NP; k++) assert_memory_equal(p[k], want, sizeof(float) * N);
+  /* one buffer: unchanged */
+  kiln_dist_sum_to_all(p, 1, N);
+  assert_memory_equal(p[0], want, sizeof(float) * N);
+  for (int k = 0; k < NP; k++) free(p[k]);
+  free(want);
+}
+
 /* ---- sync settings --------------------------------------------------------------------------- */
 
 static void test_sync_parse_and_check(void **state) {
@@ -279,6 +303,10 @@ typedef struct {
   size_t round_bytes;
   int round_steps_factor;
   uint64_t round_cursor_ahead;
+  /* claim_sum_buffer lends this (NULL: nothing to lend) */
+  float *lend;
+  int64_t lend_floats, claimed_floats;
+  int claims, releases;
 } fake_state;
 
 static int fake_barrier(kiln_comm *c) {
@@ -345,6 +373,23 @@ static const kiln_comm_ops fake_bucket_ops = {
     .allreduce_sum = fake_allreduce, .allreduce_sum_ordered = fake_ordered,
     .allgather = fake_allgather, .bucket_start = fake_bucket_start,
     .bucket_finish = fake_bucket_finish,
+};
+static float *fake_claim(kiln_comm *c, int64_t n) {
+  fake_state *st = c->impl;
+  st->claims++;
+  st->claimed_floats = n;
+  return n <= st->lend_floats ? st->lend : NULL;
+}
+static void fake_release(kiln_comm *c, float *buf) {
+  fake_state *st = c->impl;
+  assert_ptr_equal(buf, st->lend);
+  st->releases++;
+}
+static const kiln_comm_ops fake_lend_ops = {
+    .name = "fake-lend", .barrier = fake_barrier, .broadcast = fake_broadcast,
+    .broadcast_bytes = fake_broadcast_bytes,
+    .allreduce_sum = fake_allreduce, .allreduce_sum_ordered = fake_ordered,
+    .allgather = fake_allgather, .claim_sum_buffer = fake_claim, .release_sum_buffer = fake_release,
 };
 static const kiln_comm_ops fake_ops = {
     .name = "fake", .barrier = fake_barrier, .broadcast = fake_broadcast,
@@ -597,6 +642,56 @@ static void check_overlapped(const char *solver_file, bool det, int iter_size) {
   kiln_solver_free(whole);
 }
 
+/* A communicator that lends memory for the sums (shared memory on one host): the train net's
+ * gradients move there, backward writes them there, the twins' step is the same bit for bit as
+ * with the gradients in the net's own memory, and the memory goes back when the solver is
+ * freed. One that has none to lend (too small) leaves the net as it was. */
+static void test_solver_gradients_in_lent_memory(void **state) {
+  (void)state;
+  fake_state gs = {0};
+  kiln_comm gc;
+  kiln_solver *ref = gradient_twin(&gs, &gc, 3);
+  int64_t n = ref->net->nparam_floats;
+  float *lend = kiln_alloc(sizeof(float) * (size_t)n);
+  assert_non_null(lend);
+  fake_state st = {.lend = lend, .lend_floats = n};
+  kiln_comm c = {.ops = &fake_lend_ops, .rank = 0, .size = 2, .impl = &st};
+  kiln_solver_options o = {.comm = &c};
+  kiln_solver *s;
+  assert_int_equal(kiln_solver_create(solver_path, &o, &s), KILN_OK);
+  assert_int_equal(st.claims, 1);
+  assert_int_equal(st.claimed_floats, n);
+  assert_ptr_equal(s->net->param_diff, lend);
+  assert_ptr_equal(s->sum_buffer, lend);
+  for (int k = 0; k < s->net->nlearnable; k++)
+    assert_ptr_equal(s->net->learnable[k]->diff, lend + s->net->learnable_offset[k]);
+  kiln_layer *ip = kiln_net_layer(s->net, "ip");
+  assert_non_null(ip);
+  assert_ptr_equal(ip->param[0]->diff, lend + s->net->learnable_offset[0]);
+  assert_int_equal(kiln_solver_step(s, 3), KILN_OK);
+  assert_int_equal(st.allreduces, 3);
+  assert_memory_equal(s->net->param_data, ref->net->param_data, sizeof(float) * (size_t)n);
+  /* the last gradient is where the sums read it */
+  assert_memory_equal(lend, ref->net->param_diff, sizeof(float) * (size_t)n);
+  bool nonzero = false;
+  for (int64_t i = 0; i < n && !nonzero; i++) nonzero = lend[i] != 0;
+  assert_true(nonzero);
+  assert_int_equal(st.releases, 0);
+  kiln_solver_free(s);
+  assert_int_equal(st.releases, 1);
+  /* too little to lend: the net keeps its own memory, nothing to give back */
+  fake_state small = {.lend = lend, .lend_floats = n - 1};
+  c.impl = &small;
+  assert_int_equal(kiln_solver_create(solver_path, &o, &s), KILN_OK);
+  assert_int_equal(small.claims, 1);
+  assert_ptr_not_equal(s->net->param_diff, lend);
+  assert_null(s->sum_buffer);
+  kiln_solver_free(s);
+  assert_int_equal(small.releases, 0);
+  kiln_free(lend);
+  kiln_solver_free(ref);
+}
+
 /* GRADIENT twins with the gradient summed in buckets during backward: plain; in rank order
  * (--deterministic) with iter_size 2, where each bucket gets the first pass added before it
  * goes out. */
@@ -722,11 +817,13 @@ int main(void) {
       cmocka_unit_test(test_null_comm_is_one_process),
       cmocka_unit_test(test_launcher_size),
       cmocka_unit_test(test_accumulate_is_in_order),
+      cmocka_unit_test(test_sum_to_all),
       cmocka_unit_test(test_sync_parse_and_check),
       cmocka_unit_test(test_batch_stream_matches_walk),
       cmocka_unit_test(test_solver_config_mismatch_names_the_rank),
       cmocka_unit_test(test_solver_twin_workers),
       cmocka_unit_test(test_solver_model_and_time_twins),
+      cmocka_unit_test(test_solver_gradients_in_lent_memory),
       cmocka_unit_test(test_solver_overlapped_buckets),
       cmocka_unit_test(test_solver_time_weights),
       cmocka_unit_test(test_solver_sync_from_file_and_override),

@@ -40,6 +40,13 @@ typedef struct kiln_comm_ops {
   int (*bucket_start)(kiln_comm *c, float *buf, int64_t n, bool ordered);
   int (*bucket_progress)(kiln_comm *c);
   int (*bucket_finish)(kiln_comm *c);
+  /* Optional: n floats of this rank's memory (64-byte aligned) that the sums (buckets and
+   * allreduce) of ranges within it read and write where they lie, with no copy in or out: the
+   * shared memory of ranks on one host. NULL when there is none, n is too large, or it is lent
+   * already. Not collective: each rank may claim or not. Given back with release_sum_buffer;
+   * the memory is gone once the communicator is destroyed. */
+  float *(*claim_sum_buffer)(kiln_comm *c, int64_t n);
+  void (*release_sum_buffer)(kiln_comm *c, float *buf);
   /* Ends every process of the job with exit status `code` (MPI_Abort). The local communicator
    * returns: a single process ends by returning the code itself. */
   void (*end_job)(kiln_comm *c, int code);
@@ -90,11 +97,17 @@ int kiln_comm_bucket_start(kiln_comm *c, float *buf, int64_t n, bool ordered);
 int kiln_comm_bucket_progress(kiln_comm *c);
 int kiln_comm_bucket_finish(kiln_comm *c);
 void kiln_comm_end_job(kiln_comm *c, int code);
+/* See kiln_comm_ops.claim_sum_buffer: NULL for one process and where there is none. */
+float *kiln_comm_claim_sum_buffer(kiln_comm *c, int64_t n);
+void kiln_comm_release_sum_buffer(kiln_comm *c, float *buf);
 
 /* acc[i] += x[i], one float addition per element in index order. The deterministic reduction
  * and the solver's iter_size accumulation both add through here, so one worker with iter_size N
  * and N workers with --deterministic round identically. */
 void kiln_dist_accumulate(float *restrict acc, const float *restrict x, int64_t n);
+/* p[0][i] .. p[np - 1][i] (distinct buffers) all become ((p[0][i] + p[1][i]) + p[2][i]) + ...
+ * for i < n: kiln_dist_accumulate's additions in the same order, written to every buffer. */
+void kiln_dist_sum_to_all(float *const *p, int np, int64_t n);
 
 /* ---- synchronisation settings ------------------------------------------------------------ */
 

@@ -55,6 +55,7 @@ typedef struct kiln_net {
   int64_t *learnable_offset;  /* offset of each learnable blob in the flat buffers */
   float *param_data, *param_diff;
   int64_t nparam_floats;
+  bool param_diff_placed;     /* param_diff is someone else's memory (kiln_net_place_param_diff) */
   /* Outputs: blobs no layer consumes (the loss, accuracy, ...). */
   int noutputs;
   kiln_blob **outputs;
@@ -85,6 +86,11 @@ int kiln_net_backward(kiln_net *net);
 int kiln_net_layer_forward(kiln_net *net, int i);
 int kiln_net_layer_backward(kiln_net *net, int i);
 void kiln_net_zero_param_diff(kiln_net *net);
+/* Moves the parameter gradients (nparam_floats floats, 64-byte aligned) to `to`, memory the
+ * caller owns and keeps for the net's life (the communicator's shared memory, where the workers'
+ * sums read and write them in place); every parameter blob follows. Nets sharing this net's
+ * parameters (kiln_net_share_params) must share them again. */
+void kiln_net_place_param_diff(kiln_net *net, float *to);
 
 kiln_blob *kiln_net_blob(const kiln_net *net, const char *name);
 kiln_layer *kiln_net_layer(const kiln_net *net, const char *name);

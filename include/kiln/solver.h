@@ -99,6 +99,8 @@ typedef struct kiln_solver {
   kiln_sync_config sync;   /* resolved: file, then options */
   const Caffe__NetParameter *train_param;
   float *grad_acc;         /* iter_size > 1: the passes' gradients summed in pass order */
+  float *sum_buffer;       /* the communicator's memory the train net's gradients lie in (summed
+                              there with no copies), or NULL */
   bool params_synced;      /* rank 0's parameters broadcast since creation or restore */
   double work_ms, sync_ms; /* this worker: time in training iterations, and in collectives that
                               wait for the others (gradient sums, model averages) */

@@ -65,6 +65,15 @@ int kiln_comm_bucket_finish(kiln_comm *c) {
   return c->ops->bucket_finish(c);
 }
 
+float *kiln_comm_claim_sum_buffer(kiln_comm *c, int64_t n) {
+  if (!c || c->size == 1 || n <= 0 || !c->ops->claim_sum_buffer) return NULL;
+  return c->ops->claim_sum_buffer(c, n);
+}
+
+void kiln_comm_release_sum_buffer(kiln_comm *c, float *buf) {
+  if (c && buf && c->ops->release_sum_buffer) c->ops->release_sum_buffer(c, buf);
+}
+
 void kiln_comm_end_job(kiln_comm *c, int code) {
   if (c && c->ops->end_job) c->ops->end_job(c, code);
 }
@@ -90,6 +99,17 @@ void kiln_dist_accumulate(float *restrict acc, const float *restrict x, int64_t 
    * gcc's -O2 left the plain loop scalar. */
 #pragma omp simd
   for (int64_t i = 0; i < n; i++) acc[i] += x[i];
+}
+
+void kiln_dist_sum_to_all(float *const *p, int np, int64_t n) {
+  enum { BLOCK = 1024 }; /* 4 KiB on the stack; the blocks stay in L1 between the passes */
+  float acc[BLOCK];
+  for (int64_t i = 0; i < n; i += BLOCK) {
+    int64_t m = n - i < BLOCK ? n - i : BLOCK;
+    memcpy(acc, p[0] + i, sizeof(float) * (size_t)m);
+    for (int r = 1; r < np; r++) kiln_dist_accumulate(acc, p[r] + i, m);
+    for (int r = 0; r < np; r++) memcpy(p[r] + i, acc, sizeof(float) * (size_t)m);
+  }
 }
 
 #ifndef KILN_HAVE_MPI

@@ -25,18 +25,22 @@
  *
  * Sums through shared memory. When every rank is on one host (MPI_COMM_TYPE_SHARED), the sums
  * (overlapped buckets, allreduce, ordered allreduce) skip MPI: each rank has a segment of an
- * MPI-3 shared window. A rank copies its bucket into its own segment and says so (`ready`, the
- * round's number, in its segment's header); rank q then adds part q of the bucket over the ranks'
- * segments in rank order into rank 0's segment (kiln_dist_accumulate: ((s0 + s1) + s2) ..., the
- * bits of the ordered sum, so every sum on one host is deterministic) and says so (`done`); every
- * rank copies the whole sum out of rank 0's segment once every part is done. Between a copy in
- * and a copy out, only rank q touches part q of any segment, and release stores and acquire
- * loads of the round numbers order the copies against the additions: no locks. Rank 0 reuses
- * its segment in the next round only after every rank has copied the last one out
- * (`finished`). Waits go through wait_on() as for MPI, watchdog included. In alternating LeNet
- * runs on this VM, 2 workers reached 1.84-1.90x one worker this way against 1.71-1.88x through
- * Open MPI's single-copy transfers (docs/PERF.md, session 8). KILN_COMM_SHM=0 keeps every sum
- * in MPI. */
+ * MPI-3 shared window. A rank's addend is in its own segment, either where it lies (the first
+ * ARENA_FLOATS of the segment are lent to the solver, which places the train net's gradients
+ * there: kiln_comm_claim_sum_buffer) or copied in after them; the rank publishes the addend's
+ * offset and says it is there (`ready`, the round's number, in its segment's header). Rank q
+ * then adds part q of the sum over the ranks' segments in rank order (kiln_dist_sum_to_all:
+ * ((s0 + s1) + s2) ..., the bits of the ordered sum, so every sum on one host is
+ * deterministic), writes the result into every rank's segment and says so (`done`); once every
+ * part is done, each rank has the whole sum in its own segment, where the solver reads it (or it
+ * is copied out). Between `ready` and `done` only rank q touches part q of any segment, and a
+ * rank touches its own segment again only after every `done`; release stores and acquire loads
+ * of the round numbers order the writes: no locks. Waits go through wait_on() as for MPI,
+ * watchdog included. In alternating LeNet runs on this VM, 2 workers reached 1.84-1.90x one
+ * worker through shared memory (copied in and out of rank 0's segment then) against 1.71-1.88x
+ * through Open MPI's single-copy transfers (docs/PERF.md, session 8); summed in place, LeNet's
+ * gradient takes half the time of the copied sum (session 9). KILN_COMM_SHM=0 keeps every sum
+ * in MPI; KILN_COMM_SHM=copy lends no memory (every addend copied). */
 #include <errno.h>
 #include <limits.h>
 #include <mpi.h>
@@ -54,6 +58,7 @@
 
 enum {
   CHUNK_FLOATS = 1 << 22,
+  ARENA_FLOATS = 1 << 21, /* the start of each shared segment: a gradient summed where it lies */
   ORDERED_TAG = 0x6b6c, /* the ordered sum's segments on their way to be added */
   ROLL_CALL_TAG = 0x6b6d,
   ROLL_ANSWER_TAG,
@@ -87,7 +92,8 @@ typedef struct {
   int64_t n;
   bool ordered;
   int slot;           /* >= 0: summed through shared memory, in this slot of the round */
-  int64_t shm_off;    /* ... at this offset of each rank's segment */
+  int64_t shm_off;    /* ... at this offset of this rank's segment */
+  bool in_place;      /* ... where buf lies (the claimed sum buffer): no copies */
   int stage;          /* 0: first exchange (or the allreduce) in flight, 1: second, 2: done;
                          shared memory: 0 waiting for every rank's copy, 1 for every part */
   MPI_Request *req;   /* 1, or 2 (N-1) for an ordered sum */
@@ -122,13 +128,13 @@ typedef struct {
   char msg[1024];
 } comm_thread;
 
-/* The header of each rank's segment of the shared window: round numbers, written by the rank
- * that owns the segment, read by all. The floats follow at SHM_HEADER bytes. */
+/* The header of each rank's segment of the shared window: round numbers and offsets, written by
+ * the rank that owns the segment, read by all. The floats follow at SHM_HEADER bytes. */
 enum { SHM_SLOTS = 512, SHM_HEADER = 16384 };
 typedef struct {
-  _Atomic uint64_t ready[SHM_SLOTS]; /* this rank's copy of the slot's bucket is in its segment */
-  _Atomic uint64_t done[SHM_SLOTS];  /* this rank's part of the slot's sum is in rank 0's segment */
-  _Atomic uint64_t finished;         /* this rank has copied out every sum of the round */
+  _Atomic uint64_t ready[SHM_SLOTS]; /* this rank's addend of the slot's sum is in its segment */
+  _Atomic uint64_t done[SHM_SLOTS];  /* this rank's part of the slot's sum is in every segment */
+  int64_t off[SHM_SLOTS]; /* where in this segment's floats (set before `ready` is released) */
 } shm_header;
 _Static_assert(sizeof(shm_header) <= SHM_HEADER, "shared-memory header too large");
 /* atomics that take a lock would take a lock private to each process */
@@ -157,10 +163,14 @@ typedef struct {
   MPI_Comm node;
   MPI_Win win;
   shm_header **shm_head; /* per rank */
-  float **shm_data;      /* per rank: CHUNK_FLOATS floats (and a little slack) */
+  float **shm_data;      /* per rank: ARENA_FLOATS + CHUNK_FLOATS floats (and a little slack) */
+  float **shm_parts;     /* per rank: scratch for kiln_dist_sum_to_all */
   uint64_t shm_round;    /* the round under way (or last), 1, 2, ... */
   int shm_slots;         /* slots used in this round */
-  int64_t shm_used;      /* floats used in each segment in this round */
+  int64_t shm_floats;    /* floats of the round's sums (as if all were copied: alike on every
+                            rank, whatever each rank sums in place) */
+  int64_t shm_copied;    /* floats copied into this rank's segment this round, after the arena */
+  bool arena_lent;       /* the segment's first ARENA_FLOATS are the claimed sum buffer */
 } mpi_state;
 
 static int mpi_status(int err, const char *what) {
@@ -447,7 +457,7 @@ static int mpi_broadcast_bytes(kiln_comm *c, void *buf, size_t n, int root) {
 /* Forward declarations: the sums in flight (below) serve the whole-buffer sums too. */
 static int start_sums(kiln_comm *c, float *buf, int64_t n, bool ordered);
 static int progress_buckets(kiln_comm *c, void *arg, bool *all_done);
-static void sums_over(mpi_state *st, int rank);
+static void sums_over(mpi_state *st);
 
 /* A whole buffer summed now, a chunk at a time (each through shared memory where it can be). */
 static int sum_now(kiln_comm *c, float *buf, int64_t n, bool ordered) {
@@ -461,7 +471,7 @@ static int sum_now(kiln_comm *c, float *buf, int64_t n, bool ordered) {
   for (int64_t off = 0; off < n && !rc; off += CHUNK_FLOATS) {
     rc = start_sums(c, buf + off, n - off < CHUNK_FLOATS ? n - off : CHUNK_FLOATS, ordered);
     if (!rc) rc = wait_on(c, progress_buckets, NULL);
-    sums_over(st, c->rank);
+    sums_over(st);
   }
   end_op(c);
   return rc;
@@ -483,73 +493,93 @@ static int64_t seg(int64_t n, int q, int size, int64_t *len) {
 
 /* ---- sums through shared memory ------------------------------------------------------------ */
 
-typedef enum { SHM_READY, SHM_DONE, SHM_FINISHED } shm_mark;
+typedef enum { SHM_READY, SHM_DONE } shm_mark;
 
-/* Every rank's `mark` (of `slot`; none for SHM_FINISHED) has reached `round`. */
+/* Every rank's `mark` of `slot` has reached `round`. */
 static bool all_reached(mpi_state *st, int size, shm_mark mark, int slot, uint64_t round) {
   for (int r = 0; r < size; r++) {
     shm_header *h = st->shm_head[r];
-    _Atomic uint64_t *v = mark == SHM_READY  ? &h->ready[slot]
-                          : mark == SHM_DONE ? &h->done[slot]
-                                             : &h->finished;
+    _Atomic uint64_t *v = mark == SHM_READY ? &h->ready[slot] : &h->done[slot];
     if (atomic_load_explicit(v, memory_order_acquire) < round) return false;
   }
   return true;
 }
 
-/* wait_on's test: every rank has copied out the last round's sums */
-static int poll_finished(kiln_comm *c, void *arg, bool *done) {
-  mpi_state *st = c->impl;
-  *done = all_reached(st, c->size, SHM_FINISHED, 0, *(uint64_t *)arg);
-  return KILN_OK;
+/* Part q of a shared-memory sum of n floats: as seg(), with the boundaries on 16 floats (64
+ * bytes) so that two ranks never write one cache line. */
+static int64_t shm_part(int64_t n, int q, int size, int64_t *len) {
+  int64_t start = q == 0 ? 0 : (n * q / size) & ~(int64_t)15;
+  int64_t end = q == size - 1 ? n : (n * (q + 1) / size) & ~(int64_t)15;
+  *len = end - start;
+  return start;
 }
 
-/* This rank's copy of the bucket goes into its segment (rank 0 first waits until its segment's
- * last round has been copied out everywhere). */
-static int shm_start(kiln_comm *c, bucket *b) {
+static bool in_arena(const mpi_state *st, int rank, const float *buf, int64_t n) {
+  uintptr_t a = (uintptr_t)st->shm_data[rank], b = (uintptr_t)buf;
+  return st->arena_lent && b >= a && b + (uintptr_t)n * sizeof(float) <=
+                                         a + (uintptr_t)ARENA_FLOATS * sizeof(float);
+}
+
+/* This rank's addend goes into its segment: where it lies when buf is in the claimed sum buffer,
+ * else copied after the arena; its offset and `ready` tell the others. */
+static void shm_start(kiln_comm *c, bucket *b) {
   mpi_state *st = c->impl;
-  if (st->shm_slots == 0) {
-    st->shm_round++;
-    uint64_t last = st->shm_round - 1;
-    if (c->rank == 0 && !all_reached(st, c->size, SHM_FINISHED, 0, last))
-      KILN_TRY(wait_on(c, poll_finished, &last));
-  }
+  if (st->shm_slots == 0) st->shm_round++;
   b->slot = st->shm_slots++;
-  b->shm_off = st->shm_used;
-  st->shm_used += (b->n + 15) & ~(int64_t)15; /* 64-byte aligned */
-  memcpy(st->shm_data[c->rank] + b->shm_off, b->buf, sizeof(float) * (size_t)b->n);
-  atomic_store_explicit(&st->shm_head[c->rank]->ready[b->slot], st->shm_round,
-                        memory_order_release);
-  return KILN_OK;
+  st->shm_floats += (b->n + 15) & ~(int64_t)15;
+  b->in_place = in_arena(st, c->rank, b->buf, b->n);
+  if (b->in_place) {
+    b->shm_off = (int64_t)(((uintptr_t)b->buf - (uintptr_t)st->shm_data[c->rank]) / sizeof(float));
+  } else {
+    b->shm_off = ARENA_FLOATS + st->shm_copied;
+    st->shm_copied += (b->n + 15) & ~(int64_t)15; /* 64-byte aligned */
+    memcpy(st->shm_data[c->rank] + b->shm_off, b->buf, sizeof(float) * (size_t)b->n);
+  }
+  shm_header *h = st->shm_head[c->rank];
+  h->off[b->slot] = b->shm_off;
+  atomic_store_explicit(&h->ready[b->slot], st->shm_round, memory_order_release);
 }
 
-/* Moves a shared-memory sum on: this rank's part once every copy is in, the result once every
- * part is done. */
+/* Moves a shared-memory sum on: once every addend is in, this rank adds part q over the ranks
+ * and writes the sum into every rank's segment; once every part is done, the sum is in this
+ * rank's segment (copied out unless the bucket is summed in place). */
 static void shm_advance(kiln_comm *c, bucket *b) {
   mpi_state *st = c->impl;
   uint64_t round = st->shm_round;
   if (b->stage == 0 && all_reached(st, c->size, SHM_READY, b->slot, round)) {
-    int64_t len, off = seg(b->n, c->rank, c->size, &len);
-    float *sum = st->shm_data[0] + b->shm_off + off;
-    for (int r = 1; r < c->size; r++)
-      kiln_dist_accumulate(sum, st->shm_data[r] + b->shm_off + off, len);
+    int64_t len, off = shm_part(b->n, c->rank, c->size, &len);
+    for (int r = 0; r < c->size; r++)
+      st->shm_parts[r] = st->shm_data[r] + st->shm_head[r]->off[b->slot] + off;
+    kiln_dist_sum_to_all(st->shm_parts, c->size, len);
     atomic_store_explicit(&st->shm_head[c->rank]->done[b->slot], round, memory_order_release);
     b->stage = 1;
   }
   if (b->stage == 1 && all_reached(st, c->size, SHM_DONE, b->slot, round)) {
-    memcpy(b->buf, st->shm_data[0] + b->shm_off, sizeof(float) * (size_t)b->n);
+    if (!b->in_place)
+      memcpy(b->buf, st->shm_data[c->rank] + b->shm_off, sizeof(float) * (size_t)b->n);
     b->stage = 2;
   }
 }
 
 /* The sums in flight are complete (or failed: the job ends): a new list, and a new round. */
-static void sums_over(mpi_state *st, int rank) {
+static void sums_over(mpi_state *st) {
   st->nbuckets = st->done_buckets = 0;
-  if (st->shm_slots) {
-    atomic_store_explicit(&st->shm_head[rank]->finished, st->shm_round, memory_order_release);
-    st->shm_slots = 0;
-    st->shm_used = 0;
-  }
+  st->shm_slots = 0;
+  st->shm_floats = st->shm_copied = 0;
+}
+
+static float *mpi_claim_sum_buffer(kiln_comm *c, int64_t n) {
+  mpi_state *st = c->impl;
+  if (!st->shm || st->arena_lent || n > ARENA_FLOATS) return NULL;
+  const char *v = getenv("KILN_COMM_SHM"); /* "copy": sums through copies (measurements) */
+  if (v && !strcmp(v, "copy")) return NULL;
+  st->arena_lent = true;
+  return st->shm_data[c->rank];
+}
+
+static void mpi_release_sum_buffer(kiln_comm *c, float *buf) {
+  mpi_state *st = c->impl;
+  if (st->shm && buf == st->shm_data[c->rank]) st->arena_lent = false;
 }
 
 /* The ordered sum's exchanges. Stage 0: segment q of this rank's buffer goes to rank q, and the
@@ -682,8 +712,8 @@ static int start_sums(kiln_comm *c, float *buf, int64_t n, bool ordered) {
     b->slot = -1;
     st->nbuckets++;
     /* every rank decides alike: the same buckets in the same order */
-    if (st->shm && st->shm_slots < SHM_SLOTS && st->shm_used + b->n <= CHUNK_FLOATS) {
-      KILN_TRY(shm_start(c, b));
+    if (st->shm && st->shm_slots < SHM_SLOTS && st->shm_floats + b->n <= CHUNK_FLOATS) {
+      shm_start(c, b);
       continue;
     }
     if (ordered) {
@@ -711,7 +741,7 @@ static int start_sums(kiln_comm *c, float *buf, int64_t n, bool ordered) {
 /* Waits for every sum in flight (one collective for the watchdog) and clears the list. */
 static int finish_sums(kiln_comm *c) {
   int rc = wait_on(c, progress_buckets, NULL);
-  sums_over(c->impl, c->rank);
+  sums_over(c->impl);
   end_op(c);
   return rc;
 }
@@ -745,7 +775,7 @@ static void *comm_thread_main(void *arg) {
     if (ct->finish) {
       pthread_mutex_unlock(&ct->mu);
       int rc = ct->rc ? KILN_OK : wait_on(c, progress_buckets, NULL);
-      sums_over(st, c->rank);
+      sums_over(st);
       end_op(c);
       pthread_mutex_lock(&ct->mu);
       if (rc) thread_fail(ct, rc);
@@ -972,6 +1002,7 @@ static void mpi_destroy(kiln_comm *c) {
     free(st->buckets);
     free(st->shm_head);
     free(st->shm_data);
+    free(st->shm_parts);
     free(st);
   }
   free(c);
@@ -988,6 +1019,8 @@ static const kiln_comm_ops mpi_ops = {
     .bucket_start = mpi_bucket_start,
     .bucket_progress = mpi_bucket_progress,
     .bucket_finish = mpi_bucket_finish,
+    .claim_sum_buffer = mpi_claim_sum_buffer,
+    .release_sum_buffer = mpi_release_sum_buffer,
     .end_job = mpi_end_job,
     .destroy = mpi_destroy,
 };
@@ -1014,7 +1047,7 @@ static void shm_setup(kiln_comm *c) {
   MPI_Comm_size(st->node, &nsize);
   if (nsize != c->size) return; /* several hosts: MPI (the split agrees on every rank) */
   void *base = NULL;
-  MPI_Aint bytes = SHM_HEADER + (MPI_Aint)sizeof(float) * (CHUNK_FLOATS + 16);
+  MPI_Aint bytes = SHM_HEADER + (MPI_Aint)sizeof(float) * (ARENA_FLOATS + CHUNK_FLOATS + 16);
   MPI_Info info; /* each rank's segment on its own pages (placed near that rank) */
   MPI_Info_create(&info);
   MPI_Info_set(info, "alloc_shared_noncontig", "true");
@@ -1024,7 +1057,8 @@ static void shm_setup(kiln_comm *c) {
   int ok = made;
   st->shm_head = calloc((size_t)c->size, sizeof *st->shm_head);
   st->shm_data = calloc((size_t)c->size, sizeof *st->shm_data);
-  ok = ok && st->shm_head && st->shm_data;
+  st->shm_parts = calloc((size_t)c->size, sizeof *st->shm_parts);
+  ok = ok && st->shm_head && st->shm_data && st->shm_parts;
   for (int r = 0; ok && r < c->size; r++) {
     MPI_Aint sz;
     int unit;
@@ -1039,7 +1073,6 @@ static void shm_setup(kiln_comm *c) {
       atomic_init(&h->ready[i], 0);
       atomic_init(&h->done[i], 0);
     }
-    atomic_init(&h->finished, 0);
     atomic_thread_fence(memory_order_seq_cst); /* before the others may look (the allreduce) */
   }
   int mine[2] = {made, ok}, all[2] = {0, 0};

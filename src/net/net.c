@@ -942,7 +942,7 @@ void kiln_net_free(kiln_net *net) {
   free(net->is_state);
   free(net->learnable_offset);
   kiln_free(net->param_data);
-  kiln_free(net->param_diff);
+  if (!net->param_diff_placed) kiln_free(net->param_diff);
   kiln_free(net->workspace);
   free(net->outputs);
   free(net->output_loss_weight);
@@ -1015,6 +1015,28 @@ int kiln_net_backward(kiln_net *net) {
 
 void kiln_net_zero_param_diff(kiln_net *net) {
   memset(net->param_diff, 0, (size_t)net->nparam_floats * sizeof(float));
+}
+
+/* b's diff, if it lies in from[0 .. n), moves to the same place in to (addresses compared as
+ * integers: the blob's diff may be another buffer) */
+static void rebase_diff(kiln_blob *b, const float *from, int64_t n, float *to) {
+  uintptr_t d = (uintptr_t)b->diff, f = (uintptr_t)from;
+  if (b->diff && d >= f && d < f + (uintptr_t)n * sizeof(float))
+    b->diff = to + (d - f) / sizeof(float);
+}
+
+void kiln_net_place_param_diff(kiln_net *net, float *to) {
+  float *from = net->param_diff;
+  if (to == from) return;
+  int64_t n = net->nparam_floats;
+  memcpy(to, from, (size_t)n * sizeof(float));
+  for (int k = 0; k < net->nlearnable; k++) rebase_diff(net->learnable[k], from, n, to);
+  for (int i = 0; i < net->nlayers; i++)
+    for (int p = 0; p < net->layers[i]->nparam; p++)
+      rebase_diff(net->layers[i]->param[p], from, n, to);
+  if (!net->param_diff_placed) kiln_free(from);
+  net->param_diff = to;
+  net->param_diff_placed = true;
 }
 
 double kiln_net_forward_flops(const kiln_net *net) {

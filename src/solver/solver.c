@@ -202,6 +202,7 @@ static int check_params(kiln_solver *s) {
 }
 
 static int plan_buckets(kiln_solver *s);
+static int place_gradients(kiln_solver *s);
 
 /* ---- workers ------------------------------------------------------------------------------ */
 
@@ -407,6 +408,7 @@ int kiln_solver_create(const char *solver_path, const kiln_solver_options *opt, 
     s->overlap = s->nworkers > 1 && !s->opt.no_overlap;
     if (s->overlap) rc = plan_buckets(s);
   }
+  if (!rc && s->nworkers > 1) rc = place_gradients(s);
   if (!rc) {
     uint8_t digest[32];
     rc = config_digest(s, digest);
@@ -442,6 +444,7 @@ void kiln_solver_free(kiln_solver *s) {
   for (int i = 0; i < s->ntest; i++) kiln_net_free(s->test_nets[i]);
   free(s->test_nets);
   kiln_net_free(s->net);
+  kiln_comm_release_sum_buffer(s->opt.comm, s->sum_buffer); /* after the net that used it */
   for (int i = 0; i < s->nnet_params; i++) protobuf_c_message_free_unpacked(&s->net_params[i]->base, NULL);
   free(s->net_params);
   if (s->param) protobuf_c_message_free_unpacked(&s->param->base, NULL);
@@ -711,6 +714,21 @@ static int sync_params(kiln_solver *s) {
 }
 
 static int backward_hook(void *user, int layer);
+
+/* With workers on one host, the train net's gradients move into the communicator's shared
+ * memory: backward writes them where the other workers add them up, and the sum lands where the
+ * update reads it (no copy in or out). Elsewhere, or for a gradient too large, they stay. */
+static int place_gradients(kiln_solver *s) {
+  float *home = kiln_comm_claim_sum_buffer(s->opt.comm, s->net->nparam_floats);
+  if (!home) return KILN_OK;
+  kiln_net_place_param_diff(s->net, home);
+  s->sum_buffer = home;
+  for (int i = 0; i < s->ntest; i++) KILN_TRY(kiln_net_share_params(s->test_nets[i], s->net));
+  if (s->rank == 0)
+    kiln_log(KILN_LOG_INFO, "the gradients (%lld floats) lie in shared memory: summed in place",
+             (long long)s->net->nparam_floats);
+  return KILN_OK;
+}
 
 /* iter_size forward/backward passes; param_diff ends as their gradients summed in pass order.
  * `loss_sum` gets the passes' losses added up. With `overlap`, the last pass's backward starts

@@ -14,7 +14,8 @@
 #          rounding;
 #   (g, h) MODEL and TIME sync (below);
 #   (i, j) sums overlapped with backward, plain and ordered, with iter_size 1 and 2;
-#   (k)    the same sums driven by a communication thread.
+#   (k)    the same sums driven by a communication thread;
+#   (l)    gradients summed where they lie in shared memory, copied, or both at once.
 # On one host every sum goes through shared memory (src/dist/comm_mpi.c); mpi_gradient_no_shm.sh
 # runs all of this again with KILN_COMM_SHM=0, through MPI.
 # Skips (exit 77, a CTest skip) only when mpirun is missing or kiln was built without MPI.
@@ -258,7 +259,7 @@ mpi 2 "$KILN" train --solver one.prototxt --debug-slow-rank 2:5 > slow2.log 2>&1
   && fail "--debug-slow-rank 2 on 2 workers was accepted" || pass
 grep -q "the job has 2 workers (ranks 0 to 1)" slow2.log && pass || fail "slow rank message: $(grep kiln: slow2.log)"
 
-# (i) GRADIENT sums overlapped with backward: a net whose gradient spans several 1 MiB buckets
+# (i) GRADIENT sums overlapped with backward: a net whose gradient spans several 256 KiB buckets
 #     gives, on 2 workers, the bits of the sum after backward (--no-overlap), and is within 1e-5
 #     of 1 worker with iter_size 2.
 mpi_wide_net > wide_net.prototxt
@@ -304,6 +305,34 @@ KILN_COMM_THREAD=5ms trainN 2 wbad
 grep -q "KILN_COMM_THREAD='5ms' is not a polling interval in microseconds (1 to 100000)" wbad.log \
   && ! grep -q "a communication thread tests" wbad.log && pass || fail "bad KILN_COMM_THREAD: $(grep kiln wbad.log | head -n 3)"
 same wno_iter_5.caffemodel wbad_iter_5.caffemodel "polling after a bad KILN_COMM_THREAD"
+
+# (l) On one host the train net's gradients lie in shared memory (each rank's own segment) and
+#     are summed there, with no copy in or out; KILN_COMM_SHM=copy keeps them in the process
+#     and copies them through. Either way, and with one rank copying while the others sum in
+#     place, 3 workers give the bits of iter_size 3; so do 2 workers summing in place after
+#     backward (--no-overlap: the allreduce of the whole gradient).
+if [ "${KILN_COMM_SHM:-1}" = 0 ]; then
+  ! grep -q "lie in shared memory" wd3.log && pass || fail "KILN_COMM_SHM=0: gradients in shared memory"
+else
+  grep -q "the gradients (607904 floats) lie in shared memory: summed in place" wd3.log && pass \
+    || fail "gradients not in shared memory: $(grep kiln wd3.log | head -n 4)"
+  solver wcp3 wide_net.prototxt 1 5 > wcp3.prototxt
+  KILN_COMM_SHM=copy trainN 3 wcp3 --deterministic
+  grep -q "sums go through shared memory" wcp3.log && ! grep -q "lie in shared memory" wcp3.log \
+    && pass || fail "KILN_COMM_SHM=copy: $(grep kiln wcp3.log | head -n 4)"
+  same wref3_iter_5.caffemodel wcp3_iter_5.caffemodel "3 workers copying through shared memory vs iter_size 3"
+  solver wmix3 wide_net.prototxt 1 5 > wmix3.prototxt
+  export KILN
+  mpi 3 bash -c '[ "$OMPI_COMM_WORLD_RANK" = 1 ] && export KILN_COMM_SHM=copy
+    exec "$KILN" train --solver wmix3.prototxt --deterministic' > wmix3.log 2>&1 \
+    || fail "KILN_COMM_SHM=copy on rank 1 only: $(tail -n 5 wmix3.log)"
+  same wref3_iter_5.caffemodel wmix3_iter_5.caffemodel "rank 1 copying, ranks 0 and 2 in place vs iter_size 3"
+  solver wnoi wide_net.prototxt 2 5 > wnoi.prototxt
+  train1 wnoi
+  solver wno2 wide_net.prototxt 1 5 > wno2.prototxt
+  trainN 2 wno2 --no-overlap
+  same wnoi_iter_5.caffemodel wno2_iter_5.caffemodel "2 workers summing in place after backward vs iter_size 2"
+fi
 
 # Bad sync settings are refused with the field named.
 solver bad net.prototxt 1 20 "sync { mode: MODEL }
