@@ -631,9 +631,28 @@ static void test_param_sharing_by_name(void **state) {
   float *dw = copy_floats(w->diff, w->count), *db = copy_floats(bias->diff, bias->count);
   assert_int_equal(fd_check(net, w->data, dw, w->count, "shared w"), 0);
   assert_int_equal(fd_check(net, bias->data, db, bias->count, "shared bias"), 0);
+  /* Moved elsewhere (the communicator's shared memory), the gradients follow for the owner and
+   * for the layer sharing its blobs, and backward writes the same values there. */
+  forward_backward(net, &loss); /* fd_check moved the weights and back: the same gradient again */
+  float *old = net->param_diff, *home = kiln_alloc(sizeof(float) * (size_t)net->nparam_floats);
+  assert_non_null(home);
+  kiln_net_place_param_diff(net, home);
+  assert_ptr_equal(net->param_diff, home);
+  assert_true(net->param_diff_placed);
+  assert_memory_equal(home + net->learnable_offset[0], dw, sizeof(float) * (size_t)w->count);
+  for (int i = 0; i < 2; i++) {
+    assert_ptr_equal(ip1->param[i]->diff, home + net->learnable_offset[i]);
+    assert_ptr_equal(ip2->param[i]->diff, home + net->learnable_offset[i]);
+  }
+  assert_ptr_not_equal(old, home);
+  memset(home, 0, sizeof(float) * (size_t)net->nparam_floats);
+  forward_backward(net, &loss);
+  assert_memory_equal(home + net->learnable_offset[0], dw, sizeof(float) * (size_t)w->count);
+  assert_memory_equal(home + net->learnable_offset[1], db, sizeof(float) * (size_t)bias->count);
   free(dw);
   free(db);
-  built_free(&b);
+  built_free(&b); /* leaves the placed memory to its owner */
+  kiln_free(home);
 
   /* Shape mismatch on a shared name. */
   snprintf(text, sizeof text, shared_fmt, 5, "", 4);
