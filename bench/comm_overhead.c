@@ -87,11 +87,18 @@ int main(int argc, char **argv) {
   double *t_bkt = malloc(sizeof(double) * (size_t)reps);
   double *t_inp = malloc(sizeof(double) * (size_t)reps);
   if (!buf || !t_kiln || !t_mpi || !t_ord || !t_bkt || !t_inp) kiln_comm_end_job(c, 1);
-  /* NULL unless every rank is on this host and n fits (then every rank gets one) */
-  float *lent = kiln_comm_claim_sum_buffer(c, n);
-  if (lent) memcpy(lent, buf, sizeof(float) * (size_t)n);
   for (int64_t i = 0; i < n; i++) buf[i] = 1e-6f * (float)(i % 1000);
   MPI_Comm world = MPI_COMM_WORLD;
+  /* NULL unless the ranks share this host and n fits; timed only when every rank has one (a
+   * rank with KILN_COMM_SHM=copy claims none), so that all call the same collectives */
+  float *lent = kiln_comm_claim_sum_buffer(c, n);
+  int have = lent != NULL, all_have = 0;
+  MPI_Allreduce(&have, &all_have, 1, MPI_INT, MPI_MIN, world);
+  if (!all_have) {
+    kiln_comm_release_sum_buffer(c, lent);
+    lent = NULL;
+  }
+  if (lent) memcpy(lent, buf, sizeof(float) * (size_t)n);
   for (int w = 0; w < 5; w++) { /* warm up both paths (connections, buffers) */
     MPI_Allreduce(MPI_IN_PLACE, buf, (int)(n < (1 << 22) ? n : (1 << 22)), MPI_FLOAT, MPI_SUM, world);
     if (kiln_comm_allreduce_sum(c, buf, n, false)) kiln_comm_end_job(c, 1);
@@ -143,7 +150,9 @@ int main(int argc, char **argv) {
     report("kiln ordered sum (--deterministic)", t_ord, reps, n);
     report("kiln 256 KiB buckets (training)", t_bkt, reps, n);
     if (lent) report("kiln buckets summed in place", t_inp, reps, n);
-    else printf("kiln buckets summed in place: no memory to sum in (several hosts, or too large)\n");
+    else
+      printf("kiln buckets summed in place: no memory to sum in (several hosts, too large, or "
+             "KILN_COMM_SHM=copy)\n");
   }
   if (kiln_comm_size(c) > 1 && argc > 3 && !strcmp(argv[3], "late")) {
     static const double lates[] = {0.5, 1.5, 2.5, 4, 7, 12};

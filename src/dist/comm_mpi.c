@@ -33,13 +33,15 @@
  * ((s0 + s1) + s2) ..., the bits of the ordered sum, so every sum on one host is
  * deterministic), writes the result into every rank's segment and says so (`done`); once every
  * part is done, each rank has the whole sum in its own segment, where the solver reads it (or it
- * is copied out). Between `ready` and `done` only rank q touches part q of any segment, and a
- * rank touches its own segment again only after every `done`; release stores and acquire loads
- * of the round numbers order the writes: no locks. Waits go through wait_on() as for MPI,
+ * is copied out). From a bucket's `ready` to every rank's `done`, only rank q touches part q of
+ * that bucket in any segment (meanwhile the owner writes other places of its segment: the
+ * gradients backward is still computing, other buckets' copies); a rank writes the bucket's place
+ * again only after every `done` of the round. Release stores and acquire loads of the round
+ * numbers order the writes: no locks. Waits go through wait_on() as for MPI,
  * watchdog included. In alternating LeNet runs on this VM, 2 workers reached 1.84-1.90x one
  * worker through shared memory (copied in and out of rank 0's segment then) against 1.71-1.88x
  * through Open MPI's single-copy transfers (docs/PERF.md, session 8); summed in place, LeNet's
- * gradient takes half the time of the copied sum (session 9). KILN_COMM_SHM=0 keeps every sum
+ * gradient takes 0.6-0.9 of the copied sum's time, resnet20's half (session 9). KILN_COMM_SHM=0 keeps every sum
  * in MPI; KILN_COMM_SHM=copy lends no memory (every addend copied). */
 #include <errno.h>
 #include <limits.h>
@@ -95,7 +97,7 @@ typedef struct {
   int64_t shm_off;    /* ... at this offset of this rank's segment */
   bool in_place;      /* ... where buf lies (the claimed sum buffer): no copies */
   int stage;          /* 0: first exchange (or the allreduce) in flight, 1: second, 2: done;
-                         shared memory: 0 waiting for every rank's copy, 1 for every part */
+                         shared memory: 0 waiting for every rank's addend, 1 for every part */
   MPI_Request *req;   /* 1, or 2 (N-1) for an ordered sum */
   int nreq;
   float *tmp;         /* ordered: the other ranks' copies of this rank's segment */
