@@ -62,6 +62,24 @@ static int bucketed_sum(kiln_comm *c, float *buf, int64_t n) {
   return kiln_comm_bucket_finish(c);
 }
 
+/* kiln's sums, one signature for timed() */
+enum { PLAIN, ORDERED, BUCKETED };
+static int kiln_sum(kiln_comm *c, int how, float *buf, int64_t n) {
+  return how == BUCKETED ? bucketed_sum(c, buf, n) : kiln_comm_allreduce_sum(c, buf, n, how == ORDERED);
+}
+
+/* One timed sum through kiln, in ms, the ranks lined up first (so that the timing is the
+ * collective and not a rank's lateness); a failure ends the job. */
+static double timed(kiln_comm *c, int how, float *buf, int64_t n) {
+  MPI_Barrier(MPI_COMM_WORLD);
+  double t = MPI_Wtime();
+  if (kiln_sum(c, how, buf, n)) {
+    fprintf(stderr, "kiln-comm-bench: %s\n", kiln_last_error());
+    kiln_comm_end_job(c, 1);
+  }
+  return (MPI_Wtime() - t) * 1e3;
+}
+
 static void report(const char *name, double *t, int n, int64_t floats) {
   qsort(t, (size_t)n, sizeof *t, cmp_double);
   double med = t[n / 2];
@@ -112,35 +130,10 @@ int main(int argc, char **argv) {
       MPI_Allreduce(MPI_IN_PLACE, buf + off, cnt, MPI_FLOAT, MPI_SUM, world);
     }
     t_mpi[r] = (MPI_Wtime() - t) * 1e3;
-    MPI_Barrier(world);
-    t = MPI_Wtime();
-    if (kiln_comm_allreduce_sum(c, buf, n, false)) {
-      fprintf(stderr, "kiln-comm-bench: %s\n", kiln_last_error());
-      kiln_comm_end_job(c, 1);
-    }
-    t_kiln[r] = (MPI_Wtime() - t) * 1e3;
-    MPI_Barrier(world);
-    t = MPI_Wtime();
-    if (kiln_comm_allreduce_sum(c, buf, n, true)) {
-      fprintf(stderr, "kiln-comm-bench: %s\n", kiln_last_error());
-      kiln_comm_end_job(c, 1);
-    }
-    t_ord[r] = (MPI_Wtime() - t) * 1e3;
-    MPI_Barrier(world);
-    t = MPI_Wtime();
-    if (bucketed_sum(c, buf, n)) {
-      fprintf(stderr, "kiln-comm-bench: %s\n", kiln_last_error());
-      kiln_comm_end_job(c, 1);
-    }
-    t_bkt[r] = (MPI_Wtime() - t) * 1e3;
-    if (!lent) continue;
-    MPI_Barrier(world);
-    t = MPI_Wtime();
-    if (bucketed_sum(c, lent, n)) {
-      fprintf(stderr, "kiln-comm-bench: %s\n", kiln_last_error());
-      kiln_comm_end_job(c, 1);
-    }
-    t_inp[r] = (MPI_Wtime() - t) * 1e3;
+    t_kiln[r] = timed(c, PLAIN, buf, n);
+    t_ord[r] = timed(c, ORDERED, buf, n);
+    t_bkt[r] = timed(c, BUCKETED, buf, n);
+    if (lent) t_inp[r] = timed(c, BUCKETED, lent, n);
   }
   if (kiln_comm_rank(c) == 0) {
     printf("%d ranks, allreduce (sum) of %lld floats, %d repetitions\n", kiln_comm_size(c),

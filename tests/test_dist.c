@@ -397,6 +397,14 @@ static const kiln_comm_ops fake_ops = {
 
 static char dir[64], lmdb[128], solver_path[160], net_path[160];
 
+/* `path` (in the fixture's directory) holds `text` */
+static void write_text(const char *path, const char *text) {
+  FILE *f = fopen(path, "w");
+  assert_non_null(f);
+  assert_true(fputs(text, f) >= 0);
+  assert_int_equal(fclose(f), 0);
+}
+
 static int make_fixture(void **state) {
   (void)state;
   kiln_log_set_level(KILN_LOG_WARN);
@@ -659,12 +667,10 @@ static void test_solver_gradients_in_lent_memory(void **state) {
    * net's parameters */
   char tsolver[192];
   snprintf(tsolver, sizeof tsolver, "%s/solver_with_test.prototxt", dir);
-  FILE *f = fopen(tsolver, "w");
-  assert_non_null(f);
-  fprintf(f, "net: 'net.prototxt'\nbase_lr: 0.1\nlr_policy: 'fixed'\nmomentum: 0.9\n"
-             "weight_decay: 0.01\nmax_iter: 4\ndisplay: 1\nrandom_seed: 3\nsnapshot_after_train: "
-             "false\ntest_iter: 1\ntest_interval: 100\ntest_initialization: false\n");
-  fclose(f);
+  write_text(tsolver, "net: 'net.prototxt'\nbase_lr: 0.1\nlr_policy: 'fixed'\nmomentum: 0.9\n"
+                     "weight_decay: 0.01\nmax_iter: 4\ndisplay: 1\nrandom_seed: 3\n"
+                     "snapshot_after_train: false\ntest_iter: 1\ntest_interval: 100\n"
+                     "test_initialization: false\n");
   assert_int_equal(kiln_solver_create(tsolver, &o, &s), KILN_OK);
   assert_int_equal(s->ntest, 1);
   kiln_layer *tip = kiln_net_layer(s->test_nets[0], "ip");
@@ -782,12 +788,9 @@ static void test_solver_sync_from_file_and_override(void **state) {
   (void)state;
   char path[192];
   snprintf(path, sizeof path, "%s/sync_solver.prototxt", dir);
-  FILE *f = fopen(path, "w");
-  assert_non_null(f);
-  fprintf(f, "net: 'net.prototxt'\nbase_lr: 0.1\nlr_policy: 'fixed'\nmax_iter: 4\nrandom_seed: 3\n"
-             "snapshot_after_train: false\n"
-             "sync { mode: TIME interval_seconds: 2.5 warmup_iters: 3 deterministic: true }\n");
-  fclose(f);
+  write_text(path, "net: 'net.prototxt'\nbase_lr: 0.1\nlr_policy: 'fixed'\nmax_iter: 4\n"
+                   "random_seed: 3\nsnapshot_after_train: false\n"
+                   "sync { mode: TIME interval_seconds: 2.5 warmup_iters: 3 deterministic: true }\n");
   fake_state st = {0};
   kiln_comm c = {.ops = &fake_ops, .rank = 0, .size = 2, .impl = &st};
   kiln_solver_options o = {.comm = &c};
@@ -810,11 +813,8 @@ static void test_solver_sync_from_file_and_override(void **state) {
   assert_int_equal(s->sync.mode, KILN_SYNC_GRADIENT);
   kiln_solver_free(s);
   /* a file's MODEL without its interval is refused, unless the command line replaces it */
-  f = fopen(path, "w");
-  assert_non_null(f);
-  fprintf(f, "net: 'net.prototxt'\nbase_lr: 0.1\nlr_policy: 'fixed'\nmax_iter: 4\n"
-             "sync { mode: MODEL }\n");
-  fclose(f);
+  write_text(path, "net: 'net.prototxt'\nbase_lr: 0.1\nlr_policy: 'fixed'\nmax_iter: 4\n"
+                   "sync { mode: MODEL }\n");
   o.sync = (kiln_sync_config){0};
   assert_int_equal(kiln_solver_create(path, &o, &s), KILN_ERR_INVALID);
   assert_contains(kiln_last_error(), "sync_solver.prototxt: sync mode MODEL needs interval_iters");
