@@ -37,12 +37,12 @@
  * that bucket in any segment (meanwhile the owner writes other places of its segment: the
  * gradients backward is still computing, other buckets' copies); a rank writes the bucket's place
  * again only after every `done` of the round. Release stores and acquire loads of the round
- * numbers order the writes: no locks. Waits go through wait_on() as for MPI,
- * watchdog included. In alternating LeNet runs on this VM, 2 workers reached 1.84-1.90x one
- * worker through shared memory (copied in and out of rank 0's segment then) against 1.71-1.88x
- * through Open MPI's single-copy transfers (docs/PERF.md, session 8); summed in place, LeNet's
- * gradient takes a median 0.84 of the copied sum's time, resnet20's half (session 9). KILN_COMM_SHM=0 keeps every sum
- * in MPI; KILN_COMM_SHM=copy lends no memory (every addend copied). */
+ * numbers order the writes: no locks. Waits go through wait_on() as for MPI, watchdog
+ * included. In alternating LeNet runs on this VM, 2 workers reached 1.84-1.90x one worker
+ * through shared memory (copied in and out of rank 0's segment then) against 1.71-1.88x through
+ * Open MPI's single-copy transfers (docs/PERF.md, session 8); summed in place, LeNet's gradient
+ * takes a median 0.84 of the copied sum's time, resnet20's half (session 9). KILN_COMM_SHM=0
+ * keeps every sum in MPI; KILN_COMM_SHM=copy lends no memory (every addend copied). */
 #include <errno.h>
 #include <limits.h>
 #include <mpi.h>
