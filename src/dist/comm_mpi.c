@@ -41,7 +41,7 @@
  * included. In alternating LeNet runs on this VM, 2 workers reached 1.84-1.90x one worker
  * through shared memory (copied in and out of rank 0's segment then) against 1.71-1.88x through
  * Open MPI's single-copy transfers (docs/PERF.md, session 8); summed in place, LeNet's gradient
- * takes a median 0.84 of the copied sum's time, resnet20's half (session 9). KILN_COMM_SHM=0
+ * takes less time than the copied sum in most launches, resnet20's half (session 9). KILN_COMM_SHM=0
  * keeps every sum in MPI; KILN_COMM_SHM=copy lends no memory (every addend copied). */
 #include <errno.h>
 #include <limits.h>
