@@ -528,13 +528,14 @@ static void shm_start(kiln_comm *c, bucket *b) {
   mpi_state *st = c->impl;
   if (st->shm_slots == 0) st->shm_round++;
   b->slot = st->shm_slots++;
-  st->shm_floats += (b->n + 15) & ~(int64_t)15;
+  int64_t padded = (b->n + 15) & ~(int64_t)15; /* the next one 64-byte aligned */
+  st->shm_floats += padded;
   b->in_place = in_arena(st, c->rank, b->buf, b->n);
   if (b->in_place) {
     b->shm_off = (int64_t)(((uintptr_t)b->buf - (uintptr_t)st->shm_data[c->rank]) / sizeof(float));
   } else {
     b->shm_off = ARENA_FLOATS + st->shm_copied;
-    st->shm_copied += (b->n + 15) & ~(int64_t)15; /* 64-byte aligned */
+    st->shm_copied += padded;
     memcpy(st->shm_data[c->rank] + b->shm_off, b->buf, sizeof(float) * (size_t)b->n);
   }
   shm_header *h = st->shm_head[c->rank];
