@@ -55,6 +55,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "kiln/dist.h"
 
@@ -85,6 +86,12 @@ typedef struct {
   MPI_Request req;
   roll_msg msg;
 } pending_send;
+
+/* Where a rank runs: its host (MPI_Get_processor_name, cut to fit) and process id. */
+typedef struct {
+  int32_t pid;
+  char host[60];
+} rank_place;
 
 /* One sum in flight: an MPI_Iallreduce, or an ordered sum going through its two exchanges. The
  * slots persist across iterations (the same buckets come back every step), so after the first
@@ -152,6 +159,7 @@ typedef struct {
   double op_start_ms, last_end_ms;
   bool warned_away;
   pending_send **sends; /* roll-call messages not yet known to be delivered */
+  rank_place *places;   /* per rank, gathered at start (NULL until then) */
   int nsends, cap_sends;
   /* Sums in flight: the overlapped buckets of one gradient (one collective for the watchdog:
    * begun with the first bucket, ended by bucket_finish), or the chunks of one allreduce. */
@@ -294,14 +302,19 @@ static void append(char *buf, size_t cap, size_t *len, const char *fmt, ...) {
   if (n > 0) *len = *len + (size_t)n < cap ? *len + (size_t)n : cap - 1;
 }
 
-/* "rank 3" or "ranks 1, 2, 5 and 4 more" for the ranks r with pick[r]. */
-static void append_ranks(char *buf, size_t cap, size_t *len, const bool *pick, int size) {
+/* "rank 3" or "ranks 1, 2, 5 and 4 more" for the ranks r with pick[r]; with places, each listed
+ * rank's process and host too: "rank 3 (pid 4242 on node2)". */
+static void append_ranks(char *buf, size_t cap, size_t *len, const bool *pick, int size,
+                         const rank_place *places) {
   int n = 0;
   for (int r = 0; r < size; r++) n += pick[r];
   append(buf, cap, len, n == 1 ? "rank" : "ranks");
   int listed = 0;
-  for (int r = 0; r < size && listed < LISTED_RANKS; r++)
-    if (pick[r]) append(buf, cap, len, "%s %d", listed++ ? "," : "", r);
+  for (int r = 0; r < size && listed < LISTED_RANKS; r++) {
+    if (!pick[r]) continue;
+    append(buf, cap, len, "%s %d", listed++ ? "," : "", r);
+    if (places) append(buf, cap, len, " (pid %d on %s)", (int)places[r].pid, places[r].host);
+  }
   if (n > listed) append(buf, cap, len, " and %d more", n - listed);
 }
 
@@ -353,7 +366,7 @@ static int roll_call(kiln_comm *c, poll_fn poll, void *arg, double waited_ms) {
       for (int r = 0; pick && r < c->size; r++) n += pick[r] = r != c->rank && !answered[r];
       if (n) {
         append(msg, sizeof msg, &len, ": ");
-        append_ranks(msg, sizeof msg, &len, pick, c->size);
+        append_ranks(msg, sizeof msg, &len, pick, c->size, st->places);
         append(msg, sizeof msg, &len, " did not answer (stopped, hung outside MPI, or cut off)");
       }
       n = 0;
@@ -361,7 +374,7 @@ static int roll_call(kiln_comm *c, poll_fn poll, void *arg, double waited_ms) {
         n += pick[r] = answered[r] && answers[r].seq == st->seq && !strcmp(answers[r].what, st->what);
       if (n) {
         append(msg, sizeof msg, &len, "; ");
-        append_ranks(msg, sizeof msg, &len, pick, c->size);
+        append_ranks(msg, sizeof msg, &len, pick, c->size, NULL);
         append(msg, sizeof msg, &len, " %s waiting in it too", n == 1 ? "is" : "are");
       }
       /* A rank may be one collective ahead or behind (a peer stopped half-way through one),
@@ -1006,6 +1019,7 @@ static void mpi_destroy(kiln_comm *c) {
     free(st->shm_head);
     free(st->shm_data);
     free(st->shm_parts);
+    free(st->places);
     free(st);
   }
   free(c);
@@ -1095,6 +1109,49 @@ static void shm_setup(kiln_comm *c) {
              c->size);
 }
 
+/* Every rank learns where every rank runs, and rank 0 logs it, one line per host (16 ranks a
+ * line): "host node2: rank 2 (pid 4242), rank 3 (pid 4243)". A launcher that reports a dead
+ * process by its id (MPICH's Hydra: "PID 4243 RUNNING AT node2") can then be read as a rank, and
+ * the watchdog names the host and process of a rank that does not answer. */
+static int gather_places(kiln_comm *c) {
+  mpi_state *st = c->impl;
+  rank_place me = {.pid = (int32_t)getpid()};
+  char name[MPI_MAX_PROCESSOR_NAME + 1] = "";
+  int len = 0;
+  if (MPI_Get_processor_name(name, &len) != MPI_SUCCESS || len <= 0) snprintf(name, sizeof name, "?");
+  snprintf(me.host, sizeof me.host, "%s", name);
+  rank_place *all = calloc((size_t)c->size, sizeof *all);
+  if (!all) return kiln_errorf(KILN_ERR_NOMEM, "out of memory for %d ranks' host names", c->size);
+  int rc = mpi_allgather(c, &me, sizeof me, all);
+  if (rc) {
+    free(all);
+    return rc;
+  }
+  st->places = all;
+  if (c->rank != 0 || c->size < 2) return KILN_OK;
+  bool *logged = calloc((size_t)c->size, sizeof *logged);
+  if (!logged) return KILN_OK; /* the table is a courtesy */
+  for (int r = 0; r < c->size; r++) {
+    char line[1024];
+    size_t n = 0;
+    int listed = 0;
+    for (int q = r; q < c->size; q++) {
+      if (logged[q] || strcmp(all[q].host, all[r].host)) continue;
+      logged[q] = true;
+      if (listed == 0) append(line, sizeof line, &n, "host %s: ", all[r].host);
+      append(line, sizeof line, &n, "%srank %d (pid %d)", listed ? ", " : "", q, (int)all[q].pid);
+      if (++listed == 16) {
+        kiln_log(KILN_LOG_INFO, "%s", line);
+        n = 0;
+        listed = 0;
+      }
+    }
+    if (listed) kiln_log(KILN_LOG_INFO, "%s", line);
+  }
+  free(logged);
+  return KILN_OK;
+}
+
 bool kiln_comm_mpi_built(void) { return true; }
 
 int kiln_comm_mpi_create(int *argc, char ***argv, kiln_comm **out) {
@@ -1156,6 +1213,11 @@ int kiln_comm_mpi_create(int *argc, char ***argv, kiln_comm **out) {
       return rc;
     }
     mpi_destroy(c);
+    return rc;
+  }
+  rc = gather_places(c);
+  if (rc) {
+    *out = c; /* the caller ends the job */
     return rc;
   }
   shm_setup(c);

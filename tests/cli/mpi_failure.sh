@@ -2,9 +2,10 @@
 # names it, within a bounded time (docs/distributed.md, Failures), on a tiny LMDB written from
 # hand-made IDX files:
 #   (a) SIGKILL of rank 1 of 2: Open MPI's mpirun ends the job (about 1 s here) and names rank 1;
+#       kiln's start-up table of the ranks' hosts and processes gives the killed pid as rank 1;
 #   (b) SIGSTOP of rank 1 of 3 with --comm-timeout 5: kiln's watchdog on the ranks left waiting
-#       ends the job after 5 s + a 2 s roll call, naming the collective, the wait, rank 1 as the
-#       one that did not answer and the ranks that waited with it;
+#       ends the job after 5 s + a 2 s roll call, naming the collective, the wait, rank 1 (with
+#       its pid and host) as the one that did not answer and the ranks that waited with it;
 #   (c) a healthy run with a short --comm-timeout trains to the end (no false alarm);
 #   (d) bad --comm-timeout values are refused with a clear message.
 # Every mpirun runs under `timeout -k 5 90`, so a hang fails the test instead of blocking CI.
@@ -46,8 +47,8 @@ cleanup_strays() {  # a rank mpirun left behind (never expected): ours by its so
 trap 'cleanup_strays; rm -rf "$WORK"' EXIT
 
 # kill_case NAME NP RANK SIGNAL [OPTIONS...]: starts NP workers on long.prototxt, waits for
-# training to be under way (a display line), sends SIGNAL to RANK and sets RC and TOOK (seconds
-# from the signal to mpirun's exit).
+# training to be under way (a display line), sends SIGNAL to RANK and sets RC, TOOK (seconds
+# from the signal to mpirun's exit) and VICTIM (the signalled process id).
 kill_case() {
   local name=$1 np=$2 victim=$3 sig=$4
   shift 4
@@ -64,6 +65,7 @@ kill_case() {
     return 1
   fi
   STRAYS+=("$pid")
+  VICTIM=$pid
   local t0
   t0=$(now)
   kill "-$sig" "$pid"
@@ -87,6 +89,8 @@ kill_case() {
 if kill_case killed 2 1 KILL; then
   grep -Eq "rank 1[^0-9]" killed.log && pass \
     || fail "killed: the output does not name rank 1: $(grep -v '^iter' killed.log | tail -n 8)"
+  grep -q "^kiln info: host [^:]*: rank 0 (pid [0-9]*), rank 1 (pid $VICTIM)$" killed.log && pass \
+    || fail "killed: no start-up line giving pid $VICTIM as rank 1: $(grep '^kiln info: host' killed.log)"
 fi
 
 # (b) SIGSTOP: nothing dies, so only kiln's watchdog can end it. Ranks 0 and 2 wait in the
@@ -95,7 +99,7 @@ if kill_case stopped 3 1 STOP --comm-timeout 5; then
   line=$(grep -m 1 "^kiln: rank [02] of 3: train at iteration [0-9]*: " stopped.log)
   [ -n "$line" ] && pass || fail "stopped: no watchdog message: $(grep -v '^iter' stopped.log | tail -n 8)"
   for want in "waited [0-9.]+ s for the other workers, past the limit of 5 s \\(--comm-timeout\\)" \
-              "rank 1 did not answer" "rank [02] is (waiting in it too|in [a-z])"; do
+              "rank 1 \\(pid $VICTIM on [^)]+\\) did not answer" "rank [02] is (waiting in it too|in [a-z])"; do
     echo "$line" | grep -Eq -- "$want" && pass || fail "stopped: message lacks '$want': $line"
   done
   # Not before the limit: the 5 s wait, then up to 2 s for the roll call.

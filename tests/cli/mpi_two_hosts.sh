@@ -5,7 +5,7 @@
 # namespace. The data and the snapshots are in $WORK, seen by both (a shared file system), except
 # in (d).
 #   (a) the ranks run in different network namespaces, with the addresses and names of their
-#       hosts;
+#       hosts, and kiln's start-up table gives each rank on its own host;
 #   (b) 2 workers, one per host, with --deterministic: 20 iterations give the bits of 1 worker
 #       with iter_size 2; the training ranks themselves ran in the two namespaces, the TCP BTL
 #       connected them across the veth, and the gradients went over it (its byte counters);
@@ -150,6 +150,9 @@ grep -q '^worker 1 of 2: 20 iterations' w2.log && pass || fail "no throughput li
 [ -f ns.0 ] && [ -f ns.1 ] && [ "$(head -n 1 ns.0)" = "$ns0" ] && [ "$(head -n 1 ns.1)" = "$ns1" ] \
   && [ "$(sed -n 2p ns.0)" = kiln-host1 ] && [ "$(sed -n 2p ns.1)" = kiln-host2 ] && pass \
   || fail "the training ranks did not run on the two hosts: rank 0 $(cat ns.0 2>/dev/null), rank 1 $(cat ns.1 2>/dev/null)"
+grep -q '^kiln info: host kiln-host1: rank 0 (pid [0-9]*)$' w2.log \
+  && grep -q '^kiln info: host kiln-host2: rank 1 (pid [0-9]*)$' w2.log && pass \
+  || fail "kiln's table of the ranks' hosts: $(grep '^kiln info: host' w2.log)"
 # Only TCP (the ob1 PML with the self and tcp BTLs): the ranks connected across the veth (one
 # side connects, whichever sends first: both directions were seen), and each sends to the other
 # with the tcp BTL.
@@ -179,7 +182,9 @@ cmp -s m5_iter_20.caffemodel w2_iter_20.caffemodel && fail "MODEL K=5 trained as
 # (d) Hosts without a shared file system: $WORK/host1 is seen by kiln-host1 alone (kiln-host2
 #     sees an empty tmpfs there). Rank 0 writes the snapshots into it, and a resume from the one
 #     at 10 on both hosts (rank 0 reads it and sends it) ends with the bits of the straight run;
-#     --weights from there also needs the file on rank 0's host only.
+#     --weights from there also needs the file on rank 0's host only. Rank 1 writes nothing
+#     there: after its training its view of host1/ is still empty (snapshots and the metrics
+#     file are rank 0's alone).
 mkdir host1
 touch host1/marker
 export KILN_NETNS_LOCAL_DIR=$WORK/host1
@@ -189,8 +194,14 @@ grep -q '^0 1$' local.log && grep -q '^1 0$' local.log && pass \
   || fail "host1/ is not local to kiln-host1: $(cat local.log)"
 solver ls 1 "snapshot: 10
 " | sed "s#snapshot_prefix: .*#snapshot_prefix: \"$WORK/host1/ls\"#" > ls.prototxt
-on_hosts "$KILN" train --solver ls.prototxt --deterministic > ls.log 2>&1 \
+# each rank lists its view of host1/ once it has trained (the first word: the rank)
+on_hosts bash -c '"$@"; rc=$?; echo "$OMPI_COMM_WORLD_RANK" $(ls -A "$KILN_NETNS_LOCAL_DIR") \
+  > "'"$WORK"'/seen.$OMPI_COMM_WORLD_RANK"; exit $rc' _ \
+  "$KILN" train --solver ls.prototxt --deterministic --metrics "$WORK/host1/ls.jsonl" > ls.log 2>&1 \
   || fail "2 workers, snapshots local to rank 0: exit $?: $(tail -n 5 ls.log)"
+[ "$(cat seen.1 2>/dev/null)" = 1 ] && grep -q "^0 .*ls_iter_10.caffemodel .*ls_iter_20.solverstate" seen.0 \
+  && grep -q "^0 .*ls.jsonl" seen.0 && pass \
+  || fail "only rank 0 writes snapshots and metrics: rank 0 saw $(cat seen.0 2>/dev/null), rank 1 $(cat seen.1 2>/dev/null)"
 same ref2_iter_20.caffemodel host1/ls_iter_20.caffemodel "2 workers on two hosts, snapshots on host 1 only"
 mv host1/ls_iter_20.caffemodel straight_20.caffemodel
 on_hosts "$KILN" train --solver ls.prototxt --deterministic \

@@ -8,9 +8,11 @@
 #   (c) the same runs under Open MPI (the main build, mpirun) give the same bits: GRADIENT and
 #       MODEL K=5 with --deterministic; those summed through shared memory (one host), and
 #       MPICH's own transport (KILN_COMM_SHM=0) gives the bits of iter_size 4 too;
-#   (d) SIGSTOP of rank 1 of 3 with --comm-timeout 5: kiln's watchdog ends the job, naming rank 1;
-#   (e) SIGKILL of rank 1 of 2: Hydra ends the job with a non-zero exit within 30 s (its message
-#       names a process id, not the rank: docs/distributed.md).
+#   (d) SIGSTOP of rank 1 of 3 with --comm-timeout 5: kiln's watchdog ends the job, naming rank 1
+#       with its pid and host;
+#   (e) SIGKILL of rank 1 of 2: Hydra ends the job with a non-zero exit within 30 s. Its message
+#       names the dead process by id ("PID N RUNNING AT host"), and kiln's start-up table of the
+#       ranks' hosts and processes reads that id as rank 1: together the log names the rank.
 # Skips (exit 77, a CTest skip) when there is no MPICH build or no mpiexec.mpich; otherwise a failure fails.
 source "$(dirname "$0")/lib.bash"
 cd "$WORK"
@@ -101,7 +103,7 @@ run nov mpich 2 -genv KILN_COMM_SHM 0 "$KM" train --solver nov.prototxt
 "$KILN" compare-weights wno_iter_5.caffemodel nov_iter_5.caffemodel --rtol 1e-5 --atol 1e-9 > cmp_nov.txt \
   && pass || fail "MPICH through MPI, overlapped buckets vs shared memory: $(cat cmp_nov.txt)"
 
-# (d, e) a stopped and a killed worker
+# (d, e) a stopped and a killed worker (VICTIM: the signalled process id)
 printf 'net: "%s/net.prototxt"\nbase_lr: 0.01\nlr_policy: "fixed"\nmax_iter: 1000000\ndisplay: 50\nrandom_seed: 5\nsnapshot_after_train: false\n' \
   "$WORK" > long.prototxt
 signal_case() {  # signal_case NAME NP RANK SIGNAL [OPTIONS...]: sets RC and TOOK (s, signal to exit)
@@ -117,6 +119,7 @@ signal_case() {  # signal_case NAME NP RANK SIGNAL [OPTIONS...]: sets RC and TOO
     RC=0 TOOK=0
     return
   fi
+  VICTIM=$pid
   local t0=$(date +%s.%N)
   kill "-$sig" "$pid"
   wait "$root"
@@ -128,11 +131,14 @@ signal_case stop 3 1 STOP --comm-timeout 5
 echo "MPICH, SIGSTOP of rank 1 of 3: exit $RC after $TOOK s"
 [ "$RC" -ne 0 ] && [ "$RC" -ne 124 ] && [ "$RC" -ne 137 ] && pass || fail "stop: exit $RC: $(tail -n 4 stop.log)"
 awk -v t="$TOOK" 'BEGIN { exit !(t >= 5 && t < 30) }' && pass || fail "stop: ended after $TOOK s (limit 5 s)"
-grep -q "kiln: rank [02] of 3: .*waited [0-9.]* s for the other workers, past the limit of 5 s (--comm-timeout): rank 1 did not answer" stop.log \
+grep -q "kiln: rank [02] of 3: .*waited [0-9.]* s for the other workers, past the limit of 5 s (--comm-timeout): rank 1 (pid $VICTIM on [^)]*) did not answer" stop.log \
   && pass || fail "stop: the watchdog did not name rank 1: $(grep kiln: stop.log | head -n 2)"
 signal_case kill 2 1 KILL
 echo "MPICH, SIGKILL of rank 1 of 2: exit $RC after $TOOK s"
 [ "$RC" -ne 0 ] && [ "$RC" -ne 124 ] && [ "$RC" -ne 137 ] && pass || fail "kill: exit $RC: $(tail -n 4 kill.log)"
 awk -v t="$TOOK" 'BEGIN { exit !(t < 30) }' && pass || fail "kill: ended after $TOOK s"
 grep -q "BAD TERMINATION" kill.log && pass || fail "kill: no word from Hydra: $(tail -n 4 kill.log)"
+dead=$(sed -n 's/^= *PID \([0-9]*\) RUNNING AT .*/\1/p' kill.log | head -n 1)
+[ -n "$dead" ] && grep -q "^kiln info: host [^:]*: .*rank 1 (pid $dead)" kill.log && [ "$dead" = "$VICTIM" ] \
+  && pass || fail "kill: Hydra's PID '$dead' (killed: $VICTIM) is not rank 1 in kiln's table: $(grep -E '^kiln info: host|PID' kill.log)"
 finish
