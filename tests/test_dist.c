@@ -295,6 +295,9 @@ typedef struct {
    * backward reached the layers they belong to */
   const float *watch_lo;
   int started_early;
+  /* bucket_progress calls while a started bucket's sum was in flight and backward had buckets
+   * left to start: the sums are pushed on between layers, not only in bucket_finish */
+  int progress_mid_backward;
   /* TIME rounds (a gather of `round_bytes`): the last rank reports `round_steps_factor` times
    * this rank's local steps and its data cursor `round_cursor_ahead` records further on */
   size_t round_bytes;
@@ -360,6 +363,12 @@ static int fake_bucket_start(kiln_comm *c, float *buf, int64_t n, bool ordered) 
   for (int64_t i = 0; i < n; i++) buf[i] *= (float)c->size;
   return KILN_OK;
 }
+static int fake_bucket_progress(kiln_comm *c) {
+  fake_state *st = c->impl;
+  st->progress_mid_backward += st->nbuckets > 0 && st->finishes == 0 && st->watch_lo &&
+                               st->bucket_buf[st->nbuckets - 1] > st->watch_lo;
+  return KILN_OK;
+}
 static int fake_bucket_finish(kiln_comm *c) {
   ((fake_state *)c->impl)->finishes++;
   return KILN_OK;
@@ -369,7 +378,7 @@ static const kiln_comm_ops fake_bucket_ops = {
     .broadcast_bytes = fake_broadcast_bytes,
     .allreduce_sum = fake_allreduce, .allreduce_sum_ordered = fake_ordered,
     .allgather = fake_allgather, .bucket_start = fake_bucket_start,
-    .bucket_finish = fake_bucket_finish,
+    .bucket_progress = fake_bucket_progress, .bucket_finish = fake_bucket_finish,
 };
 static float *fake_claim(kiln_comm *c, int64_t n) {
   fake_state *st = c->impl;
@@ -619,6 +628,8 @@ static void check_overlapped(const char *solver_file, bool det, int iter_size) {
   assert_int_equal(st.nbuckets, 2);
   /* the first bucket (ip2, ip3) went out while backward had yet to compute ip1's gradient */
   assert_int_equal(st.started_early, 1);
+  /* and was pushed on (bucket_progress) while backward went on to ip1 */
+  assert_true(st.progress_mid_backward >= 1);
   assert_int_equal(st.ordered_buckets, det ? 2 : 0);
   assert_int_equal(st.finishes, 1);
   assert_int_equal(st.allreduces + st.ordered, 0);
