@@ -1,6 +1,6 @@
 /* kiln-comm-bench: what the watchdog costs. Under `mpirun -np N`, times the sum of a float buffer
  * over the ranks through kiln's communicator (MPI_Iallreduce polled with MPI_Test, yielding after
- * 2 ms and sleeping after 20: src/dist/comm_mpi.c) against a plain blocking MPI_Allreduce of
+ * 2 ms and sleeping after 20: src/parallel/comm_mpi.c) against a plain blocking MPI_Allreduce of
  * the same buffer, alternating the two (and the rank-order sum of --deterministic, and the
  * buffer in 256 KiB buckets started back to back as training's overlapped sum starts them; and
  * those buckets in the communicator's own memory, summed where they lie, as training's gradients
@@ -16,7 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kiln/dist.h"
+#include "kiln/parallel.h"
 
 static int cmp_double(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;

@@ -92,7 +92,7 @@ struct kiln_layer {
   kiln_rng *rng;             /* the net's generator (dropout) */
   uint64_t seed;             /* the net's seed, for layers with their own streams */
   /* Data-parallel training: this worker's rank and the number of workers (0 or 1: one). A
-   * train-phase Data layer reads only its share of the batches (see include/kiln/dist.h). Set
+   * train-phase Data layer reads only its share of the batches (see include/kiln/parallel.h). Set
    * before the first forward; fixed after it. */
   int shard_rank, shard_count;
   /* Set by the net when the layer just before this one keeps a copy of this layer's bottom 0

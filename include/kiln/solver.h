@@ -12,7 +12,7 @@
 #ifndef KILN_SOLVER_H
 #define KILN_SOLVER_H
 
-#include "kiln/dist.h"
+#include "kiln/parallel.h"
 #include "kiln/net.h"
 
 typedef struct kiln_event {

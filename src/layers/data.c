@@ -9,7 +9,7 @@
  * `last_batch` chooses what happens at the end of an epoch: WRAP (Caffe), DROP or KEEP.
  *
  * Data-parallel training: in TRAIN, worker r of N reads global batches r, r + N, r + 2N, ... of
- * the same stream (kiln_batch_stream in include/kiln/dist.h), whole batches round-robin, so the
+ * the same stream (kiln_batch_stream in include/kiln/parallel.h), whole batches round-robin, so the
  * N workers read together what one worker with iter_size N reads. The cursor reported is where
  * the global stream stands once every worker has read as many batches as this one: the same
  * number on every rank, so rank 0's snapshot resumes all of them, and a resume with another N
@@ -20,7 +20,7 @@
 #include <string.h>
 
 #include "kiln/data.h"
-#include "kiln/dist.h"
+#include "kiln/parallel.h"
 #include "layer_util.h"
 
 static const Caffe__DataParameter data_defaults = CAFFE__DATA_PARAMETER__INIT;

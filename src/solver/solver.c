@@ -5,7 +5,7 @@
  * parameters, gradients and histories are flat buffers, so each stage is one loop per blob.
  *
  * iter_size > 1: each pass computes its gradient from zero and the passes are added in order,
- * ((g0 + g1) + g2) ..., with kiln_dist_accumulate (layers accumulating inside their GEMMs would
+ * ((g0 + g1) + g2) ..., with kiln_parallel_accumulate (layers accumulating inside their GEMMs would
  * round differently). N workers with the ordered reduction add the same way, so N workers x one
  * pass and one worker x iter_size N give the same bits. The sum is divided once, by
  * workers x iter_size, after clipping: clip_gradients sees the same sum as on one worker with
@@ -756,10 +756,10 @@ static int compute_gradients(kiln_solver *s, bool overlap, double *loss_sum) {
     if (i == 0)
       memcpy(s->grad_acc, net->param_diff, sizeof(float) * (size_t)net->nparam_floats);
     else if (!last)
-      kiln_dist_accumulate(s->grad_acc, net->param_diff, net->nparam_floats);
+      kiln_parallel_accumulate(s->grad_acc, net->param_diff, net->nparam_floats);
     else if (!overlap) /* the last pass adds the sum into its own gradient: a + b == b + a, and
                           no copy back */
-      kiln_dist_accumulate(net->param_diff, s->grad_acc, net->nparam_floats);
+      kiln_parallel_accumulate(net->param_diff, s->grad_acc, net->nparam_floats);
   }
   return KILN_OK;
 }
@@ -835,7 +835,7 @@ static int start_ready_buckets(kiln_solver *s, int layer) {
   while (s->next_bucket < s->nbuckets && s->buckets[s->next_bucket].ready_layer >= layer) {
     const struct kiln_grad_bucket *b = &s->buckets[s->next_bucket++];
     float *g = s->net->param_diff + b->off;
-    if (s->param->iter_size > 1) kiln_dist_accumulate(g, s->grad_acc + b->off, b->n);
+    if (s->param->iter_size > 1) kiln_parallel_accumulate(g, s->grad_acc + b->off, b->n);
     KILN_TRY(kiln_comm_bucket_start(s->opt.comm, g, b->n, s->sync.deterministic));
   }
   return kiln_comm_bucket_progress(s->opt.comm);

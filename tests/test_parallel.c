@@ -19,7 +19,7 @@
 #include <unistd.h>
 
 #include "kiln/data.h"
-#include "kiln/dist.h"
+#include "kiln/parallel.h"
 #include "kiln/solver.h"
 
 static void assert_contains(const char *hay, const char *needle) {
@@ -118,8 +118,8 @@ static void test_accumulate_is_in_order(void **state) {
   const float g[3][3] = {{1e8f, 1.0f, 0.1f}, {1.0f, 1e8f, 0.2f}, {-1e8f, -1e8f, 0.3f}};
   float acc[3];
   memcpy(acc, g[0], sizeof acc);
-  kiln_dist_accumulate(acc, g[1], 3);
-  kiln_dist_accumulate(acc, g[2], 3);
+  kiln_parallel_accumulate(acc, g[1], 3);
+  kiln_parallel_accumulate(acc, g[2], 3);
   for (int i = 0; i < 3; i++) {
     volatile float want = g[0][i];
     want = want + g[1][i];
@@ -143,7 +143,7 @@ static void test_accumulate_is_in_order(void **state) {
   float *z = malloc(sizeof(float) * N);
   assert_non_null(z);
   memcpy(z, x, sizeof(float) * N);
-  kiln_dist_accumulate(z, y, N);
+  kiln_parallel_accumulate(z, y, N);
   for (int i = 0; i < N; i++) {
     volatile float s = x[i];
     s = s + y[i];
@@ -168,8 +168,8 @@ static void test_sum_to_all(void **state) {
     for (int i = 0; i < N; i++) p[k][i] = kiln_rng_gaussian(&r, 0, k == 0 ? 1e4f : 1);
   }
   memcpy(want, p[0], sizeof(float) * N);
-  for (int k = 1; k < NP; k++) kiln_dist_accumulate(want, p[k], N);
-  kiln_dist_sum_to_all(p, NP, N);
+  for (int k = 1; k < NP; k++) kiln_parallel_accumulate(want, p[k], N);
+  kiln_parallel_sum_to_all(p, NP, N);
   for (int k = 0; k < NP; k++) assert_memory_equal(p[k], want, sizeof(float) * N);
   for (int k = 0; k < NP; k++) free(p[k]);
   free(want);

@@ -1,4 +1,4 @@
-/* kiln dist: data-parallel training. A communicator (a table of collective operations with a
+/* kiln parallel: data-parallel training. A communicator (a table of collective operations with a
  * single-process and an MPI implementation), the synchronisation settings (GRADIENT, MODEL and
  * TIME, docs/distributed.md) and their collectives, and the batch arithmetic that deals whole
  * batches of the data stream round-robin to the workers.
@@ -7,8 +7,8 @@
  * the communicator (never from OpenMP regions or prefetch threads). A rank that fails between
  * collectives cannot tell the others; the caller must then end the job with kiln_comm_end_job()
  * rather than return, or the other ranks wait for it forever. */
-#ifndef KILN_DIST_H
-#define KILN_DIST_H
+#ifndef KILN_PARALLEL_H
+#define KILN_PARALLEL_H
 
 #include "kiln/core.h"
 
@@ -27,7 +27,7 @@ typedef struct kiln_comm_ops {
    * (so the last bits may depend on the number of ranks and on the MPI library). */
   int (*allreduce_sum)(kiln_comm *c, float *buf, int64_t n);
   /* buf becomes ((buf_0 + buf_1) + buf_2) + ... in float, summed in rank order with
-   * kiln_dist_accumulate() and sent back to every rank: the same bits as one process adding the
+   * kiln_parallel_accumulate() and sent back to every rank: the same bits as one process adding the
    * same buffers in the same order. */
   int (*allreduce_sum_ordered)(kiln_comm *c, float *buf, int64_t n);
   /* Each rank sends n bytes; recv (size x n bytes) gets them in rank order on every rank. */
@@ -104,10 +104,10 @@ void kiln_comm_release_sum_buffer(kiln_comm *c, float *buf);
 /* acc[i] += x[i], one float addition per element in index order. The deterministic reduction
  * and the solver's iter_size accumulation both add through here, so one worker with iter_size N
  * and N workers with --deterministic round identically. */
-void kiln_dist_accumulate(float *restrict acc, const float *restrict x, int64_t n);
+void kiln_parallel_accumulate(float *restrict acc, const float *restrict x, int64_t n);
 /* p[0][i] .. p[np - 1][i] (distinct buffers) all become ((p[0][i] + p[1][i]) + p[2][i]) + ...
- * for i < n: kiln_dist_accumulate's additions in the same order, written to every buffer. */
-void kiln_dist_sum_to_all(float *const *p, int np, int64_t n);
+ * for i < n: kiln_parallel_accumulate's additions in the same order, written to every buffer. */
+void kiln_parallel_sum_to_all(float *const *p, int np, int64_t n);
 
 /* ---- synchronisation settings ------------------------------------------------------------ */
 

@@ -4,7 +4,7 @@
  *
  * The ordered sum (--deterministic) is a reduce-scatter and an allgather of our own, in
  * point-to-point messages: rank r receives segment r of every other rank's buffer, adds the N
- * segments in rank order with kiln_dist_accumulate() (rank 0's first, whoever adds them), and
+ * segments in rank order with kiln_parallel_accumulate() (rank 0's first, whoever adds them), and
  * sends the sum to every other rank. Each rank moves 2 (N-1)/N of the buffer, as a ring would,
  * and the bits do not depend on the library's algorithm. The same state machine serves the
  * overlapped buckets, so the ordered sum overlaps backward too.
@@ -29,7 +29,7 @@
  * ARENA_FLOATS of the segment are lent to the solver, which places the train net's gradients
  * there: kiln_comm_claim_sum_buffer) or copied in after them; the rank publishes the addend's
  * offset and says it is there (`ready`, the round's number, in its segment's header). Rank q
- * then adds part q of the sum over the ranks' segments in rank order (kiln_dist_sum_to_all:
+ * then adds part q of the sum over the ranks' segments in rank order (kiln_parallel_sum_to_all:
  * ((s0 + s1) + s2) ..., the bits of the ordered sum, so every sum on one host is
  * deterministic), writes the result into every rank's segment and says so (`done`); once every
  * part is done, each rank has the whole sum in its own segment, where the solver reads it (or it
@@ -57,7 +57,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "kiln/dist.h"
+#include "kiln/parallel.h"
 
 enum {
   CHUNK_FLOATS = 1 << 22,
@@ -174,7 +174,7 @@ typedef struct {
   MPI_Win win;
   shm_header **shm_head; /* per rank */
   float **shm_data;      /* per rank: ARENA_FLOATS + CHUNK_FLOATS floats (and a little slack) */
-  float **shm_parts;     /* per rank: scratch for kiln_dist_sum_to_all */
+  float **shm_parts;     /* per rank: scratch for kiln_parallel_sum_to_all */
   uint64_t shm_round;    /* the round under way (or last), 1, 2, ... */
   int shm_slots;         /* slots used in this round */
   int64_t shm_floats;    /* floats of the round's sums (as if all were copied: alike on every
@@ -566,7 +566,7 @@ static void shm_advance(kiln_comm *c, bucket *b) {
     int64_t len, off = shm_part(b->n, c->rank, c->size, &len);
     for (int r = 0; r < c->size; r++)
       st->shm_parts[r] = st->shm_data[r] + st->shm_head[r]->off[b->slot] + off;
-    kiln_dist_sum_to_all(st->shm_parts, c->size, len);
+    kiln_parallel_sum_to_all(st->shm_parts, c->size, len);
     atomic_store_explicit(&st->shm_head[c->rank]->done[b->slot], round, memory_order_release);
     b->stage = 1;
   }
@@ -632,7 +632,7 @@ static int post_ordered(kiln_comm *c, bucket *b, int stage) {
   return KILN_OK;
 }
 
-/* This rank's segment becomes ((seg_0 + seg_1) + seg_2) + ... with kiln_dist_accumulate: the
+/* This rank's segment becomes ((seg_0 + seg_1) + seg_2) + ... with kiln_parallel_accumulate: the
  * same additions in the same order as one process adding the ranks' buffers. Ranks before this
  * one are added up in rank 0's copy; their sum then goes into this rank's own segment in place
  * (a + b and b + a are the same float), and the later ranks after it. */
@@ -642,11 +642,11 @@ static void add_in_rank_order(kiln_comm *c, bucket *b) {
   float *own = b->buf + off_r;
   if (r > 0) {
     float *before = b->tmp; /* rank 0's copy, then ranks 1 .. r - 1 added */
-    for (int q = 1; q < r; q++) kiln_dist_accumulate(before, b->tmp + (int64_t)q * len_r, len_r);
-    kiln_dist_accumulate(own, before, len_r);
+    for (int q = 1; q < r; q++) kiln_parallel_accumulate(before, b->tmp + (int64_t)q * len_r, len_r);
+    kiln_parallel_accumulate(own, before, len_r);
   }
   for (int q = r + 1; q < size; q++)
-    kiln_dist_accumulate(own, b->tmp + (int64_t)(q - 1) * len_r, len_r);
+    kiln_parallel_accumulate(own, b->tmp + (int64_t)(q - 1) * len_r, len_r);
 }
 
 /* MPI_Testall, one request at a time (completed ones become MPI_REQUEST_NULL): with MPICH's

@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kiln/dist.h"
+#include "kiln/parallel.h"
 
 static const char *const mode_names[] = {"default", "gradient", "model", "time"};
 _Static_assert(sizeof mode_names / sizeof mode_names[0] == KILN_SYNC_MODE_COUNT,

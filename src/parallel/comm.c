@@ -1,4 +1,4 @@
-/* The communicator's front end (see include/kiln/dist.h): NULL stands for one process, so code
+/* The communicator's front end (see include/kiln/parallel.h): NULL stands for one process, so code
  * that trains on one or on many workers calls the same functions; the watchdog's limit; the
  * launcher probe; and the one addition kernel that makes the deterministic reduction and
  * iter_size agree bit for bit. */
@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kiln/dist.h"
+#include "kiln/parallel.h"
 
 int kiln_comm_rank(const kiln_comm *c) { return c ? c->rank : 0; }
 int kiln_comm_size(const kiln_comm *c) { return c ? c->size : 1; }
@@ -94,20 +94,20 @@ int kiln_comm_launcher_size(void) {
   return 0;
 }
 
-void kiln_dist_accumulate(float *restrict acc, const float *restrict x, int64_t n) {
+void kiln_parallel_accumulate(float *restrict acc, const float *restrict x, int64_t n) {
   /* Elementwise, so vectorising it changes nothing: each element gets exactly one rounding.
    * gcc's -O2 left the plain loop scalar. */
 #pragma omp simd
   for (int64_t i = 0; i < n; i++) acc[i] += x[i];
 }
 
-void kiln_dist_sum_to_all(float *const *p, int np, int64_t n) {
+void kiln_parallel_sum_to_all(float *const *p, int np, int64_t n) {
   enum { BLOCK = 1024 }; /* 4 KiB on the stack; the blocks stay in L1 between the passes */
   float acc[BLOCK];
   for (int64_t i = 0; i < n; i += BLOCK) {
     int64_t m = n - i < BLOCK ? n - i : BLOCK;
     memcpy(acc, p[0] + i, sizeof(float) * (size_t)m);
-    for (int r = 1; r < np; r++) kiln_dist_accumulate(acc, p[r] + i, m);
+    for (int r = 1; r < np; r++) kiln_parallel_accumulate(acc, p[r] + i, m);
     for (int r = 0; r < np; r++) memcpy(p[r] + i, acc, sizeof(float) * (size_t)m);
   }
 }

@@ -1,4 +1,4 @@
-/* The batch stream (see include/kiln/dist.h): where batch j starts and how long it is, from j
+/* The batch stream (see include/kiln/parallel.h): where batch j starts and how long it is, from j
  * alone. One worker reads batches 0, 1, 2, ...; worker r of N reads r, r + N, r + 2N, ...; so N
  * workers together read exactly what one worker with iter_size N reads, and the cursor after
  * every worker has read k batches, the end of batch kN - 1, is the same number on every rank.
@@ -6,7 +6,7 @@
  * From an arbitrary base position (a restored cursor), the epoch it falls in is partial: its
  * batches start at the base; later epochs start at a multiple of the epoch size. This is what the
  * Data layer did reading batch after batch, so single-worker runs are unchanged. */
-#include "kiln/dist.h"
+#include "kiln/parallel.h"
 
 /* Batches in an epoch of `avail` records starting at its first record. */
 static uint64_t batches_in(const kiln_batch_stream *s, uint64_t avail) {

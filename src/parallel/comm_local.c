@@ -3,7 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kiln/dist.h"
+#include "kiln/parallel.h"
 
 static int local_barrier(kiln_comm *c) {
   (void)c;
