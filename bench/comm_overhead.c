@@ -89,7 +89,8 @@ static void report(const char *name, double *t, int n, int64_t floats) {
 
 int main(int argc, char **argv) {
   kiln_comm *c;
-  if (kiln_comm_mpi_create(&argc, &argv, &c)) {
+  kiln_config cfg; /* KILN_COMM_SHM=copy times the sums through copies */
+  if (kiln_config_from_env(&cfg) || kiln_comm_mpi_create(&argc, &argv, &cfg, &c)) {
     fprintf(stderr, "kiln-comm-bench: %s\n", kiln_last_error());
     return 1;
   }

@@ -55,9 +55,11 @@ int main(int argc, char **argv) {
       ws_n = kiln_conv_shift_workspace(&g, N, M, nt, true);
     } else if (r > 0) {
       if (!kiln_dnnl_available()) continue;
-      setenv("KILN_DNNL_LAYOUT", r == 1 ? "any" : "nhwc", 1);
+      kiln_config cfg;
+      kiln_config_init(&cfg);
+      cfg.dnnl_layout = r == 1 ? KILN_DNNL_LAYOUT_ANY : KILN_DNNL_LAYOUT_NHWC;
       if (kiln_dnnl_conv_create(&dn, N, M, G, &g, true, true, KILN_LAYOUT_PLAIN,
-                                KILN_LAYOUT_PLAIN) != KILN_OK) {
+                                KILN_LAYOUT_PLAIN, &cfg) != KILN_OK) {
         printf("%-12s %s\n", routes[r], kiln_last_error());
         continue;
       }

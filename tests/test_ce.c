@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "kiln/ce.h"
+#include "gradcheck.h"
 
 static char dir[64];
 
@@ -447,7 +448,7 @@ static void test_machine_class(void **state) {
   assert_string_equal(cls, "amd-ryzen-9-7950x-16-core-32c");
 
   kiln_ce_machine here;
-  kiln_ce_machine_describe(&here);
+  kiln_ce_machine_describe(&here, kiln_test_config());
   assert_true(here.cores >= 1);
   assert_true(here.mem_gib > 0);
   assert_true(here.compiler[0] && here.blas[0]);
@@ -582,7 +583,7 @@ static void fill_result(kiln_ce_result *r, const char *suite_path, double accura
   snprintf(r->started_at, sizeof r->started_at, "2026-11-30T12:00:00Z");
   snprintf(r->git_commit, sizeof r->git_commit, "abc1234");
   snprintf(r->machine_class, sizeof r->machine_class, "test-class-2c");
-  kiln_ce_machine_describe(&r->machine);
+  kiln_ce_machine_describe(&r->machine, kiln_test_config());
   r->duration_s = 12.5;
   kiln_ce_row row = make_row("lenet", 1, "accuracy", accuracy, KILN_CE_PASS);
   kiln_ce_result_add_row(r, &row);
@@ -931,7 +932,7 @@ static int runner_run(runner_env *e, kiln_ce_result *r) {
   char report[200];
   snprintf(report, sizeof report, "%s/report", e->root);
   kiln_ce_options o = {.kiln_path = e->kiln, .report_dir = report, .machine_class = "test-1c",
-                       .mpirun = e->mpirun, .assume_mpi = true};
+                       .mpirun = e->mpirun, .assume_mpi = true, .config = kiln_test_config()};
   return kiln_ce_run(e->suite, &o, r);
 }
 
@@ -1036,7 +1037,8 @@ static void test_runner_workers_and_failures(void **state) {
   char report[200];
   snprintf(report, sizeof report, "%s/report", e.root);
   kiln_ce_options o = {.kiln_path = e.kiln, .report_dir = report, .machine_class = "test-1c",
-                       .mpirun = "/nonexistent/mpirun", .assume_mpi = true};
+                       .mpirun = "/nonexistent/mpirun", .assume_mpi = true,
+                       .config = kiln_test_config()};
   if (kiln_ce_run(e.suite, &o, &r)) fail_msg("%s", kiln_last_error());
   assert_int_equal(row_of(&r, 2, "run")->verdict, KILN_CE_SKIP);
   assert_contains(row_of(&r, 2, "run")->reason, "mpirun not found");

@@ -6,9 +6,12 @@
 #include <stdint.h>
 #include <cmocka.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
+#include "kiln/config.h"
 #include "kiln/core.h"
 
 static void test_blob_reshape_keeps_capacity(void **state) {
@@ -134,17 +137,100 @@ static void test_fault_parse(void **state) {
   strcpy(longname + 206, ":5");
   assert_parse_error(longname, "the layer name is longer than 127 characters");
 
-  /* the environment is read by kiln_fault_from_env, and only there */
+  /* the environment is read into the configuration, and only there */
+  kiln_config c;
   setenv("KILN_FAULT", "leak:3", 1);
-  assert_int_equal(kiln_fault_from_env(&f), KILN_OK);
-  assert_int_equal(f.kind, KILN_FAULT_LEAK);
-  assert_int_equal(f.kb, 3);
+  assert_int_equal(kiln_config_from_env(&c), KILN_OK);
+  assert_int_equal(c.fault.kind, KILN_FAULT_LEAK);
+  assert_int_equal(c.fault.kb, 3);
   setenv("KILN_FAULT", "nonsense", 1);
-  assert_int_equal(kiln_fault_from_env(&f), KILN_ERR_INVALID);
+  assert_int_equal(kiln_config_from_env(&c), KILN_ERR_INVALID);
   assert_non_null(strstr(kiln_last_error(), "KILN_FAULT='nonsense'"));
   unsetenv("KILN_FAULT");
-  assert_int_equal(kiln_fault_from_env(&f), KILN_OK);
-  assert_int_equal(f.kind, KILN_FAULT_NONE);
+  assert_int_equal(kiln_config_from_env(&c), KILN_OK);
+  assert_int_equal(c.fault.kind, KILN_FAULT_NONE);
+}
+
+/* Each switch of the runtime configuration from its variable; unknown values leave the
+ * default. */
+static const char *const config_vars[] = {
+    "KILN_ENGINE", "KILN_LAYOUT", "KILN_FUSE", "KILN_CONV_ALGO", "KILN_DNNL_LAYOUT",
+    "KILN_COMM_THREAD", "KILN_COMM_SHM", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE",
+    "OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "OMP_NUM_THREADS", "KILN_DATA",
+    "XDG_DATA_HOME", "KILN_GIT_COMMIT", "HOME", "KILN_FAULT"};
+enum { NCONFIG_VARS = sizeof config_vars / sizeof config_vars[0] };
+
+static void test_config_from_env(void **state) {
+  (void)state;
+  char *saved[NCONFIG_VARS];
+  for (int i = 0; i < NCONFIG_VARS; i++) {
+    const char *v = getenv(config_vars[i]);
+    saved[i] = v ? kiln_strdup(v) : NULL;
+    unsetenv(config_vars[i]);
+  }
+  kiln_config c;
+  assert_int_equal(kiln_config_from_env(&c), KILN_OK);
+  assert_memory_equal(&c, kiln_config_defaults(), offsetof(kiln_config, search_path));
+  assert_false(c.ref_engine || c.plain_layouts || c.unfused || c.conv_direct);
+  assert_int_equal(c.comm_shm, KILN_COMM_SHM_ON);
+  assert_string_equal(c.data_dir, "");
+  assert_string_equal(c.ce_db, "");
+
+  setenv("KILN_ENGINE", "ref", 1);
+  setenv("KILN_LAYOUT", "plain", 1);
+  setenv("KILN_FUSE", "0", 1);
+  setenv("KILN_CONV_ALGO", "direct", 1);
+  setenv("KILN_DNNL_LAYOUT", "nhwc", 1);
+  setenv("KILN_COMM_THREAD", "50", 1);
+  setenv("KILN_COMM_SHM", "copy", 1);
+  setenv("PMI_SIZE", "3", 1);
+  setenv("MPI_LOCALNRANKS", "2", 1);
+  setenv("OMP_NUM_THREADS", "4", 1);
+  setenv("HOME", "/home/k", 1);
+  setenv("KILN_GIT_COMMIT", "abc1234", 1);
+  assert_int_equal(kiln_config_from_env(&c), KILN_OK);
+  assert_true(c.ref_engine && c.plain_layouts && c.unfused && c.conv_direct);
+  assert_int_equal(c.dnnl_layout, KILN_DNNL_LAYOUT_NHWC);
+  assert_int_equal(c.comm_thread_us, 50);
+  assert_int_equal(c.comm_shm, KILN_COMM_SHM_COPY);
+  assert_int_equal(c.launcher_size, 3);
+  assert_int_equal(c.local_ranks, 2);
+  assert_int_equal(c.omp_threads, 4);
+  assert_string_equal(c.data_dir, "/home/k/.cache/kiln/datasets");
+  assert_string_equal(c.ce_db, "/home/k/.local/share/kiln/ce.db");
+  assert_string_equal(c.git_commit, "abc1234");
+
+  /* the specific variables win over HOME; other values of the switches are the defaults */
+  setenv("KILN_DATA", "/data", 1);
+  setenv("XDG_DATA_HOME", "/xdg", 1);
+  setenv("KILN_ENGINE", "fast", 1);
+  setenv("KILN_FUSE", "1", 1);
+  setenv("KILN_DNNL_LAYOUT", "any", 1);
+  setenv("KILN_COMM_THREAD", "5ms", 1); /* warned about, no thread */
+  setenv("KILN_COMM_SHM", "0", 1);
+  setenv("OMPI_COMM_WORLD_SIZE", "4", 1);
+  assert_int_equal(kiln_config_from_env(&c), KILN_OK);
+  assert_false(c.ref_engine || c.unfused);
+  assert_int_equal(c.dnnl_layout, KILN_DNNL_LAYOUT_ANY);
+  assert_int_equal(c.comm_thread_us, 0);
+  assert_int_equal(c.comm_shm, KILN_COMM_SHM_OFF);
+  assert_int_equal(c.launcher_size, 4);
+  assert_string_equal(c.data_dir, "/data");
+  assert_string_equal(c.ce_db, "/xdg/kiln/ce.db");
+
+  /* a path that does not fit is refused, naming the variable */
+  char big[KILN_CONFIG_PATH_MAX + 10];
+  memset(big, 'd', sizeof big - 1);
+  big[sizeof big - 1] = '\0';
+  setenv("KILN_DATA", big, 1);
+  assert_int_equal(kiln_config_from_env(&c), KILN_ERR_INVALID);
+  assert_non_null(strstr(kiln_last_error(), "KILN_DATA is longer than"));
+
+  for (int i = 0; i < NCONFIG_VARS; i++) {
+    if (saved[i]) setenv(config_vars[i], saved[i], 1);
+    else unsetenv(config_vars[i]);
+    free(saved[i]);
+  }
 }
 
 static void test_fault_effects(void **state) {
@@ -180,6 +266,49 @@ static void test_thread_cpu_wait(void **state) {
   assert_true(kiln_thread_cpu_wait_ms() >= a);
 }
 
+/* The string builder grows past its first buffer and keeps everything in order. */
+static void test_strbuf(void **state) {
+  (void)state;
+  kiln_strbuf b = {0};
+  char want[8000];
+  size_t w = 0;
+  for (int i = 0; i < 1000; i++) {
+    kiln_strbuf_printf(&b, "%d,", i);
+    w += (size_t)snprintf(want + w, sizeof want - w, "%d,", i);
+  }
+  kiln_strbuf_printf(&b, "%s", "");
+  assert_false(b.failed);
+  assert_true(b.cap > 1024); /* it grew */
+  assert_int_equal(b.len, w);
+  assert_string_equal(b.s, want);
+  free(b.s);
+}
+
+/* mkdir -p: nested folders, an existing one again, and a file in the way named. */
+static void test_mkdir_p(void **state) {
+  (void)state;
+  char root[] = "/tmp/kiln-test-core-XXXXXX", path[128], file[128];
+  assert_non_null(mkdtemp(root));
+  snprintf(path, sizeof path, "%s/a/b/c", root);
+  assert_int_equal(kiln_mkdir_p(path), KILN_OK);
+  struct stat st;
+  assert_int_equal(stat(path, &st), 0);
+  assert_true(S_ISDIR(st.st_mode));
+  assert_int_equal(kiln_mkdir_p(path), KILN_OK);
+  snprintf(file, sizeof file, "%s/a/f", root);
+  FILE *f = fopen(file, "w");
+  assert_non_null(f);
+  fclose(f);
+  assert_int_equal(kiln_mkdir_p(file), KILN_ERR_IO);
+  assert_non_null(strstr(kiln_last_error(), "/a/f: cannot create folder"));
+  snprintf(path, sizeof path, "%s/a/f/g", root);
+  assert_int_equal(kiln_mkdir_p(path), KILN_ERR_IO);
+  assert_non_null(strstr(kiln_last_error(), "/a/f: cannot create folder"));
+  char cmd[160];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
+  assert_int_equal(system(cmd), 0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_blob_reshape_keeps_capacity),
@@ -187,6 +316,9 @@ int main(void) {
       cmocka_unit_test(test_error_context),
       cmocka_unit_test(test_fault_parse),
       cmocka_unit_test(test_fault_effects),
+      cmocka_unit_test(test_config_from_env),
+      cmocka_unit_test(test_strbuf),
+      cmocka_unit_test(test_mkdir_p),
       cmocka_unit_test(test_thread_cpu_wait),
       /* last: its buffers raise the peak resident set that test_fault_effects reads */
       cmocka_unit_test(test_alloc_alignment_and_zeroing),

@@ -586,12 +586,17 @@ static void test_cache_dir(void **state) {
   snprintf(want, sizeof want, "%s/a/b/c", f->dir);
   char *saved = getenv("KILN_DATA") ? kiln_strdup(getenv("KILN_DATA")) : NULL;
   setenv("KILN_DATA", want, 1);
-  assert_int_equal(kiln_data_cache_dir(got, sizeof got), KILN_OK);
+  kiln_config cfg;
+  assert_int_equal(kiln_config_from_env(&cfg), KILN_OK);
+  assert_int_equal(kiln_data_cache_dir(&cfg, got, sizeof got), KILN_OK);
   assert_string_equal(got, want);
   struct stat st;
   assert_int_equal(stat(want, &st), 0);
   assert_true(S_ISDIR(st.st_mode));
-  assert_int_equal(kiln_data_cache_dir(got, 8), KILN_ERR_INVALID);
+  assert_int_equal(kiln_data_cache_dir(&cfg, got, 8), KILN_ERR_INVALID);
+  /* the defaults know no cache: the message says which variables would give one */
+  assert_int_equal(kiln_data_cache_dir(NULL, got, sizeof got), KILN_ERR_INVALID);
+  assert_non_null(strstr(kiln_last_error(), "set KILN_DATA (or HOME)"));
   if (saved) {
     setenv("KILN_DATA", saved, 1);
     free(saved);

@@ -62,7 +62,7 @@ static int open_layer(data_layer *d, const char *extra, int phase, uint64_t seed
   d->lp = gc_layer_param(text);
   d->top[0] = kiln_blob_new("data");
   d->top[1] = kiln_blob_new("label");
-  return kiln_layer_create(d->lp, phase, NULL, 0, d->top, 2, seed, &d->l);
+  return kiln_layer_create(d->lp, phase, NULL, 0, d->top, 2, seed, kiln_test_config(), &d->l);
 }
 
 static void close_layer(data_layer *d) {
@@ -194,12 +194,12 @@ static void test_leveldb_and_missing_source(void **state) {
       gc_layer_param("name: 'd' type: 'Data' top: 'data' data_param { source: 'x' batch_size: 2 }");
   kiln_blob *top = kiln_blob_new("data");
   kiln_layer *l;
-  assert_int_equal(kiln_layer_create(lp, 0, NULL, 0, &top, 1, 1, &l), KILN_ERR_UNSUPPORTED);
+  assert_int_equal(kiln_layer_create(lp, 0, NULL, 0, &top, 1, 1, kiln_test_config(), &l), KILN_ERR_UNSUPPORTED);
   assert_non_null(strstr(kiln_last_error(), "LEVELDB"));
   protobuf_c_message_free_unpacked(&lp->base, NULL);
   lp = gc_layer_param("name: 'd' type: 'Data' top: 'data' data_param { source: '/nonexistent/db' "
                       "batch_size: 2 backend: LMDB }");
-  assert_int_not_equal(kiln_layer_create(lp, 0, NULL, 0, &top, 1, 1, &l), KILN_OK);
+  assert_int_not_equal(kiln_layer_create(lp, 0, NULL, 0, &top, 1, 1, kiln_test_config(), &l), KILN_OK);
   assert_non_null(strstr(kiln_last_error(), "/nonexistent/db"));
   protobuf_c_message_free_unpacked(&lp->base, NULL);
   kiln_blob_free(top);
@@ -384,7 +384,7 @@ static void test_keep_reshapes_the_net(void **state) {
            db_path);
   Caffe__NetParameter *np;
   assert_int_equal(kiln_net_param_from_text(text, "<keep>", &np), KILN_OK);
-  kiln_net_options o = {.phase = CAFFE__PHASE__TRAIN, .seed = 1};
+  kiln_net_options o = {.phase = CAFFE__PHASE__TRAIN, .seed = 1, .config = kiln_test_config()};
   kiln_net *net;
   assert_int_equal(kiln_net_create(np, &o, &net), KILN_OK);
   float loss;

@@ -604,7 +604,7 @@ static void test_relu_bad_parameters(void **state) {
   Caffe__LayerParameter *lp = gc_layer_param("name: 'neg' type: 'ReLU' relu_param { "
                                              "negative_slope: -0.5 }");
   kiln_layer *l = NULL;
-  assert_int_equal(kiln_layer_create(lp, TRAIN, &x, 1, &x, 1, 1, &l), KILN_ERR_UNSUPPORTED);
+  assert_int_equal(kiln_layer_create(lp, TRAIN, &x, 1, &x, 1, 1, kiln_test_config(), &l), KILN_ERR_UNSUPPORTED);
   assert_null(l);
   expect_message("layer 'neg' (ReLU)", "in place", NULL);
   protobuf_c_message_free_unpacked(&lp->base, NULL);

@@ -276,7 +276,7 @@ static kiln_net *net_run(const char *text, Caffe__NetParameter **np) {
     print_error("%s\n", kiln_last_error());
     fail();
   }
-  kiln_net_options opt = {.phase = TRAIN, .seed = 3};
+  kiln_net_options opt = {.phase = TRAIN, .seed = 3, .config = kiln_test_config()};
   kiln_net *net;
   if (kiln_net_create(*np, &opt, &net)) {
     print_error("%s\n", kiln_last_error());

@@ -18,6 +18,7 @@
 #include "files.h"
 #include "kiln/net.h"
 #include "kiln/ops.h"
+#include "gradcheck.h"
 
 /* ---- helpers ------------------------------------------------------------------------------ */
 
@@ -33,6 +34,7 @@ static kiln_net_options train_opts(void) {
   o.phase = CAFFE__PHASE__TRAIN;
   o.seed = 1;
   o.nthreads = 1;
+  o.config = kiln_test_config();
   return o;
 }
 
@@ -1042,7 +1044,9 @@ static const char *residual_net =
  * order), same BatchNorm statistics, over a few steps in TRAIN and then in TEST. */
 static void check_blocked_net(const char *residual_net) {
   kiln_net_options po = train_opts(), bo = train_opts();
-  po.plain_layouts = true;
+  kiln_config plain_cfg = *kiln_test_config();
+  plain_cfg.plain_layouts = true;
+  po.config = &plain_cfg;
   po.share_diffs = bo.share_diffs = true;
   built p, b;
   build_ok(&p, residual_net, &po);
@@ -1149,9 +1153,12 @@ typedef struct {
 static void check_fused_net(const char *text, bool plain, const fuse_group *groups, int ngroups,
                             const char *const *blobs, int nblobs) {
   kiln_net_options uo = train_opts(), fo = train_opts();
-  uo.plain_layouts = fo.plain_layouts = plain;
+  kiln_config uc = *kiln_test_config(), fc = *kiln_test_config();
+  if (plain) uc.plain_layouts = fc.plain_layouts = true;
+  uc.unfused = true;
+  uo.config = &uc;
+  fo.config = &fc;
   uo.share_diffs = fo.share_diffs = true;
-  uo.unfused = true;
   built u, f;
   build_ok(&u, text, &uo);
   build_ok(&f, text, &fo);

@@ -172,7 +172,7 @@ static void run_dnnl_case(const conv_case *c, const kiln_conv_geom *g, const flo
   const int64_t nw = (int64_t)c->M * (c->C / c->group) * c->kh * c->kw;
   kiln_dnnl_conv *dn = NULL;
   if (kiln_dnnl_conv_create(&dn, c->N, c->M, c->group, g, c->bias, true, KILN_LAYOUT_PLAIN,
-                            KILN_LAYOUT_PLAIN) != KILN_OK)
+                            KILN_LAYOUT_PLAIN, NULL) != KILN_OK)
     fail_msg("oneDNN has no convolution for N%d C%d %dx%d M%d k%dx%d: %s", c->N, c->C, c->H,
              c->W, c->M, c->kh, c->kw, kiln_last_error());
   /* 3x3 at stride 1 with 16 | channels runs Winograd; the same tolerance holds for it. */

@@ -85,7 +85,7 @@ static void test_null_comm_is_one_process(void **state) {
   kiln_comm_free(NULL);
   if (!kiln_comm_mpi_built()) {
     kiln_comm *c = (kiln_comm *)1;
-    assert_int_equal(kiln_comm_mpi_create(NULL, NULL, &c), KILN_ERR_UNSUPPORTED);
+    assert_int_equal(kiln_comm_mpi_create(NULL, NULL, NULL, &c), KILN_ERR_UNSUPPORTED);
     assert_null(c);
     assert_contains(kiln_last_error(), "without MPI");
   }
@@ -100,11 +100,15 @@ static void test_launcher_size(void **state) {
     saved[i] = v ? strdup(v) : NULL;
     unsetenv(vars[i]);
   }
-  assert_int_equal(kiln_comm_launcher_size(), 0);
+  kiln_config cfg;
+  assert_int_equal(kiln_config_from_env(&cfg), KILN_OK);
+  assert_int_equal(cfg.launcher_size, 0);
   setenv("PMI_SIZE", "3", 1);
-  assert_int_equal(kiln_comm_launcher_size(), 3);
+  assert_int_equal(kiln_config_from_env(&cfg), KILN_OK);
+  assert_int_equal(cfg.launcher_size, 3);
   setenv("OMPI_COMM_WORLD_SIZE", "4", 1);
-  assert_int_equal(kiln_comm_launcher_size(), 4);
+  assert_int_equal(kiln_config_from_env(&cfg), KILN_OK);
+  assert_int_equal(cfg.launcher_size, 4);
   for (int i = 0; i < 3; i++) {
     if (saved[i]) setenv(vars[i], saved[i], 1);
     else unsetenv(vars[i]);

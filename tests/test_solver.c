@@ -20,6 +20,7 @@
 
 #include "kiln/data.h"
 #include "kiln/solver.h"
+#include "gradcheck.h"
 
 /* ---- fixture: a folder with a 64-record LMDB of 1x4x4 bytes, labels 0..3 ------------------ */
 
@@ -98,26 +99,44 @@ static void write_pair(const char *net_text, const char *solver_body, char *solv
   write_text(solver_path, text);
 }
 
+/* Solver options naming only the tests' configuration. */
+#define TEST_OPTS (&(kiln_solver_options){.config = kiln_test_config()})
+
+/* `opt` (NULL: none) with the tests' configuration when it names none. */
+static kiln_solver_options with_config(const kiln_solver_options *opt) {
+  kiln_solver_options o = {0};
+  if (opt) o = *opt;
+  if (!o.config) o.config = kiln_test_config();
+  return o;
+}
+
 static kiln_solver *make_solver(const char *net_text, const char *solver_body,
                                 const kiln_solver_options *opt) {
   char sp[256];
   write_pair(net_text, solver_body, sp, sizeof sp);
   kiln_solver *s = NULL;
-  int rc = kiln_solver_create(sp, opt, &s);
+  kiln_solver_options o = with_config(opt);
+  int rc = kiln_solver_create(sp, &o, &s);
   if (rc) fprintf(stderr, "solver create: %s\n", kiln_last_error());
   assert_int_equal(rc, KILN_OK);
   return s;
 }
 
-static int make_solver_rc(const char *net_text, const char *solver_body, char *err, size_t n) {
+static int make_solver_opt_rc(const char *net_text, const char *solver_body,
+                              const kiln_solver_options *opt, char *err, size_t n) {
   char sp[256];
   write_pair(net_text, solver_body, sp, sizeof sp);
   kiln_solver *s = NULL;
-  int rc = kiln_solver_create(sp, NULL, &s);
+  kiln_solver_options o = with_config(opt);
+  int rc = kiln_solver_create(sp, &o, &s);
   snprintf(err, n, "%s", rc ? kiln_last_error() : "");
   if (rc) assert_null(s);
   kiln_solver_free(s);
   return rc;
+}
+
+static int make_solver_rc(const char *net_text, const char *solver_body, char *err, size_t n) {
+  return make_solver_opt_rc(net_text, solver_body, NULL, err, n);
 }
 
 static void assert_contains(const char *hay, const char *needle) {
@@ -330,7 +349,8 @@ static void run_rule_case(const rule_case *c) {
   set_tiny_inputs(net);
   Caffe__NetParameter *np;
   assert_int_equal(kiln_net_param_from_text(tiny_net, "<ref>", &np), KILN_OK);
-  kiln_net_options o = {.phase = CAFFE__PHASE__TRAIN, .seed = 99, .nthreads = 1};
+  kiln_net_options o = {.phase = CAFFE__PHASE__TRAIN, .seed = 99, .nthreads = 1,
+                        .config = kiln_test_config()};
   kiln_net *ref;
   assert_int_equal(kiln_net_create(np, &o, &ref), KILN_OK);
   set_tiny_inputs(ref);
@@ -613,7 +633,7 @@ static void test_snapshot_and_exact_resume(void **state) {
   write_pair(net, body, sp, sizeof sp);
 
   kiln_solver *a;
-  assert_int_equal(kiln_solver_create(sp, NULL, &a), KILN_OK);
+  assert_int_equal(kiln_solver_create(sp, TEST_OPTS, &a), KILN_OK);
   assert_int_equal(kiln_net_data_layer_count(a->net), 1);
   assert_int_equal(kiln_solver_step(a, 20), KILN_OK);
   assert_int_equal(a->iter, 20);
@@ -648,7 +668,7 @@ static void test_snapshot_and_exact_resume(void **state) {
 
   /* resumed at 10 and run to 20: bit-identical */
   kiln_solver *b;
-  assert_int_equal(kiln_solver_create(sp, NULL, &b), KILN_OK);
+  assert_int_equal(kiln_solver_create(sp, TEST_OPTS, &b), KILN_OK);
   assert_int_equal(kiln_solver_restore(b, state10), KILN_OK);
   assert_int_equal(b->iter, 10);
   assert_int_equal(b->current_step, 1);
@@ -664,21 +684,21 @@ static void test_snapshot_and_exact_resume(void **state) {
   /* negative controls: the same resume, but from the wrong data position, or with another
    * dropout generator state, ends elsewhere */
   kiln_solver *c;
-  assert_int_equal(kiln_solver_create(sp, NULL, &c), KILN_OK);
+  assert_int_equal(kiln_solver_create(sp, TEST_OPTS, &c), KILN_OK);
   assert_int_equal(kiln_solver_restore(c, state10), KILN_OK);
   uint64_t zero = 0;
   assert_int_equal(kiln_net_set_cursors(c->net, &zero, 1), KILN_OK);
   assert_int_equal(kiln_solver_step(c, 10), KILN_OK);
   assert_true(memcmp(c->net->param_data, straight, sizeof(float) * (size_t)nfloats) != 0);
   kiln_solver_free(c);
-  assert_int_equal(kiln_solver_create(sp, NULL, &c), KILN_OK);
+  assert_int_equal(kiln_solver_create(sp, TEST_OPTS, &c), KILN_OK);
   assert_int_equal(kiln_solver_restore(c, state10), KILN_OK);
   kiln_rng_seed(&c->net->rng, 12345, 1);
   assert_int_equal(kiln_solver_step(c, 10), KILN_OK);
   assert_true(memcmp(c->net->param_data, straight, sizeof(float) * (size_t)nfloats) != 0);
   kiln_solver_free(c);
   /* and without restoring at all, 10 steps from scratch are not 20 */
-  assert_int_equal(kiln_solver_create(sp, NULL, &c), KILN_OK);
+  assert_int_equal(kiln_solver_create(sp, TEST_OPTS, &c), KILN_OK);
   c->iter = 10;
   assert_int_equal(kiln_solver_step(c, 10), KILN_OK);
   assert_true(memcmp(c->net->param_data, straight, sizeof(float) * (size_t)nfloats) != 0);
@@ -693,7 +713,7 @@ static void test_snapshot_and_exact_resume(void **state) {
   snprintf(moved_state, sizeof moved_state, "%s/snap_iter_10.solverstate", moved_dir);
   assert_int_equal(rename(model10, moved_model), 0);
   assert_int_equal(rename(state10, moved_state), 0);
-  assert_int_equal(kiln_solver_create(sp, NULL, &c), KILN_OK);
+  assert_int_equal(kiln_solver_create(sp, TEST_OPTS, &c), KILN_OK);
   assert_int_equal(kiln_solver_restore(c, moved_state), KILN_OK);
   assert_int_equal(kiln_solver_step(c, 10), KILN_OK);
   assert_memory_equal(c->net->param_data, straight, sizeof(float) * (size_t)nfloats);
@@ -753,14 +773,14 @@ static void test_snapshot_resume_adam(void **state) {
   char sp[256];
   write_pair(net, body, sp, sizeof sp);
   kiln_solver *a, *b;
-  assert_int_equal(kiln_solver_create(sp, NULL, &a), KILN_OK);
+  assert_int_equal(kiln_solver_create(sp, TEST_OPTS, &a), KILN_OK);
   assert_int_equal(kiln_solver_step(a, 8), KILN_OK);
   snprintf(st, sizeof st, "%s_iter_4.solverstate", prefix);
   ProtobufCMessage *m;
   assert_int_equal(kiln_proto_read_binary(st, &caffe__solver_state__descriptor, &m), KILN_OK);
   assert_int_equal((int)((Caffe__SolverState *)m)->n_history, 2 * a->net->nlearnable);
   protobuf_c_message_free_unpacked(m, NULL);
-  assert_int_equal(kiln_solver_create(sp, NULL, &b), KILN_OK);
+  assert_int_equal(kiln_solver_create(sp, TEST_OPTS, &b), KILN_OK);
   assert_int_equal(kiln_solver_restore(b, st), KILN_OK);
   assert_int_equal(kiln_solver_step(b, 4), KILN_OK);
   assert_memory_equal(a->net->param_data, b->net->param_data,
@@ -900,8 +920,11 @@ static void test_fault_injection(void **state) {
   const char *body = "base_lr: 0.1 lr_policy: 'fixed' max_iter: 5 display: 0\n";
   char err[2048];
   /* a sleep in every forward of 'ip': five iterations take at least five sleeps */
+  kiln_config fc;
+  kiln_solver_options fo = {.config = &fc};
   setenv("KILN_FAULT", "sleep:ip:20", 1);
-  kiln_solver *s = make_solver(tiny_net, body, NULL);
+  assert_int_equal(kiln_config_from_env(&fc), KILN_OK);
+  kiln_solver *s = make_solver(tiny_net, body, &fo);
   set_tiny_inputs(s->net);
   double t0 = kiln_now_ms();
   assert_int_equal(kiln_solver_step(s, 5), KILN_OK);
@@ -909,15 +932,17 @@ static void test_fault_injection(void **state) {
   kiln_solver_free(s);
   /* a layer the train net does not have, and a malformed value, are errors */
   setenv("KILN_FAULT", "sleep:conv9:20", 1);
-  assert_int_equal(make_solver_rc(tiny_net, body, err, sizeof err), KILN_ERR_INVALID);
+  assert_int_equal(kiln_config_from_env(&fc), KILN_OK);
+  assert_int_equal(make_solver_opt_rc(tiny_net, body, &fo, err, sizeof err), KILN_ERR_INVALID);
   assert_contains(err, "KILN_FAULT=sleep:conv9:20: the train net 'tiny' has no layer 'conv9'");
   assert_contains(err, "its layers: data, ip, loss");
-  setenv("KILN_FAULT", "sleep:ip", 1);
-  assert_int_equal(make_solver_rc(tiny_net, body, err, sizeof err), KILN_ERR_INVALID);
-  assert_contains(err, "KILN_FAULT='sleep:ip': expected sleep:LAYER:MS");
+  setenv("KILN_FAULT", "sleep:ip", 1); /* refused where the configuration is read */
+  assert_int_equal(kiln_config_from_env(&fc), KILN_ERR_INVALID);
+  assert_contains(kiln_last_error(), "KILN_FAULT='sleep:ip': expected sleep:LAYER:MS");
   /* a leak: every iteration keeps 4 MB */
   setenv("KILN_FAULT", "leak:4096", 1);
-  s = make_solver(tiny_net, body, NULL);
+  assert_int_equal(kiln_config_from_env(&fc), KILN_OK);
+  s = make_solver(tiny_net, body, &fo);
   set_tiny_inputs(s->net);
   double before = kiln_peak_rss_mb();
   assert_int_equal(kiln_solver_step(s, 5), KILN_OK);

@@ -39,6 +39,7 @@ typedef struct ce_args {
   const char *target, *db, *report_dir, *machine_class, *mpirun, *baseline_dir, *suite, *model;
   bool warn_only;
   int repeats, times;
+  kiln_config config; /* the environment's (include/kiln/config.h) */
 } ce_args;
 
 static int parse_args(int argc, char **argv, ce_args *a) {
@@ -117,7 +118,7 @@ static int self_path(char *buf, size_t n) {
 
 static const char *db_path(const ce_args *a, char *buf, size_t n) {
   if (a->db) return a->db;
-  if (kiln_ce_history_default_path(buf, n)) return NULL;
+  if (kiln_ce_history_default_path(&a->config, buf, n)) return NULL;
   return buf;
 }
 
@@ -204,7 +205,7 @@ static int ce_run(const ce_args *a, const char *only_model, int repeats, bool re
   else default_report_dir(db, a->target, report, sizeof report);
   kiln_ce_options o = {.kiln_path = self, .report_dir = report, .machine_class = a->machine_class,
                        .mpirun = a->mpirun, .only_model = only_model, .repeats = repeats,
-                       .progress = on_progress, .cancel = &interrupted};
+                       .progress = on_progress, .cancel = &interrupted, .config = &a->config};
   kiln_ce_result r;
   catch_signals();
   if (kiln_ce_run(a->target, &o, &r)) {
@@ -310,7 +311,7 @@ static int ce_stability(ce_args *a) {
   }
   kiln_ce_options o = {.kiln_path = self, .report_dir = report, .machine_class = a->machine_class,
                        .mpirun = a->mpirun, .only_model = model, .repeats = times,
-                       .progress = on_progress, .cancel = &interrupted};
+                       .progress = on_progress, .cancel = &interrupted, .config = &a->config};
   kiln_ce_result r;
   catch_signals();
   if (kiln_ce_run(suite, &o, &r)) {
@@ -350,6 +351,11 @@ int cmd_ce(int argc, char **argv) {
   ce_args a = {0};
   if (parse_args(argc, argv, &a)) {
     usage(stderr);
+    return EXIT_HARNESS;
+  }
+  /* A malformed KILN_FAULT would fail every training: the harness stops before any. */
+  if (kiln_config_from_env(&a.config)) {
+    fprintf(stderr, "kiln ce: %s\n", kiln_last_error());
     return EXIT_HARNESS;
   }
   const char *sub = argv[1];

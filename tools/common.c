@@ -68,50 +68,26 @@ int tool_common_option(tool_common *c, int argc, char **argv, int *i) {
 int tool_metrics_open(tool_metrics *m, const char *path) {
   memset(m, 0, sizeof *m);
   m->tty = isatty(STDERR_FILENO);
-  if (!path) return KILN_OK;
-  m->f = fopen(path, "w");
-  if (!m->f) return kiln_errorf(KILN_ERR_IO, "%s: cannot create: %s", path, strerror(errno));
-  return KILN_OK;
+  return kiln_metrics_open(path, &m->file);
 }
 
-void tool_metrics_close(tool_metrics *m) {
-  if (m->f) fclose(m->f);
-  m->f = NULL;
-}
-
-void tool_json_string(FILE *f, const char *s) {
-  fputc('"', f);
-  for (; *s; s++) {
-    unsigned char c = (unsigned char)*s;
-    if (c == '"' || c == '\\') fprintf(f, "\\%c", c);
-    else if (c < 0x20) fprintf(f, "\\u%04x", c);
-    else fputc(c, f);
+/* The first failed write is said at once (training goes on; the exit status tells). */
+static void metrics_result(tool_metrics *m, int rc) {
+  if (rc && !m->failed) {
+    m->failed = true;
+    fprintf(stderr, "%skiln: metrics: %s\n", m->tty ? "\r\033[K" : "", kiln_last_error());
   }
-  fputc('"', f);
 }
 
-static void json_number(FILE *f, double v) {
-  if (isfinite(v)) fprintf(f, "%.9g", v);
-  else fputs("null", f); /* JSON has no NaN; readers see a missing figure */
+int tool_metrics_close(tool_metrics *m) {
+  metrics_result(m, kiln_metrics_close(m->file));
+  m->file = NULL;
+  return m->failed ? -1 : 0;
 }
 
 void tool_metrics_write(tool_metrics *m, const char *event, int iter, double time_ms,
-                        int nfields, const char *const *names, const double *values) {
-  if (!m->f) return;
-  fprintf(m->f, "{\"event\":");
-  tool_json_string(m->f, event);
-  fprintf(m->f, ",\"iter\":%d,\"time_ms\":%.3f,\"rank\":%d", iter, time_ms, m->rank);
-  for (int i = 0; i < nfields; i++) {
-    bool dup = false;
-    for (int j = 0; j < i; j++) dup |= strcmp(names[i], names[j]) == 0;
-    if (dup) continue;
-    fputc(',', m->f);
-    tool_json_string(m->f, names[i]);
-    fputc(':', m->f);
-    json_number(m->f, values[i]);
-  }
-  fputs("}\n", m->f);
-  fflush(m->f);
+                        int nfields, const kiln_metric_field *fields) {
+  metrics_result(m, kiln_metrics_write(m->file, event, iter, time_ms, m->rank, nfields, fields));
 }
 
 static void eta_string(double seconds, char *buf, size_t n) {
@@ -127,10 +103,7 @@ static void eta_string(double seconds, char *buf, size_t n) {
 
 void tool_on_event(const kiln_event *e, void *user) {
   tool_metrics *m = user;
-  const char *names[80];
-  double values[80];
-  int n = 0;
-  if (!strcmp(e->event, "progress")) {
+  if (!strcmp(e->event, KILN_EV_PROGRESS)) {
     if (!m->tty) return;
     double now = kiln_now_ms();
     if (now - m->last_progress_ms < 200 && e->iter != e->max_iter) return;
@@ -144,47 +117,27 @@ void tool_on_event(const kiln_event *e, void *user) {
     return;
   }
   if (m->tty) fprintf(stderr, "\r\033[K");
-  if (!strcmp(e->event, "train")) {
-    names[n] = "loss", values[n++] = e->loss;
-    names[n] = "lr", values[n++] = e->lr;
-    names[n] = "samples_per_s", values[n++] = e->samples_per_s;
-    names[n] = "peak_rss_mb", values[n++] = e->peak_rss_mb;
-    names[n] = "cpu_wait_ms", values[n++] = e->cpu_wait_ms;
+  if (!strcmp(e->event, KILN_EV_TRAIN)) {
     if (!m->tty)
       fprintf(stderr, "iter %d  loss %.4f  lr %.6g  %.0f samples/s\n", e->iter, e->loss, e->lr,
               e->samples_per_s);
-  } else if (!strcmp(e->event, "test")) {
-    names[n] = "loss", values[n++] = e->loss;
-    names[n] = "test_net", values[n++] = e->test_net;
+  } else if (!strcmp(e->event, KILN_EV_TEST)) {
     fprintf(stderr, "iter %d  test net %d:", e->iter, e->test_net);
-    for (int i = 0; i < e->noutputs && n < 78; i++) {
-      names[n] = e->output_names[i], values[n++] = e->output_values[i];
+    for (int i = 0; i < e->noutputs; i++)
       fprintf(stderr, "  %s = %.4f", e->output_names[i], e->output_values[i]);
-    }
     fputc('\n', stderr);
-    names[n] = "peak_rss_mb", values[n++] = e->peak_rss_mb;
-  } else if (!strcmp(e->event, "snapshot")) {
+  } else if (!strcmp(e->event, KILN_EV_SNAPSHOT)) {
     fprintf(stderr, "iter %d  snapshot %s\n", e->iter, e->path);
-    names[n] = "peak_rss_mb", values[n++] = e->peak_rss_mb;
-  } else if (!strcmp(e->event, "worker")) {
+  } else if (!strcmp(e->event, KILN_EV_WORKER)) {
     /* One line per worker: the slowest sets the pace, and its peers wait in the sync. */
-    names[n] = "samples_per_s", values[n++] = e->samples_per_s;
-    names[n] = "sync_ms", values[n++] = e->sync_ms;
-    names[n] = "wall_samples_per_s", values[n++] = e->wall_samples_per_s;
-    names[n] = "iters", values[n++] = (double)e->worker_iters;
     fprintf(stderr,
             "worker %d of %d: %lld iterations, %.0f samples/s computing, %.0f counting %.1f s "
             "waiting in sync\n",
             e->rank, e->nworkers, (long long)e->worker_iters, e->samples_per_s,
             e->wall_samples_per_s, e->sync_ms / 1e3);
-  } else if (!strcmp(e->event, "done")) {
-    names[n] = "peak_rss_mb", values[n++] = e->peak_rss_mb;
-    names[n] = "cpu_wait_ms", values[n++] = e->cpu_wait_ms;
+  } else if (!strcmp(e->event, KILN_EV_DONE)) {
     fprintf(stderr, "done at iteration %d in %.1f s, peak RSS %.1f MB\n", e->iter, e->time_ms / 1e3,
             e->peak_rss_mb);
   }
-  int own_rank = m->rank;
-  m->rank = e->rank; /* the worker the figures describe */
-  tool_metrics_write(m, e->event, e->iter, e->time_ms, n, names, values);
-  m->rank = own_rank;
+  metrics_result(m, kiln_metrics_write_event(m->file, e));
 }

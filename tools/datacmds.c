@@ -77,9 +77,11 @@ static int ensure_debian_package(void) {
 }
 
 int cmd_data(int argc, char **argv) {
+  kiln_config cfg;
+  if (kiln_config_from_env(&cfg)) return tool_fail("data");
   if (argc == 2 && !strcmp(argv[1], "dir")) {
     char dir[4096];
-    if (kiln_data_cache_dir(dir, sizeof dir)) return tool_fail("data");
+    if (kiln_data_cache_dir(&cfg, dir, sizeof dir)) return tool_fail("data");
     printf("%s\n", dir);
     return 0;
   }
@@ -93,7 +95,7 @@ int cmd_data(int argc, char **argv) {
   }
   if (ensure_debian_package()) return 1;
   char dir[4096];
-  if (kiln_data_cache_dir(dir, sizeof dir)) return tool_fail("data");
+  if (kiln_data_cache_dir(&cfg, dir, sizeof dir)) return tool_fail("data");
   bool already = false;
   if (kiln_data_fetch_fashion_mnist(NULL, dir, &already)) return tool_fail("data fetch");
   printf("%s %s/fashion-mnist\n", already ? "already cached:" : "cached:", dir);

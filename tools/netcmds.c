@@ -53,9 +53,11 @@ static int parse_net_args(const char *cmd, int argc, char **argv, net_args *a, i
 
 /* The net keeps pointers into its message: free *msg only after the net. */
 static int load_net(const net_args *a, kiln_net **net, ProtobufCMessage **msg) {
+  kiln_config cfg; /* copied into the net */
+  KILN_TRY(kiln_config_from_env(&cfg));
   KILN_TRY(kiln_text_parse_file(a->model, &caffe__net_parameter__descriptor, msg));
   kiln_net_options o = {.phase = a->phase, .seed = 1701, .max_memory = a->c.max_memory,
-                        .source = a->model, .share_diffs = true};
+                        .source = a->model, .share_diffs = true, .config = &cfg};
   int rc = kiln_net_create((Caffe__NetParameter *)*msg, &o, net);
   if (rc) {
     protobuf_c_message_free_unpacked(*msg, NULL);
@@ -93,21 +95,19 @@ int cmd_test(int argc, char **argv) {
       sum[o] += v;
     }
   }
-  const char *names[66];
-  double values[66];
+  kiln_metric_field fl[66];
   int n = 0;
-  names[n] = "loss", values[n++] = (float)(loss / a.iterations); /* as the solver reports it */
+  /* as the solver reports it */
+  fl[n++] = (kiln_metric_field){KILN_MF_LOSS, (float)(loss / a.iterations), NULL};
   for (int o = 0; o < net->noutputs && n < 64; o++) {
-    names[n] = net->outputs[o]->name;
-    values[n++] = (float)(sum[o] / a.iterations);
+    fl[n++] = (kiln_metric_field){net->outputs[o]->name, (float)(sum[o] / a.iterations), NULL};
     printf("%s = %.4f\n", net->outputs[o]->name, sum[o] / a.iterations);
   }
-  names[n] = "peak_rss_mb", values[n++] = kiln_peak_rss_mb();
-  tool_metrics_write(&m, "test", a.iterations, kiln_now_ms() - start, n, names, values);
+  fl[n++] = (kiln_metric_field){KILN_MF_PEAK_RSS_MB, kiln_peak_rss_mb(), NULL};
+  tool_metrics_write(&m, KILN_EV_TEST, a.iterations, kiln_now_ms() - start, n, fl);
   free(sum);
   free_net(net, msg);
-  tool_metrics_close(&m);
-  return 0;
+  return tool_metrics_close(&m) ? 1 : 0;
 }
 
 int cmd_describe(int argc, char **argv) {
@@ -203,17 +203,12 @@ int cmd_time(int argc, char **argv) {
     for (int j = 1; j <= l->fused; j++) group_flops += net->layers[i + j]->flops;
     printf("%-24.24s %-16.16s %12.4f %12.4f %10.2f\n", l->name, l->ops->type, f, b,
            f > 0 ? group_flops / (f * 1e6) : 0.0);
-    const char *names[] = {"forward_ms", "backward_ms", "mflops"};
-    double values[] = {f, b, l->flops / 1e6};
-    if (m.f) {
-      fprintf(m.f, "{\"event\":\"layer_time\",\"iter\":%d,\"time_ms\":%.3f,\"rank\":0,\"layer\":",
-              a.iterations, total);
-      tool_json_string(m.f, l->name);
-      fputs(",\"type\":", m.f);
-      tool_json_string(m.f, l->ops->type);
-      for (int k = 0; k < 3; k++) fprintf(m.f, ",\"%s\":%.6g", names[k], values[k]);
-      fputs("}\n", m.f);
-    }
+    const kiln_metric_field fl[] = {{.name = KILN_MF_LAYER, .text = l->name},
+                                    {.name = KILN_MF_TYPE, .text = l->ops->type},
+                                    {KILN_MF_FORWARD_MS, f, NULL},
+                                    {KILN_MF_BACKWARD_MS, b, NULL},
+                                    {KILN_MF_MFLOPS, l->flops / 1e6, NULL}};
+    tool_metrics_write(&m, KILN_EV_LAYER_TIME, a.iterations, total, 5, fl);
   }
   double per_iter = total / a.iterations;
   int groups = 0;
@@ -226,15 +221,17 @@ int cmd_time(int argc, char **argv) {
          fsum, bsum, per_iter);
   printf("%.1f samples/s (batch %d), %.2f GFLOP/s forward\n", batch / (per_iter / 1e3), batch,
          kiln_net_forward_flops(net) / (fsum * 1e6));
-  const char *names[] = {"forward_ms", "backward_ms", "total_ms", "samples_per_s", "batch",
-                         "peak_rss_mb"};
-  double values[] = {fsum, bsum, per_iter, batch / (per_iter / 1e3), batch, kiln_peak_rss_mb()};
-  tool_metrics_write(&m, "time", a.iterations, total, 6, names, values);
+  const kiln_metric_field fl[] = {{KILN_MF_FORWARD_MS, fsum, NULL},
+                                  {KILN_MF_BACKWARD_MS, bsum, NULL},
+                                  {KILN_MF_TOTAL_MS, per_iter, NULL},
+                                  {KILN_MF_SAMPLES_PER_S, batch / (per_iter / 1e3), NULL},
+                                  {KILN_MF_BATCH, batch, NULL},
+                                  {KILN_MF_PEAK_RSS_MB, kiln_peak_rss_mb(), NULL}};
+  tool_metrics_write(&m, KILN_EV_TIME, a.iterations, total, 6, fl);
   free(fwd);
   free(bwd);
   free(runs_fwd);
   free(runs_bwd);
   free_net(net, msg);
-  tool_metrics_close(&m);
-  return 0;
+  return tool_metrics_close(&m) ? 1 : 0;
 }

@@ -31,19 +31,20 @@ typedef struct {
 } tool_common;
 int tool_common_option(tool_common *c, int argc, char **argv, int *i);
 
-/* JSON Lines metrics: one object per event. */
+/* The metrics file (include/kiln/metrics.h; none without --metrics) and the human output. */
 typedef struct {
-  FILE *f;
+  kiln_metrics_file *file;
   bool tty;            /* stderr is a terminal: progress line updates in place */
   double last_progress_ms;
   int rank;
+  bool failed;         /* a write failed: the message is printed once, the run ends in error */
 } tool_metrics;
 int tool_metrics_open(tool_metrics *m, const char *path);
-void tool_metrics_close(tool_metrics *m);
-/* Writes an event with extra numeric fields (name/value pairs). */
+/* Closes the file; -1 (after printing why) when any write or the close failed. */
+int tool_metrics_close(tool_metrics *m);
+/* Writes an event of this process (rank m->rank) with its fields. */
 void tool_metrics_write(tool_metrics *m, const char *event, int iter, double time_ms,
-                        int nfields, const char *const *names, const double *values);
-void tool_json_string(FILE *f, const char *s);
+                        int nfields, const kiln_metric_field *fields);
 /* The solver's event callback: metrics file plus human output on stderr. */
 void tool_on_event(const kiln_event *e, void *user);
 

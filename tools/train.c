@@ -21,9 +21,9 @@ static int usage_error(const char *why, const char *a) {
 }
 
 /* One worker (no launcher) or MPI_COMM_WORLD. */
-static int open_comm(int *argc, char ***argv, kiln_comm **comm) {
-  int launched = kiln_comm_launcher_size();
-  if (launched > 0 && kiln_comm_mpi_built()) return kiln_comm_mpi_create(argc, argv, comm);
+static int open_comm(int *argc, char ***argv, const kiln_config *cfg, kiln_comm **comm) {
+  int launched = cfg->launcher_size;
+  if (launched > 0 && kiln_comm_mpi_built()) return kiln_comm_mpi_create(argc, argv, cfg, comm);
   if (launched > 1)
     return kiln_errorf(KILN_ERR_UNSUPPORTED,
                        "started by an MPI launcher as one of %d processes, but kiln was built "
@@ -35,11 +35,9 @@ static int open_comm(int *argc, char ***argv, kiln_comm **comm) {
 
 /* Several workers on one host would each start a thread per core: unless told (--threads,
  * OMP_NUM_THREADS), each takes its share of the cores it may use. */
-static void share_cores(const tool_common *c) {
-  if (c->threads > 0 || getenv("OMP_NUM_THREADS")) return;
-  const char *v = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
-  if (!v) v = getenv("MPI_LOCALNRANKS");
-  int local = v ? atoi(v) : 0;
+static void share_cores(const tool_common *c, const kiln_config *cfg) {
+  if (c->threads > 0 || cfg->omp_threads > 0) return;
+  int local = cfg->local_ranks;
   if (local <= 1) return;
   int t = kiln_get_num_threads() / local;
   kiln_set_num_threads(t > 0 ? t : 1);
@@ -130,8 +128,13 @@ int cmd_train(int argc, char **argv) {
     fprintf(stderr, "kiln train: give --snapshot or --weights, not both\n");
     return 2;
   }
+  /* The environment's switches, then the command line's (include/kiln/config.h). */
+  kiln_config cfg;
+  if (kiln_config_from_env(&cfg)) return tool_fail("train");
+  cfg.debug_slow_rank = slow_rank;
+  cfg.debug_slow_ms = slow_ms;
   kiln_comm *comm = NULL;
-  if (open_comm(&argc, &argv, &comm)) {
+  if (open_comm(&argc, &argv, &cfg, &comm)) {
     if (comm) return fail(comm, "starting MPI"); /* ends every rank */
     return tool_fail("train");
   }
@@ -147,14 +150,14 @@ int cmd_train(int argc, char **argv) {
                   slow_rank, nworkers, nworkers - 1);
     return fail(comm, "train");
   }
-  if (nworkers > 1) share_cores(&c);
+  if (nworkers > 1) share_cores(&c, &cfg);
   if (rank != 0) kiln_log_set_level(KILN_LOG_WARN); /* rank 0 speaks for the job */
   tool_metrics m;
   if (tool_metrics_open(&m, rank == 0 ? c.metrics : NULL)) return fail(comm, "metrics");
   m.rank = rank;
   kiln_solver_options o = {.max_memory = c.max_memory, .on_event = tool_on_event, .user = &m,
-                           .comm = comm, .sync = sync, .debug_slow_rank = slow_rank,
-                           .debug_slow_ms = slow_ms, .no_overlap = no_overlap};
+                           .comm = comm, .sync = sync, .no_overlap = no_overlap,
+                           .config = &cfg};
   kiln_solver *s;
   if (kiln_solver_create(solver, &o, &s)) {
     tool_metrics_close(&m);
@@ -199,7 +202,7 @@ int cmd_train(int argc, char **argv) {
     return fail(comm, what);
   }
   kiln_solver_free(s);
-  tool_metrics_close(&m);
+  int failed = tool_metrics_close(&m); /* a cut metrics file is not a finished run */
   kiln_comm_free(comm);
-  return 0;
+  return failed ? 1 : 0;
 }

@@ -14,6 +14,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "kiln/config.h"
 #include "kiln/proto.h"
 
 /* ---- KPIs --------------------------------------------------------------------------------- */
@@ -182,14 +183,15 @@ typedef struct kiln_ce_machine {
   char hostname[64];
 } kiln_ce_machine;
 
-void kiln_ce_machine_describe(kiln_ce_machine *m);
+/* `cfg` (NULL: defaults) gives the thread count OMP_NUM_THREADS set (omp_threads). */
+void kiln_ce_machine_describe(kiln_ce_machine *m, const kiln_config *cfg);
 /* "<cpu model slug>-<cores>c", e.g. "amd-epyc-2c": machines of one class give comparable
  * timings. */
 void kiln_ce_machine_class(const kiln_ce_machine *m, char *buf, size_t n);
 /* The machine as one JSON object (malloc'd), for the history and the JSON Lines report. */
 char *kiln_ce_machine_json(const kiln_ce_machine *m);
-/* `git describe --always --dirty` of the repository holding `dir` ($KILN_GIT_COMMIT wins when
- * set); "unknown" outside a repository. */
+/* `git describe --always --dirty` of the repository holding `dir`; "unknown" outside a
+ * repository. (kiln_config.git_commit, KILN_GIT_COMMIT, overrides it in kiln_ce_run.) */
 void kiln_ce_git_commit(const char *dir, char *buf, size_t n);
 
 /* ---- results of one suite run --------------------------------------------------------------- */
@@ -270,8 +272,8 @@ int kiln_ce_accept(kiln_ce_result *r, const char *baseline_dir, int *written);
 
 typedef struct kiln_ce_history kiln_ce_history;
 
-/* $XDG_DATA_HOME/kiln/ce.db, or ~/.local/share/kiln/ce.db. */
-int kiln_ce_history_default_path(char *buf, size_t n);
+/* kiln_config.ce_db: $XDG_DATA_HOME/kiln/ce.db, or ~/.local/share/kiln/ce.db. */
+int kiln_ce_history_default_path(const kiln_config *cfg, char *buf, size_t n);
 /* Opens (creating the folders, the file and the schema) in WAL mode. */
 int kiln_ce_history_open(const char *path, kiln_ce_history **out);
 void kiln_ce_history_close(kiln_ce_history *h); /* an open transaction is rolled back */
@@ -336,6 +338,9 @@ typedef struct kiln_ce_options {
   /* When not NULL and set non-zero (by the caller's signal handler), the running training is
    * stopped and kiln_ce_run returns KILN_ERR_INVALID ("interrupted"). */
   const volatile sig_atomic_t *cancel;
+  /* The runtime configuration (NULL: defaults): the data set cache, PATH for mpirun, the
+   * commit to record (git_commit) and the planted fault the trainings will inherit (fault). */
+  const kiln_config *config;
 } kiln_ce_options;
 
 /* Runs a suite and fills `out` (rows, warnings, machine, commit). A failure status means the

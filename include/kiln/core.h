@@ -63,6 +63,9 @@ int kiln_read_file(const char *path, char **out, size_t *len);
 /* Writes `len` bytes to `path` through a temporary file and rename(): a reader never sees a
  * partial file under the final name. */
 int kiln_write_file_atomic(const char *path, const void *data, size_t len);
+/* Creates `path` and its missing parents (mode 0775, as `mkdir -p`); KILN_ERR_IO naming the
+ * folder that could not be made, or the path when it exists but is not a folder. */
+int kiln_mkdir_p(const char *path);
 /* Peak resident set size of this process in MiB (VmHWM). */
 double kiln_peak_rss_mb(void);
 /* How long the calling thread has been runnable but waiting for a CPU since it started (the
@@ -137,6 +140,34 @@ uint32_t kiln_rng_below(kiln_rng *r, uint32_t n); /* uniform in [0, n) without b
 float kiln_rng_uniform(kiln_rng *r, float lo, float hi); /* [lo, hi) */
 float kiln_rng_gaussian(kiln_rng *r, float mean, float std);
 
+/* ---- a growing string -------------------------------------------------------------------- */
+
+/* Text appended printf-style into one malloc'd buffer `s` (NUL-terminated once anything was
+ * appended; the owner frees it). `failed` is set once an allocation or a format failed, after
+ * which appends do nothing, so a caller checks once at the end. Zero-initialise to start. */
+typedef struct kiln_strbuf {
+  char *s;
+  size_t len, cap;
+  int failed;
+} kiln_strbuf;
+void kiln_strbuf_printf(kiln_strbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* ---- SHA-256 (FIPS 180-4) ---------------------------------------------------------------- */
+
+/* Computed by Nettle (src/core/sha256.c); the context is its state, kept opaque here. */
+typedef struct kiln_sha256_ctx {
+  _Alignas(8) unsigned char opaque[128];
+} kiln_sha256_ctx;
+
+void kiln_sha256_init(kiln_sha256_ctx *c);
+void kiln_sha256_update(kiln_sha256_ctx *c, const void *data, size_t len);
+void kiln_sha256_final(kiln_sha256_ctx *c, uint8_t digest[32]);
+void kiln_sha256(const void *data, size_t len, uint8_t digest[32]);
+/* Lowercase hex of a digest; `hex` receives 64 characters and a NUL. */
+void kiln_sha256_hex(const uint8_t digest[32], char hex[65]);
+/* Hashes a file's bytes as stored (streaming). */
+int kiln_sha256_file(const char *path, char hex[65]);
+
 /* ---- threads ----------------------------------------------------------------------------- */
 
 /* Sets the threads used by kernels (OpenMP) and by the BLAS library together. */
@@ -150,7 +181,7 @@ int kiln_get_num_threads(void);
  *   sleep:LAYER:MS   every forward of layer LAYER sleeps MS milliseconds (1..60000)
  *   leak:KB          every training iteration allocates and touches KB kilobytes (1..1048576)
  *                    that stay allocated (reachable, so LeakSanitizer stays quiet) until exit
- * Unset or empty: no fault. kiln_fault_from_env is the only reader of the variable. */
+ * Unset or empty: no fault. kiln_config_from_env (include/kiln/config.h) reads the variable. */
 #define KILN_FAULT_ENV "KILN_FAULT"
 
 typedef enum { KILN_FAULT_NONE, KILN_FAULT_SLEEP, KILN_FAULT_LEAK } kiln_fault_kind;
@@ -165,7 +196,6 @@ typedef struct kiln_fault {
 /* Parses a KILN_FAULT value; a malformed one is KILN_ERR_INVALID with a message naming the
  * variable and the expected syntax. */
 int kiln_fault_parse(const char *text, kiln_fault *out);
-int kiln_fault_from_env(kiln_fault *out);
 /* "sleep 20 ms in every forward of layer 'conv1'", for logs and warnings. */
 const char *kiln_fault_describe(const kiln_fault *f, char *buf, size_t n);
 /* The fault's effects; each does nothing for a fault of another kind. */

@@ -8,7 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "kiln/core.h"
+#include "kiln/config.h"
 
 /* ---- IDX files (LeCun's MNIST format), gzipped or plain ---------------------------------- */
 
@@ -88,36 +88,19 @@ void kiln_datum_writer_abort(kiln_datum_writer *w);
 int kiln_convert_idx_to_lmdb(const char *images_path, const char *labels_path, const char *out_path,
                              uint64_t *n_written);
 
-/* ---- SHA-256 (FIPS 180-4) ---------------------------------------------------------------- */
-
-typedef struct kiln_sha256_ctx {
-  uint32_t h[8];
-  uint64_t total; /* bytes hashed so far */
-  uint8_t block[64];
-  size_t fill; /* bytes waiting in `block` */
-} kiln_sha256_ctx;
-
-void kiln_sha256_init(kiln_sha256_ctx *c);
-void kiln_sha256_update(kiln_sha256_ctx *c, const void *data, size_t len);
-void kiln_sha256_final(kiln_sha256_ctx *c, uint8_t digest[32]);
-void kiln_sha256(const void *data, size_t len, uint8_t digest[32]);
-/* Lowercase hex of a digest; `hex` receives 64 characters and a NUL. */
-void kiln_sha256_hex(const uint8_t digest[32], char hex[65]);
-/* Hashes a file's bytes as stored (streaming). */
-int kiln_sha256_file(const char *path, char hex[65]);
-
 /* ---- the data set cache ------------------------------------------------------------------ */
 
-/* $KILN_DATA if set and non-empty, else $HOME/.cache/kiln/datasets; created (mkdir -p) if
+/* The configuration's data set cache (kiln_config.data_dir: $KILN_DATA if set and non-empty,
+ * else $HOME/.cache/kiln/datasets; NULL: the defaults, which know none), created (mkdir -p) if
  * missing. */
-int kiln_data_cache_dir(char *buf, size_t n);
+int kiln_data_cache_dir(const kiln_config *cfg, char *buf, size_t n);
 
 /* Where Debian's dataset-fashion-mnist package puts the files. */
 #define KILN_FASHION_MNIST_SYSTEM_DIR "/usr/share/datasets/fashion-mnist"
 
 /* Checks the SHA-256 of the four Fashion-MNIST .gz files in `src_dir` (NULL: the system
  * directory above), converts them into CACHE/fashion-mnist/train_lmdb and test_lmdb and
- * writes CACHE/fashion-mnist/READY last. `cache_dir` NULL means kiln_data_cache_dir(). When
+ * writes CACHE/fashion-mnist/READY last (CACHE: `cache_dir`, from kiln_data_cache_dir). When
  * READY is already there nothing is done and *already (may be NULL) is set to true. Concurrent
  * callers are serialised by a lock file. A hash mismatch gives KILN_ERR_DATA naming the file and
  * both hashes. */

@@ -7,6 +7,7 @@
 #ifndef KILN_LAYERS_H
 #define KILN_LAYERS_H
 
+#include "kiln/config.h"
 #include "kiln/core.h"
 #include "kiln/proto.h"
 
@@ -89,6 +90,7 @@ struct kiln_layer {
   bool reshaped;             /* set by a forward that changed its tops' shapes (a smaller last
                                 batch): the net reshapes the layers after it */
   int nthreads;
+  const kiln_config *config; /* the net's runtime configuration (never NULL) */
   kiln_rng *rng;             /* the net's generator (dropout) */
   uint64_t seed;             /* the net's seed, for layers with their own streams */
   /* Data-parallel training: this worker's rank and the number of workers (0 or 1: one). A

@@ -20,18 +20,15 @@ typedef struct kiln_net_options {
   bool share_diffs;        /* activation gradients share buffers by lifetime (much less memory);
                               a blob's diff is then valid only during backward. The solver's
                               train net uses it; off, every blob keeps its gradient */
-  bool plain_layouts;      /* keep every activation in Caffe's plain layout; otherwise blobs
-                              between layers that read oneDNN's blocked layout use it (also off
-                              with KILN_LAYOUT=plain in the environment) */
-  bool unfused;            /* run every layer on its own; otherwise a layer may do the work of
-                              the ones after it in the same passes over memory (BatchNorm with
-                              the Scale and ReLU that follow it in place: kiln_layer_ops.fuse);
-                              also set by KILN_FUSE=0 in the environment */
   int shard_rank, shard_count; /* data-parallel worker rank and count (0: one worker); passed to
                                   every layer, used by train-phase Data layers */
-  const kiln_fault *fault;     /* KILN_FAULT=sleep:LAYER:MS: every forward of that layer sleeps
-                                  (a net without the layer ignores it); NULL or another kind:
-                                  none */
+  /* The runtime configuration (NULL: kiln_config_defaults()), copied into the net and seen by
+   * every layer. What the net itself takes from it: plain_layouts keeps every activation in
+   * Caffe's plain layout (otherwise blobs between layers that read oneDNN's blocked layout use
+   * it); unfused runs every layer on its own (otherwise a layer may do the work of the ones
+   * after it in the same passes over memory: kiln_layer_ops.fuse); a sleep fault slows every
+   * forward of the layer it names (a net without the layer ignores it). */
+  const kiln_config *config;
 } kiln_net_options;
 
 typedef struct kiln_memory_plan {
@@ -66,6 +63,7 @@ typedef struct kiln_net {
   int64_t workspace_floats;
   kiln_memory_plan memory;
   int nthreads;
+  kiln_config config;         /* from kiln_net_options.config; every layer points here */
   /* Called after each layer's place in backward (index i, from the last layer down; also for
    * layers that skip backward): the solver starts the sums of gradients that are final. */
   int (*backward_hook)(void *user, int layer);
@@ -115,9 +113,10 @@ char *kiln_net_describe(const kiln_net *net);
 double kiln_net_forward_flops(const kiln_net *net);
 
 /* A single layer outside a net (tests, tools): setup + reshape on the given blobs, with its own
- * parameter storage, filled by its fillers from `seed`. */
+ * parameter storage, filled by its fillers from `seed`, under a copy of `cfg` (NULL: defaults). */
 int kiln_layer_create(const Caffe__LayerParameter *lp, int phase, kiln_blob **bottoms, int nbottom,
-                      kiln_blob **tops, int ntop, uint64_t seed, kiln_layer **out);
+                      kiln_blob **tops, int ntop, uint64_t seed, const kiln_config *cfg,
+                      kiln_layer **out);
 void kiln_layer_free(kiln_layer *l);
 /* Parses a net from prototxt text (convenience for tests and tools). */
 int kiln_net_param_from_text(const char *text, const char *source, Caffe__NetParameter **out);

@@ -7,7 +7,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "kiln/core.h"
+#include "kiln/config.h"
 
 /* Geometry of a 2-D convolution or pooling window over one image. */
 typedef struct kiln_conv_geom {
@@ -49,12 +49,14 @@ void kiln_conv2d_backward(float *din, float *dw, float *dbias, const float *dout
  * caller workspace (64-byte aligned) for the blocked copies and oneDNN's scratchpad. The plain
  * kernels above are the reference it is tested against. `backward` false builds the inference
  * forward only. x_layout and y_layout (KILN_LAYOUT_*) say how the caller holds the input and
- * the output (and their gradients); BLOCKED16 needs group 1 and 16 | channels. Creation fails
- * with KILN_ERR_UNSUPPORTED when oneDNN has no kernel for a shape. */
+ * the output (and their gradients); BLOCKED16 needs group 1 and 16 | channels. `cfg` (NULL:
+ * defaults) may turn Winograd off (conv_direct) or force the plain side's layout (dnnl_layout).
+ * Creation fails with KILN_ERR_UNSUPPORTED when oneDNN has no kernel for a shape. */
 typedef struct kiln_dnnl_conv kiln_dnnl_conv;
 bool kiln_dnnl_available(void);
 int kiln_dnnl_conv_create(kiln_dnnl_conv **out, int N, int M, int group, const kiln_conv_geom *g,
-                          bool bias, bool backward, int x_layout, int y_layout);
+                          bool bias, bool backward, int x_layout, int y_layout,
+                          const kiln_config *cfg);
 int64_t kiln_dnnl_conv_workspace(const kiln_dnnl_conv *c);
 /* The implementation oneDNN chose: 0 forward, 1 backward data, 2 backward weights. */
 const char *kiln_dnnl_conv_impl(const kiln_dnnl_conv *c, int which);

@@ -10,7 +10,7 @@
 #ifndef KILN_PARALLEL_H
 #define KILN_PARALLEL_H
 
-#include "kiln/core.h"
+#include "kiln/config.h"
 
 typedef struct kiln_comm kiln_comm;
 
@@ -75,12 +75,11 @@ int kiln_comm_local_create(kiln_comm **out);
  * KILN_ERR_UNSUPPORTED when kiln was built without MPI. When MPI started but the communicator
  * could not be set up in a job of several processes, the error comes back with *out still set:
  * the caller must end the job with kiln_comm_end_job (finalizing would wait for the other ranks
- * forever). */
-int kiln_comm_mpi_create(int *argc, char ***argv, kiln_comm **out);
+ * forever). From `cfg` (NULL: defaults): comm_thread_us (a communication thread that drives the
+ * overlapped sums) and comm_shm (how sums on one host go). Whether a launcher started this
+ * process is kiln_config.launcher_size. */
+int kiln_comm_mpi_create(int *argc, char ***argv, const kiln_config *cfg, kiln_comm **out);
 bool kiln_comm_mpi_built(void);
-/* The world size announced by a launcher in the environment (Open MPI's mpirun sets
- * OMPI_COMM_WORLD_SIZE, MPICH/Hydra and Slurm's PMI set PMI_SIZE); 0 when not launched by one. */
-int kiln_comm_launcher_size(void);
 void kiln_comm_free(kiln_comm *c);
 
 /* The collectives through `c`; c == NULL stands for a single process (rank 0 of 1). */

@@ -12,36 +12,9 @@
 #ifndef KILN_SOLVER_H
 #define KILN_SOLVER_H
 
+#include "kiln/metrics.h"
 #include "kiln/parallel.h"
 #include "kiln/net.h"
-
-typedef struct kiln_event {
-  const char *event;   /* "train", "test", "snapshot", "done", "progress" (every iteration) */
-  int iter, max_iter;
-  double time_ms;      /* since the solver was created */
-  float loss;          /* train: loss smoothed over average_loss iterations; test: loss outputs */
-  float lr;
-  double samples_per_s;
-  double peak_rss_mb;
-  double cpu_wait_ms;  /* since the solver was created, the training thread's time runnable but
-                          waiting for a CPU (kiln_thread_cpu_wait_ms); NaN where unknown */
-  int test_net;        /* test: which test net */
-  int noutputs;        /* test and train: the net's outputs, averaged */
-  const char *const *output_names;
-  const float *output_values;
-  const char *path;    /* snapshot: the .solverstate written */
-  int rank;            /* the worker the figures describe (0 but for "worker" events) */
-  int nworkers;
-  double sync_ms;      /* worker: time spent waiting in collectives (gradient sums, averages) */
-  double wall_samples_per_s; /* worker: its samples over its time in iterations and collectives */
-  int64_t worker_iters;      /* worker: the iterations it ran (they differ in TIME mode) */
-} kiln_event;
-/* Events: "train" (every display iterations; loss and samples_per_s over all workers; in MODEL
- * and TIME mode the loss is rank 0's own), "test", "snapshot", "progress", "worker" (at the end of
- * solve, one per rank: its own samples_per_s while computing, wall_samples_per_s counting its
- * waits too, sync_ms and worker_iters) and "done". Only rank 0 emits. */
-
-typedef void (*kiln_event_fn)(const kiln_event *e, void *user);
 
 typedef struct kiln_solver_options {
   int nthreads;            /* 0: current OpenMP setting */
@@ -53,16 +26,18 @@ typedef struct kiln_solver_options {
   kiln_sync_config sync;   /* overrides of the solver file's sync { }: a mode other than
                               KILN_SYNC_DEFAULT replaces its mode and interval; deterministic
                               true forces the ordered reduction */
-  /* Testing aid: rank debug_slow_rank sleeps debug_slow_ms after each of its iterations (a slow
-   * or busy machine, for TIME mode). 0 ms: off. */
-  int debug_slow_rank;
+  /* The runtime configuration (NULL: kiln_config_defaults()), handed to every net the solver
+   * builds. The solver itself takes from it the planted fault (applied to this run: a
+   * malformed value never gets here, a sleep naming a layer the train net lacks is an error)
+   * and debug_slow_rank / debug_slow_ms (that rank sleeps after each of its iterations: a slow
+   * or busy machine, for TIME mode). Must outlive the solver. */
+  const kiln_config *config;
   /* Every activation of the train net keeps its own gradient, readable after backward (for
    * tests and inspection). Off (the default): gradients share buffers by lifetime. */
   bool keep_diffs;
   /* GRADIENT mode sums the whole gradient after backward instead of bucket by bucket during it
    * (for measuring what the overlap gives). */
   bool no_overlap;
-  double debug_slow_ms;
 } kiln_solver_options;
 
 typedef enum {
@@ -115,14 +90,14 @@ typedef struct kiln_solver {
   struct kiln_grad_bucket *buckets;
   int nbuckets, next_bucket;
   bool overlap;
-  kiln_fault fault;        /* KILN_FAULT, read at creation: an injected slowdown or leak */
+  kiln_fault fault;        /* the configuration's: an injected slowdown or leak */
   double start_cpu_wait_ms; /* the creating thread's CPU wait at creation */
 } kiln_solver;
 
 /* Reads the solver file and builds the train and test nets (net paths are taken as given, or
- * relative to the solver file's folder). A KILN_FAULT in the environment (include/kiln/core.h)
- * is applied to this run: a malformed value, or a sleep naming a layer the train net does not
- * have, is an error. */
+ * relative to the solver file's folder). The configuration's fault (KILN_FAULT,
+ * include/kiln/core.h) is applied to this run: a sleep naming a layer the train net does not
+ * have is an error. */
 int kiln_solver_create(const char *solver_path, const kiln_solver_options *opt, kiln_solver **out);
 void kiln_solver_free(kiln_solver *s);
 

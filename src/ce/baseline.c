@@ -31,7 +31,7 @@ int kiln_ce_baseline_read(const char *path, Caffe__CeBaseline **out) {
 int kiln_ce_baseline_write(const char *path, const Caffe__CeBaseline *b) {
   char dir[4096];
   ce_dirname(path, dir, sizeof dir);
-  KILN_TRY(ce_mkdir_p(dir));
+  KILN_TRY(kiln_mkdir_p(dir));
   char *text;
   KILN_TRY(kiln_text_format(&b->base, &text));
   const char *head = "# kiln CE baseline: written by `kiln ce accept`; see docs/ce.md\n";

@@ -64,13 +64,12 @@ static int db_error(kiln_ce_history *h, const char *what) {
   return kiln_errorf(KILN_ERR_IO, "%s: %s: %s", h->path, what, sqlite3_errmsg(h->db));
 }
 
-int kiln_ce_history_default_path(char *buf, size_t n) {
-  const char *xdg = getenv("XDG_DATA_HOME"), *home = getenv("HOME");
-  int w;
-  if (xdg && *xdg) w = snprintf(buf, n, "%s/kiln/ce.db", xdg);
-  else if (home && *home) w = snprintf(buf, n, "%s/.local/share/kiln/ce.db", home);
-  else return kiln_errorf(KILN_ERR_INVALID, "neither XDG_DATA_HOME nor HOME is set: give --db");
-  if (w >= (int)n) return kiln_errorf(KILN_ERR_INVALID, "history path too long");
+int kiln_ce_history_default_path(const kiln_config *cfg, char *buf, size_t n) {
+  if (!cfg) cfg = kiln_config_defaults();
+  if (!cfg->ce_db[0])
+    return kiln_errorf(KILN_ERR_INVALID, "neither XDG_DATA_HOME nor HOME is set: give --db");
+  int w = snprintf(buf, n, "%s", cfg->ce_db);
+  if (w < 0 || w >= (int)n) return kiln_errorf(KILN_ERR_INVALID, "history path too long");
   return KILN_OK;
 }
 
@@ -81,7 +80,7 @@ int kiln_ce_history_open(const char *path, kiln_ce_history **out) {
   snprintf(h->path, sizeof h->path, "%s", path);
   char dir[4096];
   ce_dirname(path, dir, sizeof dir);
-  int rc = ce_mkdir_p(dir);
+  int rc = kiln_mkdir_p(dir);
   if (rc) {
     free(h);
     return rc;

@@ -21,7 +21,8 @@ static void trim(char *s) {
   memmove(s, s + b, n - b + 1);
 }
 
-void kiln_ce_machine_describe(kiln_ce_machine *m) {
+void kiln_ce_machine_describe(kiln_ce_machine *m, const kiln_config *cfg) {
+  if (!cfg) cfg = kiln_config_defaults();
   memset(m, 0, sizeof *m);
   snprintf(m->cpu, sizeof m->cpu, "unknown CPU");
   FILE *f = fopen("/proc/cpuinfo", "r");
@@ -63,8 +64,7 @@ void kiln_ce_machine_describe(kiln_ce_machine *m) {
   const char *blas = openblas_get_config();
   snprintf(m->blas, sizeof m->blas, "%s", blas ? blas : "unknown BLAS");
   trim(m->blas);
-  const char *omp = getenv("OMP_NUM_THREADS");
-  m->threads = omp && atoi(omp) > 0 ? atoi(omp) : m->cores;
+  m->threads = cfg->omp_threads > 0 ? cfg->omp_threads : m->cores;
   struct utsname u;
   if (uname(&u) == 0) {
     snprintf(m->os, sizeof m->os, "%.30s %.40s %.20s", u.sysname, u.release, u.machine);
@@ -131,11 +131,6 @@ char *kiln_ce_machine_json(const kiln_ce_machine *m) {
 }
 
 void kiln_ce_git_commit(const char *dir, char *buf, size_t n) {
-  const char *env = getenv("KILN_GIT_COMMIT");
-  if (env && *env) {
-    snprintf(buf, n, "%s", env);
-    return;
-  }
   snprintf(buf, n, "unknown");
   /* The folder goes to git as an argument vector element quoted for the shell: single quotes
    * with any single quote inside closed and escaped. */

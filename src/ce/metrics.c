@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "kiln/ce.h"
+#include "kiln/metrics.h"
 
 static int series_push(kiln_ce_series *s, int iter, double v) {
   if (s->n == s->cap) {
@@ -70,54 +71,54 @@ typedef struct {
 } parse_state;
 
 static int handle_event(kiln_ce_metrics *m, const cJSON *o, parse_state *st) {
-  const cJSON *ev = cJSON_GetObjectItemCaseSensitive(o, "event");
+  const cJSON *ev = cJSON_GetObjectItemCaseSensitive(o, KILN_MF_EVENT);
   if (!cJSON_IsString(ev)) return KILN_OK; /* not an event of ours: ignored */
   const char *event = ev->valuestring;
-  double iter_d = field(o, "iter", NULL), rank_d = field(o, "rank", NULL);
+  double iter_d = field(o, KILN_MF_ITER, NULL), rank_d = field(o, KILN_MF_RANK, NULL);
   int iter = isfinite(iter_d) ? (int)iter_d : -1;
   int rank = isfinite(rank_d) ? (int)rank_d : 0;
   m->nevents++;
   if (iter > m->last_iter) m->last_iter = iter;
   KILN_TRY(set_add(&st->ranks, rank, &m->nranks));
-  if (!strcmp(event, "worker")) KILN_TRY(set_add(&st->workers, rank, &m->nworkers_reported));
+  if (!strcmp(event, KILN_EV_WORKER)) KILN_TRY(set_add(&st->workers, rank, &m->nworkers_reported));
 
   bool have;
-  double rss = field(o, "peak_rss_mb", &have);
+  double rss = field(o, KILN_MF_PEAK_RSS_MB, &have);
   if (isfinite(rss) && (isnan(m->peak_rss_mb) || rss > m->peak_rss_mb)) m->peak_rss_mb = rss;
 
-  bool train = !strcmp(event, "train"), test = !strcmp(event, "test");
+  bool train = !strcmp(event, KILN_EV_TRAIN), test = !strcmp(event, KILN_EV_TEST);
   if (train || test) {
-    double loss = field(o, "loss", &have);
+    double loss = field(o, KILN_MF_LOSS, &have);
     if (have && !isfinite(loss) && (m->nonfinite_iter < 0 || iter < m->nonfinite_iter))
       m->nonfinite_iter = iter;
   }
   if (rank != 0) return KILN_OK; /* the figures of the model come from rank 0 */
   if (train) {
-    double loss = field(o, "loss", &have);
+    double loss = field(o, KILN_MF_LOSS, &have);
     if (have) KILN_TRY(series_push(&m->train_loss, iter, loss));
-    double sps = field(o, "samples_per_s", &have);
+    double sps = field(o, KILN_MF_SAMPLES_PER_S, &have);
     if (have) {
       KILN_TRY(series_push(&m->window_sps, iter, sps));
-      KILN_TRY(series_push(&m->window_time_ms, iter, field(o, "time_ms", NULL)));
-      KILN_TRY(series_push(&m->window_wait_ms, iter, field(o, "cpu_wait_ms", NULL)));
+      KILN_TRY(series_push(&m->window_time_ms, iter, field(o, KILN_MF_TIME_MS, NULL)));
+      KILN_TRY(series_push(&m->window_wait_ms, iter, field(o, KILN_MF_CPU_WAIT_MS, NULL)));
     }
   } else if (test) {
-    double net = field(o, "test_net", &have);
+    double net = field(o, KILN_MF_TEST_NET, &have);
     if (have && net != 0) return KILN_OK;
-    double loss = field(o, "loss", &have);
+    double loss = field(o, KILN_MF_LOSS, &have);
     if (have) {
       KILN_TRY(series_push(&m->test_loss, iter, loss));
       bool hp;
-      double ppl = field(o, "perplexity", &hp);
+      double ppl = field(o, KILN_MF_PERPLEXITY, &hp);
       KILN_TRY(series_push(&m->perplexity, iter, hp ? ppl : exp(loss)));
     }
-    double acc = field(o, "accuracy", &have);
+    double acc = field(o, KILN_MF_ACCURACY, &have);
     if (have) KILN_TRY(series_push(&m->accuracy, iter, acc));
-  } else if (!strcmp(event, "done")) {
+  } else if (!strcmp(event, KILN_EV_DONE)) {
     m->done = true;
-    double t = field(o, "time_ms", &have);
+    double t = field(o, KILN_MF_TIME_MS, &have);
     m->duration_s = t / 1e3;
-    m->cpu_wait_s = field(o, "cpu_wait_ms", NULL) / 1e3;
+    m->cpu_wait_s = field(o, KILN_MF_CPU_WAIT_MS, NULL) / 1e3;
   }
   return KILN_OK;
 }

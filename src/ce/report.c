@@ -38,14 +38,14 @@ static const char *verdict_colour(kiln_ce_verdict v) {
 }
 
 char *kiln_ce_report_table(const kiln_ce_result *r, bool colour) {
-  ce_buf b = {0};
+  kiln_strbuf b = {0};
   int wm = 5, wk = 3;
   for (int i = 0; i < r->nrows; i++) {
     int m = (int)strlen(r->rows[i].model), k = (int)strlen(r->rows[i].kpi);
     if (m > wm) wm = m;
     if (k > wk) wk = k;
   }
-  ce_printf(&b, "%s%-*s  %7s  %-*s  %16s  %16s  %8s  %s%s\n", colour ? "\033[1m" : "", wm,
+  kiln_strbuf_printf(&b, "%s%-*s  %7s  %-*s  %16s  %16s  %8s  %s%s\n", colour ? "\033[1m" : "", wm,
             "model", "workers", wk, "KPI", "value", "baseline", "change", "verdict",
             colour ? "\033[0m" : "");
   bool any_reason = false;
@@ -56,22 +56,22 @@ char *kiln_ce_report_table(const kiln_ce_result *r, bool colour) {
     if (row->has_baseline) fmt_value(base, sizeof base, row->baseline, row->unit);
     else snprintf(base, sizeof base, "-");
     fmt_change(change, sizeof change, row);
-    ce_printf(&b, "%-*s  %7d  %-*s  %16s  %16s  %8s  %s%s%s\n", wm, row->model, row->workers, wk,
+    kiln_strbuf_printf(&b, "%-*s  %7d  %-*s  %16s  %16s  %8s  %s%s%s\n", wm, row->model, row->workers, wk,
               row->kpi, value, base, change, colour ? verdict_colour(row->verdict) : "",
               kiln_ce_verdict_name(row->verdict), colour ? "\033[0m" : "");
     any_reason |= row->reason[0] != '\0';
   }
   if (any_reason) {
-    ce_printf(&b, "\n");
+    kiln_strbuf_printf(&b, "\n");
     for (int i = 0; i < r->nrows; i++) {
       const kiln_ce_row *row = &r->rows[i];
       if (!row->reason[0]) continue;
-      ce_printf(&b, "%s%s%s %s x%d %s: %s\n", colour ? verdict_colour(row->verdict) : "",
+      kiln_strbuf_printf(&b, "%s%s%s %s x%d %s: %s\n", colour ? verdict_colour(row->verdict) : "",
                 kiln_ce_verdict_name(row->verdict), colour ? "\033[0m" : "", row->model,
                 row->workers, row->kpi, row->reason);
     }
   }
-  for (int i = 0; i < r->nwarnings; i++) ce_printf(&b, "warning: %s\n", r->warnings[i]);
+  for (int i = 0; i < r->nwarnings; i++) kiln_strbuf_printf(&b, "warning: %s\n", r->warnings[i]);
   if (b.failed) {
     free(b.s);
     return NULL;
@@ -81,11 +81,11 @@ char *kiln_ce_report_table(const kiln_ce_result *r, bool colour) {
 
 /* ---- JSON Lines ----------------------------------------------------------------------------- */
 
-static int append_json_line(ce_buf *b, cJSON *o) {
+static int append_json_line(kiln_strbuf *b, cJSON *o) {
   char *line = cJSON_PrintUnformatted(o);
   cJSON_Delete(o);
   if (!line) return kiln_errorf(KILN_ERR_NOMEM, "out of memory");
-  ce_printf(b, "%s\n", line);
+  kiln_strbuf_printf(b, "%s\n", line);
   cJSON_free(line);
   return KILN_OK;
 }
@@ -96,7 +96,7 @@ static void add_real(cJSON *o, const char *name, double v) {
 }
 
 int kiln_ce_report_jsonl(const kiln_ce_result *r, const char *path) {
-  ce_buf b = {0};
+  kiln_strbuf b = {0};
   cJSON *run = cJSON_CreateObject();
   if (!run) return kiln_errorf(KILN_ERR_NOMEM, "out of memory");
   cJSON_AddStringToObject(run, "type", "run");
@@ -200,7 +200,7 @@ static const kiln_ce_row *find_row(const kiln_ce_result *r, const char *model, i
 enum { MAX_SERIES = 8, MAX_POINTS = 60 };
 
 /* One plot: every worker count of a model's KPI over the history, the baseline dashed. */
-static int svg_plot(ce_buf *b, const kiln_ce_result *r, kiln_ce_history *h, const char *model,
+static int svg_plot(kiln_strbuf *b, const kiln_ce_result *r, kiln_ce_history *h, const char *model,
                     const char *kpi) {
   int workers[MAX_SERIES], nseries = 0;
   const kiln_ce_row *rows[MAX_SERIES];
@@ -248,18 +248,18 @@ static int svg_plot(ce_buf *b, const kiln_ce_result *r, kiln_ce_history *h, cons
     }
   }
   const double W = 360, H = 150, L = 56, R = 10, T = 10, B = 24;
-  ce_printf(b, "<figure><figcaption>");
+  kiln_strbuf_printf(b, "<figure><figcaption>");
   ce_html(b, model);
-  ce_printf(b, " &middot; ");
+  kiln_strbuf_printf(b, " &middot; ");
   ce_html(b, kpi);
-  ce_printf(b, "</figcaption>\n<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" "
+  kiln_strbuf_printf(b, "</figcaption>\n<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" "
                "height=\"%.0f\" viewBox=\"0 0 %.0f %.0f\" role=\"img\">\n",
             W, H, W, H);
-  ce_printf(b, "<rect x=\"%.0f\" y=\"%.0f\" width=\"%.0f\" height=\"%.0f\" fill=\"#fafafa\" "
+  kiln_strbuf_printf(b, "<rect x=\"%.0f\" y=\"%.0f\" width=\"%.0f\" height=\"%.0f\" fill=\"#fafafa\" "
                "stroke=\"#ccc\"/>\n",
             L, T, W - L - R, H - T - B);
   if (!isfinite(ymin)) {
-    ce_printf(b, "<text x=\"%.0f\" y=\"%.0f\" font-size=\"12\" fill=\"#888\">no values</text>\n",
+    kiln_strbuf_printf(b, "<text x=\"%.0f\" y=\"%.0f\" font-size=\"12\" fill=\"#888\">no values</text>\n",
               L + 10, H / 2);
   } else {
     if (ymax - ymin < 1e-12 * fmax(1, fabs(ymax))) {
@@ -274,58 +274,58 @@ static int svg_plot(ce_buf *b, const kiln_ce_result *r, kiln_ce_history *h, cons
     double xspan = xmax > xmin ? (double)(xmax - xmin) : 1;
 #define PX(id) (L + (xmax > xmin ? ((double)((id) - xmin)) / xspan : 0.5) * (W - L - R))
 #define PY(v) (T + (1 - ((v) - ymin) / (ymax - ymin)) * (H - T - B))
-    ce_printf(b, "<text x=\"%.0f\" y=\"%.0f\" font-size=\"10\" text-anchor=\"end\">%.4g</text>\n",
+    kiln_strbuf_printf(b, "<text x=\"%.0f\" y=\"%.0f\" font-size=\"10\" text-anchor=\"end\">%.4g</text>\n",
               L - 4, T + 8, ymax);
-    ce_printf(b, "<text x=\"%.0f\" y=\"%.0f\" font-size=\"10\" text-anchor=\"end\">%.4g</text>\n",
+    kiln_strbuf_printf(b, "<text x=\"%.0f\" y=\"%.0f\" font-size=\"10\" text-anchor=\"end\">%.4g</text>\n",
               L - 4, H - B, ymin);
-    ce_printf(b, "<text x=\"%.0f\" y=\"%.0f\" font-size=\"10\">run %lld</text>\n", L, H - 8,
+    kiln_strbuf_printf(b, "<text x=\"%.0f\" y=\"%.0f\" font-size=\"10\">run %lld</text>\n", L, H - 8,
               (long long)xmin);
-    ce_printf(b,
+    kiln_strbuf_printf(b,
               "<text x=\"%.0f\" y=\"%.0f\" font-size=\"10\" text-anchor=\"end\">run %lld</text>\n",
               W - R, H - 8, (long long)xmax);
     for (int s = 0; s < nseries; s++) {
       const char *c = series_colours[s % (int)(sizeof series_colours / sizeof series_colours[0])];
       if (rows[s]->has_baseline && isfinite(rows[s]->baseline))
-        ce_printf(b, "<line x1=\"%.1f\" x2=\"%.1f\" y1=\"%.1f\" y2=\"%.1f\" stroke=\"%s\" "
+        kiln_strbuf_printf(b, "<line x1=\"%.1f\" x2=\"%.1f\" y1=\"%.1f\" y2=\"%.1f\" stroke=\"%s\" "
                      "stroke-dasharray=\"4 3\"><title>baseline %.6g (%d worker%s)</title></line>\n",
                   L, W - R, PY(rows[s]->baseline), PY(rows[s]->baseline), c, rows[s]->baseline,
                   workers[s], workers[s] == 1 ? "" : "s");
       if (npts[s] > 1) {
-        ce_printf(b, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"1.5\" points=\"", c);
+        kiln_strbuf_printf(b, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"1.5\" points=\"", c);
         for (int k = 0; k < npts[s]; k++)
-          ce_printf(b, "%s%.1f,%.1f", k ? " " : "", PX(pts[s][k].run_id), PY(pts[s][k].value));
-        ce_printf(b, "\"/>\n");
+          kiln_strbuf_printf(b, "%s%.1f,%.1f", k ? " " : "", PX(pts[s][k].run_id), PY(pts[s][k].value));
+        kiln_strbuf_printf(b, "\"/>\n");
       }
       for (int k = 0; k < npts[s]; k++) {
         bool bad = !strcmp(pts[s][k].verdict, "regression") || !strcmp(pts[s][k].verdict, "FAIL");
-        ce_printf(b, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3\" fill=\"%s\"><title>run %lld %s: "
+        kiln_strbuf_printf(b, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3\" fill=\"%s\"><title>run %lld %s: "
                      "%.6g (%s, %d worker%s)</title></circle>\n",
                   PX(pts[s][k].run_id), PY(pts[s][k].value), bad ? "#d00" : c,
                   (long long)pts[s][k].run_id, pts[s][k].time, pts[s][k].value, pts[s][k].verdict,
                   workers[s], workers[s] == 1 ? "" : "s");
       }
       /* the legend sits under the plot, between the first and last run labels */
-      ce_printf(b, "<text x=\"%.0f\" y=\"%.0f\" font-size=\"10\" fill=\"%s\">%d worker%s</text>\n",
+      kiln_strbuf_printf(b, "<text x=\"%.0f\" y=\"%.0f\" font-size=\"10\" fill=\"%s\">%d worker%s</text>\n",
                 L + 60 + 70 * s, H - 8, c, workers[s], workers[s] == 1 ? "" : "s");
     }
 #undef PX
 #undef PY
   }
-  ce_printf(b, "</svg></figure>\n");
+  kiln_strbuf_printf(b, "</svg></figure>\n");
   for (int s = 0; s < nseries; s++) free(pts[s]);
   return rc;
 }
 
 int kiln_ce_report_html(const kiln_ce_result *r, kiln_ce_history *h, const char *path) {
-  ce_buf b = {0};
+  kiln_strbuf b = {0};
   int code = kiln_ce_result_exit_code(r);
   static const char *const outcome[] = {"pass", "regression", "absolute failure",
                                         "harness could not run everything"};
-  ce_printf(&b, "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\n"
+  kiln_strbuf_printf(&b, "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\n"
                 "<title>kiln CE: ");
   ce_html(&b, r->suite_name);
-  ce_printf(&b, " (run %lld)</title>\n", (long long)r->run_id);
-  ce_printf(&b,
+  kiln_strbuf_printf(&b, " (run %lld)</title>\n", (long long)r->run_id);
+  kiln_strbuf_printf(&b,
             "<style>body{font:14px/1.4 system-ui,sans-serif;margin:1.5em;color:#222}"
             "table{border-collapse:collapse;margin:.5em 0}td,th{border:1px solid #ccc;"
             "padding:.3em .6em;text-align:right}th{background:#eee}td.name{text-align:left}"
@@ -334,39 +334,39 @@ int kiln_ce_report_html(const kiln_ce_result *r, kiln_ce_history *h, const char 
             ".error{background:#f2d7f2}.fail{background:#f8c8c8;font-weight:bold}"
             "small{color:#555}figure{display:inline-block;margin:.5em 1em .5em 0}"
             "figcaption{font-weight:bold}.outcome{font-size:1.2em}</style>\n</head><body>\n");
-  ce_printf(&b, "<h1>kiln CE: ");
+  kiln_strbuf_printf(&b, "<h1>kiln CE: ");
   ce_html(&b, r->suite_name);
-  ce_printf(&b, "</h1>\n<p class=\"outcome %s\">Outcome: <b>%s</b> (exit code %d)</p>\n",
+  kiln_strbuf_printf(&b, "</h1>\n<p class=\"outcome %s\">Outcome: <b>%s</b> (exit code %d)</p>\n",
             code == 0 ? "pass" : code == 1 ? "regression" : code == 2 ? "fail" : "error",
             outcome[code >= 0 && code <= 3 ? code : 3], code);
-  ce_printf(&b, "<p>Run %lld, started %s, %.0f s; commit <code>", (long long)r->run_id,
+  kiln_strbuf_printf(&b, "<p>Run %lld, started %s, %.0f s; commit <code>", (long long)r->run_id,
             r->started_at, isfinite(r->duration_s) ? r->duration_s : 0);
   ce_html(&b, r->git_commit);
-  ce_printf(&b, "</code>; machine class <code>");
+  kiln_strbuf_printf(&b, "</code>; machine class <code>");
   ce_html(&b, r->machine_class);
-  ce_printf(&b, "</code>");
+  kiln_strbuf_printf(&b, "</code>");
   if (r->machine.cores) {
     char desc[700];
     snprintf(desc, sizeof desc, " (%s, %d cores, %.1f GiB, %s, %s)", r->machine.cpu,
              r->machine.cores, r->machine.mem_gib, r->machine.compiler, r->machine.blas);
     ce_html(&b, desc);
   }
-  ce_printf(&b, "; suite <code>");
+  kiln_strbuf_printf(&b, "; suite <code>");
   ce_html(&b, r->suite_path);
-  ce_printf(&b, "</code>.</p>\n");
+  kiln_strbuf_printf(&b, "</code>.</p>\n");
 
   /* The grid: a row per model and worker count, a column per KPI. */
   const char *kpis[64];
   int nk = distinct(r, offsetof(kiln_ce_row, kpi), kpis, 64);
   const char *models[256];
   int nm = distinct(r, offsetof(kiln_ce_row, model), models, 256);
-  ce_printf(&b, "<h2>Results</h2>\n<table class=\"grid\"><tr><th>model</th><th>workers</th>");
+  kiln_strbuf_printf(&b, "<h2>Results</h2>\n<table class=\"grid\"><tr><th>model</th><th>workers</th>");
   for (int k = 0; k < nk; k++) {
-    ce_printf(&b, "<th>");
+    kiln_strbuf_printf(&b, "<th>");
     ce_html(&b, kpis[k]);
-    ce_printf(&b, "</th>");
+    kiln_strbuf_printf(&b, "</th>");
   }
-  ce_printf(&b, "</tr>\n");
+  kiln_strbuf_printf(&b, "</tr>\n");
   for (int m = 0; m < nm; m++) {
     int ws[64], nw = 0;
     for (int i = 0; i < r->nrows && nw < 64; i++) {
@@ -376,59 +376,59 @@ int kiln_ce_report_html(const kiln_ce_result *r, kiln_ce_history *h, const char 
       if (!seen) ws[nw++] = r->rows[i].workers;
     }
     for (int w = 0; w < nw; w++) {
-      ce_printf(&b, "<tr><td class=\"name\">");
+      kiln_strbuf_printf(&b, "<tr><td class=\"name\">");
       ce_html(&b, models[m]);
-      ce_printf(&b, "</td><td>%d</td>", ws[w]);
+      kiln_strbuf_printf(&b, "</td><td>%d</td>", ws[w]);
       for (int k = 0; k < nk; k++) {
         const kiln_ce_row *row = find_row(r, models[m], ws[w], kpis[k]);
         if (!row) {
-          ce_printf(&b, "<td></td>");
+          kiln_strbuf_printf(&b, "<td></td>");
           continue;
         }
         char value[48], base[48], change[24];
         fmt_value(value, sizeof value, row->value, row->unit);
         fmt_value(base, sizeof base, row->baseline, row->unit);
         fmt_change(change, sizeof change, row);
-        ce_printf(&b, "<td class=\"%s\" title=\"", verdict_class(row->verdict));
+        kiln_strbuf_printf(&b, "<td class=\"%s\" title=\"", verdict_class(row->verdict));
         ce_html(&b, row->reason);
-        ce_printf(&b, "\">%s<br><small>%s", value, kiln_ce_verdict_name(row->verdict));
-        if (row->has_baseline) ce_printf(&b, " &middot; base %s (%s)", base, change);
-        ce_printf(&b, "</small></td>");
+        kiln_strbuf_printf(&b, "\">%s<br><small>%s", value, kiln_ce_verdict_name(row->verdict));
+        if (row->has_baseline) kiln_strbuf_printf(&b, " &middot; base %s (%s)", base, change);
+        kiln_strbuf_printf(&b, "</small></td>");
       }
-      ce_printf(&b, "</tr>\n");
+      kiln_strbuf_printf(&b, "</tr>\n");
     }
   }
-  ce_printf(&b, "</table>\n");
+  kiln_strbuf_printf(&b, "</table>\n");
 
   bool any = false;
   for (int i = 0; i < r->nrows; i++) {
     const kiln_ce_row *row = &r->rows[i];
     if (!row->reason[0]) continue;
-    if (!any) ce_printf(&b, "<h2>Reasons</h2>\n<ul>\n");
+    if (!any) kiln_strbuf_printf(&b, "<h2>Reasons</h2>\n<ul>\n");
     any = true;
-    ce_printf(&b, "<li class=\"%s\"><b>%s</b> ", verdict_class(row->verdict),
+    kiln_strbuf_printf(&b, "<li class=\"%s\"><b>%s</b> ", verdict_class(row->verdict),
               kiln_ce_verdict_name(row->verdict));
     ce_html(&b, row->model);
-    ce_printf(&b, " x%d ", row->workers);
+    kiln_strbuf_printf(&b, " x%d ", row->workers);
     ce_html(&b, row->kpi);
-    ce_printf(&b, ": ");
+    kiln_strbuf_printf(&b, ": ");
     ce_html(&b, row->reason);
-    ce_printf(&b, "</li>\n");
+    kiln_strbuf_printf(&b, "</li>\n");
   }
-  if (any) ce_printf(&b, "</ul>\n");
+  if (any) kiln_strbuf_printf(&b, "</ul>\n");
   if (r->nwarnings) {
-    ce_printf(&b, "<h2>Warnings</h2>\n<ul>\n");
+    kiln_strbuf_printf(&b, "<h2>Warnings</h2>\n<ul>\n");
     for (int i = 0; i < r->nwarnings; i++) {
-      ce_printf(&b, "<li>");
+      kiln_strbuf_printf(&b, "<li>");
       ce_html(&b, r->warnings[i]);
-      ce_printf(&b, "</li>\n");
+      kiln_strbuf_printf(&b, "</li>\n");
     }
-    ce_printf(&b, "</ul>\n");
+    kiln_strbuf_printf(&b, "</ul>\n");
   }
 
-  ce_printf(&b, "<h2>Trends</h2>\n<p><small>History on machine class ");
+  kiln_strbuf_printf(&b, "<h2>Trends</h2>\n<p><small>History on machine class ");
   ce_html(&b, r->machine_class);
-  ce_printf(&b, "; dashed: the baseline; red points: regressions and failures.</small></p>\n");
+  kiln_strbuf_printf(&b, "; dashed: the baseline; red points: regressions and failures.</small></p>\n");
   int rc = KILN_OK;
   for (int m = 0; m < nm && rc == KILN_OK; m++)
     for (int k = 0; k < nk && rc == KILN_OK; k++) {
@@ -438,7 +438,7 @@ int kiln_ce_report_html(const kiln_ce_result *r, kiln_ce_history *h, const char 
         has = !strcmp(r->rows[i].model, models[m]) && !strcmp(r->rows[i].kpi, kpis[k]);
       if (has) rc = svg_plot(&b, r, h, models[m], kpis[k]);
     }
-  ce_printf(&b, "<p><small>Written by <code>kiln ce run</code>; see docs/ce.md.</small></p>\n"
+  kiln_strbuf_printf(&b, "<p><small>Written by <code>kiln ce run</code>; see docs/ce.md.</small></p>\n"
                 "</body></html>\n");
   if (rc == KILN_OK && b.failed) rc = kiln_errorf(KILN_ERR_NOMEM, "out of memory");
   if (rc == KILN_OK) rc = kiln_write_file_atomic(path, b.s, b.len);

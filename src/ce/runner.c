@@ -384,9 +384,8 @@ static void run_child(char *const argv[], const char *folder, double timeout_s,
   }
 }
 
-static bool find_in_path(const char *name, char *buf, size_t n) {
-  const char *path = getenv("PATH");
-  if (!path) return false;
+static bool find_in_path(const char *path, const char *name, char *buf, size_t n) {
+  if (!*path) return false;
   const char *p = path;
   while (*p) {
     const char *colon = strchr(p, ':');
@@ -419,6 +418,7 @@ typedef struct config_state {
 
 typedef struct ctx {
   const kiln_ce_options *o;
+  const kiln_config *cfg; /* o->config, or the defaults */
   const Caffe__CeSuite *suite;
   kiln_ce_result *r;
   char suite_dir[4096];
@@ -440,15 +440,16 @@ static void progress(const ctx *x, const char *fmt, ...) {
 
 static bool cancelled(const ctx *x) { return x->o->cancel && *x->o->cancel; }
 
-static int ensure_dataset(const char *name) {
+static int ensure_dataset(const kiln_config *cfg, const char *name) {
+  char dir[4096], ready[4200];
   if (!strcmp(name, "fashion-mnist")) {
-    int rc = kiln_data_fetch_fashion_mnist(NULL, NULL, NULL);
+    int rc = kiln_data_cache_dir(cfg, dir, sizeof dir);
+    if (!rc) rc = kiln_data_fetch_fashion_mnist(NULL, dir, NULL);
     if (rc)
       return kiln_error_context(rc, "data set fashion-mnist (kiln data fetch fashion-mnist): ");
     return KILN_OK;
   }
-  char dir[4096], ready[4200];
-  KILN_TRY(kiln_data_cache_dir(dir, sizeof dir));
+  KILN_TRY(kiln_data_cache_dir(cfg, dir, sizeof dir));
   snprintf(ready, sizeof ready, "%s/%s/READY", dir, name);
   if (access(ready, F_OK) != 0)
     return kiln_errorf(KILN_ERR_IO, "data set '%s' is not in the cache (%s/%s)", name, dir, name);
@@ -468,7 +469,7 @@ static bool run_once(const ctx *x, const Caffe__CeModel *m, const prepared *p,
     snprintf(cs->run_reason, sizeof cs->run_reason, "the report folder's path is too long");
     return false;
   }
-  if (ce_mkdir_p(folder)) {
+  if (kiln_mkdir_p(folder)) {
     cs->failed = true;
     cs->run_verdict = KILN_CE_ERROR;
     snprintf(cs->run_reason, sizeof cs->run_reason, "%s", kiln_last_error());
@@ -762,7 +763,7 @@ static int run_model(const ctx *x, const Caffe__CeModel *m) {
   if (prepare_solver(solver_path, m, &p))
     snprintf(setup_error, sizeof setup_error, "%s", kiln_last_error());
   for (size_t d = 0; !setup_error[0] && d < m->n_dataset; d++)
-    if (ensure_dataset(m->dataset[d]))
+    if (ensure_dataset(x->cfg, m->dataset[d]))
       snprintf(setup_error, sizeof setup_error, "%s", kiln_last_error());
   Caffe__CeBaseline *base = NULL;
   char base_class[128] = "";
@@ -876,13 +877,13 @@ int kiln_ce_run(const char *suite_path, const kiln_ce_options *o, kiln_ce_result
   memset(out, 0, sizeof *out);
   if (!o->kiln_path || !o->report_dir)
     return kiln_errorf(KILN_ERR_INVALID, "kiln_ce_run: kiln_path and report_dir are required");
-  /* The trainings inherit the environment, KILN_FAULT included: a malformed one would fail
-   * every run, so it stops the harness instead, and a valid one is said loudly. */
-  kiln_fault fault;
-  KILN_TRY(kiln_fault_from_env(&fault));
+  /* The trainings inherit the environment, KILN_FAULT included: the caller's configuration
+   * read it (a malformed one stops the harness there), and a valid one is said loudly. */
+  const kiln_config *cfg = o->config ? o->config : kiln_config_defaults();
+  const kiln_fault fault = cfg->fault;
   Caffe__CeSuite *suite;
   KILN_TRY(kiln_ce_suite_load(suite_path, &suite));
-  ctx x = {.o = o, .suite = suite, .r = out};
+  ctx x = {.o = o, .cfg = cfg, .suite = suite, .r = out};
   if (fault.kind != KILN_FAULT_NONE) {
     char what[256];
     kiln_ce_result_warn(out,
@@ -904,22 +905,26 @@ int kiln_ce_run(const char *suite_path, const kiln_ce_options *o, kiln_ce_result
   }
   kiln_ce_suite_baseline_dir(suite, out->suite_path, x.baseline_dir, sizeof x.baseline_dir);
   ce_utc_now(out->started_at, sizeof out->started_at, 0);
-  kiln_ce_machine_describe(&out->machine);
+  kiln_ce_machine_describe(&out->machine, cfg);
   if (o->machine_class && *o->machine_class)
     snprintf(out->machine_class, sizeof out->machine_class, "%s", o->machine_class);
   else
     kiln_ce_machine_class(&out->machine, out->machine_class, sizeof out->machine_class);
-  kiln_ce_git_commit(x.suite_dir, out->git_commit, sizeof out->git_commit);
+  if (cfg->git_commit[0])
+    snprintf(out->git_commit, sizeof out->git_commit, "%s", cfg->git_commit);
+  else
+    kiln_ce_git_commit(x.suite_dir, out->git_commit, sizeof out->git_commit);
   snprintf(out->report_dir, sizeof out->report_dir, "%s", o->report_dir);
-  int rc = ce_mkdir_p(out->report_dir);
+  int rc = kiln_mkdir_p(out->report_dir);
   if (rc == KILN_OK && realpath(out->report_dir, real))
     snprintf(out->report_dir, sizeof out->report_dir, "%s", real);
   if (o->mpirun && *o->mpirun) {
     snprintf(x.mpirun, sizeof x.mpirun, "%s", o->mpirun);
     x.have_mpirun =
-        access(o->mpirun, X_OK) == 0 || find_in_path(o->mpirun, x.mpirun, sizeof x.mpirun);
+        access(o->mpirun, X_OK) == 0 ||
+        find_in_path(cfg->search_path, o->mpirun, x.mpirun, sizeof x.mpirun);
   } else {
-    x.have_mpirun = find_in_path("mpirun", x.mpirun, sizeof x.mpirun);
+    x.have_mpirun = find_in_path(cfg->search_path, "mpirun", x.mpirun, sizeof x.mpirun);
   }
   double t0 = now_s();
   bool found = !o->only_model;

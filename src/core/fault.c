@@ -1,7 +1,7 @@
 /* Fault injection for testing the CE harness end to end: a deliberate slowdown or memory leak,
  * switched on by the KILN_FAULT environment variable, so a test can plant a real throughput or
- * peak-memory regression in an unchanged trainer. The variable is read here and nowhere else;
- * the solver asks once per run and hands the result to its nets. */
+ * peak-memory regression in an unchanged trainer. kiln_config_from_env parses the variable
+ * with kiln_fault_parse; the solver applies the fault of its configuration to its nets. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -74,8 +74,6 @@ int kiln_fault_parse(const char *text, kiln_fault *out) {
   return kiln_errorf(KILN_ERR_INVALID, "%s='%s': unknown fault '%.*s': %s", KILN_FAULT_ENV, text,
                      (int)kind_len, text, syntax);
 }
-
-int kiln_fault_from_env(kiln_fault *out) { return kiln_fault_parse(getenv(KILN_FAULT_ENV), out); }
 
 const char *kiln_fault_describe(const kiln_fault *f, char *buf, size_t n) {
   switch (f->kind) {

@@ -1,12 +1,14 @@
-/* Aligned allocation, whole-file reads, atomic writes (temporary name then rename) and the
- * process memory figures the net uses to refuse what would not fit. */
+/* Aligned allocation, whole-file reads, atomic writes (temporary name then rename), mkdir -p, a
+ * growing string, and the process memory figures the net uses to refuse what would not fit. */
 #include <errno.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "kiln/core.h"
@@ -145,4 +147,54 @@ void kiln_sleep_ms(double ms) {
   struct timespec ts = {(time_t)(ms / 1e3), (long)(fmod(ms, 1e3) * 1e6)};
   while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
   }
+}
+
+void kiln_strbuf_printf(kiln_strbuf *b, const char *fmt, ...) {
+  if (b->failed) return;
+  for (;;) {
+    va_list ap;
+    va_start(ap, fmt);
+    size_t room = b->s ? b->cap - b->len : 0;
+    int n = vsnprintf(b->s ? b->s + b->len : NULL, room, fmt, ap);
+    va_end(ap);
+    if (n < 0) {
+      b->failed = 1;
+      return;
+    }
+    if (b->s && (size_t)n < room) {
+      b->len += (size_t)n;
+      return;
+    }
+    size_t cap = b->cap ? b->cap : 1024;
+    while (cap <= b->len + (size_t)n) cap *= 2;
+    char *ns = realloc(b->s, cap);
+    if (!ns) {
+      b->failed = 1;
+      return;
+    }
+    b->s = ns;
+    b->cap = cap;
+  }
+}
+
+int kiln_mkdir_p(const char *path) {
+  char *p = kiln_strdup(path);
+  if (!p) return kiln_errorf(KILN_ERR_NOMEM, "out of memory");
+  size_t len = strlen(p);
+  for (size_t i = 1; i <= len; i++) {
+    if (p[i] != '/' && p[i] != '\0') continue;
+    char saved = p[i];
+    p[i] = '\0';
+    if (mkdir(p, 0775) != 0 && errno != EEXIST) {
+      int rc = kiln_errorf(KILN_ERR_IO, "%s: cannot create folder: %s", p, strerror(errno));
+      free(p);
+      return rc;
+    }
+    p[i] = saved;
+  }
+  free(p);
+  struct stat st;
+  int e = stat(path, &st) != 0 ? errno : S_ISDIR(st.st_mode) ? 0 : ENOTDIR;
+  if (e) return kiln_errorf(KILN_ERR_IO, "%s: cannot create folder: %s", path, strerror(e));
+  return KILN_OK;
 }

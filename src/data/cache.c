@@ -14,47 +14,17 @@
 #include "data/internal.h"
 #include "kiln/data.h"
 
-int kiln_data_mkdir_p(const char *path) {
-  size_t len = strlen(path);
-  char *p = malloc(len + 1);
-  if (!p) return ENOMEM;
-  memcpy(p, path, len + 1);
-  for (size_t i = 1; i <= len; i++) {
-    if (p[i] != '/' && p[i] != '\0') continue;
-    char saved = p[i];
-    p[i] = '\0';
-    if (mkdir(p, 0775) != 0 && errno != EEXIST) {
-      int e = errno;
-      free(p);
-      return e;
-    }
-    p[i] = saved;
-  }
-  struct stat st;
-  int e = stat(path, &st) != 0 ? errno : S_ISDIR(st.st_mode) ? 0 : ENOTDIR;
-  free(p);
-  return e;
-}
-
-int kiln_data_cache_dir(char *buf, size_t n) {
-  const char *env = getenv("KILN_DATA");
-  int len;
-  if (env && *env) {
-    len = snprintf(buf, n, "%s", env);
-  } else {
-    const char *home = getenv("HOME");
-    if (!home || !*home)
-      return kiln_errorf(KILN_ERR_INVALID,
-                         "no data set cache: set KILN_DATA (or HOME) to say where data sets live");
-    len = snprintf(buf, n, "%s/.cache/kiln/datasets", home);
-  }
+int kiln_data_cache_dir(const kiln_config *cfg, char *buf, size_t n) {
+  if (!cfg) cfg = kiln_config_defaults();
+  if (!cfg->data_dir[0])
+    return kiln_errorf(KILN_ERR_INVALID,
+                       "no data set cache: set KILN_DATA (or HOME) to say where data sets live");
+  int len = snprintf(buf, n, "%s", cfg->data_dir);
   if (len < 0 || (size_t)len >= n)
     return kiln_errorf(KILN_ERR_INVALID, "data set cache path is longer than %zu bytes",
                        n ? n - 1 : 0);
-  int e = kiln_data_mkdir_p(buf);
-  if (e)
-    return kiln_errorf(KILN_ERR_IO, "%s: cannot create the data set cache: %s", buf, strerror(e));
-  return KILN_OK;
+  int rc = kiln_mkdir_p(buf);
+  return rc ? kiln_error_context(rc, "the data set cache: ") : KILN_OK;
 }
 
 /* ---- Fashion-MNIST ----------------------------------------------------------------------- */
@@ -176,20 +146,15 @@ int kiln_data_fetch_fashion_mnist(const char *src_dir, const char *cache_dir, bo
   if (already) *already = false;
   if (!src_dir) src_dir = KILN_FASHION_MNIST_SYSTEM_DIR;
   char cache[4096], dir[4096 + 32], ready[4096 + 64], lock[4096 + 64];
-  if (cache_dir) {
-    if (snprintf(cache, sizeof cache, "%s", cache_dir) >= (int)sizeof cache)
-      return kiln_errorf(KILN_ERR_INVALID, "%s: path too long", cache_dir);
-  } else {
-    KILN_TRY(kiln_data_cache_dir(cache, sizeof cache));
-  }
+  if (snprintf(cache, sizeof cache, "%s", cache_dir) >= (int)sizeof cache)
+    return kiln_errorf(KILN_ERR_INVALID, "%s: path too long", cache_dir);
   snprintf(dir, sizeof dir, "%s/fashion-mnist", cache);
   snprintf(ready, sizeof ready, "%s/READY", dir);
   if (access(ready, F_OK) == 0) {
     if (already) *already = true;
     return KILN_OK;
   }
-  int e = kiln_data_mkdir_p(dir);
-  if (e) return kiln_errorf(KILN_ERR_IO, "%s: cannot create: %s", dir, strerror(e));
+  KILN_TRY(kiln_mkdir_p(dir));
   /* Two fetches at once would race on the same outputs: the lock makes the second wait and then
    * find READY. */
   snprintf(lock, sizeof lock, "%s/.lock", dir);

@@ -11,6 +11,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include "data/internal.h"
 #include "kiln/data.h"
 
 #define TAR_BLOCK 512
@@ -572,32 +573,16 @@ int kiln_convert_cifar_to_lmdb(const char *source, kiln_cifar_kind kind, bool tr
   kiln_cifar_set set;
   KILN_TRY(kiln_cifar_read(source, kind, train, &set));
   int rc = KILN_OK;
-  kiln_datum_writer *w = NULL;
   /* Caffe's keys have five digits; more records would sort out of order. */
   if (set.n > 100000) {
     rc = kiln_errorf(KILN_ERR_DATA, "%s: %u records do not fit five-digit keys (at most 100000)",
                      source, (unsigned)set.n);
     goto done;
   }
-  if ((rc = kiln_datum_writer_open(out_path, &w))) goto done;
-  for (uint32_t i = 0; i < set.n; i++) {
-    char key[16];
-    snprintf(key, sizeof key, "%05u", (unsigned)i);
-    kiln_datum d = {.channels = KILN_CIFAR_CHANNELS,
-                    .height = KILN_CIFAR_SIZE,
-                    .width = KILN_CIFAR_SIZE,
-                    .label = set.labels[i],
-                    .u8 = set.pixels + (size_t)i * KILN_CIFAR_IMAGE_BYTES};
-    if ((rc = kiln_datum_writer_put(w, key, &d))) {
-      kiln_error_context(rc, "converting %s: ", source);
-      goto done;
-    }
-  }
-  rc = kiln_datum_writer_commit(w);
-  w = NULL; /* commit frees it either way */
+  rc = kiln_data_write_images(out_path, source, set.n, 5, KILN_CIFAR_CHANNELS, KILN_CIFAR_SIZE,
+                              KILN_CIFAR_SIZE, set.pixels, set.labels);
   if (rc == KILN_OK && n_written) *n_written = set.n;
 done:
-  kiln_datum_writer_abort(w);
   kiln_cifar_free(&set);
   return rc;
 }

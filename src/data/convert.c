@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <sys/stat.h>
 
+#include "data/internal.h"
 #include "kiln/data.h"
 
 int kiln_convert_idx_to_lmdb(const char *images_path, const char *labels_path, const char *out_path,
@@ -22,7 +23,6 @@ int kiln_convert_idx_to_lmdb(const char *images_path, const char *labels_path, c
     kiln_idx_free(&images);
     return rc;
   }
-  kiln_datum_writer *w = NULL;
   if (images.ndims != 3) {
     rc = kiln_errorf(KILN_ERR_DATA, "%s: an images IDX needs 3 dimensions (N x H x W), found %d",
                      images_path, images.ndims);
@@ -44,26 +44,10 @@ int kiln_convert_idx_to_lmdb(const char *images_path, const char *labels_path, c
                      (unsigned)width);
     goto done;
   }
-  if ((rc = kiln_datum_writer_open(out_path, &w))) goto done;
-  size_t pixels = (size_t)height * width;
-  for (uint32_t i = 0; i < n; i++) {
-    char key[16];
-    snprintf(key, sizeof key, "%08u", (unsigned)i);
-    kiln_datum d = {.channels = 1,
-                    .height = (int)height,
-                    .width = (int)width,
-                    .label = labels.data[i],
-                    .u8 = images.data + (size_t)i * pixels};
-    if ((rc = kiln_datum_writer_put(w, key, &d))) {
-      kiln_error_context(rc, "converting %s: ", images_path);
-      goto done;
-    }
-  }
-  rc = kiln_datum_writer_commit(w);
-  w = NULL; /* commit frees it either way */
+  rc = kiln_data_write_images(out_path, images_path, n, 8, 1, (int)height, (int)width, images.data,
+                              labels.data);
   if (rc == KILN_OK && n_written) *n_written = n;
 done:
-  kiln_datum_writer_abort(w);
   kiln_idx_free(&images);
   kiln_idx_free(&labels);
   return rc;

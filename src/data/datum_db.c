@@ -670,3 +670,26 @@ void kiln_datum_writer_abort(kiln_datum_writer *w) {
   (void)kiln_data_remove_lmdb_dir(w->tmp_path);
   writer_free(w);
 }
+
+int kiln_data_write_images(const char *out_path, const char *source, uint32_t n, int key_digits,
+                           int channels, int height, int width, const uint8_t *pixels,
+                           const uint8_t *labels) {
+  kiln_datum_writer *w = NULL;
+  KILN_TRY(kiln_datum_writer_open(out_path, &w));
+  const size_t bytes = (size_t)channels * (size_t)height * (size_t)width;
+  for (uint32_t i = 0; i < n; i++) {
+    char key[16];
+    snprintf(key, sizeof key, "%0*u", key_digits, (unsigned)i);
+    kiln_datum d = {.channels = channels,
+                    .height = height,
+                    .width = width,
+                    .label = labels[i],
+                    .u8 = pixels + (size_t)i * bytes};
+    int rc = kiln_datum_writer_put(w, key, &d);
+    if (rc) {
+      kiln_datum_writer_abort(w);
+      return kiln_error_context(rc, "converting %s: ", source);
+    }
+  }
+  return kiln_datum_writer_commit(w); /* frees it either way */
+}

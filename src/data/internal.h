@@ -2,12 +2,20 @@
 #ifndef KILN_DATA_INTERNAL_H
 #define KILN_DATA_INTERNAL_H
 
+#include <stdint.h>
+
 /* Removes an LMDB directory that kiln wrote (data.mdb, lock.mdb, then the directory itself).
  * Returns 0 or an errno value; a missing directory counts as success. Anything else inside makes
  * rmdir fail, so a directory that is not ours is never emptied. */
 int kiln_data_remove_lmdb_dir(const char *dir);
 
-/* mkdir -p; returns 0 or an errno value. */
-int kiln_data_mkdir_p(const char *path);
+
+/* Writes n images of channels x height x width bytes (record after record in `pixels`) with
+ * their labels as a new LMDB of Datum records at out_path, keyed by the index in `key_digits`
+ * zero-padded digits, as Caffe's converters key them. Nothing is left at out_path on failure;
+ * messages name `source`. */
+int kiln_data_write_images(const char *out_path, const char *source, uint32_t n, int key_digits,
+                           int channels, int height, int width, const uint8_t *pixels,
+                           const uint8_t *labels);
 
 #endif

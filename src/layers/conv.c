@@ -1,7 +1,7 @@
 /* Convolution (2-D, Caffe's parameters: kernel/pad/stride/dilation as a single value or h/w
  * pair, group, bias) over the kernels in src/ops, by the route measured fastest for the shape:
  * shifted rows (conv_shift.c), oneDNN (conv_dnnl.c), or im2col + GEMM (conv.c, the reference,
- * and the only route under KILN_ENGINE=ref). */
+ * and the only route under kiln_config.ref_engine, KILN_ENGINE=ref). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -22,27 +22,24 @@ typedef struct {
   bool shift;         /* the shifted-row direct kernels (kiln_conv_shift_*) */
 } conv_state;
 
-/* oneDNN unless the build lacks it or KILN_ENGINE=ref asks for the plain C reference, or the
- * shape gains nothing there: a few input channels into a count off oneDNN's 16-blocks (LeNet's
- * conv1, 1 -> 20) runs as fast on the plain route (2.2 against 2.1 ms, forward and weight
- * gradient) and oneDNN's padded 32-channel copies cost 7.4 MiB of workspace. */
-static bool want_dnnl(const conv_state *s) {
-  if (!kiln_dnnl_available()) return false;
-  const char *e = getenv("KILN_ENGINE");
-  if (e && strcmp(e, "ref") == 0) return false;
+/* oneDNN unless the build lacks it or the configuration asks for the plain C reference
+ * (ref_engine), or the shape gains nothing there: a few input channels into a count off
+ * oneDNN's 16-blocks (LeNet's conv1, 1 -> 20) runs no faster on oneDNN (`kiln-conv-routes`),
+ * whose padded 32-channel copies cost megabytes of workspace. */
+static bool want_dnnl(const conv_state *s, const kiln_layer *l) {
+  if (!kiln_dnnl_available() || l->config->ref_engine) return false;
   return !(s->g.channels / s->group < 16 && (s->M / s->group) % 16 != 0);
 }
 
 /* The shifted-row direct kernels where they were measured to beat every other route
  * (`kiln-conv-routes`, docs/PERF.md): stride 1 and group 1, an output channel count off oneDNN's
  * 16-blocks, and 5 or more kernel rows (the register blocks hold 4-6 kernel rows of the weight
- * and input gradients; with 3 they are a third empty). LeNet's conv2, 20 -> 50 5x5 on 12x12:
- * 6.9 ms against 8.7 (oneDNN channels-last) and 11.2 (im2col); its conv1, 1 -> 20 on 28x28,
- * forward and weight gradient: 1.0-1.3 against 2.3. Per-image shifted planes over 512 KiB
- * would leave the caches: not taken. Only in a build with AVX-512 (kiln_conv_shift_fast). */
+ * and input gradients; with 3 they are a third empty). LeNet's conv2 (20 -> 50 5x5 on 12x12)
+ * and conv1 (1 -> 20 on 28x28) are the shapes it wins on; docs/PERF.md quotes the figures.
+ * Per-image shifted planes over 512 KiB would leave the caches: not taken. Only in a build with
+ * AVX-512 (kiln_conv_shift_fast). */
 static bool want_shift(const conv_state *s, const kiln_layer *l) {
-  const char *e = getenv("KILN_ENGINE");
-  if (e && strcmp(e, "ref") == 0) return false;
+  if (l->config->ref_engine) return false;
   /* It reads and writes Caffe's layout only (a blocked neighbour means oneDNN was chosen at
    * the first reshape; a later reshape keeps that route). */
   if (l->bottom[0]->layout != KILN_LAYOUT_PLAIN || l->top[0]->layout != KILN_LAYOUT_PLAIN)
@@ -148,14 +145,14 @@ static int conv_reshape(kiln_layer *l) {
     kiln_dnnl_conv_destroy(s->dn);
     s->dn = NULL;
     l->workspace_floats = kiln_conv_shift_workspace(g, (int)x->shape[0], s->M, l->nthreads, true);
-  } else if (want_dnnl(s)) {
+  } else if (want_dnnl(s, l)) {
     const int xl = x->layout, yl = l->top[0]->layout;
     if (!s->dn || s->dn_n != x->shape[0] || s->dn_h != g->height || s->dn_w != g->width ||
         s->dn_xl != xl || s->dn_yl != yl) {
       kiln_dnnl_conv_destroy(s->dn);
       s->dn = NULL;
       int rc = kiln_dnnl_conv_create(&s->dn, (int)x->shape[0], s->M, s->group, g, s->bias, true,
-                                     xl, yl);
+                                     xl, yl, l->config);
       if (rc == KILN_OK) {
         s->dn_n = x->shape[0];
         s->dn_h = g->height;

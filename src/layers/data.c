@@ -232,7 +232,7 @@ static int load_mean_file(kiln_layer *l, data_state *s, const char *path) {
 
 /* `$KILN_DATA/...` (or `${KILN_DATA}/...`) names a file in the data set cache, so nets in the
  * zoo need no absolute paths. */
-static int expand_source(const char *src, char *out, size_t n) {
+static int expand_source(const kiln_config *cfg, const char *src, char *out, size_t n) {
   const char *rest = NULL;
   if (strncmp(src, "$KILN_DATA/", 11) == 0) rest = src + 10;
   else if (strncmp(src, "${KILN_DATA}/", 13) == 0) rest = src + 12;
@@ -241,7 +241,7 @@ static int expand_source(const char *src, char *out, size_t n) {
     return KILN_OK;
   }
   char dir[4096];
-  KILN_TRY(kiln_data_cache_dir(dir, sizeof dir));
+  KILN_TRY(kiln_data_cache_dir(cfg, dir, sizeof dir));
   if ((size_t)snprintf(out, n, "%s%s", dir, rest) >= n)
     return kiln_errorf(KILN_ERR_INVALID, "data source path too long: %s", src);
   return KILN_OK;
@@ -265,7 +265,7 @@ static int data_setup(kiln_layer *l) {
   if (!p->has_batch_size || p->batch_size == 0)
     return KILN_LAYER_ERROR(l, KILN_ERR_INVALID, "data_param.batch_size must be set and > 0");
   char source[4096];
-  KILN_TRY(expand_source(p->source, source, sizeof source));
+  KILN_TRY(expand_source(l->config, p->source, source, sizeof source));
   s->source = strdup(source);
   if (!s->source) return kiln_errorf(KILN_ERR_NOMEM, "out of memory");
   int rc = kiln_datum_db_open(source, &s->db);

@@ -16,6 +16,7 @@ int kiln_layer_wire(kiln_layer *l, const Caffe__LayerParameter *lp, const kiln_l
   l->name = name;
   l->phase = phase;
   l->nthreads = kiln_get_num_threads();
+  l->config = kiln_config_defaults();
   if (nbottom < ops->min_bottoms || (ops->max_bottoms >= 0 && nbottom > ops->max_bottoms))
     return kiln_errorf(KILN_ERR_INVALID, "layer '%s' (%s): takes %d%s bottom(s), got %d", name,
                        ops->type, ops->min_bottoms,
@@ -50,10 +51,12 @@ void kiln_layer_release(kiln_layer *l) {
 typedef struct {
   kiln_layer layer;
   float *data, *diff, *workspace;
+  kiln_config config;
 } standalone_layer;
 
 int kiln_layer_create(const Caffe__LayerParameter *lp, int phase, kiln_blob **bottoms, int nbottom,
-                      kiln_blob **tops, int ntop, uint64_t seed, kiln_layer **out) {
+                      kiln_blob **tops, int ntop, uint64_t seed, const kiln_config *cfg,
+                      kiln_layer **out) {
   *out = NULL;
   const kiln_layer_ops *ops = kiln_layer_find(lp->type);
   if (!ops) return kiln_errorf(KILN_ERR_INVALID, "unknown layer type '%s'", lp->type ? lp->type : "");
@@ -62,6 +65,8 @@ int kiln_layer_create(const Caffe__LayerParameter *lp, int phase, kiln_blob **bo
   kiln_layer *l = &s->layer;
   int rc = kiln_layer_wire(l, lp, ops, lp->name ? lp->name : lp->type, phase, bottoms, nbottom,
                            tops, ntop);
+  s->config = cfg ? *cfg : *kiln_config_defaults();
+  l->config = &s->config;
   kiln_rng *rng = calloc(1, sizeof *rng);
   l->rng = rng; /* owned by the layer from here, so every failure path frees it */
   if (!rc && !rng) rc = kiln_errorf(KILN_ERR_NOMEM, "out of memory");

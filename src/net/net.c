@@ -46,8 +46,7 @@ typedef struct {
   int ndiff_pool;
   int64_t *diff_pool_floats;
   float **diff_pool;
-  kiln_fault fault;             /* an injected slowdown (tests of the CE harness) */
-  int fault_layer;              /* the layer whose forward sleeps; -1: none */
+  int fault_layer;              /* the layer whose forward sleeps (config.fault); -1: none */
 } net_internal;
 
 static char *xstrdup(const char *s) { return kiln_strdup(s ? s : ""); }
@@ -722,9 +721,8 @@ static int uf_find(int *parent, int i) {
  * of its blobs leaves the net (outputs stay plain for whoever reads them); blobs of 1x1 cells
  * are exempt from the last two (the bytes are the same). Then every layer is reshaped again,
  * which remakes the convolutions' primitives for their new layouts. */
-static int plan_layouts(kiln_net *net, const kiln_net_options *opt) {
-  const char *env = getenv("KILN_LAYOUT");
-  if (opt->plain_layouts || (env && !strcmp(env, "plain")) || net->nblobs == 0) return KILN_OK;
+static int plan_layouts(kiln_net *net) {
+  if (net->config.plain_layouts || net->nblobs == 0) return KILN_OK;
   const int n = net->nblobs;
   int *parent = malloc(sizeof(int) * (size_t)n);
   bool *plain = calloc((size_t)n, sizeof(bool)), *consumed = calloc((size_t)n, sizeof(bool));
@@ -793,9 +791,8 @@ static void share_split_data(kiln_net *net) {
 
 /* Layers that do the work of the ones after them (kiln_layer_ops.fuse), decided once the
  * layouts are known. A layer already absorbed into another is not asked. */
-static void plan_fusion(kiln_net *net, const kiln_net_options *opt) {
-  const char *env = getenv("KILN_FUSE");
-  if (opt->unfused || (env && !strcmp(env, "0"))) return;
+static void plan_fusion(kiln_net *net) {
+  if (net->config.unfused) return;
   for (int i = 0; i < net->nlayers; i++) {
     kiln_layer *l = net->layers[i];
     if (!l->ops->fuse || l->fused_into) continue;
@@ -848,6 +845,7 @@ static int build(kiln_net *net, const Caffe__NetParameter *np, const kiln_net_op
     KILN_TRY(kiln_layer_wire(l, pl->lp, pl->ops, pl->name, opt->phase, bottoms, pl->nbottom, tops,
                              pl->ntop));
     l->nthreads = net->nthreads;
+    l->config = &net->config;
     l->rng = &net->rng;
     l->seed = net->seed;
     l->shard_rank = opt->shard_rank;
@@ -870,17 +868,16 @@ static int build(kiln_net *net, const Caffe__NetParameter *np, const kiln_net_op
       KILN_TRY(b->ops->reshape(b));
     }
   }
-  KILN_TRY(plan_layouts(net, opt));
-  plan_fusion(net, opt);
+  KILN_TRY(plan_layouts(net));
+  plan_fusion(net);
   share_split_data(net);
   KILN_TRY(setup_params(net));
   need_backward(net, np);
   KILN_TRY(find_outputs(net));
   KILN_TRY(plan_memory(net, opt));
-  if (opt->fault && opt->fault->kind == KILN_FAULT_SLEEP)
+  if (net->config.fault.kind == KILN_FAULT_SLEEP)
     for (int i = 0; i < net->nlayers; i++)
-      if (!strcmp(net->layers[i]->name, opt->fault->layer)) {
-        in->fault = *opt->fault;
+      if (!strcmp(net->layers[i]->name, net->config.fault.layer)) {
         in->fault_layer = i;
         break;
       }
@@ -902,6 +899,7 @@ int kiln_net_create(const Caffe__NetParameter *np, const kiln_net_options *opt, 
   net->phase = opt->phase;
   net->seed = opt->seed;
   net->nthreads = opt->nthreads > 0 ? opt->nthreads : kiln_get_num_threads();
+  net->config = opt->config ? *opt->config : *kiln_config_defaults();
   kiln_rng_seed(&net->rng, opt->seed, 0x6b696c6eULL);
   int rc = build(net, np, opt);
   if (rc) {
@@ -980,7 +978,7 @@ int kiln_net_forward(kiln_net *net, float *loss) {
     kiln_layer *l = net->layers[i];
     int rc = kiln_net_layer_forward(net, i);
     if (rc) return rc;
-    if (i == in->fault_layer) kiln_fault_sleep(&in->fault);
+    if (i == in->fault_layer) kiln_fault_sleep(&net->config.fault);
     if (l->reshaped) {
       /* Shrinking (or growing back to the planned size) never allocates. */
       l->reshaped = false;

@@ -215,7 +215,8 @@ static int64_t bwd_ws(const kiln_dnnl_conv *c) {
 }
 
 static int conv_create(kiln_dnnl_conv **out, int N, int M, int group, const kiln_conv_geom *g,
-                       bool bias, bool backward, int x_layout, int y_layout, dnnl_alg_kind_t alg) {
+                       bool bias, bool backward, int x_layout, int y_layout, dnnl_alg_kind_t alg,
+                       kiln_dnnl_layout forced) {
   *out = NULL;
   dnnl_primitive_desc_t hint = NULL;
   if ((x_layout == KILN_LAYOUT_BLOCKED16 && (g->channels % 16 || group != 1)) ||
@@ -271,12 +272,11 @@ static int conv_create(kiln_dnnl_conv **out, int N, int M, int group, const kiln
    * (kiln-conv-routes, docs/PERF.md). */
   const int cg = g->channels / group, mg = M / group;
   const bool blocks = cg < 16 || (cg % 16 == 0 && mg % 16 == 0);
-  /* KILN_DNNL_LAYOUT=any|nhwc overrides the rule, for kiln-conv-routes to time each route. */
-  const char *fmt = getenv("KILN_DNNL_LAYOUT");
-  dnnl_format_tag_t atag = fmt && !strcmp(fmt, "nhwc")  ? dnnl_nhwc
-                           : fmt && !strcmp(fmt, "any") ? dnnl_format_tag_any
-                           : blocks                     ? dnnl_format_tag_any
-                                                        : dnnl_nhwc;
+  /* kiln_config.dnnl_layout overrides the rule, for kiln-conv-routes to time each route. */
+  dnnl_format_tag_t atag = forced == KILN_DNNL_LAYOUT_NHWC  ? dnnl_nhwc
+                           : forced == KILN_DNNL_LAYOUT_ANY ? dnnl_format_tag_any
+                           : blocks                         ? dnnl_format_tag_any
+                                                            : dnnl_nhwc;
   /* A blocked side is given to oneDNN as it is, so no reorder is made for it. */
   if (x_layout == KILN_LAYOUT_BLOCKED16) xa = c->x_md;
   else TRYD(dnnl_memory_desc_init_by_tag(&xa, 4, xd, dnnl_f32, atag));
@@ -335,19 +335,20 @@ fail:
 /* 3x3 kernels at stride 1 go through Winograd's F(4x4, 3x3) where oneDNN has it for the shape
  * (its kernels need 16 | channels): four times fewer multiplications, at the price of fp32
  * rounding that differs from the direct sum (tested against the same double-precision reference
- * and tolerance). KILN_CONV_ALGO=direct turns it off. Everything else, and any shape Winograd
- * refuses, is direct. */
+ * and tolerance). kiln_config.conv_direct (KILN_CONV_ALGO=direct) turns it off. Everything
+ * else, and any shape Winograd refuses, is direct. */
 int kiln_dnnl_conv_create(kiln_dnnl_conv **out, int N, int M, int group, const kiln_conv_geom *g,
-                          bool bias, bool backward, int x_layout, int y_layout) {
-  const char *algo = getenv("KILN_CONV_ALGO");
-  const bool wino = !(algo && !strcmp(algo, "direct")) && g->kernel_h == 3 && g->kernel_w == 3 &&
+                          bool bias, bool backward, int x_layout, int y_layout,
+                          const kiln_config *cfg) {
+  if (!cfg) cfg = kiln_config_defaults();
+  const bool wino = !cfg->conv_direct && g->kernel_h == 3 && g->kernel_w == 3 &&
                     g->stride_h == 1 && g->stride_w == 1 && g->dilation_h == 1 &&
                     g->dilation_w == 1 && group == 1 && g->channels % 16 == 0 && M % 16 == 0;
   if (wino && conv_create(out, N, M, group, g, bias, backward, x_layout, y_layout,
-                          dnnl_convolution_winograd) == KILN_OK)
+                          dnnl_convolution_winograd, cfg->dnnl_layout) == KILN_OK)
     return KILN_OK;
   return conv_create(out, N, M, group, g, bias, backward, x_layout, y_layout,
-                     dnnl_convolution_direct);
+                     dnnl_convolution_direct, cfg->dnnl_layout);
 }
 
 int64_t kiln_dnnl_conv_workspace(const kiln_dnnl_conv *c) { return c->ws_floats; }
@@ -445,9 +446,10 @@ bool kiln_dnnl_available(void) { return true; }
 
 bool kiln_dnnl_available(void) { return false; }
 int kiln_dnnl_conv_create(kiln_dnnl_conv **out, int N, int M, int group, const kiln_conv_geom *g,
-                          bool bias, bool backward, int x_layout, int y_layout) {
+                          bool bias, bool backward, int x_layout, int y_layout,
+                          const kiln_config *cfg) {
   (void)N, (void)M, (void)group, (void)g, (void)bias, (void)backward, (void)x_layout,
-      (void)y_layout;
+      (void)y_layout, (void)cfg;
   *out = NULL;
   return kiln_errorf(KILN_ERR_UNSUPPORTED, "this build has no oneDNN");
 }

@@ -82,18 +82,6 @@ void kiln_comm_free(kiln_comm *c) {
   if (c && c->ops->destroy) c->ops->destroy(c);
 }
 
-int kiln_comm_launcher_size(void) {
-  static const char *const vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE"};
-  for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
-    const char *v = getenv(vars[i]);
-    if (v && *v) {
-      int n = atoi(v);
-      if (n > 0) return n;
-    }
-  }
-  return 0;
-}
-
 void kiln_parallel_accumulate(float *restrict acc, const float *restrict x, int64_t n) {
   /* Elementwise, so vectorising it changes nothing: each element gets exactly one rounding.
    * gcc's -O2 left the plain loop scalar. */
@@ -113,8 +101,8 @@ void kiln_parallel_sum_to_all(float *const *p, int np, int64_t n) {
 }
 
 #ifndef KILN_HAVE_MPI
-int kiln_comm_mpi_create(int *argc, char ***argv, kiln_comm **out) {
-  (void)argc, (void)argv;
+int kiln_comm_mpi_create(int *argc, char ***argv, const kiln_config *cfg, kiln_comm **out) {
+  (void)argc, (void)argv, (void)cfg;
   *out = NULL;
   return kiln_errorf(KILN_ERR_UNSUPPORTED,
                      "kiln was built without MPI; install Open MPI (scripts/install-deps) and "

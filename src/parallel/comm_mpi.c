@@ -181,6 +181,7 @@ typedef struct {
                             rank, whatever each rank sums in place) */
   int64_t shm_copied;    /* floats copied into this rank's segment this round, after the arena */
   bool arena_lent;       /* the segment's first ARENA_FLOATS are the claimed sum buffer */
+  kiln_comm_shm shm_mode;    /* kiln_config.comm_shm of this rank */
 } mpi_state;
 
 static int mpi_status(int err, const char *what) {
@@ -587,8 +588,7 @@ static void sums_over(mpi_state *st) {
 static float *mpi_claim_sum_buffer(kiln_comm *c, int64_t n) {
   mpi_state *st = c->impl;
   if (!st->shm || st->arena_lent || n > ARENA_FLOATS) return NULL;
-  const char *v = getenv("KILN_COMM_SHM"); /* "copy": sums through copies (measurements) */
-  if (v && !strcmp(v, "copy")) return NULL;
+  if (st->shm_mode == KILN_COMM_SHM_COPY) return NULL; /* sums through copies (measurements) */
   st->arena_lent = true;
   return st->shm_data[c->rank];
 }
@@ -823,24 +823,6 @@ static void *comm_thread_main(void *arg) {
   return NULL;
 }
 
-/* KILN_COMM_THREAD=POLL_US (1 .. 100000) asks for the thread; unset or empty, none; anything
- * else is warned about and ignored. */
-static long comm_thread_wanted(void) {
-  const char *v = getenv("KILN_COMM_THREAD");
-  if (!v || !*v) return 0;
-  char *end;
-  errno = 0;
-  long us = strtol(v, &end, 10);
-  if (errno || *end || us < 1 || us > 100000) {
-    kiln_log(KILN_LOG_WARN,
-             "KILN_COMM_THREAD='%s' is not a polling interval in microseconds (1 to 100000): "
-             "no communication thread, the sums are polled between layers",
-             v);
-    return 0;
-  }
-  return us;
-}
-
 static int comm_thread_start(kiln_comm *c, long poll_us) {
   mpi_state *st = c->impl;
   comm_thread *ct = calloc(1, sizeof *ct);
@@ -1050,8 +1032,7 @@ static void shm_setup(kiln_comm *c) {
   mpi_state *st = c->impl;
   if (c->size < 2) return;
   /* KILN_COMM_SHM=0 on any rank (the environment may differ) turns it off on all */
-  const char *v = getenv("KILN_COMM_SHM");
-  int want = !(v && !strcmp(v, "0")), all_want = 0;
+  int want = st->shm_mode != KILN_COMM_SHM_OFF, all_want = 0;
   if (MPI_Allreduce(&want, &all_want, 1, MPI_INT, MPI_MIN, st->comm) != MPI_SUCCESS || !all_want)
     return;
   if (MPI_Comm_split_type(st->comm, MPI_COMM_TYPE_SHARED, c->rank, MPI_INFO_NULL, &st->node) !=
@@ -1154,8 +1135,9 @@ static int gather_places(kiln_comm *c) {
 
 bool kiln_comm_mpi_built(void) { return true; }
 
-int kiln_comm_mpi_create(int *argc, char ***argv, kiln_comm **out) {
+int kiln_comm_mpi_create(int *argc, char ***argv, const kiln_config *cfg, kiln_comm **out) {
   *out = NULL;
+  if (!cfg) cfg = kiln_config_defaults();
   kiln_comm *c = calloc(1, sizeof *c);
   mpi_state *st = calloc(1, sizeof *st);
   if (!c || !st) {
@@ -1167,20 +1149,21 @@ int kiln_comm_mpi_create(int *argc, char ***argv, kiln_comm **out) {
   c->impl = st;
   c->timeout_s = KILN_COMM_DEFAULT_TIMEOUT_S;
   st->comm = st->watch = st->node = MPI_COMM_NULL;
+  st->shm_mode = cfg->comm_shm;
   int initialised = 0;
   long poll_us = 0;
   MPI_Initialized(&initialised);
   if (!initialised) {
     /* Open MPI's non-blocking allreduce (coll/libnbc) takes a binomial tree on fewer than 4 ranks
-     * or in place: the whole buffer goes to rank 0 and back, 2.7 times the blocking
-     * MPI_Allreduce's time for 1M floats on 2 ranks. Reduce-scatter + allgather (Rabenseifner,
-     * libnbc's own choice for 4 ranks and more) matches the blocking call. A value the user set
+     * or in place: the whole buffer goes to rank 0 and back, several times the blocking
+     * MPI_Allreduce's time on 2 ranks (kiln-comm-bench). Reduce-scatter + allgather
+     * (Rabenseifner, libnbc's own choice for 4 ranks and more) matches the blocking call. A value the user set
      * in the environment wins; other MPI libraries ignore the variable. */
     setenv("OMPI_MCA_coll_libnbc_iallreduce_algorithm", "3", 0);
     /* FUNNELED: prefetch and OpenMP threads exist, but only this thread calls MPI; with the
      * communication thread, SERIALIZED (never two at once). */
     int provided = 0;
-    poll_us = comm_thread_wanted();
+    poll_us = cfg->comm_thread_us;
     int err = MPI_Init_thread(argc, argv, poll_us ? MPI_THREAD_SERIALIZED : MPI_THREAD_FUNNELED,
                               &provided);
     if (poll_us && provided < MPI_THREAD_SERIALIZED) {

@@ -10,65 +10,31 @@
 
 #include "kiln/proto.h"
 
-typedef struct {
-  char *buf;
-  size_t len, cap;
-  int failed;
-} sbuf;
-
-static void put(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void put(sbuf *b, const char *fmt, ...) {
-  if (b->failed) return;
-  for (;;) {
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(b->buf ? b->buf + b->len : NULL, b->buf ? b->cap - b->len : 0, fmt, ap);
-    va_end(ap);
-    if (n < 0) {
-      b->failed = 1;
-      return;
-    }
-    if (b->buf && b->len + (size_t)n < b->cap) {
-      b->len += (size_t)n;
-      return;
-    }
-    size_t cap = b->cap ? b->cap * 2 : 1024;
-    while (cap <= b->len + (size_t)n) cap *= 2;
-    char *nb = realloc(b->buf, cap);
-    if (!nb) {
-      b->failed = 1;
-      return;
-    }
-    b->buf = nb;
-    b->cap = cap;
-  }
-}
-
-static void indent(sbuf *b, int depth) { put(b, "%*s", depth * 2, ""); }
+static void indent(kiln_strbuf *b, int depth) { kiln_strbuf_printf(b, "%*s", depth * 2, ""); }
 
 /* Quoted with C escapes; bytes outside printable ASCII as octal, which the parser reads back. */
-static void put_quoted(sbuf *b, const uint8_t *s, size_t n) {
-  put(b, "\"");
+static void put_quoted(kiln_strbuf *b, const uint8_t *s, size_t n) {
+  kiln_strbuf_printf(b, "\"");
   for (size_t i = 0; i < n; i++) {
     uint8_t c = s[i];
-    if (c == '"' || c == '\\') put(b, "\\%c", c);
-    else if (c == '\n') put(b, "\\n");
-    else if (c == '\t') put(b, "\\t");
-    else if (c < 0x20 || c >= 0x7f) put(b, "\\%03o", c);
-    else put(b, "%c", c);
+    if (c == '"' || c == '\\') kiln_strbuf_printf(b, "\\%c", c);
+    else if (c == '\n') kiln_strbuf_printf(b, "\\n");
+    else if (c == '\t') kiln_strbuf_printf(b, "\\t");
+    else if (c < 0x20 || c >= 0x7f) kiln_strbuf_printf(b, "\\%03o", c);
+    else kiln_strbuf_printf(b, "%c", c);
   }
-  put(b, "\"");
+  kiln_strbuf_printf(b, "\"");
 }
 
 /* The shortest decimal that reads back to the same value, so 0.01f prints as 0.01 and not as
  * 0.00999999978. */
-static void put_real(sbuf *b, double v, int is_float) {
+static void put_real(kiln_strbuf *b, double v, int is_float) {
   if (isnan(v)) {
-    put(b, "nan");
+    kiln_strbuf_printf(b, "nan");
     return;
   }
   if (isinf(v)) {
-    put(b, v < 0 ? "-inf" : "inf");
+    kiln_strbuf_printf(b, v < 0 ? "-inf" : "inf");
     return;
   }
   char tmp[64];
@@ -76,31 +42,31 @@ static void put_real(sbuf *b, double v, int is_float) {
     snprintf(tmp, sizeof tmp, "%.*g", prec, v);
     if (is_float ? strtof(tmp, NULL) == (float)v : strtod(tmp, NULL) == v) break;
   }
-  put(b, "%s", tmp);
+  kiln_strbuf_printf(b, "%s", tmp);
 }
 
-static void write_message(sbuf *b, const ProtobufCMessage *m, int depth);
+static void write_message(kiln_strbuf *b, const ProtobufCMessage *m, int depth);
 
-static void write_value(sbuf *b, const ProtobufCFieldDescriptor *f, const void *p, int depth) {
+static void write_value(kiln_strbuf *b, const ProtobufCFieldDescriptor *f, const void *p, int depth) {
   switch (f->type) {
   case PROTOBUF_C_TYPE_INT32:
   case PROTOBUF_C_TYPE_SINT32:
-  case PROTOBUF_C_TYPE_SFIXED32: put(b, "%" PRId32, *(const int32_t *)p); break;
+  case PROTOBUF_C_TYPE_SFIXED32: kiln_strbuf_printf(b, "%" PRId32, *(const int32_t *)p); break;
   case PROTOBUF_C_TYPE_UINT32:
-  case PROTOBUF_C_TYPE_FIXED32: put(b, "%" PRIu32, *(const uint32_t *)p); break;
+  case PROTOBUF_C_TYPE_FIXED32: kiln_strbuf_printf(b, "%" PRIu32, *(const uint32_t *)p); break;
   case PROTOBUF_C_TYPE_INT64:
   case PROTOBUF_C_TYPE_SINT64:
-  case PROTOBUF_C_TYPE_SFIXED64: put(b, "%" PRId64, *(const int64_t *)p); break;
+  case PROTOBUF_C_TYPE_SFIXED64: kiln_strbuf_printf(b, "%" PRId64, *(const int64_t *)p); break;
   case PROTOBUF_C_TYPE_UINT64:
-  case PROTOBUF_C_TYPE_FIXED64: put(b, "%" PRIu64, *(const uint64_t *)p); break;
+  case PROTOBUF_C_TYPE_FIXED64: kiln_strbuf_printf(b, "%" PRIu64, *(const uint64_t *)p); break;
   case PROTOBUF_C_TYPE_FLOAT: put_real(b, *(const float *)p, 1); break;
   case PROTOBUF_C_TYPE_DOUBLE: put_real(b, *(const double *)p, 0); break;
-  case PROTOBUF_C_TYPE_BOOL: put(b, "%s", *(const protobuf_c_boolean *)p ? "true" : "false"); break;
+  case PROTOBUF_C_TYPE_BOOL: kiln_strbuf_printf(b, "%s", *(const protobuf_c_boolean *)p ? "true" : "false"); break;
   case PROTOBUF_C_TYPE_ENUM: {
     int v = *(const int *)p;
     const ProtobufCEnumValue *ev = protobuf_c_enum_descriptor_get_value(f->descriptor, v);
-    if (ev) put(b, "%s", ev->name);
-    else put(b, "%d", v);
+    if (ev) kiln_strbuf_printf(b, "%s", ev->name);
+    else kiln_strbuf_printf(b, "%d", v);
     break;
   }
   case PROTOBUF_C_TYPE_STRING: {
@@ -114,10 +80,10 @@ static void write_value(sbuf *b, const ProtobufCFieldDescriptor *f, const void *
     break;
   }
   case PROTOBUF_C_TYPE_MESSAGE:
-    put(b, "{\n");
+    kiln_strbuf_printf(b, "{\n");
     write_message(b, *(ProtobufCMessage *const *)p, depth + 1);
     indent(b, depth);
-    put(b, "}");
+    kiln_strbuf_printf(b, "}");
     break;
   }
 }
@@ -159,7 +125,7 @@ static int is_set(const ProtobufCMessage *m, const ProtobufCFieldDescriptor *f) 
   return 0;
 }
 
-static void write_message(sbuf *b, const ProtobufCMessage *m, int depth) {
+static void write_message(kiln_strbuf *b, const ProtobufCMessage *m, int depth) {
   const ProtobufCMessageDescriptor *d = m->descriptor;
   /* Fields in declaration order (the descriptor keeps them sorted by number). */
   for (unsigned k = 0; k < d->n_fields; k++) {
@@ -171,29 +137,29 @@ static void write_message(sbuf *b, const ProtobufCMessage *m, int depth) {
       const char *arr = *(char *const *)(base + f->offset);
       for (size_t i = 0; i < n; i++) {
         indent(b, depth);
-        put(b, "%s%s", f->name, sep);
+        kiln_strbuf_printf(b, "%s%s", f->name, sep);
         write_value(b, f, arr + i * type_size(f->type), depth);
-        put(b, "\n");
+        kiln_strbuf_printf(b, "\n");
       }
     } else if (is_set(m, f)) {
       indent(b, depth);
-      put(b, "%s%s", f->name, sep);
+      kiln_strbuf_printf(b, "%s%s", f->name, sep);
       write_value(b, f, base + f->offset, depth);
-      put(b, "\n");
+      kiln_strbuf_printf(b, "\n");
     }
   }
 }
 
 int kiln_text_format(const ProtobufCMessage *msg, char **out) {
-  sbuf b = {0};
-  put(&b, "%s", "");
+  kiln_strbuf b = {0};
+  kiln_strbuf_printf(&b, "%s", "");
   write_message(&b, msg, 0);
   if (b.failed) {
-    free(b.buf);
+    free(b.s);
     *out = NULL;
     return kiln_errorf(KILN_ERR_NOMEM, "out of memory formatting a %s",
                        msg->descriptor->short_name);
   }
-  *out = b.buf;
+  *out = b.s;
   return KILN_OK;
 }

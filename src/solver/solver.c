@@ -107,7 +107,7 @@ static int make_net(kiln_solver *s, const Caffe__NetParameter *np, int phase,
   o.history_per_param = phase == CAFFE__PHASE__TRAIN ? s->history_per_param : 0;
   o.share_diffs = phase == CAFFE__PHASE__TRAIN && !s->opt.keep_diffs;
   o.source = source;
-  o.fault = &s->fault;
+  o.config = s->opt.config;
   if (phase == CAFFE__PHASE__TRAIN) {
     o.shard_rank = s->rank;
     o.shard_count = s->nworkers;
@@ -365,10 +365,8 @@ int kiln_solver_create(const char *solver_path, const kiln_solver_options *opt, 
   }
   s->param = (Caffe__SolverParameter *)m;
   const Caffe__SolverParameter *p = s->param;
-  if ((rc = kiln_fault_from_env(&s->fault))) {
-    kiln_solver_free(s);
-    return rc;
-  }
+  if (!s->opt.config) s->opt.config = kiln_config_defaults();
+  s->fault = s->opt.config->fault;
   s->seed = p->random_seed >= 0 ? (uint64_t)p->random_seed : 1701; /* deterministic by default */
   s->max_iter = s->opt.max_iter_override > 0 ? s->opt.max_iter_override : p->max_iter;
   if (p->snapshot_prefix && p->snapshot_prefix[0]) {
@@ -963,8 +961,8 @@ static int one_iteration(kiln_solver *s, bool local, rate_window *w) {
     w->iters = 0;
   }
   if (!apply_update(s, rate, summed)) KILN_TRY(check_params_finite(s, rate));
-  if (s->opt.debug_slow_ms > 0 && s->rank == s->opt.debug_slow_rank)
-    kiln_sleep_ms(s->opt.debug_slow_ms);
+  if (s->opt.config->debug_slow_ms > 0 && s->rank == s->opt.config->debug_slow_rank)
+    kiln_sleep_ms(s->opt.config->debug_slow_ms);
   s->work_ms += kiln_now_ms() - work_start;
   s->work_samples += (uint64_t)s->batch_size * (uint64_t)p->iter_size;
   s->work_iters++;

@@ -70,6 +70,23 @@ expect_error "unknown solver type" "unknown solver type 'Adamm'" -- "$KILN" trai
 printf 'net: "ok.prototxt"\nbase_lr: 0.01\nlr_policy: "fixed"\nmax_iter: 2\n' > mem_solver.prototxt
 expect_error "memory limit" "memory limit" -- "$KILN" train --solver mem_solver.prototxt --max-memory 1K
 
+# A metrics file that cannot be written (a full disk) is an error naming it, not a finished run.
+if [ -w /dev/full ]; then
+  printf '\x00\x00\x08\x01\x00\x00\x00\x02\x03\x04' > lab_ok.idx
+  "$KILN" convert idx img.idx lab_ok.idx good_lmdb >/dev/null || fail "convert good"
+  net good_lmdb > good.prototxt
+  solver good.prototxt > good_solver.prototxt
+  "$KILN" train --solver good_solver.prototxt --metrics m.jsonl 2>/dev/null && pass \
+    || fail "the net for the full-disk cases does not train"
+  expect_error "metrics on a full disk" "/dev/full: cannot write the metrics" -- \
+    "$KILN" train --solver good_solver.prototxt --metrics /dev/full
+  printf 'name: "i"\nlayer { name: "in" type: "Input" top: "data" input_param { shape { dim: 2 dim: 4 } } }\nlayer { name: "ip" type: "InnerProduct" bottom: "data" top: "ip" inner_product_param { num_output: 3 } }\n' > input.prototxt
+  "$KILN" time --model input.prototxt --iterations 1 >/dev/null 2>&1 && pass \
+    || fail "the net for kiln time does not run"
+  expect_error "time metrics on a full disk" "/dev/full: cannot write the metrics" -- \
+    "$KILN" time --model input.prototxt --iterations 1 --metrics /dev/full
+fi
+
 expect_error "missing solver" "nope.prototxt" -- "$KILN" train --solver nope.prototxt
 expect_error "unknown command" "unknown command" -- "$KILN" frobnicate
 finish

@@ -6,6 +6,19 @@
 
 #include "gradcheck.h"
 
+const kiln_config *kiln_test_config(void) {
+  static kiln_config cfg;
+  static bool read;
+  if (!read) {
+    if (kiln_config_from_env(&cfg)) {
+      fprintf(stderr, "test configuration: %s\n", kiln_last_error());
+      abort();
+    }
+    read = true;
+  }
+  return &cfg;
+}
+
 Caffe__LayerParameter *gc_layer_param(const char *text) {
   ProtobufCMessage *m = NULL;
   if (kiln_text_parse(text, strlen(text), "<test>", &caffe__layer_parameter__descriptor, &m)) {
@@ -65,7 +78,7 @@ int gradcheck_layer(const char *layer_text, kiln_blob **bottoms, int nbottom, in
   kiln_blob *tops[16];
   for (int t = 0; t < ntop; t++) tops[t] = kiln_blob_new("top");
   kiln_layer *l;
-  if (kiln_layer_create(lp, o.phase, bottoms, nbottom, tops, ntop, o.seed ? o.seed : 1, &l)) {
+  if (kiln_layer_create(lp, o.phase, bottoms, nbottom, tops, ntop, o.seed ? o.seed : 1, kiln_test_config(), &l)) {
     fprintf(stderr, "gradcheck: cannot create layer: %s\n", kiln_last_error());
     abort();
   }

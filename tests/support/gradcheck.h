@@ -6,6 +6,10 @@
 
 #include "kiln/net.h"
 
+/* The configuration tests build layers and nets under: the environment's, read once, so that
+ * CTest's reruns with KILN_ENGINE=ref run the reference kernels. A malformed value aborts. */
+const kiln_config *kiln_test_config(void);
+
 typedef struct gradcheck_opts {
   double step;          /* default 1e-2 */
   double threshold;     /* default 1e-3 */

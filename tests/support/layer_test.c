@@ -54,7 +54,7 @@ built build_on(const char *text, int phase, kiln_blob **bottoms, int nbottom, ki
   built b = {.lp = gc_layer_param(text), .ntop = ntop, .own_tops = tops == NULL};
   assert_true(ntop <= (int)(sizeof b.top / sizeof b.top[0]));
   for (int t = 0; t < ntop; t++) b.top[t] = tops ? tops[t] : kiln_blob_new("top");
-  int rc = kiln_layer_create(b.lp, phase, bottoms, nbottom, b.top, ntop, 7, &b.l);
+  int rc = kiln_layer_create(b.lp, phase, bottoms, nbottom, b.top, ntop, 7, kiln_test_config(), &b.l);
   if (rc != KILN_OK) {
     print_error("cannot create layer: %s: %s\n", kiln_status_name(rc), kiln_last_error());
     fail();
@@ -139,7 +139,7 @@ void expect_fails_ex(const char *text, int phase, kiln_blob **bottoms, int nbott
   for (int t = 0; t < ntop; t++) tops[t] = in_place ? bottoms[0] : kiln_blob_new("top");
   kiln_layer *l = NULL;
   kiln_clear_error();
-  int rc = kiln_layer_create(lp, phase, bottoms, nbottom, tops, ntop, 1, &l);
+  int rc = kiln_layer_create(lp, phase, bottoms, nbottom, tops, ntop, 1, kiln_test_config(), &l);
   if (rc != code) {
     print_error("%s: status '%s', want '%s' (%s)\n", text, kiln_status_name(rc),
                 kiln_status_name(code), kiln_last_error());

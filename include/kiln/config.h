@@ -1,0 +1,65 @@
+/* kiln's runtime configuration: every switch that changes what the library does at run time,
+ * in one struct. The `kiln` command fills it once, from the environment (kiln_config_from_env,
+ * the only code of the library that reads environment variables) and then from its command
+ * line, and passes it down: kiln_net_options.config, kiln_solver_options.config (which hands it
+ * to the solver's nets), kiln_comm_mpi_create, kiln_ce_options.config, and the data-set cache
+ * functions. Whoever passes NULL gets kiln_config_defaults(). Each switch is listed with its
+ * variable in the README's table of switches. */
+#ifndef KILN_CONFIG_H
+#define KILN_CONFIG_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "kiln/core.h"
+
+/* How oneDNN's convolutions lay out plain-side activations (for kiln-conv-routes, which times
+ * each route): kiln's rule, oneDNN's choice, or channels-last. */
+typedef enum {
+  KILN_DNNL_LAYOUT_RULE,
+  KILN_DNNL_LAYOUT_ANY,
+  KILN_DNNL_LAYOUT_NHWC
+} kiln_dnnl_layout;
+
+/* Sums of several workers on one host: through MPI's shared-memory window, gradients summed
+ * where they lie (ON); through the window with copies in and out (COPY, for measurements); or
+ * through MPI's own collectives (OFF). */
+typedef enum { KILN_COMM_SHM_ON, KILN_COMM_SHM_OFF, KILN_COMM_SHM_COPY } kiln_comm_shm;
+
+enum { KILN_CONFIG_PATH_MAX = 4096 };
+
+typedef struct kiln_config {
+  /* computation (KILN_ENGINE, KILN_LAYOUT, KILN_FUSE, KILN_CONV_ALGO, KILN_DNNL_LAYOUT) */
+  bool ref_engine;        /* kiln's plain im2col + GEMM kernels only: results do not depend on
+                             the thread count */
+  bool plain_layouts;     /* every activation in Caffe's plain layout */
+  bool unfused;           /* every layer on its own (no kiln_layer_ops.fuse) */
+  bool conv_direct;       /* no Winograd for 3x3 convolutions */
+  kiln_dnnl_layout dnnl_layout;
+  /* workers (KILN_COMM_THREAD, KILN_COMM_SHM, and what the MPI launcher announces) */
+  int comm_thread_us;     /* > 0: a communication thread polls the sums this often */
+  kiln_comm_shm comm_shm;
+  int launcher_size;      /* processes announced by an MPI launcher (0: none) */
+  int local_ranks;        /* of them on this host (0: unknown) */
+  int omp_threads;        /* OMP_NUM_THREADS when set to a positive count, else 0 */
+  /* debugging and planted faults (KILN_FAULT; --debug-slow-rank) */
+  kiln_fault fault;
+  int debug_slow_rank;    /* this rank sleeps debug_slow_ms after each iteration (0 ms: off) */
+  double debug_slow_ms;
+  /* places (KILN_DATA or HOME; XDG_DATA_HOME or HOME; KILN_GIT_COMMIT; PATH) */
+  char data_dir[KILN_CONFIG_PATH_MAX]; /* the data set cache; "" when neither variable is set */
+  char ce_db[KILN_CONFIG_PATH_MAX];    /* CE history's default database; "" as above */
+  char git_commit[64];                 /* overrides what git says of the sources ("" none) */
+  char search_path[KILN_CONFIG_PATH_MAX]; /* PATH, where the CE runner looks for mpirun */
+} kiln_config;
+
+/* Compiled-in defaults: every switch off, no fault, no places known. */
+void kiln_config_init(kiln_config *c);
+const kiln_config *kiln_config_defaults(void);
+/* kiln_config_init, then the environment. A malformed KILN_FAULT is KILN_ERR_INVALID with a
+ * message naming it; a malformed KILN_COMM_THREAD is logged as a warning and ignored, as is any
+ * unknown value of the other switches; a path longer than KILN_CONFIG_PATH_MAX - 1 is
+ * KILN_ERR_INVALID. */
+int kiln_config_from_env(kiln_config *c);
+
+#endif

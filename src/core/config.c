@@ -1,0 +1,95 @@
+/* The runtime configuration (include/kiln/config.h). This file is the library's only reader of
+ * environment variables: whatever changes kiln's behaviour is visible in kiln_config, and code
+ * further down is handed the struct instead of looking around for itself. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kiln/config.h"
+
+static const kiln_config defaults = {.dnnl_layout = KILN_DNNL_LAYOUT_RULE,
+                                     .comm_shm = KILN_COMM_SHM_ON,
+                                     .fault = {.kind = KILN_FAULT_NONE}};
+
+void kiln_config_init(kiln_config *c) { *c = defaults; }
+
+const kiln_config *kiln_config_defaults(void) { return &defaults; }
+
+static const char *env(const char *name) {
+  const char *v = getenv(name);
+  return v && *v ? v : NULL;
+}
+
+static bool is(const char *v, const char *word) { return v && !strcmp(v, word); }
+
+/* A positive whole number, or 0 for anything else. */
+static int positive(const char *v) {
+  if (!v) return 0;
+  char *end;
+  errno = 0;
+  long n = strtol(v, &end, 10);
+  return errno || *end || n < 1 || n > 1 << 30 ? 0 : (int)n;
+}
+
+/* buf = printf(fmt, a, b); names `var` when it does not fit. */
+static int place(char *buf, size_t n, const char *var, const char *a, const char *b) {
+  int w = snprintf(buf, n, "%s%s", a, b ? b : "");
+  if (w < 0 || (size_t)w >= n) {
+    buf[0] = '\0';
+    return kiln_errorf(KILN_ERR_INVALID, "%s is longer than %zu bytes", var, n - 1);
+  }
+  return KILN_OK;
+}
+
+int kiln_config_from_env(kiln_config *c) {
+  kiln_config_init(c);
+  c->ref_engine = is(env("KILN_ENGINE"), "ref");
+  c->plain_layouts = is(env("KILN_LAYOUT"), "plain");
+  c->unfused = is(env("KILN_FUSE"), "0");
+  c->conv_direct = is(env("KILN_CONV_ALGO"), "direct");
+  const char *dl = env("KILN_DNNL_LAYOUT");
+  c->dnnl_layout = is(dl, "any")    ? KILN_DNNL_LAYOUT_ANY
+                   : is(dl, "nhwc") ? KILN_DNNL_LAYOUT_NHWC
+                                    : KILN_DNNL_LAYOUT_RULE;
+
+  /* KILN_COMM_THREAD=POLL_US (1 .. 100000) asks for the communication thread. */
+  const char *ct = env("KILN_COMM_THREAD");
+  if (ct) {
+    int us = positive(ct);
+    if (us < 1 || us > 100000)
+      kiln_log(KILN_LOG_WARN,
+               "KILN_COMM_THREAD='%s' is not a polling interval in microseconds (1 to 100000): "
+               "no communication thread, the sums are polled between layers",
+               ct);
+    else c->comm_thread_us = us;
+  }
+  const char *shm = env("KILN_COMM_SHM");
+  c->comm_shm = is(shm, "0") ? KILN_COMM_SHM_OFF : is(shm, "copy") ? KILN_COMM_SHM_COPY
+                                                                   : KILN_COMM_SHM_ON;
+  /* Open MPI's mpirun sets OMPI_COMM_WORLD_SIZE, MPICH's Hydra and Slurm's PMI set PMI_SIZE. */
+  static const char *const sizes[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE"};
+  for (size_t i = 0; i < sizeof sizes / sizeof sizes[0] && !c->launcher_size; i++)
+    c->launcher_size = positive(env(sizes[i]));
+  c->local_ranks = positive(env("OMPI_COMM_WORLD_LOCAL_SIZE"));
+  if (!c->local_ranks) c->local_ranks = positive(env("MPI_LOCALNRANKS"));
+  c->omp_threads = positive(env("OMP_NUM_THREADS"));
+
+  KILN_TRY(kiln_fault_parse(env(KILN_FAULT_ENV), &c->fault));
+
+  const char *home = env("HOME"), *v;
+  if ((v = env("KILN_DATA")))
+    KILN_TRY(place(c->data_dir, sizeof c->data_dir, "KILN_DATA", v, NULL));
+  else if (home)
+    KILN_TRY(place(c->data_dir, sizeof c->data_dir, "HOME", home, "/.cache/kiln/datasets"));
+  if ((v = env("XDG_DATA_HOME")))
+    KILN_TRY(place(c->ce_db, sizeof c->ce_db, "XDG_DATA_HOME", v, "/kiln/ce.db"));
+  else if (home)
+    KILN_TRY(place(c->ce_db, sizeof c->ce_db, "HOME", home, "/.local/share/kiln/ce.db"));
+  if ((v = env("KILN_GIT_COMMIT")))
+    KILN_TRY(place(c->git_commit, sizeof c->git_commit, "KILN_GIT_COMMIT", v, NULL));
+  /* A PATH too long to keep only means mpirun is not looked for there. */
+  if ((v = env("PATH")) && place(c->search_path, sizeof c->search_path, "PATH", v, NULL))
+    c->search_path[0] = '\0';
+  return KILN_OK;
+}
