@@ -109,8 +109,8 @@ static int team_size(int nthreads, int N) {
 
 /* Every GEMM here runs on one BLAS thread; parallelism comes only from our batch loop:
  * - when several of our threads each call GEMM, a pthread build of OpenBLAS would start its own
- *   threads inside every call: cores get oversubscribed and its spinning workers starve ours (a
- *   measured 3x to 20x slowdown on 2 cores);
+ *   threads inside every call: cores get oversubscribed and its spinning workers starve ours
+ *   (several times slower on 2 cores; `make bench` with KILN_ENGINE=ref shows it);
  * - a multi-threaded OpenBLAS GEMM does not always give the bits of a single-threaded one (seen
  *   for the weight-gradient GEMM), which would make results depend on the thread count.
  * So OpenBLAS is asked for one thread for the duration of the kernel and restored afterwards (an

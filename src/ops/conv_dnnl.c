@@ -268,8 +268,8 @@ static int conv_create(kiln_dnnl_conv **out, int N, int M, int group, const kiln
   dnnl_memory_desc_t xa, ya, wa;
   /* Channel counts that fill oneDNN's 16-wide blocks get its blocked layouts, and so do first
    * layers with a few input channels (oneDNN reads those plain). Others (LeNet's 20 -> 50) waste
-   * less in channels-last, where oneDNN has batch-reduce GEMM kernels: 9.7 against 14.1 ms
-   * (kiln-conv-routes, docs/PERF.md). */
+   * less in channels-last, where oneDNN has batch-reduce GEMM kernels than in padded blocks
+   * (`kiln-conv-routes` times both; docs/PERF.md). */
   const int cg = g->channels / group, mg = M / group;
   const bool blocks = cg < 16 || (cg % 16 == 0 && mg % 16 == 0);
   /* kiln_config.dnnl_layout overrides the rule, for kiln-conv-routes to time each route. */

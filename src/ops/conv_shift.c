@@ -157,9 +157,9 @@ static shift_geom make_geom(const kiln_conv_geom *g) {
 }
 
 /* The kernels are written for 32 vector registers of 16 floats: with AVX-512 they run at
- * 80-90% of the FMA peak; compiled for SSE or AVX2 (a portable build, the sanitizer build) their
- * 20-24 accumulators spill and they ran 4-20x slower than oneDNN, which picks its kernels at
- * run time. Layers take the route only when this build has AVX-512. */
+ * most of the FMA peak; compiled for SSE or AVX2 (a portable build, the sanitizer build) their
+ * 20-24 accumulators spill and they fall far behind oneDNN, which picks its kernels at run time
+ * (`kiln-conv-routes` times both). Layers take the route only when this build has AVX-512. */
 bool kiln_conv_shift_fast(void) {
 #ifdef __AVX512F__
   return true;

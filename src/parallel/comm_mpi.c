@@ -38,11 +38,11 @@
  * gradients backward is still computing, other buckets' copies); a rank writes the bucket's place
  * again only after every `done` of the round. Release stores and acquire loads of the round
  * numbers order the writes: no locks. Waits go through wait_on() as for MPI, watchdog
- * included. In alternating LeNet runs on this VM, 2 workers reached 1.84-1.90x one worker
- * through shared memory (copied in and out of rank 0's segment then) against 1.71-1.88x through
- * Open MPI's single-copy transfers (docs/PERF.md, session 8); summed in place, LeNet's gradient
- * takes less time than the copied sum in most launches, resnet20's half (session 9). KILN_COMM_SHM=0
- * keeps every sum in MPI; KILN_COMM_SHM=copy lends no memory (every addend copied). */
+ * included. Why not MPI's own transfers on one host: their time for the same buffer varies
+ * widely from minute to minute on a shared machine, and a sum where the gradients lie needs no
+ * copies in or out, which would take time from backward (`kiln-comm-bench` and `bench/mpi`
+ * measure both; docs/PERF.md). KILN_COMM_SHM=0 keeps every sum in MPI; KILN_COMM_SHM=copy lends
+ * no memory (every addend copied). */
 #include <errno.h>
 #include <limits.h>
 #include <mpi.h>
@@ -406,8 +406,8 @@ static int roll_call(kiln_comm *c, poll_fn poll, void *arg, double waited_ms) {
  * on a core of its own it still leaves the wait within microseconds; then sleeps of 1/16 of the
  * time waited (MIN_SLEEP_US to MAX_SLEEP_US), for long waits such as rank 0's test pass. A
  * training step waits here whenever another worker is late, often by a few milliseconds on a busy
- * or virtual machine; sleeps growing from 20 us, as before, left a rank 0.1 to 1 ms behind
- * a peer 2.5 to 12 ms late (kiln-comm-bench), where yielding leaves it microseconds behind. */
+ * or virtual machine; sleeping from the start would leave a rank up to a millisecond behind a
+ * late peer, where yielding leaves it microseconds behind (`kiln-comm-bench ... late`). */
 static int wait_on(kiln_comm *c, poll_fn poll, void *arg) {
   double t0 = kiln_now_ms();
   for (;;) {
