@@ -10,41 +10,122 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <ctype.h>
+#include <dirent.h>
 
 #include "layer_test.h"
 
-/* The layer types the family files check; test_registry_backward_layers_covered fails when a
- * layer with a backward pass is registered without being added here (and tested). */
-static const char *const tested_types[] = {
-    "Convolution", "Pooling", "InnerProduct", "ReLU",  "Sigmoid",  "TanH",    "Dropout",
-    "Softmax",     "SoftmaxWithLoss", "Accuracy", "Flatten", "Split",
-    "BatchNorm", "Scale", "Bias", "Eltwise", "Concat", "Slice", "Reshape",
-    "LRN", "Power", "AbsVal", "ELU", "PReLU", "ArgMax", "EuclideanLoss", "SigmoidCrossEntropyLoss",
-    "DummyData",
-};
+/* ---- the list, the registry and the tests ------------------------------------------------ */
 
-static void test_registry_backward_layers_covered(void **state) {
+#define KILN_LAYER(type, ops) extern const kiln_layer_ops ops;
+#include "layers/layer_list.h"
+#undef KILN_LAYER
+
+/* src/layers/layer_list.h, the list the registry is built from, read here line by line. */
+static const struct {
+  const char *type;
+  const kiln_layer_ops *ops;
+} listed[] = {
+#define KILN_LAYER(type, ops) {type, &ops},
+#include "layers/layer_list.h"
+#undef KILN_LAYER
+};
+enum { NLISTED = sizeof listed / sizeof listed[0] };
+
+/* What the layer test files say about one type. */
+typedef struct {
+  bool built;    /* some top-level definition names it as `type: '<type>'` */
+  bool gradient; /* one of those also checks gradients (check_grad / gradcheck_layer) */
+} coverage;
+
+/* Splits a test file into its top-level definitions (each starts at a line that begins with a
+ * letter: a function, or a table at file scope, with the comment lines between two definitions
+ * going to the first) and notes, for each listed type, whether one names it and whether that
+ * one also checks gradients. A type's test is then a definition that builds it, wherever it
+ * sits in its family file. */
+static void scan_tests(char *text, coverage *cov) {
+  char *p = text;
+  while (*p) {
+    char *end = p;
+    do {
+      char *nl = strchr(end, '\n');
+      end = nl ? nl + 1 : end + strlen(end);
+    } while (*end && !isalpha((unsigned char)*end));
+    const char keep = *end;
+    *end = '\0'; /* the definition alone, for strstr */
+    const bool grad = strstr(p, "check_grad(") || strstr(p, "gradcheck_layer(");
+    for (int i = 0; i < NLISTED; i++) {
+      char single[128], dbl[128];
+      snprintf(single, sizeof single, "type: '%s'", listed[i].type);
+      snprintf(dbl, sizeof dbl, "type: \\\"%s\\\"", listed[i].type);
+      if (strstr(p, single) || strstr(p, dbl)) {
+        cov[i].built = true;
+        cov[i].gradient |= grad;
+      }
+    }
+    *end = keep;
+    p = end;
+  }
+}
+
+/* Every line of the list is registered under its own type string and the registry holds
+ * nothing else; every listed type is built by a test in some tests/test_layers_*.c, and every
+ * one with a backward pass has its gradients checked there against finite differences. A layer
+ * added to the list without its tests fails here. */
+static void test_every_listed_layer_registered_and_tested(void **state) {
   (void)state;
   const char *const *names = kiln_layer_type_names();
   int n = 0;
   for (; names[n]; n++) {
-    const kiln_layer_ops *ops = kiln_layer_find(names[n]);
-    assert_non_null(ops);
-    assert_string_equal(ops->type, names[n]);
-    if (!ops->backward) continue;
-    bool found = false;
-    for (size_t i = 0; i < sizeof tested_types / sizeof tested_types[0]; i++)
-      found |= strcmp(tested_types[i], names[n]) == 0;
-    if (!found) {
-      print_error("layer type '%s' has a backward pass but no test in tests/test_layers_*.c\n",
-                  names[n]);
-      fail();
+    assert_true(n < NLISTED);
+    assert_string_equal(names[n], listed[n].type);
+  }
+  assert_int_equal(n, NLISTED);
+  assert_true(n >= 14);
+  for (int i = 0; i < NLISTED; i++) {
+    assert_ptr_equal(kiln_layer_find(listed[i].type), listed[i].ops);
+    assert_string_equal(listed[i].ops->type, listed[i].type);
+    for (int j = 0; j < i; j++) assert_string_not_equal(listed[j].type, listed[i].type);
+  }
+  assert_null(kiln_layer_find("Convolutoin"));
+
+  const char *root = getenv("KILN_SOURCE_DIR"); /* the repository root, set by CTest */
+  assert_non_null(root);
+  char dir[4096];
+  snprintf(dir, sizeof dir, "%s/tests", root);
+  DIR *d = opendir(dir);
+  assert_non_null(d);
+  coverage cov[NLISTED] = {0};
+  int files = 0;
+  for (struct dirent *e; (e = readdir(d));) {
+    const size_t len = strlen(e->d_name);
+    if (strncmp(e->d_name, "test_layers_", 12) || len < 3 || strcmp(e->d_name + len - 2, ".c"))
+      continue;
+    char path[8192], *text = NULL;
+    size_t size;
+    snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+    if (kiln_read_file(path, &text, &size)) fail_msg("%s", kiln_last_error());
+    scan_tests(text, cov);
+    free(text);
+    files++;
+  }
+  closedir(d);
+  assert_true(files >= 2);
+  int missing = 0;
+  for (int i = 0; i < NLISTED; i++) {
+    if (!cov[i].built) {
+      print_error("layer type '%s' (src/layers/layer_list.h) has no test in tests/test_layers_*.c "
+                  "that builds it (type: '%s')\n",
+                  listed[i].type, listed[i].type);
+      missing++;
+    } else if (listed[i].ops->backward && !cov[i].gradient) {
+      print_error("layer type '%s' has a backward pass but no test in tests/test_layers_*.c that "
+                  "checks its gradients (check_grad)\n",
+                  listed[i].type);
+      missing++;
     }
   }
-  assert_true(n >= 14);
-  assert_null(kiln_layer_find("Convolutoin"));
-  for (size_t i = 0; i < sizeof tested_types / sizeof tested_types[0]; i++)
-    assert_non_null(kiln_layer_find(tested_types[i]));
+  assert_int_equal(missing, 0);
 }
 
 /* ---- the gradient contract ----------------------------------------------------------------- */
@@ -202,7 +283,7 @@ static void test_backward_contract_second_bottoms(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_registry_backward_layers_covered),
+      cmocka_unit_test(test_every_listed_layer_registered_and_tested),
       cmocka_unit_test(test_backward_contract_one_bottom),
       cmocka_unit_test(test_backward_contract_second_bottoms),
   };
