@@ -29,6 +29,11 @@ typedef struct kiln_layer_ops {
   int min_tops, max_tops;
   bool is_loss;                 /* loss_weight defaults to 1 on the first top */
   bool is_data;                 /* produces data; nothing flows back into it */
+  /* Its tops hold its (single) bottom's values unchanged (Split): the net lets each top read the
+   * bottom's data instead of holding a copy, unless another layer writes that top, and a saved
+   * .caffemodel leaves the layer out (it has nothing to save, and a net that loads the file
+   * inserts its own where it fans a blob out). */
+  bool passes_through;
   /* Check the layer's parameters and bottoms' axes, declare parameter blobs (add_param). */
   int (*setup)(kiln_layer *l);
   /* Size the tops (and internal buffers, workspace) from the bottoms; set l->flops. */

@@ -311,7 +311,7 @@ static int plan_insert_splits(net_internal *in, plan *out) {
       }
       l = &out->v[li]; /* plan_push may have moved the array */
       s->lp = slp;
-      s->ops = kiln_layer_find("Split");
+      s->ops = kiln_layer_find(slp->type);
       s->name = xstrdup(lname);
       if ((rc = plan_layer_alloc(s, 1, uses))) break;
       s->bottom[0] = xstrdup(src->top[t]);
@@ -772,13 +772,14 @@ static int plan_layouts(kiln_net *net, const kiln_net_options *opt) {
   return KILN_OK;
 }
 
-/* A Split's tops read its bottom's data instead of copies (Caffe shares them too), unless a
- * consumer works in place on one (any layer but the Split that names the blob as a top), which
- * would change it under the others. Saves a copy per top in forward and the memory for it. */
+/* The tops of a layer that passes its bottom through (kiln_layer_ops.passes_through: Split)
+ * read its bottom's data instead of copies (Caffe shares a Split's too), unless a consumer works
+ * in place on one (any layer but this one that names the blob as a top), which would change it
+ * under the others. Saves a copy per top in forward and the memory for it. */
 static void share_split_data(kiln_net *net) {
   for (int i = 0; i < net->nlayers; i++) {
     kiln_layer *l = net->layers[i];
-    if (strcmp(l->ops->type, "Split") || l->nbottom != 1) continue;
+    if (!l->ops->passes_through || l->nbottom != 1) continue;
     for (int t = 0; t < l->ntop; t++) {
       kiln_blob *b = l->top[t];
       if (b == l->bottom[0]) continue;
