@@ -23,6 +23,22 @@ enum {
   KILN_LAYOUT_ROLE_TOP = 4,    /* its (single) top in either layout, whatever the bottom's */
 };
 
+/* What a layer offers to be absorbed into the layer before it (kiln_layer_ops.absorbable). */
+typedef enum {
+  /* y = gamma[c] * x + beta[c] per channel c of an (N, C, ...) blob, in place (Scale) */
+  KILN_ABSORB_CHANNEL_AFFINE = 1,
+  /* y = x > 0 ? x : slope * x in place, with slope >= 0, so the output's sign is the input's
+   * (ReLU) */
+  KILN_ABSORB_RELU = 2,
+} kiln_absorb_kind;
+
+typedef struct kiln_absorb {
+  /* CHANNEL_AFFINE: the layer's learnable gamma and beta (C values each). The absorbing layer
+   * reads their data and accumulates into their diffs, as the layer's own backward would. */
+  kiln_blob *gamma, *beta;
+  float slope; /* RELU: the negative slope */
+} kiln_absorb;
+
 typedef struct kiln_layer_ops {
   const char *type;
   int min_bottoms, max_bottoms; /* -1: no upper bound */
@@ -55,8 +71,16 @@ typedef struct kiln_layer_ops {
    * is wired, shaped and its layouts planned, and only when the net fuses
    * (kiln_net_options.unfused unset). The net then skips their forward and, in backward, runs
    * this layer's backward in the place of the last of them (so gradients reach a backward hook
-   * no later than unfused). NULL: never fuses. */
+   * no later than unfused). NULL: never fuses. A fuse hook learns what the next layers do only
+   * through their `absorbable` hooks, never from their private state. */
   int (*fuse)(kiln_layer *l, kiln_layer *const *next, int n);
+  /* The other side of fusion, asked by the `fuse` hook of the layer before: whether this
+   * layer's whole work is the operation `kind`, in place on `blob` (that layer's top), with no
+   * loss weight on its top (a loss would read a value the fused top no longer holds). If so it
+   * fills *offer with what the absorbing layer needs to do that work and returns true. NULL:
+   * never absorbed. */
+  bool (*absorbable)(const kiln_layer *l, kiln_absorb_kind kind, const kiln_blob *blob,
+                     kiln_absorb *offer);
   /* Data layers: records consumed, and repositioning, for exact resume. */
   uint64_t (*get_cursor)(kiln_layer *l);
   int (*set_cursor)(kiln_layer *l, uint64_t cursor);
