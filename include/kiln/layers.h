@@ -62,6 +62,12 @@ typedef struct kiln_layer_ops {
    * BOTTOM | TOP: convolution on oneDNN, which reorders inside. The net sets the blobs'
    * layout, then reshapes every layer again. */
   int (*layout_role)(const kiln_layer *l);
+  /* The channel block of the blocked layout the layer's route reads and writes on the sides its
+   * layout_role marks BOTTOM or TOP (16: oneDNN's nChw16c); 0 or NULL: none, and those blobs
+   * stay plain. Asked with layout_role. The net gives a group of blobs joined by SAME layers
+   * the block its converting layers ask for (kiln_layout_for_block), or keeps it plain when they
+   * differ or ask for none. */
+  int (*block_channels)(const kiln_layer *l);
   /* A buffer that holds a copy of the layer's (single) top as forward left it, unchanged until
    * the layer's own backward (BatchNorm's normalised output); NULL: none. The net hands it to
    * the next layer when that one works in place on this top (kiln_layer.input_copy). */
