@@ -223,6 +223,7 @@ static void test_config_from_env(void **state) {
   memset(big, 'd', sizeof big - 1);
   big[sizeof big - 1] = '\0';
   setenv("KILN_DATA", big, 1);
+  unsetenv("KILN_COMM_THREAD"); /* warned about once above */
   assert_int_equal(kiln_config_from_env(&c), KILN_ERR_INVALID);
   assert_non_null(strstr(kiln_last_error(), "KILN_DATA is longer than"));
 
@@ -303,7 +304,7 @@ static void test_mkdir_p(void **state) {
   assert_non_null(strstr(kiln_last_error(), "/a/f: cannot create folder"));
   snprintf(path, sizeof path, "%s/a/f/g", root);
   assert_int_equal(kiln_mkdir_p(path), KILN_ERR_IO);
-  assert_non_null(strstr(kiln_last_error(), "/a/f: cannot create folder"));
+  assert_non_null(strstr(kiln_last_error(), "/a/f/g: cannot create folder: Not a directory"));
   char cmd[160];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
   assert_int_equal(system(cmd), 0);

@@ -106,6 +106,10 @@ typedef struct kiln_blob {
  * at ((n * C/16 + c/16) * H*W + h*W + w) * 16 + c%16. The net chooses BLOCKED16 only between
  * layers that read it (docs/architecture.md); everything outside a net sees PLAIN. */
 enum { KILN_LAYOUT_PLAIN = 0, KILN_LAYOUT_BLOCKED16 = 1 };
+/* The layout that keeps channels in blocks of `channels` (what a convolution route asks for,
+ * kiln_layer_ops.block_channels): BLOCKED16 for 16, PLAIN for a block kiln has no layout for
+ * (0 included). */
+int kiln_layout_for_block(int channels);
 
 kiln_blob *kiln_blob_new(const char *name);
 void kiln_blob_free(kiln_blob *b);

@@ -24,12 +24,33 @@ enum {
   KILN_LAYOUT_ROLE_TOP = 4,    /* its (single) top in either layout, whatever the bottom's */
 };
 
+/* What a layer offers to be absorbed into the layer before it (kiln_layer_ops.absorbable). */
+typedef enum {
+  /* y = gamma[c] * x + beta[c] per channel c of an (N, C, ...) blob, in place (Scale) */
+  KILN_ABSORB_CHANNEL_AFFINE = 1,
+  /* y = x > 0 ? x : slope * x in place, with slope >= 0, so the output's sign is the input's
+   * (ReLU) */
+  KILN_ABSORB_RELU = 2,
+} kiln_absorb_kind;
+
+typedef struct kiln_absorb {
+  /* CHANNEL_AFFINE: the layer's learnable gamma and beta (C values each). The absorbing layer
+   * reads their data and accumulates into their diffs, as the layer's own backward would. */
+  kiln_blob *gamma, *beta;
+  float slope; /* RELU: the negative slope */
+} kiln_absorb;
+
 typedef struct kiln_layer_ops {
   const char *type;
   int min_bottoms, max_bottoms; /* -1: no upper bound */
   int min_tops, max_tops;
   bool is_loss;                 /* loss_weight defaults to 1 on the first top */
   bool is_data;                 /* produces data; nothing flows back into it */
+  /* Its tops hold its (single) bottom's values unchanged (Split): the net lets each top read the
+   * bottom's data instead of holding a copy, unless another layer writes that top, and a saved
+   * .caffemodel leaves the layer out (it has nothing to save, and a net that loads the file
+   * inserts its own where it fans a blob out). */
+  bool passes_through;
   /* Check the layer's parameters and bottoms' axes, declare parameter blobs (add_param). */
   int (*setup)(kiln_layer *l);
   /* Size the tops (and internal buffers, workspace) from the bottoms; set l->flops. */
@@ -42,6 +63,12 @@ typedef struct kiln_layer_ops {
    * BOTTOM | TOP: convolution on oneDNN, which reorders inside. The net sets the blobs'
    * layout, then reshapes every layer again. */
   int (*layout_role)(const kiln_layer *l);
+  /* The channel block of the blocked layout the layer's route reads and writes on the sides its
+   * layout_role marks BOTTOM or TOP (16: oneDNN's nChw16c); 0 or NULL: none, and those blobs
+   * stay plain. Asked with layout_role. The net gives a group of blobs joined by SAME layers
+   * the block its converting layers ask for (kiln_layout_for_block), or keeps it plain when they
+   * differ or ask for none. */
+  int (*block_channels)(const kiln_layer *l);
   /* A buffer that holds a copy of the layer's (single) top as forward left it, unchanged until
    * the layer's own backward (BatchNorm's normalised output); NULL: none. The net hands it to
    * the next layer when that one works in place on this top (kiln_layer.input_copy). */
@@ -51,8 +78,16 @@ typedef struct kiln_layer_ops {
    * is wired, shaped and its layouts planned, and only when the net fuses
    * (kiln_net_options.unfused unset). The net then skips their forward and, in backward, runs
    * this layer's backward in the place of the last of them (so gradients reach a backward hook
-   * no later than unfused). NULL: never fuses. */
+   * no later than unfused). NULL: never fuses. A fuse hook learns what the next layers do only
+   * through their `absorbable` hooks, never from their private state. */
   int (*fuse)(kiln_layer *l, kiln_layer *const *next, int n);
+  /* The other side of fusion, asked by the `fuse` hook of the layer before: whether this
+   * layer's whole work is the operation `kind`, in place on `blob` (that layer's top), with no
+   * loss weight on its top (a loss would read a value the fused top no longer holds). If so it
+   * fills *offer with what the absorbing layer needs to do that work and returns true. NULL:
+   * never absorbed. */
+  bool (*absorbable)(const kiln_layer *l, kiln_absorb_kind kind, const kiln_blob *blob,
+                     kiln_absorb *offer);
   /* Data layers: records consumed, and repositioning, for exact resume. */
   uint64_t (*get_cursor)(kiln_layer *l);
   int (*set_cursor)(kiln_layer *l, uint64_t cursor);

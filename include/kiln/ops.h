@@ -54,6 +54,9 @@ void kiln_conv2d_backward(float *din, float *dw, float *dbias, const float *dout
  * Creation fails with KILN_ERR_UNSUPPORTED when oneDNN has no kernel for a shape. */
 typedef struct kiln_dnnl_conv kiln_dnnl_conv;
 bool kiln_dnnl_available(void);
+/* The channel block of the blocked activation layout the primitives read and write directly
+ * (16: nChw16c, KILN_LAYOUT_BLOCKED16); 0 in a build without oneDNN. */
+int kiln_dnnl_block_channels(void);
 int kiln_dnnl_conv_create(kiln_dnnl_conv **out, int N, int M, int group, const kiln_conv_geom *g,
                           bool bias, bool backward, int x_layout, int y_layout,
                           const kiln_config *cfg);

@@ -21,11 +21,10 @@ typedef struct {
   double *part;
   float *chan;
   int64_t part_cap, chan_cap;
-  /* Fusion (bn_fuse): the Scale working in place on this layer's top, whose gamma and beta this
-   * layer applies (bias: beta's parameter index), and the slope of the ReLU after it (1: none).
-   * scale NULL: not fused. */
-  const kiln_layer *scale;
-  int bias;
+  /* Fusion (bn_fuse): the gamma and beta of the Scale working in place on this layer's top,
+   * which this layer applies, and the slope of the ReLU after it (1: none). gamma NULL: not
+   * fused. */
+  kiln_blob *gamma, *beta;
   float slope;
 } bn_state;
 
@@ -249,8 +248,8 @@ static void bn_forward_blocked(kiln_layer *l, bn_state *s) {
     }
     factor[0] = s->maf * factor[0] + 1.0f;
   }
-  const float *gam = s->scale ? s->scale->param[0]->data : NULL;
-  const float *bet = s->scale ? s->scale->param[s->bias]->data : NULL;
+  const float *gam = s->gamma ? s->gamma->data : NULL;
+  const float *bet = s->gamma ? s->beta->data : NULL;
   const float slope = s->slope;
 #pragma omp parallel for schedule(static) num_threads(l->nthreads) if (big)
   for (int64_t t = 0; t < CB * N; t++) {
@@ -309,8 +308,8 @@ static int bn_forward(kiln_layer *l) {
   float *y = l->top[0]->data, *xn = l->buffer[BN_XNORM]->data, *inv = l->buffer[BN_INVSTD]->data;
   float *mean_sum = l->param[0]->data, *var_sum = l->param[1]->data, *factor = l->param[2]->data;
   const int64_t N = s->N, C = s->C, S = s->S, m = N * S;
-  const float *gam = s->scale ? s->scale->param[0]->data : NULL;
-  const float *bet = s->scale ? s->scale->param[s->bias]->data : NULL;
+  const float *gam = s->gamma ? s->gamma->data : NULL;
+  const float *bet = s->gamma ? s->beta->data : NULL;
   if (s->global) {
     float f = factor[0] == 0 ? 0.0f : 1.0f / factor[0];
 #pragma omp parallel for schedule(static) num_threads(l->nthreads) if (N * C * S > 32768)
@@ -456,10 +455,9 @@ static void bn_backward_fused_plain(kiln_layer *l, bn_state *s, const float *gam
 
 static int bn_backward(kiln_layer *l) {
   bn_state *s = l->priv;
-  if (s->scale) { /* Scale's parameter gradients are wanted even without propagate_down */
-    const kiln_layer *sc = s->scale;
-    const float *gam = sc->param[0]->data, *bet = sc->param[s->bias]->data;
-    float *dgam = sc->param[0]->diff, *dbet = sc->param[s->bias]->diff;
+  if (s->gamma) { /* Scale's parameter gradients are wanted even without propagate_down */
+    const float *gam = s->gamma->data, *bet = s->beta->data;
+    float *dgam = s->gamma->diff, *dbet = s->beta->diff;
     if (l->bottom[0]->layout == KILN_LAYOUT_BLOCKED16)
       bn_backward_fused_blocked(l, s, gam, bet, dgam, dbet);
     else
@@ -548,17 +546,16 @@ static const kiln_blob *bn_kept_output(const kiln_layer *l) { return l->buffer[B
  * (the fused top holds only the last value). */
 static int bn_fuse(kiln_layer *l, kiln_layer *const *next, int n) {
   bn_state *s = l->priv;
-  kiln_blob *y = l->top[0];
-  int bias;
-  if (n < 1 || l->loss_weight[0] != 0 || next[0]->loss_weight[0] != 0 ||
-      !kiln_scale_fusable(next[0], y, &bias))
+  const kiln_blob *y = l->top[0];
+  kiln_absorb affine, relu;
+  if (n < 1 || l->loss_weight[0] != 0 ||
+      !kiln_layer_absorbable(next[0], KILN_ABSORB_CHANNEL_AFFINE, y, &affine))
     return 0;
-  s->scale = next[0];
-  s->bias = bias;
+  s->gamma = affine.gamma;
+  s->beta = affine.beta;
   s->slope = 1.0f;
-  float slope;
-  if (n < 2 || !kiln_relu_fusable(next[1], y, &slope)) return 1;
-  s->slope = slope;
+  if (n < 2 || !kiln_layer_absorbable(next[1], KILN_ABSORB_RELU, y, &relu)) return 1;
+  s->slope = relu.slope;
   return 2;
 }
 

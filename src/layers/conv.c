@@ -232,6 +232,12 @@ static int conv_layout_role(const kiln_layer *l) {
   return KILN_LAYOUT_ROLE_TOP | (s->plain_din ? 0 : KILN_LAYOUT_ROLE_BOTTOM);
 }
 
+/* The block of the layout oneDNN's primitives read and write without a reorder. */
+static int conv_block_channels(const kiln_layer *l) {
+  const conv_state *s = l->priv;
+  return s && s->dn ? kiln_dnnl_block_channels() : 0;
+}
+
 static void conv_destroy(kiln_layer *l) {
   conv_state *s = l->priv;
   if (s) kiln_dnnl_conv_destroy(s->dn);
@@ -242,4 +248,5 @@ const kiln_layer_ops kiln_layer_convolution = {
     .type = "Convolution", .min_bottoms = 1, .max_bottoms = 1, .min_tops = 1, .max_tops = 1,
     .setup = conv_setup, .reshape = conv_reshape, .forward = conv_forward,
     .backward = conv_backward, .destroy = conv_destroy, .layout_role = conv_layout_role,
+    .block_channels = conv_block_channels,
 };

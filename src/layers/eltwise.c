@@ -220,13 +220,12 @@ static void eltwise_destroy(kiln_layer *l) {
  * reads the top in between. */
 static int eltwise_fuse(kiln_layer *l, kiln_layer *const *next, int n) {
   eltwise_state *s = l->priv;
-  kiln_blob *y = l->top[0];
-  float slope;
+  kiln_absorb relu;
   if (s->op != OP_SUM || n < 1 || l->loss_weight[0] != 0 ||
-      !kiln_relu_fusable(next[0], y, &slope))
+      !kiln_layer_absorbable(next[0], KILN_ABSORB_RELU, l->top[0], &relu))
     return 0;
   s->relu = true;
-  s->slope = slope;
+  s->slope = relu.slope;
   return 1;
 }
 

@@ -101,13 +101,17 @@ static inline double kiln_plane_dot(const float *a, const float *b, int64_t N, i
   return t;
 }
 
-/* Scale's part in fusion (BatchNorm + Scale): true when `scale` is a Scale layer with a learnable
- * per-channel gamma and a beta (bias_term) over an (N, C, ...) input, working in place on
- * `blob`; *bias_index gets beta's parameter index. */
-bool kiln_scale_fusable(const kiln_layer *scale, const kiln_blob *blob, int *bias_index);
+/* For fuse hooks: whether `next` offers to do `kind` in place on `blob`, and what it offers in
+ * *offer (kiln_layer_ops.absorbable). */
+static inline bool kiln_layer_absorbable(const kiln_layer *next, kiln_absorb_kind kind,
+                                         const kiln_blob *blob, kiln_absorb *offer) {
+  return next->ops->absorbable && next->ops->absorbable(next, kind, blob, offer);
+}
 
-/* For fusion: true when `r` is a ReLU working in place on `blob` with negative_slope >= 0 (the
- * top's sign is then the input's) and no loss weight on its top; *slope gets the slope. */
-bool kiln_relu_fusable(const kiln_layer *r, const kiln_blob *blob, float *slope);
+/* For absorbable hooks: the layer works in place on `blob`, its only bottom, and no loss reads
+ * its top. */
+static inline bool kiln_in_place_without_loss(const kiln_layer *l, const kiln_blob *blob) {
+  return l->nbottom == 1 && l->bottom[0] == blob && l->top[0] == blob && l->loss_weight[0] == 0;
+}
 
 #endif

@@ -42,12 +42,12 @@ static int relu_backward(kiln_layer *l) {
   return KILN_OK;
 }
 
-bool kiln_relu_fusable(const kiln_layer *r, const kiln_blob *blob, float *slope) {
-  if (strcmp(r->ops->type, "ReLU") || r->nbottom != 1 || r->bottom[0] != blob ||
-      r->top[0] != blob || r->loss_weight[0] != 0)
-    return false;
-  *slope = KILN_PARAM_OR(r->lp->relu_param, relu_defaults)->negative_slope;
-  return *slope >= 0;
+/* In place with negative_slope >= 0, the layer before may apply it (BatchNorm, Eltwise SUM). */
+static bool relu_absorbable(const kiln_layer *l, kiln_absorb_kind kind, const kiln_blob *blob,
+                            kiln_absorb *offer) {
+  if (kind != KILN_ABSORB_RELU || !kiln_in_place_without_loss(l, blob)) return false;
+  offer->slope = KILN_PARAM_OR(l->lp->relu_param, relu_defaults)->negative_slope;
+  return offer->slope >= 0;
 }
 
 static int relu_setup(kiln_layer *l) {
@@ -61,7 +61,7 @@ static int relu_setup(kiln_layer *l) {
 const kiln_layer_ops kiln_layer_relu = {
     .type = "ReLU", .min_bottoms = 1, .max_bottoms = 1, .min_tops = 1, .max_tops = 1,
     .setup = relu_setup, .reshape = neuron_reshape, .forward = relu_forward,
-    .backward = relu_backward, .layout_role = kiln_layout_any,
+    .backward = relu_backward, .layout_role = kiln_layout_any, .absorbable = relu_absorbable,
 };
 
 /* ---- Sigmoid --------------------------------------------------------------------------- */

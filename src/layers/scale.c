@@ -216,14 +216,17 @@ static int scale_backward(kiln_layer *l) {
 
 static void scale_destroy(kiln_layer *l) { free(l->priv); }
 
-bool kiln_scale_fusable(const kiln_layer *l, const kiln_blob *blob, int *bias_index) {
-  if (strcmp(l->ops->type, "Scale") || l->nbottom != 1 || l->bottom[0] != blob || l->top[0] != blob)
-    return false;
+/* A learnable per-channel gamma with a beta (bias_term) over an (N, C, ...) input, in place: the
+ * layer before may apply it (BatchNorm). */
+static bool scale_absorbable(const kiln_layer *l, kiln_absorb_kind kind, const kiln_blob *blob,
+                             kiln_absorb *offer) {
+  if (kind != KILN_ABSORB_CHANNEL_AFFINE || !kiln_in_place_without_loss(l, blob)) return false;
   const scale_state *s = l->priv;
   if (!s || s->from_bottom || s->bias_index < 0 || blob->naxes < 2 || s->outer != blob->shape[0] ||
       s->dim != blob->shape[1])
     return false;
-  *bias_index = s->bias_index;
+  offer->gamma = l->param[0];
+  offer->beta = l->param[s->bias_index];
   return true;
 }
 
@@ -240,4 +243,5 @@ const kiln_layer_ops kiln_layer_scale = {
     .type = "Scale", .min_bottoms = 1, .max_bottoms = 2, .min_tops = 1, .max_tops = 1,
     .setup = scale_setup, .reshape = scale_reshape, .forward = scale_forward,
     .backward = scale_backward, .destroy = scale_destroy, .layout_role = scale_layout_role,
+    .absorbable = scale_absorbable,
 };

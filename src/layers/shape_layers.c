@@ -120,6 +120,6 @@ static int split_backward(kiln_layer *l) {
 
 const kiln_layer_ops kiln_layer_split = {
     .type = "Split", .min_bottoms = 1, .max_bottoms = 1, .min_tops = 1, .max_tops = -1,
-    .reshape = split_reshape, .forward = split_forward, .backward = split_backward,
-    .layout_role = kiln_layout_any,
+    .passes_through = true, .reshape = split_reshape, .forward = split_forward,
+    .backward = split_backward, .layout_role = kiln_layout_any,
 };

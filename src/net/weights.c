@@ -21,7 +21,7 @@ int kiln_net_save_weights(const kiln_net *net, const char *path) {
   int nb = 0;
   for (int i = 0; i < net->nlayers; i++) {
     const kiln_layer *l = net->layers[i];
-    if (strcmp(l->ops->type, "Split") == 0) continue;
+    if (l->ops->passes_through) continue; /* nothing to save (Split) */
     Caffe__LayerParameter *lp = &lps[np.n_layer];
     caffe__layer_parameter__init(lp);
     lp->name = (char *)l->name;

@@ -441,10 +441,12 @@ int kiln_dnnl_conv_backward(kiln_dnnl_conv *c, float *din, float *dw, float *dbi
 }
 
 bool kiln_dnnl_available(void) { return true; }
+int kiln_dnnl_block_channels(void) { return 16; }
 
 #else /* no oneDNN in this build: the plain path is the only one */
 
 bool kiln_dnnl_available(void) { return false; }
+int kiln_dnnl_block_channels(void) { return 0; }
 int kiln_dnnl_conv_create(kiln_dnnl_conv **out, int N, int M, int group, const kiln_conv_geom *g,
                           bool bias, bool backward, int x_layout, int y_layout,
                           const kiln_config *cfg) {

@@ -78,7 +78,8 @@ int gradcheck_layer(const char *layer_text, kiln_blob **bottoms, int nbottom, in
   kiln_blob *tops[16];
   for (int t = 0; t < ntop; t++) tops[t] = kiln_blob_new("top");
   kiln_layer *l;
-  if (kiln_layer_create(lp, o.phase, bottoms, nbottom, tops, ntop, o.seed ? o.seed : 1, kiln_test_config(), &l)) {
+  if (kiln_layer_create(lp, o.phase, bottoms, nbottom, tops, ntop, o.seed ? o.seed : 1,
+                        kiln_test_config(), &l)) {
     fprintf(stderr, "gradcheck: cannot create layer: %s\n", kiln_last_error());
     abort();
   }

@@ -5,6 +5,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "layer_test.h"
@@ -54,7 +55,8 @@ built build_on(const char *text, int phase, kiln_blob **bottoms, int nbottom, ki
   built b = {.lp = gc_layer_param(text), .ntop = ntop, .own_tops = tops == NULL};
   assert_true(ntop <= (int)(sizeof b.top / sizeof b.top[0]));
   for (int t = 0; t < ntop; t++) b.top[t] = tops ? tops[t] : kiln_blob_new("top");
-  int rc = kiln_layer_create(b.lp, phase, bottoms, nbottom, b.top, ntop, 7, kiln_test_config(), &b.l);
+  int rc =
+      kiln_layer_create(b.lp, phase, bottoms, nbottom, b.top, ntop, 7, kiln_test_config(), &b.l);
   if (rc != KILN_OK) {
     print_error("cannot create layer: %s: %s\n", kiln_status_name(rc), kiln_last_error());
     fail();
@@ -164,4 +166,113 @@ void check_grad(const char *text, kiln_blob **bottoms, int nbottom, int ntop,
     print_error("%d gradient mismatches for: %s\n", failures, text);
     fail();
   }
+}
+
+void expect_in_place_same(const char *text, int phase, kiln_blob **bottoms, int nbottom) {
+  kiln_rng rng;
+  kiln_rng_seed(&rng, 5, 5);
+  kiln_blob *a[4], *b[4];
+  for (int i = 0; i < nbottom; i++) {
+    a[i] = blob_copy("a", bottoms[i]);
+    b[i] = blob_copy("b", bottoms[i]);
+  }
+  built out = build(text, phase, a, nbottom, 1);
+  built in = build_on(text, phase, b, nbottom, &b[0], 1);
+  assert_int_equal(out.l->nparam, in.l->nparam);
+  for (int p = 0; p < out.l->nparam; p++) {
+    set_params(&in, p, out.l->param[p]->data);
+    fill(out.l->param[p]->diff, out.l->param[p]->count, 0);
+    fill(in.l->param[p]->diff, in.l->param[p]->count, 0);
+  }
+  forward(&out);
+  forward(&in);
+  int64_t n = out.top[0]->count;
+  expect_close("in-place output", b[0]->data, out.top[0]->data, n, 0);
+  for (int64_t i = 0; i < n; i++) out.top[0]->diff[i] = b[0]->diff[i] = kiln_rng_uniform(&rng, -1, 1);
+  backward(&out);
+  backward(&in);
+  for (int i = 0; i < nbottom; i++) expect_close("in-place bottom diff", b[i]->diff, a[i]->diff, a[i]->count, 0);
+  for (int p = 0; p < out.l->nparam; p++)
+    expect_close("in-place param diff", in.l->param[p]->diff, out.l->param[p]->diff,
+                 out.l->param[p]->count, 0);
+  unbuild(&out);
+  unbuild(&in);
+  for (int i = 0; i < nbottom; i++) {
+    kiln_blob_free(a[i]);
+    kiln_blob_free(b[i]);
+  }
+}
+
+
+void expect_rel(const char *what, const float *got, const double *want, int64_t n,
+                       double rel) {
+  for (int64_t i = 0; i < n; i++)
+    if (!(fabs((double)got[i] - want[i]) <= rel * fmax(1e-3, fabs(want[i])))) {
+      print_error("%s[%lld]: got %.9g, want %.12g\n", what, (long long)i, (double)got[i],
+                  want[i]);
+      fail();
+    }
+}
+
+void expect_in_place_matches(const char *text, const kiln_blob *x, kiln_rng *rng) {
+  kiln_blob *a = blob_copy("a", x), *b = blob_copy("b", x);
+  built out = build(text, TRAIN, &a, 1, 1);
+  built in = build_on(text, TRAIN, &b, 1, &b, 1);
+  for (int p = 0; p < out.l->nparam; p++) {
+    set_params(&in, p, out.l->param[p]->data);
+    fill(out.l->param[p]->diff, out.l->param[p]->count, 0);
+    fill(in.l->param[p]->diff, in.l->param[p]->count, 0);
+  }
+  for (int pass = 0; pass < 2; pass++) {
+    if (pass == 1) { /* new input values, same shape */
+      for (int64_t i = 0; i < x->count; i++) a->data[i] = kiln_rng_uniform(rng, -2, 2);
+      memcpy(b->data, a->data, sizeof(float) * (size_t)x->count);
+    }
+    forward(&out);
+    forward(&in);
+    char what[300];
+    snprintf(what, sizeof what, "%s: in-place output (pass %d)", text, pass);
+    expect_close(what, b->data, out.top[0]->data, x->count, 0);
+    for (int64_t i = 0; i < x->count; i++)
+      out.top[0]->diff[i] = b->diff[i] = kiln_rng_uniform(rng, -1, 1);
+    fill(a->diff, x->count, 1e3f);
+    backward(&out);
+    backward(&in);
+    snprintf(what, sizeof what, "%s: in-place input gradient (pass %d)", text, pass);
+    expect_close(what, b->diff, a->diff, x->count, 0);
+    for (int p = 0; p < out.l->nparam; p++) {
+      snprintf(what, sizeof what, "%s: in-place param %d gradient (pass %d)", text, p, pass);
+      expect_close(what, in.l->param[p]->diff, out.l->param[p]->diff, out.l->param[p]->count, 0);
+    }
+  }
+  unbuild(&in);
+  unbuild(&out);
+  kiln_blob_free(a);
+  kiln_blob_free(b);
+}
+
+/* ---- in a net ---------------------------------------------------------------------------- */
+
+kiln_net *net_run(const char *text, Caffe__NetParameter **np) {
+  if (kiln_net_param_from_text(text, "test.prototxt", np)) {
+    print_error("%s\n", kiln_last_error());
+    fail();
+  }
+  kiln_net_options opt = {.phase = TRAIN, .seed = 3, .config = kiln_test_config()};
+  kiln_net *net;
+  if (kiln_net_create(*np, &opt, &net)) {
+    print_error("%s\n", kiln_last_error());
+    fail();
+  }
+  kiln_rng rng;
+  kiln_rng_seed(&rng, 33, 1);
+  kiln_blob *x = kiln_net_blob(net, "x");
+  assert_non_null(x);
+  for (int64_t i = 0; i < x->count; i++) x->data[i] = kiln_rng_uniform(&rng, -1, 1);
+  float loss = 0;
+  kiln_net_zero_param_diff(net);
+  assert_int_equal(kiln_net_forward(net, &loss), KILN_OK);
+  assert_true(isfinite(loss) && loss > 0);
+  assert_int_equal(kiln_net_backward(net), KILN_OK);
+  return net;
 }

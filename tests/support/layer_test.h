@@ -1,7 +1,7 @@
-/* Test support for the layer tests (test_layers*.c): blobs with chosen contents, a layer built
- * outside a net from prototxt text, forward and backward passes, and checks of values, shapes,
- * creation errors and gradients. A failed check prints what differs (cmocka's print_error) and
- * fails the running test. */
+/* Test support for the layer tests (tests/test_layers_*.c): blobs with chosen contents, a layer
+ * built outside a net from prototxt text, forward and backward passes, checks of values, shapes,
+ * creation errors and gradients, in-place runs against out-of-place ones, and a small net run
+ * once. A failed check prints what differs (cmocka's print_error) and fails the running test. */
 #ifndef KILN_TEST_LAYER_TEST_H
 #define KILN_TEST_LAYER_TEST_H
 
@@ -76,5 +76,24 @@ void expect_create_fails(const char *text, int phase, kiln_blob **bottoms, int n
 /* gradcheck_layer() finds no mismatch. */
 void check_grad(const char *text, kiln_blob **bottoms, int nbottom, int ntop,
                 const gradcheck_opts *opts);
+
+/* Like expect_close against double references: |got - want| <= rel * max(1e-3, |want|). */
+void expect_rel(const char *what, const float *got, const double *want, int64_t n, double rel);
+/* Runs `text` once out of place and once in place (top = bottom 0) on copies of `bottoms` with
+ * the same parameters and top gradient: outputs, bottom gradients and parameter gradients must
+ * agree exactly. */
+void expect_in_place_same(const char *text, int phase, kiln_blob **bottoms, int nbottom);
+/* Runs `text` (TRAIN) on a copy of `x` out of place and on another copy in place, with the same
+ * top gradient, twice each (the second pass, on new input values, checks that a saved input is
+ * refreshed, and that parameter gradients accumulate alike); outputs, input gradients and
+ * parameter gradients must agree exactly. */
+void expect_in_place_matches(const char *text, const kiln_blob *x, kiln_rng *rng);
+
+/* ---- in a net ---------------------------------------------------------------------------- */
+
+/* Builds a TRAIN net from `text` (parsed into *np, which the caller frees with the net) with
+ * random 'x' in [-1, 1) and zero labels, runs forward and backward and checks the loss is finite
+ * and positive. */
+kiln_net *net_run(const char *text, Caffe__NetParameter **np);
 
 #endif

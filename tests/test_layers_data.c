@@ -1,6 +1,8 @@
-/* The Data layer: batches in key order with wrap-around, the transform ((x - mean) * scale,
- * centre crop in TEST, random crop and mirror in TRAIN), exact cursors for resume, its
- * parameter errors, and the share each data-parallel worker reads. */
+/* Layers that produce data. DummyData: its shapes and fills (constant tops filled once, the
+ * others refilled each pass from the net's generator), its bad parameters. Data: batches in key
+ * order with wrap-around, the transform ((x - mean) * scale, centre crop in TEST, random crop and
+ * mirror in TRAIN), exact cursors for resume, its parameter errors, and the share each
+ * data-parallel worker reads. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -12,8 +14,120 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "gradcheck.h"
 #include "kiln/data.h"
+#include "layer_test.h"
+
+/* ---- DummyData --------------------------------------------------------------------------- */
+
+static void expect_all(const char *what, const kiln_blob *b, float v) {
+  for (int64_t i = 0; i < b->count; i++)
+    if (b->data[i] != v) {
+      print_error("%s[%lld] = %g, want %g\n", what, (long long)i, (double)b->data[i], (double)v);
+      fail();
+    }
+}
+
+static void test_dummy_data_shapes_and_constants(void **state) {
+  (void)state;
+  /* one shape and one filler for both tops */
+  built a = build("name: 'dd' type: 'DummyData' dummy_data_param { shape { dim: 2 dim: 3 } "
+                  "data_filler { type: 'constant' value: 3 } }",
+                  TRAIN, NULL, 0, 2);
+  assert_true(a.l->ops->is_data);
+  assert_null(a.l->ops->backward);
+  forward(&a);
+  expect_shape(a.top[0], 2, SHAPE(2, 3));
+  expect_shape(a.top[1], 2, SHAPE(2, 3));
+  expect_all("constant top 0", a.top[0], 3);
+  expect_all("constant top 1", a.top[1], 3);
+  unbuild(&a);
+  /* a shape per top, no filler: zeros */
+  built b = build("name: 'dd' type: 'DummyData' dummy_data_param { shape { dim: 4 } shape { dim: "
+                  "1 dim: 2 dim: 3 dim: 1 } }",
+                  TRAIN, NULL, 0, 2);
+  forward(&b);
+  expect_shape(b.top[0], 1, SHAPE(4));
+  expect_shape(b.top[1], 4, SHAPE(1, 2, 3, 1));
+  expect_all("zero top 0", b.top[0], 0);
+  expect_all("zero top 1", b.top[1], 0);
+  unbuild(&b);
+  /* legacy num/channels/height/width, each once or once per top */
+  built c = build("name: 'dd' type: 'DummyData' dummy_data_param { num: 2 num: 5 channels: 3 "
+                  "height: 1 width: 4 width: 2 }",
+                  TRAIN, NULL, 0, 2);
+  expect_shape(c.top[0], 4, SHAPE(2, 3, 1, 4));
+  expect_shape(c.top[1], 4, SHAPE(5, 3, 1, 2));
+  unbuild(&c);
+}
+
+/* Constant tops are filled once and never again (a value written into one stays); the others
+ * are refilled on every forward pass, from the net's generator (so the same seed repeats). */
+static void test_dummy_data_refill(void **state) {
+  (void)state;
+  const char *text = "name: 'dd' type: 'DummyData' dummy_data_param { shape { dim: 3 dim: 4 } "
+                     "data_filler { type: 'constant' value: 1.5 } "
+                     "data_filler { type: 'uniform' min: 2 max: 3 } "
+                     "data_filler { type: 'gaussian' std: 0.5 } }";
+  built a = build(text, TRAIN, NULL, 0, 3);
+  built twin = build(text, TRAIN, NULL, 0, 3);
+  forward(&a);
+  forward(&twin);
+  expect_all("constant", a.top[0], 1.5f);
+  for (int64_t i = 0; i < a.top[1]->count; i++)
+    assert_true(a.top[1]->data[i] >= 2 && a.top[1]->data[i] < 3);
+  for (int t = 1; t < 3; t++)
+    expect_close("same seed, same fill", twin.top[t]->data, a.top[t]->data, 12, 0);
+  float before[12], gauss[12];
+  memcpy(before, a.top[1]->data, sizeof before);
+  memcpy(gauss, a.top[2]->data, sizeof gauss);
+  a.top[0]->data[5] = -9;
+  forward(&a);
+  assert_float_equal(a.top[0]->data[5], -9, 0); /* not refilled */
+  assert_float_equal(a.top[0]->data[4], 1.5f, 0);
+  int same = 0, same_g = 0;
+  for (int i = 0; i < 12; i++) {
+    same += a.top[1]->data[i] == before[i];
+    same_g += a.top[2]->data[i] == gauss[i];
+    assert_true(a.top[1]->data[i] >= 2 && a.top[1]->data[i] < 3);
+  }
+  assert_true(same < 12);
+  assert_true(same_g < 12);
+  unbuild(&twin);
+  unbuild(&a);
+}
+
+static void test_dummy_data_bad_parameters(void **state) {
+  (void)state;
+  expect_create_fails("name: 'd1' type: 'DummyData' dummy_data_param { shape { dim: 2 } shape { "
+                      "dim: 3 } }",
+                      TRAIN, NULL, 0, 3, KILN_ERR_INVALID, "layer 'd1' (DummyData)",
+                      "'shape' once or once per top (3 tops), got 2");
+  expect_create_fails("name: 'd2' type: 'DummyData'", TRAIN, NULL, 0, 1, KILN_ERR_INVALID,
+                      "layer 'd2' (DummyData)", "got 0");
+  expect_create_fails("name: 'd3' type: 'DummyData' dummy_data_param { shape { dim: 2 } "
+                      "data_filler { value: 1 } data_filler { value: 2 } }",
+                      TRAIN, NULL, 0, 3, KILN_ERR_INVALID, "layer 'd3' (DummyData)",
+                      "data_filler");
+  expect_create_fails("name: 'd4' type: 'DummyData' dummy_data_param { num: 2 channels: 1 "
+                      "height: 1 width: 1 shape { dim: 2 } }",
+                      TRAIN, NULL, 0, 1, KILN_ERR_INVALID, "layer 'd4' (DummyData)", "both");
+  expect_create_fails("name: 'd5' type: 'DummyData' dummy_data_param { num: 2 num: 3 channels: "
+                      "1 height: 1 width: 1 }",
+                      TRAIN, NULL, 0, 3, KILN_ERR_INVALID, "layer 'd5' (DummyData)", "'num'");
+  expect_create_fails("name: 'd6' type: 'DummyData' dummy_data_param { num: 2 height: 1 width: "
+                      "1 }",
+                      TRAIN, NULL, 0, 1, KILN_ERR_INVALID, "layer 'd6' (DummyData)",
+                      "'channels'");
+  expect_create_fails("name: 'd7' type: 'DummyData' dummy_data_param { shape { dim: 2 } "
+                      "data_filler { type: 'bogus' } }",
+                      TRAIN, NULL, 0, 1, KILN_ERR_INVALID, "layer 'd7' (DummyData)", "bogus");
+  kiln_blob *x = blob_of("x", 1, SHAPE(2), NULL);
+  expect_create_fails("name: 'd8' type: 'DummyData' dummy_data_param { shape { dim: 2 } }", TRAIN,
+                      &x, 1, 1, KILN_ERR_INVALID, "layer 'd8' (DummyData)", "bottom");
+  kiln_blob_free(x);
+}
+
+/* ---- Data -------------------------------------------------------------------------------- */
 
 enum { NREC = 10, C = 2, H = 4, W = 4 };
 static char dir[256], db_path[300];
@@ -194,7 +308,8 @@ static void test_leveldb_and_missing_source(void **state) {
       gc_layer_param("name: 'd' type: 'Data' top: 'data' data_param { source: 'x' batch_size: 2 }");
   kiln_blob *top = kiln_blob_new("data");
   kiln_layer *l;
-  assert_int_equal(kiln_layer_create(lp, 0, NULL, 0, &top, 1, 1, kiln_test_config(), &l), KILN_ERR_UNSUPPORTED);
+  assert_int_equal(kiln_layer_create(lp, 0, NULL, 0, &top, 1, 1, kiln_test_config(), &l),
+                   KILN_ERR_UNSUPPORTED);
   assert_non_null(strstr(kiln_last_error(), "LEVELDB"));
   protobuf_c_message_free_unpacked(&lp->base, NULL);
   lp = gc_layer_param("name: 'd' type: 'Data' top: 'data' data_param { source: '/nonexistent/db' "
@@ -400,8 +515,14 @@ static void test_keep_reshapes_the_net(void **state) {
   protobuf_c_message_free_unpacked(&np->base, NULL);
 }
 
+/* Two groups: the Data tests share a database made once (make_db), DummyData needs none. */
 int main(void) {
-  const struct CMUnitTest tests[] = {
+  const struct CMUnitTest dummy_tests[] = {
+      cmocka_unit_test(test_dummy_data_shapes_and_constants),
+      cmocka_unit_test(test_dummy_data_refill),
+      cmocka_unit_test(test_dummy_data_bad_parameters),
+  };
+  const struct CMUnitTest data_tests[] = {
       cmocka_unit_test(test_batches_transform_and_wrap),
       cmocka_unit_test(test_cursor_resumes_exactly),
       cmocka_unit_test(test_crop_and_mirror),
@@ -412,5 +533,7 @@ int main(void) {
       cmocka_unit_test(test_keep_reshapes_the_net),
       cmocka_unit_test(test_sharded_workers_deal_whole_batches),
   };
-  return cmocka_run_group_tests(tests, make_db, remove_db);
+  int failed = cmocka_run_group_tests_name("DummyData", dummy_tests, NULL, NULL);
+  failed += cmocka_run_group_tests_name("Data", data_tests, make_db, remove_db);
+  return failed;
 }

@@ -1,0 +1,286 @@
+/* What every layer owes: a line in src/layers/layer_list.h that the registry serves, a test in
+ * the tests/test_layers_<family>.c file of its family, and the gradient convention (bottom diffs
+ * OVERWRITTEN, parameter diffs ACCUMULATED). CTest also runs this file with KILN_ENGINE=ref. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <ctype.h>
+#include <dirent.h>
+
+#include "layer_test.h"
+
+/* ---- the list, the registry and the tests ------------------------------------------------ */
+
+/* The type strings of src/layers/layer_list.h, the list the registry is built from, read here
+ * line by line. */
+static const char *const listed[] = {
+#define KILN_LAYER(type, ops) type,
+#include "layers/layer_list.h"
+#undef KILN_LAYER
+};
+enum { NLISTED = sizeof listed / sizeof listed[0] };
+
+/* What the layer test files say about one type. */
+typedef struct {
+  bool built;    /* some top-level definition names it as `type: '<type>'` */
+  bool gradient; /* one of those also checks gradients (check_grad / gradcheck_layer) */
+} coverage;
+
+/* Splits a test file into its top-level definitions (each starts at a line that begins with a
+ * letter: a function, or a table at file scope, with the comment lines between two definitions
+ * going to the first) and notes, for each listed type, whether one names it and whether that
+ * one also checks gradients. A type's test is then a definition that builds it, wherever it
+ * sits in its family file. */
+static void scan_tests(char *text, coverage *cov) {
+  char *p = text;
+  while (*p) {
+    char *end = p;
+    do {
+      char *nl = strchr(end, '\n');
+      end = nl ? nl + 1 : end + strlen(end);
+    } while (*end && !isalpha((unsigned char)*end));
+    const char keep = *end;
+    *end = '\0'; /* the definition alone, for strstr */
+    const bool grad = strstr(p, "check_grad(") || strstr(p, "gradcheck_layer(");
+    for (int i = 0; i < NLISTED; i++) {
+      char single[128], dbl[128];
+      snprintf(single, sizeof single, "type: '%s'", listed[i]);
+      snprintf(dbl, sizeof dbl, "type: \\\"%s\\\"", listed[i]);
+      if (strstr(p, single) || strstr(p, dbl)) {
+        cov[i].built = true;
+        cov[i].gradient |= grad;
+      }
+    }
+    *end = keep;
+    p = end;
+  }
+}
+
+/* Every line of the list is registered under its own type string and the registry holds
+ * nothing else; every listed type is built by a test in some tests/test_layers_*.c, and every
+ * one with a backward pass has its gradients checked there against finite differences. A layer
+ * added to the list without its tests fails here. */
+static void test_every_listed_layer_registered_and_tested(void **state) {
+  (void)state;
+  const char *const *names = kiln_layer_type_names();
+  int n = 0;
+  for (; names[n]; n++) {
+    assert_true(n < NLISTED);
+    assert_string_equal(names[n], listed[n]);
+  }
+  assert_int_equal(n, NLISTED);
+  assert_true(n >= 14);
+  for (int i = 0; i < NLISTED; i++) {
+    const kiln_layer_ops *ops = kiln_layer_find(listed[i]);
+    assert_non_null(ops);
+    assert_string_equal(ops->type, listed[i]);
+    for (int j = 0; j < i; j++) assert_string_not_equal(listed[j], listed[i]);
+  }
+  assert_null(kiln_layer_find("Convolutoin"));
+
+  const char *root = getenv("KILN_SOURCE_DIR"); /* the repository root, set by CTest */
+  assert_non_null(root);
+  char dir[4096];
+  snprintf(dir, sizeof dir, "%s/tests", root);
+  DIR *d = opendir(dir);
+  assert_non_null(d);
+  coverage cov[NLISTED] = {0};
+  int files = 0;
+  for (struct dirent *e; (e = readdir(d));) {
+    const size_t len = strlen(e->d_name);
+    if (strncmp(e->d_name, "test_layers_", 12) || len < 3 || strcmp(e->d_name + len - 2, ".c"))
+      continue;
+    char path[8192], *text = NULL;
+    size_t size;
+    snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+    if (kiln_read_file(path, &text, &size)) fail_msg("%s", kiln_last_error());
+    scan_tests(text, cov);
+    free(text);
+    files++;
+  }
+  closedir(d);
+  assert_true(files >= 2);
+  int missing = 0;
+  for (int i = 0; i < NLISTED; i++) {
+    if (!cov[i].built) {
+      print_error("layer type '%s' (src/layers/layer_list.h) has no test in tests/test_layers_*.c "
+                  "that builds it (type: '%s')\n",
+                  listed[i], listed[i]);
+      missing++;
+    } else if (kiln_layer_find(listed[i])->backward && !cov[i].gradient) {
+      print_error("layer type '%s' has a backward pass but no test in tests/test_layers_*.c that "
+                  "checks its gradients (check_grad)\n",
+                  listed[i]);
+      missing++;
+    }
+  }
+  assert_int_equal(missing, 0);
+}
+
+/* ---- the gradient contract ----------------------------------------------------------------- */
+
+/* Backward twice after one forward, with different garbage in the bottom diff before each: the
+ * bottom diff must come out the same (overwritten, every element written) and every parameter
+ * diff doubled (accumulated). Convolution, Pooling, InnerProduct, ReLU, Sigmoid, TanH, Dropout,
+ * Softmax, SoftmaxWithLoss (with labels that take no gradient), Flatten and Split, on one 4-D
+ * bottom. */
+static void test_backward_contract_one_bottom(void **state) {
+  (void)state;
+  static const struct {
+    const char *text;
+    int phase, ntop;
+    bool labels;
+  } cases[] = {
+      {"name: 'c' type: 'Convolution' convolution_param { num_output: 4 kernel_size: 3 pad: 1 "
+       "stride: 2 group: 2 weight_filler { type: 'gaussian' std: 0.5 } "
+       "bias_filler { type: 'gaussian' std: 0.5 } }",
+       TRAIN, 1, false},
+      {"name: 'p' type: 'Pooling' pooling_param { pool: MAX kernel_size: 2 stride: 3 }", TRAIN, 1,
+       false},
+      {"name: 'p' type: 'Pooling' pooling_param { pool: AVE kernel_size: 2 stride: 3 }", TRAIN, 1,
+       false},
+      {"name: 'p' type: 'Pooling' pooling_param { pool: MAX kernel_size: 3 stride: 2 pad: 1 }",
+       TRAIN, 1, false},
+      {"name: 'ip' type: 'InnerProduct' inner_product_param { num_output: 3 "
+       "weight_filler { type: 'xavier' } bias_filler { type: 'gaussian' } }",
+       TRAIN, 1, false},
+      {"name: 'ip' type: 'InnerProduct' inner_product_param { num_output: 3 transpose: true "
+       "weight_filler { type: 'xavier' } bias_filler { type: 'gaussian' } }",
+       TRAIN, 1, false},
+      {"name: 'r' type: 'ReLU'", TRAIN, 1, false},
+      {"name: 'r' type: 'ReLU' relu_param { negative_slope: 0.1 }", TRAIN, 1, false},
+      {"name: 's' type: 'Sigmoid'", TRAIN, 1, false},
+      {"name: 't' type: 'TanH'", TRAIN, 1, false},
+      {"name: 'd' type: 'Dropout'", TRAIN, 1, false},
+      {"name: 'd' type: 'Dropout'", TEST, 1, false},
+      {"name: 'sm' type: 'Softmax'", TRAIN, 1, false},
+      {"name: 'l' type: 'SoftmaxWithLoss' loss_param { ignore_label: 1 }", TRAIN, 1, true},
+      {"name: 'l' type: 'SoftmaxWithLoss'", TRAIN, 2, true},
+      {"name: 'f' type: 'Flatten'", TRAIN, 1, false},
+      {"name: 'sp' type: 'Split'", TRAIN, 3, false},
+  };
+  kiln_rng rng;
+  kiln_rng_seed(&rng, 22, 1);
+  for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+    kiln_blob *x = gc_blob("x", 4, SHAPE(2, 4, 5, 5), -1, 1, &rng);
+    kiln_blob *lab = label_blob("label", 3, SHAPE(2, 5, 5), 4, &rng);
+    kiln_blob *b[2] = {x, lab};
+    built l = build(cases[k].text, cases[k].phase, b, cases[k].labels ? 2 : 1, cases[k].ntop);
+    assert_non_null(l.l->ops->backward);
+    if (cases[k].labels) l.l->propagate_down[1] = false;
+    forward(&l);
+    for (int t = 0; t < l.ntop; t++)
+      for (int64_t i = 0; i < l.top[t]->count; i++)
+        l.top[t]->diff[i] = kiln_rng_uniform(&rng, -1, 1);
+    for (int p = 0; p < l.l->nparam; p++) fill(l.l->param[p]->diff, l.l->param[p]->count, 0);
+    fill(x->diff, x->count, 123.0f);
+    backward(&l);
+    float *dx1 = malloc(sizeof(float) * (size_t)x->count);
+    float *dp1[KILN_MAX_LAYER_PARAMS];
+    assert_non_null(dx1);
+    memcpy(dx1, x->diff, sizeof(float) * (size_t)x->count);
+    for (int p = 0; p < l.l->nparam; p++) {
+      dp1[p] = malloc(sizeof(float) * (size_t)l.l->param[p]->count);
+      assert_non_null(dp1[p]);
+      for (int64_t i = 0; i < l.l->param[p]->count; i++) dp1[p][i] = 2 * l.l->param[p]->diff[i];
+    }
+    fill(x->diff, x->count, -77.0f);
+    backward(&l);
+    char what[600];
+    snprintf(what, sizeof what, "%s: bottom diff after a second backward", cases[k].text);
+    expect_close(what, x->diff, dx1, x->count, 0);
+    snprintf(what, sizeof what, "%s: param diff after a second backward", cases[k].text);
+    for (int p = 0; p < l.l->nparam; p++) {
+      expect_close(what, l.l->param[p]->diff, dp1[p], l.l->param[p]->count, 1e-6);
+      free(dp1[p]);
+    }
+    free(dx1);
+    unbuild(&l);
+    kiln_blob_free(lab);
+    kiln_blob_free(x);
+  }
+}
+
+/* The same for BatchNorm, Scale, Bias, Eltwise, Concat, Slice and Reshape, on a smaller 4-D
+ * bottom and, where the layer takes one, a second bottom (of the first's shape, or one value
+ * per channel), with garbage in every bottom diff: bottom diffs come out the same (every
+ * element overwritten), parameter diffs double (accumulated). */
+static void test_backward_contract_second_bottoms(void **state) {
+  (void)state;
+  static const struct {
+    const char *text;
+    int nbottom, ntop;
+    int naxes2; /* second bottom: 0 = same shape as the first, 1 = (4), -1 = none */
+  } cases[] = {
+      {"name: 'bn' type: 'BatchNorm'", 1, 1, -1},
+      {"name: 'bn' type: 'BatchNorm' batch_norm_param { use_global_stats: true }", 1, 1, -1},
+      {"name: 'sc' type: 'Scale' scale_param { bias_term: true filler { type: 'gaussian' } }", 1, 1, -1},
+      {"name: 'sc' type: 'Scale' scale_param { bias_term: true }", 2, 1, 1},
+      {"name: 'bi' type: 'Bias' bias_param { filler { type: 'gaussian' } }", 1, 1, -1},
+      {"name: 'bi' type: 'Bias'", 2, 1, 1},
+      {"name: 'el' type: 'Eltwise' eltwise_param { coeff: 2 coeff: -1 }", 2, 1, 0},
+      {"name: 'el' type: 'Eltwise' eltwise_param { operation: PROD }", 2, 1, 0},
+      {"name: 'el' type: 'Eltwise' eltwise_param { operation: MAX }", 2, 1, 0},
+      {"name: 'cat' type: 'Concat'", 2, 1, 0},
+      {"name: 'sl' type: 'Slice' slice_param { slice_point: 1 }", 1, 2, -1},
+      {"name: 'rs' type: 'Reshape' reshape_param { shape { dim: 0 dim: -1 } }", 1, 1, -1},
+  };
+  kiln_rng rng;
+  kiln_rng_seed(&rng, 90, 1);
+  for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+    kiln_blob *b[2];
+    b[0] = gc_blob("x", 4, SHAPE(2, 4, 3, 3), -1, 1, &rng);
+    b[1] = cases[k].naxes2 == 0 ? gc_blob("x2", 4, SHAPE(2, 4, 3, 3), -1, 1, &rng)
+                                : gc_blob("x2", 1, SHAPE(4), -1, 1, &rng);
+    built l = build(cases[k].text, TRAIN, b, cases[k].nbottom, cases[k].ntop);
+    assert_non_null(l.l->ops->backward);
+    forward(&l);
+    for (int t = 0; t < l.ntop; t++)
+      for (int64_t i = 0; i < l.top[t]->count; i++) l.top[t]->diff[i] = kiln_rng_uniform(&rng, -1, 1);
+    for (int p = 0; p < l.l->nparam; p++) fill(l.l->param[p]->diff, l.l->param[p]->count, 0);
+    float *dx1[2], *dp1[KILN_MAX_LAYER_PARAMS];
+    for (int i = 0; i < cases[k].nbottom; i++) fill(b[i]->diff, b[i]->count, 123.0f);
+    backward(&l);
+    for (int i = 0; i < cases[k].nbottom; i++) {
+      dx1[i] = malloc(sizeof(float) * (size_t)b[i]->count);
+      assert_non_null(dx1[i]);
+      memcpy(dx1[i], b[i]->diff, sizeof(float) * (size_t)b[i]->count);
+      fill(b[i]->diff, b[i]->count, -77.0f);
+    }
+    for (int p = 0; p < l.l->nparam; p++) {
+      dp1[p] = malloc(sizeof(float) * (size_t)l.l->param[p]->count);
+      assert_non_null(dp1[p]);
+      for (int64_t i = 0; i < l.l->param[p]->count; i++) dp1[p][i] = 2 * l.l->param[p]->diff[i];
+    }
+    backward(&l);
+    char what[300];
+    for (int i = 0; i < cases[k].nbottom; i++) {
+      snprintf(what, sizeof what, "%s: bottom %d diff after a second backward", cases[k].text, i);
+      expect_close(what, b[i]->diff, dx1[i], b[i]->count, 0);
+      free(dx1[i]);
+    }
+    for (int p = 0; p < l.l->nparam; p++) {
+      snprintf(what, sizeof what, "%s: param %d diff after a second backward", cases[k].text, p);
+      expect_close(what, l.l->param[p]->diff, dp1[p], l.l->param[p]->count, 1e-6);
+      free(dp1[p]);
+    }
+    unbuild(&l);
+    kiln_blob_free(b[0]);
+    kiln_blob_free(b[1]);
+  }
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_every_listed_layer_registered_and_tested),
+      cmocka_unit_test(test_backward_contract_one_bottom),
+      cmocka_unit_test(test_backward_contract_second_bottoms),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
