@@ -132,7 +132,7 @@ static void prepare_for_timing(kiln_net *net) {
   kiln_rng_seed(&r, 7, 7);
   for (int i = 0; i < net->nlayers; i++) {
     kiln_layer *l = net->layers[i];
-    if (!strcmp(l->ops->type, "Input"))
+    if (l->ops->fed_by_caller)
       for (int t = 0; t < l->ntop; t++)
         for (int64_t k = 0; k < l->top[t]->count; k++) l->top[t]->data[k] = kiln_rng_gaussian(&r, 0, 1);
     if (l->ops->is_data || !l->ops->backward) continue;

@@ -51,6 +51,9 @@ typedef struct kiln_layer_ops {
    * .caffemodel leaves the layer out (it has nothing to save, and a net that loads the file
    * inserts its own where it fans a blob out). */
   bool passes_through;
+  /* Its tops are filled by whoever runs the net, not by the layer (Input): tools that run a net
+   * on made-up data (kiln time) fill them. */
+  bool fed_by_caller;
   /* Check the layer's parameters and bottoms' axes, declare parameter blobs (add_param). */
   int (*setup)(kiln_layer *l);
   /* Size the tops (and internal buffers, workspace) from the bottoms; set l->flops. */

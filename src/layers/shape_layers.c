@@ -39,7 +39,8 @@ static int nothing(kiln_layer *l) {
 
 const kiln_layer_ops kiln_layer_input = {
     .type = "Input", .min_bottoms = 0, .max_bottoms = 0, .min_tops = 1, .max_tops = -1,
-    .is_data = true, .setup = input_setup, .reshape = input_reshape, .forward = nothing,
+    .is_data = true, .fed_by_caller = true, .setup = input_setup, .reshape = input_reshape,
+    .forward = nothing,
 };
 
 /* ---- Flatten --------------------------------------------------------------------------- */
