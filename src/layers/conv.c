@@ -166,8 +166,9 @@ static int conv_reshape(kiln_layer *l) {
       /* Otherwise, where oneDNN has no kernel for a shape, the plain path runs it. */
     }
     if (s->dn) {
-      /* A few input channels: oneDNN pads them to a block of 16 for the input gradient (LeNet's
-       * conv1: 9 ms against 1 ms plain), so that one gradient takes the plain route. */
+      /* A few input channels: oneDNN pads them to a block of 16 for the input gradient, many
+       * times the plain route's work (LeNet's conv1; `kiln time` shows it), so that one gradient
+       * takes the plain route. */
       s->plain_din = g->channels / s->group < 16;
       int64_t dn_ws = kiln_dnnl_conv_workspace(s->dn);
       int64_t col = kiln_conv_workspace(g, s->group, l->nthreads);
