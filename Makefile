@@ -3,9 +3,10 @@
 BUILD ?= build
 ASAN_BUILD ?= build-asan
 MPICH_BUILD ?= build-mpich
+CLANG_BUILD ?= build-clang
 JOBS ?= $(shell nproc)
 
-.PHONY: all deps build build-asan build-mpich test test-fast test-asan run run-lenet bench data clean
+.PHONY: all deps build build-asan build-mpich build-clang test test-fast test-asan run run-lenet bench data clean
 
 all: build
 
@@ -26,15 +27,22 @@ build-mpich: deps
 	  cmake -S . -B $(MPICH_BUILD) -DCMAKE_BUILD_TYPE=Release -DMPI_C_COMPILER=/usr/bin/mpicc.mpich >/dev/null && \
 	  cmake --build $(MPICH_BUILD) -j $(JOBS) --target kiln; fi
 
+# The second compiler: clang builds everything and runs the unit tests, so code GCC accepts and
+# clang does not (builtins, attributes) is caught.
+build-clang: deps
+	@CC=clang cmake -S . -B $(CLANG_BUILD) -DCMAKE_BUILD_TYPE=Release >/dev/null
+	@cmake --build $(CLANG_BUILD) -j $(JOBS)
+
 data: build
 	@$(BUILD)/kiln data fetch fashion-mnist
 
 # Every test through CTest: the release build (including training on real data, and the MPICH
 # build's test), then the AddressSanitizer + UndefinedBehaviorSanitizer build (all but the slow
-# training tests).
-test: build build-asan build-mpich data
+# training tests), then clang's build (the unit tests).
+test: build build-asan build-mpich build-clang data
 	@cd $(BUILD) && ctest --output-on-failure -j 2
 	@cd $(ASAN_BUILD) && ctest --output-on-failure -j 2 -LE slow
+	@cd $(CLANG_BUILD) && ctest --output-on-failure -j 2 -L unit
 
 test-fast: build
 	@cd $(BUILD) && ctest --output-on-failure -j 2 -LE slow
@@ -57,4 +65,4 @@ bench: build data
 	@bench/mpi $(BUILD)/kiln
 
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD) $(MPICH_BUILD)
+	rm -rf $(BUILD) $(ASAN_BUILD) $(MPICH_BUILD) $(CLANG_BUILD)

@@ -472,8 +472,8 @@ static void test_prelu_gradients(void **state) {
   const char *params[] = {
       "name: 'pr' type: 'PReLU'",
       "name: 'pr' type: 'PReLU' prelu_param { filler { type: 'uniform' min: -1 max: 1 } }",
-      "name: 'pr' type: 'PReLU' prelu_param { channel_shared: true filler { type: 'constant' "
-      "value: -0.3 } }",
+      ("name: 'pr' type: 'PReLU' prelu_param { channel_shared: true filler { type: 'constant' "
+       "value: -0.3 } }"),
   };
   for (size_t i = 0; i < sizeof params / sizeof params[0]; i++) {
     check_grad(params[i], &x, 1, 1, &kink);

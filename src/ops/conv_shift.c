@@ -43,8 +43,13 @@ typedef float v16f __attribute__((vector_size(64)));
 #define DW_TC 8
 
 
-/* The products below rely on fused multiply-adds; ISO C mode leaves contraction off. */
+/* The products below rely on fused multiply-adds; GCC's ISO C mode leaves contraction off. Clang
+ * has no per-function switch: CMakeLists.txt compiles this file with -ffp-contract=fast there. */
+#if defined(__clang__)
+#define KILN_FMA_FN
+#else
 #define KILN_FMA_FN __attribute__((optimize("fp-contract=fast")))
+#endif
 
 static inline v16f vload(const float *p) {
   v16f v;

@@ -43,17 +43,22 @@ typedef int32_t v4i __attribute__((vector_size(16)));
  * split into left and right columns; ia is each window's top-left index. Compare-and-select in
  * vector registers, in the general loop's order (seeded with the top-left value, strict >, so
  * ties keep the earlier): which value wins is data-dependent, and branches on it mispredict. */
-#define MAX_WINDOWS(NAME, VF, VI, L, EVEN)                                                   \
+/* The even and odd lanes of two vectors (__builtin_shufflevector: GCC 12 and clang). */
+#define EVEN8(x, y) __builtin_shufflevector(x, y, 0, 2, 4, 6, 8, 10, 12, 14)
+#define ODD8(x, y) __builtin_shufflevector(x, y, 1, 3, 5, 7, 9, 11, 13, 15)
+#define EVEN4(x, y) __builtin_shufflevector(x, y, 0, 2, 4, 6)
+#define ODD4(x, y) __builtin_shufflevector(x, y, 1, 3, 5, 7)
+#define MAX_WINDOWS(NAME, VF, VI, L, EVEN, EVEN_OF, ODD_OF)                                  \
   static inline void NAME(float *y, int32_t *mk, const float *r0, const float *r1, int32_t i0, \
                           int W) {                                                           \
-    const VI even = EVEN, odd = even + 1;                                                    \
+    const VI even = EVEN;                                                                    \
     VF p0, p1, q0, q1;                                                                       \
     memcpy(&p0, r0, sizeof p0);                                                              \
     memcpy(&p1, r0 + L, sizeof p1);                                                          \
     memcpy(&q0, r1, sizeof q0);                                                              \
     memcpy(&q1, r1 + L, sizeof q1);                                                          \
-    const VF a = __builtin_shuffle(p0, p1, even), b = __builtin_shuffle(p0, p1, odd);        \
-    const VF c = __builtin_shuffle(q0, q1, even), d = __builtin_shuffle(q0, q1, odd);        \
+    const VF a = EVEN_OF(p0, p1), b = ODD_OF(p0, p1);                                        \
+    const VF c = EVEN_OF(q0, q1), d = ODD_OF(q0, q1);                                        \
     const VI ia = even + i0;                                                                 \
     VF best = a;                                                                             \
     VI arg = ia, m;                                                                          \
@@ -66,8 +71,8 @@ typedef int32_t v4i __attribute__((vector_size(16)));
     memcpy(y, &best, sizeof best);                                                           \
     memcpy(mk, &arg, sizeof arg);                                                            \
   }
-MAX_WINDOWS(max8, v8f, v8i, 8, ((v8i){0, 2, 4, 6, 8, 10, 12, 14}))
-MAX_WINDOWS(max4, v4f, v4i, 4, ((v4i){0, 2, 4, 6}))
+MAX_WINDOWS(max8, v8f, v8i, 8, ((v8i){0, 2, 4, 6, 8, 10, 12, 14}), EVEN8, ODD8)
+MAX_WINDOWS(max4, v4f, v4i, 4, ((v4i){0, 2, 4, 6}), EVEN4, ODD4)
 
 /* The common 2x2 window at stride 2 without padding, over the windows that lie whole inside
  * the image (rows < full_h): columns in steps of 8 and 4 windows, the general loop's
