@@ -58,8 +58,12 @@ void *kiln_alloc(size_t bytes);       /* 64-byte aligned, zeroed; NULL on failur
 void *kiln_alloc_huge(size_t bytes);
 void kiln_free(void *p);
 char *kiln_strdup(const char *s);
-/* Whole file into a NUL-terminated buffer (caller frees with free()). */
+/* Whole file into a NUL-terminated buffer (caller frees with free()). Only regular files: a
+ * device or a FIFO (`/dev/zero`, a pipe) is KILN_ERR_IO naming the path, not an endless read. */
 int kiln_read_file(const char *path, char **out, size_t *len);
+/* The same, refusing a file of more than `max` bytes (KILN_ERR_INVALID naming the path and the
+ * limit) before reading it. */
+int kiln_read_file_max(const char *path, size_t max, char **out, size_t *len);
 /* Writes `len` bytes to `path` through a temporary file and rename(): a reader never sees a
  * partial file under the final name. */
 int kiln_write_file_atomic(const char *path, const void *data, size_t len);

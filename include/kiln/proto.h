@@ -18,6 +18,9 @@
  * message in kiln_last_error(). */
 int kiln_text_parse(const char *text, size_t len, const char *path,
                     const ProtobufCMessageDescriptor *desc, ProtobufCMessage **out);
+/* A text file of at most KILN_TEXT_MAX_BYTES (64 MiB, protobuf's own default limit on a
+ * message), which must be a regular file: a device or a huge file is refused before it is read. */
+#define KILN_TEXT_MAX_BYTES ((size_t)64 << 20)
 int kiln_text_parse_file(const char *path, const ProtobufCMessageDescriptor *desc,
                          ProtobufCMessage **out);
 

@@ -1,6 +1,7 @@
 /* Aligned allocation, whole-file reads, atomic writes (temporary name then rename), mkdir -p, a
  * growing string, and the process memory figures the net uses to refuse what would not fit. */
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -47,8 +48,28 @@ char *kiln_strdup(const char *s) {
 }
 
 int kiln_read_file(const char *path, char **out, size_t *len) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return kiln_errorf(KILN_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+  return kiln_read_file_max(path, SIZE_MAX - 1, out, len);
+}
+
+int kiln_read_file_max(const char *path, size_t max, char **out, size_t *len) {
+  /* Opened without blocking, so that a FIFO with no writer is refused rather than waited on. */
+  int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) return kiln_errorf(KILN_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+  struct stat st;
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    close(fd);
+    return kiln_errorf(KILN_ERR_IO, "%s: not a regular file", path);
+  }
+  if ((uint64_t)st.st_size > (uint64_t)max) {
+    close(fd);
+    return kiln_errorf(KILN_ERR_INVALID, "%s: %lld bytes, more than the %zu kiln reads here", path,
+                       (long long)st.st_size, max);
+  }
+  FILE *f = fdopen(fd, "rb");
+  if (!f) {
+    close(fd);
+    return kiln_errorf(KILN_ERR_NOMEM, "%s: out of memory", path);
+  }
   size_t cap = 1 << 16, n = 0;
   char *buf = malloc(cap);
   if (!buf) {
@@ -68,6 +89,12 @@ int kiln_read_file(const char *path, char **out, size_t *len) {
     size_t got = fread(buf + n, 1, cap - n - 1, f);
     n += got;
     if (got == 0) break;
+    if (n > max) { /* it grew while being read */
+      free(buf);
+      fclose(f);
+      return kiln_errorf(KILN_ERR_INVALID, "%s: more than the %zu bytes kiln reads here", path,
+                         max);
+    }
   }
   int err = ferror(f);
   fclose(f);

@@ -1062,7 +1062,7 @@ int kiln_text_parse_file(const char *path, const ProtobufCMessageDescriptor *des
   if (!path) return kiln_errorf(KILN_ERR_INVALID, "kiln_text_parse_file: no path");
   char *text;
   size_t len;
-  KILN_TRY(kiln_read_file(path, &text, &len));
+  KILN_TRY(kiln_read_file_max(path, KILN_TEXT_MAX_BYTES, &text, &len));
   int rc = kiln_text_parse(text, len, path, desc, out);
   free(text);
   return rc;

@@ -87,6 +87,19 @@ if [ -w /dev/full ]; then
     "$KILN" time --model input.prototxt --iterations 1 --metrics /dev/full
 fi
 
+# Endless or huge text files are refused before they are read (not read until memory runs out).
+expect_error "net from a device" "/dev/zero: not a regular file" -- \
+  timeout 20 "$KILN" describe --model /dev/zero
+printf 'net: "/dev/zero"\nbase_lr: 0.01\nlr_policy: "fixed"\nmax_iter: 1\n' > zero_solver.prototxt
+expect_error "solver naming a device as its net" "/dev/zero: not a regular file" -- \
+  timeout 20 "$KILN" train --solver zero_solver.prototxt
+truncate -s 65M huge.prototxt
+expect_error "a 65 MiB net" "huge.prototxt: 68157440 bytes, more than the 67108864 kiln reads here" -- \
+  timeout 20 "$KILN" describe --model huge.prototxt
+mkfifo fifo.prototxt
+expect_error "a FIFO as the net" "fifo.prototxt: not a regular file" -- \
+  timeout 20 "$KILN" describe --model fifo.prototxt
+
 expect_error "missing solver" "nope.prototxt" -- "$KILN" train --solver nope.prototxt
 expect_error "unknown command" "unknown command" -- "$KILN" frobnicate
 finish
