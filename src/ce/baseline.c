@@ -92,7 +92,7 @@ int kiln_ce_baseline_lookup(const char *dir, const char *machine_class, const ch
     count++;
   }
   closedir(d);
-  if (rc == KILN_OK) qsort(names, (size_t)count, sizeof *names, cmp_str);
+  if (rc == KILN_OK && count > 1) qsort(names, (size_t)count, sizeof *names, cmp_str);
   for (int i = 0; rc == KILN_OK && i < count && !*out; i++) {
     if (kiln_ce_baseline_path(dir, names[i], model, path, sizeof path) || access(path, F_OK))
       continue;
