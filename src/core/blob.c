@@ -44,12 +44,14 @@ int kiln_blob_reshape(kiln_blob *b, int naxes, const int64_t *shape) {
 }
 
 int kiln_blob_alloc(kiln_blob *b) {
-  int64_t count = b->count;
+  /* A blob of no elements still gets storage (one float): its pointers are never NULL, which
+   * the C library's copies and fills require even for 0 bytes. */
+  int64_t count = b->count > 0 ? b->count : 1;
   b->defer_alloc = false;
   if (b->data_of && b->owned) { /* the data is another blob's: follow it; only the diff here */
-    if (count > b->data_of->count)
+    if (b->count > b->data_of->count)
       return kiln_errorf(KILN_ERR_SHAPE, "blob '%s': %lld elements, more than the %lld of '%s' "
-                         "whose data it shares", b->name, (long long)count,
+                         "whose data it shares", b->name, (long long)b->count,
                          (long long)b->data_of->count, b->data_of->name);
     b->data = b->data_of->data;
     if (b->diff_borrowed && count > b->diff_borrowed)

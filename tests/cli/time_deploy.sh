@@ -51,4 +51,18 @@ awk -v t="$(ms "$out" relu 4)" 'BEGIN { exit !(t > 0) }' && pass || fail "no bac
 out=$(KILN_FUSE=0 "$KILN" time --model bn.prototxt --iterations 3) || fail "time bn net unfused"
 echo "$out" | grep -q "fused groups" && fail "KILN_FUSE=0 still fused: $out" || pass
 awk -v t="$(ms "$out" sc 3)" 'BEGIN { exit !(t > 0) }' && pass || fail "Scale not timed unfused: $out"
+
+# Blobs of no elements (a batch of 0, as Caffe allows): every layer runs on them without
+# handing NULL to the C library (the sanitizer build checks), forward and backward.
+cat > empty.prototxt <<'NET'
+name: "empty"
+layer { name: "in" type: "Input" top: "data" input_param { shape { dim: 0 dim: 4 dim: 3 dim: 3 } } }
+layer { name: "r" type: "Reshape" bottom: "data" top: "r" reshape_param { shape { dim: 0 dim: 36 } } }
+layer { name: "lrn" type: "LRN" bottom: "data" top: "n" }
+layer { name: "cv" type: "Convolution" bottom: "n" top: "cv" convolution_param { num_output: 2 kernel_size: 3 } }
+layer { name: "ip" type: "InnerProduct" bottom: "r" top: "ip" inner_product_param { num_output: 2 } }
+layer { name: "cat" type: "Concat" bottom: "ip" bottom: "ip" top: "cat" }
+NET
+out=$("$KILN" time --model empty.prototxt --iterations 2 2>&1) && pass || fail "a net of empty blobs: $out"
+echo "$out" | grep -q "batch 0" && pass || fail "a net of empty blobs: no throughput line: $out"
 finish
