@@ -21,7 +21,7 @@
 #include <unistd.h>
 
 #include "kiln/data.h"
-#include "kiln/solver.h"
+#include "solver_internal.h"
 
 static const char *const type_names[] = {"SGD", "Nesterov", "AdaGrad", "RMSProp", "AdaDelta", "Adam"};
 _Static_assert(sizeof type_names / sizeof type_names[0] == KILN_SOLVER_TYPE_COUNT,
@@ -455,6 +455,24 @@ void kiln_solver_free(kiln_solver *s) {
   free(s->source);
   free(s->snapshot_prefix);
   free(s);
+}
+
+/* ---- what the solver holds ------------------------------------------------------------------- */
+
+kiln_net *kiln_solver_net(const kiln_solver *s) { return s->net; }
+int kiln_solver_test_net_count(const kiln_solver *s) { return s->ntest; }
+kiln_net *kiln_solver_test_net(const kiln_solver *s, int k) {
+  return k >= 0 && k < s->ntest ? s->test_nets[k] : NULL;
+}
+int kiln_solver_iter(const kiln_solver *s) { return s->iter; }
+const Caffe__SolverParameter *kiln_solver_param(const kiln_solver *s) { return s->param; }
+kiln_solver_type kiln_solver_type_of(const kiln_solver *s) { return s->type; }
+int kiln_solver_batch_size(const kiln_solver *s) { return s->batch_size; }
+int kiln_solver_nworkers(const kiln_solver *s) { return s->nworkers; }
+const kiln_sync_config *kiln_solver_sync(const kiln_solver *s) { return &s->sync; }
+const float *kiln_solver_history(const kiln_solver *s, int *per_param) {
+  if (per_param) *per_param = s->history_per_param;
+  return s->history;
 }
 
 /* ---- learning rate ----------------------------------------------------------------------- */

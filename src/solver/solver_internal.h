@@ -1,0 +1,60 @@
+/* Private to src/solver: the solver's state. */
+#ifndef KILN_SOLVER_INTERNAL_H
+#define KILN_SOLVER_INTERNAL_H
+
+#include "kiln/solver.h"
+
+struct kiln_solver {
+  /* the solver file and the caller's options */
+  Caffe__SolverParameter *param;
+  char *source;            /* solver file */
+  char *snapshot_prefix;
+  kiln_solver_type type;
+  uint64_t seed;
+  kiln_solver_options opt;
+  kiln_fault fault;        /* KILN_FAULT, read at creation: an injected slowdown or leak */
+
+  /* the nets */
+  kiln_net *net;           /* the train net */
+  const Caffe__NetParameter *train_param;
+  int ntest;
+  kiln_net **test_nets;
+  Caffe__NetParameter **net_params; /* parsed net files, owned */
+  int nnet_params;
+  int batch_size;          /* samples per forward pass of the train net (per worker) */
+
+  /* the loop */
+  int iter, current_step, max_iter; /* current_step: multistep's step values passed */
+  float *grad_acc;         /* iter_size > 1: the passes' gradients summed in pass order */
+  float *loss_window;      /* the last average_loss losses */
+  int loss_window_n, loss_window_pos;
+  double start_ms;
+  double start_cpu_wait_ms; /* the creating thread's CPU wait at creation */
+  double round_start_ms;   /* TIME: when the next round's clock started (the last average) */
+  double work_ms;          /* this worker's time in training iterations, its waits excluded */
+  uint64_t work_samples, work_iters;
+
+  /* the update rule */
+  int history_per_param;
+  float *history;          /* history_per_param x net->nparam_floats, flat like the params */
+
+  /* the workers */
+  int rank, nworkers;
+  kiln_sync_config sync;   /* resolved: file, then options */
+  float *sum_buffer;       /* the communicator's memory the train net's gradients lie in (summed
+                              there with no copies), or NULL */
+  bool params_synced;      /* rank 0's parameters broadcast since creation or restore */
+  double sync_ms;          /* this worker's time in collectives that wait for the others
+                              (gradient sums, model averages) */
+  int64_t naverages;       /* MODEL / TIME: model averages so far */
+  bool diverged;           /* MODEL / TIME: local steps since the last model average */
+  bool state_diverged;     /* running statistics (BatchNorm's) updated since the last average */
+  /* GRADIENT, not deterministic, iter_size 1: the flat gradient in buckets (from the end, where
+   * the last layers' gradients lie), each summed as soon as backward has passed every layer
+   * using it, while earlier layers still compute. */
+  struct kiln_grad_bucket *buckets;
+  int nbuckets, next_bucket;
+  bool overlap;
+};
+
+#endif
