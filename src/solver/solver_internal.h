@@ -1,4 +1,5 @@
-/* Private to src/solver: the solver's state. */
+/* Private to src/solver: the solver's state and what its files share. The training loop is in
+ * solver.c, the update rules and learning-rate policies in update.c. */
 #ifndef KILN_SOLVER_INTERNAL_H
 #define KILN_SOLVER_INTERNAL_H
 
@@ -23,7 +24,7 @@ struct kiln_solver {
   int nnet_params;
   int batch_size;          /* samples per forward pass of the train net (per worker) */
 
-  /* the loop */
+  /* the loop (solver.c) */
   int iter, current_step, max_iter; /* current_step: multistep's step values passed */
   float *grad_acc;         /* iter_size > 1: the passes' gradients summed in pass order */
   float *loss_window;      /* the last average_loss losses */
@@ -34,7 +35,7 @@ struct kiln_solver {
   double work_ms;          /* this worker's time in training iterations, its waits excluded */
   uint64_t work_samples, work_iters;
 
-  /* the update rule */
+  /* the update rule (update.c) */
   int history_per_param;
   float *history;          /* history_per_param x net->nparam_floats, flat like the params */
 
@@ -56,5 +57,17 @@ struct kiln_solver {
   int nbuckets, next_bucket;
   bool overlap;
 };
+
+/* update.c */
+/* The update rule the solver file names (`type`, or Caffe's older `solver_type`). */
+int update_resolve_type(kiln_solver *s);
+/* History copies per parameter the rule keeps (2 for Adam and AdaDelta, else 1). */
+int update_history_count(kiln_solver_type t);
+/* Clips, normalises (`workers` gradient sets were summed, 1 when each worker steps on its own),
+ * regularises and applies the rule with learning rate `rate`. True when the update's own pass
+ * has already found every parameter finite; otherwise update_check_finite must look. */
+bool update_apply(kiln_solver *s, float rate, int workers);
+/* KILN_ERR_NUMERIC, naming the parameter, when the update left one that is not finite. */
+int update_check_finite(kiln_solver *s, float rate);
 
 #endif
