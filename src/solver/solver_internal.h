@@ -1,5 +1,7 @@
-/* Private to src/solver: the solver's state and what its files share. The training loop is in
- * solver.c, the update rules and learning-rate policies in update.c. */
+/* Private to src/solver: the solver's state and what its files share. The training loop, creation,
+ * tests and snapshots are in solver.c, the update rules and learning-rate policies in update.c,
+ * and the synchronisation of several workers in worker_sync.c (its hooks are declared in
+ * worker_sync.h). */
 #ifndef KILN_SOLVER_INTERNAL_H
 #define KILN_SOLVER_INTERNAL_H
 
@@ -39,7 +41,7 @@ struct kiln_solver {
   int history_per_param;
   float *history;          /* history_per_param x net->nparam_floats, flat like the params */
 
-  /* the workers */
+  /* the workers (worker_sync.c) */
   int rank, nworkers;
   kiln_sync_config sync;   /* resolved: file, then options */
   float *sum_buffer;       /* the communicator's memory the train net's gradients lie in (summed
@@ -53,10 +55,13 @@ struct kiln_solver {
   /* GRADIENT, not deterministic, iter_size 1: the flat gradient in buckets (from the end, where
    * the last layers' gradients lie), each summed as soon as backward has passed every layer
    * using it, while earlier layers still compute. */
-  struct kiln_grad_bucket *buckets;
+  struct worker_bucket *buckets;
   int nbuckets, next_bucket;
   bool overlap;
 };
+
+/* solver.c: an event to the caller's callback, on rank 0 only (rank 0 speaks for the workers). */
+void solver_emit(kiln_solver *s, kiln_event *e);
 
 /* update.c */
 /* The update rule the solver file names (`type`, or Caffe's older `solver_type`). */
