@@ -1,7 +1,7 @@
-/* Private to src/solver: the solver's state and what its files share. The training loop, creation,
- * tests and snapshots are in solver.c, the update rules and learning-rate policies in update.c,
- * and the synchronisation of several workers in worker_sync.c (its hooks are declared in
- * worker_sync.h). */
+/* Private to src/solver: the solver's state and what its files share. The training loop, creation
+ * and tests are in solver.c, the update rules and learning-rate policies in update.c, snapshots
+ * and restore in snapshot.c, and the synchronisation of several workers in worker_sync.c (its
+ * hooks are declared in worker_sync.h). */
 #ifndef KILN_SOLVER_INTERNAL_H
 #define KILN_SOLVER_INTERNAL_H
 
