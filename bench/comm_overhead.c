@@ -50,8 +50,8 @@ static void late_rank(kiln_comm *c, double late_ms, int reps, double *t_kiln, do
 }
 
 /* The buffer in buckets of BUCKET floats, each started as soon as the one before (training
- * starts them as backward finishes each; src/solver/solver.c's BUCKET_FLOATS), then finished:
- * the overlapped path's own cost with no compute in between. */
+ * starts them as backward finishes each; src/solver/worker_sync.c's BUCKET_FLOATS), then
+ * finished: the overlapped path's own cost with no compute in between. */
 enum { BUCKET = 1 << 16 };
 static int bucketed_sum(kiln_comm *c, float *buf, int64_t n) {
   for (int64_t off = 0; off < n; off += BUCKET) {

@@ -21,6 +21,9 @@
 #include "kiln/data.h"
 #include "kiln/parallel.h"
 #include "kiln/solver.h"
+/* The private state, for the worker synchronisation's own: model averages counted, buckets
+ * planned, the gradients' memory. */
+#include "solver/solver_internal.h"
 
 static void assert_contains(const char *hay, const char *needle) {
   if (!strstr(hay, needle)) fprintf(stderr, "'%s' does not contain '%s'\n", hay, needle);
@@ -507,26 +510,26 @@ static void test_solver_twin_workers(void **state) {
     kiln_solver *s, *one;
     assert_int_equal(kiln_solver_create(solver_path, &o, &s), KILN_OK);
     assert_int_equal(kiln_solver_create(solver_path, &o1, &one), KILN_OK);
-    assert_int_equal(s->nworkers, 2);
-    assert_int_equal(s->sync.mode, KILN_SYNC_GRADIENT);
-    assert_int_equal(s->sync.deterministic, det);
-    assert_memory_equal(s->net->param_data, one->net->param_data,
-                        sizeof(float) * (size_t)one->net->nparam_floats);
+    assert_int_equal(kiln_solver_nworkers(s), 2);
+    assert_int_equal(kiln_solver_sync(s)->mode, KILN_SYNC_GRADIENT);
+    assert_int_equal(kiln_solver_sync(s)->deterministic, det);
+    assert_memory_equal(kiln_solver_net(s)->param_data, kiln_solver_net(one)->param_data,
+                        sizeof(float) * (size_t)kiln_solver_net(one)->nparam_floats);
     assert_int_equal(kiln_solver_step(s, 1), KILN_OK);
     assert_int_equal(kiln_solver_step(one, 1), KILN_OK);
-    assert_memory_equal(s->net->param_data, one->net->param_data,
-                        sizeof(float) * (size_t)one->net->nparam_floats);
+    assert_memory_equal(kiln_solver_net(s)->param_data, kiln_solver_net(one)->param_data,
+                        sizeof(float) * (size_t)kiln_solver_net(one)->nparam_floats);
     assert_int_equal(st.broadcasts, 2); /* parameters and history, once */
     assert_int_equal(det ? st.ordered : st.allreduces, 1);
     assert_int_equal(det ? st.allreduces : st.ordered, 0);
     /* The next batch of rank 0 of 2 is global batch 2, not 1: the twins part ways. */
     assert_int_equal(kiln_solver_step(s, 1), KILN_OK);
     assert_int_equal(kiln_solver_step(one, 1), KILN_OK);
-    assert_memory_not_equal(s->net->param_data, one->net->param_data,
-                            sizeof(float) * (size_t)one->net->nparam_floats);
+    assert_memory_not_equal(kiln_solver_net(s)->param_data, kiln_solver_net(one)->param_data,
+                            sizeof(float) * (size_t)kiln_solver_net(one)->nparam_floats);
     assert_int_equal(st.broadcasts, 2);
     uint64_t cur;
-    assert_int_equal(kiln_net_get_cursors(s->net, &cur), 1);
+    assert_int_equal(kiln_net_get_cursors(kiln_solver_net(s), &cur), 1);
     assert_int_equal(cur, 16); /* the global stream: 2 rounds x 2 workers x 4 records */
     assert_int_equal(events, single_events);
     kiln_solver_free(s);
@@ -541,7 +544,7 @@ static void test_solver_twin_workers(void **state) {
   assert_int_equal(kiln_solver_create(solver_path, &o, &s), KILN_OK);
   assert_int_equal(kiln_solver_solve(s), KILN_OK);
   assert_int_equal(events, 0);
-  assert_int_equal(s->iter, 4);
+  assert_int_equal(kiln_solver_iter(s), 4);
   kiln_solver_free(s);
 }
 
@@ -565,7 +568,7 @@ static void test_solver_model_and_time_twins(void **state) {
   fake_state gs = {0};
   kiln_comm gc;
   kiln_solver *grad = gradient_twin(&gs, &gc, 4);
-  size_t bytes = sizeof(float) * (size_t)grad->net->nparam_floats;
+  size_t bytes = sizeof(float) * (size_t)kiln_solver_net(grad)->nparam_floats;
   struct {
     kiln_sync_config sync;
     int allreduces; /* gradient sums + 2 per average (parameters and history) */
@@ -584,13 +587,13 @@ static void test_solver_model_and_time_twins(void **state) {
     kiln_solver *s;
     assert_int_equal(kiln_solver_create(solver_path, &o, &s), KILN_OK);
     if (kiln_solver_step(s, 4) != KILN_OK) fail_msg("case %zu: %s", i, kiln_last_error());
-    if (memcmp(s->net->param_data, grad->net->param_data, bytes) != 0)
+    if (memcmp(kiln_solver_net(s)->param_data, kiln_solver_net(grad)->param_data, bytes) != 0)
       fail_msg("case %zu: parameters differ from the GRADIENT twins'", i);
-    assert_int_equal(s->iter, 4);
+    assert_int_equal(kiln_solver_iter(s), 4);
     assert_int_equal(st.allreduces, cases[i].allreduces);
     assert_int_equal(s->naverages, cases[i].averages);
     uint64_t cur;
-    assert_int_equal(kiln_net_get_cursors(s->net, &cur), 1);
+    assert_int_equal(kiln_net_get_cursors(kiln_solver_net(s), &cur), 1);
     assert_int_equal(cur, 32); /* 4 rounds x 2 workers x 4 records, as in GRADIENT mode */
     /* A snapshot makes one model first: only MODEL K=8 still has local steps to average. */
     char *path = NULL;
@@ -627,7 +630,7 @@ static void check_overlapped(const char *solver_file, bool det, int iter_size) {
   assert_true(s->overlap);
   assert_false(whole->overlap);
   assert_int_equal(s->nbuckets, 2);
-  st.watch_lo = s->net->param_diff;
+  st.watch_lo = kiln_solver_net(s)->param_diff;
   assert_int_equal(kiln_solver_step(s, 1), KILN_OK);
   assert_int_equal(st.nbuckets, 2);
   /* the first bucket (ip2, ip3) went out while backward had yet to compute ip1's gradient */
@@ -637,7 +640,7 @@ static void check_overlapped(const char *solver_file, bool det, int iter_size) {
   assert_int_equal(st.ordered_buckets, det ? 2 : 0);
   assert_int_equal(st.finishes, 1);
   assert_int_equal(st.allreduces + st.ordered, 0);
-  kiln_net *net = s->net;
+  kiln_net *net = kiln_solver_net(s);
   /* from the end of the buffer down to 0, without gaps */
   assert_true(st.bucket_buf[0] + st.bucket_n[0] == net->param_diff + net->nparam_floats);
   assert_true(st.bucket_buf[1] + st.bucket_n[1] == st.bucket_buf[0]);
@@ -655,7 +658,7 @@ static void check_overlapped(const char *solver_file, bool det, int iter_size) {
   assert_int_equal(kiln_solver_step(whole, 1), KILN_OK);
   assert_int_equal(st2.nbuckets, 0);
   assert_int_equal(det ? st2.ordered : st2.allreduces, 1);
-  assert_memory_equal(s->net->param_data, whole->net->param_data,
+  assert_memory_equal(kiln_solver_net(s)->param_data, kiln_solver_net(whole)->param_data,
                       sizeof(float) * (size_t)net->nparam_floats);
   for (int b = 0; b < st.nbuckets; b++) free(st.bucket_copy[b]);
   kiln_solver_free(s);
@@ -671,7 +674,7 @@ static void test_solver_gradients_in_lent_memory(void **state) {
   fake_state gs = {0};
   kiln_comm gc;
   kiln_solver *ref = gradient_twin(&gs, &gc, 3);
-  int64_t n = ref->net->nparam_floats;
+  int64_t n = kiln_solver_net(ref)->nparam_floats;
   float *lend = kiln_alloc(sizeof(float) * (size_t)n);
   assert_non_null(lend);
   fake_state st = {.lend = lend, .lend_floats = n};
@@ -687,26 +690,27 @@ static void test_solver_gradients_in_lent_memory(void **state) {
                      "snapshot_after_train: false\ntest_iter: 1\ntest_interval: 100\n"
                      "test_initialization: false\n");
   assert_int_equal(kiln_solver_create(tsolver, &o, &s), KILN_OK);
-  assert_int_equal(s->ntest, 1);
-  kiln_layer *tip = kiln_net_layer(s->test_nets[0], "ip");
+  kiln_net *net = kiln_solver_net(s), *ref_net = kiln_solver_net(ref);
+  assert_int_equal(kiln_solver_test_net_count(s), 1);
+  kiln_layer *tip = kiln_net_layer(kiln_solver_test_net(s, 0), "ip");
   assert_non_null(tip);
-  assert_ptr_equal(tip->param[0]->diff, lend + s->net->learnable_offset[0]);
-  assert_ptr_equal(tip->param[1]->diff, lend + s->net->learnable_offset[1]);
-  assert_ptr_equal(tip->param[0]->data, s->net->param_data + s->net->learnable_offset[0]);
+  assert_ptr_equal(tip->param[0]->diff, lend + net->learnable_offset[0]);
+  assert_ptr_equal(tip->param[1]->diff, lend + net->learnable_offset[1]);
+  assert_ptr_equal(tip->param[0]->data, net->param_data + net->learnable_offset[0]);
   assert_int_equal(st.claims, 1);
   assert_int_equal(st.claimed_floats, n);
-  assert_ptr_equal(s->net->param_diff, lend);
+  assert_ptr_equal(net->param_diff, lend);
   assert_ptr_equal(s->sum_buffer, lend);
-  for (int k = 0; k < s->net->nlearnable; k++)
-    assert_ptr_equal(s->net->learnable[k]->diff, lend + s->net->learnable_offset[k]);
-  kiln_layer *ip = kiln_net_layer(s->net, "ip");
+  for (int k = 0; k < net->nlearnable; k++)
+    assert_ptr_equal(net->learnable[k]->diff, lend + net->learnable_offset[k]);
+  kiln_layer *ip = kiln_net_layer(net, "ip");
   assert_non_null(ip);
-  assert_ptr_equal(ip->param[0]->diff, lend + s->net->learnable_offset[0]);
+  assert_ptr_equal(ip->param[0]->diff, lend + net->learnable_offset[0]);
   assert_int_equal(kiln_solver_step(s, 3), KILN_OK);
   assert_int_equal(st.allreduces, 3);
-  assert_memory_equal(s->net->param_data, ref->net->param_data, sizeof(float) * (size_t)n);
+  assert_memory_equal(net->param_data, ref_net->param_data, sizeof(float) * (size_t)n);
   /* the last gradient is where the sums read it */
-  assert_memory_equal(lend, ref->net->param_diff, sizeof(float) * (size_t)n);
+  assert_memory_equal(lend, ref_net->param_diff, sizeof(float) * (size_t)n);
   bool nonzero = false;
   for (int64_t i = 0; i < n && !nonzero; i++) nonzero = lend[i] != 0;
   assert_true(nonzero);
@@ -718,7 +722,7 @@ static void test_solver_gradients_in_lent_memory(void **state) {
   c.impl = &small;
   assert_int_equal(kiln_solver_create(solver_path, &o, &s), KILN_OK);
   assert_int_equal(small.claims, 1);
-  assert_ptr_not_equal(s->net->param_diff, lend);
+  assert_ptr_not_equal(kiln_solver_net(s)->param_diff, lend);
   assert_null(s->sum_buffer);
   kiln_solver_free(s);
   assert_int_equal(small.releases, 0);
@@ -771,7 +775,7 @@ static void test_solver_time_weights(void **state) {
   kiln_comm gc;
   kiln_solver *grad = gradient_twin(&gs, &gc, 2);
   uint64_t grad_cursor;
-  assert_int_equal(kiln_net_get_cursors(grad->net, &grad_cursor), 1);
+  assert_int_equal(kiln_net_get_cursors(kiln_solver_net(grad), &grad_cursor), 1);
   for (int factor = 1; factor <= 3; factor += 2) {
     fake_state st = {.round_bytes = 2 * sizeof(uint64_t), .round_steps_factor = factor,
                      .round_cursor_ahead = factor == 1 ? 0 : 8};
@@ -782,15 +786,16 @@ static void test_solver_time_weights(void **state) {
     assert_int_equal(kiln_solver_create(solver_path, &o, &s), KILN_OK);
     assert_int_equal(kiln_solver_step(s, 2), KILN_OK); /* one round: 2 local steps */
     assert_int_equal(s->naverages, 1);
-    assert_int_equal(s->iter, 2 * factor);
+    assert_int_equal(kiln_solver_iter(s), 2 * factor);
     float scale = factor == 1 ? 1.0f : 0.5f;
-    for (int64_t i = 0; i < s->net->nparam_floats; i++)
-      if (s->net->param_data[i] != scale * grad->net->param_data[i])
+    const kiln_net *net = kiln_solver_net(s), *grad_net = kiln_solver_net(grad);
+    for (int64_t i = 0; i < net->nparam_floats; i++)
+      if (net->param_data[i] != scale * grad_net->param_data[i])
         fail_msg("steps 2 against %d: parameter %lld is %.9g, not %g x %.9g", 2 * factor,
-                 (long long)i, (double)s->net->param_data[i], (double)scale,
-                 (double)grad->net->param_data[i]);
+                 (long long)i, (double)net->param_data[i], (double)scale,
+                 (double)grad_net->param_data[i]);
     uint64_t cur;
-    assert_int_equal(kiln_net_get_cursors(s->net, &cur), 1);
+    assert_int_equal(kiln_net_get_cursors(kiln_solver_net(s), &cur), 1);
     assert_int_equal(cur, grad_cursor + st.round_cursor_ahead);
     kiln_solver_free(s);
   }
@@ -811,21 +816,22 @@ static void test_solver_sync_from_file_and_override(void **state) {
   kiln_solver_options o = {.comm = &c};
   kiln_solver *s;
   assert_int_equal(kiln_solver_create(path, &o, &s), KILN_OK);
-  assert_int_equal(s->sync.mode, KILN_SYNC_TIME);
-  assert_true(s->sync.interval_seconds == 2.5);
-  assert_int_equal(s->sync.warmup_iters, 3);
-  assert_true(s->sync.deterministic);
+  assert_int_equal(kiln_solver_sync(s)->mode, KILN_SYNC_TIME);
+  assert_true(kiln_solver_sync(s)->interval_seconds == 2.5);
+  assert_int_equal(kiln_solver_sync(s)->warmup_iters, 3);
+  assert_true(kiln_solver_sync(s)->deterministic);
   kiln_solver_free(s);
   o.sync = (kiln_sync_config){.mode = KILN_SYNC_MODEL, .interval_iters = 4};
   assert_int_equal(kiln_solver_create(path, &o, &s), KILN_OK);
-  assert_int_equal(s->sync.mode, KILN_SYNC_MODEL);
-  assert_int_equal(s->sync.interval_iters, 4);
-  assert_int_equal(s->sync.warmup_iters, 0); /* the file's warm-up went with its mode */
-  assert_true(s->sync.deterministic);
+  assert_int_equal(kiln_solver_sync(s)->mode, KILN_SYNC_MODEL);
+  assert_int_equal(kiln_solver_sync(s)->interval_iters, 4);
+  /* the file's warm-up went with its mode */
+  assert_int_equal(kiln_solver_sync(s)->warmup_iters, 0);
+  assert_true(kiln_solver_sync(s)->deterministic);
   kiln_solver_free(s);
   o.sync = (kiln_sync_config){.mode = KILN_SYNC_GRADIENT};
   assert_int_equal(kiln_solver_create(path, &o, &s), KILN_OK);
-  assert_int_equal(s->sync.mode, KILN_SYNC_GRADIENT);
+  assert_int_equal(kiln_solver_sync(s)->mode, KILN_SYNC_GRADIENT);
   kiln_solver_free(s);
   /* a file's MODEL without its interval is refused, unless the command line replaces it */
   write_text(path, "net: 'net.prototxt'\nbase_lr: 0.1\nlr_policy: 'fixed'\nmax_iter: 4\n"
@@ -835,7 +841,7 @@ static void test_solver_sync_from_file_and_override(void **state) {
   assert_contains(kiln_last_error(), "sync_solver.prototxt: sync mode MODEL needs interval_iters");
   o.sync = (kiln_sync_config){.mode = KILN_SYNC_GRADIENT};
   assert_int_equal(kiln_solver_create(path, &o, &s), KILN_OK);
-  assert_int_equal(s->sync.mode, KILN_SYNC_GRADIENT);
+  assert_int_equal(kiln_solver_sync(s)->mode, KILN_SYNC_GRADIENT);
   kiln_solver_free(s);
 }
 

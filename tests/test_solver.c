@@ -21,6 +21,9 @@
 #include "kiln/data.h"
 #include "kiln/solver.h"
 #include "gradcheck.h"
+/* The private state, for what has no accessor: the lr policy and resume checks set the iteration
+ * directly and read multistep's position. */
+#include "solver/solver_internal.h"
 
 /* ---- fixture: a folder with a 64-record LMDB of 1x4x4 bytes, labels 0..3 ------------------ */
 
@@ -218,7 +221,8 @@ static void check_policy(const char *body, const int *iters, int n,
     double want = formula(iters[i], ctx);
     float got = kiln_solver_learning_rate(s);
     if (!close_to(got, want, 1e-6))
-      fprintf(stderr, "%s iter %d: got %.9g want %.9g\n", s->param->lr_policy, iters[i], got, want);
+      fprintf(stderr, "%s iter %d: got %.9g want %.9g\n", kiln_solver_param(s)->lr_policy,
+              iters[i], got, want);
     assert_true(close_to(got, want, 1e-6));
   }
   kiln_solver_free(s);
@@ -344,8 +348,8 @@ static void run_rule_case(const rule_case *c) {
            "display: 0\n%s",
            c->base_lr, c->body);
   kiln_solver *s = make_solver(tiny_net, body, NULL);
-  assert_int_equal(s->type, c->type);
-  kiln_net *net = s->net;
+  assert_int_equal(kiln_solver_type_of(s), c->type);
+  kiln_net *net = kiln_solver_net(s);
   set_tiny_inputs(net);
   Caffe__NetParameter *np;
   assert_int_equal(kiln_net_param_from_text(tiny_net, "<ref>", &np), KILN_OK);
@@ -363,12 +367,14 @@ static void run_rule_case(const rule_case *c) {
   assert_true(t.w && t.h && t.h2 && g);
   for (int64_t i = 0; i < n; i++) t.w[i] = net->param_data[i];
   float *w0 = snapshot_params(net);
+  int nhist;
+  const float *hist = kiln_solver_history(s, &nhist);
   double moved = 0;
   for (int iter = 0; iter < 3; iter++) {
     ref_gradient(ref, t.w, g);
     expected_step(c, net, &t, g, iter);
     assert_int_equal(kiln_solver_step(s, 1), KILN_OK);
-    assert_int_equal(s->iter, iter + 1);
+    assert_int_equal(kiln_solver_iter(s), iter + 1);
     int bad = 0;
     moved = 0;
     for (int k = 0; k < net->nlearnable; k++) {
@@ -379,15 +385,15 @@ static void run_rule_case(const rule_case *c) {
             fprintf(stderr, "%s iter %d param %lld: got %.8g want %.8g\n", c->name, iter,
                     (long long)j, net->param_data[j], t.w[j]);
         }
-        if (!close_to(s->history[j], t.h[j], 1e-5)) {
+        if (!close_to(hist[j], t.h[j], 1e-5)) {
           if (bad++ < 5)
             fprintf(stderr, "%s iter %d history %lld: got %.8g want %.8g\n", c->name, iter,
-                    (long long)j, s->history[j], t.h[j]);
+                    (long long)j, hist[j], t.h[j]);
         }
-        if (s->history_per_param > 1 && !close_to(s->history[n + j], t.h2[j], 1e-5)) {
+        if (nhist > 1 && !close_to(hist[n + j], t.h2[j], 1e-5)) {
           if (bad++ < 5)
             fprintf(stderr, "%s iter %d history2 %lld: got %.8g want %.8g\n", c->name, iter,
-                    (long long)j, s->history[n + j], t.h2[j]);
+                    (long long)j, hist[n + j], t.h2[j]);
         }
         moved += fabs(net->param_data[j] - w0[j]);
       }
@@ -440,15 +446,16 @@ static void test_iter_size_equals_combined_batch(void **state) {
   snprintf(body, sizeof body, "%siter_size: 2\n", common);
   kiln_solver *a = make_solver(net4, body, NULL);
   kiln_solver *b = make_solver(net8, common, NULL);
-  assert_int_equal(a->net->nparam_floats, b->net->nparam_floats);
-  assert_memory_equal(a->net->param_data, b->net->param_data,
-                      sizeof(float) * (size_t)a->net->nparam_floats);
-  float *w0 = snapshot_params(a->net);
+  kiln_net *na = kiln_solver_net(a), *nb = kiln_solver_net(b);
+  assert_int_equal(na->nparam_floats, nb->nparam_floats);
+  assert_memory_equal(na->param_data, nb->param_data,
+                      sizeof(float) * (size_t)na->nparam_floats);
+  float *w0 = snapshot_params(na);
   assert_int_equal(kiln_solver_step(a, 5), KILN_OK);
   assert_int_equal(kiln_solver_step(b, 5), KILN_OK);
   double moved = 0;
-  for (int64_t i = 0; i < a->net->nparam_floats; i++) {
-    float x = a->net->param_data[i], y = b->net->param_data[i];
+  for (int64_t i = 0; i < na->nparam_floats; i++) {
+    float x = na->param_data[i], y = nb->param_data[i];
     if (!close_to(x, y, 2e-5)) fprintf(stderr, "param %lld: %.8g vs %.8g\n", (long long)i, x, y);
     assert_true(close_to(x, y, 2e-5));
     moved += fabs(x - w0[i]);
@@ -456,16 +463,16 @@ static void test_iter_size_equals_combined_batch(void **state) {
   assert_true(moved > 1e-2);
   /* Both consumed the same records. */
   uint64_t ca, cb;
-  assert_int_equal(kiln_net_get_cursors(a->net, &ca), 1);
-  assert_int_equal(kiln_net_get_cursors(b->net, &cb), 1);
+  assert_int_equal(kiln_net_get_cursors(na, &ca), 1);
+  assert_int_equal(kiln_net_get_cursors(nb, &cb), 1);
   assert_int_equal(ca, 40);
   assert_int_equal(cb, 40);
   /* A one-pass solver with the small batch takes a different path. */
   kiln_solver *c = make_solver(net4, common, NULL);
   assert_int_equal(kiln_solver_step(c, 5), KILN_OK);
   double diff = 0;
-  for (int64_t i = 0; i < a->net->nparam_floats; i++)
-    diff += fabs(a->net->param_data[i] - c->net->param_data[i]);
+  for (int64_t i = 0; i < na->nparam_floats; i++)
+    diff += fabs(na->param_data[i] - kiln_solver_net(c)->param_data[i]);
   assert_true(diff > 1e-3);
   free(w0);
   kiln_solver_free(a);
@@ -482,31 +489,32 @@ static void clip_case(double clip, bool expect_clipped) {
            "clip_gradients: %g\n",
            clip);
   kiln_solver *s = make_solver(tiny_net, body, NULL);
-  set_tiny_inputs(s->net);
+  kiln_net *net = kiln_solver_net(s);
+  set_tiny_inputs(net);
   /* the raw gradient, from the solver's own net */
-  kiln_net_zero_param_diff(s->net);
+  kiln_net_zero_param_diff(net);
   float loss;
-  assert_int_equal(kiln_net_forward(s->net, &loss), KILN_OK);
-  assert_int_equal(kiln_net_backward(s->net), KILN_OK);
-  int64_t n = s->net->nparam_floats;
+  assert_int_equal(kiln_net_forward(net, &loss), KILN_OK);
+  assert_int_equal(kiln_net_backward(net), KILN_OK);
+  int64_t n = net->nparam_floats;
   float *g = malloc(sizeof(float) * (size_t)n);
-  memcpy(g, s->net->param_diff, sizeof(float) * (size_t)n);
+  memcpy(g, net->param_diff, sizeof(float) * (size_t)n);
   double sumsq = 0;
   for (int64_t i = 0; i < n; i++) sumsq += (double)g[i] * g[i];
   double norm = sqrt(sumsq);
   assert_true(norm > 0.05);
   double scale = norm > clip ? clip / norm : 1.0;
   assert_true((scale < 1.0) == expect_clipped);
-  float *w0 = snapshot_params(s->net);
+  float *w0 = snapshot_params(net);
   assert_int_equal(kiln_solver_step(s, 1), KILN_OK);
   double stepsq = 0;
-  for (int k = 0; k < s->net->nlearnable; k++) {
-    int64_t off = s->net->learnable_offset[k];
-    double lr = s->net->lr_mult[k];
-    for (int64_t j = off; j < off + s->net->learnable[k]->count; j++) {
+  for (int k = 0; k < net->nlearnable; k++) {
+    int64_t off = net->learnable_offset[k];
+    double lr = net->lr_mult[k];
+    for (int64_t j = off; j < off + net->learnable[k]->count; j++) {
       double want = w0[j] - lr * scale * g[j];
-      assert_true(close_to(s->net->param_data[j], want, 1e-6));
-      double d = (w0[j] - s->net->param_data[j]) / lr;
+      assert_true(close_to(net->param_data[j], want, 1e-6));
+      double d = (w0[j] - net->param_data[j]) / lr;
       stepsq += d * d;
     }
   }
@@ -549,10 +557,13 @@ static void test_solver_type_selection(void **state) {
     char body[512];
     snprintf(body, sizeof body, "%s%s\n", base, cases[i].line);
     kiln_solver *s = make_solver(tiny_net, body, NULL);
-    if (s->type != cases[i].type)
-      fprintf(stderr, "'%s' selected %s\n", cases[i].line, kiln_solver_type_name(s->type));
-    assert_int_equal(s->type, cases[i].type);
-    assert_int_equal(s->history_per_param, cases[i].hist);
+    kiln_solver_type type = kiln_solver_type_of(s);
+    if (type != cases[i].type)
+      fprintf(stderr, "'%s' selected %s\n", cases[i].line, kiln_solver_type_name(type));
+    assert_int_equal(type, cases[i].type);
+    int nhist;
+    kiln_solver_history(s, &nhist);
+    assert_int_equal(nhist, cases[i].hist);
     kiln_solver_free(s);
   }
 }
@@ -634,12 +645,12 @@ static void test_snapshot_and_exact_resume(void **state) {
 
   kiln_solver *a;
   assert_int_equal(kiln_solver_create(sp, TEST_OPTS, &a), KILN_OK);
-  assert_int_equal(kiln_net_data_layer_count(a->net), 1);
+  assert_int_equal(kiln_net_data_layer_count(kiln_solver_net(a)), 1);
   assert_int_equal(kiln_solver_step(a, 20), KILN_OK);
-  assert_int_equal(a->iter, 20);
-  float *straight = snapshot_params(a->net);
-  int64_t nfloats = a->net->nparam_floats;
-  int nlearnable = a->net->nlearnable;
+  assert_int_equal(kiln_solver_iter(a), 20);
+  float *straight = snapshot_params(kiln_solver_net(a));
+  int64_t nfloats = kiln_solver_net(a)->nparam_floats;
+  int nlearnable = kiln_solver_net(a)->nlearnable;
 
   /* the iteration-10 files */
   snprintf(path, sizeof path, "%s_iter_10.caffemodel", prefix);
@@ -670,15 +681,15 @@ static void test_snapshot_and_exact_resume(void **state) {
   kiln_solver *b;
   assert_int_equal(kiln_solver_create(sp, TEST_OPTS, &b), KILN_OK);
   assert_int_equal(kiln_solver_restore(b, state10), KILN_OK);
-  assert_int_equal(b->iter, 10);
+  assert_int_equal(kiln_solver_iter(b), 10);
   assert_int_equal(b->current_step, 1);
   uint64_t cur;
-  assert_int_equal(kiln_net_get_cursors(b->net, &cur), 1);
+  assert_int_equal(kiln_net_get_cursors(kiln_solver_net(b), &cur), 1);
   assert_int_equal(cur, 60);
   assert_int_equal(kiln_solver_step(b, 10), KILN_OK);
-  assert_int_equal(b->iter, 20);
-  assert_int_equal(b->net->nparam_floats, nfloats);
-  assert_memory_equal(b->net->param_data, straight, sizeof(float) * (size_t)nfloats);
+  assert_int_equal(kiln_solver_iter(b), 20);
+  assert_int_equal(kiln_solver_net(b)->nparam_floats, nfloats);
+  assert_memory_equal(kiln_solver_net(b)->param_data, straight, sizeof(float) * (size_t)nfloats);
   kiln_solver_free(b);
 
   /* negative controls: the same resume, but from the wrong data position, or with another
@@ -687,21 +698,24 @@ static void test_snapshot_and_exact_resume(void **state) {
   assert_int_equal(kiln_solver_create(sp, TEST_OPTS, &c), KILN_OK);
   assert_int_equal(kiln_solver_restore(c, state10), KILN_OK);
   uint64_t zero = 0;
-  assert_int_equal(kiln_net_set_cursors(c->net, &zero, 1), KILN_OK);
+  assert_int_equal(kiln_net_set_cursors(kiln_solver_net(c), &zero, 1), KILN_OK);
   assert_int_equal(kiln_solver_step(c, 10), KILN_OK);
-  assert_true(memcmp(c->net->param_data, straight, sizeof(float) * (size_t)nfloats) != 0);
+  assert_true(memcmp(kiln_solver_net(c)->param_data, straight,
+                     sizeof(float) * (size_t)nfloats) != 0);
   kiln_solver_free(c);
   assert_int_equal(kiln_solver_create(sp, TEST_OPTS, &c), KILN_OK);
   assert_int_equal(kiln_solver_restore(c, state10), KILN_OK);
-  kiln_rng_seed(&c->net->rng, 12345, 1);
+  kiln_rng_seed(&kiln_solver_net(c)->rng, 12345, 1);
   assert_int_equal(kiln_solver_step(c, 10), KILN_OK);
-  assert_true(memcmp(c->net->param_data, straight, sizeof(float) * (size_t)nfloats) != 0);
+  assert_true(memcmp(kiln_solver_net(c)->param_data, straight,
+                     sizeof(float) * (size_t)nfloats) != 0);
   kiln_solver_free(c);
   /* and without restoring at all, 10 steps from scratch are not 20 */
   assert_int_equal(kiln_solver_create(sp, TEST_OPTS, &c), KILN_OK);
   c->iter = 10;
   assert_int_equal(kiln_solver_step(c, 10), KILN_OK);
-  assert_true(memcmp(c->net->param_data, straight, sizeof(float) * (size_t)nfloats) != 0);
+  assert_true(memcmp(kiln_solver_net(c)->param_data, straight,
+                     sizeof(float) * (size_t)nfloats) != 0);
   kiln_solver_free(c);
 
   /* Snapshot files moved elsewhere: the .caffemodel is found beside the .solverstate. */
@@ -716,7 +730,7 @@ static void test_snapshot_and_exact_resume(void **state) {
   assert_int_equal(kiln_solver_create(sp, TEST_OPTS, &c), KILN_OK);
   assert_int_equal(kiln_solver_restore(c, moved_state), KILN_OK);
   assert_int_equal(kiln_solver_step(c, 10), KILN_OK);
-  assert_memory_equal(c->net->param_data, straight, sizeof(float) * (size_t)nfloats);
+  assert_memory_equal(kiln_solver_net(c)->param_data, straight, sizeof(float) * (size_t)nfloats);
   kiln_solver_free(c);
 
   kiln_solver_free(a);
@@ -778,15 +792,15 @@ static void test_snapshot_resume_adam(void **state) {
   snprintf(st, sizeof st, "%s_iter_4.solverstate", prefix);
   ProtobufCMessage *m;
   assert_int_equal(kiln_proto_read_binary(st, &caffe__solver_state__descriptor, &m), KILN_OK);
-  assert_int_equal((int)((Caffe__SolverState *)m)->n_history, 2 * a->net->nlearnable);
+  assert_int_equal((int)((Caffe__SolverState *)m)->n_history, 2 * kiln_solver_net(a)->nlearnable);
   protobuf_c_message_free_unpacked(m, NULL);
   assert_int_equal(kiln_solver_create(sp, TEST_OPTS, &b), KILN_OK);
   assert_int_equal(kiln_solver_restore(b, st), KILN_OK);
   assert_int_equal(kiln_solver_step(b, 4), KILN_OK);
-  assert_memory_equal(a->net->param_data, b->net->param_data,
-                      sizeof(float) * (size_t)a->net->nparam_floats);
-  assert_memory_equal(a->history, b->history,
-                      sizeof(float) * (size_t)a->net->nparam_floats * 2);
+  assert_memory_equal(kiln_solver_net(a)->param_data, kiln_solver_net(b)->param_data,
+                      sizeof(float) * (size_t)kiln_solver_net(a)->nparam_floats);
+  assert_memory_equal(kiln_solver_history(a, NULL), kiln_solver_history(b, NULL),
+                      sizeof(float) * (size_t)kiln_solver_net(a)->nparam_floats * 2);
   kiln_solver_free(a);
   kiln_solver_free(b);
 }
@@ -800,7 +814,7 @@ static void test_restore_errors(void **state) {
            "snapshot_prefix: '%s'\n",
            prefix);
   kiln_solver *a = make_solver(tiny_net, body, NULL);
-  set_tiny_inputs(a->net);
+  set_tiny_inputs(kiln_solver_net(a));
   assert_int_equal(kiln_solver_step(a, 2), KILN_OK);
   char *state_path = NULL;
   assert_int_equal(kiln_solver_snapshot(a, &state_path), KILN_OK);
@@ -817,11 +831,12 @@ static void test_restore_errors(void **state) {
            "        inner_product_param { num_output: 3 bias_term: false } }\n"
            "layer { name: 'loss' type: 'SoftmaxWithLoss' bottom: 'ip' bottom: 'label' top: 'loss' }\n");
   kiln_solver *b = make_solver(other, body, NULL);
-  float *before = snapshot_params(b->net);
+  float *before = snapshot_params(kiln_solver_net(b));
   assert_int_equal(kiln_solver_restore(b, state_path), KILN_ERR_SHAPE);
   assert_contains(kiln_last_error(), state_path);
-  assert_int_equal(b->iter, 0);
-  assert_memory_equal(before, b->net->param_data, sizeof(float) * (size_t)b->net->nparam_floats);
+  assert_int_equal(kiln_solver_iter(b), 0);
+  assert_memory_equal(before, kiln_solver_net(b)->param_data,
+                      sizeof(float) * (size_t)kiln_solver_net(b)->nparam_floats);
   free(before);
   kiln_solver_free(b);
 
@@ -841,7 +856,7 @@ static void test_restore_errors(void **state) {
   path_in("corrupt.solverstate", corrupt, sizeof corrupt);
   write_text(corrupt, "\xff\xff\xff\xff this is not a solver state");
   assert_int_not_equal(kiln_solver_restore(a, corrupt), KILN_OK);
-  assert_int_equal(a->iter, 2);
+  assert_int_equal(kiln_solver_iter(a), 2);
 
   free(state_path);
   kiln_solver_free(a);
@@ -859,9 +874,9 @@ static void run_with_tests(bool init, const int *want, int nwant) {
   events ev = {0};
   kiln_solver_options o = {.on_event = on_event, .user = &ev};
   kiln_solver *s = make_solver(net, body, &o);
-  assert_int_equal(s->ntest, 1);
+  assert_int_equal(kiln_solver_test_net_count(s), 1);
   assert_int_equal(kiln_solver_solve(s), KILN_OK);
-  assert_int_equal(s->iter, 10);
+  assert_int_equal(kiln_solver_iter(s), 10);
   assert_int_equal(ev.n, nwant);
   for (int i = 0; i < nwant; i++) {
     assert_int_equal(ev.iters[i], want[i]);
@@ -903,9 +918,9 @@ static void test_divergence_is_numeric_error(void **state) {
   assert_int_equal(rc, KILN_ERR_NUMERIC);
   assert_contains(kiln_last_error(), "iteration");
   char it[32];
-  snprintf(it, sizeof it, "iteration %d", s->iter);
+  snprintf(it, sizeof it, "iteration %d", kiln_solver_iter(s));
   assert_contains(kiln_last_error(), it);
-  assert_true(s->iter < 50);
+  assert_true(kiln_solver_iter(s) < 50);
   kiln_solver_free(s);
 }
 
@@ -925,7 +940,7 @@ static void test_fault_injection(void **state) {
   setenv("KILN_FAULT", "sleep:ip:20", 1);
   assert_int_equal(kiln_config_from_env(&fc), KILN_OK);
   kiln_solver *s = make_solver(tiny_net, body, &fo);
-  set_tiny_inputs(s->net);
+  set_tiny_inputs(kiln_solver_net(s));
   double t0 = kiln_now_ms();
   assert_int_equal(kiln_solver_step(s, 5), KILN_OK);
   assert_true(kiln_now_ms() - t0 >= 5 * 20);
@@ -943,7 +958,7 @@ static void test_fault_injection(void **state) {
   setenv("KILN_FAULT", "leak:4096", 1);
   assert_int_equal(kiln_config_from_env(&fc), KILN_OK);
   s = make_solver(tiny_net, body, &fo);
-  set_tiny_inputs(s->net);
+  set_tiny_inputs(kiln_solver_net(s));
   double before = kiln_peak_rss_mb();
   assert_int_equal(kiln_solver_step(s, 5), KILN_OK);
   assert_true(kiln_peak_rss_mb() - before >= 5 * 4 - 1);
@@ -954,7 +969,7 @@ static void test_fault_injection(void **state) {
   kiln_solver_options o = {.on_event = on_event_count, .user = &wait};
   t0 = kiln_now_ms();
   s = make_solver(tiny_net, body, &o);
-  set_tiny_inputs(s->net);
+  set_tiny_inputs(kiln_solver_net(s));
   assert_int_equal(kiln_solver_solve(s), KILN_OK);
   assert_true(isnan(wait) || (wait >= 0 && wait <= kiln_now_ms() - t0 + 1));
   kiln_solver_free(s);

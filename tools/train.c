@@ -164,11 +164,12 @@ int cmd_train(int argc, char **argv) {
     return fail(comm, "train");
   }
   if (rank == 0) {
-    char *table = kiln_net_describe(s->net);
+    char *table = kiln_net_describe(kiln_solver_net(s));
     if (table) fprintf(stderr, "%s", table);
     free(table);
     if (nworkers > 1) {
-      const kiln_sync_config *y = &s->sync;
+      const kiln_sync_config *y = kiln_solver_sync(s);
+      int batch = kiln_solver_batch_size(s), iter_size = kiln_solver_param(s)->iter_size;
       char how[160] = "";
       if (y->mode == KILN_SYNC_MODEL)
         snprintf(how, sizeof how, " every %d iterations", y->interval_iters);
@@ -181,8 +182,7 @@ int cmd_train(int argc, char **argv) {
               "iter_size %d\n",
               nworkers, kiln_sync_mode_name(y->mode), how,
               y->deterministic ? " (deterministic: rank-order sum)" : "",
-              s->batch_size * nworkers * s->param->iter_size, s->batch_size, nworkers,
-              s->param->iter_size);
+              batch * nworkers * iter_size, batch, nworkers, iter_size);
     }
   }
   int rc = KILN_OK;
@@ -191,11 +191,12 @@ int cmd_train(int argc, char **argv) {
   if (!rc) rc = kiln_solver_solve(s);
   if (rc) {
     if (m.tty && rank == 0) fprintf(stderr, "\n");
-    const char *what = snapshot && s->iter == 0 ? "resume" : weights && s->iter == 0 ? "weights" : "train";
+    int iter = kiln_solver_iter(s);
+    const char *what = snapshot && iter == 0 ? "resume" : weights && iter == 0 ? "weights" : "train";
     tool_metrics_close(&m);
     if (nworkers > 1) { /* the solver stays allocated: the job ends */
       char at[64]; /* where training stood: a watchdog message names the collective */
-      snprintf(at, sizeof at, "train at iteration %d", s->iter);
+      snprintf(at, sizeof at, "train at iteration %d", iter);
       return fail(comm, strcmp(what, "train") ? what : at);
     }
     kiln_solver_free(s);

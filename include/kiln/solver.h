@@ -50,49 +50,8 @@ typedef enum {
   KILN_SOLVER_TYPE_COUNT
 } kiln_solver_type;
 
-typedef struct kiln_solver {
-  Caffe__SolverParameter *param;
-  char *source;            /* solver file */
-  char *snapshot_prefix;
-  kiln_solver_type type;
-  kiln_net *net;           /* the train net */
-  int ntest;
-  kiln_net **test_nets;
-  Caffe__NetParameter **net_params; /* parsed net files, owned */
-  int nnet_params;
-  int iter, current_step, max_iter;
-  int history_per_param;
-  float *history;          /* history_per_param x net->nparam_floats, flat like the params */
-  float *loss_window;      /* the last average_loss losses */
-  int loss_window_n, loss_window_pos;
-  uint64_t seed;
-  int batch_size;          /* samples per forward pass of the train net (per worker) */
-  double start_ms;
-  kiln_solver_options opt;
-  /* data-parallel */
-  int rank, nworkers;
-  kiln_sync_config sync;   /* resolved: file, then options */
-  const Caffe__NetParameter *train_param;
-  float *grad_acc;         /* iter_size > 1: the passes' gradients summed in pass order */
-  float *sum_buffer;       /* the communicator's memory the train net's gradients lie in (summed
-                              there with no copies), or NULL */
-  bool params_synced;      /* rank 0's parameters broadcast since creation or restore */
-  double work_ms, sync_ms; /* this worker: time in training iterations, and in collectives that
-                              wait for the others (gradient sums, model averages) */
-  uint64_t work_samples, work_iters;
-  int64_t naverages;       /* MODEL / TIME: model averages so far */
-  bool diverged;           /* MODEL / TIME: local steps since the last model average */
-  bool state_diverged;     /* running statistics (BatchNorm's) updated since the last average */
-  double round_start_ms;   /* TIME: when the next round's clock started (the last average) */
-  /* GRADIENT, not deterministic, iter_size 1: the flat gradient in buckets (from the end, where
-   * the last layers' gradients lie), each summed as soon as backward has passed every layer
-   * using it, while earlier layers still compute. */
-  struct kiln_grad_bucket *buckets;
-  int nbuckets, next_bucket;
-  bool overlap;
-  kiln_fault fault;        /* the configuration's: an injected slowdown or leak */
-  double start_cpu_wait_ms; /* the creating thread's CPU wait at creation */
-} kiln_solver;
+/* The solver's state is private to src/solver; callers read it through the functions below. */
+typedef struct kiln_solver kiln_solver;
 
 /* Reads the solver file and builds the train and test nets (net paths are taken as given, or
  * relative to the solver file's folder). The configuration's fault (KILN_FAULT,
@@ -125,5 +84,21 @@ int kiln_solver_load_weights(kiln_solver *s, const char *caffemodel_path);
 /* The learning rate at the current iteration under the solver's lr_policy. */
 float kiln_solver_learning_rate(kiln_solver *s);
 const char *kiln_solver_type_name(kiln_solver_type t);
+
+/* What the solver holds, for callers that show or inspect it. */
+kiln_net *kiln_solver_net(const kiln_solver *s); /* the train net */
+/* The test nets (only rank 0 builds them; none elsewhere); NULL for k beyond the count. */
+int kiln_solver_test_net_count(const kiln_solver *s);
+kiln_net *kiln_solver_test_net(const kiln_solver *s, int k);
+int kiln_solver_iter(const kiln_solver *s); /* iterations done */
+const Caffe__SolverParameter *kiln_solver_param(const kiln_solver *s); /* the solver file */
+kiln_solver_type kiln_solver_type_of(const kiln_solver *s);
+int kiln_solver_batch_size(const kiln_solver *s); /* samples per pass of the train net (per worker) */
+int kiln_solver_nworkers(const kiln_solver *s);
+/* The sync settings in force: the solver file's sync { } with the options' overrides. */
+const kiln_sync_config *kiln_solver_sync(const kiln_solver *s);
+/* The update rule's history, flat like the train net's param_data: `per_param` copies (may be
+ * NULL), the second (Adam, AdaDelta) nparam_floats after the first. */
+const float *kiln_solver_history(const kiln_solver *s, int *per_param);
 
 #endif

@@ -2,7 +2,7 @@
  * every rank applies the same update to the same parameters (the solver divides by the number
  * of gradients summed, workers x iter_size, after clipping, as one worker with iter_size N
  * would). MODEL and TIME: every worker steps on its own and the solver averages parameters and
- * history through kiln_sync_average every K iterations or T seconds (src/solver/solver.c
+ * history through kiln_sync_average every K iterations or T seconds (src/solver/worker_sync.c
  * decides when and with which weights). */
 #include <errno.h>
 #include <math.h>
