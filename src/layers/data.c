@@ -220,9 +220,10 @@ static int load_mean_file(kiln_layer *l, data_state *s, const char *path) {
   Caffe__BlobProto *bp = (Caffe__BlobProto *)m;
   size_t want = (size_t)s->C * s->H * s->W;
   if (bp->n_data != want) {
+    const size_t have = bp->n_data; /* read before the message is freed */
     protobuf_c_message_free_unpacked(m, NULL);
     return KILN_LAYER_ERROR(l, KILN_ERR_SHAPE, "%s: mean has %zu values, the data %dx%dx%d", path,
-                            bp->n_data, s->C, s->H, s->W);
+                            have, s->C, s->H, s->W);
   }
   s->mean = malloc(want * sizeof(float));
   if (s->mean) memcpy(s->mean, bp->data, want * sizeof(float));

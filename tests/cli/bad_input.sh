@@ -87,6 +87,14 @@ if [ -w /dev/full ]; then
     "$KILN" time --model input.prototxt --iterations 1 --metrics /dev/full
 fi
 
+# A mean_file whose count is not the data's C x H x W: an error naming both (the count was read
+# after the message was freed; the sanitizer build checks).
+printf '\x2a\x0c\x00\x00\x80\x3f\x00\x00\x80\x3f\x00\x00\x80\x3f' > mean3.binaryproto
+sed 's|data_param {|transform_param { mean_file: "mean3.binaryproto" } data_param {|' ok.prototxt \
+  > mean_net.prototxt
+expect_error "mean_file of the wrong size" "mean3.binaryproto: mean has 3 values, the data 1x4x4" -- \
+  "$KILN" describe --model mean_net.prototxt
+
 # Endless or huge text files are refused before they are read (not read until memory runs out).
 expect_error "net from a device" "/dev/zero: not a regular file" -- \
   timeout 20 "$KILN" describe --model /dev/zero
