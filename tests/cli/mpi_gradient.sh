@@ -16,8 +16,8 @@
 #   (i, j) sums overlapped with backward, plain and ordered, with iter_size 1 and 2;
 #   (k)    the same sums driven by a communication thread;
 #   (l)    gradients summed where they lie in shared memory, copied, or both at once.
-# On one host every sum goes through shared memory (src/parallel/comm_mpi.c); mpi_gradient_no_shm.sh
-# runs all of this again with KILN_COMM_SHM=0, through MPI.
+# On one host every sum goes through shared memory (src/parallel/comm_mpi_shm.c);
+# mpi_gradient_no_shm.sh runs all of this again with KILN_COMM_SHM=0, through MPI.
 # Skips (exit 77, a CTest skip) only when mpirun is missing or kiln was built without MPI.
 source "$(dirname "$0")/lib.bash"
 cd "$WORK"
