@@ -10,7 +10,7 @@
  * The watchdog. Open MPI ends the job when a process dies, but a rank that stops without dying
  * (SIGSTOP, a hang outside MPI, a host cut off by the network) would leave the others in a
  * collective forever. So every collective here is started non-blocking (MPI_Iallreduce,
- * MPI_Ibcast, ...) and waited for in wait_on(): MPI_Test back to back for the first SPIN_MS (a
+ * MPI_Ibcast, ...) and waited for in kiln_mpi_wait_on(): MPI_Test back to back for the first SPIN_MS (a
  * collective whose ranks arrive together is over by then, as with the blocking call), then with
  * sched_yield() between tests until YIELD_MS, then with sleeps of up to MAX_SLEEP_US, so that a
  * rank waiting for a slower one leaves the cores to it. A wait longer than c->timeout_s starts a
@@ -61,7 +61,7 @@ struct rank_place {
   char host[60];
 };
 
-int mpi_status(int err, const char *what) {
+int kiln_mpi_status(int err, const char *what) {
   if (err == MPI_SUCCESS) return KILN_OK;
   char msg[MPI_MAX_ERROR_STRING + 1];
   int len = 0;
@@ -79,7 +79,7 @@ static void sleep_us(long us) {
   nanosleep(&ts, NULL);
 }
 
-void begin_op(kiln_comm *c, const char *fmt, ...) {
+void kiln_mpi_begin_op(kiln_comm *c, const char *fmt, ...) {
   mpi_state *st = c->impl;
   va_list ap;
   va_start(ap, fmt);
@@ -100,7 +100,7 @@ void begin_op(kiln_comm *c, const char *fmt, ...) {
   }
 }
 
-void end_op(kiln_comm *c) { ((mpi_state *)c->impl)->last_end_ms = kiln_now_ms(); }
+void kiln_mpi_end_op(kiln_comm *c) { ((mpi_state *)c->impl)->last_end_ms = kiln_now_ms(); }
 
 /* Roll-call messages are small (sent eagerly), but MPI owns their buffers until the send
  * completes. */
@@ -198,7 +198,7 @@ static void append_ranks(char *buf, size_t cap, size_t *len, const bool *pick, i
 static int poll_request(kiln_comm *c, void *arg, bool *done) {
   int flag = 0;
   int err = MPI_Test(arg, &flag, MPI_STATUS_IGNORE);
-  if (err != MPI_SUCCESS) return mpi_status(err, ((mpi_state *)c->impl)->what);
+  if (err != MPI_SUCCESS) return kiln_mpi_status(err, ((mpi_state *)c->impl)->what);
   *done = flag;
   return KILN_OK;
 }
@@ -281,7 +281,7 @@ static int roll_call(kiln_comm *c, poll_fn poll, void *arg, double waited_ms) {
  * training step waits here whenever another worker is late, often by a few milliseconds on a busy
  * or virtual machine; sleeping from the start would leave a rank up to a millisecond behind a
  * late peer, where yielding leaves it microseconds behind (`kiln-comm-bench ... late`). */
-int wait_on(kiln_comm *c, poll_fn poll, void *arg) {
+int kiln_mpi_wait_on(kiln_comm *c, poll_fn poll, void *arg) {
   double t0 = kiln_now_ms();
   for (;;) {
     bool done = false;
@@ -302,16 +302,16 @@ int wait_on(kiln_comm *c, poll_fn poll, void *arg) {
 }
 
 /* Waits for one non-blocking operation of the current collective, within the limit. */
-static int wait_for(kiln_comm *c, MPI_Request *req) { return wait_on(c, poll_request, req); }
+static int wait_for(kiln_comm *c, MPI_Request *req) { return kiln_mpi_wait_on(c, poll_request, req); }
 
 /* ---- the collectives ---------------------------------------------------------------------- */
 
 static int mpi_barrier(kiln_comm *c) {
-  begin_op(c, "barrier");
+  kiln_mpi_begin_op(c, "barrier");
   MPI_Request req;
-  int rc = mpi_status(MPI_Ibarrier(comm_of(c), &req), "barrier");
+  int rc = kiln_mpi_status(MPI_Ibarrier(comm_of(c), &req), "barrier");
   if (!rc) rc = wait_for(c, &req);
-  end_op(c);
+  kiln_mpi_end_op(c);
   return rc;
 }
 
@@ -322,7 +322,7 @@ static int bcast_chunks(kiln_comm *c, void *buf, int64_t count, MPI_Datatype typ
   for (int64_t off = 0; off < count; off += CHUNK_FLOATS) {
     int cnt = (int)(count - off < CHUNK_FLOATS ? count - off : CHUNK_FLOATS);
     MPI_Request req;
-    KILN_TRY(mpi_status(MPI_Ibcast((char *)buf + (size_t)off * size, cnt, type, root, comm_of(c), &req),
+    KILN_TRY(kiln_mpi_status(MPI_Ibcast((char *)buf + (size_t)off * size, cnt, type, root, comm_of(c), &req),
                         "broadcast"));
     KILN_TRY(wait_for(c, &req));
   }
@@ -330,16 +330,16 @@ static int bcast_chunks(kiln_comm *c, void *buf, int64_t count, MPI_Datatype typ
 }
 
 static int mpi_broadcast(kiln_comm *c, float *buf, int64_t n, int root) {
-  begin_op(c, "broadcast of %lld floats from rank %d", (long long)n, root);
+  kiln_mpi_begin_op(c, "broadcast of %lld floats from rank %d", (long long)n, root);
   int rc = bcast_chunks(c, buf, n, MPI_FLOAT, sizeof(float), root);
-  end_op(c);
+  kiln_mpi_end_op(c);
   return rc;
 }
 
 static int mpi_broadcast_bytes(kiln_comm *c, void *buf, size_t n, int root) {
-  begin_op(c, "broadcast of %zu bytes from rank %d", n, root);
+  kiln_mpi_begin_op(c, "broadcast of %zu bytes from rank %d", n, root);
   int rc = bcast_chunks(c, buf, (int64_t)n, MPI_BYTE, 1, root);
-  end_op(c);
+  kiln_mpi_end_op(c);
   return rc;
 }
 
@@ -347,39 +347,39 @@ static int mpi_broadcast_bytes(kiln_comm *c, void *buf, size_t n, int root) {
 static int sum_now(kiln_comm *c, float *buf, int64_t n, bool ordered) {
   mpi_state *st = c->impl;
   if (st->nbuckets) {
-    end_op(c);
+    kiln_mpi_end_op(c);
     return kiln_errorf(KILN_ERR_INVALID, "allreduce while %d overlapped sums are in flight",
                        st->nbuckets - st->done_buckets);
   }
   int rc = KILN_OK;
   for (int64_t off = 0; off < n && !rc; off += CHUNK_FLOATS) {
-    rc = start_sums(c, buf + off, n - off < CHUNK_FLOATS ? n - off : CHUNK_FLOATS, ordered);
-    if (!rc) rc = wait_on(c, progress_buckets, NULL);
-    sums_over(st);
+    rc = kiln_mpi_start_sums(c, buf + off, n - off < CHUNK_FLOATS ? n - off : CHUNK_FLOATS, ordered);
+    if (!rc) rc = kiln_mpi_wait_on(c, kiln_mpi_progress_buckets, NULL);
+    kiln_mpi_sums_over(st);
   }
-  end_op(c);
+  kiln_mpi_end_op(c);
   return rc;
 }
 
 static int mpi_allreduce(kiln_comm *c, float *buf, int64_t n) {
-  begin_op(c, "allreduce of %lld floats", (long long)n);
+  kiln_mpi_begin_op(c, "allreduce of %lld floats", (long long)n);
   return sum_now(c, buf, n, false);
 }
 
 static int mpi_allreduce_ordered(kiln_comm *c, float *buf, int64_t n) {
-  begin_op(c, "ordered allreduce of %lld floats", (long long)n);
+  kiln_mpi_begin_op(c, "ordered allreduce of %lld floats", (long long)n);
   return sum_now(c, buf, n, true);
 }
 
 static int mpi_allgather(kiln_comm *c, const void *send, size_t n, void *recv) {
   if (n > INT_MAX)
     return kiln_errorf(KILN_ERR_INVALID, "allgather of %zu bytes (at most %d)", n, INT_MAX);
-  begin_op(c, "allgather of %zu bytes", n);
+  kiln_mpi_begin_op(c, "allgather of %zu bytes", n);
   MPI_Request req;
-  int rc = mpi_status(
+  int rc = kiln_mpi_status(
       MPI_Iallgather(send, (int)n, MPI_BYTE, recv, (int)n, MPI_BYTE, comm_of(c), &req), "allgather");
   if (!rc) rc = wait_for(c, &req);
-  end_op(c);
+  kiln_mpi_end_op(c);
   return rc;
 }
 
@@ -391,7 +391,7 @@ static void mpi_end_job(kiln_comm *c, int code) {
 static void mpi_destroy(kiln_comm *c) {
   mpi_state *st = c->impl;
   if (st) {
-    comm_thread_stop(st);
+    kiln_mpi_thread_stop(st);
     int finalized = 0;
     MPI_Finalized(&finalized);
     if (!finalized) {
@@ -444,11 +444,11 @@ static const kiln_comm_ops mpi_ops = {
     .allreduce_sum = mpi_allreduce,
     .allreduce_sum_ordered = mpi_allreduce_ordered,
     .allgather = mpi_allgather,
-    .bucket_start = mpi_bucket_start,
-    .bucket_progress = mpi_bucket_progress,
-    .bucket_finish = mpi_bucket_finish,
-    .claim_sum_buffer = mpi_claim_sum_buffer,
-    .release_sum_buffer = mpi_release_sum_buffer,
+    .bucket_start = kiln_mpi_bucket_start,
+    .bucket_progress = kiln_mpi_bucket_progress,
+    .bucket_finish = kiln_mpi_bucket_finish,
+    .claim_sum_buffer = kiln_mpi_claim_sum_buffer,
+    .release_sum_buffer = kiln_mpi_release_sum_buffer,
     .end_job = mpi_end_job,
     .destroy = mpi_destroy,
 };
@@ -541,12 +541,12 @@ int kiln_comm_mpi_create(int *argc, char ***argv, const kiln_config *cfg, kiln_c
     st->we_initialised = true;
   }
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
-  int rc = mpi_status(MPI_Comm_dup(MPI_COMM_WORLD, &st->comm), "communicator duplication");
-  if (!rc) rc = mpi_status(MPI_Comm_dup(MPI_COMM_WORLD, &st->watch), "communicator duplication");
+  int rc = kiln_mpi_status(MPI_Comm_dup(MPI_COMM_WORLD, &st->comm), "communicator duplication");
+  if (!rc) rc = kiln_mpi_status(MPI_Comm_dup(MPI_COMM_WORLD, &st->watch), "communicator duplication");
   if (!rc) MPI_Comm_set_errhandler(st->comm, MPI_ERRORS_RETURN);
   if (!rc) MPI_Comm_set_errhandler(st->watch, MPI_ERRORS_RETURN);
-  if (!rc) rc = mpi_status(MPI_Comm_rank(st->comm, &c->rank), "rank");
-  if (!rc) rc = mpi_status(MPI_Comm_size(st->comm, &c->size), "size");
+  if (!rc) rc = kiln_mpi_status(MPI_Comm_rank(st->comm, &c->rank), "rank");
+  if (!rc) rc = kiln_mpi_status(MPI_Comm_size(st->comm, &c->size), "size");
   if (rc) {
     /* MPI_Finalize would wait for ranks that are still setting up (or stuck in MPI_Comm_dup
      * with us): in a job of several processes hand back a communicator on MPI_COMM_WORLD whose
@@ -566,9 +566,9 @@ int kiln_comm_mpi_create(int *argc, char ***argv, const kiln_config *cfg, kiln_c
     *out = c; /* the caller ends the job */
     return rc;
   }
-  shm_setup(c);
+  kiln_mpi_shm_setup(c);
   if (poll_us && c->size > 1) {
-    rc = comm_thread_start(c, poll_us);
+    rc = kiln_mpi_thread_start(c, poll_us);
     if (rc) {
       *out = c; /* the caller ends the job */
       return rc;

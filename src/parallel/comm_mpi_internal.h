@@ -92,33 +92,33 @@ typedef struct {
 
 /* comm_mpi.c: MPI's error codes as kiln statuses, and the watchdog that every collective is
  * begun, waited for and ended through. */
-int mpi_status(int err, const char *what);
-void begin_op(kiln_comm *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-void end_op(kiln_comm *c);
+int kiln_mpi_status(int err, const char *what);
+void kiln_mpi_begin_op(kiln_comm *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void kiln_mpi_end_op(kiln_comm *c);
 /* Whether what a rank waits for is complete: one request, or the sums in flight. */
 typedef int (*poll_fn)(kiln_comm *c, void *arg, bool *done);
-int wait_on(kiln_comm *c, poll_fn poll, void *arg);
+int kiln_mpi_wait_on(kiln_comm *c, poll_fn poll, void *arg);
 
 /* comm_mpi_sums.c: the sums in flight, which serve the whole-buffer sums too, and the
  * communicator's overlapped bucket sums. */
-int start_sums(kiln_comm *c, float *buf, int64_t n, bool ordered);
-int progress_buckets(kiln_comm *c, void *arg, bool *all_done);
-void sums_over(mpi_state *st);
-int mpi_bucket_start(kiln_comm *c, float *buf, int64_t n, bool ordered);
-int mpi_bucket_progress(kiln_comm *c);
-int mpi_bucket_finish(kiln_comm *c);
+int kiln_mpi_start_sums(kiln_comm *c, float *buf, int64_t n, bool ordered);
+int kiln_mpi_progress_buckets(kiln_comm *c, void *arg, bool *all_done);
+void kiln_mpi_sums_over(mpi_state *st);
+int kiln_mpi_bucket_start(kiln_comm *c, float *buf, int64_t n, bool ordered);
+int kiln_mpi_bucket_progress(kiln_comm *c);
+int kiln_mpi_bucket_finish(kiln_comm *c);
 
 /* comm_mpi_shm.c: the sums through shared memory, and their setup at start. */
-void shm_start(kiln_comm *c, bucket *b);
-void shm_advance(kiln_comm *c, bucket *b);
-float *mpi_claim_sum_buffer(kiln_comm *c, int64_t n);
-void mpi_release_sum_buffer(kiln_comm *c, float *buf);
-void shm_setup(kiln_comm *c);
+void kiln_mpi_shm_start(kiln_comm *c, bucket *b);
+void kiln_mpi_shm_advance(kiln_comm *c, bucket *b);
+float *kiln_mpi_claim_sum_buffer(kiln_comm *c, int64_t n);
+void kiln_mpi_release_sum_buffer(kiln_comm *c, float *buf);
+void kiln_mpi_shm_setup(kiln_comm *c);
 
 /* comm_mpi_thread.c: the communication thread, and the overlapped bucket sums it drives. */
-int comm_thread_start(kiln_comm *c, long poll_us);
-void comm_thread_stop(mpi_state *st);
-int thread_bucket_start(kiln_comm *c, float *buf, int64_t n, bool ordered);
-int thread_bucket_finish(kiln_comm *c);
+int kiln_mpi_thread_start(kiln_comm *c, long poll_us);
+void kiln_mpi_thread_stop(mpi_state *st);
+int kiln_mpi_thread_bucket_start(kiln_comm *c, float *buf, int64_t n, bool ordered);
+int kiln_mpi_thread_bucket_finish(kiln_comm *c);
 
 #endif

@@ -12,7 +12,7 @@
  * that bucket in any segment (meanwhile the owner writes other places of its segment: the
  * gradients backward is still computing, other buckets' copies); a rank writes the bucket's place
  * again only after every `done` of the round. Release stores and acquire loads of the round
- * numbers order the writes: no locks. Waits go through wait_on() as for MPI, watchdog
+ * numbers order the writes: no locks. Waits go through kiln_mpi_wait_on() as for MPI, watchdog
  * included. Why not MPI's own transfers on one host: their time for the same buffer varies
  * widely from minute to minute on a shared machine, and a sum where the gradients lie needs no
  * copies in or out, which would take time from backward (`kiln-comm-bench` and `bench/mpi`
@@ -56,7 +56,7 @@ static bool in_arena(const mpi_state *st, int rank, const float *buf, int64_t n)
 
 /* This rank's addend goes into its segment: where it lies when buf is in the claimed sum buffer,
  * else copied after the arena; its offset and `ready` tell the others. */
-void shm_start(kiln_comm *c, bucket *b) {
+void kiln_mpi_shm_start(kiln_comm *c, bucket *b) {
   mpi_state *st = c->impl;
   if (st->shm_slots == 0) st->shm_round++;
   b->slot = st->shm_slots++;
@@ -78,7 +78,7 @@ void shm_start(kiln_comm *c, bucket *b) {
 /* Moves a shared-memory sum on: once every addend is in, this rank adds part q over the ranks
  * and writes the sum into every rank's segment; once every part is done, the sum is in this
  * rank's segment (copied out unless the bucket is summed in place). */
-void shm_advance(kiln_comm *c, bucket *b) {
+void kiln_mpi_shm_advance(kiln_comm *c, bucket *b) {
   mpi_state *st = c->impl;
   uint64_t round = st->shm_round;
   if (b->stage == 0 && all_reached(st, c->size, SHM_READY, b->slot, round)) {
@@ -96,7 +96,7 @@ void shm_advance(kiln_comm *c, bucket *b) {
   }
 }
 
-float *mpi_claim_sum_buffer(kiln_comm *c, int64_t n) {
+float *kiln_mpi_claim_sum_buffer(kiln_comm *c, int64_t n) {
   mpi_state *st = c->impl;
   if (!st->shm || st->arena_lent || n > ARENA_FLOATS) return NULL;
   if (st->shm_mode == KILN_COMM_SHM_COPY) return NULL; /* sums through copies (measurements) */
@@ -104,7 +104,7 @@ float *mpi_claim_sum_buffer(kiln_comm *c, int64_t n) {
   return st->shm_data[c->rank];
 }
 
-void mpi_release_sum_buffer(kiln_comm *c, float *buf) {
+void kiln_mpi_release_sum_buffer(kiln_comm *c, float *buf) {
   mpi_state *st = c->impl;
   if (st->shm && buf == st->shm_data[c->rank]) st->arena_lent = false;
 }
@@ -113,7 +113,7 @@ void mpi_release_sum_buffer(kiln_comm *c, float *buf) {
  * rank reaches the same decision (the node split is collective, and a failed allocation on any
  * rank turns it off everywhere); a failure leaves the sums in MPI, with a warning. Blocking
  * calls, as the communicator's own setup. */
-void shm_setup(kiln_comm *c) {
+void kiln_mpi_shm_setup(kiln_comm *c) {
   mpi_state *st = c->impl;
   if (c->size < 2) return;
   /* KILN_COMM_SHM=0 on any rank (the environment may differ) turns it off on all */

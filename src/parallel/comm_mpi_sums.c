@@ -55,7 +55,7 @@ static int post_ordered(kiln_comm *c, bucket *b, int stage) {
                         &b->req[k++]);
     }
     b->nreq = k; /* what was posted, for test_all, even when a post failed */
-    if (err != MPI_SUCCESS) return mpi_status(err, "point-to-point message (ordered sum)");
+    if (err != MPI_SUCCESS) return kiln_mpi_status(err, "point-to-point message (ordered sum)");
   }
   return KILN_OK;
 }
@@ -97,12 +97,12 @@ static int test_all(int n, MPI_Request *req, int *flag) {
 /* Moves a sum on as far as its messages allow (stage 2: complete). */
 static int advance(kiln_comm *c, bucket *b) {
   if (b->slot >= 0) {
-    shm_advance(c, b);
+    kiln_mpi_shm_advance(c, b);
     return KILN_OK;
   }
   while (b->stage < 2) {
     int flag = 0;
-    KILN_TRY(mpi_status(test_all(b->nreq, b->req, &flag),
+    KILN_TRY(kiln_mpi_status(test_all(b->nreq, b->req, &flag),
                         b->ordered ? "point-to-point message (ordered sum)" : "allreduce"));
     if (!flag) break;
     if (!b->ordered || b->stage == 1) {
@@ -118,7 +118,7 @@ static int advance(kiln_comm *c, bucket *b) {
 
 /* Lets the sums in flight advance. A sum enters its second exchange only after every sum
  * before it has, so that every rank posts those messages in the same order. */
-int progress_buckets(kiln_comm *c, void *arg, bool *all_done) {
+int kiln_mpi_progress_buckets(kiln_comm *c, void *arg, bool *all_done) {
   (void)arg;
   mpi_state *st = c->impl;
   for (int i = st->done_buckets; i < st->nbuckets; i++) {
@@ -132,7 +132,7 @@ int progress_buckets(kiln_comm *c, void *arg, bool *all_done) {
 }
 
 /* Starts the sum of buf (n floats) in place, in chunks that MPI's int counts can carry. */
-int start_sums(kiln_comm *c, float *buf, int64_t n, bool ordered) {
+int kiln_mpi_start_sums(kiln_comm *c, float *buf, int64_t n, bool ordered) {
   mpi_state *st = c->impl;
   for (int64_t off = 0; off < n; off += CHUNK_FLOATS) {
     if (st->nbuckets == st->cap_buckets) {
@@ -157,7 +157,7 @@ int start_sums(kiln_comm *c, float *buf, int64_t n, bool ordered) {
     st->nbuckets++;
     /* every rank decides alike: the same buckets in the same order */
     if (st->shm && st->shm_slots < SHM_SLOTS && st->shm_floats + b->n <= CHUNK_FLOATS) {
-      shm_start(c, b);
+      kiln_mpi_shm_start(c, b);
       continue;
     }
     if (ordered) {
@@ -174,7 +174,7 @@ int start_sums(kiln_comm *c, float *buf, int64_t n, bool ordered) {
       KILN_TRY(post_ordered(c, b, 0));
     } else {
       b->nreq = 1;
-      KILN_TRY(mpi_status(MPI_Iallreduce(MPI_IN_PLACE, b->buf, (int)b->n, MPI_FLOAT, MPI_SUM,
+      KILN_TRY(kiln_mpi_status(MPI_Iallreduce(MPI_IN_PLACE, b->buf, (int)b->n, MPI_FLOAT, MPI_SUM,
                                          st->comm, &b->req[0]),
                           "allreduce"));
     }
@@ -183,7 +183,7 @@ int start_sums(kiln_comm *c, float *buf, int64_t n, bool ordered) {
 }
 
 /* The sums in flight are complete (or failed: the job ends): a new list, and a new round. */
-void sums_over(mpi_state *st) {
+void kiln_mpi_sums_over(mpi_state *st) {
   st->nbuckets = st->done_buckets = 0;
   st->shm_slots = 0;
   st->shm_floats = st->shm_copied = 0;
@@ -191,36 +191,36 @@ void sums_over(mpi_state *st) {
 
 /* Waits for every sum in flight (one collective for the watchdog) and clears the list. */
 static int finish_sums(kiln_comm *c) {
-  int rc = wait_on(c, progress_buckets, NULL);
-  sums_over(c->impl);
-  end_op(c);
+  int rc = kiln_mpi_wait_on(c, kiln_mpi_progress_buckets, NULL);
+  kiln_mpi_sums_over(c->impl);
+  kiln_mpi_end_op(c);
   return rc;
 }
 
 /* ---- overlapped bucket sums -------------------------------------------------------------- */
 
-int mpi_bucket_progress(kiln_comm *c) {
+int kiln_mpi_bucket_progress(kiln_comm *c) {
   mpi_state *st = c->impl;
   if (st->ct) return KILN_OK; /* the thread does it */
   bool done;
-  return progress_buckets(c, NULL, &done);
+  return kiln_mpi_progress_buckets(c, NULL, &done);
 }
 
-int mpi_bucket_start(kiln_comm *c, float *buf, int64_t n, bool ordered) {
+int kiln_mpi_bucket_start(kiln_comm *c, float *buf, int64_t n, bool ordered) {
   mpi_state *st = c->impl;
-  if (st->ct) return thread_bucket_start(c, buf, n, ordered);
+  if (st->ct) return kiln_mpi_thread_bucket_start(c, buf, n, ordered);
   if (st->nbuckets == 0) {
-    begin_op(c, "overlapped gradient sum");
+    kiln_mpi_begin_op(c, "overlapped gradient sum");
     st->bucket_floats = 0;
   }
   st->bucket_floats += n;
-  KILN_TRY(start_sums(c, buf, n, ordered));
-  return mpi_bucket_progress(c);
+  KILN_TRY(kiln_mpi_start_sums(c, buf, n, ordered));
+  return kiln_mpi_bucket_progress(c);
 }
 
-int mpi_bucket_finish(kiln_comm *c) {
+int kiln_mpi_bucket_finish(kiln_comm *c) {
   mpi_state *st = c->impl;
-  if (st->ct) return thread_bucket_finish(c);
+  if (st->ct) return kiln_mpi_thread_bucket_finish(c);
   if (st->nbuckets == 0) return KILN_OK;
   snprintf(st->what, sizeof st->what, "overlapped gradient sum of %lld floats in %d parts",
            (long long)st->bucket_floats, st->nbuckets);

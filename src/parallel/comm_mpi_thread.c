@@ -55,15 +55,15 @@ static void *comm_thread_main(void *arg) {
     while (ct->qtaken < ct->qn) {
       queued_sum q = ct->q[ct->qtaken++];
       pthread_mutex_unlock(&ct->mu);
-      int rc = ct->rc ? KILN_OK : start_sums(c, q.buf, q.n, q.ordered);
+      int rc = ct->rc ? KILN_OK : kiln_mpi_start_sums(c, q.buf, q.n, q.ordered);
       pthread_mutex_lock(&ct->mu);
       if (rc) thread_fail(ct, rc);
     }
     if (ct->finish) {
       pthread_mutex_unlock(&ct->mu);
-      int rc = ct->rc ? KILN_OK : wait_on(c, progress_buckets, NULL);
-      sums_over(st);
-      end_op(c);
+      int rc = ct->rc ? KILN_OK : kiln_mpi_wait_on(c, kiln_mpi_progress_buckets, NULL);
+      kiln_mpi_sums_over(st);
+      kiln_mpi_end_op(c);
       pthread_mutex_lock(&ct->mu);
       if (rc) thread_fail(ct, rc);
       ct->qn = ct->qtaken = 0;
@@ -75,7 +75,7 @@ static void *comm_thread_main(void *arg) {
     if (ct->active && st->nbuckets > st->done_buckets && !ct->rc) {
       pthread_mutex_unlock(&ct->mu);
       bool all;
-      int rc = progress_buckets(c, NULL, &all);
+      int rc = kiln_mpi_progress_buckets(c, NULL, &all);
       pthread_mutex_lock(&ct->mu);
       if (rc) thread_fail(ct, rc);
     }
@@ -94,7 +94,7 @@ static void *comm_thread_main(void *arg) {
   return NULL;
 }
 
-int comm_thread_start(kiln_comm *c, long poll_us) {
+int kiln_mpi_thread_start(kiln_comm *c, long poll_us) {
   mpi_state *st = c->impl;
   comm_thread *ct = calloc(1, sizeof *ct);
   if (!ct) return kiln_errorf(KILN_ERR_NOMEM, "out of memory");
@@ -112,7 +112,7 @@ int comm_thread_start(kiln_comm *c, long poll_us) {
   return KILN_OK;
 }
 
-void comm_thread_stop(mpi_state *st) {
+void kiln_mpi_thread_stop(mpi_state *st) {
   comm_thread *ct = st->ct;
   if (!ct) return;
   pthread_mutex_lock(&ct->mu);
@@ -127,13 +127,13 @@ void comm_thread_stop(mpi_state *st) {
   st->ct = NULL;
 }
 
-int thread_bucket_start(kiln_comm *c, float *buf, int64_t n, bool ordered) {
+int kiln_mpi_thread_bucket_start(kiln_comm *c, float *buf, int64_t n, bool ordered) {
   mpi_state *st = c->impl;
   comm_thread *ct = st->ct;
   pthread_mutex_lock(&ct->mu);
   int rc = KILN_OK;
   if (!ct->active) {
-    begin_op(c, "overlapped gradient sum");
+    kiln_mpi_begin_op(c, "overlapped gradient sum");
     st->bucket_floats = 0;
     ct->active = true;
     ct->rc = 0;
@@ -156,7 +156,7 @@ int thread_bucket_start(kiln_comm *c, float *buf, int64_t n, bool ordered) {
   return rc;
 }
 
-int thread_bucket_finish(kiln_comm *c) {
+int kiln_mpi_thread_bucket_finish(kiln_comm *c) {
   mpi_state *st = c->impl;
   comm_thread *ct = st->ct;
   pthread_mutex_lock(&ct->mu);
