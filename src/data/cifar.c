@@ -438,7 +438,9 @@ static bool is_file(const char *path) {
 }
 
 static int read_bin_file(const char *path, kiln_cifar_kind kind, part *p) {
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  /* O_NONBLOCK: a FIFO in the folder is refused below instead of waited on forever (it has no
+   * effect on a regular file's reads). */
+  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) return kiln_errorf(KILN_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
   struct stat st;
   if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
@@ -504,12 +506,15 @@ int kiln_cifar_read(const char *source, kiln_cifar_kind kind, bool train, kiln_c
   }
 
   int rc;
-  int fd = open(source, O_RDONLY | O_CLOEXEC);
+  int fd = open(source, O_RDONLY | O_CLOEXEC | O_NONBLOCK); /* a FIFO is refused, not waited on */
   struct stat st;
   if (fd < 0) {
     rc = kiln_errorf(KILN_ERR_IO, "%s: cannot open: %s", source, strerror(errno));
   } else if (fstat(fd, &st) != 0) {
     rc = kiln_errorf(KILN_ERR_IO, "%s: cannot stat: %s", source, strerror(errno));
+    close(fd);
+  } else if (!S_ISDIR(st.st_mode) && !S_ISREG(st.st_mode)) {
+    rc = kiln_errorf(KILN_ERR_IO, "%s: neither a regular file nor a folder", source);
     close(fd);
   } else if (S_ISDIR(st.st_mode)) {
     close(fd);

@@ -134,4 +134,15 @@ for args in "cifar10 cifar-10-binary.tar.gz" "cifar10 a b c" "cifar10 a b --coar
   rc=$?
   [ $rc -eq 2 ] && pass || fail "convert $args: exit $rc, expected 2"
 done
+# A FIFO where a batch file or the archive should be is refused, naming it, and nothing waits on
+# it forever (the timeout would say so with exit 124).
+cp -r cifar-10-batches-bin fifo-batches
+rm fifo-batches/data_batch_3.bin
+mkfifo fifo-batches/data_batch_3.bin
+expect_error "a FIFO batch file" "data_batch_3.bin: not a regular file" -- \
+  timeout 20 "$KILN" convert cifar10 fifo-batches c10_fifo
+[ -e c10_fifo ] && fail "a FIFO batch file left an output behind" || pass
+mkfifo archive.fifo
+expect_error "a FIFO as the archive" "archive.fifo: neither a regular file nor a folder" -- \
+  timeout 20 "$KILN" convert cifar10 archive.fifo c10_fifo2
 finish
