@@ -67,6 +67,11 @@ int kiln_read_file_max(const char *path, size_t max, char **out, size_t *len);
 /* Writes `len` bytes to `path` through a temporary file and rename(): a reader never sees a
  * partial file under the final name. */
 int kiln_write_file_atomic(const char *path, const void *data, size_t len);
+/* Removes what kiln_write_file_atomic leaves behind when its process is killed mid-write: files
+ * named `<base>...tmp.<pid>` beside `path_prefix` (its folder, names starting with its last part)
+ * whose process no longer runs. *removed (may be NULL) gets the count. A file of a live process
+ * (a write in progress) is left alone. */
+int kiln_remove_stale_temporaries(const char *path_prefix, int *removed);
 /* Creates `path` and its missing parents (mode 0775, as `mkdir -p`); KILN_ERR_IO naming the
  * folder that could not be made, or the path when it exists but is not a folder. */
 int kiln_mkdir_p(const char *path);

@@ -1,7 +1,10 @@
 /* Aligned allocation, whole-file reads, atomic writes (temporary name then rename), mkdir -p, a
  * growing string, and the process memory figures the net uses to refuse what would not fit. */
 #include <errno.h>
+#include <dirent.h>
 #include <fcntl.h>
+#include <limits.h>
+#include <signal.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -224,4 +227,55 @@ int kiln_mkdir_p(const char *path) {
   int e = stat(path, &st) != 0 ? errno : S_ISDIR(st.st_mode) ? 0 : ENOTDIR;
   if (e) return kiln_errorf(KILN_ERR_IO, "%s: cannot create folder: %s", path, strerror(e));
   return KILN_OK;
+}
+
+/* "<anything>.tmp.<digits>": the process id kiln_write_file_atomic wrote it with, or 0. */
+static long temporary_pid(const char *name) {
+  const char *t = strstr(name, ".tmp.");
+  if (!t) return 0;
+  for (const char *n; (n = strstr(t + 1, ".tmp.")); t = n) {
+  }
+  const char *d = t + 5;
+  if (!*d) return 0;
+  long pid = 0;
+  for (; *d; d++) {
+    if (*d < '0' || *d > '9' || pid > 1L << 40) return 0;
+    pid = pid * 10 + (*d - '0');
+  }
+  return pid;
+}
+
+int kiln_remove_stale_temporaries(const char *path_prefix, int *removed) {
+  if (removed) *removed = 0;
+  char *dir = kiln_strdup(path_prefix);
+  if (!dir) return kiln_errorf(KILN_ERR_NOMEM, "out of memory");
+  char *slash = strrchr(dir, '/');
+  const char *base = slash ? path_prefix + (slash - dir) + 1 : path_prefix;
+  if (slash) slash[slash == dir ? 1 : 0] = '\0';
+  DIR *d = opendir(slash ? dir : ".");
+  if (!d) {
+    int rc = kiln_errorf(KILN_ERR_IO, "%s: cannot list: %s", slash ? dir : ".", strerror(errno));
+    free(dir);
+    return rc;
+  }
+  size_t blen = strlen(base);
+  int rc = KILN_OK;
+  struct dirent *e;
+  while ((e = readdir(d))) {
+    if (strncmp(e->d_name, base, blen) != 0) continue;
+    long pid = temporary_pid(e->d_name);
+    if (pid <= 0 || pid > INT_MAX || pid == (long)getpid()) continue;
+    if (kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue; /* alive, or not ours to judge */
+    char *path = malloc(strlen(dir) + strlen(e->d_name) + 2);
+    if (!path) {
+      rc = kiln_errorf(KILN_ERR_NOMEM, "out of memory");
+      break;
+    }
+    sprintf(path, "%s/%s", slash ? dir : ".", e->d_name);
+    if (unlink(path) == 0 && removed) (*removed)++;
+    free(path);
+  }
+  closedir(d);
+  free(dir);
+  return rc;
 }

@@ -43,6 +43,14 @@ int kiln_solver_snapshot(kiln_solver *s, char **path_out) {
     free(rngs);
     return kiln_errorf(KILN_ERR_NOMEM, "out of memory");
   }
+  /* A snapshot killed mid-write leaves its temporary file (<prefix>_iter_N.*.tmp.PID); the next
+   * snapshot of the same prefix removes those whose process is gone. Failing to is no reason
+   * not to snapshot. */
+  snprintf(model, n, "%s_iter_", s->snapshot_prefix);
+  int removed = 0;
+  if (kiln_remove_stale_temporaries(model, &removed) == KILN_OK && removed)
+    kiln_log(KILN_LOG_INFO, "removed %d temporary file%s left by killed snapshots (%s*.tmp.*)",
+             removed, removed == 1 ? "" : "s", model);
   snprintf(model, n, "%s_iter_%d.caffemodel", s->snapshot_prefix, s->iter);
   snprintf(state_path, n, "%s_iter_%d.solverstate", s->snapshot_prefix, s->iter);
   int rc = kiln_net_save_weights(net, model);

@@ -14,8 +14,20 @@ mk() {  # mk PREFIX
 mk straight > straight.prototxt
 mk resumed > resumed.prototxt
 "$KILN" train --solver straight.prototxt 2>/dev/null || fail "straight run"
-"$KILN" train --solver resumed.prototxt --snapshot "$WORK/straight_iter_$HALF.solverstate" --metrics r.jsonl 2>/dev/null \
+# Temporary files of snapshots killed mid-write (their process gone) are removed by the next
+# snapshot of the prefix; one of a live process, and other prefixes' files, are left alone.
+true & dead=$!
+wait $dead
+touch "resumed_iter_7.caffemodel.tmp.$dead" "resumed_iter_7.solverstate.tmp.$dead" \
+  "resumed_iter_8.caffemodel.tmp.$$" "other_iter_7.caffemodel.tmp.$dead"
+"$KILN" train --solver resumed.prototxt --snapshot "$WORK/straight_iter_$HALF.solverstate" --metrics r.jsonl 2>resumed.log \
   || fail "resumed run"
+[ ! -e "resumed_iter_7.caffemodel.tmp.$dead" ] && [ ! -e "resumed_iter_7.solverstate.tmp.$dead" ] \
+  && pass || fail "a killed snapshot's temporary files were left: $(ls)"
+grep -q "removed 2 temporary files left by killed snapshots" resumed.log && pass \
+  || fail "the removal is not logged: $(grep kiln resumed.log)"
+[ -e "resumed_iter_8.caffemodel.tmp.$$" ] && [ -e "other_iter_7.caffemodel.tmp.$dead" ] && pass \
+  || fail "a live process's or another prefix's temporary file was removed"
 cmp -s "straight_iter_$ITERS.caffemodel" "resumed_iter_$ITERS.caffemodel" && pass \
   || fail "resumed weights differ from the uninterrupted run"
 # The resumed run must start at HALF, not at 0.
