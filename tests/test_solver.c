@@ -599,6 +599,46 @@ static void test_solver_param_errors(void **state) {
                                   err, sizeof err),
                    KILN_ERR_INVALID);
   assert_contains(err, "stepvalue");
+
+  /* fields out of range are refused, naming the field and its value */
+  const struct {
+    const char *body, *want;
+  } bad[] = {
+      {"max_iter: -5", "max_iter is -5; it cannot be negative"},
+      {"display: -1", "display is -1; it cannot be negative"},
+      {"snapshot: -10", "snapshot is -10; it cannot be negative"},
+      {"test_interval: -2", "test_interval is -2; it cannot be negative"},
+      {"base_lr: -0.1", "base_lr is -0.1; it must be finite and at least 0"},
+      {"base_lr: inf", "base_lr is inf; it must be finite"},
+      {"momentum: -0.9", "momentum is -0.9; it must be finite, at least 0 and below 1"},
+      {"momentum: 1", "momentum is 1; it must be finite, at least 0 and below 1"},
+      {"weight_decay: nan", "weight_decay is nan; it must be finite"},
+      {"weight_decay: -0.0005", "weight_decay is -0.0005; it must be finite and at least 0"},
+      {"type: 'RMSProp' rms_decay: 5", "rms_decay is 5; it must be finite, at least 0 and below 1"},
+      {"type: 'Adam' momentum2: 1.5", "momentum2 is 1.5"},
+      {"type: 'Adam' delta: 0", "delta is 0; Adam divides by it"},
+      {"delta: -1e-8", "delta is -1e-08; it must be finite and at least 0"},
+      {"gamma: nan", "gamma is nan; it must be finite"},
+      {"clip_gradients: inf", "clip_gradients is inf"},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    char body[256];
+    snprintf(body, sizeof body, "base_lr: 0.1 lr_policy: 'fixed' %s\n", bad[i].body);
+    assert_int_equal(make_solver_rc(tiny_net, body, err, sizeof err), KILN_ERR_INVALID);
+    if (!strstr(err, bad[i].want)) fail_msg("'%s': message '%s' lacks '%s'", bad[i].body, err, bad[i].want);
+    assert_contains(err, "solver_"); /* the file is named */
+  }
+  /* a test net's test_iter of 0 */
+  assert_int_equal(make_solver_rc(tiny_net, "base_lr: 0.1 lr_policy: 'fixed' test_iter: 0\n", err,
+                                  sizeof err),
+                   KILN_ERR_INVALID);
+  assert_contains(err, "test_iter 0 (test net 0) must be at least 1");
+  /* the edges of the ranges are accepted */
+  assert_int_equal(make_solver_rc(tiny_net,
+                                  "base_lr: 0 lr_policy: 'fixed' momentum: 0 weight_decay: 0 "
+                                  "max_iter: 0 display: 0 snapshot: 0 clip_gradients: -1\n",
+                                  err, sizeof err),
+                   KILN_OK);
 }
 
 typedef struct {
@@ -857,6 +897,54 @@ static void test_restore_errors(void **state) {
   write_text(corrupt, "\xff\xff\xff\xff this is not a solver state");
   assert_int_not_equal(kiln_solver_restore(a, corrupt), KILN_OK);
   assert_int_equal(kiln_solver_iter(a), 2);
+
+  /* well-formed files with fields out of range: refused, naming the field, nothing restored */
+  const struct {
+    int iter, current_step, workers;
+    const char *want;
+  } bad[] = {
+      {-100, 0, 0, "iter is -100; it cannot be negative"},
+      {2, -7, 0, "current_step is -7"},
+      {2, 0, -2, "kiln_workers is -2; a run has at least 1 worker"},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    ProtobufCMessage *m;
+    assert_int_equal(kiln_proto_read_binary(state_path, &caffe__solver_state__descriptor, &m),
+                     KILN_OK);
+    Caffe__SolverState *st = (Caffe__SolverState *)m;
+    st->iter = bad[i].iter;
+    st->current_step = bad[i].current_step;
+    if (bad[i].workers) {
+      st->has_kiln_workers = true;
+      st->kiln_workers = bad[i].workers;
+    }
+    char edited[512];
+    path_in("edited.solverstate", edited, sizeof edited);
+    assert_int_equal(kiln_proto_write_binary(edited, m), KILN_OK);
+    protobuf_c_message_free_unpacked(m, NULL);
+    assert_int_equal(kiln_solver_restore(a, edited), KILN_ERR_INVALID);
+    assert_contains(kiln_last_error(), "edited.solverstate");
+    assert_contains(kiln_last_error(), bad[i].want);
+    assert_int_equal(kiln_solver_iter(a), 2);
+  }
+  /* multistep: a step past the schedule's last (the learning rate would silently be the last) */
+  snprintf(body, sizeof body,
+           "base_lr: 0.1 lr_policy: 'multistep' stepvalue: 3 stepvalue: 6 gamma: 0.1 "
+           "momentum: 0.9 max_iter: 10\n");
+  b = make_solver(tiny_net, body, NULL);
+  {
+    ProtobufCMessage *m;
+    assert_int_equal(kiln_proto_read_binary(state_path, &caffe__solver_state__descriptor, &m),
+                     KILN_OK);
+    ((Caffe__SolverState *)m)->current_step = 1000000;
+    char edited[512];
+    path_in("step.solverstate", edited, sizeof edited);
+    assert_int_equal(kiln_proto_write_binary(edited, m), KILN_OK);
+    protobuf_c_message_free_unpacked(m, NULL);
+    assert_int_equal(kiln_solver_restore(b, edited), KILN_ERR_INVALID);
+    assert_contains(kiln_last_error(), "current_step is 1000000; the solver's multistep schedule has steps 0 to 2");
+  }
+  kiln_solver_free(b);
 
   free(state_path);
   kiln_solver_free(a);

@@ -172,7 +172,18 @@ int kiln_solver_restore(kiln_solver *s, const char *path) {
   kiln_net *net = s->net;
   int rc = KILN_OK;
   int nh = net->nlearnable * s->history_per_param;
-  if (!st->learned_net || !st->learned_net[0]) {
+  const bool multistep = s->param->lr_policy && !strcmp(s->param->lr_policy, "multistep");
+  if (st->iter < 0) {
+    rc = kiln_errorf(KILN_ERR_INVALID, "%s: iter is %d; it cannot be negative", path, (int)st->iter);
+  } else if (st->current_step < 0 ||
+             (multistep && (size_t)st->current_step > s->param->n_stepvalue)) {
+    rc = kiln_errorf(KILN_ERR_INVALID,
+                     "%s: current_step is %d; the solver's multistep schedule has steps 0 to %zu",
+                     path, (int)st->current_step, multistep ? s->param->n_stepvalue : 0);
+  } else if (st->has_kiln_workers && st->kiln_workers < 1) {
+    rc = kiln_errorf(KILN_ERR_INVALID, "%s: kiln_workers is %d; a run has at least 1 worker", path,
+                     (int)st->kiln_workers);
+  } else if (!st->learned_net || !st->learned_net[0]) {
     rc = kiln_errorf(KILN_ERR_INVALID, "%s: names no learned_net (.caffemodel)", path);
   } else if ((int)st->n_history != nh) {
     rc = kiln_errorf(KILN_ERR_SHAPE,

@@ -166,6 +166,50 @@ static int check_params(kiln_solver *s) {
   for (size_t i = 1; i < p->n_stepvalue; i++)
     if (p->stepvalue[i] <= p->stepvalue[i - 1])
       return kiln_errorf(KILN_ERR_INVALID, "%s: stepvalue must increase", s->source);
+  /* Counts that cannot be negative, and reals whose range the update rules assume: a value out
+   * of range is refused naming its field rather than surfacing later as a diverged run. */
+  const struct {
+    const char *name;
+    int32_t value;
+  } counts[] = {{"max_iter", p->max_iter},   {"display", p->display},
+                {"snapshot", p->snapshot},   {"test_interval", p->test_interval},
+                {"stepsize", p->stepsize},   {"average_loss", p->average_loss}};
+  for (size_t i = 0; i < sizeof counts / sizeof counts[0]; i++)
+    if (counts[i].value < 0)
+      return kiln_errorf(KILN_ERR_INVALID, "%s: %s is %d; it cannot be negative", s->source,
+                         counts[i].name, (int)counts[i].value);
+  for (size_t i = 0; i < p->n_test_iter; i++)
+    if (p->test_iter[i] < 1)
+      return kiln_errorf(KILN_ERR_INVALID, "%s: test_iter %d (test net %zu) must be at least 1",
+                         s->source, (int)p->test_iter[i], i);
+  const struct {
+    const char *name;
+    float value, lo, hi;
+    bool hi_open; /* value < hi rather than <= hi */
+  } reals[] = {
+      {"base_lr", p->base_lr, 0, INFINITY, false},
+      {"momentum", p->momentum, 0, 1, true},
+      {"momentum2", p->momentum2, 0, 1, true},
+      {"rms_decay", p->rms_decay, 0, 1, true},
+      {"weight_decay", p->weight_decay, 0, INFINITY, false},
+      {"delta", p->delta, 0, INFINITY, false},
+      {"gamma", p->gamma, -INFINITY, INFINITY, false},
+      {"power", p->power, -INFINITY, INFINITY, false},
+      {"clip_gradients", p->clip_gradients, -INFINITY, INFINITY, false},
+  };
+  for (size_t i = 0; i < sizeof reals / sizeof reals[0]; i++) {
+    const float v = reals[i].value;
+    if (!isfinite(v) || v < reals[i].lo || v > reals[i].hi || (reals[i].hi_open && v == reals[i].hi))
+      return kiln_errorf(KILN_ERR_INVALID, "%s: %s is %g; it must be finite%s", s->source,
+                         reals[i].name, (double)v,
+                         reals[i].hi == 1      ? ", at least 0 and below 1"
+                         : reals[i].lo == 0    ? " and at least 0"
+                                               : "");
+  }
+  if (p->delta == 0 && (s->type == KILN_SOLVER_ADAGRAD || s->type == KILN_SOLVER_RMSPROP ||
+                        s->type == KILN_SOLVER_ADADELTA || s->type == KILN_SOLVER_ADAM))
+    return kiln_errorf(KILN_ERR_INVALID, "%s: delta is 0; %s divides by it", s->source,
+                       kiln_solver_type_name(s->type));
   return KILN_OK;
 }
 
@@ -228,9 +272,9 @@ int kiln_solver_create(const char *solver_path, const kiln_solver_options *opt, 
     char *dot = strrchr(s->snapshot_prefix, '.');
     if (dot && strchr(dot, '/') == NULL) *dot = '\0';
   }
-  rc = check_params(s);
+  rc = update_resolve_type(s);
+  if (!rc) rc = check_params(s); /* after the type: delta's range depends on it */
   if (!rc) rc = worker_sync_configure(s);
-  if (!rc) rc = update_resolve_type(s);
   if (!rc) {
     s->history_per_param = update_history_count(s->type);
     rc = build_nets(s);
