@@ -1,4 +1,5 @@
 /* kiln test, kiln time and kiln describe: commands that build one net from a model prototxt. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -78,16 +79,28 @@ int cmd_test(int argc, char **argv) {
   if (!a.weights) fprintf(stderr, "kiln test: no --weights given: testing random weights\n");
   tool_metrics m;
   if (tool_metrics_open(&m, a.c.metrics)) return tool_fail("metrics");
-  kiln_net *net;
-  ProtobufCMessage *msg;
-  if (load_net(&a, &net, &msg)) return tool_fail("test");
-  if (a.weights && kiln_net_load_weights(net, a.weights)) return tool_fail("test");
+  kiln_net *net = NULL;
+  ProtobufCMessage *msg = NULL;
+  double *sum = NULL;
+  int code = 0;
+  if (load_net(&a, &net, &msg) || (a.weights && kiln_net_load_weights(net, a.weights))) {
+    code = tool_fail("test");
+    goto done;
+  }
   double start = kiln_now_ms();
-  double *sum = calloc((size_t)net->noutputs + 1, sizeof(double));
+  sum = calloc((size_t)net->noutputs + 1, sizeof(double));
+  if (!sum) {
+    fprintf(stderr, "kiln: test: out of memory\n");
+    code = 1;
+    goto done;
+  }
   double loss = 0;
   for (int it = 0; it < a.iterations; it++) {
     float l;
-    if (kiln_net_forward(net, &l)) return tool_fail("test");
+    if (kiln_net_forward(net, &l)) {
+      code = tool_fail("test");
+      goto done;
+    }
     loss += l;
     for (int o = 0; o < net->noutputs; o++) {
       double v = 0;
@@ -99,15 +112,24 @@ int cmd_test(int argc, char **argv) {
   int n = 0;
   /* as the solver reports it */
   fl[n++] = (kiln_metric_field){KILN_MF_LOSS, (float)(loss / a.iterations), NULL};
+  const char *bad = NULL; /* the output that is not finite, or NULL */
   for (int o = 0; o < net->noutputs && n < 64; o++) {
     fl[n++] = (kiln_metric_field){net->outputs[o]->name, (float)(sum[o] / a.iterations), NULL};
     printf("%s = %.4f\n", net->outputs[o]->name, sum[o] / a.iterations);
+    if (!bad && !isfinite(sum[o])) bad = net->outputs[o]->name;
   }
   fl[n++] = (kiln_metric_field){KILN_MF_PEAK_RSS_MB, kiln_peak_rss_mb(), NULL};
   tool_metrics_write(&m, KILN_EV_TEST, a.iterations, kiln_now_ms() - start, n, fl);
+  if (!isfinite(loss) || bad) { /* a NaN is no test result: the weights or the net are broken */
+    fprintf(stderr, "kiln: test: %s%s is not finite (NaN or infinite) over %d iterations of %s\n",
+            bad ? "output " : "the loss", bad ? bad : "", a.iterations, a.model);
+    code = 1;
+  }
+done:
   free(sum);
   free_net(net, msg);
-  return tool_metrics_close(&m) ? 1 : 0;
+  if (tool_metrics_close(&m) && !code) code = 1;
+  return code;
 }
 
 int cmd_describe(int argc, char **argv) {

@@ -95,6 +95,17 @@ sed 's|data_param {|transform_param { mean_file: "mean3.binaryproto" } data_para
 expect_error "mean_file of the wrong size" "mean3.binaryproto: mean has 3 values, the data 1x4x4" -- \
   "$KILN" describe --model mean_net.prototxt
 
+# kiln test: a net whose output is NaN is an error, not a result; missing or unreadable weights
+# are errors that free what was built (LeakSanitizer checks in the sanitizer build).
+printf 'name: "nan"\nlayer { name: "in" type: "Input" top: "data" input_param { shape { dim: 2 dim: 3 } } }\nlayer { name: "p" type: "Power" bottom: "data" top: "p" power_param { power: 0.5 shift: -1 } }\n' > nan.prototxt
+expect_error "kiln test with a NaN output" "output p is not finite (NaN or infinite) over 2 iterations" -- \
+  "$KILN" test --model nan.prototxt --iterations 2
+expect_error "kiln test with missing weights" "absent.caffemodel" -- \
+  "$KILN" test --model nan.prototxt --weights absent.caffemodel --iterations 1
+: > empty.caffemodel
+expect_error "kiln test with a net that does not build" "unclosed.prototxt" -- \
+  "$KILN" test --model unclosed.prototxt --weights empty.caffemodel --iterations 1
+
 # Endless or huge text files are refused before they are read (not read until memory runs out).
 expect_error "net from a device" "/dev/zero: not a regular file" -- \
   timeout 20 "$KILN" describe --model /dev/zero
