@@ -74,6 +74,17 @@ int kiln_net_load_weights(kiln_net *net, const char *path) {
   KILN_TRY(kiln_proto_read_binary(path, &caffe__net_parameter__descriptor, &m));
   Caffe__NetParameter *np = (Caffe__NetParameter *)m;
   int rc = KILN_OK, matched = 0;
+  if (np->n_layer == 0) {
+    /* Caffe's V1 nets keep their layers in field 2 (`layers`), which kiln's schema leaves out. */
+    bool v1 = false;
+    for (unsigned i = 0; i < np->base.n_unknown_fields; i++) v1 |= np->base.unknown_fields[i].tag == 2;
+    rc = v1 ? kiln_errorf(KILN_ERR_UNSUPPORTED,
+                          "%s: a V1 .caffemodel (layers { } of Caffe before 2015); upgrade it with "
+                          "Caffe's upgrade_net_proto_binary",
+                          path)
+            : kiln_errorf(KILN_ERR_INVALID, "%s: holds no layers (%s)", path,
+                          np->base.n_unknown_fields ? "not a .caffemodel?" : "an empty file?");
+  }
   for (size_t i = 0; i < np->n_layer && !rc; i++) {
     const Caffe__LayerParameter *src = np->layer[i];
     if (!src->name || src->n_blobs == 0) continue;
@@ -90,7 +101,14 @@ int kiln_net_load_weights(kiln_net *net, const char *path) {
       int64_t shape[KILN_MAX_AXES];
       int n = stored_shape(bp, shape);
       int64_t count = 1;
-      for (int a = 0; a < n; a++) count *= shape[a];
+      bool fits = n >= 0;
+      for (int a = 0; a < n && fits; a++)
+        fits = shape[a] >= 0 && !__builtin_mul_overflow(count, shape[a], &count);
+      if (!fits) {
+        rc = kiln_errorf(KILN_ERR_SHAPE, "%s: layer '%s' blob %d has a shape of %s",
+                         path, src->name, p, n < 0 ? "too many axes" : "more elements than fit 64 bits");
+        break;
+      }
       bool same = n == b->naxes;
       for (int a = 0; same && a < n; a++) same = shape[a] == b->shape[a];
       /* Legacy 4-d shapes pad with leading 1s (a bias stored as 1x1x1xN). */
@@ -112,8 +130,12 @@ int kiln_net_load_weights(kiln_net *net, const char *path) {
     matched++;
   }
   protobuf_c_message_free_unpacked(m, NULL);
+  /* Layers the net lacks are skipped, as Caffe skips them when fine-tuning; but a file of which
+   * nothing matches is a wrong file, not a start from those weights. */
   if (!rc && matched == 0 && net->nlearnable > 0)
-    kiln_log(KILN_LOG_WARN, "%s: no layer names match the net '%s'; weights unchanged", path,
-             net->name);
+    rc = kiln_errorf(KILN_ERR_INVALID,
+                     "%s: no layer of the file matches a layer with parameters of the net '%s' "
+                     "by name; weights unchanged",
+                     path, net->name);
   return rc;
 }

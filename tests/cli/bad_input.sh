@@ -106,6 +106,27 @@ expect_error "kiln test with missing weights" "absent.caffemodel" -- \
 expect_error "kiln test with a net that does not build" "unclosed.prototxt" -- \
   "$KILN" test --model unclosed.prototxt --weights empty.caffemodel --iterations 1
 
+# --weights that cannot be the net's: an empty file, a V1 model, a model none of whose layer
+# names match, and a blob shape whose element count overflows 64 bits (it wrapped before).
+if [ -f good_solver.prototxt ]; then
+  : > empty.caffemodel
+  expect_error "empty weights" "empty.caffemodel: holds no layers" -- \
+    "$KILN" train --solver good_solver.prototxt --weights empty.caffemodel
+  printf '\x12\x00' > v1.caffemodel
+  expect_error "V1 weights" "v1.caffemodel: a V1 .caffemodel" -- \
+    "$KILN" train --solver good_solver.prototxt --weights v1.caffemodel
+  sed 's/name: "ip"/name: "fc"/; s/bottom: "ip"/bottom: "fc"/; s/top: "ip"/top: "fc"/' good.prototxt > fc.prototxt
+  printf 'net: "fc.prototxt"\nbase_lr: 0.01\nlr_policy: "fixed"\nmax_iter: 1\nsnapshot_prefix: "fc"\n' > fc_solver.prototxt
+  "$KILN" train --solver fc_solver.prototxt 2>/dev/null && [ -f fc_iter_1.caffemodel ] && pass \
+    || fail "the fc net does not train"
+  expect_error "weights of another net" "fc_iter_1.caffemodel: no layer of the file matches" -- \
+    "$KILN" train --solver good_solver.prototxt --weights fc_iter_1.caffemodel
+  blob='\x3a\x0e\x3a\x0c\x0a\x0a\x80\x80\x80\x80\x80\x80\x80\x80\x40\x04'
+  printf "\xa2\x06\x24\x0a\x02ip$blob$blob" > huge_dim.caffemodel
+  expect_error "a blob of 2^64 elements" "huge_dim.caffemodel: layer 'ip' blob 0 has a shape of more elements than fit 64 bits" -- \
+    "$KILN" train --solver good_solver.prototxt --weights huge_dim.caffemodel
+fi
+
 # Endless or huge text files are refused before they are read (not read until memory runs out).
 expect_error "net from a device" "/dev/zero: not a regular file" -- \
   timeout 20 "$KILN" describe --model /dev/zero
