@@ -19,8 +19,14 @@ typedef struct kiln_conv_geom {
   int out_h, out_w;
 } kiln_conv_geom;
 
+/* The largest kernel size, pad, stride or dilation a layer takes, and the largest input height or
+ * width: far beyond any real net, and small enough that the window arithmetic in int never
+ * overflows. */
+#define KILN_CONV_MAX_PARAM 65536
+#define KILN_CONV_MAX_SIDE (1 << 24)
+
 /* Convolution output size (Caffe): floor((H + 2p - (d(k-1)+1)) / s) + 1. Returns 0 on success,
- * -1 when the kernel does not fit. Fills g->out_h, g->out_w. */
+ * -1 when the kernel does not fit or a size is past the limits above. Fills g->out_h, g->out_w. */
 int kiln_conv_out_size(kiln_conv_geom *g);
 
 /* col is (C*kh*kw, out_h*out_w); im is (C, H, W). Padding reads as zero. */

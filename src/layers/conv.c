@@ -56,6 +56,13 @@ static bool want_shift(const conv_state *s, const kiln_layer *l) {
 /* Caffe allows a value given once (both axes) or per axis (repeated), or as *_h / *_w. */
 static int pick2(kiln_layer *l, const char *what, size_t n, const uint32_t *vals, bool has_h,
                  uint32_t h, bool has_w, uint32_t w, uint32_t dflt, int *oh, int *ow) {
+  /* Checked while still unsigned: a value past int would otherwise turn negative or wrap. */
+  for (size_t i = 0; i < n + 2; i++) {
+    const uint32_t v = i < n ? vals[i] : i == n ? (has_h ? h : 0) : (has_w ? w : 0);
+    if (v > KILN_CONV_MAX_PARAM)
+      return KILN_LAYER_ERROR(l, KILN_ERR_INVALID, "%s %u is too large (at most %d)", what, v,
+                              KILN_CONV_MAX_PARAM);
+  }
   if (has_h || has_w) {
     if (n > 0)
       return KILN_LAYER_ERROR(l, KILN_ERR_INVALID, "give either %s or %s_h/%s_w, not both", what,
@@ -129,6 +136,10 @@ static int conv_reshape(kiln_layer *l) {
   const kiln_blob *x = l->bottom[0];
   if (x->naxes != 4 || x->shape[1] != g->channels)
     return KILN_LAYER_ERROR(l, KILN_ERR_SHAPE, "input must be N x %d x H x W", g->channels);
+  if (x->shape[2] > KILN_CONV_MAX_SIDE || x->shape[3] > KILN_CONV_MAX_SIDE)
+    return KILN_LAYER_ERROR(l, KILN_ERR_SHAPE, "input %lldx%lld is larger than %dx%d",
+                            (long long)x->shape[2], (long long)x->shape[3], KILN_CONV_MAX_SIDE,
+                            KILN_CONV_MAX_SIDE);
   g->height = (int)x->shape[2];
   g->width = (int)x->shape[3];
   if (kiln_conv_out_size(g) != 0)

@@ -21,6 +21,18 @@ static int pool_setup(kiln_layer *l) {
   s->method = p->pool;
   if (s->method == CAFFE__POOLING_PARAMETER__POOL_METHOD__STOCHASTIC)
     return KILN_LAYER_ERROR(l, KILN_ERR_UNSUPPORTED, "STOCHASTIC pooling is not supported");
+  const struct {
+    const char *name;
+    uint32_t v;
+  } sizes[] = {{"kernel_size", p->kernel_size}, {"kernel_h", p->kernel_h},
+               {"kernel_w", p->kernel_w},       {"pad", p->pad},
+               {"pad_h", p->pad_h},             {"pad_w", p->pad_w},
+               {"stride", p->stride},           {"stride_h", p->stride_h},
+               {"stride_w", p->stride_w}};
+  for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
+    if (sizes[i].v > KILN_CONV_MAX_PARAM) /* still unsigned: past int it would wrap */
+      return KILN_LAYER_ERROR(l, KILN_ERR_INVALID, "%s %u is too large (at most %d)",
+                              sizes[i].name, sizes[i].v, KILN_CONV_MAX_PARAM);
   s->global = p->global_pooling;
   if (s->global) {
     if (p->has_kernel_size || p->has_kernel_h || p->has_kernel_w)
@@ -59,6 +71,10 @@ static int pool_reshape(kiln_layer *l) {
   const kiln_blob *x = l->bottom[0];
   if (x->naxes != 4) return KILN_LAYER_ERROR(l, KILN_ERR_SHAPE, "input must be N x C x H x W");
   g->channels = (int)x->shape[1];
+  if (x->shape[2] > KILN_CONV_MAX_SIDE || x->shape[3] > KILN_CONV_MAX_SIDE)
+    return KILN_LAYER_ERROR(l, KILN_ERR_SHAPE, "input %lldx%lld is larger than %dx%d",
+                            (long long)x->shape[2], (long long)x->shape[3], KILN_CONV_MAX_SIDE,
+                            KILN_CONV_MAX_SIDE);
   g->height = (int)x->shape[2];
   g->width = (int)x->shape[3];
   if (s->global) {

@@ -9,7 +9,11 @@
 int kiln_conv_out_size(kiln_conv_geom *g) {
   if (g->channels < 1 || g->height < 1 || g->width < 1 || g->kernel_h < 1 || g->kernel_w < 1 ||
       g->pad_h < 0 || g->pad_w < 0 || g->stride_h < 1 || g->stride_w < 1 || g->dilation_h < 1 ||
-      g->dilation_w < 1)
+      g->dilation_w < 1 || g->height > KILN_CONV_MAX_SIDE || g->width > KILN_CONV_MAX_SIDE ||
+      g->kernel_h > KILN_CONV_MAX_PARAM || g->kernel_w > KILN_CONV_MAX_PARAM ||
+      g->pad_h > KILN_CONV_MAX_PARAM || g->pad_w > KILN_CONV_MAX_PARAM ||
+      g->stride_h > KILN_CONV_MAX_PARAM || g->stride_w > KILN_CONV_MAX_PARAM ||
+      g->dilation_h > KILN_CONV_MAX_PARAM || g->dilation_w > KILN_CONV_MAX_PARAM)
     return -1;
   int64_t ext_h = (int64_t)g->dilation_h * (g->kernel_h - 1) + 1;
   int64_t ext_w = (int64_t)g->dilation_w * (g->kernel_w - 1) + 1;

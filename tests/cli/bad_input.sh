@@ -127,6 +127,21 @@ if [ -f good_solver.prototxt ]; then
     "$KILN" train --solver good_solver.prototxt --weights huge_dim.caffemodel
 fi
 
+# Window sizes past int are refused, naming the field (they were truncated and the net accepted
+# with a wrong shape, or overflowed in the window arithmetic).
+geom() {  # geom LAYER_TEXT > file
+  printf 'name: "g"\nlayer { name: "in" type: "Input" top: "data" input_param { shape { dim: 1 dim: 2 dim: 8 dim: 8 } } }\n%s\n' "$1"
+}
+geom 'layer { name: "c" type: "Convolution" bottom: "data" top: "c" convolution_param { num_output: 2 kernel_size: 3 pad: 2147483647 } }' > bigpad.prototxt
+expect_error "conv pad past int" "layer 'c' (Convolution): pad 2147483647 is too large (at most 65536)" -- \
+  "$KILN" describe --model bigpad.prototxt
+geom 'layer { name: "c" type: "Convolution" bottom: "data" top: "c" convolution_param { num_output: 2 kernel_h: 3 kernel_w: 4294967295 } }' > bigkw.prototxt
+expect_error "conv kernel_w past int" "kernel 4294967295 is too large" -- \
+  "$KILN" describe --model bigkw.prototxt
+geom 'layer { name: "p" type: "Pooling" bottom: "data" top: "p" pooling_param { kernel_size: 2 stride: 4294967295 } }' > bigstride.prototxt
+expect_error "pool stride past int" "layer 'p' (Pooling): stride 4294967295 is too large (at most 65536)" -- \
+  "$KILN" describe --model bigstride.prototxt
+
 # Endless or huge text files are refused before they are read (not read until memory runs out).
 expect_error "net from a device" "/dev/zero: not a regular file" -- \
   timeout 20 "$KILN" describe --model /dev/zero
