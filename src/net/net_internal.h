@@ -1,6 +1,7 @@
-/* Private to src/net: what its files share. net.c builds, runs and frees the net; net_plan.c
- * decides, once the net is built, layouts, fusion and memory; layer.c holds the layer lifecycle
- * that the net and standalone layers share. */
+/* Private to src/net: what its files share. net.c builds, runs and frees the net; net_graph.c
+ * turns the NetParameter into the build plan (layers by name); net_plan.c decides, once the net
+ * is built, layouts, fusion and memory; layer.c holds the layer lifecycle that the net and
+ * standalone layers share. */
 #ifndef KILN_NET_INTERNAL_H
 #define KILN_NET_INTERNAL_H
 
@@ -8,6 +9,9 @@
 #include <stdint.h>
 
 #include "kiln/net.h"
+
+/* A copy of `s`, NULL (a string the message leaves out) copied as "". */
+static inline char *xstrdup(const char *s) { return kiln_strdup(s ? s : ""); }
 
 /* One layer of the build plan: names only, before any blob exists. */
 typedef struct {
@@ -40,6 +44,15 @@ typedef struct {
   float **diff_pool;
   int fault_layer;              /* the layer whose forward sleeps (config.fault); -1: none */
 } net_internal;
+
+/* ---- net_graph.c: the build plan ---------------------------------------------------------- */
+
+/* Fills in->plan from `np`: the layers the net state includes (a deploy header becoming an Input
+ * layer), each bottom resolved to the top that produces it, a Split after every top used more
+ * than once. */
+int kiln_net_plan_layers(net_internal *in, const Caffe__NetParameter *np,
+                         const kiln_net_options *opt);
+void kiln_net_plan_layer_free(plan_layer *p);
 
 /* ---- net_plan.c: decisions once the net is built, in the order build() takes them ---------- */
 
