@@ -1,8 +1,70 @@
-/* Private to src/net: the layer lifecycle steps that net.c and layer.c share. */
+/* Private to src/net: what its files share. net.c builds, runs and frees the net; net_graph.c
+ * turns the NetParameter into the build plan (layers by name); net_plan.c decides, once the net
+ * is built, layouts, fusion and memory; layer.c holds the layer lifecycle that the net and
+ * standalone layers share. */
 #ifndef KILN_NET_INTERNAL_H
 #define KILN_NET_INTERNAL_H
 
+#include <stdbool.h>
+#include <stdint.h>
+
 #include "kiln/net.h"
+
+/* A copy of `s`, NULL (a string the message leaves out) copied as "". */
+static inline char *xstrdup(const char *s) { return kiln_strdup(s ? s : ""); }
+
+/* One layer of the build plan: names only, before any blob exists. */
+typedef struct {
+  const Caffe__LayerParameter *lp;
+  const kiln_layer_ops *ops;
+  char *name;
+  int nbottom, ntop;
+  char **bottom, **top;
+  float *loss_weight; /* per top */
+  int *bottom_src_layer, *bottom_src_top;
+  int *top_uses; /* consumers of each top (+1 if it carries a loss) */
+} plan_layer;
+
+typedef struct {
+  plan_layer *v;
+  int n, cap;
+} plan;
+
+typedef struct {
+  plan plan;
+  Caffe__LayerParameter **synth; /* layer messages kiln made (Input for deploy headers, Split) */
+  int nsynth;
+  kiln_layer *layer_storage;
+  kiln_blob **param_owner_blob; /* per (layer, param) owned or shared */
+  /* Activation gradients sharing buffers by lifetime (kiln_net_options.share_diffs): blob i's
+   * diff is slot diff_slot[i] of the pool (-1: a diff of its own). */
+  int *diff_slot;
+  int ndiff_pool;
+  int64_t *diff_pool_floats;
+  float **diff_pool;
+  int fault_layer;              /* the layer whose forward sleeps (config.fault); -1: none */
+} net_internal;
+
+/* ---- net_graph.c: the build plan ---------------------------------------------------------- */
+
+/* Fills in->plan from `np`: the layers the net state includes (a deploy header becoming an Input
+ * layer), each bottom resolved to the top that produces it, a Split after every top used more
+ * than once. */
+int kiln_net_plan_layers(net_internal *in, const Caffe__NetParameter *np,
+                         const kiln_net_options *opt);
+void kiln_net_plan_layer_free(plan_layer *p);
+
+/* ---- net_plan.c: decisions once the net is built, in the order build() takes them ---------- */
+
+int kiln_net_plan_layouts(kiln_net *net);
+void kiln_net_plan_fusion(kiln_net *net);
+void kiln_net_share_split_data(kiln_net *net);
+/* Fills net->memory, deciding which activation gradients share buffers; refuses a net over the
+ * memory limit. */
+int kiln_net_plan_memory(kiln_net *net, const kiln_net_options *opt);
+int kiln_net_allocate_and_fill(kiln_net *net);
+
+/* ---- layer.c ------------------------------------------------------------------------------ */
 
 /* Fills `l` (zeroed by the caller) and checks the number of bottoms and tops. */
 int kiln_layer_wire(kiln_layer *l, const Caffe__LayerParameter *lp, const kiln_layer_ops *ops,

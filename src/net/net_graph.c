@@ -1,0 +1,308 @@
+/* The build plan (steps 1 to 3 of the construction in net.c, and the naming rule of step 4): the
+ * NetParameter's layers for this net state, by name, before any blob exists, each bottom resolved
+ * to the layer and top that last produced it, with the Splits inserted. It works on names because
+ * where a Split goes is known only once every consumer of each top has been counted. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kiln/net.h"
+#include "net_internal.h"
+
+void kiln_net_plan_layer_free(plan_layer *p) {
+  free(p->name);
+  for (int i = 0; i < p->nbottom; i++) free(p->bottom[i]);
+  for (int i = 0; i < p->ntop; i++) free(p->top[i]);
+  free(p->bottom);
+  free(p->top);
+  free(p->loss_weight);
+  free(p->bottom_src_layer);
+  free(p->bottom_src_top);
+  free(p->top_uses);
+}
+
+static plan_layer *plan_push(plan *p) {
+  if (p->n == p->cap) {
+    int cap = p->cap ? p->cap * 2 : 16;
+    plan_layer *v = realloc(p->v, (size_t)cap * sizeof *v);
+    if (!v) return NULL;
+    p->v = v;
+    p->cap = cap;
+  }
+  plan_layer *l = &p->v[p->n++];
+  memset(l, 0, sizeof *l);
+  return l;
+}
+
+static int plan_layer_alloc(plan_layer *l, int nbottom, int ntop) {
+  l->nbottom = nbottom;
+  l->ntop = ntop;
+  l->bottom = calloc((size_t)nbottom + 1, sizeof(char *));
+  l->top = calloc((size_t)ntop + 1, sizeof(char *));
+  l->loss_weight = calloc((size_t)ntop + 1, sizeof(float));
+  l->bottom_src_layer = calloc((size_t)nbottom + 1, sizeof(int));
+  l->bottom_src_top = calloc((size_t)nbottom + 1, sizeof(int));
+  l->top_uses = calloc((size_t)ntop + 1, sizeof(int));
+  if (!l->bottom || !l->top || !l->loss_weight || !l->bottom_src_layer || !l->bottom_src_top ||
+      !l->top_uses)
+    return kiln_errorf(KILN_ERR_NOMEM, "out of memory");
+  return KILN_OK;
+}
+
+/* ---- state rules ------------------------------------------------------------------------ */
+
+static bool has_stage(const kiln_net_options *opt, const char *s) {
+  for (int i = 0; i < opt->nstages; i++)
+    if (strcmp(opt->stages[i], s) == 0) return true;
+  return false;
+}
+
+static bool rule_matches(const Caffe__NetStateRule *r, const kiln_net_options *opt) {
+  if (r->has_phase && (int)r->phase != opt->phase) return false;
+  if (r->has_min_level && opt->level < r->min_level) return false;
+  if (r->has_max_level && opt->level > r->max_level) return false;
+  for (size_t i = 0; i < r->n_stage; i++)
+    if (!has_stage(opt, r->stage[i])) return false;
+  for (size_t i = 0; i < r->n_not_stage; i++)
+    if (has_stage(opt, r->not_stage[i])) return false;
+  return true;
+}
+
+static int layer_included(const Caffe__LayerParameter *lp, const kiln_net_options *opt,
+                          bool *included) {
+  if (lp->n_include && lp->n_exclude)
+    return kiln_errorf(KILN_ERR_INVALID, "layer '%s': give include or exclude rules, not both",
+                       lp->name ? lp->name : "");
+  if (lp->n_include) {
+    *included = false;
+    for (size_t i = 0; i < lp->n_include; i++)
+      if (rule_matches(lp->include[i], opt)) *included = true;
+  } else {
+    *included = true;
+    for (size_t i = 0; i < lp->n_exclude; i++)
+      if (rule_matches(lp->exclude[i], opt)) *included = false;
+  }
+  return KILN_OK;
+}
+
+/* ---- messages kiln makes itself --------------------------------------------------------- */
+
+static Caffe__LayerParameter *synth_layer(net_internal *in, const char *name, const char *type) {
+  Caffe__LayerParameter **v = realloc(in->synth, (size_t)(in->nsynth + 1) * sizeof *v);
+  if (!v) return NULL;
+  in->synth = v;
+  Caffe__LayerParameter *lp = malloc(sizeof *lp);
+  if (!lp) return NULL;
+  caffe__layer_parameter__init(lp);
+  lp->name = xstrdup(name);
+  lp->type = xstrdup(type);
+  in->synth[in->nsynth++] = lp;
+  return lp;
+}
+
+/* Deploy headers: `input: "data" input_dim: 1 input_dim: 3 ...` or input_shape blocks. */
+static int add_deploy_inputs(net_internal *in, const Caffe__NetParameter *np) {
+  if (np->n_input == 0) return KILN_OK;
+  bool by_dim = np->n_input_dim > 0;
+  if (by_dim ? np->n_input_dim != 4 * np->n_input : np->n_input_shape != np->n_input)
+    return kiln_errorf(KILN_ERR_INVALID,
+                       "net '%s': %zu input(s) need %s (got %zu input_dim, %zu input_shape)",
+                       np->name ? np->name : "", np->n_input,
+                       by_dim ? "4 input_dim each" : "one input_shape each", np->n_input_dim,
+                       np->n_input_shape);
+  Caffe__LayerParameter *lp = synth_layer(in, "input", "Input");
+  if (!lp) return kiln_errorf(KILN_ERR_NOMEM, "out of memory");
+  lp->input_param = malloc(sizeof *lp->input_param);
+  lp->top = calloc(np->n_input, sizeof(char *));
+  if (!lp->input_param || !lp->top) return kiln_errorf(KILN_ERR_NOMEM, "out of memory");
+  caffe__input_parameter__init(lp->input_param);
+  lp->input_param->shape = calloc(np->n_input, sizeof(Caffe__BlobShape *));
+  if (!lp->input_param->shape) return kiln_errorf(KILN_ERR_NOMEM, "out of memory");
+  for (size_t i = 0; i < np->n_input; i++) {
+    lp->top[lp->n_top++] = xstrdup(np->input[i]);
+    Caffe__BlobShape *s = malloc(sizeof *s);
+    if (!s) return kiln_errorf(KILN_ERR_NOMEM, "out of memory");
+    caffe__blob_shape__init(s);
+    lp->input_param->shape[lp->input_param->n_shape++] = s;
+    size_t nd = by_dim ? 4 : np->input_shape[i]->n_dim;
+    s->dim = calloc(nd + 1, sizeof(int64_t));
+    if (!s->dim) return kiln_errorf(KILN_ERR_NOMEM, "out of memory");
+    for (size_t d = 0; d < nd; d++)
+      s->dim[d] = by_dim ? np->input_dim[4 * i + d] : np->input_shape[i]->dim[d];
+    s->n_dim = nd;
+  }
+  return KILN_OK;
+}
+
+/* ---- the plan ----------------------------------------------------------------------------- */
+
+static int find_type(const Caffe__LayerParameter *lp, const kiln_layer_ops **ops) {
+  *ops = kiln_layer_find(lp->type);
+  if (*ops) return KILN_OK;
+  char known[2048] = "";
+  size_t used = 0;
+  for (const char *const *t = kiln_layer_type_names(); *t && used < sizeof known; t++)
+    used += (size_t)snprintf(known + used, sizeof known - used, "%s%s", used ? ", " : "", *t);
+  return kiln_errorf(KILN_ERR_UNSUPPORTED, "layer '%s': unknown layer type '%s' (known: %s)",
+                     lp->name ? lp->name : "", lp->type ? lp->type : "", known);
+}
+
+static int plan_add(plan *p, const Caffe__LayerParameter *lp) {
+  plan_layer *l = plan_push(p);
+  if (!l) return kiln_errorf(KILN_ERR_NOMEM, "out of memory");
+  l->lp = lp;
+  l->name = xstrdup(lp->name && lp->name[0] ? lp->name : lp->type);
+  KILN_TRY(find_type(lp, &l->ops));
+  KILN_TRY(plan_layer_alloc(l, (int)lp->n_bottom, (int)lp->n_top));
+  for (size_t i = 0; i < lp->n_bottom; i++) l->bottom[i] = xstrdup(lp->bottom[i]);
+  for (size_t i = 0; i < lp->n_top; i++) l->top[i] = xstrdup(lp->top[i]);
+  if (lp->n_loss_weight && lp->n_loss_weight != lp->n_top)
+    return kiln_errorf(KILN_ERR_INVALID, "layer '%s': %zu loss_weight values for %zu tops", l->name,
+                       lp->n_loss_weight, lp->n_top);
+  for (size_t i = 0; i < lp->n_top; i++)
+    l->loss_weight[i] = lp->n_loss_weight ? lp->loss_weight[i] : (l->ops->is_loss && i == 0);
+  return KILN_OK;
+}
+
+/* Resolves each bottom to the layer and top that last produced it, and counts consumers. */
+static int plan_resolve(plan *p, const char *source, int phase) {
+  for (int i = 0; i < p->n; i++) {
+    plan_layer *l = &p->v[i];
+    for (int b = 0; b < l->nbottom; b++) {
+      int src = -1, src_top = -1;
+      for (int j = i - 1; j >= 0 && src < 0; j--)
+        for (int t = 0; t < p->v[j].ntop; t++)
+          if (strcmp(p->v[j].top[t], l->bottom[b]) == 0) {
+            src = j;
+            src_top = t;
+            break;
+          }
+      if (src < 0)
+        return kiln_errorf(KILN_ERR_INVALID,
+                           "%s%slayer '%s': bottom '%s' is not produced by any earlier layer in "
+                           "phase %s",
+                           source ? source : "", source ? ": " : "", l->name, l->bottom[b],
+                           phase == CAFFE__PHASE__TRAIN ? "TRAIN" : "TEST");
+      l->bottom_src_layer[b] = src;
+      l->bottom_src_top[b] = src_top;
+      p->v[src].top_uses[src_top]++;
+    }
+    for (int t = 0; t < l->ntop; t++) {
+      if (l->loss_weight[t] != 0) l->top_uses[t]++;
+      /* A name may be produced again only in place (as the bottom at the same index). */
+      bool in_place = t < l->nbottom && strcmp(l->bottom[t], l->top[t]) == 0;
+      if (in_place) continue;
+      for (int j = 0; j < i; j++)
+        for (int u = 0; u < p->v[j].ntop; u++)
+          if (strcmp(p->v[j].top[u], l->top[t]) == 0)
+            return kiln_errorf(KILN_ERR_INVALID,
+                               "%s%slayer '%s': top '%s' is already produced by layer '%s'; a "
+                               "layer may reuse a blob name only in place (as its bottom at the "
+                               "same position)",
+                               source ? source : "", source ? ": " : "", l->name, l->top[t],
+                               p->v[j].name);
+      for (int u = 0; u < t; u++)
+        if (strcmp(l->top[u], l->top[t]) == 0)
+          return kiln_errorf(KILN_ERR_INVALID, "layer '%s': top '%s' appears twice", l->name,
+                             l->top[t]);
+    }
+  }
+  return KILN_OK;
+}
+
+static char *split_blob_name(const char *layer, const char *blob, int top, int k) {
+  size_t n = strlen(layer) + strlen(blob) + 48;
+  char *s = malloc(n);
+  if (s) snprintf(s, n, "%s_%s_%d_split_%d", blob, layer, top, k);
+  return s;
+}
+
+/* Rebuilds the plan with a Split after every top used more than once. */
+static int plan_insert_splits(net_internal *in, plan *out) {
+  plan *p = &in->plan;
+  int total_tops = 0;
+  for (int i = 0; i < p->n; i++) total_tops += p->v[i].ntop;
+  int *next_split = calloc((size_t)total_tops + 1, sizeof(int));
+  int *top_base = calloc((size_t)p->n + 1, sizeof(int));
+  if (!next_split || !top_base) {
+    free(next_split);
+    free(top_base);
+    return kiln_errorf(KILN_ERR_NOMEM, "out of memory");
+  }
+  for (int i = 1; i < p->n; i++) top_base[i] = top_base[i - 1] + p->v[i - 1].ntop;
+  int rc = KILN_OK;
+  for (int i = 0; i < p->n && !rc; i++) {
+    plan_layer *src = &p->v[i];
+    plan_layer *l = plan_push(out);
+    if (!l) {
+      rc = kiln_errorf(KILN_ERR_NOMEM, "out of memory");
+      break;
+    }
+    int li = out->n - 1;
+    l->lp = src->lp;
+    l->ops = src->ops;
+    l->name = xstrdup(src->name);
+    if ((rc = plan_layer_alloc(l, src->nbottom, src->ntop))) break;
+    for (int b = 0; b < src->nbottom; b++) {
+      int sl = src->bottom_src_layer[b], st = src->bottom_src_top[b];
+      if (p->v[sl].top_uses[st] > 1)
+        l->bottom[b] = split_blob_name(p->v[sl].name, src->bottom[b], st,
+                                       next_split[top_base[sl] + st]++);
+      else
+        l->bottom[b] = xstrdup(src->bottom[b]);
+    }
+    for (int t = 0; t < src->ntop; t++) {
+      l->top[t] = xstrdup(src->top[t]);
+      l->loss_weight[t] = src->loss_weight[t];
+    }
+    for (int t = 0; t < src->ntop && !rc; t++) {
+      int uses = src->top_uses[t];
+      if (uses <= 1) continue;
+      char lname[1024];
+      snprintf(lname, sizeof lname, "%s_%s_%d_split", src->top[t], src->name, t);
+      Caffe__LayerParameter *slp = synth_layer(in, lname, "Split");
+      plan_layer *s = plan_push(out);
+      if (!slp || !s) {
+        rc = kiln_errorf(KILN_ERR_NOMEM, "out of memory");
+        break;
+      }
+      l = &out->v[li]; /* plan_push may have moved the array */
+      s->lp = slp;
+      s->ops = kiln_layer_find(slp->type);
+      s->name = xstrdup(lname);
+      if ((rc = plan_layer_alloc(s, 1, uses))) break;
+      s->bottom[0] = xstrdup(src->top[t]);
+      for (int k = 0; k < uses; k++) s->top[k] = split_blob_name(src->name, src->top[t], t, k);
+      if (src->loss_weight[t] != 0) {
+        /* The loss moves to the Split's first top; consumers take the others. */
+        s->loss_weight[0] = src->loss_weight[t];
+        l->loss_weight[t] = 0;
+        next_split[top_base[i] + t] = 1;
+      }
+    }
+  }
+  free(next_split);
+  free(top_base);
+  return rc;
+}
+
+/* ---- the whole plan ------------------------------------------------------------------------ */
+
+int kiln_net_plan_layers(net_internal *in, const Caffe__NetParameter *np,
+                         const kiln_net_options *opt) {
+  KILN_TRY(add_deploy_inputs(in, np));
+  for (int i = 0; i < in->nsynth; i++) KILN_TRY(plan_add(&in->plan, in->synth[i]));
+  for (size_t i = 0; i < np->n_layer; i++) {
+    bool inc = false;
+    int rc = layer_included(np->layer[i], opt, &inc);
+    if (rc) return rc;
+    if (inc) KILN_TRY(plan_add(&in->plan, np->layer[i]));
+  }
+  KILN_TRY(plan_resolve(&in->plan, opt->source, opt->phase));
+  plan full = {0};
+  int rc = plan_insert_splits(in, &full);
+  for (int i = 0; i < in->plan.n; i++) kiln_net_plan_layer_free(&in->plan.v[i]);
+  free(in->plan.v);
+  in->plan = full;
+  return rc;
+}

@@ -1,0 +1,354 @@
+/* What the net decides once its layers are built and shaped, in the order build() in net.c
+ * takes the steps: the activation layouts (blocked where the layers around a blob read it so),
+ * which layers fuse, which Split tops share their bottom's data; then the memory plan (which
+ * activation gradients share buffers, the total against the limit), and last the allocation of
+ * everything and the filling of parameters. kiln_net_describe prints the result. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kiln/net.h"
+#include "net_internal.h"
+
+/* ---- activation layouts ------------------------------------------------------------------ */
+
+static int blob_index(const kiln_net *net, const kiln_blob *b) {
+  for (int i = 0; i < net->nblobs; i++)
+    if (net->blobs[i] == b) return i;
+  return -1;
+}
+
+static int uf_find(int *parent, int i) {
+  while (parent[i] != i) i = parent[i] = parent[parent[i]];
+  return i;
+}
+
+/* Two requests for a group's channel block (kiln_layer_ops.block_channels): 0 none yet, -1 two
+ * that differ. */
+static int merge_block(int a, int b) { return !a ? b : !b || a == b ? a : -1; }
+
+/* A blocked layout between the layers that read it (kiln_layer_ops.layout_role). Blobs joined
+ * by SAME layers form groups that take one layout. A group is blocked when the layers that
+ * convert (BOTTOM or TOP roles: convolution on oneDNN) ask for one channel block that kiln has a
+ * layout for (kiln_layer_ops.block_channels: 16 for nChw16c), each of its blobs is 4-D with
+ * channels a multiple of that block, every layer touching it reads blocked, and none of its
+ * blobs leaves the net (outputs stay plain for whoever reads them); blobs of 1x1 cells are
+ * exempt from the last two (the bytes are the same). Then every layer is reshaped again, which
+ * remakes the convolutions' primitives for their new layouts. */
+int kiln_net_plan_layouts(kiln_net *net) {
+  if (net->config.plain_layouts || net->nblobs == 0) return KILN_OK;
+  const int n = net->nblobs;
+  int *parent = malloc(sizeof(int) * (size_t)n);
+  bool *plain = calloc((size_t)n, sizeof(bool)), *consumed = calloc((size_t)n, sizeof(bool));
+  bool *root_plain = calloc((size_t)n, sizeof(bool));
+  int *asked = calloc((size_t)n, sizeof(int)); /* block asked of each blob, then of each group */
+  if (!parent || !plain || !consumed || !root_plain || !asked) {
+    free(parent), free(plain), free(consumed), free(root_plain), free(asked);
+    return kiln_errorf(KILN_ERR_NOMEM, "out of memory");
+  }
+  for (int i = 0; i < n; i++) parent[i] = i;
+  for (int li = 0; li < net->nlayers; li++) {
+    kiln_layer *l = net->layers[li];
+    const int role = l->ops->layout_role ? l->ops->layout_role(l) : KILN_LAYOUT_ROLE_NONE;
+    int block = 0; /* the channel block its BOTTOM and TOP sides read and write */
+    if ((role & (KILN_LAYOUT_ROLE_BOTTOM | KILN_LAYOUT_ROLE_TOP)) && l->ops->block_channels)
+      block = l->ops->block_channels(l);
+    int first = -1;
+    for (int k = 0; k < l->nbottom + l->ntop; k++) {
+      const bool is_bottom = k < l->nbottom;
+      int bi = blob_index(net, is_bottom ? l->bottom[k] : l->top[k - l->nbottom]);
+      if (bi < 0) continue;
+      if (is_bottom) consumed[bi] = true;
+      if (role & KILN_LAYOUT_ROLE_SAME) {
+        if (first < 0) first = bi;
+        else parent[uf_find(parent, bi)] = uf_find(parent, first);
+      } else if (!(role & (is_bottom ? KILN_LAYOUT_ROLE_BOTTOM : KILN_LAYOUT_ROLE_TOP)) ||
+                 block <= 0) {
+        plain[bi] = true;
+      } else {
+        asked[bi] = merge_block(asked[bi], block);
+      }
+    }
+  }
+  for (int i = 0; i < n; i++) {
+    const int r = uf_find(parent, i);
+    asked[r] = merge_block(asked[r], asked[i]);
+  }
+  for (int i = 0; i < n; i++) {
+    const kiln_blob *b = net->blobs[i];
+    const int block = asked[uf_find(parent, i)];
+    const bool fits = b->naxes == 4 && kiln_layout_for_block(block) != KILN_LAYOUT_PLAIN &&
+                      b->shape[1] % block == 0;
+    /* With one cell per channel (global pooling's output) both layouts are the same bytes, so
+     * such a blob takes its group's layout whoever else reads it. */
+    const bool same_bytes = fits && b->shape[2] * b->shape[3] == 1;
+    if (!fits || (!same_bytes && (plain[i] || !consumed[i])))
+      root_plain[uf_find(parent, i)] = true;
+  }
+  bool any = false;
+  for (int i = 0; i < n; i++) {
+    const int r = uf_find(parent, i);
+    net->blobs[i]->layout = root_plain[r] ? KILN_LAYOUT_PLAIN : kiln_layout_for_block(asked[r]);
+    any |= net->blobs[i]->layout != KILN_LAYOUT_PLAIN;
+  }
+  free(parent), free(plain), free(consumed), free(root_plain), free(asked);
+  if (any)
+    for (int li = 0; li < net->nlayers; li++)
+      KILN_TRY(net->layers[li]->ops->reshape(net->layers[li]));
+  return KILN_OK;
+}
+
+/* The tops of a layer that passes its bottom through (kiln_layer_ops.passes_through: Split)
+ * read its bottom's data instead of copies (Caffe shares a Split's too), unless a consumer works
+ * in place on one (any layer but this one that names the blob as a top), which would change it
+ * under the others. Saves a copy per top in forward and the memory for it. */
+void kiln_net_share_split_data(kiln_net *net) {
+  for (int i = 0; i < net->nlayers; i++) {
+    kiln_layer *l = net->layers[i];
+    if (!l->ops->passes_through || l->nbottom != 1) continue;
+    for (int t = 0; t < l->ntop; t++) {
+      kiln_blob *b = l->top[t];
+      if (b == l->bottom[0]) continue;
+      bool written = false;
+      for (int j = 0; j < net->nlayers && !written; j++)
+        for (int k = 0; j != i && k < net->layers[j]->ntop; k++)
+          written |= net->layers[j]->top[k] == b;
+      if (!written) b->data_of = l->bottom[0];
+    }
+  }
+}
+
+/* Layers that do the work of the ones after them (kiln_layer_ops.fuse), decided once the
+ * layouts are known. A layer already absorbed into another is not asked. */
+void kiln_net_plan_fusion(kiln_net *net) {
+  if (net->config.unfused) return;
+  for (int i = 0; i < net->nlayers; i++) {
+    kiln_layer *l = net->layers[i];
+    if (!l->ops->fuse || l->fused_into) continue;
+    int k = l->ops->fuse(l, net->layers + i + 1, net->nlayers - i - 1);
+    if (k <= 0) continue;
+    l->fused = k;
+    for (int j = 1; j <= k; j++) net->layers[i + j]->fused_into = l;
+  }
+}
+
+/* ---- memory -------------------------------------------------------------------------------- */
+
+static const char *human_bytes(int64_t b, char *buf, size_t n) {
+  if (b >= (1LL << 30)) snprintf(buf, n, "%.2f GiB", b / (double)(1LL << 30));
+  else if (b >= (1LL << 20)) snprintf(buf, n, "%.1f MiB", b / (double)(1LL << 20));
+  else snprintf(buf, n, "%.1f KiB", b / 1024.0);
+  return buf;
+}
+
+/* Which activation gradients may share a buffer. In backward (layers in reverse order) a blob's
+ * diff is first written by the last layer that reads the blob in forward and last read by the
+ * first layer that writes it (its producer): it lives over the layer interval [first, last]
+ * (a loss top from the start of backward, when its diff is set to the loss weight). Blobs whose
+ * intervals do not overlap can use one buffer. Only blobs whose diff every consumer writes take
+ * part: a diff nobody writes must stay zero (a top only Accuracy reads, a bottom with
+ * propagate_down: false, an output that is not a loss), so those keep their own. Greedy, in
+ * backward order, best-fitting free buffer first. */
+static int plan_diff_sharing(kiln_net *net, const kiln_net_options *opt) {
+  net_internal *in = net->internal;
+  if (!opt->share_diffs || net->nblobs == 0) return KILN_OK;
+  int n = net->nblobs;
+  int *first = malloc(sizeof(int) * (size_t)n), *last = malloc(sizeof(int) * (size_t)n);
+  int *order = malloc(sizeof(int) * (size_t)n), *busy_until = malloc(sizeof(int) * (size_t)(n + 1));
+  bool *ok = malloc(sizeof(bool) * (size_t)n);
+  in->diff_slot = malloc(sizeof(int) * (size_t)n);
+  in->diff_pool_floats = calloc((size_t)n + 1, sizeof(int64_t));
+  if (!first || !last || !order || !busy_until || !ok || !in->diff_slot || !in->diff_pool_floats) {
+    free(first), free(last), free(order), free(busy_until), free(ok);
+    return kiln_errorf(KILN_ERR_NOMEM, "out of memory");
+  }
+  for (int i = 0; i < n; i++) {
+    first[i] = INT32_MAX, last[i] = -1, ok[i] = true, in->diff_slot[i] = -1;
+  }
+  for (int j = 0; j < net->nlayers; j++) {
+    kiln_layer *l = net->layers[j];
+    const int jb = j + l->fused; /* where its backward runs (a fused group's last layer) */
+    for (int i = 0; i < n; i++) {
+      kiln_blob *b = net->blobs[i];
+      bool touches = false;
+      for (int t = 0; t < l->ntop; t++)
+        if (l->top[t] == b) {
+          touches = true;
+          if (l->loss_weight[t] != 0) last[i] = net->nlayers; /* set when backward starts */
+        }
+      for (int k = 0; k < l->nbottom; k++)
+        if (l->bottom[k] == b) {
+          touches = true;
+          if (!net->layer_need_backward[j] || !l->propagate_down[k] || !l->ops->backward)
+            ok[i] = false;
+        }
+      if (!touches) continue;
+      if (j < first[i]) first[i] = j;
+      if (jb > last[i]) last[i] = jb;
+    }
+  }
+  for (int o = 0; o < net->noutputs; o++)
+    if (net->output_loss_weight[o] == 0)
+      for (int i = 0; i < n; i++)
+        if (net->blobs[i] == net->outputs[o]) ok[i] = false;
+  int m = 0;
+  for (int i = 0; i < n; i++)
+    if (ok[i] && last[i] >= 0 && net->blobs[i]->count > 0 && !net->blobs[i]->no_diff) order[m++] = i;
+  /* backward order: the blob whose diff is written first comes first */
+  for (int a = 1; a < m; a++)
+    for (int b = a; b > 0 && last[order[b]] > last[order[b - 1]]; b--) {
+      int t = order[b];
+      order[b] = order[b - 1];
+      order[b - 1] = t;
+    }
+  int slots = 0;
+  for (int a = 0; a < m; a++) {
+    int i = order[a];
+    int64_t need = net->blobs[i]->count;
+    int best = -1;
+    for (int k = 0; k < slots; k++) {
+      if (busy_until[k] <= last[i]) continue; /* its blob is still live when this one starts */
+      if (best < 0) {
+        best = k;
+        continue;
+      }
+      int64_t have = in->diff_pool_floats[k], bh = in->diff_pool_floats[best];
+      /* the smallest that fits, else the largest (it grows least) */
+      if ((have >= need && (bh < need || have < bh)) || (bh < need && have > bh)) best = k;
+    }
+    if (best < 0) best = slots++;
+    if (in->diff_pool_floats[best] < need) in->diff_pool_floats[best] = need;
+    busy_until[best] = first[i];
+    in->diff_slot[i] = best;
+  }
+  in->ndiff_pool = slots;
+  free(first), free(last), free(order), free(busy_until), free(ok);
+  return KILN_OK;
+}
+
+int kiln_net_plan_memory(kiln_net *net, const kiln_net_options *opt) {
+  kiln_memory_plan *m = &net->memory;
+  memset(m, 0, sizeof *m);
+  for (int k = 0; k < net->nlearnable; k++) m->params += net->learnable[k]->count * 4;
+  m->grads = m->params;
+  m->history = m->params * opt->history_per_param;
+  KILN_TRY(plan_diff_sharing(net, opt));
+  net_internal *in = net->internal;
+  for (int i = 0; i < net->nblobs; i++)
+    m->activations += net->blobs[i]->count * ((net->blobs[i]->data_of ? 0 : 4) +
+                                              (in->diff_slot && in->diff_slot[i] >= 0 ? 0 : 4));
+  for (int k = 0; k < in->ndiff_pool; k++) m->activations += in->diff_pool_floats[k] * 4;
+  for (int i = 0; i < net->nlayers; i++) {
+    kiln_layer *l = net->layers[i];
+    for (int b = 0; b < l->nbuffer; b++) m->buffers += l->buffer[b]->count * 4; /* data only */
+    if (l->workspace_floats > net->workspace_floats) net->workspace_floats = l->workspace_floats;
+    m->data_queues += l->extra_bytes;
+  }
+  m->workspace = net->workspace_floats * 4;
+  m->total = m->params + m->grads + m->history + m->activations + m->buffers + m->workspace +
+             m->data_queues;
+  uint64_t limit = opt->max_memory ? opt->max_memory : kiln_mem_available();
+  if (limit && (uint64_t)m->total > limit) {
+    const char *names[] = {"parameters", "gradients", "solver history", "activations",
+                           "layer buffers", "workspace", "data prefetch queues"};
+    int64_t parts[] = {m->params, m->grads, m->history, m->activations, m->buffers, m->workspace,
+                       m->data_queues};
+    int big = 0;
+    for (int i = 1; i < 7; i++)
+      if (parts[i] > parts[big]) big = i;
+    char a[32], b[32], c[32];
+    const char *hint = big == 3 ? " (reduce batch_size)" : big <= 2 ? " (a smaller model)" : "";
+    return kiln_errorf(KILN_ERR_NOMEM,
+                       "net '%s' (%s) needs %s but the memory limit is %s%s; the largest part is "
+                       "%s: %s%s",
+                       net->name, net->phase == CAFFE__PHASE__TRAIN ? "TRAIN" : "TEST",
+                       human_bytes(m->total, a, sizeof a), human_bytes((int64_t)limit, b, sizeof b),
+                       opt->max_memory ? " (--max-memory)" : " (memory available on this machine)",
+                       names[big], human_bytes(parts[big], c, sizeof c), hint);
+  }
+  return KILN_OK;
+}
+
+int kiln_net_allocate_and_fill(kiln_net *net) {
+  net_internal *in = net->internal;
+  int64_t total = 0;
+  for (int k = 0; k < net->nlearnable; k++) {
+    net->learnable_offset[k] = total;
+    total += (net->learnable[k]->count + 15) & ~(int64_t)15; /* 64-byte aligned slots */
+  }
+  net->nparam_floats = total;
+  /* huge pages: every step streams these, and MPI pins them for its single-copy transfers */
+  net->param_data = kiln_alloc_huge((size_t)total * sizeof(float));
+  net->param_diff = kiln_alloc_huge((size_t)total * sizeof(float));
+  net->workspace = kiln_alloc((size_t)net->workspace_floats * sizeof(float));
+  if (!net->param_data || !net->param_diff || !net->workspace)
+    return kiln_errorf(KILN_ERR_NOMEM, "net '%s': cannot allocate parameters", net->name);
+  for (int k = 0; k < net->nlearnable; k++)
+    kiln_blob_set_view(net->learnable[k], net->param_data + net->learnable_offset[k],
+                       net->param_diff + net->learnable_offset[k]);
+  int slot = 0;
+  for (int i = 0; i < net->nlayers; i++) {
+    kiln_layer *l = net->layers[i];
+    l->workspace = net->workspace;
+    for (int p = 0; p < l->nparam; p++, slot++) {
+      kiln_blob *o = in->param_owner_blob[slot];
+      if (o == l->param[p]) {
+        int rc = kiln_fill(o, l->param_filler[p], l->param_default_value[p], &net->rng);
+        if (rc) return kiln_error_context(rc, "layer '%s': ", l->name);
+      } else {
+        kiln_blob_set_view(l->param[p], o->data, o->diff);
+      }
+    }
+    for (int b = 0; b < l->nbuffer; b++) KILN_TRY(kiln_blob_alloc(l->buffer[b]));
+  }
+  if (in->ndiff_pool) {
+    in->diff_pool = calloc((size_t)in->ndiff_pool, sizeof(float *));
+    if (!in->diff_pool) return kiln_errorf(KILN_ERR_NOMEM, "out of memory");
+    for (int k = 0; k < in->ndiff_pool; k++)
+      if (!(in->diff_pool[k] = kiln_alloc((size_t)in->diff_pool_floats[k] * sizeof(float))))
+        return kiln_errorf(KILN_ERR_NOMEM, "net '%s': cannot allocate gradients", net->name);
+  }
+  for (int i = 0; i < net->nblobs; i++) {
+    kiln_blob *b = net->blobs[i];
+    int k = in->diff_slot ? in->diff_slot[i] : -1;
+    if (k >= 0) {
+      b->no_diff = true; /* data only; the diff is the pool's */
+      KILN_TRY(kiln_blob_alloc(b));
+      kiln_blob_borrow_diff(b, in->diff_pool[k], in->diff_pool_floats[k]);
+    } else {
+      KILN_TRY(kiln_blob_alloc(b));
+    }
+  }
+  return KILN_OK;
+}
+
+char *kiln_net_describe(const kiln_net *net) {
+  size_t cap = 4096 + (size_t)net->nlayers * 200, used = 0;
+  char *s = malloc(cap);
+  if (!s) return NULL;
+#define OUT(...) used += (size_t)snprintf(s + used, used < cap ? cap - used : 0, __VA_ARGS__)
+  OUT("%-24s %-16s %-20s %12s %12s\n", "layer", "type", "output", "params", "MFLOPs");
+  int64_t total_params = 0;
+  for (int i = 0; i < net->nlayers; i++) {
+    kiln_layer *l = net->layers[i];
+    char shape[96] = "-";
+    if (l->ntop) kiln_blob_shape_string(l->top[0], shape, sizeof shape);
+    int64_t np = 0;
+    for (int p = 0; p < l->nparam; p++) np += l->param[p]->count;
+    total_params += np;
+    OUT("%-24.24s %-16.16s %-20.20s %12lld %12.2f\n", l->name, l->ops->type, shape, (long long)np,
+        l->flops / 1e6);
+  }
+  const kiln_memory_plan *m = &net->memory;
+  char a[32], b[32], c[32], d[32], e[32], f[32], g[32], t[32];
+  OUT("total: %lld parameters, %.2f MFLOPs forward per pass\n", (long long)total_params,
+      kiln_net_forward_flops(net) / 1e6);
+  OUT("memory: %s = parameters %s + gradients %s + solver history %s + activations %s + buffers "
+      "%s + workspace %s + prefetch %s\n",
+      human_bytes(m->total, t, sizeof t), human_bytes(m->params, a, sizeof a),
+      human_bytes(m->grads, b, sizeof b), human_bytes(m->history, c, sizeof c),
+      human_bytes(m->activations, d, sizeof d), human_bytes(m->buffers, e, sizeof e),
+      human_bytes(m->workspace, f, sizeof f), human_bytes(m->data_queues, g, sizeof g));
+#undef OUT
+  return s;
+}
