@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -72,6 +73,7 @@ void ce_run_child(char *const argv[], const char *folder, double timeout_s,
     return;
   }
   double t0 = ce_now_s(), busy0 = machine_busy_s();
+  const pid_t parent = getpid();
   pid_t pid = fork();
   if (pid < 0) {
     close(fd);
@@ -82,6 +84,10 @@ void ce_run_child(char *const argv[], const char *folder, double timeout_s,
   if (pid == 0) {
     /* only async-signal-safe calls until exec */
     setpgid(0, 0);
+    /* If the harness dies (even by SIGKILL, with no chance to stop its training), the training
+     * gets SIGTERM: a kiln train ends, mpirun ends its ranks. A harness already gone before this
+     * line leaves nothing to wait for the child either. */
+    if (prctl(PR_SET_PDEATHSIG, SIGTERM) != 0 || getppid() != parent) _exit(126);
     int in = open("/dev/null", O_RDONLY);
     if (in >= 0) dup2(in, 0);
     dup2(fd, 1);

@@ -39,6 +39,23 @@ expect nodata 3 "data set 'nothere' is not in the cache" -- "$(model nodata lr0.
 expect badsuite 3 "unknown field 'flor'" -- 'model { name: "x" solver: "lr0.prototxt" kpi { name: "accuracy" flor: 1 } }'
 expect badkpi 3 "unknown KPI 'acuracy'" -- 'model { name: "x" solver: "lr0.prototxt" kpi { name: "acuracy" } }'
 
+# A harness killed outright (SIGKILL: no handler runs) leaves no training behind: the child gets
+# SIGTERM when its parent dies.
+printf 'repeats: 1\n%s\n' "$(model orphan "$SRC/models/lenet/lenet_solver.prototxt" 100000 'timeout_seconds: 300')" \
+  > orphan.prototxt
+"$KILN" ce run orphan.prototxt --db "$WORK/ce.db" --report-dir "$WORK/orphan" >/dev/null 2>&1 &
+ce=$!
+for i in $(seq 100); do  # the training has started when its log exists
+  compgen -G "$WORK/orphan/runs/*/train.log" >/dev/null && break
+  sleep 0.1
+done
+child=$(pgrep -P $ce | head -n 1)
+[ -n "$child" ] && pass || fail "the CE run started no training"
+kill -KILL $ce
+wait $ce 2>/dev/null
+for i in $(seq 50); do kill -0 "$child" 2>/dev/null || break; sleep 0.1; done
+kill -0 "$child" 2>/dev/null && { fail "the training outlived its killed harness"; kill -KILL "$child"; } || pass
+
 # kiln ce stability: one model of a suite N times, the spread of each KPI
 printf 'model { name: "st" solver: "lr0.prototxt" max_iter: 20 test_interval: 20 test_iter: 2 threads: 1\n  kpi { name: "accuracy" floor: 0 } kpi { name: "duration_s" } }\n' > stab.prototxt
 out=$("$KILN" ce stability st --suite stab.prototxt --times 2 --report-dir "$WORK/stab" 2>/dev/null)
