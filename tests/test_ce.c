@@ -573,6 +573,43 @@ static void test_baseline_round_trip_and_accept(void **state) {
   assert_null(b);
   assert_string_equal(found, "");
 
+  /* baselines that could not judge a run are refused, naming the file and the field */
+  const struct {
+    const char *text, *error;
+  } bad[] = {
+      {"model: \"m\"\n", "holds no values"},
+      {"model: \"m\" value { kpi: \"accuracy\" value: nan }\n", "KPI 'accuracy' (1 workers): value is not a finite number"},
+      {"model: \"m\" value { kpi: \"accuracy\" }\n", "value is missing"},
+      {"model: \"m\" value { kpi: \"duration_s\" value: 3 spread: -1 }\n", "spread -1 must be >= 0"},
+      {"model: \"m\" value { kpi: \"duration_s\" value: 3 spread: nan }\n", "spread nan must be >= 0"},
+      {"model: \"m\" value { kpi: \"duration_s\" value: 3 workers: 0 }\n", "workers 0"},
+      {"model: \"m\" value { kpi: \"accuracy\" value: 0.9 } value { kpi: \"accuracy\" value: 0.8 }\n",
+       "KPI 'accuracy' (1 workers) given twice"},
+      {"model: \"m\" value { value: 3 }\n", "value 1 has no kpi"},
+  };
+  char bad_path[256];
+  snprintf(bad_path, sizeof bad_path, "%s/bad.prototxt", bdir);
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    write_text(bad_path, bad[i].text);
+    assert_int_equal(kiln_ce_baseline_read(bad_path, &b), KILN_ERR_INVALID);
+    assert_null(b);
+    assert_contains(kiln_last_error(), "bad.prototxt");
+    if (!strstr(kiln_last_error(), bad[i].error))
+      fail_msg("baseline %zu: '%s' lacks '%s'", i, kiln_last_error(), bad[i].error);
+  }
+  /* a baseline filed under another model or machine class than its own */
+  char placed[256];
+  snprintf(placed, sizeof placed, "%s/test-class-2c/mm.prototxt", bdir);
+  write_text(placed, "model: \"lenet\" value { kpi: \"accuracy\" value: 0.9 }\n");
+  assert_int_equal(kiln_ce_baseline_lookup(bdir, "test-class-2c", "mm", &b, found, sizeof found),
+                   KILN_ERR_INVALID);
+  assert_contains(kiln_last_error(), "model 'lenet', but it is the baseline file of 'mm'");
+  write_text(placed, "model: \"mm\" machine_class: \"other-1c\" value { kpi: \"accuracy\" value: 0.9 }\n");
+  assert_int_equal(kiln_ce_baseline_lookup(bdir, "test-class-2c", "mm", &b, found, sizeof found),
+                   KILN_ERR_INVALID);
+  assert_contains(kiln_last_error(), "machine_class 'other-1c', but it lies in the folder of class 'test-class-2c'");
+  remove(placed);
+
   /* a damaged baseline is an error with its location, not a silent pass */
   snprintf(path, sizeof path, "%s/test-class-2c/bad.prototxt", bdir);
   write_text(path, "model: \"bad\"\nvalue { kpi: \"accuracy\" valu: 1 }\n");
@@ -832,6 +869,19 @@ static void test_suite_load(void **state) {
       {"repeats: 0 model { name: 'a' solver: 's.prototxt' kpi { name: 'accuracy' } }", "repeats"},
       {"model { name: 'a' solver: 's.prototxt' kpi { name: 'accuracy' } flor: 1 }",
        "suite.prototxt:1:"},
+      /* fields out of range, each named */
+      {"model { name: 'a' solver: 's.prototxt' threads: 0 kpi { name: 'accuracy' } }",
+       "threads 0 is not in 1..1024"},
+      {"model { name: 'a' solver: 's.prototxt' threads: 100000 kpi { name: 'accuracy' } }",
+       "threads 100000 is not in 1..1024"},
+      {"model { name: 'a' solver: 's.prototxt' iters_per_epoch: -1 kpi { name: 'accuracy' } }",
+       "iters_per_epoch -1 must be a positive number"},
+      {"model { name: 'a' solver: 's.prototxt' test_iter: 0 kpi { name: 'accuracy' } }",
+       "test_iter must be positive"},
+      {"model { name: 'a' solver: 's.prototxt' kpi { name: 'accuracy' floor: 0.9 ceiling: 0.5 } }",
+       "floor 0.9 is above ceiling 0.5"},
+      {"model { name: 'a' solver: 's.prototxt' kpi { name: 'accuracy' rel_tolerance: inf } }",
+       "must be finite"},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     write_text(path, cases[i].text);

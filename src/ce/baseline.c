@@ -20,11 +20,55 @@ int kiln_ce_baseline_path(const char *dir, const char *machine_class, const char
   return KILN_OK;
 }
 
+/* A baseline judges every later run: a value that cannot be compared with (NaN made every row
+ * pass), a spread below 0, or two values for one KPI is refused with the field named. */
+static int check_baseline(const char *path, const Caffe__CeBaseline *b) {
+  if (b->n_value == 0) return kiln_errorf(KILN_ERR_INVALID, "%s: holds no values", path);
+  for (size_t i = 0; i < b->n_value; i++) {
+    const Caffe__CeBaselineValue *v = b->value[i];
+    const char *kpi = v->kpi ? v->kpi : "";
+    if (!*kpi) return kiln_errorf(KILN_ERR_INVALID, "%s: value %zu has no kpi", path, i + 1);
+    if (!v->has_value || !isfinite(v->value))
+      return kiln_errorf(KILN_ERR_INVALID, "%s: KPI '%s' (%d workers): value %s", path, kpi,
+                         v->workers, v->has_value ? "is not a finite number" : "is missing");
+    if (v->has_spread && !(v->spread >= 0 && isfinite(v->spread)))
+      return kiln_errorf(KILN_ERR_INVALID, "%s: KPI '%s' (%d workers): spread %g must be >= 0",
+                         path, kpi, v->workers, v->spread);
+    if (v->workers < 1 || (v->has_samples && v->samples < 1))
+      return kiln_errorf(KILN_ERR_INVALID, "%s: KPI '%s': workers %d and samples %d must be >= 1",
+                         path, kpi, v->workers, v->has_samples ? v->samples : 1);
+    for (size_t j = 0; j < i; j++)
+      if (b->value[j]->kpi && !strcmp(b->value[j]->kpi, kpi) && b->value[j]->workers == v->workers)
+        return kiln_errorf(KILN_ERR_INVALID, "%s: KPI '%s' (%d workers) given twice", path, kpi,
+                           v->workers);
+  }
+  return KILN_OK;
+}
+
 int kiln_ce_baseline_read(const char *path, Caffe__CeBaseline **out) {
   ProtobufCMessage *m;
   *out = NULL;
   KILN_TRY(kiln_text_parse_file(path, &caffe__ce_baseline__descriptor, &m));
+  int rc = check_baseline(path, (Caffe__CeBaseline *)m);
+  if (rc) {
+    protobuf_c_message_free_unpacked(m, NULL);
+    return rc;
+  }
   *out = (Caffe__CeBaseline *)m;
+  return KILN_OK;
+}
+
+/* The file's own model and machine class, when it states them, must be the ones it is filed
+ * under: a baseline copied to the wrong place would judge the wrong runs. */
+static int check_place(const char *path, const Caffe__CeBaseline *b, const char *model,
+                       const char *machine_class) {
+  if (b->model && *b->model && strcmp(b->model, model))
+    return kiln_errorf(KILN_ERR_INVALID, "%s: model '%s', but it is the baseline file of '%s'",
+                       path, b->model, model);
+  if (b->machine_class && *b->machine_class && strcmp(b->machine_class, machine_class))
+    return kiln_errorf(KILN_ERR_INVALID,
+                       "%s: machine_class '%s', but it lies in the folder of class '%s'", path,
+                       b->machine_class, machine_class);
   return KILN_OK;
 }
 
@@ -63,6 +107,17 @@ static int cmp_str(const void *a, const void *b) {
   return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
+static int read_placed(const char *path, const char *model, const char *machine_class,
+                       Caffe__CeBaseline **out) {
+  KILN_TRY(kiln_ce_baseline_read(path, out));
+  int rc = check_place(path, *out, model, machine_class);
+  if (rc) {
+    protobuf_c_message_free_unpacked(&(*out)->base, NULL);
+    *out = NULL;
+  }
+  return rc;
+}
+
 int kiln_ce_baseline_lookup(const char *dir, const char *machine_class, const char *model,
                             Caffe__CeBaseline **out, char *found_class, size_t n) {
   char path[4096];
@@ -71,7 +126,7 @@ int kiln_ce_baseline_lookup(const char *dir, const char *machine_class, const ch
   KILN_TRY(kiln_ce_baseline_path(dir, machine_class, model, path, sizeof path));
   if (access(path, F_OK) == 0) {
     if (found_class) snprintf(found_class, n, "%s", machine_class);
-    return kiln_ce_baseline_read(path, out);
+    return read_placed(path, model, machine_class, out);
   }
   /* Another class's file still says what the machine-independent KPIs should be. Classes are
    * tried in name order so that the choice does not depend on the file system. */
@@ -96,7 +151,7 @@ int kiln_ce_baseline_lookup(const char *dir, const char *machine_class, const ch
   for (int i = 0; rc == KILN_OK && i < count && !*out; i++) {
     if (kiln_ce_baseline_path(dir, names[i], model, path, sizeof path) || access(path, F_OK))
       continue;
-    rc = kiln_ce_baseline_read(path, out);
+    rc = read_placed(path, model, names[i], out);
     if (rc == KILN_OK && found_class) snprintf(found_class, n, "%s", names[i]);
   }
   for (int i = 0; i < count; i++) free(names[i]);

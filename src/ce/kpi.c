@@ -60,8 +60,16 @@ int kiln_ce_kpi_resolve(const Caffe__CeKpi *k, kiln_ce_kpi_spec *out) {
     out->rel_tolerance = info->default_rel_tolerance;
     out->abs_tolerance = info->default_abs_tolerance;
   }
+  if ((k->has_floor && !isfinite(k->floor)) || (k->has_ceiling && !isfinite(k->ceiling)) ||
+      (k->has_rel_tolerance && !isfinite(k->rel_tolerance)) ||
+      (k->has_abs_tolerance && !isfinite(k->abs_tolerance)))
+    return kiln_errorf(KILN_ERR_INVALID, "KPI '%s': floor, ceiling and tolerances must be finite",
+                       k->name);
   out->floor = k->has_floor ? k->floor : !strcmp(info->name, "accuracy") ? 0.5 : NAN;
   out->ceiling = k->has_ceiling ? k->ceiling : NAN;
+  if (out->floor > out->ceiling) /* false when either is NaN (not set) */
+    return kiln_errorf(KILN_ERR_INVALID, "KPI '%s': floor %g is above ceiling %g: nothing could pass",
+                       k->name, out->floor, out->ceiling);
   return KILN_OK;
 }
 

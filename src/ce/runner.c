@@ -75,6 +75,21 @@ static int check_model(const char *path, const char *dir, const Caffe__CeModel *
   if (m->has_timeout_seconds && m->timeout_seconds < 1)
     return kiln_errorf(KILN_ERR_INVALID, "%s: model '%s': timeout_seconds must be positive", path,
                        m->name);
+  if (m->has_threads && (m->threads < 1 || m->threads > 1024))
+    return kiln_errorf(KILN_ERR_INVALID, "%s: model '%s': threads %d is not in 1..1024", path,
+                       m->name, m->threads);
+  if (m->has_test_interval && m->test_interval < 0)
+    return kiln_errorf(KILN_ERR_INVALID, "%s: model '%s': test_interval %d is negative", path,
+                       m->name, m->test_interval);
+  if (m->has_test_iter && m->test_iter < 1)
+    return kiln_errorf(KILN_ERR_INVALID, "%s: model '%s': test_iter must be positive", path,
+                       m->name);
+  if (m->has_iters_per_epoch && !(m->iters_per_epoch > 0 && isfinite(m->iters_per_epoch)))
+    return kiln_errorf(KILN_ERR_INVALID, "%s: model '%s': iters_per_epoch %g must be a positive number",
+                       path, m->name, m->iters_per_epoch);
+  if (!(m->min_epochs_learning >= 0 && isfinite(m->min_epochs_learning)))
+    return kiln_errorf(KILN_ERR_INVALID, "%s: model '%s': min_epochs_learning %g must be >= 0",
+                       path, m->name, m->min_epochs_learning);
   if (m->n_kpi == 0 || m->n_kpi > MAX_KPIS)
     return kiln_errorf(KILN_ERR_INVALID, "%s: model '%s': give 1 to %d kpi entries", path, m->name,
                        MAX_KPIS);
