@@ -146,17 +146,37 @@ int cmd_describe(int argc, char **argv) {
   return 0;
 }
 
-/* Fills inputs that no data layer produces with N(0,1) and integer-looking labels stay as the
- * data layer wrote them; marks every layer for backward so each one's time is measured, as
- * `caffe time` does. */
+/* A blob some layer reads as other than its first bottom (directly, or through the Splits the
+ * net inserts for fan-out): a label, a weight or a second operand. Filled with zeros it is class 0
+ * for a loss or an accuracy, and a valid operand for the rest. */
+static bool read_as_second_operand(const kiln_net *net, const kiln_blob *b, int depth) {
+  for (int i = 0; i < net->nlayers && depth < 8; i++) {
+    const kiln_layer *l = net->layers[i];
+    for (int k = 0; k < l->nbottom; k++) {
+      if (l->bottom[k] != b) continue;
+      if (k > 0) return true;
+      if (l->ops->passes_through)
+        for (int t = 0; t < l->ntop; t++)
+          if (read_as_second_operand(net, l->top[t], depth + 1)) return true;
+    }
+  }
+  return false;
+}
+
+/* Fills inputs that no data layer produces: N(0,1), or zeros where they may be labels (a random
+ * real is no class index); a data layer's labels stay as it wrote them. Marks every layer for
+ * backward so each one's time is measured, as `caffe time` does. */
 static void prepare_for_timing(kiln_net *net) {
   kiln_rng r;
   kiln_rng_seed(&r, 7, 7);
   for (int i = 0; i < net->nlayers; i++) {
     kiln_layer *l = net->layers[i];
     if (l->ops->fed_by_caller)
-      for (int t = 0; t < l->ntop; t++)
-        for (int64_t k = 0; k < l->top[t]->count; k++) l->top[t]->data[k] = kiln_rng_gaussian(&r, 0, 1);
+      for (int t = 0; t < l->ntop; t++) {
+        const bool zeros = read_as_second_operand(net, l->top[t], 0);
+        for (int64_t k = 0; k < l->top[t]->count; k++)
+          l->top[t]->data[k] = zeros ? 0.0f : kiln_rng_gaussian(&r, 0, 1);
+      }
     if (l->ops->is_data || !l->ops->backward) continue;
     net->layer_need_backward[i] = true;
     for (int b = 0; b < l->nbottom; b++) l->propagate_down[b] = !(l->ops->is_loss && b > 0);

@@ -52,6 +52,21 @@ out=$(KILN_FUSE=0 "$KILN" time --model bn.prototxt --iterations 3) || fail "time
 echo "$out" | grep -q "fused groups" && fail "KILN_FUSE=0 still fused: $out" || pass
 awk -v t="$(ms "$out" sc 3)" 'BEGIN { exit !(t > 0) }' && pass || fail "Scale not timed unfused: $out"
 
+# A train net whose labels come from an Input layer (as Caffe's `time` runs it): the labels are
+# filled as class 0, not random reals that name no class.
+cat > input_labels.prototxt <<'NET'
+name: "labels"
+layer { name: "in" type: "Input" top: "data" top: "label"
+  input_param { shape { dim: 8 dim: 1 dim: 12 dim: 12 } shape { dim: 8 } } }
+layer { name: "cv" type: "Convolution" bottom: "data" top: "cv" convolution_param { num_output: 4 kernel_size: 3 } }
+layer { name: "ip" type: "InnerProduct" bottom: "cv" top: "ip" inner_product_param { num_output: 10 } }
+layer { name: "loss" type: "SoftmaxWithLoss" bottom: "ip" bottom: "label" top: "loss" }
+layer { name: "acc" type: "Accuracy" bottom: "ip" bottom: "label" top: "acc" }
+NET
+out=$("$KILN" time --model input_labels.prototxt --iterations 2 2>&1) && pass \
+  || fail "kiln time with labels from an Input layer: $out"
+echo "$out" | grep -q "^loss " && pass || fail "no timing line for the loss: $out"
+
 # Blobs of no elements (a batch of 0, as Caffe allows): every layer runs on them without
 # handing NULL to the C library (the sanitizer build checks), forward and backward.
 cat > empty.prototxt <<'NET'
