@@ -54,6 +54,10 @@ typedef struct kiln_layer_ops {
   /* Its tops are filled by whoever runs the net, not by the layer (Input): tools that run a net
    * on made-up data (kiln time) fill them. */
   bool fed_by_caller;
+  /* May run in place (top i the same blob as bottom i): its forward and backward stay correct
+   * when they overwrite their input (element-wise layers that keep what backward needs). The net
+   * refuses a prototxt that puts any other layer in place. */
+  bool in_place;
   /* Check the layer's parameters and bottoms' axes, declare parameter blobs (add_param). */
   int (*setup)(kiln_layer *l);
   /* Size the tops (and internal buffers, workspace) from the bottoms; set l->flops. */

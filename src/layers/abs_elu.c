@@ -46,6 +46,7 @@ static int absval_backward(kiln_layer *l) {
 
 const kiln_layer_ops kiln_layer_absval = {
     .type = "AbsVal", .min_bottoms = 1, .max_bottoms = 1, .min_tops = 1, .max_tops = 1,
+    .in_place = true,
     .setup = absval_setup, .reshape = same_shape_reshape, .forward = absval_forward,
     .backward = absval_backward,
 };
@@ -90,6 +91,7 @@ static int elu_backward(kiln_layer *l) {
 
 const kiln_layer_ops kiln_layer_elu = {
     .type = "ELU", .min_bottoms = 1, .max_bottoms = 1, .min_tops = 1, .max_tops = 1,
+    .in_place = true,
     .setup = elu_setup, .reshape = same_shape_reshape, .forward = elu_forward,
     .backward = elu_backward,
 };

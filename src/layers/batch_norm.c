@@ -566,6 +566,7 @@ static int bn_layout_role(const kiln_layer *l) {
 
 const kiln_layer_ops kiln_layer_batch_norm = {
     .type = "BatchNorm", .min_bottoms = 1, .max_bottoms = 1, .min_tops = 1, .max_tops = 1,
+    .in_place = true,
     .setup = bn_setup, .reshape = bn_reshape, .forward = bn_forward, .backward = bn_backward,
     .destroy = bn_destroy, .layout_role = bn_layout_role, .kept_output = bn_kept_output,
     .fuse = bn_fuse,

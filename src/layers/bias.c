@@ -113,6 +113,7 @@ static void bias_destroy(kiln_layer *l) { free(l->priv); }
 
 const kiln_layer_ops kiln_layer_bias = {
     .type = "Bias", .min_bottoms = 1, .max_bottoms = 2, .min_tops = 1, .max_tops = 1,
+    .in_place = true,
     .setup = bias_setup, .reshape = bias_reshape, .forward = bias_forward,
     .backward = bias_backward, .destroy = bias_destroy,
 };

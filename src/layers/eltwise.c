@@ -231,6 +231,7 @@ static int eltwise_fuse(kiln_layer *l, kiln_layer *const *next, int n) {
 
 const kiln_layer_ops kiln_layer_eltwise = {
     .type = "Eltwise", .min_bottoms = 2, .max_bottoms = -1, .min_tops = 1, .max_tops = 1,
+    .in_place = true,
     .setup = eltwise_setup, .reshape = eltwise_reshape, .forward = eltwise_forward,
     .backward = eltwise_backward, .destroy = eltwise_destroy, .layout_role = kiln_layout_any,
     .fuse = eltwise_fuse,

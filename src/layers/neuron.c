@@ -60,6 +60,7 @@ static int relu_setup(kiln_layer *l) {
 
 const kiln_layer_ops kiln_layer_relu = {
     .type = "ReLU", .min_bottoms = 1, .max_bottoms = 1, .min_tops = 1, .max_tops = 1,
+    .in_place = true,
     .setup = relu_setup, .reshape = neuron_reshape, .forward = relu_forward,
     .backward = relu_backward, .layout_role = kiln_layout_any, .absorbable = relu_absorbable,
 };
@@ -87,6 +88,7 @@ static int sigmoid_backward(kiln_layer *l) {
 
 const kiln_layer_ops kiln_layer_sigmoid = {
     .type = "Sigmoid", .min_bottoms = 1, .max_bottoms = 1, .min_tops = 1, .max_tops = 1,
+    .in_place = true,
     .reshape = neuron_reshape, .forward = sigmoid_forward, .backward = sigmoid_backward,
 };
 
@@ -113,6 +115,7 @@ static int tanh_backward(kiln_layer *l) {
 
 const kiln_layer_ops kiln_layer_tanh = {
     .type = "TanH", .min_bottoms = 1, .max_bottoms = 1, .min_tops = 1, .max_tops = 1,
+    .in_place = true,
     .reshape = neuron_reshape, .forward = tanh_forward, .backward = tanh_backward,
 };
 
@@ -168,6 +171,7 @@ static int dropout_backward(kiln_layer *l) {
 
 const kiln_layer_ops kiln_layer_dropout = {
     .type = "Dropout", .min_bottoms = 1, .max_bottoms = 1, .min_tops = 1, .max_tops = 1,
+    .in_place = true,
     .setup = dropout_setup, .reshape = dropout_reshape, .forward = dropout_forward,
     .backward = dropout_backward,
 };

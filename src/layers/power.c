@@ -80,6 +80,7 @@ static int power_backward(kiln_layer *l) {
 
 const kiln_layer_ops kiln_layer_power = {
     .type = "Power", .min_bottoms = 1, .max_bottoms = 1, .min_tops = 1, .max_tops = 1,
+    .in_place = true,
     .setup = power_setup, .reshape = power_reshape, .forward = power_forward,
     .backward = power_backward,
 };

@@ -120,6 +120,7 @@ static int prelu_backward(kiln_layer *l) {
 
 const kiln_layer_ops kiln_layer_prelu = {
     .type = "PReLU", .min_bottoms = 1, .max_bottoms = 1, .min_tops = 1, .max_tops = 1,
+    .in_place = true,
     .setup = prelu_setup, .reshape = prelu_reshape, .forward = prelu_forward,
     .backward = prelu_backward,
 };

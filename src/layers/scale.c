@@ -241,6 +241,7 @@ static int scale_layout_role(const kiln_layer *l) {
 
 const kiln_layer_ops kiln_layer_scale = {
     .type = "Scale", .min_bottoms = 1, .max_bottoms = 2, .min_tops = 1, .max_tops = 1,
+    .in_place = true,
     .setup = scale_setup, .reshape = scale_reshape, .forward = scale_forward,
     .backward = scale_backward, .destroy = scale_destroy, .layout_role = scale_layout_role,
     .absorbable = scale_absorbable,

@@ -2,6 +2,7 @@
  * NetParameter's layers for this net state, by name, before any blob exists, each bottom resolved
  * to the layer and top that last produced it, with the Splits inserted. It works on names because
  * where a Split goes is known only once every consumer of each top has been counted. */
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -164,50 +165,88 @@ static int plan_add(plan *p, const Caffe__LayerParameter *lp) {
   return KILN_OK;
 }
 
+/* Blob names to the layer and top that last produced them: an open-addressed table (names are
+ * borrowed from the plan), so that resolving a net of N layers takes time linear in N. */
+typedef struct {
+  const char *name;
+  int layer, top;
+} producer;
+
+typedef struct {
+  producer *slot;
+  size_t mask;
+} producers;
+
+static uint64_t name_hash(const char *s) {
+  uint64_t h = 1469598103934665603ULL; /* FNV-1a */
+  for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ULL;
+  return h;
+}
+
+static producer *producer_slot(producers *m, const char *name) {
+  size_t i = (size_t)name_hash(name) & m->mask;
+  while (m->slot[i].name && strcmp(m->slot[i].name, name) != 0) i = (i + 1) & m->mask;
+  return &m->slot[i];
+}
+
 /* Resolves each bottom to the layer and top that last produced it, and counts consumers. */
 static int plan_resolve(plan *p, const char *source, int phase) {
-  for (int i = 0; i < p->n; i++) {
+  size_t ntops = 0;
+  for (int i = 0; i < p->n; i++) ntops += (size_t)p->v[i].ntop;
+  producers m = {.mask = 15};
+  while (m.mask + 1 < 2 * ntops) m.mask = m.mask * 2 + 1;
+  m.slot = calloc(m.mask + 1, sizeof *m.slot);
+  if (!m.slot) return kiln_errorf(KILN_ERR_NOMEM, "out of memory");
+  int rc = KILN_OK;
+  for (int i = 0; i < p->n && !rc; i++) {
     plan_layer *l = &p->v[i];
     for (int b = 0; b < l->nbottom; b++) {
-      int src = -1, src_top = -1;
-      for (int j = i - 1; j >= 0 && src < 0; j--)
-        for (int t = 0; t < p->v[j].ntop; t++)
-          if (strcmp(p->v[j].top[t], l->bottom[b]) == 0) {
-            src = j;
-            src_top = t;
-            break;
-          }
-      if (src < 0)
-        return kiln_errorf(KILN_ERR_INVALID,
-                           "%s%slayer '%s': bottom '%s' is not produced by any earlier layer in "
-                           "phase %s",
-                           source ? source : "", source ? ": " : "", l->name, l->bottom[b],
-                           phase == CAFFE__PHASE__TRAIN ? "TRAIN" : "TEST");
-      l->bottom_src_layer[b] = src;
-      l->bottom_src_top[b] = src_top;
-      p->v[src].top_uses[src_top]++;
+      const producer *src = producer_slot(&m, l->bottom[b]);
+      if (!src->name) {
+        rc = kiln_errorf(KILN_ERR_INVALID,
+                         "%s%slayer '%s': bottom '%s' is not produced by any earlier layer in "
+                         "phase %s",
+                         source ? source : "", source ? ": " : "", l->name, l->bottom[b],
+                         phase == CAFFE__PHASE__TRAIN ? "TRAIN" : "TEST");
+        break;
+      }
+      l->bottom_src_layer[b] = src->layer;
+      l->bottom_src_top[b] = src->top;
+      p->v[src->layer].top_uses[src->top]++;
     }
-    for (int t = 0; t < l->ntop; t++) {
+    for (int t = 0; t < l->ntop && !rc; t++) {
       if (l->loss_weight[t] != 0) l->top_uses[t]++;
-      /* A name may be produced again only in place (as the bottom at the same index). */
+      /* A name may be produced again only in place (as the bottom at the same index), and only
+       * by a layer whose table says it computes correctly so (kiln_layer_ops.in_place): one that
+       * changes the shape, or reads its input after writing its output, would not. Caffe
+       * refuses those too. */
       bool in_place = t < l->nbottom && strcmp(l->bottom[t], l->top[t]) == 0;
-      if (in_place) continue;
-      for (int j = 0; j < i; j++)
-        for (int u = 0; u < p->v[j].ntop; u++)
-          if (strcmp(p->v[j].top[u], l->top[t]) == 0)
-            return kiln_errorf(KILN_ERR_INVALID,
+      if (in_place && !l->ops->in_place) {
+        rc = kiln_errorf(KILN_ERR_INVALID,
+                         "%s%slayer '%s' (%s): cannot run in place (top '%s' is its bottom); give "
+                         "the top a name of its own",
+                         source ? source : "", source ? ": " : "", l->name, l->ops->type,
+                         l->top[t]);
+        break;
+      }
+      producer *slot = producer_slot(&m, l->top[t]);
+      if (!in_place && slot->name) {
+        rc = slot->layer == i
+                 ? kiln_errorf(KILN_ERR_INVALID, "layer '%s': top '%s' appears twice", l->name,
+                               l->top[t])
+                 : kiln_errorf(KILN_ERR_INVALID,
                                "%s%slayer '%s': top '%s' is already produced by layer '%s'; a "
                                "layer may reuse a blob name only in place (as its bottom at the "
                                "same position)",
                                source ? source : "", source ? ": " : "", l->name, l->top[t],
-                               p->v[j].name);
-      for (int u = 0; u < t; u++)
-        if (strcmp(l->top[u], l->top[t]) == 0)
-          return kiln_errorf(KILN_ERR_INVALID, "layer '%s': top '%s' appears twice", l->name,
-                             l->top[t]);
+                               p->v[slot->layer].name);
+        break;
+      }
+      *slot = (producer){.name = l->top[t], .layer = i, .top = t};
     }
   }
-  return KILN_OK;
+  free(m.slot);
+  return rc;
 }
 
 static char *split_blob_name(const char *layer, const char *blob, int top, int k) {

@@ -142,6 +142,30 @@ geom 'layer { name: "p" type: "Pooling" bottom: "data" top: "p" pooling_param { 
 expect_error "pool stride past int" "layer 'p' (Pooling): stride 4294967295 is too large (at most 65536)" -- \
   "$KILN" describe --model bigstride.prototxt
 
+# A layer that changes its shape cannot run in place (top = bottom): refused naming it, as Caffe
+# refuses it (it overflowed the heap or ran on with a wrong shape).
+for spec in 'InnerProduct:inner_product_param { num_output: 3 }' \
+            'Convolution:convolution_param { num_output: 2 kernel_size: 3 }' \
+            'Pooling:pooling_param { pool: MAX kernel_size: 2 stride: 2 }'; do
+  type=${spec%%:*}
+  geom "layer { name: \"x\" type: \"$type\" bottom: \"data\" top: \"data\" ${spec#*:} }" > inplace.prototxt
+  expect_error "$type in place" "layer 'x' ($type): cannot run in place (top 'data' is its bottom)" -- \
+    "$KILN" describe --model inplace.prototxt
+done
+geom 'layer { name: "r" type: "ReLU" bottom: "data" top: "data" }' > relu_inplace.prototxt
+"$KILN" describe --model relu_inplace.prototxt >/dev/null 2>&1 && pass || fail "ReLU in place refused"
+
+# A chain of 160,000 layers builds in seconds: building is linear in the layers (quadratic, it took
+# minutes).
+awk 'BEGIN { print "name: \"chain\""
+  print "layer { name: \"in\" type: \"Input\" top: \"b0\" input_param { shape { dim: 1 dim: 4 } } }"
+  for (i = 0; i < 160000; i++)
+    printf "layer { name: \"p%d\" type: \"Power\" bottom: \"b%d\" top: \"b%d\" }\n", i, i, i + 1 }' \
+  > chain.prototxt
+out=$(timeout 60 "$KILN" describe --model chain.prototxt 2>&1 | tail -n 2)
+rc=$?
+echo "$out" | grep -q "^total: 0 parameters" && pass || fail "a 160,000-layer chain (exit $rc): $out"
+
 # Endless or huge text files are refused before they are read (not read until memory runs out).
 expect_error "net from a device" "/dev/zero: not a regular file" -- \
   timeout 20 "$KILN" describe --model /dev/zero
