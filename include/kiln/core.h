@@ -108,6 +108,7 @@ typedef struct kiln_blob {
   int layout;            /* KILN_LAYOUT_*: how data and diff are laid out in memory */
   const struct kiln_blob *data_of; /* non-NULL: the data is that blob's (a Split's top reading
                                       its bottom's); only the diff is this blob's own */
+  int id;                /* its index in its net's activation blobs; -1 for any other blob */
 } kiln_blob;
 
 /* Activation layouts. PLAIN is Caffe's row-major N x C x H x W (and every blob that is not 4-D).

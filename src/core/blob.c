@@ -10,6 +10,7 @@ kiln_blob *kiln_blob_new(const char *name) {
   if (!b) return NULL;
   b->name = kiln_strdup(name ? name : "");
   b->owned = true;
+  b->id = -1;
   return b;
 }
 

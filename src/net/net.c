@@ -38,12 +38,18 @@ kiln_layer *kiln_net_layer(const kiln_net *net, const char *name) {
 }
 
 static int add_blob(kiln_net *net, const char *name, kiln_blob **out) {
-  kiln_blob **v = realloc(net->blobs, (size_t)(net->nblobs + 1) * sizeof *v);
-  if (!v) return kiln_errorf(KILN_ERR_NOMEM, "out of memory");
-  net->blobs = v;
+  net_internal *in = net->internal;
+  if (net->nblobs == in->blobs_cap) { /* doubling: a net of N blobs copies the list O(N) times */
+    int cap = in->blobs_cap ? in->blobs_cap * 2 : 64;
+    kiln_blob **v = realloc(net->blobs, (size_t)cap * sizeof *v);
+    if (!v) return kiln_errorf(KILN_ERR_NOMEM, "out of memory");
+    net->blobs = v;
+    in->blobs_cap = cap;
+  }
   kiln_blob *b = kiln_blob_new(name);
   if (!b) return kiln_errorf(KILN_ERR_NOMEM, "out of memory");
   b->defer_alloc = true;
+  b->id = net->nblobs;
   net->blobs[net->nblobs++] = b;
   *out = b;
   return KILN_OK;
@@ -116,22 +122,11 @@ static int setup_params(kiln_net *net) {
   return rc;
 }
 
-static bool blob_in(kiln_blob *const *v, int n, const kiln_blob *b) {
-  for (int k = 0; k < n; k++)
-    if (v[k] == b) return true;
-  return false;
-}
-
-/* `v` holds at most net->nblobs distinct blobs; in-place layers name the same blob again and
- * again, so only new ones are added. */
-static void add_blob_once(kiln_blob **v, int *n, kiln_blob *b) {
-  if (!blob_in(v, *n, b)) v[(*n)++] = b;
-}
-
+/* Per-blob flags and figures are arrays indexed by kiln_blob.id, so that each pass over the net
+ * is linear in its size (nets of tens of thousands of layers build in seconds). */
 static void need_backward(kiln_net *net, const Caffe__NetParameter *np) {
   /* Forward: which blobs carry gradients. */
-  kiln_blob **needs = calloc((size_t)net->nblobs + 1, sizeof *needs);
-  int nneeds = 0;
+  bool *needs = calloc((size_t)net->nblobs + 1, sizeof *needs);
   net->layer_need_backward = calloc((size_t)net->nlayers + 1, sizeof(bool));
   if (!needs || !net->layer_need_backward) {
     free(needs);
@@ -152,7 +147,7 @@ static void need_backward(kiln_net *net, const Caffe__NetParameter *np) {
      * through a Split would be asked for a gradient downstream. */
     bool forced_any = false;
     for (int b = 0; b < l->nbottom; b++) {
-      bool bn = blob_in(needs, nneeds, l->bottom[b]);
+      bool bn = needs[l->bottom[b]->id];
       bool fb = np->force_backward && !l->ops->is_data && !(l->ops->is_loss && b > 0);
       if (b < (int)l->lp->n_propagate_down && !l->lp->propagate_down[b]) bn = fb = false;
       l->propagate_down[b] = bn || fb;
@@ -161,47 +156,53 @@ static void need_backward(kiln_net *net, const Caffe__NetParameter *np) {
     }
     net->layer_need_backward[i] = need || forced_any;
     if (need)
-      for (int t = 0; t < l->ntop; t++) add_blob_once(needs, &nneeds, l->top[t]);
+      for (int t = 0; t < l->ntop; t++) needs[l->top[t]->id] = true;
   }
   /* Backward: only what reaches a loss. */
-  nneeds = 0;
+  memset(needs, 0, sizeof *needs * (size_t)net->nblobs);
   for (int i = net->nlayers - 1; i >= 0; i--) {
     kiln_layer *l = net->layers[i];
     bool contributes = false;
     for (int t = 0; t < l->ntop; t++) {
       if (l->loss_weight[t] != 0) contributes = true;
-      contributes |= blob_in(needs, nneeds, l->top[t]);
+      contributes |= needs[l->top[t]->id];
     }
     if (!contributes) {
       net->layer_need_backward[i] = false;
       for (int b = 0; b < l->nbottom; b++) l->propagate_down[b] = false;
     } else {
-      for (int b = 0; b < l->nbottom; b++) add_blob_once(needs, &nneeds, l->bottom[b]);
+      for (int b = 0; b < l->nbottom; b++) needs[l->bottom[b]->id] = true;
     }
   }
   free(needs);
 }
 
+/* Outputs: blobs no layer consumes (but in place), with the loss weight of the last layer that
+ * gives them one. */
 static int find_outputs(kiln_net *net) {
   net->outputs = calloc((size_t)net->nblobs + 1, sizeof(kiln_blob *));
   net->output_loss_weight = calloc((size_t)net->nblobs + 1, sizeof(float));
-  if (!net->outputs || !net->output_loss_weight) return kiln_errorf(KILN_ERR_NOMEM, "out of memory");
-  for (int i = 0; i < net->nblobs; i++) {
-    kiln_blob *b = net->blobs[i];
-    bool consumed = false;
-    float lw = 0;
-    for (int j = 0; j < net->nlayers; j++) {
-      kiln_layer *l = net->layers[j];
-      for (int t = 0; t < l->nbottom; t++)
-        if (l->bottom[t] == b && !(t < l->ntop && l->top[t] == b)) consumed = true;
-      for (int t = 0; t < l->ntop; t++)
-        if (l->top[t] == b && l->loss_weight[t] != 0) lw = l->loss_weight[t];
-    }
-    if (!consumed) {
-      net->outputs[net->noutputs] = b;
-      net->output_loss_weight[net->noutputs++] = lw;
-    }
+  bool *consumed = calloc((size_t)net->nblobs + 1, sizeof *consumed);
+  float *lw = calloc((size_t)net->nblobs + 1, sizeof *lw);
+  if (!net->outputs || !net->output_loss_weight || !consumed || !lw) {
+    free(consumed);
+    free(lw);
+    return kiln_errorf(KILN_ERR_NOMEM, "out of memory");
   }
+  for (int j = 0; j < net->nlayers; j++) {
+    kiln_layer *l = net->layers[j];
+    for (int t = 0; t < l->nbottom; t++)
+      if (!(t < l->ntop && l->top[t] == l->bottom[t])) consumed[l->bottom[t]->id] = true;
+    for (int t = 0; t < l->ntop; t++)
+      if (l->loss_weight[t] != 0) lw[l->top[t]->id] = l->loss_weight[t];
+  }
+  for (int i = 0; i < net->nblobs; i++)
+    if (!consumed[i]) {
+      net->outputs[net->noutputs] = net->blobs[i];
+      net->output_loss_weight[net->noutputs++] = lw[i];
+    }
+  free(consumed);
+  free(lw);
   return KILN_OK;
 }
 

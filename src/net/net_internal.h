@@ -43,6 +43,7 @@ typedef struct {
   int64_t *diff_pool_floats;
   float **diff_pool;
   int fault_layer;              /* the layer whose forward sleeps (config.fault); -1: none */
+  int blobs_cap;                /* room in net->blobs */
 } net_internal;
 
 /* ---- net_graph.c: the build plan ---------------------------------------------------------- */

@@ -12,10 +12,17 @@
 
 /* ---- activation layouts ------------------------------------------------------------------ */
 
+/* qsort's comparison for plan_diff_sharing: `last` descending, then index ascending. qsort takes
+ * no context argument: the array it compares by is the building thread's. */
+static _Thread_local const int *sort_last;
+static int by_last_desc(const void *pa, const void *pb) {
+  const int a = *(const int *)pa, b = *(const int *)pb;
+  if (sort_last[a] != sort_last[b]) return sort_last[a] < sort_last[b] ? 1 : -1;
+  return (a > b) - (a < b);
+}
+
 static int blob_index(const kiln_net *net, const kiln_blob *b) {
-  for (int i = 0; i < net->nblobs; i++)
-    if (net->blobs[i] == b) return i;
-  return -1;
+  return b->id >= 0 && b->id < net->nblobs && net->blobs[b->id] == b ? b->id : -1;
 }
 
 static int uf_find(int *parent, int i) {
@@ -168,39 +175,28 @@ static int plan_diff_sharing(kiln_net *net, const kiln_net_options *opt) {
   for (int j = 0; j < net->nlayers; j++) {
     kiln_layer *l = net->layers[j];
     const int jb = j + l->fused; /* where its backward runs (a fused group's last layer) */
-    for (int i = 0; i < n; i++) {
-      kiln_blob *b = net->blobs[i];
-      bool touches = false;
-      for (int t = 0; t < l->ntop; t++)
-        if (l->top[t] == b) {
-          touches = true;
-          if (l->loss_weight[t] != 0) last[i] = net->nlayers; /* set when backward starts */
-        }
-      for (int k = 0; k < l->nbottom; k++)
-        if (l->bottom[k] == b) {
-          touches = true;
-          if (!net->layer_need_backward[j] || !l->propagate_down[k] || !l->ops->backward)
-            ok[i] = false;
-        }
-      if (!touches) continue;
+    for (int t = 0; t < l->ntop; t++) {
+      const int i = l->top[t]->id;
+      if (l->loss_weight[t] != 0) last[i] = net->nlayers; /* set when backward starts */
+    }
+    for (int k = 0; k < l->nbottom; k++)
+      if (!net->layer_need_backward[j] || !l->propagate_down[k] || !l->ops->backward)
+        ok[l->bottom[k]->id] = false;
+    for (int k = 0; k < l->ntop + l->nbottom; k++) {
+      const int i = (k < l->ntop ? l->top[k] : l->bottom[k - l->ntop])->id;
       if (j < first[i]) first[i] = j;
       if (jb > last[i]) last[i] = jb;
     }
   }
   for (int o = 0; o < net->noutputs; o++)
-    if (net->output_loss_weight[o] == 0)
-      for (int i = 0; i < n; i++)
-        if (net->blobs[i] == net->outputs[o]) ok[i] = false;
+    if (net->output_loss_weight[o] == 0) ok[net->outputs[o]->id] = false;
   int m = 0;
   for (int i = 0; i < n; i++)
     if (ok[i] && last[i] >= 0 && net->blobs[i]->count > 0 && !net->blobs[i]->no_diff) order[m++] = i;
-  /* backward order: the blob whose diff is written first comes first */
-  for (int a = 1; a < m; a++)
-    for (int b = a; b > 0 && last[order[b]] > last[order[b - 1]]; b--) {
-      int t = order[b];
-      order[b] = order[b - 1];
-      order[b - 1] = t;
-    }
+  /* backward order: the blob whose diff is written first comes first; among equals, creation
+   * order (a stable sort) */
+  sort_last = last;
+  qsort(order, (size_t)m, sizeof *order, by_last_desc);
   int slots = 0;
   for (int a = 0; a < m; a++) {
     int i = order[a];
