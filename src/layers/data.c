@@ -181,6 +181,8 @@ static void *producer(void *arg) {
   return NULL;
 }
 
+static int alloc_slots(kiln_layer *l, data_state *s);
+
 static int start_thread(kiln_layer *l) {
   data_state *s = l->priv;
   /* The share is fixed from the first batch on; TEST nets (rank 0's test passes) read it all. */
@@ -193,6 +195,7 @@ static int start_thread(kiln_layer *l) {
     s->rank = l->shard_rank;
     s->nworkers = l->shard_count;
   }
+  if (!s->slots) KILN_TRY(alloc_slots(l, s));
   s->stop = false;
   s->failed = false;
   s->head = s->tail = s->count = 0;
@@ -319,16 +322,36 @@ static int data_setup(kiln_layer *l) {
     s->n_mean_value = (int)t->n_mean_value;
     memcpy(s->mean_value, t->mean_value, sizeof(float) * t->n_mean_value);
   }
+  if (p->prefetch > 64)
+    return KILN_LAYER_ERROR(l, KILN_ERR_INVALID, "data_param.prefetch %u is more than 64 batches",
+                            p->prefetch);
   s->nslots = p->prefetch > 0 ? (int)p->prefetch : 1;
+  /* The queue is only counted here (extra_bytes, in the net's memory plan, which refuses a net
+   * that would not fit before anything is allocated); it is allocated when the data starts
+   * flowing (alloc_slots). */
+  int64_t bytes = 0;
+  if (__builtin_mul_overflow((int64_t)s->C * s->outH * s->outW + 1, (int64_t)s->batch, &bytes) ||
+      __builtin_mul_overflow(bytes, (int64_t)s->nslots * (int64_t)sizeof(float), &bytes))
+    return KILN_LAYER_ERROR(l, KILN_ERR_INVALID,
+                            "data_param.batch_size %d of %dx%dx%d records does not fit in memory",
+                            s->batch, s->C, s->outH, s->outW);
+  l->extra_bytes = bytes;
+  return KILN_OK;
+}
+
+/* The prefetch queue: nslots batches of data and labels, allocated at the first forward. */
+static int alloc_slots(kiln_layer *l, data_state *s) {
   s->slots = calloc((size_t)s->nslots, sizeof *s->slots);
   if (!s->slots) return kiln_errorf(KILN_ERR_NOMEM, "out of memory");
   size_t per = (size_t)s->C * s->outH * s->outW;
   for (int i = 0; i < s->nslots; i++) {
-    s->slots[i].data = kiln_alloc(per * s->batch * sizeof(float));
+    s->slots[i].data = kiln_alloc(per * (size_t)s->batch * sizeof(float));
     s->slots[i].label = kiln_alloc((size_t)s->batch * sizeof(float));
-    if (!s->slots[i].data || !s->slots[i].label) return kiln_errorf(KILN_ERR_NOMEM, "out of memory");
+    if (!s->slots[i].data || !s->slots[i].label)
+      return KILN_LAYER_ERROR(l, KILN_ERR_NOMEM,
+                              "out of memory for %d prefetched batches of data_param.batch_size %d",
+                              s->nslots, s->batch);
   }
-  l->extra_bytes = (int64_t)s->nslots * (per + 1) * s->batch * (int64_t)sizeof(float);
   return KILN_OK;
 }
 

@@ -253,7 +253,10 @@ int kiln_net_plan_memory(kiln_net *net, const kiln_net_options *opt) {
     for (int i = 1; i < 7; i++)
       if (parts[i] > parts[big]) big = i;
     char a[32], b[32], c[32];
-    const char *hint = big == 3 ? " (reduce batch_size)" : big <= 2 ? " (a smaller model)" : "";
+    const char *hint = big == 3   ? " (reduce batch_size)"
+                       : big == 6 ? " (reduce data_param.batch_size or prefetch)"
+                       : big <= 2 ? " (a smaller model)"
+                                  : "";
     return kiln_errorf(KILN_ERR_NOMEM,
                        "net '%s' (%s) needs %s but the memory limit is %s%s; the largest part is "
                        "%s: %s%s",

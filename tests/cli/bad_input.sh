@@ -166,6 +166,17 @@ out=$(timeout 60 "$KILN" describe --model chain.prototxt 2>&1 | tail -n 2)
 rc=$?
 echo "$out" | grep -q "^total: 0 parameters" && pass || fail "a 160,000-layer chain (exit $rc): $out"
 
+# A batch_size far past memory is refused by the memory plan before anything is allocated, with
+# the part that dominates and the field to change (it allocated for a minute, then said "out of
+# memory").
+sed 's/batch_size: 2 /batch_size: 2147483647 /' good.prototxt > bigbatch.prototxt 2>/dev/null
+if [ -s bigbatch.prototxt ]; then
+  expect_error "batch_size past memory" "the largest part is data prefetch queues" -- \
+    timeout 20 "$KILN" describe --model bigbatch.prototxt --max-memory 1G
+  expect_error "batch_size past memory: the field" "reduce data_param.batch_size or prefetch" -- \
+    timeout 20 "$KILN" describe --model bigbatch.prototxt --max-memory 1G
+fi
+
 # Endless or huge text files are refused before they are read (not read until memory runs out).
 expect_error "net from a device" "/dev/zero: not a regular file" -- \
   timeout 20 "$KILN" describe --model /dev/zero
