@@ -62,8 +62,11 @@ int kiln_solver_snapshot(kiln_solver *s, char **path_out) {
   Caffe__BlobShape *shapes = calloc((size_t)nh + 1, sizeof *shapes);
   int nc = kiln_net_data_layer_count(net);
   uint64_t *cursors = calloc((size_t)nc + 1, sizeof *cursors); /* one per data layer */
+  int ntc = 0; /* the test nets' data layers (rank 0 alone has test nets, and writes) */
+  for (int k = 0; k < s->ntest; k++) ntc += kiln_net_data_layer_count(s->test_nets[k]);
+  uint64_t *test_cursors = calloc((size_t)ntc + 1, sizeof *test_cursors);
   ProtobufCBinaryData *worker_rng = calloc((size_t)s->nworkers, sizeof *worker_rng);
-  if (!rc && (!bps || !bpp || !shapes || !cursors || !worker_rng))
+  if (!rc && (!bps || !bpp || !shapes || !cursors || !test_cursors || !worker_rng))
     rc = kiln_errorf(KILN_ERR_NOMEM, "out of memory");
   if (!rc) {
     st.has_iter = st.has_current_step = true;
@@ -88,6 +91,12 @@ int kiln_solver_snapshot(kiln_solver *s, char **path_out) {
     kiln_net_get_cursors(net, cursors);
     st.n_kiln_data_cursor = (size_t)nc;
     st.kiln_data_cursor = cursors;
+    for (int k = 0, at = 0; k < s->ntest; k++) {
+      kiln_net_get_cursors(s->test_nets[k], test_cursors + at);
+      at += kiln_net_data_layer_count(s->test_nets[k]);
+    }
+    st.n_kiln_test_data_cursor = (size_t)ntc;
+    st.kiln_test_data_cursor = test_cursors;
     st.has_kiln_rng_state = true;
     st.kiln_rng_state.len = sizeof net->rng;
     st.kiln_rng_state.data = (uint8_t *)&net->rng;
@@ -113,6 +122,7 @@ int kiln_solver_snapshot(kiln_solver *s, char **path_out) {
   }
   free(worker_rng);
   free(cursors);
+  free(test_cursors);
   free(rngs);
   free(bps);
   free(bpp);
@@ -220,6 +230,19 @@ int kiln_solver_restore(kiln_solver *s, const char *path) {
     s->current_step = st->current_step;
     if (st->n_kiln_data_cursor)
       rc = kiln_net_set_cursors(net, st->kiln_data_cursor, (int)st->n_kiln_data_cursor);
+  }
+  if (!rc && s->rank == 0 && st->n_kiln_test_data_cursor) {
+    /* Absent (Caffe's snapshots, or no test data): the test passes start at the beginning. */
+    int ntc = 0;
+    for (int k = 0; k < s->ntest; k++) ntc += kiln_net_data_layer_count(s->test_nets[k]);
+    if ((size_t)ntc != st->n_kiln_test_data_cursor)
+      rc = kiln_errorf(KILN_ERR_SHAPE, "%s: %zu test data cursors, but the solver's test nets have "
+                       "%d data layers", path, st->n_kiln_test_data_cursor, ntc);
+    for (int k = 0, at = 0; !rc && k < s->ntest; k++) {
+      int n = kiln_net_data_layer_count(s->test_nets[k]);
+      if (n) rc = kiln_net_set_cursors(s->test_nets[k], st->kiln_test_data_cursor + at, n);
+      at += n;
+    }
   }
   if (!rc && s->rank > 0) {
     /* A worker's own saved stream when the snapshot came from as many workers; a fresh one,

@@ -13,7 +13,7 @@ mk() {  # mk PREFIX
 }
 mk straight > straight.prototxt
 mk resumed > resumed.prototxt
-"$KILN" train --solver straight.prototxt 2>/dev/null || fail "straight run"
+"$KILN" train --solver straight.prototxt --metrics s.jsonl 2>/dev/null || fail "straight run"
 # Temporary files of snapshots killed mid-write (their process gone) are removed by the next
 # snapshot of the prefix; one of a live process, and other prefixes' files, are left alone.
 true & dead=$!
@@ -30,6 +30,11 @@ grep -q "removed 2 temporary files left by killed snapshots" resumed.log && pass
   || fail "a live process's or another prefix's temporary file was removed"
 cmp -s "straight_iter_$ITERS.caffemodel" "resumed_iter_$ITERS.caffemodel" && pass \
   || fail "resumed weights differ from the uninterrupted run"
+# Its test passes test the same records as the uninterrupted run's (the test nets' data cursors
+# are in the snapshot: 5 batches of 100 leave the test set's cursor at 500, not at its start).
+test_at() { grep '"event":"test"' "$1" | grep "\"iter\":$ITERS," | sed -n 's/.*"loss":\([^,]*\),.*"accuracy":\([^,}]*\).*/\1 \2/p'; }
+a=$(test_at s.jsonl); b=$(test_at r.jsonl)
+[ -n "$a" ] && [ "$a" = "$b" ] && pass || fail "test pass at $ITERS: uninterrupted '$a', resumed '$b'"
 # The resumed run must start at HALF, not at 0.
 head -n 1 r.jsonl | grep -q "\"iter\":$HALF" && pass || fail "resume did not start at $HALF: $(head -n 1 r.jsonl)"
 # Negative control: the half-way weights differ from the final ones.
