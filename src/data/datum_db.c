@@ -113,6 +113,7 @@ int kiln_datum_db_open(const char *path, kiln_datum_db **out) {
                        path);
   }
 
+  const off_t data_size = st.st_size; /* of data.mdb, or of the file itself */
   kiln_datum_db *db = calloc(1, sizeof *db);
   if (!db || !(db->path = kiln_strdup(path))) {
     free(db);
@@ -132,6 +133,20 @@ int kiln_datum_db_open(const char *path, kiln_datum_db **out) {
                                                         : KILN_ERR_DATA;
     rc = kiln_errorf(code, "%s: not a readable LMDB database: %s", path, mdb_strerror(rc));
     goto fail;
+  }
+  /* LMDB maps the file and trusts its meta page: a file cut short (a copy that stopped, a full
+   * disk) would fault with SIGBUS on the first page past its end. The pages the meta page says
+   * are in use must all be in the file. */
+  MDB_envinfo info;
+  MDB_stat est;
+  if (mdb_env_info(db->env, &info) == 0 && mdb_env_stat(db->env, &est) == 0) {
+    const uint64_t need = ((uint64_t)info.me_last_pgno + 1) * est.ms_psize;
+    if (need > (uint64_t)data_size) {
+      rc = kiln_errorf(KILN_ERR_DATA,
+                       "%s: truncated LMDB database: its pages need %llu bytes, the file has %llu",
+                       path, (unsigned long long)need, (unsigned long long)data_size);
+      goto fail;
+    }
   }
   rc = mdb_txn_begin(db->env, NULL, MDB_RDONLY, &db->txn);
   if (rc) {

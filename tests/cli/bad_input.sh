@@ -177,6 +177,23 @@ if [ -s bigbatch.prototxt ]; then
     timeout 20 "$KILN" describe --model bigbatch.prototxt --max-memory 1G
 fi
 
+# An LMDB cut short (a copy that stopped, a full disk) is refused naming it at every cut, never a
+# SIGBUS from LMDB's map past the end of the file.
+printf '\x00\x00\x08\x03\x00\x00\x07\xd0\x00\x00\x00\x1c\x00\x00\x00\x1c' > big_img.idx
+head -c $((2000 * 784)) /dev/urandom >> big_img.idx
+printf '\x00\x00\x08\x01\x00\x00\x07\xd0' > big_lab.idx
+head -c 2000 /dev/zero >> big_lab.idx
+"$KILN" convert idx big_img.idx big_lab.idx big_lmdb >/dev/null || fail "convert big"
+net cut_lmdb > cut.prototxt
+printf 'net: "cut.prototxt"\nbase_lr: 0.01\nlr_policy: "fixed"\nmax_iter: 30\nsnapshot_after_train: false\n' > cut_solver.prototxt
+size=$(stat -c %s big_lmdb/data.mdb)
+for pct in 10 50 75 90 99; do
+  rm -rf cut_lmdb && mkdir cut_lmdb
+  head -c $((size * pct / 100)) big_lmdb/data.mdb > cut_lmdb/data.mdb
+  expect_error "LMDB cut at $pct%" "cut_lmdb: truncated LMDB database" -- \
+    "$KILN" train --solver cut_solver.prototxt
+done
+
 # Endless or huge text files are refused before they are read (not read until memory runs out).
 expect_error "net from a device" "/dev/zero: not a regular file" -- \
   timeout 20 "$KILN" describe --model /dev/zero
