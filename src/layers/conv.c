@@ -158,8 +158,11 @@ static int conv_reshape(kiln_layer *l) {
     l->workspace_floats = kiln_conv_shift_workspace(g, (int)x->shape[0], s->M, l->nthreads, true);
   } else if (want_dnnl(s, l)) {
     const int xl = x->layout, yl = l->top[0]->layout;
-    if (!s->dn || s->dn_n != x->shape[0] || s->dn_h != g->height || s->dn_w != g->width ||
-        s->dn_xl != xl || s->dn_yl != yl) {
+    /* A batch of no images has no work, and oneDNN divides by the batch: the primitives stay as
+     * they are (forward and backward return at once). */
+    if (x->shape[0] > 0 &&
+        (!s->dn || s->dn_n != x->shape[0] || s->dn_h != g->height || s->dn_w != g->width ||
+         s->dn_xl != xl || s->dn_yl != yl)) {
       kiln_dnnl_conv_destroy(s->dn);
       s->dn = NULL;
       int rc = kiln_dnnl_conv_create(&s->dn, (int)x->shape[0], s->M, s->group, g, s->bias, true,
@@ -191,6 +194,7 @@ static int conv_reshape(kiln_layer *l) {
 
 static int conv_forward(kiln_layer *l) {
   conv_state *s = l->priv;
+  if (l->bottom[0]->shape[0] == 0) return KILN_OK; /* a batch of no images */
   if (s->shift) {
     kiln_conv_shift_forward(l->top[0]->data, l->bottom[0]->data, l->param[0]->data,
                             s->bias ? l->param[1]->data : NULL, (int)l->bottom[0]->shape[0], s->M,
@@ -208,6 +212,7 @@ static int conv_forward(kiln_layer *l) {
 
 static int conv_backward(kiln_layer *l) {
   conv_state *s = l->priv;
+  if (l->bottom[0]->shape[0] == 0) return KILN_OK; /* nothing flows back, nothing accumulates */
   if (s->shift) {
     kiln_conv_shift_backward(l->propagate_down[0] ? l->bottom[0]->diff : NULL, l->param[0]->diff,
                              s->bias ? l->param[1]->diff : NULL, l->top[0]->diff,
