@@ -4,9 +4,11 @@ BUILD ?= build
 ASAN_BUILD ?= build-asan
 MPICH_BUILD ?= build-mpich
 CLANG_BUILD ?= build-clang
+FUZZ_BUILD ?= build-fuzz
+FUZZ_SECONDS ?= 60
 JOBS ?= $(shell nproc)
 
-.PHONY: all deps build build-asan build-mpich build-clang test test-fast test-asan run run-lenet bench data clean
+.PHONY: all deps build build-asan build-mpich build-clang build-fuzz fuzz test test-fast test-asan run run-lenet bench data clean
 
 all: build
 
@@ -32,6 +34,15 @@ build-mpich: deps
 build-clang: deps
 	@CC=clang cmake -S . -B $(CLANG_BUILD) -DCMAKE_BUILD_TYPE=Release >/dev/null
 	@cmake --build $(CLANG_BUILD) -j $(JOBS)
+
+# libFuzzer targets (tests/fuzz): every reader and parser under clang's fuzzer and sanitizers,
+# FUZZ_SECONDS each; make test replays their stored corpus and every crash input found.
+build-fuzz: deps
+	@CC=clang cmake -S . -B $(FUZZ_BUILD) -DKILN_FUZZ=ON -DKILN_WITH_MPI=OFF -DCMAKE_BUILD_TYPE=Debug >/dev/null
+	@cmake --build $(FUZZ_BUILD) -j $(JOBS) --target $$(cd tests/fuzz && ls fuzz_*.c | grep -v util | sed 's/\.c$$//')
+
+fuzz: build-fuzz
+	@FUZZ_BUILD=$(abspath $(FUZZ_BUILD)) FUZZ_SECONDS=$(FUZZ_SECONDS) scripts/fuzz
 
 data: build
 	@$(BUILD)/kiln data fetch fashion-mnist
@@ -65,4 +76,4 @@ bench: build data
 	@bench/mpi $(BUILD)/kiln
 
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD) $(MPICH_BUILD) $(CLANG_BUILD)
+	rm -rf $(BUILD) $(ASAN_BUILD) $(MPICH_BUILD) $(CLANG_BUILD) $(FUZZ_BUILD)
