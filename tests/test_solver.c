@@ -845,6 +845,21 @@ static void test_snapshot_resume_adam(void **state) {
   kiln_solver_free(b);
 }
 
+/* `from` with iter, current_step and (when not 0) kiln_workers replaced, written to `to`. */
+static void edit_state(const char *from, const char *to, int iter, int current_step, int workers) {
+  ProtobufCMessage *m;
+  assert_int_equal(kiln_proto_read_binary(from, &caffe__solver_state__descriptor, &m), KILN_OK);
+  Caffe__SolverState *st = (Caffe__SolverState *)m;
+  st->iter = iter;
+  st->current_step = current_step;
+  if (workers) {
+    st->has_kiln_workers = true;
+    st->kiln_workers = workers;
+  }
+  assert_int_equal(kiln_proto_write_binary(to, m), KILN_OK);
+  protobuf_c_message_free_unpacked(m, NULL);
+}
+
 static void test_restore_errors(void **state) {
   (void)state;
   char body[512], prefix[256];
@@ -907,21 +922,10 @@ static void test_restore_errors(void **state) {
       {2, -7, 0, "current_step is -7"},
       {2, 0, -2, "kiln_workers is -2; a run has at least 1 worker"},
   };
+  char edited[512];
+  path_in("edited.solverstate", edited, sizeof edited);
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-    ProtobufCMessage *m;
-    assert_int_equal(kiln_proto_read_binary(state_path, &caffe__solver_state__descriptor, &m),
-                     KILN_OK);
-    Caffe__SolverState *st = (Caffe__SolverState *)m;
-    st->iter = bad[i].iter;
-    st->current_step = bad[i].current_step;
-    if (bad[i].workers) {
-      st->has_kiln_workers = true;
-      st->kiln_workers = bad[i].workers;
-    }
-    char edited[512];
-    path_in("edited.solverstate", edited, sizeof edited);
-    assert_int_equal(kiln_proto_write_binary(edited, m), KILN_OK);
-    protobuf_c_message_free_unpacked(m, NULL);
+    edit_state(state_path, edited, bad[i].iter, bad[i].current_step, bad[i].workers);
     assert_int_equal(kiln_solver_restore(a, edited), KILN_ERR_INVALID);
     assert_contains(kiln_last_error(), "edited.solverstate");
     assert_contains(kiln_last_error(), bad[i].want);
@@ -932,18 +936,10 @@ static void test_restore_errors(void **state) {
            "base_lr: 0.1 lr_policy: 'multistep' stepvalue: 3 stepvalue: 6 gamma: 0.1 "
            "momentum: 0.9 max_iter: 10\n");
   b = make_solver(tiny_net, body, NULL);
-  {
-    ProtobufCMessage *m;
-    assert_int_equal(kiln_proto_read_binary(state_path, &caffe__solver_state__descriptor, &m),
-                     KILN_OK);
-    ((Caffe__SolverState *)m)->current_step = 1000000;
-    char edited[512];
-    path_in("step.solverstate", edited, sizeof edited);
-    assert_int_equal(kiln_proto_write_binary(edited, m), KILN_OK);
-    protobuf_c_message_free_unpacked(m, NULL);
-    assert_int_equal(kiln_solver_restore(b, edited), KILN_ERR_INVALID);
-    assert_contains(kiln_last_error(), "current_step is 1000000; the solver's multistep schedule has steps 0 to 2");
-  }
+  edit_state(state_path, edited, 2, 1000000, 0);
+  assert_int_equal(kiln_solver_restore(b, edited), KILN_ERR_INVALID);
+  assert_contains(kiln_last_error(),
+                  "current_step is 1000000; the solver's multistep schedule has steps 0 to 2");
   kiln_solver_free(b);
 
   free(state_path);
