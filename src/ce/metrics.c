@@ -1,7 +1,7 @@
 /* Reads the JSON Lines metrics `kiln train --metrics` writes (one flat object per event, written
  * by src/solver/metrics.c under the names of include/kiln/metrics.h) into the series CE reduces
- * to KPIs. The stream is the contract between the
- * trainer and everything that judges it; the human log is never parsed. */
+ * to KPIs. The stream is the contract between the trainer and everything that judges it; the
+ * human log is never parsed. */
 #include <cJSON.h>
 #include <math.h>
 #include <stdlib.h>
