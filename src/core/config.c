@@ -32,7 +32,7 @@ static int positive(const char *v) {
   return errno || *end || n < 1 || n > 1 << 30 ? 0 : (int)n;
 }
 
-/* buf = printf(fmt, a, b); names `var` when it does not fit. */
+/* buf = a followed by b (NULL: nothing); an error naming `var` when it does not fit. */
 static int place(char *buf, size_t n, const char *var, const char *a, const char *b) {
   int w = snprintf(buf, n, "%s%s", a, b ? b : "");
   if (w < 0 || (size_t)w >= n) {
