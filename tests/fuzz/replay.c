@@ -8,25 +8,16 @@
 #include <sys/stat.h>
 
 #include "fuzz.h"
+#include "kiln/core.h"
 
 static int run_file(const char *path) {
-  FILE *f = fopen(path, "rb");
-  if (!f) {
-    fprintf(stderr, "replay: %s: cannot open\n", path);
+  char *buf;
+  size_t n;
+  if (kiln_read_file(path, &buf, &n)) {
+    fprintf(stderr, "replay: %s\n", kiln_last_error());
     return 1;
   }
-  fseek(f, 0, SEEK_END);
-  long n = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  uint8_t *buf = malloc(n > 0 ? (size_t)n : 1);
-  if (!buf || (n > 0 && fread(buf, 1, (size_t)n, f) != (size_t)n)) {
-    fclose(f);
-    free(buf);
-    fprintf(stderr, "replay: %s: cannot read\n", path);
-    return 1;
-  }
-  fclose(f);
-  LLVMFuzzerTestOneInput(buf, (size_t)n);
+  LLVMFuzzerTestOneInput((const uint8_t *)buf, n);
   free(buf);
   return 0;
 }
