@@ -159,6 +159,13 @@ static void test_metrics_nan_and_damage(void **state) {
   const char *bad = "{\"event\":\"train\",\"iter\":0}\nnot json\n{\"event\":\"done\",\"iter\":1}\n";
   assert_int_equal(kiln_ce_metrics_parse(bad, strlen(bad), "bad.jsonl", &m), KILN_ERR_PARSE);
   assert_contains(kiln_last_error(), "bad.jsonl:2");
+  /* an iteration or rank that is no int (it used to be cast, undefined beyond INT_MAX) */
+  const char *huge = "{\"event\":\"train\",\"iter\":0}\n{\"event\":\"train\",\"iter\":3e89}\n{}\n";
+  assert_int_equal(kiln_ce_metrics_parse(huge, strlen(huge), "huge.jsonl", &m), KILN_ERR_PARSE);
+  assert_contains(kiln_last_error(), "huge.jsonl:2: \"iter\" is 3e+89");
+  const char *neg = "{\"event\":\"test\",\"iter\":5,\"rank\":-1}\n{}\n";
+  assert_int_equal(kiln_ce_metrics_parse(neg, strlen(neg), "neg.jsonl", &m), KILN_ERR_PARSE);
+  assert_contains(kiln_last_error(), "neg.jsonl:1: \"rank\"");
 
   char path[128];
   snprintf(path, sizeof path, "%s/nothere.jsonl", dir);

@@ -3,6 +3,7 @@
  * to KPIs. The stream is the contract between the trainer and everything that judges it; the
  * human log is never parsed. */
 #include <cJSON.h>
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -71,13 +72,28 @@ typedef struct {
   rank_set ranks, workers;
 } parse_state;
 
-static int handle_event(kiln_ce_metrics *m, const cJSON *o, parse_state *st) {
+/* An integer field (an iteration, a rank): `fallback` when missing or null; an error naming the
+ * line when it is no whole number in 0..INT_MAX (a damaged file, not a figure to cast). */
+static int int_field(const cJSON *o, const char *key, int fallback, const char *name, int line,
+                     int *out) {
+  double v = field(o, key, NULL);
+  *out = fallback;
+  if (isnan(v)) return KILN_OK;
+  if (!(v >= 0 && v <= INT_MAX && v == floor(v)))
+    return kiln_errorf(KILN_ERR_PARSE, "%s:%d: \"%s\" is %g, not a whole number in 0..%d", name,
+                       line, key, v, INT_MAX);
+  *out = (int)v;
+  return KILN_OK;
+}
+
+static int handle_event(kiln_ce_metrics *m, const cJSON *o, parse_state *st, const char *name,
+                        int line) {
   const cJSON *ev = cJSON_GetObjectItemCaseSensitive(o, KILN_MF_EVENT);
   if (!cJSON_IsString(ev)) return KILN_OK; /* not an event of ours: ignored */
   const char *event = ev->valuestring;
-  double iter_d = field(o, KILN_MF_ITER, NULL), rank_d = field(o, KILN_MF_RANK, NULL);
-  int iter = isfinite(iter_d) ? (int)iter_d : -1;
-  int rank = isfinite(rank_d) ? (int)rank_d : 0;
+  int iter, rank;
+  KILN_TRY(int_field(o, KILN_MF_ITER, -1, name, line, &iter));
+  KILN_TRY(int_field(o, KILN_MF_RANK, 0, name, line, &rank));
   m->nevents++;
   if (iter > m->last_iter) m->last_iter = iter;
   KILN_TRY(set_add(&st->ranks, rank, &m->nranks));
@@ -156,7 +172,7 @@ int kiln_ce_metrics_parse(const char *text, size_t len, const char *name, kiln_c
       rc = kiln_errorf(KILN_ERR_PARSE, "%s:%d: not a JSON object", name, line);
       break;
     }
-    rc = handle_event(out, o, &st);
+    rc = handle_event(out, o, &st, name, line);
     cJSON_Delete(o);
   }
   if (rc == KILN_OK && out->window_sps.n > 0) {
