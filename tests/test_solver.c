@@ -980,6 +980,58 @@ static void run_with_tests(bool init, const int *want, int nwant) {
   kiln_solver_free(s);
 }
 
+/* Adam at base_lr 1e6 saturates the softmax: the loss stays finite (~87 per sample at the
+ * clamp) and nothing but the divergence rule stops the run. */
+static const char *saturating_solver = "type: 'Adam' base_lr: 1e6 lr_policy: 'fixed' max_iter: 400 "
+                                       "display: 0 momentum: 0.9 momentum2: 0.999 delta: 1e-8\n";
+
+static void test_divergence_of_a_finite_loss(void **state) {
+  (void)state;
+  char net[4096], body[512];
+  data_net(net, sizeof net, 8, "");
+  /* without the rule: 400 iterations of a finite, saturated loss */
+  snprintf(body, sizeof body, "%sdivergence_factor: 0\n", saturating_solver);
+  kiln_solver *s = make_solver(net, body, NULL);
+  assert_int_equal(kiln_solver_step(s, 400), KILN_OK);
+  kiln_solver_free(s);
+
+  /* with it: stopped once the loss stayed above 10x its first value for 20 iterations */
+  s = make_solver(net, saturating_solver, NULL);
+  assert_int_equal(kiln_solver_step(s, 400), KILN_ERR_NUMERIC);
+  assert_contains(kiln_last_error(), "for 20 iterations; training diverged");
+  assert_contains(kiln_last_error(), "divergence_factor 10 times its first value");
+  int stop = kiln_solver_iter(s);
+  assert_true(stop >= 20 && stop < 400);
+  kiln_solver_free(s);
+
+  /* snapshotted 10 iterations before the stop and resumed: it stops at the same iteration */
+  char sp[256];
+  snprintf(body, sizeof body, "%ssnapshot_prefix: '%s/div'\n", saturating_solver, F->dir);
+  write_pair(net, body, sp, sizeof sp);
+  kiln_solver *a;
+  assert_int_equal(kiln_solver_create(sp, TEST_OPTS, &a), KILN_OK);
+  assert_int_equal(kiln_solver_step(a, stop - 10), KILN_OK);
+  char *state_path = NULL;
+  assert_int_equal(kiln_solver_snapshot(a, &state_path), KILN_OK);
+  kiln_solver_free(a);
+  kiln_solver *b;
+  assert_int_equal(kiln_solver_create(sp, TEST_OPTS, &b), KILN_OK);
+  assert_int_equal(kiln_solver_restore(b, state_path), KILN_OK);
+  assert_int_equal(kiln_solver_step(b, 400), KILN_ERR_NUMERIC);
+  assert_int_equal(kiln_solver_iter(b), stop);
+  kiln_solver_free(b);
+  free(state_path);
+
+  /* the fields' own range */
+  char err[512];
+  snprintf(body, sizeof body, "%sdivergence_factor: 0.5\n", saturating_solver);
+  assert_int_equal(make_solver_rc(net, body, err, sizeof err), KILN_ERR_INVALID);
+  assert_contains(err, "divergence_factor is 0.5; it must be above 1");
+  snprintf(body, sizeof body, "%sdivergence_iters: 0\n", saturating_solver);
+  assert_int_equal(make_solver_rc(net, body, err, sizeof err), KILN_ERR_INVALID);
+  assert_contains(err, "divergence_iters is 0");
+}
+
 static void test_test_passes_emit_events(void **state) {
   (void)state;
   const int with_init[] = {0, 5, 10};
@@ -1073,6 +1125,7 @@ int main(void) {
       cmocka_unit_test(test_restore_errors),
       cmocka_unit_test(test_test_passes_emit_events),
       cmocka_unit_test(test_divergence_is_numeric_error),
+      cmocka_unit_test(test_divergence_of_a_finite_loss),
       cmocka_unit_test(test_fault_injection),
   };
   return cmocka_run_group_tests(tests, group_setup, group_teardown);

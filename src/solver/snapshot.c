@@ -4,6 +4,7 @@
  * docs/architecture.md, Snapshots). With several workers, rank 0 writes and reads the files and
  * the others get what they need through the communicator. */
 #include <libgen.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -108,6 +109,10 @@ int kiln_solver_snapshot(kiln_solver *s, char **path_out) {
       window[i] = s->loss_window[(s->loss_window_pos - wn + i + 2 * avg) % avg];
     st.n_kiln_loss_history = (size_t)wn;
     st.kiln_loss_history = window;
+    st.has_kiln_first_loss = s->have_first_loss;
+    st.kiln_first_loss = s->first_loss;
+    st.has_kiln_divergence_run = s->divergence_run > 0;
+    st.kiln_divergence_run = s->divergence_run;
     if (s->nworkers > 1) {
       st.has_kiln_workers = true;
       st.kiln_workers = s->nworkers;
@@ -193,6 +198,12 @@ int kiln_solver_restore(kiln_solver *s, const char *path) {
   } else if (st->has_kiln_workers && st->kiln_workers < 1) {
     rc = kiln_errorf(KILN_ERR_INVALID, "%s: kiln_workers is %d; a run has at least 1 worker", path,
                      (int)st->kiln_workers);
+  } else if (st->has_kiln_first_loss && !isfinite(st->kiln_first_loss)) {
+    rc = kiln_errorf(KILN_ERR_INVALID, "%s: kiln_first_loss is %g; a loss that started training "
+                     "is finite", path, (double)st->kiln_first_loss);
+  } else if (st->kiln_divergence_run < 0) {
+    rc = kiln_errorf(KILN_ERR_INVALID, "%s: kiln_divergence_run is %d; it cannot be negative",
+                     path, (int)st->kiln_divergence_run);
   } else if (!st->learned_net || !st->learned_net[0]) {
     rc = kiln_errorf(KILN_ERR_INVALID, "%s: names no learned_net (.caffemodel)", path);
   } else if ((int)st->n_history != nh) {
@@ -228,6 +239,10 @@ int kiln_solver_restore(kiln_solver *s, const char *path) {
   if (!rc) {
     s->iter = st->iter;
     s->current_step = st->current_step;
+    /* Without the fields (Caffe's snapshots) the check starts afresh from the next loss. */
+    s->have_first_loss = st->has_kiln_first_loss;
+    s->first_loss = st->kiln_first_loss;
+    s->divergence_run = st->kiln_divergence_run;
     if (st->n_kiln_data_cursor)
       rc = kiln_net_set_cursors(net, st->kiln_data_cursor, (int)st->n_kiln_data_cursor);
   }

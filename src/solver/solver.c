@@ -173,7 +173,8 @@ static int check_params(kiln_solver *s) {
     int32_t value;
   } counts[] = {{"max_iter", p->max_iter},   {"display", p->display},
                 {"snapshot", p->snapshot},   {"test_interval", p->test_interval},
-                {"stepsize", p->stepsize},   {"average_loss", p->average_loss}};
+                {"stepsize", p->stepsize},   {"average_loss", p->average_loss},
+                {"divergence_iters", p->divergence_iters}};
   for (size_t i = 0; i < sizeof counts / sizeof counts[0]; i++)
     if (counts[i].value < 0)
       return kiln_errorf(KILN_ERR_INVALID, "%s: %s is %d; it cannot be negative", s->source,
@@ -206,6 +207,13 @@ static int check_params(kiln_solver *s) {
                          : reals[i].lo == 0    ? " and at least 0"
                                                : "");
   }
+  if (!(p->divergence_factor == 0 || (p->divergence_factor > 1 && isfinite(p->divergence_factor))))
+    return kiln_errorf(KILN_ERR_INVALID,
+                       "%s: divergence_factor is %g; it must be above 1 (or 0 for no check)",
+                       s->source, (double)p->divergence_factor);
+  if (p->divergence_iters < 1)
+    return kiln_errorf(KILN_ERR_INVALID, "%s: divergence_iters is %d; it must be at least 1",
+                       s->source, (int)p->divergence_iters);
   if (p->delta == 0 && (s->type == KILN_SOLVER_ADAGRAD || s->type == KILN_SOLVER_RMSPROP ||
                         s->type == KILN_SOLVER_ADADELTA || s->type == KILN_SOLVER_ADAM))
     return kiln_errorf(KILN_ERR_INVALID, "%s: delta is 0; %s divides by it", s->source,
@@ -401,12 +409,29 @@ static int run_tests(kiln_solver *s) {
 
 /* ---- iterations ------------------------------------------------------------------------------ */
 
-static int check_finite(kiln_solver *s, float loss) {
-  if (isfinite(loss)) return KILN_OK;
+/* A diverged run: the loss became non-finite, or it stayed far above where it started (a loss
+ * layer that clamps its probabilities reports ~87 per sample however far the net has gone, and
+ * the run would otherwise go on to max_iter reporting nothing wrong). */
+static int check_divergence(kiln_solver *s, float loss) {
+  const Caffe__SolverParameter *p = s->param;
+  if (!isfinite(loss))
+    return kiln_errorf(KILN_ERR_NUMERIC,
+                       "iteration %d: the loss is %g; training diverged (lower base_lr, or clip "
+                       "gradients with clip_gradients)",
+                       s->iter, loss);
+  if (!s->have_first_loss) {
+    s->first_loss = loss;
+    s->have_first_loss = true;
+  }
+  if (p->divergence_factor == 0 || !(s->first_loss > 0)) return KILN_OK;
+  s->divergence_run = loss > p->divergence_factor * s->first_loss ? s->divergence_run + 1 : 0;
+  if (s->divergence_run < p->divergence_iters) return KILN_OK;
   return kiln_errorf(KILN_ERR_NUMERIC,
-                     "iteration %d: the loss is %g; training diverged (lower base_lr, or clip "
-                     "gradients with clip_gradients)",
-                     s->iter, loss);
+                     "iteration %d: the loss (%g) has stayed above divergence_factor %g times its "
+                     "first value %g for %d iterations; training diverged (lower base_lr, or clip "
+                     "gradients with clip_gradients; divergence_factor: 0 turns this check off)",
+                     s->iter, loss, (double)p->divergence_factor, s->first_loss,
+                     s->divergence_run);
 }
 
 /* iter_size forward/backward passes; param_diff ends as their gradients summed in pass order.
@@ -458,7 +483,7 @@ static int one_iteration(kiln_solver *s, bool local, rate_window *w) {
   work_start += kiln_now_ms() - t; /* waiting for the other workers is not this one's work */
   float l = 0;
   KILN_TRY(worker_sync_loss(s, loss, local, &l));
-  KILN_TRY(check_finite(s, l));
+  KILN_TRY(check_divergence(s, l));
   s->loss_window[s->loss_window_pos] = l;
   s->loss_window_pos = (s->loss_window_pos + 1) % p->average_loss;
   if (s->loss_window_n < p->average_loss) s->loss_window_n++;

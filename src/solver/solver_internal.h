@@ -31,6 +31,11 @@ struct kiln_solver {
   float *grad_acc;         /* iter_size > 1: the passes' gradients summed in pass order */
   float *loss_window;      /* the last average_loss losses */
   int loss_window_n, loss_window_pos;
+  /* the divergence check: the run's first loss, and the iterations in a row since the loss has
+   * been above divergence_factor times it (both in the snapshot) */
+  float first_loss;
+  bool have_first_loss;
+  int divergence_run;
   double start_ms;
   double start_cpu_wait_ms; /* the creating thread's CPU wait at creation */
   double round_start_ms;   /* TIME: when the next round's clock started (the last average) */
