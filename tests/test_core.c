@@ -132,6 +132,17 @@ static void test_fault_parse(void **state) {
   assert_parse_error("leak:1048577", "in 1..1048576");
   assert_parse_error("leak:12k", "'12k' is not a whole number of kilobytes");
   assert_parse_error("LEAK:12", "unknown fault 'LEAK'");
+  assert_int_equal(kiln_fault_parse("stop:init:3", &f), KILN_OK);
+  assert_int_equal(f.kind, KILN_FAULT_STOP);
+  assert_string_equal(f.stage, "init");
+  assert_int_equal(f.rank, 3);
+  assert_string_equal(kiln_fault_describe(&f, buf, sizeof buf),
+                      "rank 3 stops at the 'init' stage of the MPI start-up");
+  kiln_fault_stop(&f, "init", 2); /* another rank, another stage: nothing happens */
+  kiln_fault_stop(&f, "start", 3);
+  assert_parse_error("stop:init", "stop:STAGE:RANK");
+  assert_parse_error("stop:later:1", "unknown stage 'later' (start, init or setup)");
+  assert_parse_error("stop:start:x", "'x' is not a rank");
   char longname[300] = "sleep:";
   memset(longname + 6, 'x', 200);
   strcpy(longname + 206, ":5");
@@ -156,6 +167,7 @@ static void test_fault_parse(void **state) {
 static const char *const config_vars[] = {
     "KILN_ENGINE", "KILN_LAYOUT", "KILN_FUSE", "KILN_CONV_ALGO", "KILN_DNNL_LAYOUT",
     "KILN_COMM_THREAD", "KILN_COMM_SHM", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE",
+    "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK",
     "OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "OMP_NUM_THREADS", "KILN_DATA",
     "XDG_DATA_HOME", "KILN_GIT_COMMIT", "HOME", "KILN_FAULT"};
 enum { NCONFIG_VARS = sizeof config_vars / sizeof config_vars[0] };
@@ -184,6 +196,7 @@ static void test_config_from_env(void **state) {
   setenv("KILN_COMM_THREAD", "50", 1);
   setenv("KILN_COMM_SHM", "copy", 1);
   setenv("PMI_SIZE", "3", 1);
+  setenv("PMI_RANK", "2", 1);
   setenv("MPI_LOCALNRANKS", "2", 1);
   setenv("OMP_NUM_THREADS", "4", 1);
   setenv("HOME", "/home/k", 1);
@@ -194,6 +207,7 @@ static void test_config_from_env(void **state) {
   assert_int_equal(c.comm_thread_us, 50);
   assert_int_equal(c.comm_shm, KILN_COMM_SHM_COPY);
   assert_int_equal(c.launcher_size, 3);
+  assert_int_equal(c.launcher_rank, 2);
   assert_int_equal(c.local_ranks, 2);
   assert_int_equal(c.omp_threads, 4);
   assert_string_equal(c.data_dir, "/home/k/.cache/kiln/datasets");
@@ -209,12 +223,14 @@ static void test_config_from_env(void **state) {
   setenv("KILN_COMM_THREAD", "5ms", 1); /* warned about, no thread */
   setenv("KILN_COMM_SHM", "0", 1);
   setenv("OMPI_COMM_WORLD_SIZE", "4", 1);
+  setenv("OMPI_COMM_WORLD_RANK", "0", 1);
   assert_int_equal(kiln_config_from_env(&c), KILN_OK);
   assert_false(c.ref_engine || c.unfused);
   assert_int_equal(c.dnnl_layout, KILN_DNNL_LAYOUT_ANY);
   assert_int_equal(c.comm_thread_us, 0);
   assert_int_equal(c.comm_shm, KILN_COMM_SHM_OFF);
   assert_int_equal(c.launcher_size, 4);
+  assert_int_equal(c.launcher_rank, 0);
   assert_string_equal(c.data_dir, "/data");
   assert_string_equal(c.ce_db, "/xdg/kiln/ce.db");
 

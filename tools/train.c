@@ -2,12 +2,16 @@
  * starting from a .caffemodel. Under mpirun (or another MPI launcher) every process is one
  * worker of a data-parallel run: rank 0 prints, tests, snapshots and writes the metrics; a
  * worker that fails ends the whole job (MPI_Abort), so no rank is left waiting, and one that
- * waits longer than --comm-timeout in a collective (a peer stopped or hung) fails the same way. */
+ * waits longer than --comm-timeout in a collective (a peer stopped or hung) fails the same way,
+ * from MPI's start-up on. */
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "tool.h"
 
@@ -20,9 +24,71 @@ static int usage_error(const char *why, const char *a) {
   return 2;
 }
 
+/* MPI_Init waits for every process of the job, with no limit: a process that never gets there
+ * (stopped, hung before it, or on a host cut off) would leave the others in it forever, before
+ * kiln's watchdog exists. So a thread watches it, and past --comm-timeout says which ranks this
+ * one waited for and ends this process, which makes the launcher end the job. Only the rank
+ * numbers the launcher announced are known here: in a job of two the other rank is named, in a
+ * larger one the candidates (the first rank to give up ends the job). Time this process
+ * itself spent stopped (a gap between the thread's wake-ups far beyond its step) is no wait for
+ * the others: a stopped rank that the launcher resumes to end it stays quiet. */
+typedef struct {
+  atomic_bool done;
+  double limit_s;
+  int rank, size;
+} init_watch;
+
+enum { INIT_WATCH_STEP_MS = 50 };
+
+static void *watch_init(void *arg) {
+  init_watch *w = arg;
+  double waited_ms = 0, last = kiln_now_ms();
+  while (!atomic_load(&w->done)) {
+    kiln_sleep_ms(INIT_WATCH_STEP_MS);
+    double now = kiln_now_ms(), gap = now - last;
+    last = now;
+    if (gap < 20 * INIT_WATCH_STEP_MS) waited_ms += gap;
+    if (waited_ms < w->limit_s * 1e3 || atomic_load(&w->done)) continue;
+    char host[256] = "?";
+    if (gethostname(host, sizeof host) != 0) snprintf(host, sizeof host, "?");
+    host[sizeof host - 1] = '\0';
+    char others[256] = "";
+    size_t n = 0;
+    int listed = 0, count = w->size - (w->rank >= 0 && w->rank < w->size);
+    for (int r = 0; r < w->size && listed < 8 && n < sizeof others; r++) {
+      if (r == w->rank) continue;
+      int k = snprintf(others + n, sizeof others - n, "%s%d", listed++ ? ", " : "", r);
+      if (k > 0) n += (size_t)k;
+    }
+    if (count > listed && n < sizeof others)
+      snprintf(others + n, sizeof others - n, " and %d more", count - listed);
+    fprintf(stderr,
+            "kiln: rank %d of %d (pid %d on %s): MPI start-up (MPI_Init) waited %.1f s for the "
+            "other workers, past the limit of %g s (--comm-timeout): %s%s did not join it "
+            "(stopped, hung before start-up, or cut off)\n",
+            w->rank, w->size, (int)getpid(), host, waited_ms / 1e3, w->limit_s,
+            count == 1 ? "rank " : "one or more of ranks ", others);
+    fflush(stderr);
+    _exit(1);
+  }
+  return NULL;
+}
+
 /* One worker (no launcher) or MPI_COMM_WORLD. */
 static int open_comm(int *argc, char ***argv, const kiln_config *cfg, kiln_comm **comm) {
   int launched = cfg->launcher_size;
+  if (launched > 1 && kiln_comm_mpi_built() && cfg->comm_timeout_s > 0) {
+    init_watch w = {.limit_s = cfg->comm_timeout_s, .rank = cfg->launcher_rank, .size = launched};
+    atomic_init(&w.done, false);
+    pthread_t th;
+    bool watching = pthread_create(&th, NULL, watch_init, &w) == 0; /* else unwatched */
+    int rc = kiln_comm_mpi_init(argc, argv, cfg);
+    if (watching) {
+      atomic_store(&w.done, true);
+      pthread_join(th, NULL);
+    }
+    if (rc) return rc;
+  }
   if (launched > 0 && kiln_comm_mpi_built()) return kiln_comm_mpi_create(argc, argv, cfg, comm);
   if (launched > 1)
     return kiln_errorf(KILN_ERR_UNSUPPORTED,
@@ -133,12 +199,12 @@ int cmd_train(int argc, char **argv) {
   if (kiln_config_from_env(&cfg)) return tool_fail("train");
   cfg.debug_slow_rank = slow_rank;
   cfg.debug_slow_ms = slow_ms;
+  cfg.comm_timeout_s = comm_timeout;
   kiln_comm *comm = NULL;
   if (open_comm(&argc, &argv, &cfg, &comm)) {
     if (comm) return fail(comm, "starting MPI"); /* ends every rank */
     return tool_fail("train");
   }
-  if (kiln_comm_set_timeout(comm, comm_timeout)) return fail(comm, "train");
   int rank = kiln_comm_rank(comm), nworkers = kiln_comm_size(comm);
   if (slow_ms > 0 && slow_rank >= nworkers) {
     /* every rank sees the same arguments and fails alike */

@@ -28,6 +28,10 @@ typedef enum { KILN_COMM_SHM_ON, KILN_COMM_SHM_OFF, KILN_COMM_SHM_COPY } kiln_co
 
 enum { KILN_CONFIG_PATH_MAX = 4096 };
 
+/* The limit on a worker's wait for the others (--comm-timeout) unless the command line says
+ * otherwise. */
+#define KILN_COMM_DEFAULT_TIMEOUT_S 300.0
+
 typedef struct kiln_config {
   /* computation (KILN_ENGINE, KILN_LAYOUT, KILN_FUSE, KILN_CONV_ALGO, KILN_DNNL_LAYOUT) */
   bool ref_engine;        /* kiln's plain im2col + GEMM kernels only: results do not depend on
@@ -40,6 +44,9 @@ typedef struct kiln_config {
   int comm_thread_us;     /* > 0: a communication thread polls the sums this often */
   kiln_comm_shm comm_shm;
   int launcher_size;      /* processes announced by an MPI launcher (0: none) */
+  int launcher_rank;      /* this process's rank as the launcher announces it (-1: none) */
+  double comm_timeout_s;  /* a worker waiting longer for the others ends the job, from the
+                             start-up on (--comm-timeout; 0: wait forever) */
   int local_ranks;        /* of them on this host (0: unknown) */
   int omp_threads;        /* OMP_NUM_THREADS when set to a positive count, else 0 */
   /* debugging and planted faults (KILN_FAULT; --debug-slow-rank) */

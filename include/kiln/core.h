@@ -195,16 +195,22 @@ int kiln_get_num_threads(void);
  *   sleep:LAYER:MS   every forward of layer LAYER sleeps MS milliseconds (1..60000)
  *   leak:KB          every training iteration allocates and touches KB kilobytes (1..1048576)
  *                    that stay allocated (reachable, so LeakSanitizer stays quiet) until exit
+ *   stop:STAGE:RANK  the worker of rank RANK stops itself (SIGSTOP) at a point of the MPI start-up:
+ *                    STAGE `start` (before MPI_Init), `init` (after it, before kiln's
+ *                    communicators) or `setup` (before the first collective): a rank that stops
+ *                    or hangs there, for the tests of the stall detection (docs/distributed.md)
  * Unset or empty: no fault. kiln_config_from_env (include/kiln/config.h) reads the variable. */
 #define KILN_FAULT_ENV "KILN_FAULT"
 
-typedef enum { KILN_FAULT_NONE, KILN_FAULT_SLEEP, KILN_FAULT_LEAK } kiln_fault_kind;
+typedef enum { KILN_FAULT_NONE, KILN_FAULT_SLEEP, KILN_FAULT_LEAK, KILN_FAULT_STOP } kiln_fault_kind;
 
 typedef struct kiln_fault {
   kiln_fault_kind kind;
   char layer[128]; /* sleep: the layer's name */
   int ms;          /* sleep: per forward */
   int64_t kb;      /* leak: per training iteration */
+  char stage[8];   /* stop: "start", "init" or "setup" */
+  int rank;        /* stop: the worker that stops */
 } kiln_fault;
 
 /* Parses a KILN_FAULT value; a malformed one is KILN_ERR_INVALID with a message naming the
@@ -215,5 +221,7 @@ const char *kiln_fault_describe(const kiln_fault *f, char *buf, size_t n);
 /* The fault's effects; each does nothing for a fault of another kind. */
 void kiln_fault_sleep(const kiln_fault *f);
 int kiln_fault_leak(const kiln_fault *f);
+/* Stops this process (SIGSTOP) when the fault is stop:STAGE:RANK with this stage and rank. */
+void kiln_fault_stop(const kiln_fault *f, const char *stage, int rank);
 
 #endif

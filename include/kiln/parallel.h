@@ -64,14 +64,19 @@ struct kiln_comm {
   double timeout_s;
 };
 
-/* The MPI communicator's limit unless kiln_comm_set_timeout() says otherwise. */
-#define KILN_COMM_DEFAULT_TIMEOUT_S 300.0
 /* KILN_ERR_INVALID unless seconds is finite and >= 0 (0: no limit); NULL: nothing to set. */
 int kiln_comm_set_timeout(kiln_comm *c, double seconds);
 
 /* The single-process communicator: rank 0 of 1, every collective a no-op (allgather copies). */
 int kiln_comm_local_create(kiln_comm **out);
-/* MPI_COMM_WORLD (MPI_Init_thread with MPI_THREAD_FUNNELED: only the calling thread talks).
+/* MPI's start-up (MPI_Init_thread with MPI_THREAD_FUNNELED: only the calling thread talks; with
+ * cfg->comm_thread_us, SERIALIZED), unless MPI is up already. MPI_Init waits for every process of
+ * the job and has no limit of its own: a caller that must not hang on a process that never
+ * starts watches this call from another thread (the `kiln` command does, --comm-timeout).
+ * KILN_ERR_UNSUPPORTED when kiln was built without MPI. */
+int kiln_comm_mpi_init(int *argc, char ***argv, const kiln_config *cfg);
+/* MPI_COMM_WORLD, after kiln_comm_mpi_init (called here when MPI is not up). Every collective,
+ * from the first, waits within cfg->comm_timeout_s (kiln_comm_set_timeout changes it later).
  * KILN_ERR_UNSUPPORTED when kiln was built without MPI. When MPI started but the communicator
  * could not be set up in a job of several processes, the error comes back with *out still set:
  * the caller must end the job with kiln_comm_end_job (finalizing would wait for the other ranks

@@ -10,6 +10,8 @@
 
 static const kiln_config defaults = {.dnnl_layout = KILN_DNNL_LAYOUT_RULE,
                                      .comm_shm = KILN_COMM_SHM_ON,
+                                     .launcher_rank = -1,
+                                     .comm_timeout_s = KILN_COMM_DEFAULT_TIMEOUT_S,
                                      .fault = {.kind = KILN_FAULT_NONE}};
 
 void kiln_config_init(kiln_config *c) { *c = defaults; }
@@ -71,6 +73,12 @@ int kiln_config_from_env(kiln_config *c) {
   static const char *const sizes[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE"};
   for (size_t i = 0; i < sizeof sizes / sizeof sizes[0] && !c->launcher_size; i++)
     c->launcher_size = positive(env(sizes[i]));
+  static const char *const ranks[] = {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK"};
+  for (size_t i = 0; i < sizeof ranks / sizeof ranks[0] && c->launcher_rank < 0; i++) {
+    const char *r = env(ranks[i]);
+    if (is(r, "0")) c->launcher_rank = 0;
+    else if (positive(r)) c->launcher_rank = positive(r);
+  }
   c->local_ranks = positive(env("OMPI_COMM_WORLD_LOCAL_SIZE"));
   if (!c->local_ranks) c->local_ranks = positive(env("MPI_LOCALNRANKS"));
   c->omp_threads = positive(env("OMP_NUM_THREADS"));

@@ -1,8 +1,10 @@
-/* Fault injection for testing the CE harness end to end: a deliberate slowdown or memory leak,
- * switched on by the KILN_FAULT environment variable, so a test can plant a real throughput or
- * peak-memory regression in an unchanged trainer. kiln_config_from_env parses the variable
+/* Fault injection: a deliberate slowdown or memory leak, switched on by the KILN_FAULT
+ * environment variable, so a test can plant a real throughput or peak-memory regression in an
+ * unchanged trainer (the CE harness's tests); or a worker that stops during the MPI start-up (the
+ * stall detection's tests). kiln_config_from_env parses the variable
  * with kiln_fault_parse; the solver applies the fault of its configuration to its nets. */
 #include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,7 +17,8 @@ enum { MAX_SLEEP_MS = 60000, MAX_LEAK_KB = 1 << 20 };
 
 static const char syntax[] =
     "expected sleep:LAYER:MS (every forward of layer LAYER sleeps MS milliseconds) or leak:KB "
-    "(every training iteration leaks KB kilobytes)";
+    "(every training iteration leaks KB kilobytes) or stop:STAGE:RANK (rank RANK stops itself at "
+    "STAGE start, init or setup of the MPI start-up)";
 
 /* A whole decimal number in [lo, hi], nothing else (no sign, no spaces, no suffix). */
 static bool parse_count(const char *s, size_t len, long lo, long hi, long *out) {
@@ -71,6 +74,28 @@ int kiln_fault_parse(const char *text, kiln_fault *out) {
     out->kb = kb;
     return KILN_OK;
   }
+  if (kind_len == 4 && !strncmp(text, "stop", 4)) {
+    const char *last = strrchr(text, ':');
+    if (!colon || last == colon)
+      return kiln_errorf(KILN_ERR_INVALID, "%s='%s': %s", KILN_FAULT_ENV, text, syntax);
+    size_t stage_len = (size_t)(last - colon - 1);
+    static const char *const stages[] = {"start", "init", "setup"};
+    bool known = false;
+    for (size_t i = 0; i < sizeof stages / sizeof *stages; i++)
+      known |= stage_len == strlen(stages[i]) && !strncmp(colon + 1, stages[i], stage_len);
+    if (!known)
+      return kiln_errorf(KILN_ERR_INVALID, "%s='%s': unknown stage '%.*s' (start, init or setup)",
+                         KILN_FAULT_ENV, text, (int)stage_len, colon + 1);
+    long rank;
+    if (!parse_count(last + 1, strlen(last + 1), 0, 1 << 20, &rank))
+      return kiln_errorf(KILN_ERR_INVALID, "%s='%s': '%s' is not a rank (a whole number)",
+                         KILN_FAULT_ENV, text, last + 1);
+    out->kind = KILN_FAULT_STOP;
+    memcpy(out->stage, colon + 1, stage_len);
+    out->stage[stage_len] = '\0';
+    out->rank = (int)rank;
+    return KILN_OK;
+  }
   return kiln_errorf(KILN_ERR_INVALID, "%s='%s': unknown fault '%.*s': %s", KILN_FAULT_ENV, text,
                      (int)kind_len, text, syntax);
 }
@@ -83,9 +108,16 @@ const char *kiln_fault_describe(const kiln_fault *f, char *buf, size_t n) {
   case KILN_FAULT_LEAK:
     snprintf(buf, n, "leak %lld KB every training iteration", (long long)f->kb);
     break;
+  case KILN_FAULT_STOP:
+    snprintf(buf, n, "rank %d stops at the '%s' stage of the MPI start-up", f->rank, f->stage);
+    break;
   default: snprintf(buf, n, "none"); break;
   }
   return buf;
+}
+
+void kiln_fault_stop(const kiln_fault *f, const char *stage, int rank) {
+  if (f->kind == KILN_FAULT_STOP && f->rank == rank && !strcmp(f->stage, stage)) raise(SIGSTOP);
 }
 
 void kiln_fault_sleep(const kiln_fault *f) {

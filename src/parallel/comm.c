@@ -101,6 +101,10 @@ void kiln_parallel_sum_to_all(float *const *p, int np, int64_t n) {
 }
 
 #ifndef KILN_HAVE_MPI
+int kiln_comm_mpi_init(int *argc, char ***argv, const kiln_config *cfg) {
+  kiln_comm *c = NULL;
+  return kiln_comm_mpi_create(argc, argv, cfg, &c);
+}
 int kiln_comm_mpi_create(int *argc, char ***argv, const kiln_config *cfg, kiln_comm **out) {
   (void)argc, (void)argv, (void)cfg;
   *out = NULL;

@@ -19,7 +19,9 @@
  * collective, since when).
  * After GRACE_MS the error names the ranks that did not answer and where the others are, and
  * the caller ends the job (kiln_comm_end_job). A collective that completes during the roll call
- * is no error. Everything stays on the thread that calls the collectives (MPI_THREAD_FUNNELED). */
+ * is no error. Everything stays on the thread that calls the collectives (MPI_THREAD_FUNNELED).
+ * The watchdog covers the start-up too: kiln's communicators are made with MPI_Comm_idup, waited
+ * for like any collective, with the roll call on MPI_COMM_WORLD until they exist. */
 #include <errno.h>
 #include <limits.h>
 #include <mpi.h>
@@ -193,6 +195,15 @@ static void append_ranks(char *buf, size_t cap, size_t *len, const bool *pick, i
     if (places) append(buf, cap, len, " (pid %d on %s)", (int)places[r].pid, places[r].host);
   }
   if (n > listed) append(buf, cap, len, " and %d more", n - listed);
+}
+
+/* The start-up's two communicator duplications. */
+static int poll_two_requests(kiln_comm *c, void *arg, bool *done) {
+  int flag = 0;
+  int err = MPI_Testall(2, arg, &flag, MPI_STATUSES_IGNORE);
+  if (err != MPI_SUCCESS) return kiln_mpi_status(err, ((mpi_state *)c->impl)->what);
+  *done = flag;
+  return KILN_OK;
 }
 
 static int poll_request(kiln_comm *c, void *arg, bool *done) {
@@ -395,7 +406,7 @@ static void mpi_destroy(kiln_comm *c) {
     int finalized = 0;
     MPI_Finalized(&finalized);
     if (!finalized) {
-      if (st->watch != MPI_COMM_NULL) {
+      if (st->watch != MPI_COMM_NULL && st->watch != MPI_COMM_WORLD) {
         /* Roll-call messages left over from collectives that completed after all. */
         for (int flag = 1; flag;) {
           MPI_Status s;
@@ -498,9 +509,36 @@ static int gather_places(kiln_comm *c) {
 
 bool kiln_comm_mpi_built(void) { return true; }
 
+/* Whether kiln_comm_mpi_init started MPI (and so the communicator finalizes it). */
+static bool kiln_started_mpi;
+
+int kiln_comm_mpi_init(int *argc, char ***argv, const kiln_config *cfg) {
+  if (!cfg) cfg = kiln_config_defaults();
+  int initialised = 0;
+  MPI_Initialized(&initialised);
+  if (initialised) return KILN_OK;
+  kiln_fault_stop(&cfg->fault, "start", cfg->launcher_rank);
+  /* Open MPI's non-blocking allreduce (coll/libnbc) takes a binomial tree on fewer than 4 ranks
+   * or in place: the whole buffer goes to rank 0 and back, several times the blocking
+   * MPI_Allreduce's time on 2 ranks (kiln-comm-bench). Reduce-scatter + allgather (Rabenseifner,
+   * libnbc's own choice for 4 ranks and more) matches the blocking call. A value the user set in
+   * the environment wins; other MPI libraries ignore the variable. */
+  setenv("OMPI_MCA_coll_libnbc_iallreduce_algorithm", "3", 0);
+  /* FUNNELED: prefetch and OpenMP threads exist, but only this thread calls MPI; with the
+   * communication thread, SERIALIZED (never two at once). */
+  int provided = 0;
+  int err = MPI_Init_thread(argc, argv,
+                            cfg->comm_thread_us ? MPI_THREAD_SERIALIZED : MPI_THREAD_FUNNELED,
+                            &provided);
+  if (err != MPI_SUCCESS) return kiln_errorf(KILN_ERR_COMM, "MPI_Init_thread failed (error %d)", err);
+  kiln_started_mpi = true;
+  return KILN_OK;
+}
+
 int kiln_comm_mpi_create(int *argc, char ***argv, const kiln_config *cfg, kiln_comm **out) {
   *out = NULL;
   if (!cfg) cfg = kiln_config_defaults();
+  KILN_TRY(kiln_comm_mpi_init(argc, argv, cfg));
   kiln_comm *c = calloc(1, sizeof *c);
   mpi_state *st = calloc(1, sizeof *st);
   if (!c || !st) {
@@ -510,57 +548,54 @@ int kiln_comm_mpi_create(int *argc, char ***argv, const kiln_config *cfg, kiln_c
   }
   c->ops = &mpi_ops;
   c->impl = st;
-  c->timeout_s = KILN_COMM_DEFAULT_TIMEOUT_S;
+  c->timeout_s = cfg->comm_timeout_s;
   st->comm = st->watch = st->node = MPI_COMM_NULL;
   st->shm_mode = cfg->comm_shm;
-  int initialised = 0;
-  long poll_us = 0;
-  MPI_Initialized(&initialised);
-  if (!initialised) {
-    /* Open MPI's non-blocking allreduce (coll/libnbc) takes a binomial tree on fewer than 4 ranks
-     * or in place: the whole buffer goes to rank 0 and back, several times the blocking
-     * MPI_Allreduce's time on 2 ranks (kiln-comm-bench). Reduce-scatter + allgather
-     * (Rabenseifner, libnbc's own choice for 4 ranks and more) matches the blocking call. A value the user set
-     * in the environment wins; other MPI libraries ignore the variable. */
-    setenv("OMPI_MCA_coll_libnbc_iallreduce_algorithm", "3", 0);
-    /* FUNNELED: prefetch and OpenMP threads exist, but only this thread calls MPI; with the
-     * communication thread, SERIALIZED (never two at once). */
-    int provided = 0;
-    poll_us = cfg->comm_thread_us;
-    int err = MPI_Init_thread(argc, argv, poll_us ? MPI_THREAD_SERIALIZED : MPI_THREAD_FUNNELED,
-                              &provided);
-    if (poll_us && provided < MPI_THREAD_SERIALIZED) {
-      kiln_log(KILN_LOG_WARN, "this MPI library does not allow MPI_THREAD_SERIALIZED: no "
-                              "communication thread, the sums are polled between layers");
-      poll_us = 0;
-    }
-    if (err != MPI_SUCCESS) {
-      mpi_destroy(c);
-      return kiln_errorf(KILN_ERR_COMM, "MPI_Init_thread failed (error %d)", err);
-    }
-    st->we_initialised = true;
+  st->we_initialised = kiln_started_mpi;
+  long poll_us = st->we_initialised ? cfg->comm_thread_us : 0;
+  int provided = 0;
+  if (poll_us && (MPI_Query_thread(&provided) != MPI_SUCCESS || provided < MPI_THREAD_SERIALIZED)) {
+    kiln_log(KILN_LOG_WARN, "this MPI library does not allow MPI_THREAD_SERIALIZED: no "
+                            "communication thread, the sums are polled between layers");
+    poll_us = 0;
   }
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
-  int rc = kiln_mpi_status(MPI_Comm_dup(MPI_COMM_WORLD, &st->comm), "communicator duplication");
-  if (!rc) rc = kiln_mpi_status(MPI_Comm_dup(MPI_COMM_WORLD, &st->watch), "communicator duplication");
-  if (!rc) MPI_Comm_set_errhandler(st->comm, MPI_ERRORS_RETURN);
-  if (!rc) MPI_Comm_set_errhandler(st->watch, MPI_ERRORS_RETURN);
-  if (!rc) rc = kiln_mpi_status(MPI_Comm_rank(st->comm, &c->rank), "rank");
-  if (!rc) rc = kiln_mpi_status(MPI_Comm_size(st->comm, &c->size), "size");
+  int rc = kiln_mpi_status(MPI_Comm_rank(MPI_COMM_WORLD, &c->rank), "rank");
+  if (!rc) rc = kiln_mpi_status(MPI_Comm_size(MPI_COMM_WORLD, &c->size), "size");
   if (rc) {
-    /* MPI_Finalize would wait for ranks that are still setting up (or stuck in MPI_Comm_dup
-     * with us): in a job of several processes hand back a communicator on MPI_COMM_WORLD whose
-     * end_job aborts them all. */
-    int world = 1;
-    if (MPI_Comm_size(MPI_COMM_WORLD, &world) == MPI_SUCCESS && world > 1 &&
-        MPI_Comm_rank(MPI_COMM_WORLD, &c->rank) == MPI_SUCCESS) {
-      c->size = world;
+    mpi_destroy(c);
+    return rc;
+  }
+  kiln_fault_stop(&cfg->fault, "init", c->rank);
+  /* kiln talks on communicators of its own, one for the collectives and one for the roll call;
+   * duplicating is the job's first collective, so it waits within the limit like the others,
+   * with the roll call on the world communicator meanwhile. */
+  st->watch = MPI_COMM_WORLD;
+  MPI_Comm made[2] = {MPI_COMM_NULL, MPI_COMM_NULL};
+  MPI_Request req[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
+  kiln_mpi_begin_op(c, "start-up (communicator duplication)");
+  rc = kiln_mpi_status(MPI_Comm_idup(MPI_COMM_WORLD, &made[0], &req[0]), "communicator duplication");
+  if (!rc)
+    rc = kiln_mpi_status(MPI_Comm_idup(MPI_COMM_WORLD, &made[1], &req[1]), "communicator duplication");
+  if (!rc) rc = kiln_mpi_wait_on(c, poll_two_requests, req);
+  kiln_mpi_end_op(c);
+  if (!rc) {
+    st->comm = made[0];
+    st->watch = made[1];
+    MPI_Comm_set_errhandler(st->comm, MPI_ERRORS_RETURN);
+    MPI_Comm_set_errhandler(st->watch, MPI_ERRORS_RETURN);
+  }
+  if (rc) {
+    /* MPI_Finalize would wait for ranks that are still setting up (or stopped): in a job of
+     * several processes hand back the communicator, whose end_job aborts them all. */
+    if (c->size > 1) {
       *out = c;
       return rc;
     }
     mpi_destroy(c);
     return rc;
   }
+  kiln_fault_stop(&cfg->fault, "setup", c->rank);
   rc = gather_places(c);
   if (rc) {
     *out = c; /* the caller ends the job */

@@ -7,6 +7,10 @@
 #       ends the job after 5 s + a 2 s roll call, naming the collective, the wait, rank 1 (with
 #       its pid and host) as the one that did not answer and the ranks that waited with it;
 #   (c) a healthy run with a short --comm-timeout trains to the end (no false alarm);
+#   (e) a rank stopped during the start-up (KILN_FAULT=stop:STAGE:1): before MPI_Init (the others
+#       wait in MPI_Init, watched by the command's own thread), after it (in the duplication of
+#       kiln's communicators) and before the first collective of the set-up, with --comm-timeout 5:
+#       the job ends within bounds, naming rank 1;
 #   (d) bad --comm-timeout values are refused with a clear message.
 # Every mpirun runs under `timeout -k 5 90`, so a hang fails the test instead of blocking CI.
 # Skips (exit 77, a CTest skip) only when mpirun is missing or kiln was built without MPI.
@@ -105,6 +109,38 @@ if kill_case stopped 3 1 STOP --comm-timeout 5; then
   # Not before the limit: the 5 s wait, then up to 2 s for the roll call.
   awk -v t="$TOOK" 'BEGIN { exit !(t >= 5) }' && pass || fail "stopped: ended after $TOOK s, before the limit"
 fi
+
+# (e) Stopped during the start-up. stage NP WANT...: the job must end non-zero, not before the
+# 5 s limit, within 30 s, with a message holding each WANT (extended regular expressions).
+startup_case() {
+  local stage=$1 np=$2
+  shift 2
+  local t0 rc took
+  t0=$(now)
+  timeout -k 5 90 mpirun -np "$np" --oversubscribe --allow-run-as-root --bind-to none \
+    -x OMP_NUM_THREADS=1 -x KILN_FAULT="stop:$stage:1" "${FORWARD[@]}" \
+    "$KILN" train --solver "$WORK/long.prototxt" --comm-timeout 5 > "start_$stage.log" 2>&1
+  rc=$?
+  took=$(elapsed "$t0" "$(now)")
+  echo "stopped at '$stage' ($np workers): exit $rc after $took s"
+  if [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] && awk -v t="$took" 'BEGIN { exit !(t >= 5 && t < 30) }'; then
+    pass
+  else
+    fail "stopped at '$stage': exit $rc after $took s (expected non-zero within 5-30 s): $(tail -n 8 "start_$stage.log")"
+  fi
+  local line
+  line=$(grep -m 1 "^kiln: rank [02] of $np" "start_$stage.log")
+  for want in "$@"; do
+    echo "$line" | grep -Eq -- "$want" && pass || fail "stopped at '$stage': message lacks '$want': $line"
+  done
+  grep -q "ERROR: AddressSanitizer\|runtime error:" "start_$stage.log" \
+    && fail "stopped at '$stage': sanitizer report" || pass
+}
+startup_case start 2 "MPI start-up \\(MPI_Init\\) waited [0-9.]+ s for the other workers, past the limit of 5 s" \
+  "rank 1 did not join it \\(stopped"
+startup_case init 3 "start-up \\(communicator duplication\\) \\(collective 1\\) waited [0-9.]+ s" \
+  "rank 1 did not answer" "rank [02] is waiting in it too"
+startup_case setup 2 "allgather of [0-9]+ bytes \\(collective 2\\) waited [0-9.]+ s" "rank 1 did not answer"
 
 # (c) No false alarm: a healthy run with a short limit trains to the end (10 s, not less: on a
 # loaded machine a rank can be off its core for a few seconds).

@@ -10,6 +10,8 @@
 #       MPICH's own transport (KILN_COMM_SHM=0) gives the bits of iter_size 4 too;
 #   (d) SIGSTOP of rank 1 of 3 with --comm-timeout 5: kiln's watchdog ends the job, naming rank 1
 #       with its pid and host;
+#   (f) rank 1 of 2 stopped before MPI_Init (KILN_FAULT=stop:start:1), --comm-timeout 5: the other
+#       rank's start-up watch ends the job, naming rank 1;
 #   (e) SIGKILL of rank 1 of 2: Hydra ends the job with a non-zero exit within 30 s. Its message
 #       names the dead process by id ("PID N RUNNING AT host"), and kiln's start-up table of the
 #       ranks' hosts and processes reads that id as rank 1: together the log names the rank.
@@ -141,4 +143,14 @@ grep -q "BAD TERMINATION" kill.log && pass || fail "kill: no word from Hydra: $(
 dead=$(sed -n 's/^= *PID \([0-9]*\) RUNNING AT .*/\1/p' kill.log | head -n 1)
 [ -n "$dead" ] && grep -q "^kiln info: host [^:]*: .*rank 1 (pid $dead)" kill.log && [ "$dead" = "$VICTIM" ] \
   && pass || fail "kill: Hydra's PID '$dead' (killed: $VICTIM) is not rank 1 in kiln's table: $(grep -E '^kiln info: host|PID' kill.log)"
+# (f) stopped before MPI is up: Hydra's PMI barrier in MPI_Init has no limit of its own
+t0=$(date +%s.%N)
+mpich 2 -genv KILN_FAULT stop:start:1 "$KM" train --solver "$WORK/long.prototxt" --comm-timeout 5 > start.log 2>&1
+RC=$?
+TOOK=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
+echo "MPICH, rank 1 of 2 stopped before MPI_Init: exit $RC after $TOOK s"
+[ "$RC" -ne 0 ] && [ "$RC" -ne 124 ] && [ "$RC" -ne 137 ] && pass || fail "start: exit $RC: $(tail -n 4 start.log)"
+awk -v t="$TOOK" 'BEGIN { exit !(t >= 5 && t < 30) }' && pass || fail "start: ended after $TOOK s (limit 5 s)"
+grep -q "kiln: rank 0 of 2 (pid [0-9]* on [^)]*): MPI start-up (MPI_Init) waited [0-9.]* s for the other workers, past the limit of 5 s (--comm-timeout): rank 1 did not join it" start.log \
+  && pass || fail "start: rank 1 not named: $(grep kiln: start.log | head -n 2)"
 finish
