@@ -34,11 +34,6 @@ typedef struct {
 } batch_slot;
 
 typedef struct {
-  uint64_t epoch;
-  uint32_t *perm; /* NULL until built */
-} epoch_order;
-
-typedef struct {
   kiln_datum_db *db;
   char *source; /* the database's path, $KILN_DATA expanded */
   int batch, C, H, W, outH, outW, crop;
@@ -51,7 +46,7 @@ typedef struct {
   uint64_t size; /* records in the database */
   kiln_batch_stream stream; /* batch j -> records; base is the restored cursor */
   int rank, nworkers;       /* this worker's share: global batches rank + k * nworkers */
-  epoch_order order[2]; /* shuffled orders of the two most recent epochs (a batch may span two) */
+  kiln_record_order order; /* the records of stream positions */
   uint64_t seed;
   /* the prefetch ring */
   int nslots;
@@ -99,36 +94,6 @@ static int transform_record(data_state *s, const kiln_datum *d, uint64_t pos, fl
   return KILN_OK;
 }
 
-/* The record (index in key order) at stream position q. */
-static int record_index(data_state *s, uint64_t q, uint64_t *index) {
-  uint64_t e = q / s->size, i = q % s->size;
-  if (!s->shuffle) {
-    *index = i;
-    return KILN_OK;
-  }
-  epoch_order *o = NULL;
-  for (int k = 0; k < 2; k++)
-    if (s->order[k].perm && s->order[k].epoch == e) o = &s->order[k];
-  if (!o) {
-    /* Replace the older of the two. */
-    o = !s->order[0].perm ? &s->order[0] : !s->order[1].perm ? &s->order[1]
-        : s->order[0].epoch < s->order[1].epoch ? &s->order[0] : &s->order[1];
-    if (!o->perm && !(o->perm = malloc(sizeof(uint32_t) * (size_t)s->size)))
-      return kiln_errorf(KILN_ERR_NOMEM, "out of memory for the shuffled order");
-    o->epoch = e;
-    kiln_rng r;
-    kiln_rng_seed(&r, s->seed, 0x5348554646ULL + e); /* a stream per epoch */
-    for (uint64_t j = 0; j < s->size; j++) o->perm[j] = (uint32_t)j;
-    for (uint64_t j = s->size - 1; j > 0; j--) { /* Fisher-Yates */
-      uint32_t k = kiln_rng_below(&r, (uint32_t)(j + 1)), t = o->perm[j];
-      o->perm[j] = o->perm[k];
-      o->perm[k] = t;
-    }
-  }
-  *index = o->perm[i];
-  return KILN_OK;
-}
-
 static int fill_slot(data_state *s, batch_slot *slot) {
   int per = s->C * s->outH * s->outW;
   uint64_t global = s->fill_k * (uint64_t)s->nworkers + (uint64_t)s->rank;
@@ -139,7 +104,7 @@ static int fill_slot(data_state *s, batch_slot *slot) {
   for (int j = 0; j < slot->count; j++) {
     uint64_t pos = start + (uint64_t)j, index = 0;
     kiln_datum d;
-    KILN_TRY(record_index(s, pos, &index));
+    KILN_TRY(kiln_record_order_index(&s->order, pos, &index));
     if (random_access) {
       KILN_TRY(kiln_datum_db_read(s->db, index, &d));
     } else {
@@ -234,23 +199,6 @@ static int load_mean_file(kiln_layer *l, data_state *s, const char *path) {
   return s->mean ? KILN_OK : kiln_errorf(KILN_ERR_NOMEM, "out of memory");
 }
 
-/* `$KILN_DATA/...` (or `${KILN_DATA}/...`) names a file in the data set cache, so nets in the
- * zoo need no absolute paths. */
-static int expand_source(const kiln_config *cfg, const char *src, char *out, size_t n) {
-  const char *rest = NULL;
-  if (strncmp(src, "$KILN_DATA/", 11) == 0) rest = src + 10;
-  else if (strncmp(src, "${KILN_DATA}/", 13) == 0) rest = src + 12;
-  if (!rest) {
-    snprintf(out, n, "%s", src);
-    return KILN_OK;
-  }
-  char dir[4096];
-  KILN_TRY(kiln_data_cache_dir(cfg, dir, sizeof dir));
-  if ((size_t)snprintf(out, n, "%s%s", dir, rest) >= n)
-    return kiln_errorf(KILN_ERR_INVALID, "data source path too long: %s", src);
-  return KILN_OK;
-}
-
 static int data_setup(kiln_layer *l) {
   const Caffe__DataParameter *p = KILN_PARAM_OR(l->lp->data_param, data_defaults);
   const Caffe__TransformationParameter *t =
@@ -269,7 +217,7 @@ static int data_setup(kiln_layer *l) {
   if (!p->has_batch_size || p->batch_size == 0)
     return KILN_LAYER_ERROR(l, KILN_ERR_INVALID, "data_param.batch_size must be set and > 0");
   char source[4096];
-  KILN_TRY(expand_source(l->config, p->source, source, sizeof source));
+  KILN_TRY(kiln_data_source_path(l->config, p->source, source, sizeof source));
   s->source = strdup(source);
   if (!s->source) return kiln_errorf(KILN_ERR_NOMEM, "out of memory");
   int rc = kiln_datum_db_open(source, &s->db);
@@ -304,6 +252,7 @@ static int data_setup(kiln_layer *l) {
   s->mirror = t->mirror;
   s->train = l->phase == CAFFE__PHASE__TRAIN;
   s->seed = l->seed;
+  s->order = (kiln_record_order){.seed = s->seed, .size = s->size, .shuffle = s->shuffle};
   if (s->crop > s->H || s->crop > s->W)
     return KILN_LAYER_ERROR(l, KILN_ERR_SHAPE, "crop_size %d is larger than the %dx%d images",
                             s->crop, s->H, s->W);
@@ -452,8 +401,7 @@ static void data_destroy(kiln_layer *l) {
     }
   free(s->slots);
   free(s->mean);
-  free(s->order[0].perm);
-  free(s->order[1].perm);
+  kiln_record_order_free(&s->order);
   pthread_mutex_destroy(&s->mu);
   pthread_cond_destroy(&s->cv);
   free(s);

@@ -114,4 +114,26 @@ static inline bool kiln_in_place_without_loss(const kiln_layer *l, const kiln_bl
   return l->nbottom == 1 && l->bottom[0] == blob && l->top[0] == blob && l->loss_weight[0] == 0;
 }
 
+/* ---- data layers (data_util.c) ------------------------------------------------------------ */
+
+/* The order in which a data layer reads its records: position q of the endless stream is record
+ * q mod size of epoch q / size, in the file's order or, with `shuffle`, through a permutation of
+ * each epoch drawn from (seed, epoch). The permutations of the two most recent epochs are kept
+ * (a batch may span two). Zero-initialise, then set seed, size (> 0, at most 2^32 when
+ * shuffled) and shuffle. */
+typedef struct kiln_record_order {
+  uint64_t seed, size;
+  bool shuffle;
+  struct {
+    uint64_t epoch;
+    uint32_t *perm; /* NULL until built */
+  } epoch[2];
+} kiln_record_order;
+int kiln_record_order_index(kiln_record_order *o, uint64_t q, uint64_t *index);
+void kiln_record_order_free(kiln_record_order *o);
+
+/* `$KILN_DATA/...` (or `${KILN_DATA}/...`) names a file in the data set cache, so nets in the zoo
+ * need no absolute paths; any other source is copied as it is. */
+int kiln_data_source_path(const kiln_config *cfg, const char *src, char *out, size_t n);
+
 #endif
