@@ -11,6 +11,8 @@
 
 static int convert_usage(void) {
   fprintf(stderr, "usage: kiln convert idx IMAGES LABELS OUT_LMDB\n"
+                  "       kiln convert text TEXT... OUT_VOCAB [--level char|word] [--lowercase]\n"
+                  "                         [--min-count K] [--max-size V]\n"
                   "       kiln convert cifar10 ARCHIVE_OR_DIR OUT_LMDB [--test]\n"
                   "       kiln convert cifar100 ARCHIVE_OR_DIR OUT_LMDB [--test] [--coarse]\n");
   return 2;
@@ -45,7 +47,86 @@ static int convert_cifar(int argc, char **argv) {
   return 0;
 }
 
+static int add_record(void *user, const char *text, size_t len, int label, int line) {
+  (void)label, (void)line;
+  return kiln_vocab_builder_add(user, text, len);
+}
+
+/* A whole number in lo..hi for option `opt`, or an error naming it. */
+static bool parse_whole(const char *opt, const char *v, long lo, long hi, long *out) {
+  char *end;
+  long n = strtol(v, &end, 10);
+  if (end == v || *end || n < lo || n > hi) {
+    fprintf(stderr, "kiln convert text: %s '%s': expected a whole number in %ld..%ld\n", opt, v,
+            lo, hi);
+    return false;
+  }
+  *out = n;
+  return true;
+}
+
+/* kiln convert text TEXT... OUT_VOCAB: the vocabulary of the texts (records of .tsv files). */
+static int convert_text(int argc, char **argv) {
+  kiln_token_level level = KILN_TOKENS_CHAR;
+  bool lowercase = false;
+  long min_count = 1, max_size = 0;
+  const char **pos = calloc((size_t)argc, sizeof *pos);
+  int npos = 0;
+  if (!pos) return tool_fail("convert");
+  for (int i = 2; i < argc; i++) {
+    const char *a = argv[i];
+    bool ok = true;
+    if (!strcmp(a, "--lowercase")) {
+      lowercase = true;
+    } else if (!strcmp(a, "--level") || !strcmp(a, "--min-count") || !strcmp(a, "--max-size")) {
+      if (i + 1 >= argc) {
+        fprintf(stderr, "kiln convert text: missing value for '%s'\n", a);
+        ok = false;
+      } else if (!strcmp(a, "--level")) {
+        const char *v = argv[++i];
+        if (!strcmp(v, "char")) level = KILN_TOKENS_CHAR;
+        else if (!strcmp(v, "word")) level = KILN_TOKENS_WORD;
+        else {
+          fprintf(stderr, "kiln convert text: --level '%s': expected char or word\n", v);
+          ok = false;
+        }
+      } else if (!strcmp(a, "--min-count")) {
+        ok = parse_whole(a, argv[++i], 1, 1L << 40, &min_count);
+      } else {
+        ok = parse_whole(a, argv[++i], 3, KILN_VOCAB_MAX_TOKENS, &max_size);
+      }
+    } else if (a[0] == '-' && a[1] == '-') {
+      fprintf(stderr, "kiln convert text: unknown option '%s'\n", a);
+      ok = false;
+    } else {
+      pos[npos++] = a;
+    }
+    if (!ok) {
+      free(pos);
+      return 2;
+    }
+  }
+  if (npos < 2) {
+    free(pos);
+    return convert_usage();
+  }
+  kiln_vocab_builder *b = NULL;
+  kiln_vocab *v = NULL;
+  int rc = kiln_vocab_builder_new(level, lowercase, &b);
+  for (int i = 0; !rc && i < npos - 1; i++) rc = kiln_text_records(pos[i], add_record, b);
+  if (!rc) rc = kiln_vocab_builder_finish(b, min_count, (int)max_size, &v);
+  if (!rc) rc = kiln_vocab_write(v, pos[npos - 1]);
+  if (!rc)
+    printf("wrote %d tokens (%s level) to %s\n", kiln_vocab_size(v),
+           level == KILN_TOKENS_WORD ? "word" : "char", pos[npos - 1]);
+  kiln_vocab_free(v);
+  kiln_vocab_builder_free(b);
+  free(pos);
+  return rc ? tool_fail("convert text") : 0;
+}
+
 int cmd_convert(int argc, char **argv) {
+  if (argc >= 2 && !strcmp(argv[1], "text")) return convert_text(argc, argv);
   if (argc >= 2 && (!strcmp(argv[1], "cifar10") || !strcmp(argv[1], "cifar100")))
     return convert_cifar(argc, argv);
   if (argc != 5 || strcmp(argv[1], "idx") != 0) return convert_usage();

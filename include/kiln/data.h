@@ -142,6 +142,61 @@ int kiln_text_set_convert(const kiln_text_set_info *set, const char *tarball, co
 int kiln_data_fetch_text(const char *name, const char *tarball, const char *cache_dir,
                          bool *already);
 
+/* ---- tokens and vocabularies --------------------------------------------------------------- */
+
+/* Characters (UTF-8 code points) or words (runs of letters and digits with inner apostrophes;
+ * every other character but white space a token of its own): src/data/vocab.c. */
+typedef enum { KILN_TOKENS_CHAR = 0, KILN_TOKENS_WORD = 1 } kiln_token_level;
+typedef int (*kiln_token_fn)(void *user, const char *token, size_t len);
+/* Calls fn with each token of text[0 .. n) in order (lowercased ASCII when asked); stops at the
+ * first status fn returns that is not KILN_OK, and returns it. */
+int kiln_tokenize(const char *text, size_t n, kiln_token_level level, bool lowercase,
+                  kiln_token_fn fn, void *user);
+
+#define KILN_VOCAB_PAD "<pad>"
+#define KILN_VOCAB_UNK "<unk>"
+#define KILN_VOCAB_MAX_TOKENS (1 << 24)
+
+/* Token i <-> id i. The file (docs/formats.md, "Vocabulary files"): a first line naming the
+ * level, the lowercasing and the count, then one token per line with \\ \n \t \r \s (space)
+ * \0 escaped; id = line number - 2. "<pad>" and "<unk>", where present, are the padding and the
+ * unknown token. */
+typedef struct kiln_vocab kiln_vocab;
+int kiln_vocab_read(const char *path, kiln_vocab **out);
+/* Written whole under a temporary name, then renamed. */
+int kiln_vocab_write(const kiln_vocab *v, const char *path);
+void kiln_vocab_free(kiln_vocab *v);
+/* The id of a token, -1 when it has none. */
+int kiln_vocab_id(const kiln_vocab *v, const char *token, size_t len);
+int kiln_vocab_size(const kiln_vocab *v);
+int kiln_vocab_pad_id(const kiln_vocab *v); /* -1: none */
+int kiln_vocab_unk_id(const kiln_vocab *v); /* -1: none */
+kiln_token_level kiln_vocab_level(const kiln_vocab *v);
+bool kiln_vocab_lowercase(const kiln_vocab *v);
+/* Token `id`'s bytes (not NUL-terminated in general: `len`); NULL outside 0 .. size - 1. */
+const char *kiln_vocab_token(const kiln_vocab *v, int id, size_t *len);
+
+/* Counting tokens over any number of texts, then the vocabulary: <pad> (id 0), <unk> (id 1),
+ * then the tokens seen at least min_count times, most frequent first (ties in byte order), at
+ * most max_size tokens in all (0: no limit). */
+typedef struct kiln_vocab_builder kiln_vocab_builder;
+int kiln_vocab_builder_new(kiln_token_level level, bool lowercase, kiln_vocab_builder **out);
+int kiln_vocab_builder_add(kiln_vocab_builder *b, const char *text, size_t n);
+int kiln_vocab_builder_finish(kiln_vocab_builder *b, int64_t min_count, int max_size,
+                              kiln_vocab **out);
+void kiln_vocab_builder_free(kiln_vocab_builder *b);
+
+/* ---- text records ------------------------------------------------------------------------- */
+
+/* The records of a text file: a .tsv file is one record per line, "LABEL<TAB>TEXT" with LABEL a
+ * whole number in 0 .. 2^31-1 and \\ \t \n \r escaped in TEXT (the text data sets' format);
+ * any other file is one record, its whole text, label -1. fn gets each record's text (decoded,
+ * NUL-terminated, `len` bytes), its label and its line; a malformed line is KILN_ERR_PARSE naming
+ * the file and line. Files of more than KILN_TEXT_RECORDS_MAX_BYTES are refused. */
+#define KILN_TEXT_RECORDS_MAX_BYTES ((size_t)1 << 30)
+typedef int (*kiln_text_record_fn)(void *user, const char *text, size_t len, int label, int line);
+int kiln_text_records(const char *path, kiln_text_record_fn fn, void *user);
+
 /* ---- CIFAR-10 and CIFAR-100 (binary version) --------------------------------------------- */
 
 /* Every image is 3 x 32 x 32 bytes, channel-planar (all R, then G, then B), which is Caffe's
