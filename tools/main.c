@@ -49,6 +49,10 @@ int main(int argc, char **argv) {
     usage(stderr);
     return 2;
   }
+  if ((argc = tool_caffe_args(argc, argv, &argv)) < 0) {
+    fprintf(stderr, "kiln: out of memory\n");
+    return 1;
+  }
   const char *cmd = argv[1];
   if (!strcmp(cmd, "--help") || !strcmp(cmd, "-h") || !strcmp(cmd, "help")) {
     usage(stdout);

@@ -17,6 +17,11 @@ int cmd_describe(int argc, char **argv);
 int cmd_compare_weights(int argc, char **argv);
 int cmd_ce(int argc, char **argv);
 
+/* Caffe's spellings of the options (-solver=F, --solver=F, -solver F) rewritten as kiln's
+ * (--solver F), Caffe's -gpu dropped with a warning: the new argument count, *out the new
+ * arguments (kept for the life of the process); -1 when out of memory. */
+int tool_caffe_args(int argc, char **argv, char ***out);
+
 /* Prints "kiln: <what>: <kiln_last_error()>" to stderr and returns exit code 1. */
 int tool_fail(const char *what);
 /* Parses "512M", "2G", "1048576"; false if malformed. */

@@ -122,6 +122,19 @@ static int fail(kiln_comm *comm, const char *what) {
   return rc;
 }
 
+/* --weights A.caffemodel[,B.caffemodel...]: Caffe's list, each file loaded in turn (a layer in
+ * several takes its weights from the last). */
+static int load_weight_list(kiln_solver *s, const char *list) {
+  char *copy = strdup(list);
+  if (!copy) return kiln_errorf(KILN_ERR_NOMEM, "out of memory");
+  int rc = KILN_OK;
+  char *save = NULL;
+  for (char *p = strtok_r(copy, ",", &save); p && !rc; p = strtok_r(NULL, ",", &save))
+    rc = kiln_solver_load_weights(s, p);
+  free(copy);
+  return rc;
+}
+
 int cmd_train(int argc, char **argv) {
   tool_common c = {0};
   const char *solver = NULL, *snapshot = NULL, *weights = NULL;
@@ -253,7 +266,7 @@ int cmd_train(int argc, char **argv) {
   }
   int rc = KILN_OK;
   if (snapshot) rc = kiln_solver_restore(s, snapshot);
-  else if (weights) rc = kiln_solver_load_weights(s, weights);
+  else if (weights) rc = load_weight_list(s, weights);
   if (!rc) rc = kiln_solver_solve(s);
   if (rc) {
     if (m.tty && rank == 0) fprintf(stderr, "\n");

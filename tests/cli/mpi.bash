@@ -3,10 +3,7 @@
 #   - FORWARD: the sanitizer build's settings (tests/CMakeLists.txt), as `-x` options for mpirun,
 #     so that every rank gets them;
 #   - one OpenMP thread per worker (a small machine runs several ranks), and `mpi NP ARGS...`;
-#   - mpi_tiny_lmdb: tiny_lmdb, 64 records of 1x8x8 bytes (a fixed pseudo-random pattern) with
-#     labels 0..3, written through hand-made IDX files;
-#   - mpi_tiny_net BATCH [EXTRA_DATA_PARAM]: a small conv net on it (Data, Convolution, ReLU,
-#     InnerProduct, SoftmaxWithLoss; 40 + 580 parameters), on standard output;
+#   - mpi_tiny_lmdb, mpi_tiny_net: tiny.bash's tiny_lmdb and tiny_net (a tiny LMDB, a small conv net);
 #   - mpi_wide_net: an MLP on it whose 607,854 parameters span several gradient buckets;
 #   - mpi_await_rank ROOT R LOG [VAR]: once the job under ROOT has rank R running (VAR in its
 #     environment: OMPI_COMM_WORLD_RANK, or PMI_RANK for MPICH) and LOG shows a training line,
@@ -34,33 +31,9 @@ mpi() {
     -x OMP_NUM_THREADS=1 "${FORWARD[@]}" "$@"
 }
 
-mpi_tiny_lmdb() {
-  {
-    printf '\x00\x00\x08\x03\x00\x00\x00\x40\x00\x00\x00\x08\x00\x00\x00\x08'
-    LC_ALL=C awk 'BEGIN { srand(7); for (i = 0; i < 4096; i++) printf "%c", int(rand() * 256) }'
-  } > img.idx
-  {
-    printf '\x00\x00\x08\x01\x00\x00\x00\x40'
-    for i in $(seq 0 63); do printf "\\x0$((i % 4))"; done
-  } > lab.idx
-  "$KILN" convert idx img.idx lab.idx tiny_lmdb >/dev/null || { fail "convert"; finish; exit 1; }
-}
-
-mpi_tiny_net() {
-  cat <<NET
-name: "tiny"
-layer { name: "d" type: "Data" top: "data" top: "label"
-  data_param { source: "$WORK/tiny_lmdb" batch_size: $1 backend: LMDB ${2:-} }
-  transform_param { scale: 0.00390625 } }
-layer { name: "conv" type: "Convolution" bottom: "data" top: "conv"
-  convolution_param { num_output: 4 kernel_size: 3 weight_filler { type: "xavier" }
-    bias_filler { type: "constant" value: 0.1 } } }
-layer { name: "relu" type: "ReLU" bottom: "conv" top: "conv" }
-layer { name: "ip" type: "InnerProduct" bottom: "conv" top: "ip"
-  inner_product_param { num_output: 4 weight_filler { type: "xavier" } } }
-layer { name: "loss" type: "SoftmaxWithLoss" bottom: "ip" bottom: "label" top: "loss" }
-NET
-}
+source "$(dirname "${BASH_SOURCE[0]}")/tiny.bash"
+mpi_tiny_lmdb() { tiny_lmdb; }
+mpi_tiny_net() { tiny_net "$@"; }
 
 mpi_wide_net() {
   cat <<NET
