@@ -276,9 +276,47 @@ static void test_backward_contract_second_bottoms(void **state) {
   }
 }
 
+/* ---- Caffe's layer types kiln lacks ------------------------------------------------------- */
+
+/* The list of missing types stays true: none is registered, no parameter block of theirs is in
+ * kiln's schema (a block that is gets parsed instead of named), and each is refused by type. */
+static void test_caffe_missing_layers(void **state) {
+  (void)state;
+  int n = 0;
+  for (const kiln_caffe_missing_layer *m = kiln_caffe_missing_layers(); m->type; m++, n++) {
+    if (kiln_layer_find(m->type)) fail_msg("'%s' is registered but listed as missing", m->type);
+    if (m->param_field &&
+        protobuf_c_message_descriptor_get_field_by_name(&caffe__layer_parameter__descriptor,
+                                                        m->param_field))
+      fail_msg("'%s' is in kiln's LayerParameter but listed as missing", m->param_field);
+  }
+  assert_true(n > 0);
+  /* a parameter block of a missing type: named by type, file and line */
+  ProtobufCMessage *msg = NULL;
+  const char *text = "name: 'n'\nlayer { name: 'w' type: 'WindowData' top: 'd'\n"
+                     "  window_data_param { source: 'w.txt' } }\n";
+  assert_int_equal(kiln_text_parse(text, strlen(text), "w.prototxt",
+                                   &caffe__net_parameter__descriptor, &msg),
+                   KILN_ERR_PARSE);
+  expect_message("w.prototxt:3:3: 'window_data_param' is the parameter block of Caffe's "
+                 "WindowData layer, which kiln does not have", NULL, NULL);
+  /* the type itself, in a net: refused by type; Python says why */
+  text = "name: 'n'\nlayer { name: 'p' type: 'Python' top: 'x' }\n";
+  assert_int_equal(kiln_text_parse(text, strlen(text), "p.prototxt",
+                                   &caffe__net_parameter__descriptor, &msg),
+                   KILN_OK);
+  kiln_net *net = NULL;
+  kiln_net_options o = {.phase = CAFFE__PHASE__TRAIN, .config = kiln_test_config()};
+  assert_int_equal(kiln_net_create((Caffe__NetParameter *)msg, &o, &net), KILN_ERR_UNSUPPORTED);
+  expect_message("layer 'p': Caffe's layer type 'Python' is not in kiln", "kiln runs no Python layers", NULL);
+  assert_null(net);
+  protobuf_c_message_free_unpacked(msg, NULL);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_every_listed_layer_registered_and_tested),
+      cmocka_unit_test(test_caffe_missing_layers),
       cmocka_unit_test(test_backward_contract_one_bottom),
       cmocka_unit_test(test_backward_contract_second_bottoms),
   };

@@ -29,6 +29,16 @@ int kiln_text_parse_file(const char *path, const ProtobufCMessageDescriptor *des
  * that reads back exactly. *out is malloc'd (caller frees). */
 int kiln_text_format(const ProtobufCMessage *msg, char **out);
 
+/* Caffe 1.0's layer types that kiln does not have (src/proto/caffe_layers.c): the type, its
+ * parameter block in Caffe's LayerParameter (NULL: none), and a note on why or what instead (NULL:
+ * none yet). The list ends with a NULL type. */
+typedef struct kiln_caffe_missing_layer {
+  const char *type, *param_field, *note;
+} kiln_caffe_missing_layer;
+const kiln_caffe_missing_layer *kiln_caffe_missing_layers(void);
+const kiln_caffe_missing_layer *kiln_caffe_missing_by_type(const char *type);
+const kiln_caffe_missing_layer *kiln_caffe_missing_by_field(const char *field, size_t len);
+
 /* Binary protobuf files (.caffemodel, .solverstate, .binaryproto). */
 int kiln_proto_read_binary(const char *path, const ProtobufCMessageDescriptor *desc,
                            ProtobufCMessage **out);

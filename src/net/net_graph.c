@@ -140,6 +140,12 @@ static int add_deploy_inputs(net_internal *in, const Caffe__NetParameter *np) {
 static int find_type(const Caffe__LayerParameter *lp, const kiln_layer_ops **ops) {
   *ops = kiln_layer_find(lp->type);
   if (*ops) return KILN_OK;
+  const kiln_caffe_missing_layer *m = kiln_caffe_missing_by_type(lp->type);
+  if (m)
+    return kiln_errorf(KILN_ERR_UNSUPPORTED,
+                       "layer '%s': Caffe's layer type '%s' is not in kiln%s%s (docs/caffe-layers.md)",
+                       lp->name ? lp->name : "", m->type, m->note ? ": " : "",
+                       m->note ? m->note : "");
   char known[2048] = "";
   size_t used = 0;
   for (const char *const *t = kiln_layer_type_names(); *t && used < sizeof known; t++)

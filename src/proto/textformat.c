@@ -917,6 +917,11 @@ static int unknown_field(const parser *P, const ProtobufCMessageDescriptor *md) 
   size_t len = P->tok.end - P->tok.start;
   char shown[64], hint[MAX_NAME + 32] = "";
   clip(name, len, shown, sizeof shown);
+  const kiln_caffe_missing_layer *m =
+      !strcmp(md->name, "caffe.LayerParameter") ? kiln_caffe_missing_by_field(name, len) : NULL;
+  if (m)
+    return perr(P, P->tok.start, "'%s' is the parameter block of Caffe's %s layer, which kiln "
+                "does not have%s%s", shown, m->type, m->note ? ": " : "", m->note ? m->note : "");
   if (len <= MAX_NAME) {
     size_t limit = len / 3 > 2 ? len / 3 : 2, best = limit + 1;
     const char *best_name = NULL;
