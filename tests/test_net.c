@@ -1388,6 +1388,73 @@ static void test_weights_round_trip(void **state) {
   rm_tree(dir);
 }
 
+/* A .caffemodel of Caffe before 2015: V1 layers (`layers`, type enums) whose blobs carry the
+ * legacy num/channels/height/width dims. It is upgraded on load and gives the same weights. */
+static void test_weights_v1_caffemodel(void **state) {
+  (void)state;
+  char dir[64], path[256], v1path[256], text[4096];
+  make_tmpdir(dir, sizeof dir, "net");
+  snprintf(path, sizeof path, "%s/w.caffemodel", dir);
+  snprintf(v1path, sizeof v1path, "%s/v1.caffemodel", dir);
+  snprintf(text, sizeof text, weights_fmt, 3, "");
+  built a, b;
+  build_ok(&a, text, NULL);
+  kiln_net_options o = train_opts();
+  o.seed = 99;
+  build_ok(&b, text, &o);
+  assert_int_equal(kiln_net_save_weights(a.net, path), KILN_OK);
+  ProtobufCMessage *m;
+  assert_int_equal(kiln_proto_read_binary(path, &caffe__net_parameter__descriptor, &m), KILN_OK);
+  Caffe__NetParameter *np = (Caffe__NetParameter *)m;
+  /* the same layers as V1 messages: types as enums, blobs with 4 legacy dims */
+  Caffe__V1LayerParameter v1[8], *v1p[8];
+  Caffe__BlobShape *shapes[16];
+  int nv1 = 0, nshapes = 0;
+  assert_true(np->n_layer <= 8);
+  for (size_t li = 0; li < np->n_layer; li++) {
+    Caffe__LayerParameter *l = np->layer[li];
+    if (!strcmp(l->type, "Input")) continue; /* V1 had no Input layer type */
+    int i = nv1++;
+    caffe__v1_layer_parameter__init(&v1[i]);
+    v1p[i] = &v1[i];
+    v1[i].name = l->name;
+    v1[i].has_type = 1;
+    v1[i].type = !strcmp(l->type, "Convolution")    ? CAFFE__V1_LAYER_PARAMETER__LAYER_TYPE__CONVOLUTION
+                 : !strcmp(l->type, "InnerProduct") ? CAFFE__V1_LAYER_PARAMETER__LAYER_TYPE__INNER_PRODUCT
+                 : !strcmp(l->type, "SoftmaxWithLoss") ? CAFFE__V1_LAYER_PARAMETER__LAYER_TYPE__SOFTMAX_LOSS
+                                                       : CAFFE__V1_LAYER_PARAMETER__LAYER_TYPE__NONE;
+    v1[i].n_blobs = l->n_blobs;
+    v1[i].blobs = l->blobs;
+    for (size_t k = 0; k < l->n_blobs; k++) {
+      Caffe__BlobProto *bp = l->blobs[k];
+      int64_t d[4] = {1, 1, 1, 1};
+      size_t n = bp->shape->n_dim;
+      for (size_t j = 0; j < n; j++) d[4 - n + j] = bp->shape->dim[j];
+      bp->has_num = bp->has_channels = bp->has_height = bp->has_width = 1;
+      bp->num = (int32_t)d[0], bp->channels = (int32_t)d[1], bp->height = (int32_t)d[2], bp->width = (int32_t)d[3];
+      assert_true(nshapes < 16);
+      shapes[nshapes++] = bp->shape;
+      bp->shape = NULL; /* legacy dims only, as V1 files have them */
+    }
+  }
+  Caffe__NetParameter old = CAFFE__NET_PARAMETER__INIT;
+  old.name = np->name;
+  old.n_layers = (size_t)nv1;
+  old.layers = v1p;
+  assert_int_equal(kiln_proto_write_binary(v1path, &old.base), KILN_OK);
+  int rc = kiln_net_load_weights(b.net, v1path);
+  if (rc) fprintf(stderr, "%s\n", kiln_last_error());
+  assert_int_equal(rc, KILN_OK);
+  for (int k = 0; k < a.net->nlearnable; k++)
+    assert_memory_equal(a.net->learnable[k]->data, b.net->learnable[k]->data,
+                        sizeof(float) * (size_t)a.net->learnable[k]->count);
+  for (int k = 0; k < nshapes; k++) protobuf_c_message_free_unpacked(&shapes[k]->base, NULL);
+  protobuf_c_message_free_unpacked(m, NULL);
+  built_free(&b);
+  built_free(&a);
+  rm_tree(dir);
+}
+
 /* Loading into a net whose layers share a parameter writes the shared storage. */
 static void test_weights_with_shared_params(void **state) {
   (void)state;
@@ -1432,6 +1499,7 @@ int main(void) {
       cmocka_unit_test(test_scale_after_batchnorm_reads_its_copy),
       cmocka_unit_test(test_fused_batchnorm_matches_unfused),
       cmocka_unit_test(test_weights_round_trip),
+      cmocka_unit_test(test_weights_v1_caffemodel),
       cmocka_unit_test(test_weights_with_shared_params),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -558,15 +558,15 @@ static void test_error_unknown_field(void **state) {
                "'lr_policy'?)");
   expect_error("layer { zzzzzzzzzz: 1 }", NET_DESC,
                "t.prototxt:1:9: unknown field 'zzzzzzzzzz' in LayerParameter");
-  expect_error("name: \"x\"\nlayers { type: CONVOLUTION }", NET_DESC,
-               "t.prototxt:2:1: V1 'layers' format is not supported; upgrade the file with "
-               "Caffe's upgrade_net_proto_text (it rewrites 'layers { type: CONVOLUTION }' as "
-               "'layer { type: \"Convolution\" }')");
+  /* Caffe's V1 layers parse (and are upgraded on load, src/proto/upgrade.c), with their own
+   * field names in the messages. */
+  expect_error("name: \"x\"\nlayers { blob_lr: 1 }", NET_DESC,
+               "t.prototxt:2:10: unknown field 'blob_lr' in V1LayerParameter (did you mean "
+               "'blobs_lr'?)");
   /* Nested in a solver, the net is still a NetParameter. */
-  expect_error("net_param {\n  layers { }\n}", SOLVER_DESC,
-               "t.prototxt:2:3: V1 'layers' format is not supported; upgrade the file with "
-               "Caffe's upgrade_net_proto_text (it rewrites 'layers { type: CONVOLUTION }' as "
-               "'layer { type: \"Convolution\" }')");
+  expect_error("net_param {\n  layers { type: RELU blobs_lr: x }\n}", SOLVER_DESC,
+               "t.prototxt:2:33: field 'blobs_lr' in V1LayerParameter expects a number (float), "
+               "got 'x'");
 }
 
 static void test_error_wrong_type(void **state) {

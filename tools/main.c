@@ -31,6 +31,9 @@ static void usage(FILE *f) {
           "        the train split unless --test; CIFAR-100 fine labels unless --coarse\n"
           "  data fetch fashion-mnist | moby-dick | sotu | spam-assassin | cmudict [--from TARBALL]\n"
           "        fill the data set cache ($KILN_DATA, default ~/.cache/kiln/datasets)\n"
+          "  upgrade IN OUT\n"
+          "        a net (.prototxt or .caffemodel) or solver in Caffe's old formats (V0/V1 layers,\n"
+          "        solver_type) in the current one; kiln also upgrades them on load\n"
           "  ce run SUITE [--db F] [--report-dir D] [--warn-only] [--machine-class C]\n"
           "  ce accept SUITE|RUN_ID      ce stability MODEL [--times N]\n"
           "        continuous evaluation: train a suite of models, judge their KPIs against\n"
@@ -67,6 +70,7 @@ int main(int argc, char **argv) {
   /* Hidden (tests and scripts): compare two .caffemodel files within tolerances. */
   if (!strcmp(cmd, "compare-weights")) return cmd_compare_weights(argc - 1, argv + 1);
   if (!strcmp(cmd, "ce")) return cmd_ce(argc - 1, argv + 1);
+  if (!strcmp(cmd, "upgrade")) return cmd_upgrade(argc - 1, argv + 1);
   fprintf(stderr, "kiln: unknown command '%s' (see kiln --help)\n", cmd);
   return 2;
 }

@@ -57,6 +57,12 @@ static int load_net(const net_args *a, kiln_net **net, ProtobufCMessage **msg) {
   kiln_config cfg; /* copied into the net */
   KILN_TRY(kiln_config_from_env(&cfg));
   KILN_TRY(kiln_text_parse_file(a->model, &caffe__net_parameter__descriptor, msg));
+  int up = kiln_net_param_upgrade((Caffe__NetParameter *)*msg, a->model, NULL);
+  if (up) {
+    protobuf_c_message_free_unpacked(*msg, NULL);
+    *msg = NULL;
+    return up;
+  }
   kiln_net_options o = {.phase = a->phase, .seed = 1701, .max_memory = a->c.max_memory,
                         .source = a->model, .share_diffs = true, .config = &cfg};
   int rc = kiln_net_create((Caffe__NetParameter *)*msg, &o, net);

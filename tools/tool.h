@@ -16,6 +16,7 @@ int cmd_data(int argc, char **argv);
 int cmd_describe(int argc, char **argv);
 int cmd_compare_weights(int argc, char **argv);
 int cmd_ce(int argc, char **argv);
+int cmd_upgrade(int argc, char **argv);
 
 /* Caffe's spellings of the options (-solver=F, --solver=F, -solver F) rewritten as kiln's
  * (--solver F), Caffe's -gpu dropped with a warning: the new argument count, *out the new

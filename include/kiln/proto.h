@@ -5,6 +5,7 @@
 #ifndef KILN_PROTO_H
 #define KILN_PROTO_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "kiln.pb-c.h"
@@ -38,6 +39,14 @@ typedef struct kiln_caffe_missing_layer {
 const kiln_caffe_missing_layer *kiln_caffe_missing_layers(void);
 const kiln_caffe_missing_layer *kiln_caffe_missing_by_type(const char *type);
 const kiln_caffe_missing_layer *kiln_caffe_missing_by_field(const char *field, size_t len);
+
+/* Caffe's old formats brought to the current one in place, as Caffe does on load
+ * (src/proto/upgrade.c): V0 and V1 layers (`layers`) to `layer`, data_param's old transformation
+ * fields to transform_param; for solvers, solver_type to type. *changed (may be NULL) says whether
+ * anything was upgraded. A file that cannot be upgraded is KILN_ERR_PARSE naming `source` and
+ * the layer. */
+int kiln_net_param_upgrade(Caffe__NetParameter *np, const char *source, bool *changed);
+int kiln_solver_param_upgrade(Caffe__SolverParameter *sp, const char *source, bool *changed);
 
 /* Binary protobuf files (.caffemodel, .solverstate, .binaryproto). */
 int kiln_proto_read_binary(const char *path, const ProtobufCMessageDescriptor *desc,

@@ -479,6 +479,8 @@ int kiln_net_set_cursors(kiln_net *net, const uint64_t *cursors, int n) {
 int kiln_net_param_from_text(const char *text, const char *source, Caffe__NetParameter **out) {
   ProtobufCMessage *m;
   int rc = kiln_text_parse(text, strlen(text), source, &caffe__net_parameter__descriptor, &m);
+  if (!rc) rc = kiln_net_param_upgrade((Caffe__NetParameter *)m, source, NULL);
+  if (rc && m) protobuf_c_message_free_unpacked(m, NULL);
   *out = rc ? NULL : (Caffe__NetParameter *)m;
   return rc;
 }

@@ -73,18 +73,10 @@ int kiln_net_load_weights(kiln_net *net, const char *path) {
   ProtobufCMessage *m;
   KILN_TRY(kiln_proto_read_binary(path, &caffe__net_parameter__descriptor, &m));
   Caffe__NetParameter *np = (Caffe__NetParameter *)m;
-  int rc = KILN_OK, matched = 0;
-  if (np->n_layer == 0) {
-    /* Caffe's V1 nets keep their layers in field 2 (`layers`), which kiln's schema leaves out. */
-    bool v1 = false;
-    for (unsigned i = 0; i < np->base.n_unknown_fields; i++) v1 |= np->base.unknown_fields[i].tag == 2;
-    rc = v1 ? kiln_errorf(KILN_ERR_UNSUPPORTED,
-                          "%s: a V1 .caffemodel (layers { } of Caffe before 2015); upgrade it with "
-                          "Caffe's upgrade_net_proto_binary",
-                          path)
-            : kiln_errorf(KILN_ERR_INVALID, "%s: holds no layers (%s)", path,
-                          np->base.n_unknown_fields ? "not a .caffemodel?" : "an empty file?");
-  }
+  int rc = kiln_net_param_upgrade(np, path, NULL), matched = 0; /* V0/V1 files of old Caffe */
+  if (!rc && np->n_layer == 0)
+    rc = kiln_errorf(KILN_ERR_INVALID, "%s: holds no layers (%s)", path,
+                     np->base.n_unknown_fields ? "not a .caffemodel?" : "an empty file?");
   for (size_t i = 0; i < np->n_layer && !rc; i++) {
     const Caffe__LayerParameter *src = np->layer[i];
     if (!src->name || src->n_blobs == 0) continue;

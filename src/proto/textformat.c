@@ -918,7 +918,9 @@ static int unknown_field(const parser *P, const ProtobufCMessageDescriptor *md) 
   char shown[64], hint[MAX_NAME + 32] = "";
   clip(name, len, shown, sizeof shown);
   const kiln_caffe_missing_layer *m =
-      !strcmp(md->name, "caffe.LayerParameter") ? kiln_caffe_missing_by_field(name, len) : NULL;
+      !strcmp(md->name, "caffe.LayerParameter") || !strcmp(md->name, "caffe.V1LayerParameter")
+          ? kiln_caffe_missing_by_field(name, len)
+          : NULL;
   if (m)
     return perr(P, P->tok.start, "'%s' is the parameter block of Caffe's %s layer, which kiln "
                 "does not have%s%s", shown, m->type, m->note ? ": " : "", m->note ? m->note : "");
@@ -945,13 +947,6 @@ static int parse_field(parser *P, ProtobufCMessage *m, int depth) {
   char name[MAX_NAME + 1];
   const ProtobufCFieldDescriptor *f = NULL;
   if (ident_copy(P, name)) {
-    /* Caffe's V1 nets ('layers' with enum types) need a different schema; kiln reads only the
-     * current one and says how to convert, rather than a bare "unknown field". */
-    if (strcmp(md->name, "caffe.NetParameter") == 0 && strcmp(name, "layers") == 0)
-      return perr(P, P->tok.start,
-                  "V1 'layers' format is not supported; upgrade the file with Caffe's "
-                  "upgrade_net_proto_text (it rewrites 'layers { type: CONVOLUTION }' as "
-                  "'layer { type: \"Convolution\" }')");
     f = protobuf_c_message_descriptor_get_field_by_name(md, name);
   }
   if (!f) return unknown_field(P, md);

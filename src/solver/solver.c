@@ -44,6 +44,11 @@ static int load_net_file(kiln_solver *s, const char *path, Caffe__NetParameter *
   }
   ProtobufCMessage *m;
   KILN_TRY(kiln_text_parse_file(use, &caffe__net_parameter__descriptor, &m));
+  int up = kiln_net_param_upgrade((Caffe__NetParameter *)m, use, NULL);
+  if (up) {
+    protobuf_c_message_free_unpacked(m, NULL);
+    return up;
+  }
   Caffe__NetParameter **v = realloc(s->net_params, (size_t)(s->nnet_params + 1) * sizeof *v);
   if (!v) {
     protobuf_c_message_free_unpacked(m, NULL);
@@ -268,6 +273,17 @@ int kiln_solver_create(const char *solver_path, const kiln_solver_options *opt, 
     return rc;
   }
   s->param = (Caffe__SolverParameter *)m;
+  /* nets written inline in the solver, in Caffe's old formats too */
+  Caffe__SolverParameter *sp = (Caffe__SolverParameter *)m;
+  Caffe__NetParameter *inline_nets[2] = {sp->net_param, sp->train_net_param};
+  for (int k = 0; k < 2 && !rc; k++)
+    if (inline_nets[k]) rc = kiln_net_param_upgrade(inline_nets[k], solver_path, NULL);
+  for (size_t k = 0; k < sp->n_test_net_param && !rc; k++)
+    rc = kiln_net_param_upgrade(sp->test_net_param[k], solver_path, NULL);
+  if (rc) {
+    kiln_solver_free(s);
+    return rc;
+  }
   const Caffe__SolverParameter *p = s->param;
   if (!s->opt.config) s->opt.config = kiln_config_defaults();
   s->fault = s->opt.config->fault;

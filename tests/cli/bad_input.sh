@@ -44,8 +44,8 @@ expect_error "shape mismatch" "label count 3" -- "$KILN" describe --model shape.
 printf 'layer { name: "in" type: "Input" top: "data" input_param { shape { dim: 1 dim: 3 dim: 8 dim: 8 } } }\nlayer { name: "c" type: "Convolution" bottom: "data" top: "c" convolution_param { num_output: 4 kernel_size: 3 group: 2 } }\n' > group.prototxt
 expect_error "group not dividing channels" "group 2 must divide both the input channels (3)" -- "$KILN" describe --model group.prototxt
 
-printf 'layers { name: "x" type: CONVOLUTION }\n' > v1.prototxt
-expect_error "V1 format" "upgrade_net_proto_text" -- "$KILN" describe --model v1.prototxt
+printf 'layers { name: "x" type: NONE }\n' > v1.prototxt
+expect_error "V1 layer without a type" "v1.prototxt: V1 layer 0 ('x') has no layer type" -- "$KILN" describe --model v1.prototxt
 
 net "$WORK/does_not_exist" > missing.prototxt
 solver missing.prototxt > missing_solver.prototxt
@@ -108,13 +108,13 @@ expect_error "kiln test with missing weights" "absent.caffemodel" -- \
 expect_error "kiln test with a net that does not build" "unclosed.prototxt" -- \
   "$KILN" test --model unclosed.prototxt --weights empty.caffemodel --iterations 1
 
-# --weights that cannot be the net's: an empty file, a V1 model, a model none of whose layer
+# --weights that cannot be the net's: an empty file, a V1 model whose layer has no type, a model none of whose layer
 # names match, and a blob shape whose element count overflows 64 bits (it wrapped before).
 : > empty.caffemodel
 expect_error "empty weights" "empty.caffemodel: holds no layers" -- \
   "$KILN" train --solver good_solver.prototxt --weights empty.caffemodel
 printf '\x12\x00' > v1.caffemodel
-expect_error "V1 weights" "v1.caffemodel: a V1 .caffemodel" -- \
+expect_error "V1 weights" "v1.caffemodel: V1 layer 0 ('') has no layer type" -- \
   "$KILN" train --solver good_solver.prototxt --weights v1.caffemodel
 sed 's/name: "ip"/name: "fc"/; s/bottom: "ip"/bottom: "fc"/; s/top: "ip"/top: "fc"/' good.prototxt > fc.prototxt
 printf 'net: "fc.prototxt"\nbase_lr: 0.01\nlr_policy: "fixed"\nmax_iter: 1\nsnapshot_prefix: "fc"\n' > fc_solver.prototxt

@@ -12,7 +12,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       &caffe__net_parameter__descriptor, &caffe__solver_state__descriptor,
       &caffe__blob_proto__descriptor, &caffe__datum__descriptor};
   ProtobufCMessage *m = NULL;
-  if (kiln_proto_unpack(data + 1, size - 1, "fuzz", kinds[data[0] % 4], &m) == KILN_OK)
+  if (kiln_proto_unpack(data + 1, size - 1, "fuzz", kinds[data[0] % 4], &m) == KILN_OK) {
+    /* a .caffemodel of old Caffe (V0/V1 layers) is upgraded on load */
+    if (m->descriptor == &caffe__net_parameter__descriptor)
+      (void)kiln_net_param_upgrade((Caffe__NetParameter *)m, "fuzz", NULL);
     protobuf_c_message_free_unpacked(m, NULL);
+  }
   return 0;
 }

@@ -1,5 +1,6 @@
 /* The protobuf text-format parser on the messages kiln reads as text: nets, solvers, CE suites and
- * baselines. The first byte picks the message. */
+ * baselines, and for nets and solvers the upgrade of Caffe's old formats that follows every load.
+ * The first byte picks the message. */
 #include <protobuf-c/protobuf-c.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,6 +24,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       protobuf_c_message_free_unpacked(again, NULL);
     }
     free(text);
+    /* Caffe's old formats are upgraded on load: whatever parses must upgrade or be refused */
+    if (d == &caffe__net_parameter__descriptor)
+      (void)kiln_net_param_upgrade((Caffe__NetParameter *)m, "fuzz", NULL);
+    if (d == &caffe__solver_parameter__descriptor)
+      (void)kiln_solver_param_upgrade((Caffe__SolverParameter *)m, "fuzz", NULL);
     protobuf_c_message_free_unpacked(m, NULL);
   }
   return 0;
