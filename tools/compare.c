@@ -69,7 +69,9 @@ int cmd_compare_weights(int argc, char **argv) {
   }
   ProtobufCMessage *m[2] = {NULL, NULL};
   for (int k = 0; k < 2; k++)
-    if (kiln_proto_read_binary(path[k], &caffe__net_parameter__descriptor, &m[k]) ||
+    if ((kiln_h5_path(path[k])
+             ? kiln_h5_read_net(path[k], (Caffe__NetParameter **)&m[k])
+             : kiln_proto_read_binary(path[k], &caffe__net_parameter__descriptor, &m[k])) ||
         kiln_net_param_upgrade((Caffe__NetParameter *)m[k], path[k], NULL)) {
       if (k == 1 && m[1]) protobuf_c_message_free_unpacked(m[1], NULL);
       if (m[0]) protobuf_c_message_free_unpacked(m[0], NULL);

@@ -48,6 +48,21 @@ const kiln_caffe_missing_layer *kiln_caffe_missing_by_field(const char *field, s
 int kiln_net_param_upgrade(Caffe__NetParameter *np, const char *source, bool *changed);
 int kiln_solver_param_upgrade(Caffe__SolverParameter *sp, const char *source, bool *changed);
 
+/* Caffe's HDF5 snapshots (src/proto/h5.c): .caffemodel.h5 (group "data", a group per layer, float
+ * datasets "0", "1", ... per blob) and .solverstate.h5 ("iter", "learned_net", "current_step",
+ * group "history"; kiln's own resume state in group "kiln"), to and from the messages of the
+ * binary formats, so that one restore path serves both. Written whole under a temporary name,
+ * then renamed; read from memory. A file read back yields a NetParameter whose layers carry only
+ * a name and blobs. */
+int kiln_h5_write_net(const char *path, const Caffe__NetParameter *np);
+int kiln_h5_read_net(const char *path, Caffe__NetParameter **out);
+int kiln_h5_write_state(const char *path, const Caffe__SolverState *st);
+int kiln_h5_read_state(const char *path, Caffe__SolverState **out);
+/* The same from a file's bytes in memory; `name` stands for the file in messages. */
+int kiln_h5_unpack_state(const void *image, size_t len, const char *name, Caffe__SolverState **out);
+/* Whether a path names an HDF5 snapshot (it ends in .h5). */
+bool kiln_h5_path(const char *path);
+
 /* Binary protobuf files (.caffemodel, .solverstate, .binaryproto). */
 int kiln_proto_read_binary(const char *path, const ProtobufCMessageDescriptor *desc,
                            ProtobufCMessage **out);

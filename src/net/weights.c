@@ -45,7 +45,7 @@ int kiln_net_save_weights(const kiln_net *net, const char *path) {
     }
     np.layer[np.n_layer++] = lp;
   }
-  rc = kiln_proto_write_binary(path, &np.base);
+  rc = kiln_h5_path(path) ? kiln_h5_write_net(path, &np) : kiln_proto_write_binary(path, &np.base);
 done:
   free(np.layer);
   free(lps);
@@ -71,7 +71,13 @@ static int stored_shape(const Caffe__BlobProto *bp, int64_t *shape) {
 
 int kiln_net_load_weights(kiln_net *net, const char *path) {
   ProtobufCMessage *m;
-  KILN_TRY(kiln_proto_read_binary(path, &caffe__net_parameter__descriptor, &m));
+  if (kiln_h5_path(path)) { /* Caffe's .caffemodel.h5 */
+    Caffe__NetParameter *h5;
+    KILN_TRY(kiln_h5_read_net(path, &h5));
+    m = &h5->base;
+  } else {
+    KILN_TRY(kiln_proto_read_binary(path, &caffe__net_parameter__descriptor, &m));
+  }
   Caffe__NetParameter *np = (Caffe__NetParameter *)m;
   int rc = kiln_net_param_upgrade(np, path, NULL), matched = 0; /* V0/V1 files of old Caffe */
   if (!rc && np->n_layer == 0)

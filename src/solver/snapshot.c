@@ -52,8 +52,10 @@ int kiln_solver_snapshot(kiln_solver *s, char **path_out) {
   if (kiln_remove_stale_temporaries(model, &removed) == KILN_OK && removed)
     kiln_log(KILN_LOG_INFO, "removed %d temporary file%s left by killed snapshots (%s*.tmp.*)",
              removed, removed == 1 ? "" : "s", model);
-  snprintf(model, n, "%s_iter_%d.caffemodel", s->snapshot_prefix, s->iter);
-  snprintf(state_path, n, "%s_iter_%d.solverstate", s->snapshot_prefix, s->iter);
+  const char *h5 =
+      s->param->snapshot_format == CAFFE__SOLVER_PARAMETER__SNAPSHOT_FORMAT__HDF5 ? ".h5" : "";
+  snprintf(model, n, "%s_iter_%d.caffemodel%s", s->snapshot_prefix, s->iter, h5);
+  snprintf(state_path, n, "%s_iter_%d.solverstate%s", s->snapshot_prefix, s->iter, h5);
   int rc = kiln_net_save_weights(net, model);
 
   Caffe__SolverState st = CAFFE__SOLVER_STATE__INIT;
@@ -123,7 +125,7 @@ int kiln_solver_snapshot(kiln_solver *s, char **path_out) {
       st.n_kiln_worker_rng_state = (size_t)s->nworkers - 1;
       st.kiln_worker_rng_state = worker_rng;
     }
-    rc = kiln_proto_write_binary(state_path, &st.base);
+    rc = *h5 ? kiln_h5_write_state(state_path, &st) : kiln_proto_write_binary(state_path, &st.base);
   }
   free(worker_rng);
   free(cursors);
@@ -180,7 +182,14 @@ int kiln_solver_restore(kiln_solver *s, const char *path) {
   char *bytes;
   size_t nbytes;
   KILN_TRY(snapshot_bytes(s, path, &bytes, &nbytes));
-  int urc = kiln_proto_unpack(bytes, nbytes, path, &caffe__solver_state__descriptor, &m);
+  int urc;
+  if (kiln_h5_path(path)) { /* Caffe's .solverstate.h5 */
+    Caffe__SolverState *h5 = NULL;
+    urc = kiln_h5_unpack_state(bytes, nbytes, path, &h5);
+    m = h5 ? &h5->base : NULL;
+  } else {
+    urc = kiln_proto_unpack(bytes, nbytes, path, &caffe__solver_state__descriptor, &m);
+  }
   free(bytes);
   KILN_TRY(urc);
   Caffe__SolverState *st = (Caffe__SolverState *)m;

@@ -165,9 +165,6 @@ static int check_params(kiln_solver *s) {
   if (strcmp(reg, "L2") != 0 && strcmp(reg, "L1") != 0)
     return kiln_errorf(KILN_ERR_INVALID, "%s: unknown regularization_type '%s' (L1 or L2)",
                        s->source, reg);
-  if (p->snapshot_format == CAFFE__SOLVER_PARAMETER__SNAPSHOT_FORMAT__HDF5)
-    return kiln_errorf(KILN_ERR_UNSUPPORTED,
-                       "%s: snapshot_format HDF5 is not supported; use BINARYPROTO", s->source);
   for (size_t i = 1; i < p->n_stepvalue; i++)
     if (p->stepvalue[i] <= p->stepvalue[i - 1])
       return kiln_errorf(KILN_ERR_INVALID, "%s: stepvalue must increase", s->source);
