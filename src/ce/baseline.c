@@ -28,6 +28,10 @@ static int check_baseline(const char *path, const Caffe__CeBaseline *b) {
     const Caffe__CeBaselineValue *v = b->value[i];
     const char *kpi = v->kpi ? v->kpi : "";
     if (!*kpi) return kiln_errorf(KILN_ERR_INVALID, "%s: value %zu has no kpi", path, i + 1);
+    /* A misspelt name would match no row: its KPI would judge as `new` for ever. */
+    if (!kiln_ce_kpi_lookup(kpi))
+      return kiln_errorf(KILN_ERR_INVALID, "%s: value %zu: unknown kpi '%s' (known: %s)", path,
+                         i + 1, kpi, kiln_ce_kpi_names());
     if (!v->has_value || !isfinite(v->value))
       return kiln_errorf(KILN_ERR_INVALID, "%s: KPI '%s' (%d workers): value %s", path, kpi,
                          v->workers, v->has_value ? "is not a finite number" : "is missing");
