@@ -198,7 +198,8 @@ static int accept_model(kiln_ce_result *r, const char *baseline_dir, const char 
   KILN_TRY(kiln_ce_baseline_path(baseline_dir, r->machine_class, model, path, sizeof path));
   Caffe__CeBaseline *b = NULL;
   if (access(path, F_OK) == 0) {
-    KILN_TRY(kiln_ce_baseline_read(path, &b));
+    /* As a run reads it: a file of another model or class is refused, not merged into. */
+    KILN_TRY(read_placed(path, model, r->machine_class, &b));
   } else {
     b = malloc(sizeof *b);
     if (!b) return kiln_errorf(KILN_ERR_NOMEM, "out of memory");
