@@ -44,3 +44,7 @@ tiny_solver() {
   printf 'net: "%s"\nbase_lr: 0.01\nlr_policy: "fixed"\nmax_iter: 2\nsnapshot_after_train: false\n%s\n' \
     "$1" "${2:-}"
 }
+
+# noise N: N bytes of garbage, the same on every run (a seeded generator, not /dev/urandom), so a
+# case that needs a file of no format never meets the one draw that parses.
+noise() { perl -e 'srand(7); print pack("C*", map { int(rand(256)) } 1 .. $ARGV[0])' -- "$1"; }

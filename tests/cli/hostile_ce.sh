@@ -83,7 +83,7 @@ expect_refusal "suite: missing" --code 3 --want "absent.prototxt: cannot open" -
   "$KILN" ce run absent.prototxt "${DB[@]}" --report-dir r_sa
 
 # ---- the command line, history and report folder ---------------------------------------------
-head -c 300 /dev/urandom > noise.db
+noise 300 > noise.db
 expect_refusal "ce: a history that is no database" --code 3 --want "noise.db" --want "not a usable CE history" --gone r_db -- \
   "$KILN" ce run good.prototxt --db noise.db --report-dir r_db
 expect_refusal "ce: a folder as the history" --code 3 --want "suitedir" --gone r_dbd -- \

@@ -106,7 +106,7 @@ mkdir -p empty_lmdb
 lmdb_case "a folder without data.mdb" empty_lmdb "empty_lmdb: not an LMDB database (no data.mdb inside)"
 mkdir -p dirmdb_lmdb/data.mdb
 lmdb_case "data.mdb a folder" dirmdb_lmdb "dirmdb_lmdb: not a readable LMDB database"
-head -c 8192 /dev/urandom > noise.mdb
+noise 8192 > noise.mdb
 lmdb_case "random bytes as an LMDB file" noise.mdb "noise.mdb: not a readable LMDB database"
 mkdir -p zeromdb_lmdb && : > zeromdb_lmdb/data.mdb
 lmdb_case "an empty data.mdb" zeromdb_lmdb "zeromdb_lmdb: not an LMDB database (data.mdb is empty)"

@@ -33,7 +33,7 @@ size=$(stat -c %s snap_iter_2.solverstate)
 head -c $((size * 2 / 3)) snap_iter_2.solverstate > cut.solverstate
 expect_refusal "a state cut short" --want "cut.solverstate" --want "not a valid binary SolverState" -- "${R[@]}" cut.solverstate
 
-head -c 2000 /dev/urandom > noise.solverstate
+noise 2000 > noise.solverstate
 expect_refusal "random bytes" --want "noise.solverstate" --want "SolverState" -- "${R[@]}" noise.solverstate
 
 expect_refusal "a .caffemodel as the state" --want "snap_iter_2.caffemodel" --want "not a valid binary SolverState" -- \

@@ -35,7 +35,7 @@ size=$(stat -c %s snap_iter_2.caffemodel)
 head -c $((size / 2)) snap_iter_2.caffemodel > cut.caffemodel
 expect_refusal "a snapshot cut in half" --want "cut.caffemodel" --want "corrupt or truncated" -- "${T[@]}" cut.caffemodel
 
-head -c 3000 /dev/urandom > noise.caffemodel
+noise 3000 > noise.caffemodel
 expect_refusal "random bytes" --want "noise.caffemodel" --want "NetParameter" -- "${T[@]}" noise.caffemodel
 
 expect_refusal "a .solverstate as weights" --want "snap_iter_2.solverstate" --want "not a valid binary NetParameter" -- \
