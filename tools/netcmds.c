@@ -195,19 +195,34 @@ int cmd_time(int argc, char **argv) {
   if (r) return r;
   tool_metrics m;
   if (tool_metrics_open(&m, a.c.metrics)) return tool_fail("metrics");
-  kiln_net *net;
-  ProtobufCMessage *msg;
-  if (load_net(&a, &net, &msg)) return tool_fail("time");
+  kiln_net *net = NULL;
+  ProtobufCMessage *msg = NULL;
+  double *fwd = NULL, *bwd = NULL;
+  bool *runs_fwd = NULL, *runs_bwd = NULL;
+  int code = 0;
+  if (load_net(&a, &net, &msg)) {
+    code = tool_fail("time");
+    goto done;
+  }
   prepare_for_timing(net);
   int L = net->nlayers;
-  double *fwd = calloc((size_t)L, sizeof(double)), *bwd = calloc((size_t)L, sizeof(double));
+  fwd = calloc((size_t)L, sizeof(double));
+  bwd = calloc((size_t)L, sizeof(double));
   /* one untimed pass warms caches and the prefetch thread */
   float loss;
-  if (kiln_net_forward(net, &loss)) return tool_fail("time");
+  if (kiln_net_forward(net, &loss)) {
+    code = tool_fail("time");
+    goto done;
+  }
   /* A fused group's work is timed where it runs: its forward on its first layer, its backward on
    * its last; the other places stay at 0. */
-  bool *runs_fwd = calloc((size_t)L, sizeof(bool)), *runs_bwd = calloc((size_t)L, sizeof(bool));
-  if (!fwd || !bwd || !runs_fwd || !runs_bwd) return tool_fail("time");
+  runs_fwd = calloc((size_t)L, sizeof(bool));
+  runs_bwd = calloc((size_t)L, sizeof(bool));
+  if (!fwd || !bwd || !runs_fwd || !runs_bwd) {
+    fprintf(stderr, "kiln: time: out of memory\n");
+    code = 1;
+    goto done;
+  }
   for (int i = 0; i < L; i++) {
     const kiln_layer *l = net->layers[i];
     runs_fwd[i] = !l->fused_into;
@@ -218,7 +233,10 @@ int cmd_time(int argc, char **argv) {
   for (int it = 0; it < a.iterations; it++) {
     for (int i = 0; i < L; i++) {
       double t0 = kiln_now_ms();
-      if (kiln_net_layer_forward(net, i)) return tool_fail("time");
+      if (kiln_net_layer_forward(net, i)) {
+        code = tool_fail("time");
+        goto done;
+      }
       if (runs_fwd[i]) fwd[i] += kiln_now_ms() - t0;
     }
     for (int i = 0; i < L; i++) {
@@ -229,7 +247,10 @@ int cmd_time(int argc, char **argv) {
     }
     for (int i = L - 1; i >= 0; i--) {
       double t0 = kiln_now_ms();
-      if (kiln_net_layer_backward(net, i)) return tool_fail("time");
+      if (kiln_net_layer_backward(net, i)) {
+        code = tool_fail("time");
+        goto done;
+      }
       if (runs_bwd[i]) bwd[i] += kiln_now_ms() - t0;
     }
   }
@@ -276,10 +297,12 @@ int cmd_time(int argc, char **argv) {
                                   {KILN_MF_BATCH, batch, NULL},
                                   {KILN_MF_PEAK_RSS_MB, kiln_peak_rss_mb(), NULL}};
   tool_metrics_write(&m, KILN_EV_TIME, a.iterations, total, 6, fl);
+done:
   free(fwd);
   free(bwd);
   free(runs_fwd);
   free(runs_bwd);
   free_net(net, msg);
-  return tool_metrics_close(&m) ? 1 : 0;
+  if (tool_metrics_close(&m) && !code) code = 1;
+  return code;
 }

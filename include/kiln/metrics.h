@@ -94,7 +94,9 @@ int kiln_metrics_write(kiln_metrics_file *m, const char *event, int iter, double
  * names); "progress" events are not recorded. */
 int kiln_metrics_write_event(kiln_metrics_file *m, const kiln_event *e);
 /* Flushes and closes; KILN_ERR_IO naming the file when any write or the close failed (a full
- * disk), so a cut file is never taken for a whole one. NULL: nothing. */
+ * disk), so a cut file is never taken for a whole one. A file that open created and no event
+ * was written to is removed: a command that failed before its first event leaves nothing under
+ * the name. NULL: nothing. */
 int kiln_metrics_close(kiln_metrics_file *m);
 
 #endif

@@ -28,6 +28,10 @@ static int check_baseline(const char *path, const Caffe__CeBaseline *b) {
     const Caffe__CeBaselineValue *v = b->value[i];
     const char *kpi = v->kpi ? v->kpi : "";
     if (!*kpi) return kiln_errorf(KILN_ERR_INVALID, "%s: value %zu has no kpi", path, i + 1);
+    /* A misspelt name would match no row: its KPI would judge as `new` for ever. */
+    if (!kiln_ce_kpi_lookup(kpi))
+      return kiln_errorf(KILN_ERR_INVALID, "%s: value %zu: unknown kpi '%s' (known: %s)", path,
+                         i + 1, kpi, kiln_ce_kpi_names());
     if (!v->has_value || !isfinite(v->value))
       return kiln_errorf(KILN_ERR_INVALID, "%s: KPI '%s' (%d workers): value %s", path, kpi,
                          v->workers, v->has_value ? "is not a finite number" : "is missing");
@@ -194,7 +198,8 @@ static int accept_model(kiln_ce_result *r, const char *baseline_dir, const char 
   KILN_TRY(kiln_ce_baseline_path(baseline_dir, r->machine_class, model, path, sizeof path));
   Caffe__CeBaseline *b = NULL;
   if (access(path, F_OK) == 0) {
-    KILN_TRY(kiln_ce_baseline_read(path, &b));
+    /* As a run reads it: a file of another model or class is refused, not merged into. */
+    KILN_TRY(read_placed(path, model, r->machine_class, &b));
   } else {
     b = malloc(sizeof *b);
     if (!b) return kiln_errorf(KILN_ERR_NOMEM, "out of memory");

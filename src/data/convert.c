@@ -39,6 +39,10 @@ int kiln_convert_idx_to_lmdb(const char *images_path, const char *labels_path, c
                      (unsigned)n, labels_path, (unsigned)labels.dims[0]);
     goto done;
   }
+  if (n == 0) { /* an LMDB of no records is one the Data layer refuses */
+    rc = kiln_errorf(KILN_ERR_DATA, "%s: holds no images (its first dimension is 0)", images_path);
+    goto done;
+  }
   if (height == 0 || width == 0) {
     rc = kiln_errorf(KILN_ERR_DATA, "%s: images of %ux%u pixels", images_path, (unsigned)height,
                      (unsigned)width);

@@ -505,6 +505,8 @@ static int writer_flush(kiln_datum_writer *w) {
 
 int kiln_datum_writer_open(const char *final_path, kiln_datum_writer **out) {
   *out = NULL;
+  if (!final_path || !final_path[0])
+    return kiln_errorf(KILN_ERR_INVALID, "the output path is empty; name the LMDB to write");
   struct stat st;
   if (stat(final_path, &st) == 0)
     return kiln_errorf(KILN_ERR_INVALID,

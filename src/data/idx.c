@@ -40,6 +40,11 @@ static int read_upto(gzFile gz, const char *path, bool gzipped, void *buf, size_
       const char *msg = gzerror(gz, &zerr);
       if (zerr == Z_ERRNO)
         return kiln_errorf(KILN_ERR_IO, "%s: read error: %s", path, strerror(errno));
+      /* zlib's message starts with its own name for the file ("<fd:3>: "), which says nothing */
+      if (msg && msg[0] == '<') {
+        const char *rest = strstr(msg, ">: ");
+        if (rest) msg = rest + 3;
+      }
       return kiln_errorf(KILN_ERR_DATA, "%s: %s: %s", path,
                          gzipped ? "corrupt gzip data" : "read error", msg);
     }
@@ -121,12 +126,15 @@ static int idx_read_stream(gzFile gz, const char *path, bool gzipped, kiln_idx *
 
 int kiln_idx_read(const char *path, kiln_idx *out) {
   memset(out, 0, sizeof *out);
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  /* Opened without blocking, so that a FIFO with no writer is refused rather than waited on. */
+  int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) return kiln_errorf(KILN_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
   struct stat st;
-  if (fstat(fd, &st) == 0 && S_ISDIR(st.st_mode)) {
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    const bool dir = S_ISDIR(st.st_mode);
     close(fd);
-    return kiln_errorf(KILN_ERR_IO, "%s: is a directory, not an IDX file", path);
+    return kiln_errorf(KILN_ERR_IO, "%s: %s", path,
+                       dir ? "is a directory, not an IDX file" : "not a regular file");
   }
   uint8_t magic[2] = {0, 0};
   bool gzipped = pread(fd, magic, 2, 0) == 2 && magic[0] == 0x1f && magic[1] == 0x8b;

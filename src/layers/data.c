@@ -14,6 +14,7 @@
  * the global stream stands once every worker has read as many batches as this one: the same
  * number on every rank, so rank 0's snapshot resumes all of them, and a resume with another N
  * continues the same global stream from there. */
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -193,6 +194,13 @@ static int load_mean_file(kiln_layer *l, data_state *s, const char *path) {
     return KILN_LAYER_ERROR(l, KILN_ERR_SHAPE, "%s: mean has %zu values, the data %dx%dx%d", path,
                             have, s->C, s->H, s->W);
   }
+  for (size_t i = 0; i < want; i++)
+    if (!isfinite(bp->data[i])) {
+      const double v = bp->data[i];
+      protobuf_c_message_free_unpacked(m, NULL);
+      return KILN_LAYER_ERROR(l, KILN_ERR_NUMERIC, "mean_file: %s: value %zu is %g; a mean is "
+                              "finite", path, i, v);
+    }
   s->mean = malloc(want * sizeof(float));
   if (s->mean) memcpy(s->mean, bp->data, want * sizeof(float));
   protobuf_c_message_free_unpacked(m, NULL);

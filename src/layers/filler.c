@@ -31,6 +31,8 @@ int kiln_fill(kiln_blob *b, const Caffe__FillerParameter *f, float default_value
       return kiln_errorf(KILN_ERR_INVALID, "uniform filler: max %g < min %g", f->max, f->min);
     for (int64_t i = 0; i < n; i++) x[i] = kiln_rng_uniform(rng, f->min, f->max);
   } else if (strcmp(type, "gaussian") == 0) {
+    if (!(f->std >= 0)) /* Caffe checks sigma > 0; a std of 0 stays a constant fill */
+      return kiln_errorf(KILN_ERR_INVALID, "gaussian filler: std %g must be >= 0", f->std);
     for (int64_t i = 0; i < n; i++) x[i] = kiln_rng_gaussian(rng, f->mean, f->std);
     if (f->sparse >= 0) {
       /* Each output keeps about `sparse` non-zero inputs: zero with probability 1 - sparse/fan. */

@@ -55,6 +55,33 @@ static int add_blob(kiln_net *net, const char *name, kiln_blob **out) {
   return KILN_OK;
 }
 
+static int by_layer_name(const void *a, const void *b) {
+  const kiln_layer *x = *(kiln_layer *const *)a, *y = *(kiln_layer *const *)b;
+  return strcmp(x->name, y->name);
+}
+
+/* Weights are saved and loaded by layer name (.caffemodel), so a layer with parameters needs a
+ * name no other layer of the net has: with two, a snapshot would load both layers' weights into
+ * the first and leave the second as initialised. Layers without parameters may share names, as
+ * Caffe lets them. */
+static int check_param_layer_names(const kiln_net *net) {
+  kiln_layer **v = malloc(sizeof *v * ((size_t)net->nlayers + 1));
+  if (!v) return kiln_errorf(KILN_ERR_NOMEM, "out of memory");
+  memcpy(v, net->layers, sizeof *v * (size_t)net->nlayers);
+  qsort(v, (size_t)net->nlayers, sizeof *v, by_layer_name);
+  int rc = KILN_OK;
+  for (int i = 0; i + 1 < net->nlayers && !rc; i++) {
+    const kiln_layer *a = v[i], *b = v[i + 1];
+    if (strcmp(a->name, b->name) || (a->nparam == 0 && b->nparam == 0)) continue;
+    rc = kiln_errorf(KILN_ERR_INVALID,
+                     "layer '%s': two layers have this name (%s and %s); weights are saved and "
+                     "loaded by layer name, so a layer with parameters needs a name of its own",
+                     a->name, a->ops->type, b->ops->type);
+  }
+  free(v);
+  return rc;
+}
+
 /* Parameter specs: ownership, sharing by name, multipliers. */
 static int setup_params(kiln_net *net) {
   net_internal *in = net->internal;
@@ -211,6 +238,9 @@ static int build(kiln_net *net, const Caffe__NetParameter *np, const kiln_net_op
   KILN_TRY(kiln_net_plan_layers(in, np, opt));
 
   plan *p = &in->plan;
+  if (p->n == 0) /* an empty or truncated file, or include rules that leave nothing */
+    return kiln_errorf(KILN_ERR_INVALID, "the net '%s' has no layers in phase %s",
+                       net->name, opt->phase == CAFFE__PHASE__TEST ? "TEST" : "TRAIN");
   int rc;
   net->layers = calloc((size_t)p->n + 1, sizeof(kiln_layer *));
   in->layer_storage = calloc((size_t)p->n + 1, sizeof(kiln_layer));
@@ -261,6 +291,7 @@ static int build(kiln_net *net, const Caffe__NetParameter *np, const kiln_net_op
   KILN_TRY(kiln_net_plan_layouts(net));
   kiln_net_plan_fusion(net);
   kiln_net_share_split_data(net);
+  KILN_TRY(check_param_layer_names(net));
   KILN_TRY(setup_params(net));
   need_backward(net, np);
   KILN_TRY(find_outputs(net));
@@ -466,11 +497,15 @@ int kiln_net_get_cursors(const kiln_net *net, uint64_t *cursors) {
 }
 
 int kiln_net_set_cursors(kiln_net *net, const uint64_t *cursors, int n) {
+  /* One cursor per data layer: a count that differs is a snapshot of another net. */
+  const int want = kiln_net_data_layer_count(net);
+  if (n != want)
+    return kiln_errorf(KILN_ERR_INVALID, "%d data cursors for the %d data layers of net '%s'", n,
+                       want, net->name);
   int k = 0;
   for (int i = 0; i < net->nlayers; i++) {
     kiln_layer *l = net->layers[i];
     if (!l->ops->set_cursor) continue;
-    if (k >= n) return kiln_errorf(KILN_ERR_INVALID, "snapshot holds %d data cursors, the net has more", n);
     KILN_TRY(l->ops->set_cursor(l, cursors[k++]));
   }
   return KILN_OK;

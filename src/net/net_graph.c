@@ -2,6 +2,7 @@
  * NetParameter's layers for this net state, by name, before any blob exists, each bottom resolved
  * to the layer and top that last produced it, with the Splits inserted. It works on names because
  * where a Split goes is known only once every consumer of each top has been counted. */
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -154,12 +155,50 @@ static int find_type(const Caffe__LayerParameter *lp, const kiln_layer_ops **ops
                      lp->name ? lp->name : "", lp->type ? lp->type : "", known);
 }
 
+/* Every float and double of a layer's settings, in nested messages too, must be a finite number:
+ * a NaN or an infinity (`power: nan`, `scale: inf`) would only surface later as a diverged loss
+ * that names no field. `path` holds the dotted name so far; stored weights (blobs) are left to
+ * the weights' own checks. */
+static int finite_settings(const ProtobufCMessage *m, const char *layer, const char *type,
+                           char *path, size_t used, size_t cap) {
+  const ProtobufCMessageDescriptor *d = m->descriptor;
+  for (unsigned i = 0; i < d->n_fields; i++) {
+    const ProtobufCFieldDescriptor *f = &d->fields[i];
+    const char *base = (const char *)m + f->offset;
+    size_t n = f->label == PROTOBUF_C_LABEL_REPEATED
+                   ? *(const size_t *)((const char *)m + f->quantifier_offset)
+                   : 1;
+    const char *elems = f->label == PROTOBUF_C_LABEL_REPEATED ? *(const char *const *)base : base;
+    int w = snprintf(path + used, cap - used, "%s%s", used ? "." : "", f->name);
+    size_t sub_used = w > 0 && used + (size_t)w < cap ? used + (size_t)w : used;
+    if (f->type == PROTOBUF_C_TYPE_FLOAT || f->type == PROTOBUF_C_TYPE_DOUBLE) {
+      for (size_t k = 0; k < n; k++) {
+        double v = f->type == PROTOBUF_C_TYPE_FLOAT ? ((const float *)elems)[k]
+                                                    : ((const double *)elems)[k];
+        if (!isfinite(v))
+          return kiln_errorf(KILN_ERR_INVALID,
+                             "layer '%s' (%s): %s is %g; a layer's settings must be finite "
+                             "numbers", layer, type, path, v);
+      }
+    } else if (f->type == PROTOBUF_C_TYPE_MESSAGE && f->descriptor != &caffe__blob_proto__descriptor) {
+      for (size_t k = 0; k < n; k++) {
+        const ProtobufCMessage *sub = ((const ProtobufCMessage *const *)elems)[k];
+        if (sub) KILN_TRY(finite_settings(sub, layer, type, path, sub_used, cap));
+      }
+    }
+    path[used] = '\0';
+  }
+  return KILN_OK;
+}
+
 static int plan_add(plan *p, const Caffe__LayerParameter *lp) {
   plan_layer *l = plan_push(p);
   if (!l) return kiln_errorf(KILN_ERR_NOMEM, "out of memory");
   l->lp = lp;
   l->name = xstrdup(lp->name && lp->name[0] ? lp->name : lp->type);
   KILN_TRY(find_type(lp, &l->ops));
+  char path[512] = "";
+  KILN_TRY(finite_settings(&lp->base, l->name, l->ops->type, path, 0, sizeof path));
   KILN_TRY(plan_layer_alloc(l, (int)lp->n_bottom, (int)lp->n_top));
   for (size_t i = 0; i < lp->n_bottom; i++) l->bottom[i] = xstrdup(lp->bottom[i]);
   for (size_t i = 0; i < lp->n_top; i++) l->top[i] = xstrdup(lp->top[i]);

@@ -1,5 +1,6 @@
 /* .caffemodel files: a binary NetParameter whose layers carry their parameter blobs, matched by
  * layer name on load (Caffe's CopyTrainedLayersFrom), written atomically on save. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -88,6 +89,13 @@ int kiln_net_load_weights(kiln_net *net, const char *path) {
     if (!src->name || src->n_blobs == 0) continue;
     kiln_layer *l = kiln_net_layer(net, src->name);
     if (!l) continue; /* Caffe ignores source layers the target net lacks */
+    /* Two layers of one name would both load into the net's layer, the last silently winning. */
+    for (size_t j = 0; j < i && !rc; j++)
+      if (np->layer[j]->name && np->layer[j]->n_blobs && !strcmp(np->layer[j]->name, src->name))
+        rc = kiln_errorf(KILN_ERR_INVALID,
+                         "%s: layer '%s' appears twice in the file (layers %zu and %zu): which "
+                         "weights to load is ambiguous", path, src->name, j + 1, i + 1);
+    if (rc) break;
     if ((int)src->n_blobs != l->nparam) {
       rc = kiln_errorf(KILN_ERR_SHAPE, "%s: layer '%s' has %zu blobs in the file, %d in the net",
                        path, src->name, src->n_blobs, l->nparam);
@@ -98,13 +106,26 @@ int kiln_net_load_weights(kiln_net *net, const char *path) {
       kiln_blob *b = l->param[p];
       int64_t shape[KILN_MAX_AXES];
       int n = stored_shape(bp, shape);
+      if (n < 0) {
+        rc = kiln_errorf(KILN_ERR_SHAPE, "%s: layer '%s' blob %d has a shape of too many axes "
+                         "(%zu; at most %d)", path, src->name, p, bp->shape->n_dim, KILN_MAX_AXES);
+        break;
+      }
       int64_t count = 1;
-      bool fits = n >= 0;
-      for (int a = 0; a < n && fits; a++)
-        fits = shape[a] >= 0 && !__builtin_mul_overflow(count, shape[a], &count);
+      int negative = -1; /* the first axis of a negative size */
+      bool fits = true;
+      for (int a = 0; a < n && fits && negative < 0; a++) {
+        if (shape[a] < 0) negative = a;
+        else fits = !__builtin_mul_overflow(count, shape[a], &count);
+      }
+      if (negative >= 0) {
+        rc = kiln_errorf(KILN_ERR_SHAPE, "%s: layer '%s' blob %d has a negative dimension %lld "
+                         "(axis %d)", path, src->name, p, (long long)shape[negative], negative);
+        break;
+      }
       if (!fits) {
-        rc = kiln_errorf(KILN_ERR_SHAPE, "%s: layer '%s' blob %d has a shape of %s",
-                         path, src->name, p, n < 0 ? "too many axes" : "more elements than fit 64 bits");
+        rc = kiln_errorf(KILN_ERR_SHAPE, "%s: layer '%s' blob %d has a shape of more elements "
+                         "than fit 64 bits", path, src->name, p);
         break;
       }
       bool same = n == b->naxes;
@@ -121,6 +142,16 @@ int kiln_net_load_weights(kiln_net *net, const char *path) {
                          kiln_blob_shape_string(b, s1, sizeof s1));
         break;
       }
+      /* A NaN or an infinity would only show later, as a diverged loss that names no file. */
+      for (int64_t k = 0; k < b->count; k++) {
+        const float v = bp->n_data ? bp->data[k] : (float)bp->double_data[k];
+        if (!isfinite(v)) {
+          rc = kiln_errorf(KILN_ERR_NUMERIC, "%s: layer '%s' blob %d value %lld is %g; weights "
+                           "must be finite numbers", path, src->name, p, (long long)k, (double)v);
+          break;
+        }
+      }
+      if (rc) break;
       if (bp->n_data) memcpy(b->data, bp->data, sizeof(float) * (size_t)b->count);
       else
         for (int64_t k = 0; k < b->count; k++) b->data[k] = (float)bp->double_data[k];

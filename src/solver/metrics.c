@@ -6,6 +6,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "kiln/core.h"
 #include "kiln/metrics.h"
@@ -14,6 +16,8 @@ struct kiln_metrics_file {
   FILE *f;
   char *path;
   int err; /* the first errno of a failed write, or 0 */
+  bool created; /* the file did not exist before: close removes it if no event came */
+  bool written; /* an event was written (or its write tried) */
 };
 
 int kiln_metrics_open(const char *path, kiln_metrics_file **out) {
@@ -24,6 +28,8 @@ int kiln_metrics_open(const char *path, kiln_metrics_file **out) {
     free(m);
     return kiln_errorf(KILN_ERR_NOMEM, "out of memory");
   }
+  struct stat st;
+  m->created = stat(path, &st) != 0 && errno == ENOENT;
   m->f = fopen(path, "w");
   if (!m->f) {
     int rc = kiln_errorf(KILN_ERR_IO, "%s: cannot create: %s", path, strerror(errno));
@@ -54,6 +60,7 @@ int kiln_metrics_write(kiln_metrics_file *m, const char *event, int iter, double
                        int rank, int nfields, const kiln_metric_field *fields) {
   if (!m) return KILN_OK;
   if (m->err) return failed(m);
+  m->written = true;
   FILE *f = m->f;
   fprintf(f, "{\"" KILN_MF_EVENT "\":");
   json_string(f, event);
@@ -115,6 +122,12 @@ int kiln_metrics_close(kiln_metrics_file *m) {
   if (!m) return KILN_OK;
   int err = m->err;
   if (fclose(m->f) != 0 && !err) err = errno ? errno : EIO;
+  /* A command that failed before its first event (a net that does not build, a missing file)
+   * leaves no empty metrics file of its own making under the name. */
+  struct stat st;
+  if (!m->written && m->created && stat(m->path, &st) == 0 && S_ISREG(st.st_mode) &&
+      st.st_size == 0)
+    (void)unlink(m->path);
   int rc = KILN_OK;
   if (err) {
     m->err = err;
