@@ -65,8 +65,8 @@ expect_refusal "a closing brace too many" --want "close.prototxt:3:" --want "'}'
 net open.prototxt 'layer { name: "ip" type: "InnerProduct" bottom: "data" top: "ip"' '  inner_product_param { num_output: 3 }'
 expect_refusal "an unclosed layer" --want "open.prototxt:" --want "opened at 3:" -- "${D[@]}" open.prototxt
 
-printf 'layers {\n  name: "c"\n  type: CONVOLUTION\n}\n' > v1.prototxt
-expect_refusal "V1 net for kiln time" --want "v1.prototxt:1:" --want "upgrade_net_proto_text" -- \
+printf 'layers {\n  name: "c"\n  type: NONE\n}\n' > v1.prototxt
+expect_refusal "V1 layer without a type, for kiln time" --want "v1.prototxt: V1 layer 0 ('c') has no layer type" -- \
   "$KILN" time --model v1.prototxt --iterations 1
 
 printf 'input: "data"\ninput_dim: 1\ninput_dim: 3\ninput_dim: 8\n' > deploy.prototxt
