@@ -101,14 +101,28 @@ static int idx_read_stream(gzFile gz, const char *path, bool gzipped, kiln_idx *
   }
   out->ndims = ndims;
   out->count = (size_t)count;
-  out->data = malloc(count ? (size_t)count : 1);
+  /* The buffer grows with the data that really arrives (doubling from 1 MiB), so a short file
+   * whose header announces 2^31 elements costs what it holds, not 2 GiB, before it is refused. */
+  size_t cap = out->count < ((size_t)1 << 20) ? out->count : (size_t)1 << 20, have = 0;
+  out->data = malloc(cap ? cap : 1);
+  while (out->data) {
+    KILN_TRY(read_upto(gz, path, gzipped, out->data + have, cap - have, &got));
+    have += got;
+    if (have < cap || have == out->count) break;
+    cap = cap > out->count / 2 ? out->count : 2 * cap;
+    uint8_t *grown = realloc(out->data, cap);
+    if (!grown) {
+      free(out->data);
+      out->data = NULL;
+    } else {
+      out->data = grown;
+    }
+  }
   if (!out->data)
-    return kiln_errorf(KILN_ERR_NOMEM, "%s: cannot allocate %llu bytes", path,
-                       (unsigned long long)count);
-  KILN_TRY(read_upto(gz, path, gzipped, out->data, out->count, &got));
-  if (got < out->count)
+    return kiln_errorf(KILN_ERR_NOMEM, "%s: cannot allocate %zu bytes", path, cap);
+  if (have < out->count)
     return kiln_errorf(KILN_ERR_DATA, "%s: truncated: expected %zu bytes of data, found %zu", path,
-                       out->count, got);
+                       out->count, have);
   /* Bytes after the data mean the header and the payload disagree: refuse rather than guess. */
   uint8_t extra[256];
   KILN_TRY(read_upto(gz, path, gzipped, extra, sizeof extra, &got));
