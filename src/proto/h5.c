@@ -282,6 +282,18 @@ static int read_all(const reader *r, hid_t at, const char *name, hid_t type, siz
   void *buf = malloc(*count ? (size_t)*count * elem : 1);
   if (!buf) return kiln_errorf(KILN_ERR_NOMEM, "%s: out of memory for dataset '%s'", r->path, name);
   hid_t d = H5Dopen2(at, name, H5P_DEFAULT);
+  /* Numbers of at most 8 bytes, as Caffe and kiln write them: libhdf5 converts through a
+   * buffer sized by the file's element size, which a damaged file may declare in gigabytes. */
+  hid_t ft = d < 0 ? -1 : H5Dget_type(d);
+  H5T_class_t cls = ft < 0 ? H5T_NO_CLASS : H5Tget_class(ft);
+  size_t fsize = ft < 0 ? 0 : H5Tget_size(ft);
+  if (ft >= 0) H5Tclose(ft);
+  if (d >= 0 && ((cls != H5T_INTEGER && cls != H5T_FLOAT) || fsize == 0 || fsize > 8)) {
+    H5Dclose(d);
+    free(buf);
+    return kiln_errorf(KILN_ERR_PARSE, "%s: dataset '%s' does not hold numbers (class %d, %zu bytes each)",
+                       r->path, name, (int)cls, fsize);
+  }
   if (d < 0 || (*count && H5Dread(d, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf) < 0)) {
     if (d >= 0) H5Dclose(d);
     free(buf);
