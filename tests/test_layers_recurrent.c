@@ -60,9 +60,10 @@ static void test_embed_forward_backward_hand(void **state) {
 
   /* Without a bias: rows copied as they are; indices of any shape (here 3-D). */
   kiln_blob *x3 = blob_of("idx", 3, SHAPE(1, 2, 1), (const float[]){2, 1});
-  built nb = build("name: 'emb' type: 'Embed' embed_param { num_output: 2 input_dim: 4 "
-                   "bias_term: false }",
-                   TRAIN, &x3, 1, 1);
+  built nb = build(
+      "name: 'emb' type: 'Embed' embed_param { num_output: 2 input_dim: 4 "
+      "bias_term: false }",
+      TRAIN, &x3, 1, 1);
   assert_int_equal(nb.l->nparam, 1);
   set_params(&nb, 0, w);
   forward(&nb);
@@ -79,13 +80,15 @@ static void test_embed_gradients(void **state) {
   kiln_blob *x = blob_of("idx", 2, SHAPE(4, 2), idx);
   /* Parameters only: bit 1 names no bottom, so the indices get no propagate_down. */
   gradcheck_opts o = {.bottom_mask = 1u << 1};
-  check_grad("name: 'emb' type: 'Embed' embed_param { num_output: 3 input_dim: 5 "
-             "weight_filler { type: 'uniform' min: -1 max: 1 } "
-             "bias_filler { type: 'uniform' min: -1 max: 1 } }",
-             &x, 1, 1, &o);
-  check_grad("name: 'emb' type: 'Embed' embed_param { num_output: 2 input_dim: 4 "
-             "bias_term: false weight_filler { type: 'uniform' min: -1 max: 1 } }",
-             &x, 1, 1, &o);
+  check_grad(
+      "name: 'emb' type: 'Embed' embed_param { num_output: 3 input_dim: 5 "
+      "weight_filler { type: 'uniform' min: -1 max: 1 } "
+      "bias_filler { type: 'uniform' min: -1 max: 1 } }",
+      &x, 1, 1, &o);
+  check_grad(
+      "name: 'emb' type: 'Embed' embed_param { num_output: 2 input_dim: 4 "
+      "bias_term: false weight_filler { type: 'uniform' min: -1 max: 1 } }",
+      &x, 1, 1, &o);
   kiln_blob_free(x);
 }
 
@@ -185,8 +188,8 @@ static void test_rnn_forward_hand(void **state) {
   expect_close("rnn o", r.top[0]->data, (const float[]){0.5410042707f, -0.9058221456f}, 2, 1e-6);
   cont->data[0] = 1;
   forward(&r);
-  expect_close("rnn o carried over", r.top[0]->data,
-               (const float[]){0.7971603783f, -0.9185797758f}, 2, 1e-6);
+  expect_close("rnn o carried over", r.top[0]->data, (const float[]){0.7971603783f, -0.9185797758f},
+               2, 1e-6);
   /* cont 0 at t = 0 forgets the carried state again. */
   cont->data[0] = 0;
   forward(&r);
@@ -283,9 +286,11 @@ static void test_recurrent_param_blobs(void **state) {
   kiln_blob *x = gc_blob("x", 4, SHAPE(3, 2, 2, 3), -1, 1, &rng);
   kiln_blob *cont = blob_of("cont", 2, SHAPE(3, 2), (const float[]){0, 0, 1, 1, 1, 1});
   kiln_blob *xs = gc_blob("xs", 2, SHAPE(2, 5), -1, 1, &rng);
-  kiln_blob *h0 = blob_of("h0", 3, SHAPE(1, 2, 4), NULL), *c0 = blob_of("c0", 3, SHAPE(1, 2, 4), NULL);
-  const char *fill_text = "weight_filler { type: 'constant' value: 0.25 } "
-                          "bias_filler { type: 'constant' value: 0.5 }";
+  kiln_blob *h0 = blob_of("h0", 3, SHAPE(1, 2, 4), NULL),
+            *c0 = blob_of("c0", 3, SHAPE(1, 2, 4), NULL);
+  const char *fill_text =
+      "weight_filler { type: 'constant' value: 0.25 } "
+      "bias_filler { type: 'constant' value: 0.5 }";
   char text[512];
   static const struct {
     const char *type;
@@ -364,7 +369,7 @@ static int recurrent_bottoms(kiln_blob **b, bool lstm, bool static_input, bool e
   return nb;
 }
 
-#define RECURRENT_FILLERS                                     \
+#define RECURRENT_FILLERS                                 \
   "weight_filler { type: 'uniform' min: -0.6 max: 0.6 } " \
   "bias_filler { type: 'uniform' min: -0.5 max: 0.5 } }"
 
@@ -425,7 +430,8 @@ static void test_recurrent_backward_contract(void **state) {
     r.l->propagate_down[1] = false;
     forward(&r);
     for (int t = 0; t < r.ntop; t++)
-      for (int64_t i = 0; i < r.top[t]->count; i++) r.top[t]->diff[i] = kiln_rng_uniform(&rng, -1, 1);
+      for (int64_t i = 0; i < r.top[t]->count; i++)
+        r.top[t]->diff[i] = kiln_rng_uniform(&rng, -1, 1);
     for (int p = 0; p < r.l->nparam; p++) fill(r.l->param[p]->diff, r.l->param[p]->count, 0);
     for (int i = 0; i < nb; i++) fill(b[i]->diff, b[i]->count, 123.0f);
     backward(&r);
@@ -443,7 +449,8 @@ static void test_recurrent_backward_contract(void **state) {
     }
     backward(&r);
     for (int i = 0; i < nb; i++) {
-      if (i != 1) expect_close("bottom diff after a second backward", b[i]->diff, d1[i], b[i]->count, 0);
+      if (i != 1)
+        expect_close("bottom diff after a second backward", b[i]->diff, d1[i], b[i]->count, 0);
       free(d1[i]);
     }
     for (int p = 0; p < r.l->nparam; p++) {
@@ -467,18 +474,21 @@ static void test_recurrent_backward_contract(void **state) {
 static void test_recurrent_errors(void **state) {
   (void)state;
   kiln_blob *x = blob_of("x", 3, SHAPE(3, 2, 4), NULL), *x2 = blob_of("x2", 2, SHAPE(3, 2), NULL);
-  kiln_blob *cont = blob_of("cont", 2, SHAPE(3, 2), NULL), *cont3 = blob_of("c3", 2, SHAPE(3, 3), NULL);
-  kiln_blob *h0 = blob_of("h0", 3, SHAPE(1, 2, 5), NULL), *hbad = blob_of("hb", 2, SHAPE(2, 5), NULL);
+  kiln_blob *cont = blob_of("cont", 2, SHAPE(3, 2), NULL),
+            *cont3 = blob_of("c3", 2, SHAPE(3, 3), NULL);
+  kiln_blob *h0 = blob_of("h0", 3, SHAPE(1, 2, 5), NULL),
+            *hbad = blob_of("hb", 2, SHAPE(2, 5), NULL);
   kiln_blob *xs1 = blob_of("xs1", 1, SHAPE(2), NULL), *xs3 = blob_of("xs3", 2, SHAPE(3, 2), NULL);
   const char *lstm = "name: 'l' type: 'LSTM' recurrent_param { num_output: 5 }";
-  const char *lstm_exp = "name: 'l' type: 'LSTM' recurrent_param { num_output: 5 expose_hidden: true }";
-  const char *rnn_exp = "name: 'r' type: 'RNN' recurrent_param { num_output: 5 expose_hidden: true }";
+  const char *lstm_exp =
+      "name: 'l' type: 'LSTM' recurrent_param { num_output: 5 expose_hidden: true }";
+  const char *rnn_exp =
+      "name: 'r' type: 'RNN' recurrent_param { num_output: 5 expose_hidden: true }";
   const char *wl = "layer 'l' (LSTM)", *wr = "layer 'r' (RNN)";
   kiln_blob *b[5] = {x, cont};
-  expect_create_fails("name: 'l' type: 'LSTM'", TRAIN, b, 2, 1, KILN_ERR_INVALID, wl,
-                      "num_output");
-  expect_create_fails("name: 'r' type: 'RNN' recurrent_param { }", TRAIN, b, 2, 1,
-                      KILN_ERR_INVALID, wr, "num_output");
+  expect_create_fails("name: 'l' type: 'LSTM'", TRAIN, b, 2, 1, KILN_ERR_INVALID, wl, "num_output");
+  expect_create_fails("name: 'r' type: 'RNN' recurrent_param { }", TRAIN, b, 2, 1, KILN_ERR_INVALID,
+                      wr, "num_output");
   b[0] = x2; /* T x N alone: no feature axis for Caffe's InnerProduct on axis 2 */
   expect_create_fails(lstm, TRAIN, b, 2, 1, KILN_ERR_SHAPE, wl, "at least 3 axes");
   b[0] = x;
@@ -835,8 +845,8 @@ static void test_lstm_learns_running_parity(void **state) {
   clock_gettime(CLOCK_MONOTONIC, &t1);
   const double seconds = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
   const double accuracy = (double)right / total;
-  print_message("running parity: %.4f of %d steps right after %d iterations (%.1f s)\n",
-                accuracy, total, iters, seconds);
+  print_message("running parity: %.4f of %d steps right after %d iterations (%.1f s)\n", accuracy,
+                total, iters, seconds);
   assert_true(accuracy >= 0.99);
   free(m);
   free(v);

@@ -38,8 +38,9 @@ static int embed_reshape(kiln_layer *l) {
   embed_state *s = l->priv;
   const kiln_blob *x = l->bottom[0];
   if (x->naxes + 1 > KILN_MAX_AXES)
-    return KILN_LAYER_ERROR(l, KILN_ERR_SHAPE, "input has %d axes; the output would have more "
-                            "than %d", x->naxes, KILN_MAX_AXES);
+    return KILN_LAYER_ERROR(l, KILN_ERR_SHAPE,
+                            "input has %d axes; the output would have more than %d", x->naxes,
+                            KILN_MAX_AXES);
   int64_t shape[KILN_MAX_AXES];
   for (int i = 0; i < x->naxes; i++) shape[i] = x->shape[i];
   shape[x->naxes] = s->N;

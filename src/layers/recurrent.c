@@ -38,7 +38,7 @@
 static const Caffe__RecurrentParameter recurrent_defaults = CAFFE__RECURRENT_PARAMETER__INIT;
 
 enum { BUF_GATES, BUF_CELLS, BUF_HPREV, BUF_STATE }; /* LSTM's buffers */
-enum { BUF_HIDDEN, BUF_OUT };                         /* RNN's first two (then HPREV, STATE) */
+enum { BUF_HIDDEN, BUF_OUT };                        /* RNN's first two (then HPREV, STATE) */
 
 typedef struct {
   bool lstm, expose, static_input;
@@ -51,7 +51,9 @@ typedef struct {
 
 static inline float sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }
 
-static bool fits_int(int64_t a, int64_t b) { return a <= INT_MAX && b <= INT_MAX && a * b <= INT_MAX; }
+static bool fits_int(int64_t a, int64_t b) {
+  return a <= INT_MAX && b <= INT_MAX && a * b <= INT_MAX;
+}
 
 static int rec_setup(kiln_layer *l, bool lstm) {
   const Caffe__RecurrentParameter *p = KILN_PARAM_OR(l->lp->recurrent_param, recurrent_defaults);
@@ -67,9 +69,8 @@ static int rec_setup(kiln_layer *l, bool lstm) {
   const char *state_names = lstm ? "h0 and c0" : "h0";
   const int base = 2 + (s->expose ? s->nrec : 0);
   if (l->nbottom != base && l->nbottom != base + 1)
-    return KILN_LAYER_ERROR(l, KILN_ERR_INVALID,
-                            "takes %d or %d bottoms (x, cont%s%s%s), got %d", base, base + 1,
-                            ", optional x_static", s->expose ? ", " : "",
+    return KILN_LAYER_ERROR(l, KILN_ERR_INVALID, "takes %d or %d bottoms (x, cont%s%s%s), got %d",
+                            base, base + 1, ", optional x_static", s->expose ? ", " : "",
                             s->expose ? state_names : "", l->nbottom);
   const int ntops = 1 + (s->expose ? s->nrec : 0);
   if (l->ntop != ntops)
@@ -97,12 +98,12 @@ static int rec_setup(kiln_layer *l, bool lstm) {
   }
   const Caffe__FillerParameter *wf = p->weight_filler, *bf = p->bias_filler;
   int64_t shape[2];
-#define ADD(idx, n, a, b, filler)                                          \
-  do {                                                                     \
-    shape[0] = (a), shape[1] = (b);                                        \
-    s->idx = l->nparam;                                                    \
-    if (!kiln_layer_add_param(l, (n), shape, (filler), 0))                 \
-      return kiln_errorf(KILN_ERR_NOMEM, "out of memory");                 \
+#define ADD(idx, n, a, b, filler)                          \
+  do {                                                     \
+    shape[0] = (a), shape[1] = (b);                        \
+    s->idx = l->nparam;                                    \
+    if (!kiln_layer_add_param(l, (n), shape, (filler), 0)) \
+      return kiln_errorf(KILN_ERR_NOMEM, "out of memory"); \
   } while (0)
   /* Caffe's order: the blobs of its unrolled net's layers in the order they appear. */
   ADD(p_wx, 2, s->G, s->D, wf);
@@ -116,8 +117,7 @@ static int rec_setup(kiln_layer *l, bool lstm) {
     ADD(p_bo, 1, s->H, 0, bf);
   }
 #undef ADD
-  const char *names[4] = {lstm ? "gates" : "hidden", lstm ? "cells" : "output", "h_prev",
-                          "state"};
+  const char *names[4] = {lstm ? "gates" : "hidden", lstm ? "cells" : "output", "h_prev", "state"};
   for (int i = 0; i < 4; i++)
     if (!kiln_layer_add_buffer(l, names[i])) return kiln_errorf(KILN_ERR_NOMEM, "out of memory");
   return KILN_OK;
@@ -142,10 +142,10 @@ static int rec_reshape(kiln_layer *l) {
   if (s->static_input) {
     const kiln_blob *xs = l->bottom[2];
     if (xs->naxes < 2 || xs->shape[0] != N || kiln_count(xs, 1, xs->naxes) != s->S)
-      return KILN_LAYER_ERROR(l, KILN_ERR_SHAPE,
-                              "x_static is %s; it must be N x ... (N = %lld) with %lld features from axis 1",
-                              kiln_blob_shape_string(xs, b1, sizeof b1), (long long)N,
-                              (long long)s->S);
+      return KILN_LAYER_ERROR(
+          l, KILN_ERR_SHAPE,
+          "x_static is %s; it must be N x ... (N = %lld) with %lld features from axis 1",
+          kiln_blob_shape_string(xs, b1, sizeof b1), (long long)N, (long long)s->S);
   }
   const int64_t state_shape[3] = {1, N, H};
   if (s->expose)
@@ -165,7 +165,8 @@ static int rec_reshape(kiln_layer *l) {
   s->T = T;
   s->N = N;
   KILN_TRY(kiln_blob_reshape(l->top[0], 3, (const int64_t[]){T, N, H}));
-  for (int r = 0; s->expose && r < s->nrec; r++) KILN_TRY(kiln_blob_reshape(l->top[1 + r], 3, state_shape));
+  for (int r = 0; s->expose && r < s->nrec; r++)
+    KILN_TRY(kiln_blob_reshape(l->top[1 + r], 3, state_shape));
   if (s->lstm) {
     KILN_TRY(kiln_blob_reshape(l->buffer[BUF_GATES], 3, (const int64_t[]){T, N, G}));
     KILN_TRY(kiln_blob_reshape(l->buffer[BUF_CELLS], 3, (const int64_t[]){T, N, H}));
@@ -218,8 +219,7 @@ static void save_state(kiln_layer *l, rec_state *s, const float *hT, const float
 static void input_projection(kiln_layer *l, rec_state *s, float *pre, float *ws) {
   const int64_t rows = s->T * s->N, G = s->G;
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)rows, (int)G, (int)s->D, 1.0f,
-              l->bottom[0]->data, (int)s->D, l->param[s->p_wx]->data, (int)s->D, 0.0f, pre,
-              (int)G);
+              l->bottom[0]->data, (int)s->D, l->param[s->p_wx]->data, (int)s->D, 0.0f, pre, (int)G);
   const float *b = l->param[s->p_b]->data;
   for (int64_t r = 0; r < rows; r++)
     for (int64_t g = 0; g < G; g++) pre[r * G + g] += b[g];
@@ -240,8 +240,8 @@ static void recurrent_term(kiln_layer *l, rec_state *s, int64_t t, const float *
   float *hp = l->buffer[BUF_HPREV]->data + t * N * H;
   for (int64_t n = 0; n < N; n++)
     for (int64_t d = 0; d < H; d++) hp[n * H + d] = cont[n] * h_prev[n * H + d];
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)N, (int)s->G, (int)H, 1.0f, hp,
-              (int)H, l->param[s->p_wh]->data, (int)H, 1.0f, pre_t, (int)s->G);
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)N, (int)s->G, (int)H, 1.0f, hp, (int)H,
+              l->param[s->p_wh]->data, (int)H, 1.0f, pre_t, (int)s->G);
 }
 
 static int lstm_forward(kiln_layer *l) {
@@ -294,8 +294,8 @@ static int rnn_forward(kiln_layer *l) {
   }
   /* o = tanh(h W_ho^T + b_o) for every step at once; kept in a buffer of the layer's own, as
    * backward needs it and a layer after this one may overwrite the top in place. */
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)rows, (int)H, (int)H, 1.0f, hid,
-              (int)H, l->param[s->p_wo]->data, (int)H, 0.0f, out, (int)H);
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)rows, (int)H, (int)H, 1.0f, hid, (int)H,
+              l->param[s->p_wo]->data, (int)H, 0.0f, out, (int)H);
   const float *bo = l->param[s->p_bo]->data;
   for (int64_t r = 0; r < rows; r++)
     for (int64_t d = 0; d < H; d++) out[r * H + d] = tanhf(out[r * H + d] + bo[d]);
@@ -309,13 +309,13 @@ static int rnn_forward(kiln_layer *l) {
  * x_static (overwritten) where wanted. `ws` holds N x G floats of scratch. */
 static void input_backward(kiln_layer *l, rec_state *s, const float *d, float *ws) {
   const int64_t rows = s->T * s->N, G = s->G, D = s->D, H = s->H;
-  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)G, (int)D, (int)rows, 1.0f, d,
-              (int)G, l->bottom[0]->data, (int)D, 1.0f, l->param[s->p_wx]->diff, (int)D);
+  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)G, (int)D, (int)rows, 1.0f, d, (int)G,
+              l->bottom[0]->data, (int)D, 1.0f, l->param[s->p_wx]->diff, (int)D);
   float *db = l->param[s->p_b]->diff;
   for (int64_t r = 0; r < rows; r++)
     for (int64_t g = 0; g < G; g++) db[g] += d[r * G + g];
-  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)G, (int)H, (int)rows, 1.0f, d,
-              (int)G, l->buffer[BUF_HPREV]->data, (int)H, 1.0f, l->param[s->p_wh]->diff, (int)H);
+  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)G, (int)H, (int)rows, 1.0f, d, (int)G,
+              l->buffer[BUF_HPREV]->data, (int)H, 1.0f, l->param[s->p_wh]->diff, (int)H);
   if (l->propagate_down[0])
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)rows, (int)D, (int)G, 1.0f, d,
                 (int)G, l->param[s->p_wx]->data, (int)D, 0.0f, l->bottom[0]->diff, (int)D);
@@ -413,12 +413,12 @@ static int rnn_backward(kiln_layer *l) {
   const int64_t N = s->N, H = s->H, nh = N * H, rows = s->T * N;
   const float *hid = l->buffer[BUF_HIDDEN]->data, *out = l->buffer[BUF_OUT]->data;
   const float *dtop = l->top[0]->diff;
-  float *dz = l->workspace;  /* rows x H: the gradient of h's pre-activation */
+  float *dz = l->workspace;   /* rows x H: the gradient of h's pre-activation */
   float *dzo = dz + rows * H; /* rows x H: of o's pre-activation */
   float *dh = dzo + rows * H, *dhp = dh + nh, *ws = dhp + nh;
   for (int64_t i = 0; i < rows * H; i++) dzo[i] = dtop[i] * (1 - out[i] * out[i]);
-  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)H, (int)H, (int)rows, 1.0f, dzo,
-              (int)H, hid, (int)H, 1.0f, l->param[s->p_wo]->diff, (int)H);
+  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)H, (int)H, (int)rows, 1.0f, dzo, (int)H,
+              hid, (int)H, 1.0f, l->param[s->p_wo]->diff, (int)H);
   float *dbo = l->param[s->p_bo]->diff;
   for (int64_t r = 0; r < rows; r++)
     for (int64_t d = 0; d < H; d++) dbo[d] += dzo[r * H + d];
