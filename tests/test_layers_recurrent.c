@@ -469,6 +469,49 @@ static void test_recurrent_backward_contract(void **state) {
   }
 }
 
+/* Batches of no steps and of no streams, as Caffe allows blobs of no elements: with no step the
+ * final state is the initial one, in both directions; with no stream there is nothing to do. */
+static void test_recurrent_empty_batches(void **state) {
+  (void)state;
+  kiln_blob *x = blob_of("x", 3, SHAPE(0, 2, 3), NULL);
+  kiln_blob *cont = blob_of("cont", 2, SHAPE(0, 2), NULL);
+  kiln_blob *xs = blob_of("xs", 2, SHAPE(2, 2), (const float[]){1, 2, 3, 4});
+  kiln_blob *h0 = blob_of("h0", 3, SHAPE(1, 2, 2), (const float[]){0.1f, 0.2f, 0.3f, 0.4f});
+  kiln_blob *c0 = blob_of("c0", 3, SHAPE(1, 2, 2), (const float[]){-1, -2, -3, -4});
+  kiln_blob *b[5] = {x, cont, xs, h0, c0};
+  built l = build("name: 'l' type: 'LSTM' recurrent_param { num_output: 2 expose_hidden: true "
+                  "weight_filler { type: 'gaussian' } }",
+                  TRAIN, b, 5, 3);
+  forward(&l);
+  expect_shape(l.top[0], 3, SHAPE(0, 2, 2));
+  expect_close("hT with no steps", l.top[1]->data, h0->data, 4, 0);
+  expect_close("cT with no steps", l.top[2]->data, c0->data, 4, 0);
+  for (int p = 0; p < l.l->nparam; p++) fill(l.l->param[p]->diff, l.l->param[p]->count, 0);
+  fill(l.top[1]->diff, 4, 5);
+  fill(l.top[2]->diff, 4, 6);
+  fill(xs->diff, 4, 9);
+  l.l->propagate_down[1] = false;
+  backward(&l);
+  expect_close("dh0 with no steps", h0->diff, (const float[]){5, 5, 5, 5}, 4, 0);
+  expect_close("dc0 with no steps", c0->diff, (const float[]){6, 6, 6, 6}, 4, 0);
+  expect_close("dx_static with no steps", xs->diff, (const float[]){0, 0, 0, 0}, 4, 0);
+  for (int p = 0; p < l.l->nparam; p++)
+    for (int64_t i = 0; i < l.l->param[p]->count; i++) assert_true(l.l->param[p]->diff[i] == 0);
+  unbuild(&l);
+
+  kiln_blob *xn = blob_of("x", 3, SHAPE(3, 0, 3), NULL);
+  kiln_blob *cn = blob_of("cont", 2, SHAPE(3, 0), NULL);
+  kiln_blob *bn[2] = {xn, cn};
+  built r = build("name: 'r' type: 'RNN' recurrent_param { num_output: 2 }", TRAIN, bn, 2, 1);
+  forward(&r);
+  expect_shape(r.top[0], 3, SHAPE(3, 0, 2));
+  r.l->propagate_down[1] = false;
+  backward(&r);
+  unbuild(&r);
+  kiln_blob *all[] = {x, cont, xs, h0, c0, xn, cn};
+  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) kiln_blob_free(all[i]);
+}
+
 /* ---- RNN and LSTM: errors ---------------------------------------------------------------- */
 
 static void test_recurrent_errors(void **state) {
@@ -866,6 +909,7 @@ int main(void) {
       cmocka_unit_test(test_rnn_gradients),
       cmocka_unit_test(test_lstm_gradients),
       cmocka_unit_test(test_recurrent_backward_contract),
+      cmocka_unit_test(test_recurrent_empty_batches),
       cmocka_unit_test(test_recurrent_errors),
       cmocka_unit_test(test_lrcn_net_forward_backward),
       cmocka_unit_test(test_embed_lstm_net),

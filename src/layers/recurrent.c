@@ -244,6 +244,15 @@ static void recurrent_term(kiln_layer *l, rec_state *s, int64_t t, const float *
               l->param[s->p_wh]->data, (int)H, 1.0f, pre_t, (int)s->G);
 }
 
+/* A batch of no steps or no streams: the final state is the initial one (Caffe's h_T is then
+ * h_0). */
+static int empty_forward(kiln_layer *l, rec_state *s) {
+  const float *st = l->buffer[BUF_STATE]->data;
+  if (s->N * s->H > 0) save_state(l, s, st, s->lstm ? st + s->N * s->H : NULL);
+  s->carried_n = s->N;
+  return KILN_OK;
+}
+
 static int lstm_forward(kiln_layer *l) {
   rec_state *s = l->priv;
   const int64_t N = s->N, H = s->H, G = s->G, nh = N * H;
@@ -251,6 +260,7 @@ static int lstm_forward(kiln_layer *l) {
   float *h = l->top[0]->data;
   const float *st = l->buffer[BUF_STATE]->data;
   load_state(l, s);
+  if (s->T * N == 0) return empty_forward(l, s);
   input_projection(l, s, gates, l->workspace);
   for (int64_t t = 0; t < s->T; t++) {
     const float *h_prev = t ? h + (t - 1) * nh : st;
@@ -286,6 +296,7 @@ static int rnn_forward(kiln_layer *l) {
   float *hid = l->buffer[BUF_HIDDEN]->data, *out = l->buffer[BUF_OUT]->data;
   const float *st = l->buffer[BUF_STATE]->data;
   load_state(l, s);
+  if (rows == 0) return empty_forward(l, s);
   input_projection(l, s, hid, l->workspace);
   for (int64_t t = 0; t < s->T; t++) {
     float *z = hid + t * nh;
@@ -368,11 +379,25 @@ static int rec_refuse_cont(kiln_layer *l) {
                           "cannot backpropagate to the sequence indicators (cont)");
 }
 
+/* The backward of empty_forward: the final state's gradient passes straight to the initial one;
+ * nothing reaches the weights, and x_static's gradient is zero. */
+static int empty_backward(kiln_layer *l, rec_state *s) {
+  if (s->static_input && l->propagate_down[2] && l->bottom[2]->count)
+    memset(l->bottom[2]->diff, 0, sizeof(float) * (size_t)l->bottom[2]->count);
+  if (s->N * s->H == 0) return KILN_OK;
+  float *dh = l->workspace, *dc = dh + s->N * s->H;
+  final_state_grad(l, s, 0, dh);
+  if (s->lstm) final_state_grad(l, s, 1, dc);
+  state_backward(l, s, dh, s->lstm ? dc : NULL);
+  return KILN_OK;
+}
+
 static int lstm_backward(kiln_layer *l) {
   if (l->propagate_down[1]) return rec_refuse_cont(l);
   rec_state *s = l->priv;
   const int64_t N = s->N, H = s->H, G = s->G, nh = N * H;
   const float *gates = l->buffer[BUF_GATES]->data, *cells = l->buffer[BUF_CELLS]->data;
+  if (s->T * N == 0) return empty_backward(l, s);
   const float *st = l->buffer[BUF_STATE]->data, *dtop = l->top[0]->diff;
   float *dgates = l->workspace; /* rows x G */
   float *dh = dgates + s->T * N * G, *dc = dh + nh, *dhp = dc + nh, *ws = dhp + nh;
@@ -412,6 +437,7 @@ static int rnn_backward(kiln_layer *l) {
   rec_state *s = l->priv;
   const int64_t N = s->N, H = s->H, nh = N * H, rows = s->T * N;
   const float *hid = l->buffer[BUF_HIDDEN]->data, *out = l->buffer[BUF_OUT]->data;
+  if (rows == 0) return empty_backward(l, s);
   const float *dtop = l->top[0]->diff;
   float *dz = l->workspace;   /* rows x H: the gradient of h's pre-activation */
   float *dzo = dz + rows * H; /* rows x H: of o's pre-activation */
