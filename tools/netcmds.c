@@ -152,15 +152,17 @@ int cmd_describe(int argc, char **argv) {
   return 0;
 }
 
-/* A blob some layer reads as other than its first bottom (directly, or through the Splits the
- * net inserts for fan-out): a label, a weight or a second operand. Filled with zeros it is class 0
- * for a loss or an accuracy, and a valid operand for the rest. */
+/* A blob some layer reads as other than its first bottom, or as a bottom that takes no gradient
+ * (directly, or through the Splits the net inserts for fan-out): a label, a weight, a second
+ * operand, Embed's indices or a recurrent layer's sequence indicators. Filled with zeros it is
+ * class 0 for a loss or an accuracy, index 0 for Embed, every step a sequence start for RNN and
+ * LSTM, and a valid operand for the rest. */
 static bool read_as_second_operand(const kiln_net *net, const kiln_blob *b, int depth) {
   for (int i = 0; i < net->nlayers && depth < 8; i++) {
     const kiln_layer *l = net->layers[i];
     for (int k = 0; k < l->nbottom; k++) {
       if (l->bottom[k] != b) continue;
-      if (k > 0) return true;
+      if (k > 0 || (l->ops->no_gradient_bottoms >> k & 1u)) return true;
       if (l->ops->passes_through)
         for (int t = 0; t < l->ntop; t++)
           if (read_as_second_operand(net, l->top[t], depth + 1)) return true;
@@ -185,7 +187,9 @@ static void prepare_for_timing(kiln_net *net) {
       }
     if (l->ops->is_data || !l->ops->backward) continue;
     net->layer_need_backward[i] = true;
-    for (int b = 0; b < l->nbottom; b++) l->propagate_down[b] = !(l->ops->is_loss && b > 0);
+    for (int b = 0; b < l->nbottom; b++)
+      l->propagate_down[b] = !(l->ops->is_loss && b > 0) &&
+                             !(b < 32 && (l->ops->no_gradient_bottoms >> b & 1));
   }
 }
 

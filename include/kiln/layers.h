@@ -11,7 +11,7 @@
 #include "kiln/core.h"
 #include "kiln/proto.h"
 
-#define KILN_MAX_LAYER_PARAMS 4
+#define KILN_MAX_LAYER_PARAMS 8 /* RNN has 6 (Caffe's unrolled net's blobs) */
 #define KILN_MAX_LAYER_BUFFERS 4
 
 typedef struct kiln_layer kiln_layer;
@@ -46,6 +46,11 @@ typedef struct kiln_layer_ops {
   int min_tops, max_tops;
   bool is_loss;                 /* loss_weight defaults to 1 on the first top */
   bool is_data;                 /* produces data; nothing flows back into it */
+  /* Bottoms that never take a gradient, bit i for bottom i (Caffe's AllowForceBackward false: a
+   * recurrent layer's sequence indicators, an embedding's indices): force_backward leaves them
+   * alone, and the layer's backward refuses a propagate_down set on them. A loss layer's labels
+   * (bottoms after the first) are left alone without it. */
+  unsigned no_gradient_bottoms;
   /* Its tops hold its (single) bottom's values unchanged (Split): the net lets each top read the
    * bottom's data instead of holding a copy, unless another layer writes that top, and a saved
    * .caffemodel leaves the layer out (it has nothing to save, and a net that loads the file

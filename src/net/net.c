@@ -170,12 +170,14 @@ static void need_backward(kiln_net *net, const Caffe__NetParameter *np) {
         if (net->learnable[k] == o && net->lr_mult[k] != 0) need = true;
     }
     /* force_backward applies to each bottom on its own (Caffe's AllowForceBackward: never a
-     * loss layer's labels); it does not make the tops carry gradients, or a label that passed
-     * through a Split would be asked for a gradient downstream. */
+     * loss layer's labels, nor the bottoms a table marks no_gradient_bottoms); it does not make
+     * the tops carry gradients, or a label that passed through a Split would be asked for a
+     * gradient downstream. */
     bool forced_any = false;
     for (int b = 0; b < l->nbottom; b++) {
       bool bn = needs[l->bottom[b]->id];
-      bool fb = np->force_backward && !l->ops->is_data && !(l->ops->is_loss && b > 0);
+      bool fb = np->force_backward && !l->ops->is_data && !(l->ops->is_loss && b > 0) &&
+                !(b < 32 && (l->ops->no_gradient_bottoms >> b & 1));
       if (b < (int)l->lp->n_propagate_down && !l->lp->propagate_down[b]) bn = fb = false;
       l->propagate_down[b] = bn || fb;
       need |= bn;

@@ -13,7 +13,6 @@ static const kiln_caffe_missing_layer missing[] = {
     {"ContrastiveLoss", "contrastive_loss_param", NULL},
     {"Crop", "crop_param", NULL},
     {"Deconvolution", NULL, NULL},
-    {"Embed", NULL, NULL},
     {"Exp", "exp_param", NULL},
     {"Filter", NULL, NULL},
     {"HDF5Data", NULL, NULL}, /* hdf5_data_param is in the schema: the type is what is refused */
@@ -23,7 +22,6 @@ static const kiln_caffe_missing_layer missing[] = {
     {"ImageData", "image_data_param", NULL},
     {"InfogainLoss", "infogain_loss_param", NULL},
     {"Log", "log_param", NULL},
-    {"LSTM", NULL, NULL},
     {"LSTMUnit", NULL, NULL},
     {"MemoryData", "memory_data_param",
      "it is fed from C++ or Python code that links Caffe; with kiln, an Input layer takes data "
@@ -35,7 +33,6 @@ static const kiln_caffe_missing_layer missing[] = {
      "kiln runs no Python layers: a Python layer's code lives outside the net file, and kiln is C "
      "with no Python interpreter inside; write the layer in C (docs/adding-a-layer.md)"},
     {"Reduction", "reduction_param", NULL},
-    {"RNN", NULL, NULL},
     {"Silence", NULL, NULL},
     {"SPP", "spp_param", NULL},
     {"Swish", "swish_param", NULL},

@@ -67,6 +67,21 @@ out=$("$KILN" time --model input_labels.prototxt --iterations 2 2>&1) && pass \
   || fail "kiln time with labels from an Input layer: $out"
 echo "$out" | grep -q "^loss " && pass || fail "no timing line for the loss: $out"
 
+# Sequence layers: word indices and sequence indicators from Input layers are filled with zeros
+# (index 0; every step a sequence start), not random reals, and neither is asked for a gradient.
+cat > lm.prototxt <<'NET'
+name: "lm"
+layer { name: "in" type: "Input" top: "words" top: "cont"
+  input_param { shape { dim: 6 dim: 4 } shape { dim: 6 dim: 4 } } }
+layer { name: "embed" type: "Embed" bottom: "words" top: "emb" embed_param { num_output: 8 input_dim: 20 } }
+layer { name: "lstm" type: "LSTM" bottom: "emb" bottom: "cont" top: "lstm" recurrent_param { num_output: 5 } }
+layer { name: "rnn" type: "RNN" bottom: "lstm" bottom: "cont" top: "rnn" recurrent_param { num_output: 3 } }
+NET
+out=$("$KILN" time --model lm.prototxt --iterations 2 2>&1) && pass || fail "kiln time on Embed, LSTM, RNN: $out"
+for layer in embed lstm rnn; do
+  echo "$out" | grep -q "^$layer " && pass || fail "no timing line for $layer: $out"
+done
+
 # Blobs of no elements (a batch of 0, as Caffe allows): every layer runs on them without
 # handing NULL to the C library (the sanitizer build checks), forward and backward.
 cat > empty.prototxt <<'NET'
