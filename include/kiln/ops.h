@@ -34,6 +34,22 @@ void kiln_im2col(float *col, const float *im, const kiln_conv_geom *g);
 /* Inverse scatter: im = sum of col contributions (im is overwritten, not accumulated). */
 void kiln_col2im(float *im, const float *col, const kiln_conv_geom *g);
 
+/* Kernels that run their own OpenMP loop around GEMM calls hold OpenBLAS to one thread while
+ * they run, and parallelism comes only from their loop:
+ * - when several of our threads each call GEMM, a pthread build of OpenBLAS would start its own
+ *   threads inside every call: cores get oversubscribed and its spinning workers starve ours
+ *   (several times slower on 2 cores; `make bench` with KILN_ENGINE=ref shows it);
+ * - a multi-threaded OpenBLAS GEMM does not always give the bits of a single-threaded one (seen
+ *   for the weight-gradient GEMM), which would make results depend on the thread count.
+ * kiln_blas_serial_begin asks OpenBLAS for one thread and returns what to restore;
+ * kiln_blas_serial_end(that) restores it (an OpenMP build of OpenBLAS already runs serially
+ * inside parallel regions, but not in a team of one, hence the check on every build that has
+ * threads). This touches OpenBLAS's process-wide setting, so such kernels must not run
+ * concurrently from several caller threads, which kiln's threading contract (one compute thread,
+ * OpenMP inside kernels) already rules out. */
+int kiln_blas_serial_begin(void);
+void kiln_blas_serial_end(int prev);
+
 /* Convolution of a batch.
  *   out is (N, M, OH, OW); in is (N, C, H, W); w is (M, C/group, kh, kw); bias is (M) or NULL.
  *   col is workspace of (C/group*kh*kw) * (OH*OW) floats per thread: kiln_conv_workspace().
