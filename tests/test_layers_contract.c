@@ -128,8 +128,8 @@ static void test_every_listed_layer_registered_and_tested(void **state) {
 /* Backward twice after one forward, with different garbage in the bottom diff before each: the
  * bottom diff must come out the same (overwritten, every element written) and every parameter
  * diff doubled (accumulated). Convolution, Pooling, InnerProduct, ReLU, Sigmoid, TanH, Dropout,
- * Softmax, SoftmaxWithLoss (with labels that take no gradient), Flatten, Split and GELU, on
- * one 4-D bottom. */
+ * Softmax, SoftmaxWithLoss (with labels that take no gradient), Flatten, Split, GELU and
+ * LayerNorm, on one 4-D bottom. */
 static void test_backward_contract_one_bottom(void **state) {
   (void)state;
   static const struct {
@@ -166,6 +166,9 @@ static void test_backward_contract_one_bottom(void **state) {
       {"name: 'sp' type: 'Split'", TRAIN, 3, false},
       {"name: 'g' type: 'GELU'", TRAIN, 1, false},
       {"name: 'g' type: 'GELU' gelu_param { approximate: TANH }", TRAIN, 1, false},
+      {"name: 'ln' type: 'LayerNorm' layer_norm_param { weight_filler { type: 'gaussian' } }",
+       TRAIN, 1, false},
+      {"name: 'ln' type: 'LayerNorm' layer_norm_param { axis: 1 }", TRAIN, 1, false},
   };
   kiln_rng rng;
   kiln_rng_seed(&rng, 22, 1);

@@ -1,6 +1,7 @@
-/* The transformer's layers on time-major T x N x D data: GELU. Forward passes against values
- * worked out by hand and against the definitions computed here in double precision; backward
- * passes against finite differences; in-place runs against out-of-place ones. */
+/* The transformer's layers on time-major T x N x D data: GELU and LayerNorm. Forward passes
+ * against values worked out by hand and against the definitions computed here in double
+ * precision with plain loops; backward passes against finite differences; in-place runs against
+ * out-of-place ones; the errors of bad parameters and shapes. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -95,11 +96,170 @@ static void test_gelu_gradients(void **state) {
   kiln_blob_free(x);
 }
 
+/* ---- LayerNorm --------------------------------------------------------------------------- */
+
+/* One sample [1, 2, 3, 4]: mean 2.5, biased variance 1.25, 1 / sqrt(1.25 + 1e-5) = 0.894423613,
+ * x_hat = [-1.5, -0.5, 0.5, 1.5] x 0.894423613 = [-1.34163542, -0.447211807, 0.447211807,
+ * 1.34163542]; with gain [1, 2, 0.5, -1] and bias [0, 0.1, -0.2, 0.3]: y = [-1.34163542,
+ * -0.794423613, 0.0236059033, -1.04163542]. dy = [1, 0, 0, 0]: dh = dy gain = [1, 0, 0, 0],
+ * mean(dh) = 0.25, mean(dh x_hat) = -0.335408855, dx = r (dh - 0.25 - x_hat (-0.335408855)) =
+ * [0.268330304, -0.357768372, -0.0894434346, 0.178881503] (r = 0.894423613; about r [0.3, -0.4,
+ * -0.1, 0.2]). */
+static void test_layer_norm_hand(void **state) {
+  (void)state;
+  const float xv[4] = {1, 2, 3, 4}, gain[4] = {1, 2, 0.5f, -1}, bias[4] = {0, 0.1f, -0.2f, 0.3f};
+  const double r = 1 / sqrt(1.25 + 1e-5), h[4] = {-1.5 * r, -0.5 * r, 0.5 * r, 1.5 * r};
+  const double c = h[0] / 4; /* mean(dh x_hat) with dh = [1, 0, 0, 0] */
+  float want_y[4], want_dx[4];
+  for (int k = 0; k < 4; k++) {
+    want_y[k] = (float)(h[k] * gain[k] + bias[k]);
+    want_dx[k] = (float)(r * ((k == 0) - 0.25 - h[k] * c));
+  }
+  const float hand_y[4] = {-1.34163542f, -0.794423613f, 0.0236059033f, -1.04163542f};
+  const float hand_dx[4] = {0.268330304f, -0.357768372f, -0.0894434346f, 0.178881503f};
+  expect_close("the working above, y", want_y, hand_y, 4, 1e-7);
+  expect_close("the working above, dx", want_dx, hand_dx, 4, 1e-7);
+  for (int in_place = 0; in_place < 2; in_place++) {
+    kiln_blob *x = blob_of("x", 3, SHAPE(1, 1, 4), xv);
+    kiln_blob *y = in_place ? x : kiln_blob_new("y");
+    built b = build_on("name: 'ln' type: 'LayerNorm'", TRAIN, &x, 1, &y, 1);
+    assert_int_equal(b.l->nparam, 2);
+    expect_shape(b.l->param[0], 1, SHAPE(4));
+    const float ones[4] = {1, 1, 1, 1}, zeros[4] = {0};
+    expect_close("gain filled with 1", b.l->param[0]->data, ones, 4, 0);
+    expect_close("bias filled with 0", b.l->param[1]->data, zeros, 4, 0);
+    set_params(&b, 0, gain);
+    set_params(&b, 1, bias);
+    forward(&b);
+    expect_close("layer norm y", y->data, want_y, 4, 1e-6);
+    const float dy[4] = {1, 0, 0, 0};
+    memcpy(y->diff, dy, sizeof dy);
+    fill(b.l->param[0]->diff, 4, 0);
+    fill(b.l->param[1]->diff, 4, 0);
+    backward(&b);
+    expect_close("layer norm dx", x->diff, want_dx, 4, 1e-6);
+    /* dgain = dy x_hat, dbias = dy */
+    const float dg[4] = {(float)h[0], 0, 0, 0};
+    expect_close("layer norm dgain", b.l->param[0]->diff, dg, 4, 1e-6);
+    expect_close("layer norm dbias", b.l->param[1]->diff, dy, 4, 0);
+    unbuild(&b);
+    if (!in_place) kiln_blob_free(y);
+    kiln_blob_free(x);
+  }
+}
+
+/* y from the definition in double: samples are the first `axis` axes, each normalized over the
+ * rest. */
+static void layer_norm_ref(double *y, const float *x, int64_t M, int64_t K, double eps,
+                           const float *gain, const float *bias) {
+  for (int64_t m = 0; m < M; m++) {
+    double mean = 0, var = 0;
+    for (int64_t k = 0; k < K; k++) mean += x[m * K + k];
+    mean /= (double)K;
+    for (int64_t k = 0; k < K; k++) var += (x[m * K + k] - mean) * (x[m * K + k] - mean);
+    var /= (double)K;
+    for (int64_t k = 0; k < K; k++) {
+      double h = (x[m * K + k] - mean) / sqrt(var + eps);
+      y[m * K + k] = h * (gain ? gain[k] : 1) + (bias ? bias[k] : 0);
+    }
+  }
+}
+
+static void test_layer_norm_reference(void **state) {
+  (void)state;
+  kiln_rng rng;
+  kiln_rng_seed(&rng, 43, 1);
+  kiln_blob *x = gc_blob("x", 3, SHAPE(3, 2, 6), -2, 3, &rng);
+  double *want = doubles(x->count);
+  static const struct {
+    const char *text;
+    int64_t M, K;
+    double eps;
+    int nparam;
+  } cases[] = {
+      {"name: 'ln' type: 'LayerNorm' layer_norm_param { weight_filler { type: 'gaussian' } "
+       "bias_filler { type: 'gaussian' } }",
+       6, 6, 1e-5, 2},
+      {"name: 'ln' type: 'LayerNorm' layer_norm_param { axis: 1 eps: 0.5 "
+       "weight_filler { type: 'gaussian' } bias_filler { type: 'gaussian' } }",
+       3, 12, 0.5, 2},
+      {"name: 'ln' type: 'LayerNorm' layer_norm_param { axis: -2 bias_term: false "
+       "weight_filler { type: 'gaussian' } }",
+       3, 12, 1e-5, 1},
+      {"name: 'ln' type: 'LayerNorm' layer_norm_param { elementwise_affine: false }", 6, 6, 1e-5,
+       0},
+      {"name: 'ln' type: 'LayerNorm' layer_norm_param { axis: 0 }", 1, 36, 1e-5, 2},
+  };
+  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+    built b = build(cases[c].text, TEST, &x, 1, 1);
+    assert_int_equal(b.l->nparam, cases[c].nparam);
+    if (b.l->nparam) assert_int_equal(b.l->param[0]->count, cases[c].K);
+    forward(&b);
+    layer_norm_ref(want, x->data, cases[c].M, cases[c].K, cases[c].eps,
+                   b.l->nparam > 0 ? b.l->param[0]->data : NULL,
+                   b.l->nparam > 1 ? b.l->param[1]->data : NULL);
+    expect_rel(cases[c].text, b.top[0]->data, want, x->count, 1e-5);
+    unbuild(&b);
+  }
+  free(want);
+  kiln_blob_free(x);
+}
+
+static void test_layer_norm_gradients(void **state) {
+  (void)state;
+  kiln_rng rng;
+  kiln_rng_seed(&rng, 44, 1);
+  kiln_blob *x = gc_blob("x", 3, SHAPE(3, 2, 5), -2, 2, &rng);
+  check_grad("name: 'ln' type: 'LayerNorm' layer_norm_param { weight_filler { type: 'gaussian' } "
+             "bias_filler { type: 'gaussian' } }",
+             &x, 1, 1, NULL);
+  check_grad("name: 'ln' type: 'LayerNorm' layer_norm_param { axis: 1 "
+             "weight_filler { type: 'uniform' min: 0.5 max: 1.5 } }",
+             &x, 1, 1, NULL);
+  check_grad("name: 'ln' type: 'LayerNorm' layer_norm_param { elementwise_affine: false }", &x,
+             1, 1, NULL);
+  check_grad("name: 'ln' type: 'LayerNorm' layer_norm_param { bias_term: false eps: 0.1 }", &x,
+             1, 1, NULL);
+  expect_in_place_matches("name: 'ln' type: 'LayerNorm' layer_norm_param { weight_filler { "
+                          "type: 'gaussian' } bias_filler { type: 'gaussian' } }",
+                          x, &rng);
+  expect_in_place_matches("name: 'ln' type: 'LayerNorm' layer_norm_param { axis: 1 "
+                          "elementwise_affine: false }",
+                          x, &rng);
+  kiln_blob_free(x);
+}
+
+static void test_layer_norm_bad_parameters(void **state) {
+  (void)state;
+  kiln_blob *x = blob_of("x", 3, SHAPE(3, 2, 4), NULL);
+  const char *who = "layer 'ln' (LayerNorm)";
+  expect_create_fails("name: 'ln' type: 'LayerNorm' layer_norm_param { axis: 3 }", TRAIN, &x, 1,
+                      1, KILN_ERR_INVALID, who, "axis 3");
+  expect_create_fails("name: 'ln' type: 'LayerNorm' layer_norm_param { axis: -4 }", TRAIN, &x, 1,
+                      1, KILN_ERR_INVALID, who, "axis -4");
+  expect_create_fails("name: 'ln' type: 'LayerNorm' layer_norm_param { eps: -1 }", TRAIN, &x, 1,
+                      1, KILN_ERR_INVALID, who, "eps");
+  /* The normalized axes may not change shape once the gain is made. */
+  built b = build("name: 'ln' type: 'LayerNorm'", TRAIN, &x, 1, 1);
+  assert_int_equal(kiln_blob_reshape(x, 3, SHAPE(5, 2, 4)), KILN_OK);
+  assert_int_equal(b.l->ops->reshape(b.l), KILN_OK); /* more steps: fine */
+  expect_shape(b.top[0], 3, SHAPE(5, 2, 4));
+  assert_int_equal(kiln_blob_reshape(x, 3, SHAPE(5, 2, 3)), KILN_OK);
+  assert_int_equal(b.l->ops->reshape(b.l), KILN_ERR_SHAPE);
+  expect_message(who, "normalized axes", NULL);
+  unbuild(&b);
+  kiln_blob_free(x);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_gelu_hand),
       cmocka_unit_test(test_gelu_reference),
       cmocka_unit_test(test_gelu_gradients),
+      cmocka_unit_test(test_layer_norm_hand),
+      cmocka_unit_test(test_layer_norm_reference),
+      cmocka_unit_test(test_layer_norm_gradients),
+      cmocka_unit_test(test_layer_norm_bad_parameters),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
