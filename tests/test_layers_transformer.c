@@ -1,7 +1,7 @@
-/* The transformer's layers on time-major T x N x D data: GELU and LayerNorm. Forward passes
- * against values worked out by hand and against the definitions computed here in double
- * precision with plain loops; backward passes against finite differences; in-place runs against
- * out-of-place ones; the errors of bad parameters and shapes. */
+/* The transformer's layers on time-major T x N x D data: GELU, LayerNorm and PositionalEncoding.
+ * Forward passes against values worked out by hand and against the definitions computed here in
+ * double precision with plain loops; backward passes against finite differences; in-place runs
+ * against out-of-place ones; the errors of bad parameters and shapes. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -251,6 +251,145 @@ static void test_layer_norm_bad_parameters(void **state) {
   kiln_blob_free(x);
 }
 
+/* ---- PositionalEncoding ------------------------------------------------------------------ */
+
+/* D = 4: pe[t] = [sin t, cos t, sin(t / 100), cos(t / 100)] (10000^(2/4) = 100): t = 0: [0, 1,
+ * 0, 1]; t = 1: [0.841470985, 0.540302306, 0.00999983333, 0.99995]; t = 2: [0.909297427,
+ * -0.416146837, 0.0199986667, 0.999800007]. Every sequence n gets the same rows.
+ * D = 5 has the frequencies 1, 10000^(-2/5) and 10000^(-4/5) and ends on a sine:
+ * [sin t, cos t, sin(t / 39.8107171), cos(t / 39.8107171), sin(t / 1584.89319)]. */
+static void test_positional_encoding_sinusoidal_hand(void **state) {
+  (void)state;
+  const float pe4[3][4] = {{0, 1, 0, 1},
+                           {0.841470985f, 0.540302306f, 0.00999983333f, 0.99995f},
+                           {0.909297427f, -0.416146837f, 0.0199986667f, 0.999800007f}};
+  for (int in_place = 0; in_place < 2; in_place++) {
+    kiln_blob *x = iota_blob("x", 3, SHAPE(3, 2, 4), -5); /* x[t, n, j] = (t 2 + n) 4 + j - 5 */
+    kiln_blob *y = in_place ? x : kiln_blob_new("y");
+    built b = build_on("name: 'pe' type: 'PositionalEncoding'", TRAIN, &x, 1, &y, 1);
+    assert_int_equal(b.l->nparam, 0);
+    forward(&b);
+    float want[24];
+    for (int t = 0; t < 3; t++)
+      for (int n = 0; n < 2; n++)
+        for (int j = 0; j < 4; j++) want[(t * 2 + n) * 4 + j] = (t * 2 + n) * 4 + j - 5 + pe4[t][j];
+    expect_close("sinusoidal y", y->data, want, 24, 1e-6);
+    for (int i = 0; i < 24; i++) y->diff[i] = (float)i;
+    backward(&b);
+    float id[24];
+    for (int i = 0; i < 24; i++) id[i] = (float)i;
+    expect_close("sinusoidal dx = dy", x->diff, id, 24, 0);
+    unbuild(&b);
+    if (!in_place) kiln_blob_free(y);
+    kiln_blob_free(x);
+  }
+  kiln_blob *x = blob_of("x", 3, SHAPE(3, 1, 5), NULL);
+  built b = build("name: 'pe' type: 'PositionalEncoding' positional_encoding_param { "
+                  "mode: SINUSOIDAL max_len: 3 }",
+                  TRAIN, &x, 1, 1);
+  forward(&b);
+  for (int t = 0; t < 3; t++) {
+    const double f1 = pow(10000.0, 0.4), f2 = pow(10000.0, 0.8);
+    const float want[5] = {(float)sin(t), (float)cos(t), (float)sin(t / f1), (float)cos(t / f1),
+                           (float)sin(t / f2)};
+    expect_close("sinusoidal, odd D", b.top[0]->data + t * 5, want, 5, 1e-6);
+  }
+  unbuild(&b);
+  kiln_blob_free(x);
+}
+
+/* LEARNED: y[t, n, :] = x[t, n, :] + P[t, :]; dP[t, :] += sum over n of dy[t, n, :]. */
+static void test_positional_encoding_learned_hand(void **state) {
+  (void)state;
+  kiln_blob *x = iota_blob("x", 3, SHAPE(2, 3, 2), 0);
+  built b = build("name: 'pe' type: 'PositionalEncoding' positional_encoding_param { "
+                  "mode: LEARNED max_len: 4 }",
+                  TRAIN, &x, 1, 1);
+  assert_int_equal(b.l->nparam, 1);
+  expect_shape(b.l->param[0], 2, SHAPE(4, 2));
+  /* default filler: gaussian, std 0.02 */
+  double sq = 0;
+  for (int i = 0; i < 8; i++) sq += (double)b.l->param[0]->data[i] * b.l->param[0]->data[i];
+  assert_true(sq > 0 && sqrt(sq / 8) < 0.1);
+  const float P[8] = {10, 20, 30, 40, 50, 60, 70, 80};
+  set_params(&b, 0, P);
+  forward(&b);
+  const float want[12] = {10, 21, 12, 23, 14, 25, 36, 47, 38, 49, 40, 51};
+  expect_close("learned y", b.top[0]->data, want, 12, 0);
+  for (int i = 0; i < 12; i++) b.top[0]->diff[i] = (float)(i + 1);
+  fill(b.l->param[0]->diff, 8, 1);
+  backward(&b);
+  /* t = 0: rows 1 2, 3 4, 5 6 -> 9, 12; t = 1: 7 8, 9 10, 11 12 -> 27, 30; rows 2, 3 unused */
+  const float dP[8] = {10, 13, 28, 31, 1, 1, 1, 1};
+  expect_close("learned dP accumulated", b.l->param[0]->diff, dP, 8, 0);
+  expect_close("learned dx", x->diff, b.top[0]->diff, 12, 0);
+  unbuild(&b);
+  kiln_blob_free(x);
+}
+
+static void test_positional_encoding_gradients(void **state) {
+  (void)state;
+  kiln_rng rng;
+  kiln_rng_seed(&rng, 45, 1);
+  kiln_blob *x = gc_blob("x", 3, SHAPE(3, 2, 4), -1, 1, &rng);
+  const char *learned = "name: 'pe' type: 'PositionalEncoding' positional_encoding_param { "
+                        "mode: LEARNED max_len: 5 filler { type: 'gaussian' std: 0.5 } }";
+  check_grad(learned, &x, 1, 1, NULL);
+  check_grad("name: 'pe' type: 'PositionalEncoding'", &x, 1, 1, NULL);
+  expect_in_place_matches(learned, x, &rng);
+  expect_in_place_matches("name: 'pe' type: 'PositionalEncoding'", x, &rng);
+  kiln_blob_free(x);
+}
+
+/* More steps than max_len are refused when built and when a later batch grows past it; fewer
+ * steps take the leading rows of the table. */
+static void test_positional_encoding_max_len(void **state) {
+  (void)state;
+  const char *who = "layer 'pe' (PositionalEncoding)";
+  kiln_blob *x = blob_of("x", 3, SHAPE(6, 2, 4), NULL);
+  expect_create_fails("name: 'pe' type: 'PositionalEncoding' positional_encoding_param { "
+                      "max_len: 5 }",
+                      TRAIN, &x, 1, 1, KILN_ERR_SHAPE, who, "6 time steps, more than "
+                      "positional_encoding_param.max_len 5");
+  expect_create_fails("name: 'pe' type: 'PositionalEncoding' positional_encoding_param { "
+                      "mode: LEARNED max_len: 5 }",
+                      TRAIN, &x, 1, 1, KILN_ERR_SHAPE, who, "max_len 5");
+  expect_create_fails("name: 'pe' type: 'PositionalEncoding' positional_encoding_param { "
+                      "max_len: 0 }",
+                      TRAIN, &x, 1, 1, KILN_ERR_INVALID, who, "max_len");
+  kiln_blob *flat = blob_of("flat", 2, SHAPE(6, 8), NULL);
+  expect_create_fails("name: 'pe' type: 'PositionalEncoding'", TRAIN, &flat, 1, 1,
+                      KILN_ERR_SHAPE, who, "T x N x D");
+  kiln_blob_free(flat);
+  for (int learned = 0; learned < 2; learned++) {
+    assert_int_equal(kiln_blob_reshape(x, 3, SHAPE(5, 2, 4)), KILN_OK);
+    fill(x->data, x->count, 0);
+    built b = build(learned ? "name: 'pe' type: 'PositionalEncoding' positional_encoding_param "
+                              "{ mode: LEARNED max_len: 5 }"
+                            : "name: 'pe' type: 'PositionalEncoding' positional_encoding_param "
+                              "{ max_len: 5 }",
+                    TRAIN, &x, 1, 1);
+    forward(&b);
+    float *full = malloc(sizeof(float) * 40);
+    assert_non_null(full);
+    memcpy(full, b.top[0]->data, sizeof(float) * 40);
+    assert_int_equal(kiln_blob_reshape(x, 3, SHAPE(2, 2, 4)), KILN_OK);
+    assert_int_equal(b.l->ops->reshape(b.l), KILN_OK);
+    forward(&b);
+    expect_close("fewer steps", b.top[0]->data, full, 16, 0);
+    assert_int_equal(kiln_blob_reshape(x, 3, SHAPE(5, 2, 4)), KILN_OK);
+    assert_int_equal(b.l->ops->reshape(b.l), KILN_OK);
+    forward(&b);
+    expect_close("steps again", b.top[0]->data, full, 40, 0);
+    assert_int_equal(kiln_blob_reshape(x, 3, SHAPE(7, 2, 4)), KILN_OK);
+    assert_int_equal(b.l->ops->reshape(b.l), KILN_ERR_SHAPE);
+    expect_message(who, "7 time steps", "max_len 5");
+    free(full);
+    unbuild(&b);
+  }
+  kiln_blob_free(x);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_gelu_hand),
@@ -260,6 +399,10 @@ int main(void) {
       cmocka_unit_test(test_layer_norm_reference),
       cmocka_unit_test(test_layer_norm_gradients),
       cmocka_unit_test(test_layer_norm_bad_parameters),
+      cmocka_unit_test(test_positional_encoding_sinusoidal_hand),
+      cmocka_unit_test(test_positional_encoding_learned_hand),
+      cmocka_unit_test(test_positional_encoding_gradients),
+      cmocka_unit_test(test_positional_encoding_max_len),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
