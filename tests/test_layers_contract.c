@@ -281,7 +281,9 @@ static void test_backward_contract_second_bottoms(void **state) {
   }
 }
 
-/* The same for the sequence layers on time-major T x N x D bottoms: PositionalEncoding. */
+/* The same for the sequence layers on time-major T x N x D bottoms: PositionalEncoding, and
+ * MultiHeadAttention with its key/value input and padding mask (whose diff, asked for, comes out
+ * 0 every time). */
 static void test_backward_contract_sequences(void **state) {
   (void)state;
   static const struct {
@@ -293,6 +295,15 @@ static void test_backward_contract_sequences(void **state) {
        "max_len: 4 }",
        1, false},
       {"name: 'pe' type: 'PositionalEncoding'", 1, false},
+      {"name: 'att' type: 'MultiHeadAttention' multihead_attention_param { num_heads: 2 "
+       "bias_filler { type: 'gaussian' } }",
+       1, false},
+      {"name: 'att' type: 'MultiHeadAttention' multihead_attention_param { num_heads: 2 "
+       "causal: true bias_filler { type: 'gaussian' } }",
+       2, false},
+      {"name: 'att' type: 'MultiHeadAttention' multihead_attention_param { num_heads: 4 "
+       "bias_filler { type: 'gaussian' } }",
+       3, true},
   };
   kiln_rng rng;
   kiln_rng_seed(&rng, 91, 1);

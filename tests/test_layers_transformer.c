@@ -1,7 +1,9 @@
-/* The transformer's layers on time-major T x N x D data: GELU, LayerNorm and PositionalEncoding.
- * Forward passes against values worked out by hand and against the definitions computed here in
- * double precision with plain loops; backward passes against finite differences; in-place runs
- * against out-of-place ones; the errors of bad parameters and shapes. */
+/* The transformer's layers on time-major T x N x D data: GELU, LayerNorm, PositionalEncoding and
+ * MultiHeadAttention. Forward passes against values worked out by hand and against the
+ * definitions computed here in double precision with plain loops (for attention also against
+ * values from a script that follows PyTorch's multi_head_attention_forward step by step);
+ * backward passes against finite differences; in-place runs against out-of-place ones; results
+ * that do not depend on the thread count; the errors of bad parameters and shapes. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -390,6 +392,351 @@ static void test_positional_encoding_max_len(void **state) {
   kiln_blob_free(x);
 }
 
+/* ---- MultiHeadAttention ------------------------------------------------------------------ */
+
+/* Multi-head attention from its definition, in double, with plain loops: x (T, N, D), kv (S, N,
+ * D), mask (S, N) or NULL, in_proj w_in (3D, D) and b_in (3D) (NULL: none), out_proj w_out
+ * (D, D) and b_out (D). A query whose keys are all masked gets zero weights. */
+static void mha_ref(double *y, const float *x, const float *kv, const float *mask, int T, int S,
+                    int N, int D, int H, const float *w_in, const float *b_in, const float *w_out,
+                    const float *b_out, bool causal) {
+  const int hd = D / H;
+  double *q = doubles((int64_t)T * N * D), *k = doubles((int64_t)S * N * D);
+  double *v = doubles((int64_t)S * N * D), *ctx = doubles((int64_t)T * N * D);
+  double *a = doubles(S);
+  for (int t = 0; t < T; t++)
+    for (int n = 0; n < N; n++)
+      for (int i = 0; i < D; i++) {
+        double acc = b_in ? b_in[i] : 0;
+        for (int j = 0; j < D; j++) acc += (double)w_in[i * D + j] * x[(t * N + n) * D + j];
+        q[(t * N + n) * D + i] = acc;
+      }
+  for (int s = 0; s < S; s++)
+    for (int n = 0; n < N; n++)
+      for (int i = 0; i < D; i++) {
+        double ak = b_in ? b_in[D + i] : 0, av = b_in ? b_in[2 * D + i] : 0;
+        for (int j = 0; j < D; j++) {
+          ak += (double)w_in[(D + i) * D + j] * kv[(s * N + n) * D + j];
+          av += (double)w_in[(2 * D + i) * D + j] * kv[(s * N + n) * D + j];
+        }
+        k[(s * N + n) * D + i] = ak;
+        v[(s * N + n) * D + i] = av;
+      }
+  for (int n = 0; n < N; n++)
+    for (int h = 0; h < H; h++)
+      for (int t = 0; t < T; t++) {
+        double mx = -INFINITY, sum = 0;
+        for (int s = 0; s < S; s++) {
+          bool on = (!causal || s <= t) && (!mask || mask[s * N + n] != 0);
+          double dot = 0;
+          for (int j = 0; j < hd; j++)
+            dot += q[(t * N + n) * D + h * hd + j] * k[(s * N + n) * D + h * hd + j];
+          a[s] = on ? dot / sqrt((double)hd) : -INFINITY;
+          if (a[s] > mx) mx = a[s];
+        }
+        for (int s = 0; s < S; s++) sum += a[s] = mx == -INFINITY ? 0 : exp(a[s] - mx);
+        for (int j = 0; j < hd; j++) {
+          double c = 0;
+          for (int s = 0; s < S; s++) c += (sum > 0 ? a[s] / sum : 0) * v[(s * N + n) * D + h * hd + j];
+          ctx[(t * N + n) * D + h * hd + j] = c;
+        }
+      }
+  for (int r = 0; r < T * N; r++)
+    for (int i = 0; i < D; i++) {
+      double acc = b_out ? b_out[i] : 0;
+      for (int j = 0; j < D; j++) acc += (double)w_out[i * D + j] * ctx[r * D + j];
+      y[r * D + i] = acc;
+    }
+  free(q);
+  free(k);
+  free(v);
+  free(ctx);
+  free(a);
+}
+
+/* The tiny case: D = 4, 2 heads, T = 3, N = 1, with these weights (PyTorch's in_proj_weight,
+ * in_proj_bias, out_proj.weight, out_proj.bias). */
+static const float tiny_x[12] = {0.5f, -1.0f, 0.25f, 0.8f, -0.3f, 0.7f,
+                                 1.2f, -0.6f, 1.1f,  0.2f, -0.9f, 0.4f};
+static const float tiny_w_in[48] = {
+    0.2f,  -0.1f, 0.4f,  0.0f,  -0.3f, 0.5f,  0.1f,  0.2f,  0.1f,  0.1f, -0.2f, 0.6f,
+    0.0f,  -0.4f, 0.3f,  0.1f,  0.5f,  0.2f,  -0.1f, -0.3f, -0.2f, 0.3f, 0.2f,  0.4f,
+    0.3f,  -0.5f, 0.0f,  0.2f,  0.1f,  0.4f,  -0.3f, -0.1f, -0.4f, 0.1f, 0.5f,  0.2f,
+    0.2f,  0.2f,  0.1f,  -0.5f, 0.6f,  -0.1f, -0.2f, 0.1f,  -0.1f, 0.3f, 0.4f,  0.3f};
+static const float tiny_b_in[12] = {0.01f, -0.02f, 0.03f, 0.0f,  0.05f, -0.01f,
+                                    0.02f, 0.04f,  -0.03f, 0.01f, 0.0f,  0.02f};
+static const float tiny_w_out[16] = {0.3f,  -0.2f, 0.1f, 0.4f, 0.1f, 0.5f, -0.3f, 0.2f,
+                                     -0.4f, 0.1f,  0.2f, 0.3f, 0.2f, 0.3f, 0.4f,  -0.1f};
+static const float tiny_b_out[4] = {0.1f, -0.1f, 0.05f, 0.0f};
+
+/* The tiny case with and without the causal and padding masks (mask [1, 1, 0]: the last step is
+ * padding), against mha_ref and against values from a script that follows PyTorch's
+ * multi_head_attention_forward (q, k, v viewed as (T, N H, hd) batches, key_padding_mask True on
+ * padding, the causal mask -inf above the diagonal). Causal query 0 sees key 0 alone, so its
+ * output is v_0's projection: [0.2265, -0.464, 0.1105, 0.0225]. Every key padding leaves b_o. */
+static void test_mha_tiny_cases(void **state) {
+  (void)state;
+  static const float torch_plain[12] = {0.108442949f, -0.210555707f, 0.188521158f, 0.106050355f,
+                                        0.148816456f, -0.102199156f, 0.159725186f, 0.0356532545f,
+                                        0.131514166f, -0.19850318f,  0.164207733f, 0.108474386f};
+  static const float torch_causal[12] = {0.2265f,        -0.464f,      0.1105f,
+                                         0.0225f,        0.308668289f, 0.0890715273f,
+                                         -0.00408444771f, -0.0262952539f, 0.131514166f,
+                                         -0.19850318f,   0.164207733f, 0.108474386f};
+  static const float torch_padding[12] = {0.285990961f,  -0.0122185614f, 0.0104138453f,
+                                          0.0332748318f, 0.308668289f,   0.0890715273f,
+                                          -0.00408444771f, -0.0262952539f, 0.273057837f,
+                                          -0.0600534813f, 0.0153700492f, 0.076165383f};
+  static const float torch_causal_padding[12] = {
+      0.2265f,      -0.464f,         0.1105f,        0.0225f,
+      0.308668289f, 0.0890715273f,   -0.00408444771f, -0.0262952539f,
+      0.273057837f, -0.0600534813f,  0.0153700492f,  0.076165383f};
+  const float pad[3] = {1, 1, 0}, none[3] = {0, 0, 0};
+  const float only_bias[12] = {0.1f, -0.1f, 0.05f, 0, 0.1f, -0.1f, 0.05f, 0, 0.1f, -0.1f, 0.05f, 0};
+  const struct {
+    bool causal;
+    const float *mask, *want;
+  } cases[] = {{false, NULL, torch_plain},  {true, NULL, torch_causal},
+               {false, pad, torch_padding}, {true, pad, torch_causal_padding},
+               {false, none, only_bias},    {true, none, only_bias}};
+  double ref[12];
+  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+    kiln_blob *x = blob_of("x", 3, SHAPE(3, 1, 4), tiny_x);
+    kiln_blob *m = blob_of("mask", 2, SHAPE(3, 1), cases[c].mask);
+    kiln_blob *b[2] = {x, m};
+    char text[200];
+    snprintf(text, sizeof text,
+             "name: 'att' type: 'MultiHeadAttention' multihead_attention_param { num_heads: 2 "
+             "causal: %s }",
+             cases[c].causal ? "true" : "false");
+    built l = build(text, TRAIN, b, cases[c].mask ? 2 : 1, 1);
+    assert_int_equal(l.l->nparam, 4);
+    expect_shape(l.l->param[0], 2, SHAPE(12, 4));
+    expect_shape(l.l->param[1], 1, SHAPE(12));
+    expect_shape(l.l->param[2], 2, SHAPE(4, 4));
+    expect_shape(l.l->param[3], 1, SHAPE(4));
+    set_params(&l, 0, tiny_w_in);
+    set_params(&l, 1, tiny_b_in);
+    set_params(&l, 2, tiny_w_out);
+    set_params(&l, 3, tiny_b_out);
+    forward(&l);
+    expect_shape(l.top[0], 3, SHAPE(3, 1, 4));
+    mha_ref(ref, tiny_x, tiny_x, cases[c].mask, 3, 3, 1, 4, 2, tiny_w_in, tiny_b_in, tiny_w_out,
+            tiny_b_out, cases[c].causal);
+    expect_rel(text, l.top[0]->data, ref, 12, 1e-5);
+    expect_close(text, l.top[0]->data, cases[c].want, 12, 1e-6);
+    unbuild(&l);
+    kiln_blob_free(m);
+    kiln_blob_free(x);
+  }
+}
+
+/* Random shapes against mha_ref: self-attention, cross-attention (S != T), masks with whole
+ * sequences of padding, causal, one head and several, without biases. */
+static void test_mha_reference(void **state) {
+  (void)state;
+  static const struct {
+    const char *param;
+    int T, S, N, D, H;
+    bool kv, mask, causal, bias;
+  } cases[] = {
+      {"num_heads: 3", 4, 4, 3, 6, 3, false, false, false, true},
+      {"num_heads: 1", 4, 4, 3, 6, 1, false, true, false, true},
+      {"num_heads: 2 causal: true", 5, 5, 2, 8, 2, false, true, true, true},
+      {"num_heads: 3", 4, 6, 3, 6, 3, true, false, false, true},
+      {"num_heads: 6 bias_term: false", 3, 5, 2, 6, 6, true, true, false, false},
+  };
+  kiln_rng rng;
+  kiln_rng_seed(&rng, 46, 1);
+  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+    const int T = cases[c].T, S = cases[c].S, N = cases[c].N, D = cases[c].D;
+    kiln_blob *x = gc_blob("x", 3, SHAPE(T, N, D), -1, 1, &rng);
+    kiln_blob *kv = gc_blob("kv", 3, SHAPE(S, N, D), -1, 1, &rng);
+    kiln_blob *m = blob_of("mask", 2, SHAPE(S, N), NULL);
+    /* sequence n has S - n valid steps (the last sequence of a batch of 3 keeps S - 2);
+     * sequence 1 of the causal case is all padding */
+    for (int s = 0; s < S; s++)
+      for (int n = 0; n < N; n++)
+        m->data[s * N + n] = (cases[c].causal && n == 1) ? 0.0f : (float)(s < S - n);
+    kiln_blob *b[3] = {x, cases[c].kv ? kv : m, m};
+    int nb = 1 + cases[c].kv + cases[c].mask;
+    char text[300];
+    snprintf(text, sizeof text,
+             "name: 'att' type: 'MultiHeadAttention' multihead_attention_param { %s "
+             "weight_filler { type: 'gaussian' std: 0.5 } bias_filler { type: 'gaussian' std: "
+             "0.3 } }",
+             cases[c].param);
+    built l = build(text, TRAIN, b, nb, 1);
+    assert_int_equal(l.l->nparam, cases[c].bias ? 4 : 2);
+    forward(&l);
+    double *ref = doubles((int64_t)T * N * D);
+    const float *w_in = l.l->param[0]->data;
+    const float *b_in = cases[c].bias ? l.l->param[1]->data : NULL;
+    const float *w_out = l.l->param[cases[c].bias ? 2 : 1]->data;
+    const float *b_out = cases[c].bias ? l.l->param[3]->data : NULL;
+    mha_ref(ref, x->data, cases[c].kv ? kv->data : x->data, cases[c].mask ? m->data : NULL, T,
+            cases[c].kv ? S : T, N, D, cases[c].H, w_in, b_in, w_out, b_out, cases[c].causal);
+    expect_rel(text, l.top[0]->data, ref, (int64_t)T * N * D, 2e-5);
+    free(ref);
+    unbuild(&l);
+    kiln_blob_free(m);
+    kiln_blob_free(kv);
+    kiln_blob_free(x);
+  }
+}
+
+static void test_mha_gradients(void **state) {
+  (void)state;
+  kiln_rng rng;
+  kiln_rng_seed(&rng, 47, 1);
+  kiln_blob *x = gc_blob("x", 3, SHAPE(3, 2, 4), -1, 1, &rng);
+  kiln_blob *kv = gc_blob("kv", 3, SHAPE(4, 2, 4), -1, 1, &rng);
+  /* sequence 0: all 3 steps valid; sequence 1: the first 2 */
+  const float mask3[6] = {1, 1, 1, 1, 1, 0}, mask4[8] = {1, 1, 1, 1, 1, 0, 0, 0};
+  kiln_blob *m3 = blob_of("m3", 2, SHAPE(3, 2), mask3), *m4 = blob_of("m4", 2, SHAPE(4, 2), mask4);
+  const char *fillers = "weight_filler { type: 'gaussian' std: 0.5 } "
+                     "bias_filler { type: 'gaussian' std: 0.3 }";
+  char text[300];
+  snprintf(text, sizeof text,
+           "name: 'att' type: 'MultiHeadAttention' multihead_attention_param { num_heads: 2 %s }",
+           fillers);
+  check_grad(text, &x, 1, 1, NULL);
+  gradcheck_opts xonly = {.bottom_mask = 1}, xkv = {.bottom_mask = 3};
+  kiln_blob *self_mask[2] = {x, m3};
+  check_grad(text, self_mask, 2, 1, &xonly);
+  kiln_blob *cross[2] = {x, kv};
+  check_grad(text, cross, 2, 1, NULL);
+  kiln_blob *cross_mask[3] = {x, kv, m4};
+  check_grad(text, cross_mask, 3, 1, &xkv);
+  snprintf(text, sizeof text,
+           "name: 'att' type: 'MultiHeadAttention' multihead_attention_param { num_heads: 2 "
+           "causal: true %s }",
+           fillers);
+  check_grad(text, &x, 1, 1, NULL);
+  check_grad(text, self_mask, 2, 1, &xonly);
+  snprintf(text, sizeof text,
+           "name: 'att' type: 'MultiHeadAttention' multihead_attention_param { num_heads: 4 "
+           "bias_term: false %s }",
+           fillers);
+  check_grad(text, cross, 2, 1, NULL);
+  /* A sequence of nothing but padding: its output is b_o, and no gradient flows into x there. */
+  const float m_empty[6] = {1, 0, 1, 0, 0, 0};
+  kiln_blob *me = blob_of("me", 2, SHAPE(3, 2), m_empty);
+  kiln_blob *empty[2] = {x, me};
+  check_grad("name: 'att' type: 'MultiHeadAttention' multihead_attention_param { num_heads: 1 "
+             "weight_filler { type: 'gaussian' std: 0.5 } }",
+             empty, 2, 1, &xonly);
+  kiln_blob_free(me);
+  kiln_blob_free(m4);
+  kiln_blob_free(m3);
+  kiln_blob_free(kv);
+  kiln_blob_free(x);
+}
+
+/* The same bits for 1, 2 and 3 threads (forward, input and parameter gradients), on shapes
+ * large enough for several row blocks and (sequence, head) items per thread. */
+static void test_mha_thread_count_independent(void **state) {
+  (void)state;
+  const int saved = kiln_get_num_threads();
+  kiln_rng rng;
+  kiln_rng_seed(&rng, 48, 1);
+  kiln_blob *x0 = gc_blob("x", 3, SHAPE(12, 11, 16), -1, 1, &rng);
+  kiln_blob *kv0 = gc_blob("kv", 3, SHAPE(9, 11, 16), -1, 1, &rng);
+  kiln_blob *dy = gc_blob("dy", 3, SHAPE(12, 11, 16), -1, 1, &rng);
+  kiln_blob *m = blob_of("m", 2, SHAPE(9, 11), NULL);
+  for (int64_t i = 0; i < m->count; i++) m->data[i] = (float)((i * 7) % 5 != 0);
+  const char *text = "name: 'att' type: 'MultiHeadAttention' multihead_attention_param { "
+                     "num_heads: 4 weight_filler { type: 'gaussian' std: 0.3 } "
+                     "bias_filler { type: 'gaussian' std: 0.3 } }";
+  float *first[7] = {0};
+  for (int threads = 1; threads <= 3; threads++) {
+    kiln_set_num_threads(threads);
+    kiln_blob *x = blob_copy("x", x0), *kv = blob_copy("kv", kv0);
+    kiln_blob *b[3] = {x, kv, m};
+    built l = build(text, TRAIN, b, 3, 1);
+    assert_int_equal(l.l->nthreads, threads);
+    forward(&l);
+    memcpy(l.top[0]->diff, dy->data, sizeof(float) * (size_t)dy->count);
+    for (int p = 0; p < 4; p++) fill(l.l->param[p]->diff, l.l->param[p]->count, 0);
+    l.l->propagate_down[2] = false;
+    backward(&l);
+    const float *got[7] = {l.top[0]->data, x->diff, kv->diff, l.l->param[0]->diff,
+                           l.l->param[1]->diff, l.l->param[2]->diff, l.l->param[3]->diff};
+    const int64_t n[7] = {dy->count,          x->count,           kv->count,
+                          l.l->param[0]->count, l.l->param[1]->count, l.l->param[2]->count,
+                          l.l->param[3]->count};
+    for (int k = 0; k < 7; k++) {
+      if (threads == 1) {
+        first[k] = malloc(sizeof(float) * (size_t)n[k]);
+        assert_non_null(first[k]);
+        memcpy(first[k], got[k], sizeof(float) * (size_t)n[k]);
+      } else {
+        char what[64];
+        snprintf(what, sizeof what, "%d threads, result %d", threads, k);
+        expect_close(what, got[k], first[k], n[k], 0);
+      }
+    }
+    unbuild(&l);
+    kiln_blob_free(kv);
+    kiln_blob_free(x);
+  }
+  kiln_set_num_threads(saved);
+  for (int k = 0; k < 7; k++) free(first[k]);
+  kiln_blob_free(m);
+  kiln_blob_free(dy);
+  kiln_blob_free(kv0);
+  kiln_blob_free(x0);
+}
+
+static void test_mha_bad_parameters(void **state) {
+  (void)state;
+  const char *who = "layer 'att' (MultiHeadAttention)";
+  kiln_blob *x = blob_of("x", 3, SHAPE(3, 2, 6), NULL);
+  expect_create_fails("name: 'att' type: 'MultiHeadAttention' multihead_attention_param { "
+                      "num_heads: 4 }",
+                      TRAIN, &x, 1, 1, KILN_ERR_SHAPE, who, "not a multiple of num_heads 4");
+  expect_create_fails("name: 'att' type: 'MultiHeadAttention' multihead_attention_param { "
+                      "num_heads: 0 }",
+                      TRAIN, &x, 1, 1, KILN_ERR_INVALID, who, "num_heads");
+  expect_fails_ex("name: 'att' type: 'MultiHeadAttention'", TRAIN, &x, 1, 1, true,
+                  KILN_ERR_UNSUPPORTED, who, "in place", NULL);
+  kiln_blob *flat = blob_of("flat", 2, SHAPE(6, 6), NULL);
+  expect_create_fails("name: 'att' type: 'MultiHeadAttention'", TRAIN, &flat, 1, 1,
+                      KILN_ERR_SHAPE, who, "T x N x D");
+  kiln_blob *four = blob_of("four", 4, SHAPE(3, 2, 6, 1), NULL);
+  kiln_blob *b4[2] = {x, four};
+  expect_create_fails("name: 'att' type: 'MultiHeadAttention'", TRAIN, b4, 2, 1, KILN_ERR_SHAPE,
+                      who, "padding mask S x N");
+  kiln_blob *badmask = blob_of("badmask", 2, SHAPE(3, 3), NULL);
+  kiln_blob *bm[2] = {x, badmask};
+  expect_create_fails("name: 'att' type: 'MultiHeadAttention'", TRAIN, bm, 2, 1, KILN_ERR_SHAPE,
+                      who, "S x N = 3 x 2");
+  kiln_blob *kv = blob_of("kv", 3, SHAPE(4, 2, 5), NULL);
+  kiln_blob *bkv[2] = {x, kv};
+  expect_create_fails("name: 'att' type: 'MultiHeadAttention'", TRAIN, bkv, 2, 1, KILN_ERR_SHAPE,
+                      who, "key/value input must be S x 2 x 6");
+  assert_int_equal(kiln_blob_reshape(kv, 3, SHAPE(4, 2, 6)), KILN_OK);
+  expect_create_fails("name: 'att' type: 'MultiHeadAttention' multihead_attention_param { "
+                      "causal: true }",
+                      TRAIN, bkv, 2, 1, KILN_ERR_SHAPE, who, "as many key steps");
+  kiln_blob *b3[3] = {x, badmask, kv};
+  expect_create_fails("name: 'att' type: 'MultiHeadAttention'", TRAIN, b3, 3, 1, KILN_ERR_SHAPE,
+                      who, "with three bottoms");
+  /* A mask must hold 0 and 1 only (a blob of token ids wired by mistake fails its forward). */
+  kiln_blob *ids = blob_of("ids", 2, SHAPE(3, 2), (const float[]){1, 1, 7, 1, 0, 0});
+  kiln_blob *bi[2] = {x, ids};
+  built l = build("name: 'att' type: 'MultiHeadAttention'", TRAIN, bi, 2, 1);
+  assert_int_equal(l.l->ops->forward(l.l), KILN_ERR_DATA);
+  expect_message(who, "holds 7 at step 1 of sequence 0", NULL);
+  unbuild(&l);
+  kiln_blob_free(ids);
+  kiln_blob_free(kv);
+  kiln_blob_free(badmask);
+  kiln_blob_free(four);
+  kiln_blob_free(flat);
+  kiln_blob_free(x);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_gelu_hand),
@@ -403,6 +750,11 @@ int main(void) {
       cmocka_unit_test(test_positional_encoding_learned_hand),
       cmocka_unit_test(test_positional_encoding_gradients),
       cmocka_unit_test(test_positional_encoding_max_len),
+      cmocka_unit_test(test_mha_tiny_cases),
+      cmocka_unit_test(test_mha_reference),
+      cmocka_unit_test(test_mha_gradients),
+      cmocka_unit_test(test_mha_thread_count_independent),
+      cmocka_unit_test(test_mha_bad_parameters),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
