@@ -128,8 +128,8 @@ static void test_every_listed_layer_registered_and_tested(void **state) {
 /* Backward twice after one forward, with different garbage in the bottom diff before each: the
  * bottom diff must come out the same (overwritten, every element written) and every parameter
  * diff doubled (accumulated). Convolution, Pooling, InnerProduct, ReLU, Sigmoid, TanH, Dropout,
- * Softmax, SoftmaxWithLoss (with labels that take no gradient), Flatten and Split, on one 4-D
- * bottom. */
+ * Softmax, SoftmaxWithLoss (with labels that take no gradient), Flatten, Split, GELU and
+ * LayerNorm, on one 4-D bottom. */
 static void test_backward_contract_one_bottom(void **state) {
   (void)state;
   static const struct {
@@ -164,6 +164,11 @@ static void test_backward_contract_one_bottom(void **state) {
       {"name: 'l' type: 'SoftmaxWithLoss'", TRAIN, 2, true},
       {"name: 'f' type: 'Flatten'", TRAIN, 1, false},
       {"name: 'sp' type: 'Split'", TRAIN, 3, false},
+      {"name: 'g' type: 'GELU'", TRAIN, 1, false},
+      {"name: 'g' type: 'GELU' gelu_param { approximate: TANH }", TRAIN, 1, false},
+      {"name: 'ln' type: 'LayerNorm' layer_norm_param { weight_filler { type: 'gaussian' } }",
+       TRAIN, 1, false},
+      {"name: 'ln' type: 'LayerNorm' layer_norm_param { axis: 1 }", TRAIN, 1, false},
   };
   kiln_rng rng;
   kiln_rng_seed(&rng, 22, 1);
@@ -313,12 +318,86 @@ static void test_caffe_missing_layers(void **state) {
   protobuf_c_message_free_unpacked(msg, NULL);
 }
 
+/* The same for the sequence layers on time-major T x N x D bottoms: PositionalEncoding, and
+ * MultiHeadAttention with its key/value input and padding mask (whose diff, asked for, comes out
+ * 0 every time). */
+static void test_backward_contract_sequences(void **state) {
+  (void)state;
+  static const struct {
+    const char *text;
+    int nbottom;
+    bool kv; /* bottom 1 is the key/value input (else the mask) */
+  } cases[] = {
+      {"name: 'pe' type: 'PositionalEncoding' positional_encoding_param { mode: LEARNED "
+       "max_len: 4 }",
+       1, false},
+      {"name: 'pe' type: 'PositionalEncoding'", 1, false},
+      {"name: 'att' type: 'MultiHeadAttention' multihead_attention_param { num_heads: 2 "
+       "bias_filler { type: 'gaussian' } }",
+       1, false},
+      {"name: 'att' type: 'MultiHeadAttention' multihead_attention_param { num_heads: 2 "
+       "causal: true bias_filler { type: 'gaussian' } }",
+       2, false},
+      {"name: 'att' type: 'MultiHeadAttention' multihead_attention_param { num_heads: 4 "
+       "bias_filler { type: 'gaussian' } }",
+       3, true},
+  };
+  kiln_rng rng;
+  kiln_rng_seed(&rng, 91, 1);
+  for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+    kiln_blob *b[3];
+    b[0] = gc_blob("x", 3, SHAPE(3, 2, 4), -1, 1, &rng);
+    b[1] = cases[k].kv ? gc_blob("kv", 3, SHAPE(4, 2, 4), -1, 1, &rng)
+                       : blob_of("mask", 2, SHAPE(3, 2), (const float[]){1, 1, 1, 1, 0, 1});
+    b[2] = blob_of("mask", 2, SHAPE(4, 2), (const float[]){1, 1, 1, 0, 1, 0, 0, 0});
+    const int nb = cases[k].nbottom;
+    built l = build(cases[k].text, TRAIN, b, nb, 1);
+    assert_non_null(l.l->ops->backward);
+    forward(&l);
+    for (int64_t i = 0; i < l.top[0]->count; i++) l.top[0]->diff[i] = kiln_rng_uniform(&rng, -1, 1);
+    for (int p = 0; p < l.l->nparam; p++) fill(l.l->param[p]->diff, l.l->param[p]->count, 0);
+    float *dx1[3], *dp1[KILN_MAX_LAYER_PARAMS];
+    for (int i = 0; i < nb; i++) fill(b[i]->diff, b[i]->count, 123.0f);
+    backward(&l);
+    for (int i = 0; i < nb; i++) {
+      dx1[i] = malloc(sizeof(float) * (size_t)b[i]->count);
+      assert_non_null(dx1[i]);
+      memcpy(dx1[i], b[i]->diff, sizeof(float) * (size_t)b[i]->count);
+      fill(b[i]->diff, b[i]->count, -77.0f);
+    }
+    for (int p = 0; p < l.l->nparam; p++) {
+      dp1[p] = malloc(sizeof(float) * (size_t)l.l->param[p]->count);
+      assert_non_null(dp1[p]);
+      for (int64_t i = 0; i < l.l->param[p]->count; i++) dp1[p][i] = 2 * l.l->param[p]->diff[i];
+    }
+    backward(&l);
+    char what[300];
+    for (int i = 0; i < nb; i++) {
+      snprintf(what, sizeof what, "%s: bottom %d diff after a second backward", cases[k].text, i);
+      expect_close(what, b[i]->diff, dx1[i], b[i]->count, 0);
+      free(dx1[i]);
+    }
+    for (int p = 0; p < l.l->nparam; p++) {
+      snprintf(what, sizeof what, "%s: param %d diff after a second backward", cases[k].text, p);
+      expect_close(what, l.l->param[p]->diff, dp1[p], l.l->param[p]->count, 1e-6);
+      free(dp1[p]);
+    }
+    if (nb > 1 && !cases[k].kv)
+      for (int64_t i = 0; i < b[1]->count; i++) assert_true(b[1]->diff[i] == 0);
+    if (nb > 2)
+      for (int64_t i = 0; i < b[2]->count; i++) assert_true(b[2]->diff[i] == 0);
+    unbuild(&l);
+    for (int i = 0; i < 3; i++) kiln_blob_free(b[i]);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_every_listed_layer_registered_and_tested),
       cmocka_unit_test(test_caffe_missing_layers),
       cmocka_unit_test(test_backward_contract_one_bottom),
       cmocka_unit_test(test_backward_contract_second_bottoms),
+      cmocka_unit_test(test_backward_contract_sequences),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

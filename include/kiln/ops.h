@@ -34,6 +34,22 @@ void kiln_im2col(float *col, const float *im, const kiln_conv_geom *g);
 /* Inverse scatter: im = sum of col contributions (im is overwritten, not accumulated). */
 void kiln_col2im(float *im, const float *col, const kiln_conv_geom *g);
 
+/* Kernels that run their own OpenMP loop around GEMM calls hold OpenBLAS to one thread while
+ * they run, and parallelism comes only from their loop:
+ * - when several of our threads each call GEMM, a pthread build of OpenBLAS would start its own
+ *   threads inside every call: cores get oversubscribed and its spinning workers starve ours
+ *   (several times slower on 2 cores; `make bench` with KILN_ENGINE=ref shows it);
+ * - a multi-threaded OpenBLAS GEMM does not always give the bits of a single-threaded one (seen
+ *   for the weight-gradient GEMM), which would make results depend on the thread count.
+ * kiln_blas_serial_begin asks OpenBLAS for one thread and returns what to restore;
+ * kiln_blas_serial_end(that) restores it (an OpenMP build of OpenBLAS already runs serially
+ * inside parallel regions, but not in a team of one, hence the check on every build that has
+ * threads). This touches OpenBLAS's process-wide setting, so such kernels must not run
+ * concurrently from several caller threads, which kiln's threading contract (one compute thread,
+ * OpenMP inside kernels) already rules out. */
+int kiln_blas_serial_begin(void);
+void kiln_blas_serial_end(int prev);
+
 /* Convolution of a batch.
  *   out is (N, M, OH, OW); in is (N, C, H, W); w is (M, C/group, kh, kw); bias is (M) or NULL.
  *   col is workspace of (C/group*kh*kw) * (OH*OW) floats per thread: kiln_conv_workspace().
@@ -118,5 +134,25 @@ void kiln_softmax_forward(float *out, const float *in, int64_t outer, int64_t C,
 /* din = out * (dout - sum(dout * out)) (overwritten). */
 void kiln_softmax_backward(float *din, const float *out, const float *dout, int64_t outer,
                            int64_t C, int64_t inner);
+
+/* Scaled dot-product attention of H heads, time-major: q (T, N, D), k and v (S, N, D), D = H * hd,
+ * head h on features [h hd, (h + 1) hd) (PyTorch's split).
+ *   valid (S, N) or NULL: key s takes part for sequence n where valid[s N + n] != 0.
+ *   causal: query t sees keys s <= t only.
+ *   probs (N, H, T, S) = softmax over the keys query t sees of scale q.k, 0 at the others; a
+ *   query with no key to see gets weights all 0 (so its ctx is 0), not NaN.
+ *   ctx (T, N, D) = probs v, head by head.
+ * Threads over the N H (sequence, head) pairs with one BLAS thread each: results do not depend
+ * on nthreads. */
+void kiln_attention_forward(float *ctx, float *probs, const float *q, const float *k,
+                            const float *v, const float *valid, int T, int S, int N, int H,
+                            int hd, float scale, bool causal, int nthreads);
+/* Its gradients: dq (T, N, D), dk and dv (S, N, D) OVERWRITTEN from dctx (T, N, D) and the
+ * forward's probs, q, k and v. work: kiln_attention_workspace() floats. */
+void kiln_attention_backward(float *dq, float *dk, float *dv, const float *dctx,
+                             const float *probs, const float *q, const float *k, const float *v,
+                             int T, int S, int N, int H, int hd, float scale, float *work,
+                             int nthreads);
+int64_t kiln_attention_workspace(int T, int S, int nthreads);
 
 #endif

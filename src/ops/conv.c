@@ -111,28 +111,8 @@ static int team_size(int nthreads, int N) {
   return nthreads < 1 ? 1 : nthreads;
 }
 
-/* Every GEMM here runs on one BLAS thread; parallelism comes only from our batch loop:
- * - when several of our threads each call GEMM, a pthread build of OpenBLAS would start its own
- *   threads inside every call: cores get oversubscribed and its spinning workers starve ours
- *   (several times slower on 2 cores; `make bench` with KILN_ENGINE=ref shows it);
- * - a multi-threaded OpenBLAS GEMM does not always give the bits of a single-threaded one (seen
- *   for the weight-gradient GEMM), which would make results depend on the thread count.
- * So OpenBLAS is asked for one thread for the duration of the kernel and restored afterwards (an
- * OpenMP build of OpenBLAS already runs serially inside parallel regions, but not in a team of
- * one, hence the check on every build that has threads). This touches OpenBLAS's process-wide
- * setting, so conv kernels must not run concurrently from several caller threads, which kiln's
- * threading contract (one compute thread, OpenMP inside kernels) already rules out. */
-static int blas_serial_begin(void) {
-  if (openblas_get_parallel() == 0) return 0;
-  int prev = openblas_get_num_threads();
-  if (prev > 1) openblas_set_num_threads(1);
-  return prev;
-}
-
-static void blas_serial_end(int prev) {
-  if (prev > 1) openblas_set_num_threads(prev);
-}
-
+/* Every GEMM here runs on one BLAS thread (kiln_blas_serial_begin; include/kiln/ops.h says why):
+ * parallelism comes only from our batch loop. */
 int64_t kiln_conv_workspace(const kiln_conv_geom *g, int group, int nthreads) {
   if (group < 1) group = 1;
   if (nthreads < 1) nthreads = 1;
@@ -153,7 +133,7 @@ void kiln_conv2d_forward(float *out, const float *in, const float *w, const floa
   kiln_conv_geom gg = *g; /* geometry of one group's input channels */
   gg.channels = Cg;
   const int team = team_size(nthreads, N);
-  const int blas_prev = blas_serial_begin();
+  const int blas_prev = kiln_blas_serial_begin();
 
 #pragma omp parallel for schedule(static) num_threads(team)
   for (int n = 0; n < N; n++) {
@@ -177,7 +157,7 @@ void kiln_conv2d_forward(float *out, const float *in, const float *w, const floa
       }
     }
   }
-  blas_serial_end(blas_prev);
+  kiln_blas_serial_end(blas_prev);
 }
 
 /* Gradients of kiln_conv2d_forward. dout is (N, M, OH, OW).
@@ -187,7 +167,7 @@ void kiln_conv2d_forward(float *out, const float *in, const float *w, const floa
  * the computing thread's slice of dw_ws, then added into dw inside an `ordered` region, so dw
  * receives the images' contributions one by one in image order 0, 1, ..., N-1. The float additions
  * are therefore the same for every thread count and schedule, and dw is bitwise independent of
- * nthreads: every GEMM runs on one BLAS thread (blas_serial_begin) and gives the same bits on
+ * nthreads: every GEMM runs on one BLAS thread (kiln_blas_serial_begin) and gives the same bits on
  * whichever of our threads runs it. din (per-image work) and the forward pass are independent of
  * nthreads for the same reason; dbias sums over (n, oh, ow) in a fixed order, in double, one
  * thread per channel. The tests check 1, 2 and 3 threads bit for bit. Only N threads are used
@@ -219,7 +199,7 @@ void kiln_conv2d_backward(float *din, float *dw, float *dbias, const float *dout
   if (!dw && !din) return;
 
   const int team = team_size(nthreads, N);
-  const int blas_prev = blas_serial_begin();
+  const int blas_prev = kiln_blas_serial_begin();
 #pragma omp parallel for schedule(static, 1) ordered num_threads(team)
   for (int n = 0; n < N; n++) {
     const int t = omp_get_thread_num();
@@ -253,5 +233,5 @@ void kiln_conv2d_backward(float *din, float *dw, float *dbias, const float *dout
         for (int64_t i = 0; i < wcount; i++) dw[i] += dw_t[i];
     }
   }
-  blas_serial_end(blas_prev);
+  kiln_blas_serial_end(blas_prev);
 }
