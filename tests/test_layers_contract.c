@@ -128,8 +128,8 @@ static void test_every_listed_layer_registered_and_tested(void **state) {
 /* Backward twice after one forward, with different garbage in the bottom diff before each: the
  * bottom diff must come out the same (overwritten, every element written) and every parameter
  * diff doubled (accumulated). Convolution, Pooling, InnerProduct, ReLU, Sigmoid, TanH, Dropout,
- * Softmax, SoftmaxWithLoss (with labels that take no gradient), Flatten and Split, on one 4-D
- * bottom. */
+ * Softmax, SoftmaxWithLoss (with labels that take no gradient), Flatten, Split, Exp, Log and
+ * BNLL, on one 4-D bottom. */
 static void test_backward_contract_one_bottom(void **state) {
   (void)state;
   static const struct {
@@ -164,6 +164,9 @@ static void test_backward_contract_one_bottom(void **state) {
       {"name: 'l' type: 'SoftmaxWithLoss'", TRAIN, 2, true},
       {"name: 'f' type: 'Flatten'", TRAIN, 1, false},
       {"name: 'sp' type: 'Split'", TRAIN, 3, false},
+      {"name: 'e' type: 'Exp' exp_param { base: 2 scale: 0.5 shift: 1 }", TRAIN, 1, false},
+      {"name: 'lg' type: 'Log' log_param { shift: 2 }", TRAIN, 1, false},
+      {"name: 'b' type: 'BNLL'", TRAIN, 1, false},
   };
   kiln_rng rng;
   kiln_rng_seed(&rng, 22, 1);

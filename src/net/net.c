@@ -143,12 +143,13 @@ static void need_backward(kiln_net *net, const Caffe__NetParameter *np) {
         if (net->learnable[k] == o && net->lr_mult[k] != 0) need = true;
     }
     /* force_backward applies to each bottom on its own (Caffe's AllowForceBackward: never a
-     * loss layer's labels); it does not make the tops carry gradients, or a label that passed
-     * through a Split would be asked for a gradient downstream. */
+     * loss layer's labels, kiln_layer_allows_gradient); it does not make the tops carry
+     * gradients, or a label that passed through a Split would be asked for a gradient
+     * downstream. */
     bool forced_any = false;
     for (int b = 0; b < l->nbottom; b++) {
       bool bn = needs[l->bottom[b]->id];
-      bool fb = np->force_backward && !l->ops->is_data && !(l->ops->is_loss && b > 0);
+      bool fb = np->force_backward && !l->ops->is_data && kiln_layer_allows_gradient(l, b);
       if (b < (int)l->lp->n_propagate_down && !l->lp->propagate_down[b]) bn = fb = false;
       l->propagate_down[b] = bn || fb;
       need |= bn;
@@ -347,11 +348,26 @@ int kiln_net_layer_forward(kiln_net *net, int i) {
 
 /* A fused group [h, h + fused] runs its head's backward at its last layer, when any of its layers
  * needs backward (the head skips what is not wanted: its input gradient without propagate_down). */
+/* A layer without a backward pass (Threshold, ArgMax, Accuracy) asked for the gradient of one of
+ * its bottoms: refused when the pass runs, as Caffe's NOT_IMPLEMENTED backward is (a net that
+ * is only run forward, in TEST or for deployment, builds and runs). */
+static int no_gradient(const kiln_layer *l) {
+  for (int b = 0; b < l->nbottom; b++)
+    if (l->propagate_down[b])
+      return kiln_errorf(KILN_ERR_UNSUPPORTED,
+                         "layer '%s' (%s): has no gradient, but its bottom '%s' needs one; set "
+                         "propagate_down: false for it",
+                         l->name, l->ops->type, l->bottom[b]->name);
+  return KILN_OK;
+}
+
 int kiln_net_layer_backward(kiln_net *net, int i) {
   kiln_layer *l = net->layers[i];
   if (l->fused) return KILN_OK; /* done at the group's last layer */
-  if (!l->fused_into)
-    return net->layer_need_backward[i] && l->ops->backward ? l->ops->backward(l) : KILN_OK;
+  if (!l->fused_into) {
+    if (!net->layer_need_backward[i]) return KILN_OK;
+    return l->ops->backward ? l->ops->backward(l) : no_gradient(l);
+  }
   int h = i;
   while (h > 0 && net->layers[h] != l->fused_into) h--;
   if (h + net->layers[h]->fused != i) return KILN_OK;

@@ -9,12 +9,10 @@
 
 static const kiln_caffe_missing_layer missing[] = {
     {"BatchReindex", NULL, NULL},
-    {"BNLL", NULL, NULL},
     {"ContrastiveLoss", "contrastive_loss_param", NULL},
     {"Crop", "crop_param", NULL},
     {"Deconvolution", NULL, NULL},
     {"Embed", NULL, NULL},
-    {"Exp", "exp_param", NULL},
     {"Filter", NULL, NULL},
     {"HDF5Data", NULL, NULL}, /* hdf5_data_param is in the schema: the type is what is refused */
     {"HDF5Output", "hdf5_output_param", NULL},
@@ -22,7 +20,6 @@ static const kiln_caffe_missing_layer missing[] = {
     {"Im2col", NULL, NULL},
     {"ImageData", "image_data_param", NULL},
     {"InfogainLoss", "infogain_loss_param", NULL},
-    {"Log", "log_param", NULL},
     {"LSTM", NULL, NULL},
     {"LSTMUnit", NULL, NULL},
     {"MemoryData", "memory_data_param",
@@ -39,7 +36,6 @@ static const kiln_caffe_missing_layer missing[] = {
     {"Silence", NULL, NULL},
     {"SPP", "spp_param", NULL},
     {"Swish", "swish_param", NULL},
-    {"Threshold", "threshold_param", NULL},
     {"Tile", "tile_param", NULL},
     {"WindowData", "window_data_param", NULL},
     {NULL, NULL, NULL},
