@@ -128,8 +128,8 @@ static void test_every_listed_layer_registered_and_tested(void **state) {
 /* Backward twice after one forward, with different garbage in the bottom diff before each: the
  * bottom diff must come out the same (overwritten, every element written) and every parameter
  * diff doubled (accumulated). Convolution, Pooling, InnerProduct, ReLU, Sigmoid, TanH, Dropout,
- * Softmax, SoftmaxWithLoss (with labels that take no gradient), Flatten, Split, Exp, Log and
- * BNLL, on one 4-D bottom. */
+ * Softmax, SoftmaxWithLoss (with labels that take no gradient), Flatten, Split, Exp, Log, BNLL,
+ * Tile, Reduction, MVN and Silence, on one 4-D bottom. */
 static void test_backward_contract_one_bottom(void **state) {
   (void)state;
   static const struct {
@@ -167,6 +167,11 @@ static void test_backward_contract_one_bottom(void **state) {
       {"name: 'e' type: 'Exp' exp_param { base: 2 scale: 0.5 shift: 1 }", TRAIN, 1, false},
       {"name: 'lg' type: 'Log' log_param { shift: 2 }", TRAIN, 1, false},
       {"name: 'b' type: 'BNLL'", TRAIN, 1, false},
+      {"name: 't' type: 'Tile' tile_param { axis: 2 tiles: 3 }", TRAIN, 1, false},
+      {"name: 'r' type: 'Reduction' reduction_param { axis: 1 operation: SUMSQ }", TRAIN, 1,
+       false},
+      {"name: 'm' type: 'MVN'", TRAIN, 1, false},
+      {"name: 's' type: 'Silence'", TRAIN, 0, false},
   };
   kiln_rng rng;
   kiln_rng_seed(&rng, 22, 1);
@@ -210,7 +215,7 @@ static void test_backward_contract_one_bottom(void **state) {
   }
 }
 
-/* The same for BatchNorm, Scale, Bias, Eltwise, Concat, Slice and Reshape, on a smaller 4-D
+/* The same for BatchNorm, Scale, Bias, Eltwise, Concat, Slice, Reshape and Crop, on a smaller 4-D
  * bottom and, where the layer takes one, a second bottom (of the first's shape, or one value
  * per channel), with garbage in every bottom diff: bottom diffs come out the same (every
  * element overwritten), parameter diffs double (accumulated). */
@@ -233,6 +238,7 @@ static void test_backward_contract_second_bottoms(void **state) {
       {"name: 'cat' type: 'Concat'", 2, 1, 0},
       {"name: 'sl' type: 'Slice' slice_param { slice_point: 1 }", 1, 2, -1},
       {"name: 'rs' type: 'Reshape' reshape_param { shape { dim: 0 dim: -1 } }", 1, 1, -1},
+      {"name: 'cr' type: 'Crop' crop_param { axis: 1 }", 2, 1, 0},
   };
   kiln_rng rng;
   kiln_rng_seed(&rng, 90, 1);

@@ -341,9 +341,18 @@ void kiln_net_free(kiln_net *net) {
 
 /* ---- running ------------------------------------------------------------------------------- */
 
+/* A forward that changed its tops' shapes (a data layer's smaller last batch, Filter's
+ * selection) has the layers after it reshaped, whoever runs the layers (kiln time runs them one
+ * by one). Shrinking, or growing back to the planned size, never allocates. */
 int kiln_net_layer_forward(kiln_net *net, int i) {
   kiln_layer *l = net->layers[i];
-  return l->fused_into ? KILN_OK : l->ops->forward(l);
+  if (l->fused_into) return KILN_OK;
+  KILN_TRY(l->ops->forward(l));
+  if (l->reshaped) {
+    l->reshaped = false;
+    for (int j = i + 1; j < net->nlayers; j++) KILN_TRY(net->layers[j]->ops->reshape(net->layers[j]));
+  }
+  return KILN_OK;
 }
 
 /* A fused group [h, h + fused] runs its head's backward at its last layer, when any of its layers
@@ -385,12 +394,6 @@ int kiln_net_forward(kiln_net *net, float *loss) {
     int rc = kiln_net_layer_forward(net, i);
     if (rc) return rc;
     if (i == in->fault_layer) kiln_fault_sleep(&net->config.fault);
-    if (l->reshaped) {
-      /* Shrinking (or growing back to the planned size) never allocates. */
-      l->reshaped = false;
-      for (int j = i + 1; j < net->nlayers; j++)
-        if ((rc = net->layers[j]->ops->reshape(net->layers[j]))) return rc;
-    }
     for (int t = 0; t < l->ntop; t++)
       if (l->loss_weight[t] != 0) {
         const float *d = l->top[t]->data;
