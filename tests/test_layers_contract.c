@@ -285,6 +285,58 @@ static void test_backward_contract_second_bottoms(void **state) {
   }
 }
 
+/* The same for losses whose bottoms are not alike: MultinomialLogisticLoss, InfogainLoss (H as a
+ * third bottom), HingeLoss and ContrastiveLoss (a pair of features and a similarity), on
+ * predictions x (4, 5) (probabilities in (0.2, 1) for the multinomial loss) with labels in
+ * [0, 5); no gradient goes to labels, H or the similarity. */
+static void test_backward_contract_losses(void **state) {
+  (void)state;
+  static const struct {
+    const char *text;
+    int nbottom;
+    bool pair; /* ContrastiveLoss: x, a second feature blob, a similarity */
+  } cases[] = {
+      {"name: 'm' type: 'MultinomialLogisticLoss'", 2, false},
+      {"name: 'ig' type: 'InfogainLoss'", 3, false},
+      {"name: 'h' type: 'HingeLoss' hinge_loss_param { norm: L2 }", 2, false},
+      {"name: 'h' type: 'HingeLoss'", 2, false},
+      {"name: 'c' type: 'ContrastiveLoss' contrastive_loss_param { margin: 2 }", 3, true},
+  };
+  kiln_rng rng;
+  kiln_rng_seed(&rng, 91, 1);
+  for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+    kiln_blob *b[3];
+    b[0] = gc_blob("x", 2, SHAPE(4, 5), 0.2f, 1, &rng);
+    b[1] = cases[k].pair ? gc_blob("x2", 2, SHAPE(4, 5), -1, 1, &rng)
+                         : label_blob("label", 1, SHAPE(4), 5, &rng);
+    b[2] = cases[k].pair ? blob_of("y", 1, SHAPE(4), (const float[]){1, 0, 0, 1})
+                         : gc_blob("H", 2, SHAPE(5, 5), 0, 1, &rng);
+    const int ngrad = cases[k].pair ? 2 : 1;
+    built l = build(cases[k].text, TRAIN, b, cases[k].nbottom, 1);
+    for (int i = ngrad; i < cases[k].nbottom; i++) l.l->propagate_down[i] = false;
+    forward(&l);
+    l.top[0]->diff[0] = kiln_rng_uniform(&rng, 0.5f, 2);
+    float *dx1[2];
+    for (int i = 0; i < ngrad; i++) fill(b[i]->diff, b[i]->count, 123.0f);
+    backward(&l);
+    for (int i = 0; i < ngrad; i++) {
+      dx1[i] = malloc(sizeof(float) * (size_t)b[i]->count);
+      assert_non_null(dx1[i]);
+      memcpy(dx1[i], b[i]->diff, sizeof(float) * (size_t)b[i]->count);
+      fill(b[i]->diff, b[i]->count, -77.0f);
+    }
+    backward(&l);
+    char what[300];
+    for (int i = 0; i < ngrad; i++) {
+      snprintf(what, sizeof what, "%s: bottom %d diff after a second backward", cases[k].text, i);
+      expect_close(what, b[i]->diff, dx1[i], b[i]->count, 0);
+      free(dx1[i]);
+    }
+    unbuild(&l);
+    for (int i = 0; i < 3; i++) kiln_blob_free(b[i]);
+  }
+}
+
 /* ---- Caffe's layer types kiln lacks ------------------------------------------------------- */
 
 /* The list of missing types stays true: none is registered, no parameter block of theirs is in
@@ -328,6 +380,7 @@ int main(void) {
       cmocka_unit_test(test_caffe_missing_layers),
       cmocka_unit_test(test_backward_contract_one_bottom),
       cmocka_unit_test(test_backward_contract_second_bottoms),
+      cmocka_unit_test(test_backward_contract_losses),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -8,21 +8,17 @@
 #include "kiln/proto.h"
 
 static const kiln_caffe_missing_layer missing[] = {
-    {"ContrastiveLoss", "contrastive_loss_param", NULL},
     {"Deconvolution", NULL, NULL},
     {"Embed", NULL, NULL},
     {"HDF5Data", NULL, NULL}, /* hdf5_data_param is in the schema: the type is what is refused */
     {"HDF5Output", "hdf5_output_param", NULL},
-    {"HingeLoss", "hinge_loss_param", NULL},
     {"Im2col", NULL, NULL},
     {"ImageData", "image_data_param", NULL},
-    {"InfogainLoss", "infogain_loss_param", NULL},
     {"LSTM", NULL, NULL},
     {"LSTMUnit", NULL, NULL},
     {"MemoryData", "memory_data_param",
      "it is fed from C++ or Python code that links Caffe; with kiln, an Input layer takes data "
      "from the program that drives the net"},
-    {"MultinomialLogisticLoss", NULL, NULL},
     {"Python", "python_param",
      "kiln runs no Python layers: a Python layer's code lives outside the net file, and kiln is C "
      "with no Python interpreter inside; write the layer in C (docs/adding-a-layer.md)"},
