@@ -129,7 +129,7 @@ static void test_every_listed_layer_registered_and_tested(void **state) {
  * bottom diff must come out the same (overwritten, every element written) and every parameter
  * diff doubled (accumulated). Convolution, Pooling, InnerProduct, ReLU, Sigmoid, TanH, Dropout,
  * Softmax, SoftmaxWithLoss (with labels that take no gradient), Flatten, Split, Exp, Log, BNLL,
- * Tile, Reduction, MVN and Silence, on one 4-D bottom. */
+ * Tile, Reduction, MVN, Silence, Deconvolution, Im2col and SPP, on one 4-D bottom. */
 static void test_backward_contract_one_bottom(void **state) {
   (void)state;
   static const struct {
@@ -172,6 +172,17 @@ static void test_backward_contract_one_bottom(void **state) {
        false},
       {"name: 'm' type: 'MVN'", TRAIN, 1, false},
       {"name: 's' type: 'Silence'", TRAIN, 0, false},
+      {"name: 'd' type: 'Deconvolution' convolution_param { num_output: 3 kernel_size: 3 "
+       "stride: 2 pad: 1 weight_filler { type: 'gaussian' std: 0.5 } "
+       "bias_filler { type: 'gaussian' std: 0.5 } }",
+       TRAIN, 1, false},
+      {"name: 'd' type: 'Deconvolution' convolution_param { num_output: 4 kernel_size: 2 "
+       "group: 2 weight_filler { type: 'gaussian' std: 0.5 } }",
+       TRAIN, 1, false},
+      {"name: 'i' type: 'Im2col' convolution_param { kernel_size: 2 stride: 2 pad: 1 }", TRAIN, 1,
+       false},
+      {"name: 'sp' type: 'SPP' spp_param { pyramid_height: 2 }", TRAIN, 1, false},
+      {"name: 'sp' type: 'SPP' spp_param { pyramid_height: 2 pool: AVE }", TRAIN, 1, false},
   };
   kiln_rng rng;
   kiln_rng_seed(&rng, 22, 1);

@@ -8,11 +8,9 @@
 #include "kiln/proto.h"
 
 static const kiln_caffe_missing_layer missing[] = {
-    {"Deconvolution", NULL, NULL},
     {"Embed", NULL, NULL},
     {"HDF5Data", NULL, NULL}, /* hdf5_data_param is in the schema: the type is what is refused */
     {"HDF5Output", "hdf5_output_param", NULL},
-    {"Im2col", NULL, NULL},
     {"ImageData", "image_data_param", NULL},
     {"LSTM", NULL, NULL},
     {"LSTMUnit", NULL, NULL},
@@ -23,7 +21,6 @@ static const kiln_caffe_missing_layer missing[] = {
      "kiln runs no Python layers: a Python layer's code lives outside the net file, and kiln is C "
      "with no Python interpreter inside; write the layer in C (docs/adding-a-layer.md)"},
     {"RNN", NULL, NULL},
-    {"SPP", "spp_param", NULL},
     {"Swish", "swish_param", NULL},
     {"WindowData", "window_data_param", NULL},
     {NULL, NULL, NULL},
