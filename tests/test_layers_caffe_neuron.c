@@ -252,9 +252,10 @@ static void test_threshold_in_a_net(void **state) {
   protobuf_c_message_free_unpacked(&np->base, NULL);
 }
 
-/* BNLL, Log and Exp one after another in place on an InnerProduct's output, e^(ln(1 + bnll(h)) /
- * 2): each keeps what its backward pass needs although the next overwrites the blob. The input
- * gradient against finite differences of the net's loss. */
+/* BNLL, Exp, Log and MVN one after another in place on an InnerProduct's output,
+ * mvn(ln(1 + e^(bnll(h) / 2))): each keeps what its backward pass needs (its input, or Exp's
+ * and MVN's output) although the next overwrites the blob. The input gradient against finite
+ * differences of the net's loss. */
 static void test_chain_in_place_in_a_net(void **state) {
   (void)state;
   const char *text =
@@ -264,8 +265,10 @@ static void test_chain_in_place_in_a_net(void **state) {
       "layer { name: 'ip' type: 'InnerProduct' bottom: 'x' top: 'h' inner_product_param { "
       "num_output: 4 weight_filler { type: 'gaussian' std: 0.5 } } } "
       "layer { name: 'bn' type: 'BNLL' bottom: 'h' top: 'h' } "
-      "layer { name: 'lg' type: 'Log' bottom: 'h' top: 'h' log_param { shift: 1 } } "
       "layer { name: 'ex' type: 'Exp' bottom: 'h' top: 'h' exp_param { scale: 0.5 } } "
+      "layer { name: 'lg' type: 'Log' bottom: 'h' top: 'h' log_param { shift: 1 } } "
+      "layer { name: 'mvn' type: 'MVN' bottom: 'h' top: 'h' mvn_param { across_channels: true } } "
+      "layer { name: 'pw' type: 'Power' bottom: 'h' top: 'h' power_param { shift: 0.5 } } "
       "layer { name: 'l' type: 'EuclideanLoss' bottom: 'h' bottom: 't' top: 'loss' } ";
   Caffe__NetParameter *np;
   kiln_net *net = make_net(text, TRAIN, &np);
@@ -274,6 +277,8 @@ static void test_chain_in_place_in_a_net(void **state) {
   kiln_rng rng;
   kiln_rng_seed(&rng, 62, 1);
   for (int64_t i = 0; i < x->count; i++) x->data[i] = kiln_rng_uniform(&rng, -2, 2);
+  kiln_blob *t = kiln_net_blob(net, "t"); /* a target that makes the loss depend on x */
+  for (int64_t i = 0; i < t->count; i++) t->data[i] = kiln_rng_uniform(&rng, -2, 2);
   float loss;
   assert_int_equal(kiln_net_forward(net, &loss), KILN_OK);
   assert_true(isfinite(loss) && loss > 0);

@@ -1,7 +1,8 @@
 /* Element-wise layers of Caffe's neuron family: Exp (y = base^(shift + scale x)), Log
  * (y = log_base(shift + scale x)), BNLL (y = log(1 + e^x)) and Threshold (y = x > t ? 1 : 0).
- * All may run in place. Exp's backward reads its output; Log's and BNLL's read the input, so in
- * place they keep a copy of it (as Power does). Threshold has no gradient: Caffe's backward is
+ * All may run in place. Exp's backward reads its output, Log's and BNLL's their input; in place
+ * each keeps a copy of what it reads (as Power does), since a later layer in place on the same
+ * blob may overwrite it. Threshold has no gradient: Caffe's backward is
  * NOT_IMPLEMENTED, and kiln's net refuses a backward pass that would need one (its table has no
  * backward). The constants are Caffe's: base -1 stands for e, and BNLL's gradient clamps its
  * input at 50 so that e^x stays finite. */
@@ -17,7 +18,8 @@ static int neuron_reshape(kiln_layer *l) {
   return kiln_blob_reshape_like(l->top[0], l->bottom[0]);
 }
 
-/* In place, the backward pass of a layer that reads its input needs a copy of it. */
+/* In place, the backward pass of a layer needs a copy of what it reads (its input, or Exp's
+ * output): the blob holds the next in-place layer's output by then. */
 static int input_copy_setup(kiln_layer *l) {
   if (l->bottom[0] == l->top[0] && !kiln_layer_add_buffer(l, "input"))
     return kiln_errorf(KILN_ERR_NOMEM, "out of memory");
@@ -67,6 +69,8 @@ static int exp_setup(kiln_layer *l) {
   l->priv = s;
   s->inner = (float)(lb * p->scale);
   s->outer = p->shift == 0 ? 1.0f : p->base == -1 ? expf(p->shift) : powf(p->base, p->shift);
+  if (l->bottom[0] == l->top[0] && !kiln_layer_add_buffer(l, "output"))
+    return kiln_errorf(KILN_ERR_NOMEM, "out of memory");
   return KILN_OK;
 }
 
@@ -78,13 +82,14 @@ static int exp_forward(kiln_layer *l) {
   int64_t n = l->bottom[0]->count;
 #pragma omp parallel for schedule(static) num_threads(l->nthreads) if (n > 32768)
   for (int64_t i = 0; i < n; i++) y[i] = outer * expf(inner * x[i]);
+  if (l->nbuffer > 0) memcpy(l->buffer[0]->data, y, sizeof(float) * (size_t)n);
   return KILN_OK;
 }
 
 static int exp_backward(kiln_layer *l) {
   if (!l->propagate_down[0]) return KILN_OK;
   const exp_state *s = l->priv;
-  const float *y = l->top[0]->data, *dy = l->top[0]->diff;
+  const float *y = l->nbuffer > 0 ? l->buffer[0]->data : l->top[0]->data, *dy = l->top[0]->diff;
   float *dx = l->bottom[0]->diff;
   const float inner = s->inner;
   int64_t n = l->bottom[0]->count;

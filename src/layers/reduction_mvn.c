@@ -125,8 +125,9 @@ const kiln_layer_ops kiln_layer_reduction = {
  * num and channels: the first two axes, a missing one counting 1).
  *   y = (x - mean) / (sqrt(var) + eps) with var = mean((x - mean)^2), or y = x - mean;
  *   dx = (dy - mean(dy) - y mean(y dy)) / (sqrt(var) + eps), or dx = dy - mean(dy).
- * Backward reads only the output and the kept sqrt(var) + eps per row, so the layer may run in
- * place. */
+ * Backward reads the output and the kept sqrt(var) + eps per row, not the input, so the layer
+ * may run in place; then it keeps a copy of its output, which a later layer in place on the same
+ * blob may overwrite. */
 
 static const Caffe__MVNParameter mvn_defaults = CAFFE__MVNPARAMETER__INIT;
 
@@ -136,6 +137,8 @@ static const Caffe__MVNParameter *mvn_param(const kiln_layer *l) {
 
 static int mvn_setup(kiln_layer *l) {
   if (!kiln_layer_add_buffer(l, "scale")) return kiln_errorf(KILN_ERR_NOMEM, "out of memory");
+  if (l->bottom[0] == l->top[0] && !kiln_layer_add_buffer(l, "output"))
+    return kiln_errorf(KILN_ERR_NOMEM, "out of memory");
   return KILN_OK;
 }
 
@@ -147,6 +150,7 @@ static int64_t mvn_rows(const kiln_layer *l) {
 static int mvn_reshape(kiln_layer *l) {
   const int64_t rows = mvn_rows(l);
   KILN_TRY(kiln_blob_reshape(l->buffer[0], 1, &rows));
+  if (l->nbuffer > 1) KILN_TRY(kiln_blob_reshape_like(l->buffer[1], l->bottom[0]));
   l->flops = 5.0 * (double)l->bottom[0]->count;
   return kiln_blob_reshape_like(l->top[0], l->bottom[0]);
 }
@@ -172,6 +176,8 @@ static int mvn_forward(kiln_layer *l) {
     sd[r] = sqrtf((float)(sq / (double)dim)) + p->eps;
     for (int64_t i = 0; i < dim; i++) o[i] /= sd[r];
   }
+  if (l->nbuffer > 1)
+    memcpy(l->buffer[1]->data, y, sizeof(float) * (size_t)l->bottom[0]->count);
   return KILN_OK;
 }
 
@@ -180,7 +186,8 @@ static int mvn_backward(kiln_layer *l) {
   const Caffe__MVNParameter *p = mvn_param(l);
   const int64_t rows = mvn_rows(l);
   const int64_t dim = rows ? l->bottom[0]->count / rows : 0;
-  const float *y = l->top[0]->data, *dy = l->top[0]->diff, *sd = l->buffer[0]->data;
+  const float *y = l->nbuffer > 1 ? l->buffer[1]->data : l->top[0]->data;
+  const float *dy = l->top[0]->diff, *sd = l->buffer[0]->data;
   float *dx = l->bottom[0]->diff;
 #pragma omp parallel for schedule(static) num_threads(l->nthreads) if (rows * dim > 32768)
   for (int64_t r = 0; r < rows; r++) {
