@@ -128,8 +128,9 @@ static void test_every_listed_layer_registered_and_tested(void **state) {
 /* Backward twice after one forward, with different garbage in the bottom diff before each: the
  * bottom diff must come out the same (overwritten, every element written) and every parameter
  * diff doubled (accumulated). Convolution, Pooling, InnerProduct, ReLU, Sigmoid, TanH, Dropout,
- * Softmax, SoftmaxWithLoss (with labels that take no gradient), Flatten, Split, GELU and
- * LayerNorm, on one 4-D bottom. */
+ * Softmax, SoftmaxWithLoss (with labels that take no gradient), Flatten, Split, GELU, LayerNorm,
+ * Exp, Log, BNLL, Tile, Reduction, MVN, Silence, Deconvolution, Im2col and SPP, on one 4-D
+ * bottom. */
 static void test_backward_contract_one_bottom(void **state) {
   (void)state;
   static const struct {
@@ -169,6 +170,25 @@ static void test_backward_contract_one_bottom(void **state) {
       {"name: 'ln' type: 'LayerNorm' layer_norm_param { weight_filler { type: 'gaussian' } }",
        TRAIN, 1, false},
       {"name: 'ln' type: 'LayerNorm' layer_norm_param { axis: 1 }", TRAIN, 1, false},
+      {"name: 'e' type: 'Exp' exp_param { base: 2 scale: 0.5 shift: 1 }", TRAIN, 1, false},
+      {"name: 'lg' type: 'Log' log_param { shift: 2 }", TRAIN, 1, false},
+      {"name: 'b' type: 'BNLL'", TRAIN, 1, false},
+      {"name: 't' type: 'Tile' tile_param { axis: 2 tiles: 3 }", TRAIN, 1, false},
+      {"name: 'r' type: 'Reduction' reduction_param { axis: 1 operation: SUMSQ }", TRAIN, 1,
+       false},
+      {"name: 'm' type: 'MVN'", TRAIN, 1, false},
+      {"name: 's' type: 'Silence'", TRAIN, 0, false},
+      {"name: 'd' type: 'Deconvolution' convolution_param { num_output: 3 kernel_size: 3 "
+       "stride: 2 pad: 1 weight_filler { type: 'gaussian' std: 0.5 } "
+       "bias_filler { type: 'gaussian' std: 0.5 } }",
+       TRAIN, 1, false},
+      {"name: 'd' type: 'Deconvolution' convolution_param { num_output: 4 kernel_size: 2 "
+       "group: 2 weight_filler { type: 'gaussian' std: 0.5 } }",
+       TRAIN, 1, false},
+      {"name: 'i' type: 'Im2col' convolution_param { kernel_size: 2 stride: 2 pad: 1 }", TRAIN, 1,
+       false},
+      {"name: 'sp' type: 'SPP' spp_param { pyramid_height: 2 }", TRAIN, 1, false},
+      {"name: 'sp' type: 'SPP' spp_param { pyramid_height: 2 pool: AVE }", TRAIN, 1, false},
   };
   kiln_rng rng;
   kiln_rng_seed(&rng, 22, 1);
@@ -212,7 +232,7 @@ static void test_backward_contract_one_bottom(void **state) {
   }
 }
 
-/* The same for BatchNorm, Scale, Bias, Eltwise, Concat, Slice and Reshape, on a smaller 4-D
+/* The same for BatchNorm, Scale, Bias, Eltwise, Concat, Slice, Reshape and Crop, on a smaller 4-D
  * bottom and, where the layer takes one, a second bottom (of the first's shape, or one value
  * per channel), with garbage in every bottom diff: bottom diffs come out the same (every
  * element overwritten), parameter diffs double (accumulated). */
@@ -235,6 +255,7 @@ static void test_backward_contract_second_bottoms(void **state) {
       {"name: 'cat' type: 'Concat'", 2, 1, 0},
       {"name: 'sl' type: 'Slice' slice_param { slice_point: 1 }", 1, 2, -1},
       {"name: 'rs' type: 'Reshape' reshape_param { shape { dim: 0 dim: -1 } }", 1, 1, -1},
+      {"name: 'cr' type: 'Crop' crop_param { axis: 1 }", 2, 1, 0},
   };
   kiln_rng rng;
   kiln_rng_seed(&rng, 90, 1);
@@ -278,6 +299,58 @@ static void test_backward_contract_second_bottoms(void **state) {
     unbuild(&l);
     kiln_blob_free(b[0]);
     kiln_blob_free(b[1]);
+  }
+}
+
+/* The same for losses whose bottoms are not alike: MultinomialLogisticLoss, InfogainLoss (H as a
+ * third bottom), HingeLoss and ContrastiveLoss (a pair of features and a similarity), on
+ * predictions x (4, 5) (probabilities in (0.2, 1) for the multinomial loss) with labels in
+ * [0, 5); no gradient goes to labels, H or the similarity. */
+static void test_backward_contract_losses(void **state) {
+  (void)state;
+  static const struct {
+    const char *text;
+    int nbottom;
+    bool pair; /* ContrastiveLoss: x, a second feature blob, a similarity */
+  } cases[] = {
+      {"name: 'm' type: 'MultinomialLogisticLoss'", 2, false},
+      {"name: 'ig' type: 'InfogainLoss'", 3, false},
+      {"name: 'h' type: 'HingeLoss' hinge_loss_param { norm: L2 }", 2, false},
+      {"name: 'h' type: 'HingeLoss'", 2, false},
+      {"name: 'c' type: 'ContrastiveLoss' contrastive_loss_param { margin: 2 }", 3, true},
+  };
+  kiln_rng rng;
+  kiln_rng_seed(&rng, 91, 1);
+  for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+    kiln_blob *b[3];
+    b[0] = gc_blob("x", 2, SHAPE(4, 5), 0.2f, 1, &rng);
+    b[1] = cases[k].pair ? gc_blob("x2", 2, SHAPE(4, 5), -1, 1, &rng)
+                         : label_blob("label", 1, SHAPE(4), 5, &rng);
+    b[2] = cases[k].pair ? blob_of("y", 1, SHAPE(4), (const float[]){1, 0, 0, 1})
+                         : gc_blob("H", 2, SHAPE(5, 5), 0, 1, &rng);
+    const int ngrad = cases[k].pair ? 2 : 1;
+    built l = build(cases[k].text, TRAIN, b, cases[k].nbottom, 1);
+    for (int i = ngrad; i < cases[k].nbottom; i++) l.l->propagate_down[i] = false;
+    forward(&l);
+    l.top[0]->diff[0] = kiln_rng_uniform(&rng, 0.5f, 2);
+    float *dx1[2];
+    for (int i = 0; i < ngrad; i++) fill(b[i]->diff, b[i]->count, 123.0f);
+    backward(&l);
+    for (int i = 0; i < ngrad; i++) {
+      dx1[i] = malloc(sizeof(float) * (size_t)b[i]->count);
+      assert_non_null(dx1[i]);
+      memcpy(dx1[i], b[i]->diff, sizeof(float) * (size_t)b[i]->count);
+      fill(b[i]->diff, b[i]->count, -77.0f);
+    }
+    backward(&l);
+    char what[300];
+    for (int i = 0; i < ngrad; i++) {
+      snprintf(what, sizeof what, "%s: bottom %d diff after a second backward", cases[k].text, i);
+      expect_close(what, b[i]->diff, dx1[i], b[i]->count, 0);
+      free(dx1[i]);
+    }
+    unbuild(&l);
+    for (int i = 0; i < 3; i++) kiln_blob_free(b[i]);
   }
 }
 
@@ -398,6 +471,7 @@ int main(void) {
       cmocka_unit_test(test_backward_contract_one_bottom),
       cmocka_unit_test(test_backward_contract_second_bottoms),
       cmocka_unit_test(test_backward_contract_sequences),
+      cmocka_unit_test(test_backward_contract_losses),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -187,9 +187,7 @@ static void prepare_for_timing(kiln_net *net) {
       }
     if (l->ops->is_data || !l->ops->backward) continue;
     net->layer_need_backward[i] = true;
-    for (int b = 0; b < l->nbottom; b++)
-      l->propagate_down[b] = !(l->ops->is_loss && b > 0) &&
-                             !(b < 32 && (l->ops->no_gradient_bottoms >> b & 1));
+    for (int b = 0; b < l->nbottom; b++) l->propagate_down[b] = kiln_layer_allows_gradient(l, b);
   }
 }
 

@@ -68,7 +68,11 @@ typedef struct kiln_layer_ops {
   /* Size the tops (and internal buffers, workspace) from the bottoms; set l->flops. */
   int (*reshape)(kiln_layer *l);
   int (*forward)(kiln_layer *l);
-  int (*backward)(kiln_layer *l); /* NULL: nothing to propagate */
+  int (*backward)(kiln_layer *l); /* NULL: no gradient (the net refuses to ask it for one) */
+  /* Whether bottom `b` takes a gradient at all (Caffe's AllowForceBackward): force_backward, and
+   * tools that run every backward pass (kiln time), ask none of a bottom it refuses. NULL: every
+   * bottom but a loss layer's labels (its bottoms after the first); kiln_layer_allows_gradient. */
+  bool (*allows_gradient)(const kiln_layer *l, int b);
   void (*destroy)(kiln_layer *l);
   /* Which activation layouts the layer reads and writes, as KILN_LAYOUT_ROLE_* flags (asked
    * after its first reshape); NULL: plain only. SAME: element-wise and per-channel layers;
@@ -154,6 +158,12 @@ struct kiln_layer {
   kiln_layer *fused_into;
   void *priv;
 };
+
+/* Whether bottom `b` of `l` takes a gradient at all (kiln_layer_ops.allows_gradient). */
+static inline bool kiln_layer_allows_gradient(const kiln_layer *l, int b) {
+  if (b < 32 && (l->ops->no_gradient_bottoms >> b & 1)) return false; /* never, whatever the shape */
+  return l->ops->allows_gradient ? l->ops->allows_gradient(l, b) : !(l->ops->is_loss && b > 0);
+}
 
 /* For setup: declares a parameter blob of the given shape filled by `filler` (NULL: constant
  * `default_value`). Returns the (storage-less until the net assigns it) blob. */

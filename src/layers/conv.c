@@ -86,12 +86,9 @@ static int pick2(kiln_layer *l, const char *what, size_t n, const uint32_t *vals
   return KILN_OK;
 }
 
-static int conv_setup(kiln_layer *l) {
-  const Caffe__ConvolutionParameter *p = KILN_PARAM_OR(l->lp->convolution_param, conv_defaults);
-  conv_state *s = calloc(1, sizeof *s);
-  if (!s) return kiln_errorf(KILN_ERR_NOMEM, "out of memory");
-  l->priv = s;
-  kiln_conv_geom *g = &s->g;
+/* The window of convolution_param (Convolution, Deconvolution, Im2col): a 4-D input with
+ * channels on axis 1, kernel, pad, stride and dilation into g, checked as Caffe does. */
+int kiln_conv_param_geom(kiln_layer *l, const Caffe__ConvolutionParameter *p, kiln_conv_geom *g) {
   if (l->bottom[0]->naxes != 4)
     return KILN_LAYER_ERROR(l, KILN_ERR_SHAPE, "input must be N x C x H x W (got %d axes)",
                             l->bottom[0]->naxes);
@@ -109,6 +106,16 @@ static int conv_setup(kiln_layer *l) {
     return KILN_LAYER_ERROR(l, KILN_ERR_INVALID, "kernel size must be given and > 0");
   if (g->stride_h <= 0 || g->stride_w <= 0 || g->dilation_h <= 0 || g->dilation_w <= 0)
     return KILN_LAYER_ERROR(l, KILN_ERR_INVALID, "stride and dilation must be > 0");
+  return KILN_OK;
+}
+
+static int conv_setup(kiln_layer *l) {
+  const Caffe__ConvolutionParameter *p = KILN_PARAM_OR(l->lp->convolution_param, conv_defaults);
+  conv_state *s = calloc(1, sizeof *s);
+  if (!s) return kiln_errorf(KILN_ERR_NOMEM, "out of memory");
+  l->priv = s;
+  kiln_conv_geom *g = &s->g;
+  KILN_TRY(kiln_conv_param_geom(l, p, g));
   if (!p->has_num_output || p->num_output == 0)
     return KILN_LAYER_ERROR(l, KILN_ERR_INVALID, "convolution_param.num_output must be set and > 0");
   s->M = (int)p->num_output;

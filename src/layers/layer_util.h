@@ -114,6 +114,16 @@ static inline bool kiln_in_place_without_loss(const kiln_layer *l, const kiln_bl
   return l->nbottom == 1 && l->bottom[0] == blob && l->top[0] == blob && l->loss_weight[0] == 0;
 }
 
+/* ---- convolution_param (conv.c) ------------------------------------------------------------ */
+
+/* Kernel, pad, stride and dilation of convolution_param into g (Convolution, Deconvolution,
+ * Im2col), with Caffe's forms (one value, one per axis, or the _h and _w fields) and checks;
+ * the input must be N x C x H x W with channels on axis 1. The sizes of g (channels, height,
+ * width, out_h, out_w) are the caller's to fill. */
+struct kiln_conv_geom;
+int kiln_conv_param_geom(kiln_layer *l, const Caffe__ConvolutionParameter *p,
+                         struct kiln_conv_geom *g);
+
 /* ---- data layers (data_util.c) ------------------------------------------------------------ */
 
 /* The order in which a data layer reads its records: position q of the endless stream is record

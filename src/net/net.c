@@ -170,14 +170,13 @@ static void need_backward(kiln_net *net, const Caffe__NetParameter *np) {
         if (net->learnable[k] == o && net->lr_mult[k] != 0) need = true;
     }
     /* force_backward applies to each bottom on its own (Caffe's AllowForceBackward: never a
-     * loss layer's labels, nor the bottoms a table marks no_gradient_bottoms); it does not make
-     * the tops carry gradients, or a label that passed through a Split would be asked for a
-     * gradient downstream. */
+     * loss layer's labels, kiln_layer_allows_gradient); it does not make the tops carry
+     * gradients, or a label that passed through a Split would be asked for a gradient
+     * downstream. */
     bool forced_any = false;
     for (int b = 0; b < l->nbottom; b++) {
       bool bn = needs[l->bottom[b]->id];
-      bool fb = np->force_backward && !l->ops->is_data && !(l->ops->is_loss && b > 0) &&
-                !(b < 32 && (l->ops->no_gradient_bottoms >> b & 1));
+      bool fb = np->force_backward && !l->ops->is_data && kiln_layer_allows_gradient(l, b);
       if (b < (int)l->lp->n_propagate_down && !l->lp->propagate_down[b]) bn = fb = false;
       l->propagate_down[b] = bn || fb;
       need |= bn;
@@ -373,18 +372,42 @@ void kiln_net_free(kiln_net *net) {
 
 /* ---- running ------------------------------------------------------------------------------- */
 
+/* A forward that changed its tops' shapes (a data layer's smaller last batch, Filter's
+ * selection) has the layers after it reshaped, whoever runs the layers (kiln time runs them one
+ * by one). Shrinking, or growing back to the planned size, never allocates. */
 int kiln_net_layer_forward(kiln_net *net, int i) {
   kiln_layer *l = net->layers[i];
-  return l->fused_into ? KILN_OK : l->ops->forward(l);
+  if (l->fused_into) return KILN_OK;
+  KILN_TRY(l->ops->forward(l));
+  if (l->reshaped) {
+    l->reshaped = false;
+    for (int j = i + 1; j < net->nlayers; j++) KILN_TRY(net->layers[j]->ops->reshape(net->layers[j]));
+  }
+  return KILN_OK;
 }
 
 /* A fused group [h, h + fused] runs its head's backward at its last layer, when any of its layers
  * needs backward (the head skips what is not wanted: its input gradient without propagate_down). */
+/* A layer without a backward pass (Threshold, ArgMax, Accuracy) asked for the gradient of one of
+ * its bottoms: refused when the pass runs, as Caffe's NOT_IMPLEMENTED backward is (a net that
+ * is only run forward, in TEST or for deployment, builds and runs). */
+static int no_gradient(const kiln_layer *l) {
+  for (int b = 0; b < l->nbottom; b++)
+    if (l->propagate_down[b])
+      return kiln_errorf(KILN_ERR_UNSUPPORTED,
+                         "layer '%s' (%s): has no gradient, but its bottom '%s' needs one; set "
+                         "propagate_down: false for it",
+                         l->name, l->ops->type, l->bottom[b]->name);
+  return KILN_OK;
+}
+
 int kiln_net_layer_backward(kiln_net *net, int i) {
   kiln_layer *l = net->layers[i];
   if (l->fused) return KILN_OK; /* done at the group's last layer */
-  if (!l->fused_into)
-    return net->layer_need_backward[i] && l->ops->backward ? l->ops->backward(l) : KILN_OK;
+  if (!l->fused_into) {
+    if (!net->layer_need_backward[i]) return KILN_OK;
+    return l->ops->backward ? l->ops->backward(l) : no_gradient(l);
+  }
   int h = i;
   while (h > 0 && net->layers[h] != l->fused_into) h--;
   if (h + net->layers[h]->fused != i) return KILN_OK;
@@ -402,12 +425,6 @@ int kiln_net_forward(kiln_net *net, float *loss) {
     int rc = kiln_net_layer_forward(net, i);
     if (rc) return rc;
     if (i == in->fault_layer) kiln_fault_sleep(&net->config.fault);
-    if (l->reshaped) {
-      /* Shrinking (or growing back to the planned size) never allocates. */
-      l->reshaped = false;
-      for (int j = i + 1; j < net->nlayers; j++)
-        if ((rc = net->layers[j]->ops->reshape(net->layers[j]))) return rc;
-    }
     for (int t = 0; t < l->ntop; t++)
       if (l->loss_weight[t] != 0) {
         const float *d = l->top[t]->data;

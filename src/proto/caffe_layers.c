@@ -8,36 +8,17 @@
 #include "kiln/proto.h"
 
 static const kiln_caffe_missing_layer missing[] = {
-    {"BatchReindex", NULL, NULL},
-    {"BNLL", NULL, NULL},
-    {"ContrastiveLoss", "contrastive_loss_param", NULL},
-    {"Crop", "crop_param", NULL},
-    {"Deconvolution", NULL, NULL},
-    {"Exp", "exp_param", NULL},
-    {"Filter", NULL, NULL},
     {"HDF5Data", NULL, NULL}, /* hdf5_data_param is in the schema: the type is what is refused */
     {"HDF5Output", "hdf5_output_param", NULL},
-    {"HingeLoss", "hinge_loss_param", NULL},
-    {"Im2col", NULL, NULL},
     {"ImageData", "image_data_param", NULL},
-    {"InfogainLoss", "infogain_loss_param", NULL},
-    {"Log", "log_param", NULL},
     {"LSTMUnit", NULL, NULL},
     {"MemoryData", "memory_data_param",
      "it is fed from C++ or Python code that links Caffe; with kiln, an Input layer takes data "
      "from the program that drives the net"},
-    {"MultinomialLogisticLoss", NULL, NULL},
-    {"MVN", "mvn_param", NULL},
-    {"Parameter", "parameter_param", NULL},
     {"Python", "python_param",
      "kiln runs no Python layers: a Python layer's code lives outside the net file, and kiln is C "
      "with no Python interpreter inside; write the layer in C (docs/adding-a-layer.md)"},
-    {"Reduction", "reduction_param", NULL},
-    {"Silence", NULL, NULL},
-    {"SPP", "spp_param", NULL},
     {"Swish", "swish_param", NULL},
-    {"Threshold", "threshold_param", NULL},
-    {"Tile", "tile_param", NULL},
     {"WindowData", "window_data_param", NULL},
     {NULL, NULL, NULL},
 };

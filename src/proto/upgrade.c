@@ -312,6 +312,12 @@ static int v1_to_layer(Caffe__V1LayerParameter *v, Caffe__LayerParameter **out, 
   MOVE(l->tanh_param, v->tanh_param);
   MOVE(l->transform_param, v->transform_param);
   MOVE(l->loss_param, v->loss_param);
+  MOVE(l->contrastive_loss_param, v->contrastive_loss_param);
+  MOVE(l->exp_param, v->exp_param);
+  MOVE(l->hinge_loss_param, v->hinge_loss_param);
+  MOVE(l->infogain_loss_param, v->infogain_loss_param);
+  MOVE(l->mvn_param, v->mvn_param);
+  MOVE(l->threshold_param, v->threshold_param);
   *out = l;
   return KILN_OK;
 }

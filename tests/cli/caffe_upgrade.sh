@@ -99,8 +99,12 @@ printf 'layer { name: "a" type: "ReLU" }\nlayers { name: "b" type: RELU }\n' > b
 expect_error "both formats" "both.prototxt: holds both 'layer'" -- "$KILN" describe --model both.prototxt
 printf 'layers { layer { name: "p" type: "padding" pad: 1 } bottom: "a" top: "b" }\nlayers { layer { name: "r" type: "relu" } bottom: "b" top: "c" }\n' > pad.prototxt
 expect_error "padding into relu" "padding layer 'p' feeds a 'relu' layer" -- "$KILN" describe --model pad.prototxt
-printf 'layers { name: "e" type: EXP exp_param { base: 2 } }\n' > exp.prototxt
-expect_error "V1 block of a missing type" "'exp_param' is the parameter block of Caffe's Exp layer" -- "$KILN" describe --model exp.prototxt
+printf 'layers { name: "w" type: WINDOW_DATA window_data_param { source: "w.txt" } }\n' > win.prototxt
+expect_error "V1 block of a missing type" "'window_data_param' is the parameter block of Caffe's WindowData layer" -- "$KILN" describe --model win.prototxt
+# a V1 block of a type kiln has: carried over by the upgrade
+printf 'input: "x"\ninput_dim: 1\ninput_dim: 2\ninput_dim: 1\ninput_dim: 1\nlayers { name: "e" type: EXP bottom: "x" top: "y" exp_param { base: 2 } }\n' > exp.prototxt
+"$KILN" upgrade exp.prototxt exp_up.prototxt > upe.log 2>&1 && grep -q 'type: "Exp"' exp_up.prototxt && grep -q 'base: 2' exp_up.prototxt \
+  && pass || fail "V1 EXP with exp_param: $(cat upe.log exp_up.prototxt)"
 expect_error "upgrade to nowhere" "cannot" -- "$KILN" upgrade v1.prototxt /nonexistent/dir/out.prototxt
 [ ! -e /nonexistent/dir/out.prototxt ] && pass || fail "file left"
 finish
