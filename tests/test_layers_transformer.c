@@ -1,7 +1,7 @@
 /* The transformer's layers on time-major T x N x D data: GELU, LayerNorm, PositionalEncoding and
  * MultiHeadAttention. Forward passes against values worked out by hand and against the
  * definitions computed here in double precision with plain loops (for attention also against
- * values from a script that follows PyTorch's multi_head_attention_forward step by step);
+ * values from scripts/mha-reference.py, which follows PyTorch's multi_head_attention_forward);
  * backward passes against finite differences; in-place runs against out-of-place ones; results
  * that do not depend on the thread count; the errors of bad parameters and shapes; and a
  * pre-norm transformer block built as a net from these layers (docs/sequence.md), checked
@@ -474,10 +474,11 @@ static const float tiny_w_out[16] = {0.3f,  -0.2f, 0.1f, 0.4f, 0.1f, 0.5f, -0.3f
 static const float tiny_b_out[4] = {0.1f, -0.1f, 0.05f, 0.0f};
 
 /* The tiny case with and without the causal and padding masks (mask [1, 1, 0]: the last step is
- * padding), against mha_ref and against values from a script that follows PyTorch's
- * multi_head_attention_forward (q, k, v viewed as (T, N H, hd) batches, key_padding_mask True on
- * padding, the causal mask -inf above the diagonal). Causal query 0 sees key 0 alone, so its
- * output is v_0's projection: [0.2265, -0.464, 0.1105, 0.0225]. Every key padding leaves b_o. */
+ * padding), against mha_ref and against the values scripts/mha-reference.py prints, working as
+ * PyTorch's multi_head_attention_forward does (q, k, v viewed as (T, N H, hd) batches,
+ * key_padding_mask True on padding, the causal mask -inf above the diagonal). Causal query 0
+ * sees key 0 alone, so its output is v_0's projection: [0.2265, -0.464, 0.1105, 0.0225]. Every
+ * key padding leaves b_o. */
 static void test_mha_tiny_cases(void **state) {
   (void)state;
   static const float torch_plain[12] = {0.108442949f, -0.210555707f, 0.188521158f, 0.106050355f,
