@@ -2,6 +2,8 @@
 #ifndef KILN_DATA_INTERNAL_H
 #define KILN_DATA_INTERNAL_H
 
+#include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 /* Removes an LMDB directory that kiln wrote (data.mdb, lock.mdb, then the directory itself).
@@ -17,5 +19,9 @@ int kiln_data_remove_lmdb_dir(const char *dir);
 int kiln_data_write_images(const char *out_path, const char *source, uint32_t n, int key_digits,
                            int channels, int height, int width, const uint8_t *pixels,
                            const uint8_t *labels);
+
+/* Decodes an escaped line in place (\\ \t \n \r; with `vocab`, also \s for a space and \0):
+ * the decoded length, or -1 at a bad escape (src/data/text_records.c). */
+long kiln_text_unescape(char *s, size_t n, bool vocab);
 
 #endif

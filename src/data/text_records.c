@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "data/internal.h"
 #include "kiln/data.h"
 
 static bool ends_with(const char *s, const char *tail) {
@@ -11,8 +12,9 @@ static bool ends_with(const char *s, const char *tail) {
   return n >= m && !strcmp(s + n - m, tail);
 }
 
-/* Decodes line[0 .. n) in place (\\ \t \n \r); the decoded length, or -1 at a bad escape. */
-static long unescape(char *s, size_t n) {
+/* Decodes line[0 .. n) in place (\\ \t \n \r, and with `vocab` \s for a space and \0); the
+ * decoded length, or -1 at a bad escape. The vocabulary file and the .tsv records share it. */
+long kiln_text_unescape(char *s, size_t n, bool vocab) {
   size_t o = 0;
   for (size_t i = 0; i < n; i++) {
     if (s[i] != '\\') {
@@ -20,13 +22,14 @@ static long unescape(char *s, size_t n) {
       continue;
     }
     if (++i == n) return -1;
-    switch (s[i]) {
-    case '\\': s[o++] = '\\'; break;
-    case 't': s[o++] = '\t'; break;
-    case 'n': s[o++] = '\n'; break;
-    case 'r': s[o++] = '\r'; break;
-    default: return -1;
-    }
+    char c = s[i];
+    if (c == '\\') s[o++] = '\\';
+    else if (c == 't') s[o++] = '\t';
+    else if (c == 'n') s[o++] = '\n';
+    else if (c == 'r') s[o++] = '\r';
+    else if (vocab && c == 's') s[o++] = ' ';
+    else if (vocab && c == '0') s[o++] = '\0';
+    else return -1;
   }
   return (long)o;
 }
@@ -51,7 +54,7 @@ static int tsv_records(const char *path, char *text, size_t n, kiln_text_record_
     if (!digits || label > INT_MAX)
       return kiln_errorf(KILN_ERR_PARSE, "%s:%d: label '%.*s' is not a whole number in 0..%d",
                          path, line, (int)(tab - p < 20 ? tab - p : 20), p, INT_MAX);
-    long len = unescape(tab + 1, (size_t)(end - tab - 1));
+    long len = kiln_text_unescape(tab + 1, (size_t)(end - tab - 1), false);
     if (len < 0)
       return kiln_errorf(KILN_ERR_PARSE, "%s:%d: a backslash that is not one of \\\\ \\t \\n \\r",
                          path, line);

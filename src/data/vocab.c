@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "data/internal.h"
 #include "kiln/data.h"
 
 /* ---- tokens -------------------------------------------------------------------------------- */
@@ -372,28 +373,6 @@ int kiln_vocab_write(const kiln_vocab *v, const char *path) {
   return rc;
 }
 
-/* Decodes one escaped token line in place; its length, or -1 for a bad escape. */
-static long unescape_line(char *s, size_t n) {
-  size_t o = 0;
-  for (size_t i = 0; i < n; i++) {
-    if (s[i] != '\\') {
-      s[o++] = s[i];
-      continue;
-    }
-    if (++i == n) return -1;
-    switch (s[i]) {
-    case '\\': s[o++] = '\\'; break;
-    case 'n': s[o++] = '\n'; break;
-    case 't': s[o++] = '\t'; break;
-    case 'r': s[o++] = '\r'; break;
-    case 's': s[o++] = ' '; break;
-    case '0': s[o++] = '\0'; break;
-    default: return -1;
-    }
-  }
-  return (long)o;
-}
-
 int kiln_vocab_read(const char *path, kiln_vocab **out) {
   *out = NULL;
   char *text;
@@ -426,7 +405,7 @@ int kiln_vocab_read(const char *path, kiln_vocab **out) {
       rc = kiln_errorf(KILN_ERR_PARSE, "%s:%d: the last line has no newline (a cut file?)", path, line);
       break;
     }
-    long len = unescape_line(p, (size_t)(end - p));
+    long len = kiln_text_unescape(p, (size_t)(end - p), true);
     if (len < 0) {
       rc = kiln_errorf(KILN_ERR_PARSE, "%s:%d: a backslash that is not one of \\\\ \\n \\t \\r \\s \\0",
                        path, line);
