@@ -19,7 +19,9 @@ static const kiln_caffe_missing_layer missing[] = {
      "kiln runs no Python layers: a Python layer's code lives outside the net file, and kiln is C "
      "with no Python interpreter inside; write the layer in C (docs/adding-a-layer.md)"},
     {"Swish", "swish_param", NULL},
-    {"WindowData", "window_data_param", NULL},
+    {"WindowData", "window_data_param",
+     "it crops R-CNN detection windows out of images listed in a window file, and kiln reads no "
+     "image files yet (ImageData is to come); convert the windows to an LMDB of crops"},
     {NULL, NULL, NULL},
 };
 
