@@ -288,6 +288,23 @@ static int read_all(const reader *r, hid_t at, const char *name, hid_t type, siz
   H5T_class_t cls = ft < 0 ? H5T_NO_CLASS : H5Tget_class(ft);
   size_t fsize = ft < 0 ? 0 : H5Tget_size(ft);
   if (ft >= 0) H5Tclose(ft);
+  /* A contiguous dataset's bytes must lie inside the file: libhdf5 copies from where the file
+   * says they are without checking it against the file's end. */
+  haddr_t at_byte = d < 0 ? HADDR_UNDEF : H5Dget_offset(d);
+  bool outside = at_byte != HADDR_UNDEF &&
+                 ((double)at_byte + (double)*count * (double)fsize > (double)r->len);
+  /* Nor may a compact or contiguous dataset hold fewer bytes than its shape needs. */
+  hid_t plist = d < 0 ? -1 : H5Dget_create_plist(d);
+  H5D_layout_t layout = plist < 0 ? H5D_LAYOUT_ERROR : H5Pget_layout(plist);
+  if (plist >= 0) H5Pclose(plist);
+  if (d >= 0 && layout != H5D_CHUNKED &&
+      (layout == H5D_LAYOUT_ERROR || (double)H5Dget_storage_size(d) < (double)*count * (double)fsize))
+    outside = true;
+  if (d >= 0 && outside) {
+    H5Dclose(d);
+    free(buf);
+    return kiln_errorf(KILN_ERR_PARSE, "%s: dataset '%s' lies past the end of the file", r->path, name);
+  }
   if (d >= 0 && ((cls != H5T_INTEGER && cls != H5T_FLOAT) || fsize == 0 || fsize > 8)) {
     H5Dclose(d);
     free(buf);
