@@ -3,7 +3,8 @@
  * sequence restarting in the middle of a batch, with and without a static input, with the
  * hidden state exposed), the gradient convention, Caffe's parameter blobs (order, shapes,
  * fillers, a .caffemodel written as Caffe writes it), the errors of bad indices, parameters and
- * shapes, an LRCN-style net built and run through kiln_net, and an LSTM that learns a task. */
+ * shapes, shapes that change between passes, LRCN-style nets and a TextData sentence
+ * classifier built and run through kiln_net, and an LSTM that learns a task. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -16,6 +17,7 @@
 #include <time.h>
 
 #include "files.h"
+#include "kiln/data.h"
 #include "layer_test.h"
 
 /* ---- Embed ------------------------------------------------------------------------------- */
@@ -512,6 +514,60 @@ static void test_recurrent_empty_batches(void **state) {
   for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) kiln_blob_free(all[i]);
 }
 
+/* The number of steps and of streams may change from one pass to the next (TextData's
+ * SEQUENCES batches do: T is the longest sequence of the bucket, N its size). After a reshape
+ * the layer gives what a layer built for the new shape gives, with the same parameters. */
+static void test_recurrent_shape_changes(void **state) {
+  (void)state;
+  const char *texts[2] = {
+      "name: 'r' type: 'RNN' recurrent_param { num_output: 3 "
+      "weight_filler { type: 'gaussian' std: 0.5 } bias_filler { type: 'gaussian' } }",
+      "name: 'l' type: 'LSTM' recurrent_param { num_output: 3 "
+      "weight_filler { type: 'gaussian' std: 0.5 } bias_filler { type: 'gaussian' } }"};
+  kiln_rng rng;
+  kiln_rng_seed(&rng, 61, 0);
+  for (int k = 0; k < 2; k++) {
+    kiln_blob *x = gc_blob("x", 3, SHAPE(4, 3, 2), -1, 1, &rng);
+    kiln_blob *cont =
+        blob_of("cont", 2, SHAPE(4, 3), (const float[]){0, 0, 0, 1, 1, 1, 1, 0, 1, 1, 1, 1});
+    kiln_blob *b[2] = {x, cont};
+    built big = build(texts[k], TRAIN, b, 2, 1);
+    forward(&big);
+    /* Fewer steps and streams: x 2 x 2 x 2, cont 2 x 2, as the next bucket might be. */
+    kiln_blob *x2 = gc_blob("x2", 3, SHAPE(2, 2, 2), -1, 1, &rng);
+    kiln_blob *c2 = blob_of("c2", 2, SHAPE(2, 2), (const float[]){0, 0, 1, 0});
+    assert_int_equal(kiln_blob_reshape(x, 3, SHAPE(2, 2, 2)), KILN_OK);
+    assert_int_equal(kiln_blob_reshape(cont, 2, SHAPE(2, 2)), KILN_OK);
+    memcpy(x->data, x2->data, sizeof(float) * 8);
+    memcpy(cont->data, c2->data, sizeof(float) * 4);
+    assert_int_equal(big.l->ops->reshape(big.l), KILN_OK);
+    expect_shape(big.top[0], 3, SHAPE(2, 2, 3));
+    forward(&big);
+    kiln_blob *b2[2] = {x2, c2};
+    built small = build(texts[k], TRAIN, b2, 2, 1);
+    for (int p = 0; p < big.l->nparam; p++) set_params(&small, p, big.l->param[p]->data);
+    forward(&small);
+    expect_close("output after the reshape", big.top[0]->data, small.top[0]->data, 12, 0);
+    /* And the gradients. */
+    for (int i = 0; i < 12; i++) big.top[0]->diff[i] = small.top[0]->diff[i] = (float)i / 12 - 0.5f;
+    for (int p = 0; p < big.l->nparam; p++) {
+      fill(big.l->param[p]->diff, big.l->param[p]->count, 0);
+      fill(small.l->param[p]->diff, small.l->param[p]->count, 0);
+    }
+    big.l->propagate_down[1] = small.l->propagate_down[1] = false;
+    backward(&big);
+    backward(&small);
+    expect_close("x gradient after the reshape", x->diff, x2->diff, 8, 0);
+    for (int p = 0; p < big.l->nparam; p++)
+      expect_close("param gradient after the reshape", big.l->param[p]->diff,
+                   small.l->param[p]->diff, big.l->param[p]->count, 0);
+    unbuild(&big);
+    unbuild(&small);
+    kiln_blob *all[] = {x, cont, x2, c2};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) kiln_blob_free(all[i]);
+  }
+}
+
 /* ---- RNN and LSTM: errors ---------------------------------------------------------------- */
 
 static void test_recurrent_errors(void **state) {
@@ -727,6 +783,70 @@ static void test_embed_lstm_net(void **state) {
   protobuf_c_message_free_unpacked(&np->base, NULL);
 }
 
+/* A sentence classifier end to end: TextData's labelled sequences (batched by length, so T and
+ * N change from batch to batch, padded at the end), Embed, LSTM, SequencePool taking the last
+ * valid step, InnerProduct and SoftmaxWithLoss; forward and backward over a whole epoch and into
+ * the next. */
+static void test_text_classifier_net(void **state) {
+  (void)state;
+  char dir[64], path[256], text[2048];
+  make_tmpdir(dir, sizeof dir, "rec");
+  const char *records = "0\tabc\n1\td\n0\tefgh\n1\tij\n0\tkl\n";
+  snprintf(path, sizeof path, "%s/records.tsv", dir);
+  write_plain(path, records, strlen(records));
+  kiln_vocab_builder *vb;
+  assert_int_equal(kiln_vocab_builder_new(KILN_TOKENS_CHAR, false, &vb), KILN_OK);
+  assert_int_equal(kiln_vocab_builder_add(vb, "abcdefghijkl", 12), KILN_OK);
+  kiln_vocab *v;
+  assert_int_equal(kiln_vocab_builder_finish(vb, 1, 0, &v), KILN_OK);
+  kiln_vocab_builder_free(vb);
+  snprintf(path, sizeof path, "%s/vocab.txt", dir);
+  assert_int_equal(kiln_vocab_write(v, path), KILN_OK);
+  const int V = kiln_vocab_size(v);
+  kiln_vocab_free(v);
+  snprintf(text, sizeof text,
+           "name: 'classify'\n"
+           "layer { name: 'text' type: 'TextData' top: 'words' top: 'label' top: 'cont'\n"
+           "  top: 'mask' text_data_param { source: '%s/records.tsv' mode: SEQUENCES\n"
+           "    batch_size: 2 seq_len: 4 } }\n"
+           "layer { name: 'embed' type: 'Embed' bottom: 'words' top: 'emb'\n"
+           "  embed_param { num_output: 4 input_dim: %d weight_filler { type: 'uniform'\n"
+           "    min: -0.5 max: 0.5 } } }\n"
+           "layer { name: 'lstm' type: 'LSTM' bottom: 'emb' bottom: 'cont' top: 'h'\n"
+           "  recurrent_param { num_output: 5 weight_filler { type: 'uniform' min: -0.5\n"
+           "    max: 0.5 } } }\n"
+           "layer { name: 'last' type: 'SequencePool' bottom: 'h' bottom: 'mask' top: 'last' }\n"
+           "layer { name: 'ip' type: 'InnerProduct' bottom: 'last' top: 'ip'\n"
+           "  inner_product_param { num_output: 2 weight_filler { type: 'xavier' } } }\n"
+           "layer { name: 'loss' type: 'SoftmaxWithLoss' bottom: 'ip' bottom: 'label'\n"
+           "  top: 'loss' }\n",
+           dir, V);
+  Caffe__NetParameter *np;
+  if (kiln_net_param_from_text(text, "classify.prototxt", &np)) fail_msg("%s", kiln_last_error());
+  kiln_net_options opt = {.phase = TRAIN, .seed = 5, .config = kiln_test_config()};
+  kiln_net *net;
+  if (kiln_net_create(np, &opt, &net)) fail_msg("%s", kiln_last_error());
+  kiln_layer *lstm = kiln_net_layer(net, "lstm");
+  /* Buckets by length (1, 2 | 2, 3 | 4): T x N = 2 x 2, 3 x 2, 4 x 1, then 2 x 2 again. */
+  const int64_t shapes[4][2] = {{2, 2}, {3, 2}, {4, 1}, {2, 2}};
+  for (int batch = 0; batch < 4; batch++) {
+    kiln_net_zero_param_diff(net);
+    float loss;
+    assert_int_equal(kiln_net_forward(net, &loss), KILN_OK);
+    expect_shape(kiln_net_blob(net, "h"), 3, SHAPE(shapes[batch][0], shapes[batch][1], 5));
+    expect_shape(kiln_net_blob(net, "last"), 2, SHAPE(shapes[batch][1], 5));
+    assert_true(isfinite(loss) && loss > 0);
+    assert_int_equal(kiln_net_backward(net), KILN_OK);
+    double g = 0;
+    for (int p = 0; p < lstm->nparam; p++)
+      for (int64_t i = 0; i < lstm->param[p]->count; i++) g += fabs(lstm->param[p]->diff[i]);
+    assert_true(isfinite(g) && g > 0);
+  }
+  kiln_net_free(net);
+  protobuf_c_message_free_unpacked(&np->base, NULL);
+  rm_tree(dir);
+}
+
 /* A .caffemodel as Caffe writes an LSTM with a static input and an RNN: each layer's blobs in
  * its unrolled net's order and shapes. kiln loads them into its own blobs unchanged. */
 static void test_recurrent_caffemodel_loads(void **state) {
@@ -916,9 +1036,11 @@ int main(void) {
       cmocka_unit_test(test_lstm_gradients),
       cmocka_unit_test(test_recurrent_backward_contract),
       cmocka_unit_test(test_recurrent_empty_batches),
+      cmocka_unit_test(test_recurrent_shape_changes),
       cmocka_unit_test(test_recurrent_errors),
       cmocka_unit_test(test_lrcn_net_forward_backward),
       cmocka_unit_test(test_embed_lstm_net),
+      cmocka_unit_test(test_text_classifier_net),
       cmocka_unit_test(test_recurrent_caffemodel_loads),
       cmocka_unit_test(test_lstm_learns_running_parity),
   };
