@@ -177,6 +177,12 @@ static int snapshot_bytes(kiln_solver *s, const char *path, char **buf, size_t *
   return KILN_OK;
 }
 
+static bool finite_all(const float *v, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    if (!isfinite(v[i])) return false;
+  return true;
+}
+
 int kiln_solver_restore(kiln_solver *s, const char *path) {
   ProtobufCMessage *m;
   char *bytes;
@@ -213,6 +219,9 @@ int kiln_solver_restore(kiln_solver *s, const char *path) {
   } else if (st->kiln_divergence_run < 0) {
     rc = kiln_errorf(KILN_ERR_INVALID, "%s: kiln_divergence_run is %d; it cannot be negative",
                      path, (int)st->kiln_divergence_run);
+  } else if (!finite_all(st->kiln_loss_history, st->n_kiln_loss_history)) {
+    rc = kiln_errorf(KILN_ERR_INVALID, "%s: kiln_loss_history holds a value that is not finite",
+                     path);
   } else if (!st->learned_net || !st->learned_net[0]) {
     rc = kiln_errorf(KILN_ERR_INVALID, "%s: names no learned_net (.caffemodel)", path);
   } else if ((int)st->n_history != nh) {
@@ -228,6 +237,14 @@ int kiln_solver_restore(kiln_solver *s, const char *path) {
                        (long long)net->learnable[k]->count);
       break;
     }
+    for (int64_t j = 0; j < net->learnable[k]->count; j++)
+      if (!isfinite(st->history[i]->data[j])) {
+        rc = kiln_errorf(KILN_ERR_INVALID, "%s: history blob %d (parameter '%s') holds %g at %lld",
+                         path, i, net->learnable[k]->name, (double)st->history[i]->data[j],
+                         (long long)j);
+        break;
+      }
+    if (rc) break;
     memcpy(s->history + (int64_t)h * net->nparam_floats + net->learnable_offset[k],
            st->history[i]->data, sizeof(float) * (size_t)net->learnable[k]->count);
   }
@@ -244,6 +261,7 @@ int kiln_solver_restore(kiln_solver *s, const char *path) {
       model = buf;
     }
     rc = kiln_net_load_weights(net, model);
+    if (rc) rc = kiln_error_context(rc, "%s: its learned_net '%s': ", path, st->learned_net);
   }
   if (!rc) {
     s->iter = st->iter;
@@ -254,6 +272,7 @@ int kiln_solver_restore(kiln_solver *s, const char *path) {
     s->divergence_run = st->kiln_divergence_run;
     if (st->n_kiln_data_cursor)
       rc = kiln_net_set_cursors(net, st->kiln_data_cursor, (int)st->n_kiln_data_cursor);
+    if (rc) rc = kiln_error_context(rc, "%s: ", path);
   }
   if (!rc && s->rank == 0 && st->n_kiln_test_data_cursor) {
     /* Absent (Caffe's snapshots, or no test data): the test passes start at the beginning. */
@@ -265,6 +284,7 @@ int kiln_solver_restore(kiln_solver *s, const char *path) {
     for (int k = 0, at = 0; !rc && k < s->ntest; k++) {
       int n = kiln_net_data_layer_count(s->test_nets[k]);
       if (n) rc = kiln_net_set_cursors(s->test_nets[k], st->kiln_test_data_cursor + at, n);
+      if (rc) rc = kiln_error_context(rc, "%s: test net %d: ", path, k);
       at += n;
     }
   }

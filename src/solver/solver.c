@@ -107,6 +107,16 @@ static int build_nets(kiln_solver *s) {
   }
   s->train_param = train_np;
   KILN_TRY(make_net(s, train_np, CAFFE__PHASE__TRAIN, p->train_state, train_src, &s->net));
+  /* Without a loss there is nothing to learn: every gradient is zero (Caffe trains such a net
+   * to the end without a word). */
+  bool has_loss = false;
+  for (int i = 0; i < s->net->nlayers && !has_loss; i++)
+    for (int t = 0; t < s->net->layers[i]->ntop; t++) has_loss |= s->net->layers[i]->loss_weight[t] != 0;
+  if (!has_loss)
+    return kiln_errorf(KILN_ERR_INVALID,
+                       "%s: the train net has no loss (no top with a loss_weight): nothing to "
+                       "learn; add a loss layer, or give loss_weight on the top to minimise",
+                       train_src);
   /* Test nets: the listed ones, else the generic net once per test_iter. */
   int ntest = (int)(p->n_test_net + p->n_test_net_param);
   bool generic = ntest == 0 && (p->net || p->net_param);

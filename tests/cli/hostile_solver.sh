@@ -124,4 +124,8 @@ expect_refusal "metrics of a solver that fails" --want "policy.prototxt" --gone 
   "${T[@]}" policy.prototxt --metrics policy.jsonl
 expect_refusal "metrics of a net that does not build" --want "gone.prototxt" --gone gone.jsonl -- \
   "${T[@]}" gone.prototxt.solver --metrics gone.jsonl
+printf 'layer { name: "in" type: "Input" top: "x" input_param { shape { dim: 2 dim: 3 } } }\nlayer { name: "ip" type: "InnerProduct" bottom: "x" top: "y" inner_product_param { num_output: 2 } }\n' > noloss.prototxt
+printf 'net: "noloss.prototxt"\nbase_lr: 0.01\nlr_policy: "fixed"\nmax_iter: 2\nsnapshot_prefix: "noloss"\n' > noloss_solver.prototxt
+expect_refusal "a train net without a loss" --want "noloss.prototxt: the train net has no loss" --gone noloss_iter_2.caffemodel -- \
+  "${T[@]}" noloss_solver.prototxt
 finish

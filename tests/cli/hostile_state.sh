@@ -119,4 +119,18 @@ expect_refusal "learned_net with a NaN bias" --want "nan.caffemodel" --want "lay
 state otherln.solverstate "$(pb_int 1 2)" "$(pb_string 2 snap_iter_2.solverstate)" "$H1" "$H2"
 expect_refusal "learned_net naming a .solverstate" --want "snap_iter_2.solverstate" --want "NetParameter" -- \
   "${R[@]}" otherln.solverstate
+
+# ---- values a resume would carry on with ------------------------------------------------------
+state nanhist.solverstate "$(pb_int 1 2)" "$LN" "$(pb_bytes 3 "$(pb_blob 10,16 nan $(pb_fill 159 0))")" "$H2"
+expect_refusal "a NaN in the history" --want "nanhist.solverstate: history blob 0 (parameter 'ip.param0') holds" --want "nan at 0" -- \
+  "${R[@]}" nanhist.solverstate
+state nanloss.solverstate "$(pb_int 1 2)" "$LN" "$H1" "$H2" "$(pb_floats 1002 nan nan)"
+expect_refusal "a NaN in the loss window" --want "nanloss.solverstate: kiln_loss_history holds a value that is not finite" -- \
+  "${R[@]}" nanloss.solverstate
+state goneln.solverstate "$(pb_int 1 2)" "$(pb_string 2 gone/none.caffemodel)" "$H1" "$H2"
+expect_refusal "learned_net nowhere" --want "goneln.solverstate: its learned_net 'gone/none.caffemodel'" -- \
+  "${R[@]}" goneln.solverstate
+state cursors.solverstate "$(pb_int 1 2)" "$LN" "$H1" "$H2" "$(pb_int 1000 1)" "$(pb_int 1000 2)"
+expect_refusal "data cursors of another net" --want "cursors.solverstate: " --want "2 data cursors" -- \
+  "${R[@]}" cursors.solverstate
 finish
