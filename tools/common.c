@@ -141,3 +141,28 @@ void tool_on_event(const kiln_event *e, void *user) {
   }
   metrics_result(m, kiln_metrics_write_event(m->file, e));
 }
+
+int tool_load_net(const char *model, int phase, uint64_t max_memory, kiln_net **net,
+                  ProtobufCMessage **msg) {
+  kiln_config cfg; /* copied into the net */
+  *net = NULL;
+  *msg = NULL;
+  KILN_TRY(kiln_config_from_env(&cfg));
+  KILN_TRY(kiln_text_parse_file(model, &caffe__net_parameter__descriptor, msg));
+  int rc = kiln_net_param_upgrade((Caffe__NetParameter *)*msg, model, NULL);
+  if (!rc) {
+    kiln_net_options o = {.phase = phase, .seed = 1701, .max_memory = max_memory,
+                          .source = model, .share_diffs = true, .config = &cfg};
+    rc = kiln_net_create((Caffe__NetParameter *)*msg, &o, net);
+  }
+  if (rc) {
+    protobuf_c_message_free_unpacked(*msg, NULL);
+    *msg = NULL;
+  }
+  return rc;
+}
+
+void tool_free_net(kiln_net *net, ProtobufCMessage *msg) {
+  kiln_net_free(net);
+  if (msg) protobuf_c_message_free_unpacked(msg, NULL);
+}

@@ -18,7 +18,11 @@ static void usage(FILE *f) {
           "        (--deterministic: in rank order, bit-identical to one worker with iter_size N;\n"
           "        --comm-timeout: a worker waiting longer for the others ends the job, default 300)\n"
           "  test --model M.prototxt --weights W.caffemodel [--iterations N]\n"
-          "        run the TEST phase of a net and print its averaged outputs\n"
+          "        run the TEST phase of a net and print its averaged outputs (and the\n"
+          "        perplexity of a language model's loss)\n"
+          "  sample --model DEPLOY.prototxt --weights W.caffemodel --vocab V.txt [--prime TEXT]\n"
+          "        [--length N] [--temperature T] [--seed S]\n"
+          "        text from a language model, a token at a time (temperature 0: the likeliest)\n"
           "  time --model M.prototxt [--iterations N] [--phase TRAIN|TEST]\n"
           "        per-layer forward and backward times (random weights and inputs)\n"
           "  describe --model M.prototxt [--phase TRAIN|TEST]\n"
@@ -71,6 +75,7 @@ int main(int argc, char **argv) {
   if (!strcmp(cmd, "compare-weights")) return cmd_compare_weights(argc - 1, argv + 1);
   if (!strcmp(cmd, "ce")) return cmd_ce(argc - 1, argv + 1);
   if (!strcmp(cmd, "upgrade")) return cmd_upgrade(argc - 1, argv + 1);
+  if (!strcmp(cmd, "sample")) return cmd_sample(argc - 1, argv + 1);
   fprintf(stderr, "kiln: unknown command '%s' (see kiln --help)\n", cmd);
   return 2;
 }

@@ -52,31 +52,11 @@ static int parse_net_args(const char *cmd, int argc, char **argv, net_args *a, i
   return 0;
 }
 
-/* The net keeps pointers into its message: free *msg only after the net. */
 static int load_net(const net_args *a, kiln_net **net, ProtobufCMessage **msg) {
-  kiln_config cfg; /* copied into the net */
-  KILN_TRY(kiln_config_from_env(&cfg));
-  KILN_TRY(kiln_text_parse_file(a->model, &caffe__net_parameter__descriptor, msg));
-  int up = kiln_net_param_upgrade((Caffe__NetParameter *)*msg, a->model, NULL);
-  if (up) {
-    protobuf_c_message_free_unpacked(*msg, NULL);
-    *msg = NULL;
-    return up;
-  }
-  kiln_net_options o = {.phase = a->phase, .seed = 1701, .max_memory = a->c.max_memory,
-                        .source = a->model, .share_diffs = true, .config = &cfg};
-  int rc = kiln_net_create((Caffe__NetParameter *)*msg, &o, net);
-  if (rc) {
-    protobuf_c_message_free_unpacked(*msg, NULL);
-    *msg = NULL;
-  }
-  return rc;
+  return tool_load_net(a->model, a->phase, a->c.max_memory, net, msg);
 }
 
-static void free_net(kiln_net *net, ProtobufCMessage *msg) {
-  kiln_net_free(net);
-  if (msg) protobuf_c_message_free_unpacked(msg, NULL);
-}
+static void free_net(kiln_net *net, ProtobufCMessage *msg) { tool_free_net(net, msg); }
 
 int cmd_test(int argc, char **argv) {
   net_args a;
@@ -114,7 +94,7 @@ int cmd_test(int argc, char **argv) {
       sum[o] += v;
     }
   }
-  kiln_metric_field fl[66];
+  kiln_metric_field fl[67];
   int n = 0;
   /* as the solver reports it */
   fl[n++] = (kiln_metric_field){KILN_MF_LOSS, (float)(loss / a.iterations), NULL};
@@ -123,6 +103,13 @@ int cmd_test(int argc, char **argv) {
     fl[n++] = (kiln_metric_field){net->outputs[o]->name, (float)(sum[o] / a.iterations), NULL};
     printf("%s = %.4f\n", net->outputs[o]->name, sum[o] / a.iterations);
     if (!bad && !isfinite(sum[o])) bad = net->outputs[o]->name;
+  }
+  const int ppl = kiln_net_perplexity_output(net);
+  if (ppl >= 0 && ppl < n - 1 && strcmp(net->outputs[ppl]->name, KILN_MF_PERPLEXITY) != 0) {
+    /* exp of the mean cross-entropy per token: the language model's usual figure */
+    const double p = exp(sum[ppl] / a.iterations);
+    fl[n++] = (kiln_metric_field){KILN_MF_PERPLEXITY, (float)p, NULL};
+    printf("%s = %.4f (exp of %s)\n", KILN_MF_PERPLEXITY, p, net->outputs[ppl]->name);
   }
   fl[n++] = (kiln_metric_field){KILN_MF_PEAK_RSS_MB, kiln_peak_rss_mb(), NULL};
   tool_metrics_write(&m, KILN_EV_TEST, a.iterations, kiln_now_ms() - start, n, fl);

@@ -172,6 +172,12 @@ kiln_blob *kiln_layer_add_param(kiln_layer *l, int naxes, const int64_t *shape,
 /* For setup: an internal buffer blob, shaped in reshape, allocated by the net. */
 kiln_blob *kiln_layer_add_buffer(kiln_layer *l, const char *what);
 
+/* True for a SoftmaxWithLoss that predicts at every step of a sequence (its class axis is 2 or
+ * later, as a language model's T x N x V scores) and averages over the predictions (VALID or
+ * FULL normalization): its loss is the mean cross-entropy per token in nats, and exp of it the
+ * per-token perplexity. */
+bool kiln_layer_is_token_xent(const kiln_layer *l);
+
 /* Registry. */
 const kiln_layer_ops *kiln_layer_find(const char *type);
 /* The known type names, NULL-terminated (for suggestions and docs). */

@@ -106,6 +106,11 @@ int kiln_net_data_layer_count(const kiln_net *net);
 int kiln_net_get_cursors(const kiln_net *net, uint64_t *cursors);
 int kiln_net_set_cursors(kiln_net *net, const uint64_t *cursors, int n);
 
+/* The index in outputs of the first loss that is a mean cross-entropy per token
+ * (kiln_layer_is_token_xent: a language model's or a tagger's), whose exp is the per-token
+ * perplexity; -1 when there is none. Tests report "perplexity" from it. */
+int kiln_net_perplexity_output(const kiln_net *net);
+
 /* Human-readable layer table (name, type, top shape, params, MFLOPs) and memory plan; caller
  * frees the string. */
 char *kiln_net_describe(const kiln_net *net);

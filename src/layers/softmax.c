@@ -236,3 +236,11 @@ const kiln_layer_ops kiln_layer_accuracy = {
     .setup = accuracy_setup, .reshape = accuracy_reshape, .forward = accuracy_forward,
     .destroy = free_priv,
 };
+
+bool kiln_layer_is_token_xent(const kiln_layer *l) {
+  if (strcmp(l->ops->type, "SoftmaxWithLoss") != 0 || !l->priv) return false;
+  const softmax_state *s = l->priv;
+  Caffe__LossParameter__NormalizationMode m = loss_mode(l);
+  return s->axis >= 2 && (m == CAFFE__LOSS_PARAMETER__NORMALIZATION_MODE__VALID ||
+                          m == CAFFE__LOSS_PARAMETER__NORMALIZATION_MODE__FULL);
+}

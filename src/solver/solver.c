@@ -404,8 +404,13 @@ int kiln_solver_test(kiln_solver *s, int k) {
       names[o] = net->outputs[o]->name;
       vals[o] = iters ? (float)(sum[o] / iters) : 0;
     }
+    int nout = n, ppl = kiln_net_perplexity_output(net);
+    if (ppl >= 0 && strcmp(names[ppl], KILN_MF_PERPLEXITY) != 0) {
+      names[nout] = KILN_MF_PERPLEXITY;
+      vals[nout++] = expf(vals[ppl]);
+    }
     kiln_event e = {.event = "test", .iter = s->iter, .loss = test_loss, .test_net = k,
-                    .noutputs = n, .output_names = names, .output_values = vals};
+                    .noutputs = nout, .output_names = names, .output_values = vals};
     solver_emit(s, &e);
   }
   free(sum);

@@ -1,0 +1,226 @@
+/* kiln sample: text from a trained language model, one token per forward pass.
+ *
+ * The model is a deploy net whose inputs are the token ids (1 x 1: one step of one stream) and,
+ * for recurrent layers, `cont` (1 x 1); one of its outputs holds the scores of the next token
+ * (a last axis of the vocabulary's size). The recurrent layers carry their state from one pass
+ * to the next as Caffe's do while cont is 1, so each pass reads one token and the state holds
+ * the rest of the text. The first pass has cont 0: a fresh sequence. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kiln/data.h"
+#include "tool.h"
+
+typedef struct {
+  tool_common c;
+  const char *model, *weights, *vocab, *prime;
+  int length;
+  double temperature;
+  uint64_t seed;
+} sample_args;
+
+static int parse_sample_args(int argc, char **argv, sample_args *a) {
+  memset(a, 0, sizeof *a);
+  a->length = 200;
+  a->temperature = 1.0;
+  a->seed = 1;
+  for (int i = 1; i < argc; i++) {
+    int r = tool_common_option(&a->c, argc, argv, &i);
+    if (r < 0) return 2;
+    if (r > 0) continue;
+    const char *o = argv[i];
+    if (i + 1 >= argc) {
+      fprintf(stderr, "kiln sample: %s needs a value\n", o);
+      return 2;
+    }
+    const char *v = argv[++i];
+    char *end;
+    if (!strcmp(o, "--model")) a->model = v;
+    else if (!strcmp(o, "--weights")) a->weights = v;
+    else if (!strcmp(o, "--vocab")) a->vocab = v;
+    else if (!strcmp(o, "--prime")) a->prime = v;
+    else if (!strcmp(o, "--length")) {
+      if (!tool_parse_int(v, &a->length) || a->length < 0) {
+        fprintf(stderr, "kiln sample: --length: '%s' is not a whole number >= 0\n", v);
+        return 2;
+      }
+    } else if (!strcmp(o, "--temperature")) {
+      a->temperature = strtod(v, &end);
+      if (end == v || *end || !(a->temperature >= 0) || !isfinite(a->temperature)) {
+        fprintf(stderr, "kiln sample: --temperature: '%s' is not a number >= 0\n", v);
+        return 2;
+      }
+    } else if (!strcmp(o, "--seed")) {
+      int s;
+      if (!tool_parse_int(v, &s) || s < 0) {
+        fprintf(stderr, "kiln sample: --seed: '%s' is not a whole number >= 0\n", v);
+        return 2;
+      }
+      a->seed = (uint64_t)s;
+    } else {
+      fprintf(stderr, "kiln sample: unknown option '%s' (see kiln --help)\n", o);
+      return 2;
+    }
+  }
+  if (!a->model || !a->weights || !a->vocab) {
+    fprintf(stderr, "kiln sample: --model, --weights and --vocab are required\n");
+    return 2;
+  }
+  return 0;
+}
+
+typedef struct {
+  const kiln_vocab *v;
+  int *ids;
+  int n, cap, unknown_at; /* unknown_at: the first token without an id, -1 if none */
+} prime_ids;
+
+static int add_prime_token(void *user, const char *tok, size_t len) {
+  prime_ids *p = user;
+  int id = kiln_vocab_id(p->v, tok, len);
+  if (id < 0) id = kiln_vocab_unk_id(p->v);
+  if (id < 0) {
+    if (p->unknown_at < 0) p->unknown_at = p->n;
+    return KILN_OK;
+  }
+  if (p->n == p->cap) {
+    int cap = p->cap ? 2 * p->cap : 64;
+    int *ids = realloc(p->ids, (size_t)cap * sizeof *ids);
+    if (!ids) return kiln_errorf(KILN_ERR_NOMEM, "out of memory");
+    p->ids = ids;
+    p->cap = cap;
+  }
+  p->ids[p->n++] = id;
+  return KILN_OK;
+}
+
+/* The deploy net's parts: the ids input, the cont input (or NULL) and the scores output. */
+typedef struct {
+  kiln_blob *ids, *cont, *scores;
+} lm_io;
+
+static int find_io(const kiln_net *net, int vocab_size, const char *model, lm_io *io) {
+  memset(io, 0, sizeof io[0]);
+  for (int i = 0; i < net->nlayers; i++) {
+    const kiln_layer *l = net->layers[i];
+    if (!l->ops->fed_by_caller) continue;
+    for (int t = 0; t < l->ntop; t++) {
+      kiln_blob *b = l->top[t];
+      if (!strcmp(b->name, "cont")) io->cont = b;
+      else if (!io->ids) io->ids = b;
+    }
+  }
+  for (int o = 0; o < net->noutputs && !io->scores; o++) {
+    kiln_blob *b = net->outputs[o];
+    if (b->naxes > 0 && b->shape[b->naxes - 1] == vocab_size) io->scores = b;
+  }
+  if (!io->ids || io->ids->count != 1 || (io->cont && io->cont->count != 1))
+    return kiln_errorf(KILN_ERR_INVALID,
+                       "%s: a sampling net takes the token ids as an input of one step of one "
+                       "stream (1 x 1), and cont likewise if it has one",
+                       model);
+  if (!io->scores || io->scores->count != vocab_size)
+    return kiln_errorf(KILN_ERR_INVALID,
+                       "%s: no output holds one score per token of the vocabulary (%d) for one "
+                       "step",
+                       model, vocab_size);
+  return KILN_OK;
+}
+
+/* The next token: the largest score at temperature 0, else drawn from softmax(scores / T). */
+static int draw(const float *scores, int V, double temperature, kiln_rng *rng) {
+  int best = 0;
+  for (int i = 1; i < V; i++)
+    if (scores[i] > scores[best]) best = i;
+  if (temperature == 0) return best;
+  double total = 0;
+  for (int i = 0; i < V; i++) total += exp((scores[i] - scores[best]) / temperature);
+  double u = kiln_rng_uniform(rng, 0, 1) * total;
+  for (int i = 0; i < V; i++) {
+    u -= exp((scores[i] - scores[best]) / temperature);
+    if (u < 0) return i;
+  }
+  return best;
+}
+
+static void put_token(const kiln_vocab *v, int id, bool words, bool first) {
+  size_t len;
+  const char *t = kiln_vocab_token(v, id, &len);
+  if (!t) return;
+  if (words && !first) putchar(' ');
+  fwrite(t, 1, len, stdout);
+}
+
+static int step(kiln_net *net, const lm_io *io, int id, bool first) {
+  io->ids->data[0] = (float)id;
+  if (io->cont) io->cont->data[0] = first ? 0.0f : 1.0f;
+  return kiln_net_forward(net, NULL);
+}
+
+int cmd_sample(int argc, char **argv) {
+  sample_args a;
+  int r = parse_sample_args(argc, argv, &a);
+  if (r) return r;
+  kiln_vocab *v = NULL;
+  kiln_net *net = NULL;
+  ProtobufCMessage *msg = NULL;
+  prime_ids p = {.unknown_at = -1};
+  int code = 0;
+  if (kiln_vocab_read(a.vocab, &v)) {
+    code = tool_fail("sample");
+    goto done;
+  }
+  p.v = v;
+  const int V = kiln_vocab_size(v);
+  const bool words = kiln_vocab_level(v) == KILN_TOKENS_WORD;
+  const char *prime = a.prime ? a.prime : "\n";
+  if (kiln_tokenize(prime, strlen(prime), kiln_vocab_level(v), kiln_vocab_lowercase(v),
+                    add_prime_token, &p)) {
+    code = tool_fail("sample");
+    goto done;
+  }
+  if (p.unknown_at >= 0) {
+    fprintf(stderr,
+            "kiln sample: --prime: token %d is not in %s, which has no unknown token\n",
+            p.unknown_at + 1, a.vocab);
+    code = 2;
+    goto done;
+  }
+  if (p.n == 0) {
+    fprintf(stderr, "kiln sample: --prime has no token under %s\n", a.vocab);
+    code = 2;
+    goto done;
+  }
+  lm_io io;
+  if (tool_load_net(a.model, CAFFE__PHASE__TEST, a.c.max_memory, &net, &msg) ||
+      kiln_net_load_weights(net, a.weights) || find_io(net, V, a.model, &io)) {
+    code = tool_fail("sample");
+    goto done;
+  }
+  kiln_rng rng;
+  kiln_rng_seed(&rng, a.seed, 0x5a3d);
+  int id = p.ids[0];
+  for (int i = 0; i < p.n; i++) {
+    put_token(v, p.ids[i], words, i == 0);
+    if (step(net, &io, p.ids[i], i == 0)) {
+      code = tool_fail("sample");
+      goto done;
+    }
+  }
+  for (int i = 0; i < a.length; i++) {
+    id = draw(io.scores->data, V, a.temperature, &rng);
+    put_token(v, id, words, false);
+    if (i + 1 < a.length && step(net, &io, id, false)) {
+      code = tool_fail("sample");
+      goto done;
+    }
+  }
+  putchar('\n');
+  if (fflush(stdout) != 0) code = 1;
+done:
+  free(p.ids);
+  tool_free_net(net, msg);
+  kiln_vocab_free(v);
+  return code;
+}
