@@ -186,6 +186,42 @@ static void test_fetch_checks_the_hash(void **state) {
   assert_non_null(strstr(kiln_last_error(), "pkg/x"));
 }
 
+/* A cache whose split files are there (READY written) but not its vocabulary gets vocab.txt on
+ * the next fetch, built from the train split by the set's rule: Moby Dick's characters as they
+ * are, most frequent first, ties in byte order; the mails' words lowercased, those seen fewer
+ * than 5 times left out. A set without a vocabulary (cmudict) gets none. */
+static void test_vocabulary_beside_the_splits(void **state) {
+  tmpdir_fixture *f = *state;
+  char dir[512], path[600], cmd[2048];
+  snprintf(dir, sizeof dir, "%s/cache/moby-dick", f->dir);
+  snprintf(cmd, sizeof cmd, "mkdir -p '%s' && printf 'abcab\nba\n\n' > '%s/train.txt' && "
+           "echo ready > '%s/READY'", dir, dir, dir);
+  assert_int_equal(system(cmd), 0);
+  snprintf(path, sizeof path, "%s/cache", f->dir);
+  bool already = false;
+  assert_int_equal(kiln_data_fetch_text("moby-dick", NULL, path, &already), KILN_OK);
+  assert_true(already);
+  /* a 3 (in "abcab", "ba"), b 3, \n 3, c 1: ties by byte ('\n' < 'a' < 'b') */
+  assert_file(dir, "vocab.txt",
+              "# kiln vocabulary: level char, lowercase 0, 6 tokens\n<pad>\n<unk>\n\\n\na\nb\nc\n");
+
+  snprintf(dir, sizeof dir, "%s/cache/spam-assassin", f->dir);
+  snprintf(cmd, sizeof cmd, "mkdir -p '%s' && printf '1\\tBuy BUY buy buy now now now now now "
+           "Now\\n0\\tbuy\\n' > '%s/train.tsv' && echo ready > '%s/READY'", dir, dir, dir);
+  assert_int_equal(system(cmd), 0);
+  assert_int_equal(kiln_data_fetch_text("spam-assassin", NULL, path, NULL), KILN_OK);
+  /* now 6, buy 5, and nothing seen fewer than 5 times */
+  assert_file(dir, "vocab.txt",
+              "# kiln vocabulary: level word, lowercase 1, 4 tokens\n<pad>\n<unk>\nnow\nbuy\n");
+
+  snprintf(dir, sizeof dir, "%s/cache/cmudict", f->dir);
+  snprintf(cmd, sizeof cmd, "mkdir -p '%s' && echo ready > '%s/READY'", dir, dir);
+  assert_int_equal(system(cmd), 0);
+  assert_int_equal(kiln_data_fetch_text("cmudict", NULL, path, NULL), KILN_OK);
+  snprintf(path, sizeof path, "%s/vocab.txt", dir);
+  assert_false(exists(path));
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_chapters_split_by_number, setup_dir, tmpdir_teardown),
@@ -193,6 +229,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_dictionary_first_pronunciation, setup_dir,
                                       tmpdir_teardown),
       cmocka_unit_test_setup_teardown(test_fetch_checks_the_hash, setup_dir, tmpdir_teardown),
+      cmocka_unit_test_setup_teardown(test_vocabulary_beside_the_splits, setup_dir,
+                                      tmpdir_teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

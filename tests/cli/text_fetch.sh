@@ -16,6 +16,10 @@ fi
 echo "$out" | grep -q "^cached: $WORK/cache/moby-dick$" && pass || fail "fetch said: $out"
 grep -q "^records train 108 valid 14 test 13$" cache/moby-dick/READY && pass \
   || fail "READY: $(cat cache/moby-dick/READY)"
+grep -q "^vocab.txt char level, lowercase 0, min-count 1, 83 tokens$" cache/moby-dick/READY && pass \
+  || fail "READY: $(cat cache/moby-dick/READY)"
+[ "$(head -1 cache/moby-dick/vocab.txt)" = "# kiln vocabulary: level char, lowercase 0, 83 tokens" ] \
+  && pass || fail "vocab.txt: $(head -3 cache/moby-dick/vocab.txt)"
 head -c 16 cache/moby-dick/train.txt | grep -q "^Call me Ishmael" && pass || fail "train.txt starts: $(head -c 40 cache/moby-dick/train.txt)"
 [ "$(ls /tmp | grep -c '^kiln-npm-')" -eq 0 ] || echo "note: kiln-npm-* folders in /tmp (other runs?)"
 out=$("$KILN" data fetch moby-dick 2>&1) && echo "$out" | grep -q "^already cached: " && pass \
