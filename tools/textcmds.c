@@ -167,7 +167,11 @@ int cmd_sample(int argc, char **argv) {
   ProtobufCMessage *msg = NULL;
   prime_ids p = {.unknown_at = -1};
   int code = 0;
-  if (kiln_vocab_read(a.vocab, &v)) {
+  kiln_config cfg;
+  char vocab_path[4096];
+  if (kiln_config_from_env(&cfg) ||
+      kiln_data_source_path(&cfg, a.vocab, vocab_path, sizeof vocab_path) ||
+      kiln_vocab_read(vocab_path, &v)) {
     code = tool_fail("sample");
     goto done;
   }
@@ -183,12 +187,12 @@ int cmd_sample(int argc, char **argv) {
   if (p.unknown_at >= 0) {
     fprintf(stderr,
             "kiln sample: --prime: token %d is not in %s, which has no unknown token\n",
-            p.unknown_at + 1, a.vocab);
+            p.unknown_at + 1, vocab_path);
     code = 2;
     goto done;
   }
   if (p.n == 0) {
-    fprintf(stderr, "kiln sample: --prime has no token under %s\n", a.vocab);
+    fprintf(stderr, "kiln sample: --prime has no token under %s\n", vocab_path);
     code = 2;
     goto done;
   }

@@ -94,6 +94,9 @@ int kiln_convert_idx_to_lmdb(const char *images_path, const char *labels_path, c
  * else $HOME/.cache/kiln/datasets; NULL: the defaults, which know none), created (mkdir -p) if
  * missing. */
 int kiln_data_cache_dir(const kiln_config *cfg, char *buf, size_t n);
+/* `$KILN_DATA/...` (or `${KILN_DATA}/...`) names a file in the data set cache, so nets in the zoo
+ * need no absolute paths; any other path is copied as it is. */
+int kiln_data_source_path(const kiln_config *cfg, const char *src, char *out, size_t n);
 
 /* Where Debian's dataset-fashion-mnist package puts the files. */
 #define KILN_FASHION_MNIST_SYSTEM_DIR "/usr/share/datasets/fashion-mnist"

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "kiln/ops.h"
+#include "kiln/data.h"
 #include "layer_util.h"
 
 #define LOG_THRESHOLD 1e-20f /* Caffe's kLOG_THRESHOLD */

@@ -42,19 +42,3 @@ void kiln_record_order_free(kiln_record_order *o) {
   free(o->epoch[1].perm);
   o->epoch[0].perm = o->epoch[1].perm = NULL;
 }
-
-int kiln_data_source_path(const kiln_config *cfg, const char *src, char *out, size_t n) {
-  const char *rest = NULL;
-  if (strncmp(src, "$KILN_DATA/", 11) == 0) rest = src + 10;
-  else if (strncmp(src, "${KILN_DATA}/", 13) == 0) rest = src + 12;
-  if (!rest) {
-    if ((size_t)snprintf(out, n, "%s", src) >= n)
-      return kiln_errorf(KILN_ERR_INVALID, "data source path too long: %.64s...", src);
-    return KILN_OK;
-  }
-  char dir[4096];
-  KILN_TRY(kiln_data_cache_dir(cfg, dir, sizeof dir));
-  if ((size_t)snprintf(out, n, "%s%s", dir, rest) >= n)
-    return kiln_errorf(KILN_ERR_INVALID, "data source path too long: %s", src);
-  return KILN_OK;
-}

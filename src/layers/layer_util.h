@@ -142,8 +142,4 @@ typedef struct kiln_record_order {
 int kiln_record_order_index(kiln_record_order *o, uint64_t q, uint64_t *index);
 void kiln_record_order_free(kiln_record_order *o);
 
-/* `$KILN_DATA/...` (or `${KILN_DATA}/...`) names a file in the data set cache, so nets in the zoo
- * need no absolute paths; any other source is copied as it is. */
-int kiln_data_source_path(const kiln_config *cfg, const char *src, char *out, size_t n);
-
 #endif
