@@ -13,7 +13,7 @@
 static const char *const known[] = {
     "solver",  "weights",     "snapshot",     "model",           "iterations", "phase",
     "threads", "metrics",     "max-memory",   "sync",            "deterministic", "no-overlap",
-    "comm-timeout", "debug-slow-rank", "gpu", "sighup_effect", "sigint_effect", "help",
+    "comm-timeout", "debug-slow-rank", "gpu", "sighup_effect", "sigint_effect", "help", "stage",
 };
 
 /* Caffe's flags that kiln accepts and ignores, each taking a value. */

@@ -142,8 +142,8 @@ void tool_on_event(const kiln_event *e, void *user) {
   metrics_result(m, kiln_metrics_write_event(m->file, e));
 }
 
-int tool_load_net(const char *model, int phase, uint64_t max_memory, kiln_net **net,
-                  ProtobufCMessage **msg) {
+int tool_load_net(const char *model, int phase, const char *const *stages, int nstages,
+                  uint64_t max_memory, kiln_net **net, ProtobufCMessage **msg) {
   kiln_config cfg; /* copied into the net */
   *net = NULL;
   *msg = NULL;
@@ -152,7 +152,8 @@ int tool_load_net(const char *model, int phase, uint64_t max_memory, kiln_net **
   int rc = kiln_net_param_upgrade((Caffe__NetParameter *)*msg, model, NULL);
   if (!rc) {
     kiln_net_options o = {.phase = phase, .seed = 1701, .max_memory = max_memory,
-                          .source = model, .share_diffs = true, .config = &cfg};
+                          .source = model, .share_diffs = true, .config = &cfg,
+                          .stages = stages, .nstages = nstages};
     rc = kiln_net_create((Caffe__NetParameter *)*msg, &o, net);
   }
   if (rc) {

@@ -17,7 +17,7 @@ static void usage(FILE *f) {
           "        under `mpirun -np N` on N workers, summing their gradients every iteration\n"
           "        (--deterministic: in rank order, bit-identical to one worker with iter_size N;\n"
           "        --comm-timeout: a worker waiting longer for the others ends the job, default 300)\n"
-          "  test --model M.prototxt --weights W.caffemodel [--iterations N]\n"
+          "  test --model M.prototxt --weights W.caffemodel [--iterations N] [--stage S]...\n"
           "        run the TEST phase of a net and print its averaged outputs (and the\n"
           "        perplexity of a language model's loss)\n"
           "  sample --model DEPLOY.prototxt --weights W.caffemodel --vocab V.txt [--prime TEXT]\n"

@@ -9,6 +9,8 @@ typedef struct {
   tool_common c;
   const char *model, *weights;
   int iterations, phase;
+  const char *stages[16]; /* --stage, as Caffe's -stage: which layers a NetState rule selects */
+  int nstages;
 } net_args;
 
 static int parse_net_args(const char *cmd, int argc, char **argv, net_args *a, int default_phase,
@@ -33,6 +35,12 @@ static int parse_net_args(const char *cmd, int argc, char **argv, net_args *a, i
         fprintf(stderr, "kiln %s: --iterations: '%s' is not a positive integer\n", cmd, v);
         return 2;
       }
+    } else if (!strcmp(o, "--stage")) {
+      if (a->nstages == 16) {
+        fprintf(stderr, "kiln %s: more than 16 --stage options\n", cmd);
+        return 2;
+      }
+      a->stages[a->nstages++] = v;
     } else if (!strcmp(o, "--phase")) {
       if (!strcmp(v, "TRAIN") || !strcmp(v, "train")) a->phase = CAFFE__PHASE__TRAIN;
       else if (!strcmp(v, "TEST") || !strcmp(v, "test")) a->phase = CAFFE__PHASE__TEST;
@@ -53,7 +61,7 @@ static int parse_net_args(const char *cmd, int argc, char **argv, net_args *a, i
 }
 
 static int load_net(const net_args *a, kiln_net **net, ProtobufCMessage **msg) {
-  return tool_load_net(a->model, a->phase, a->c.max_memory, net, msg);
+  return tool_load_net(a->model, a->phase, a->stages, a->nstages, a->c.max_memory, net, msg);
 }
 
 static void free_net(kiln_net *net, ProtobufCMessage *msg) { tool_free_net(net, msg); }

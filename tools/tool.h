@@ -52,11 +52,11 @@ int tool_metrics_close(tool_metrics *m);
 /* Writes an event of this process (rank m->rank) with its fields. */
 void tool_metrics_write(tool_metrics *m, const char *event, int iter, double time_ms,
                         int nfields, const kiln_metric_field *fields);
-/* The net of a model prototxt (upgraded from Caffe's old formats) in `phase`, under the
- * environment's configuration. The net keeps pointers into *msg: free both with
- * tool_free_net, the net first. */
-int tool_load_net(const char *model, int phase, uint64_t max_memory, kiln_net **net,
-                  ProtobufCMessage **msg);
+/* The net of a model prototxt (upgraded from Caffe's old formats) in `phase` with the given
+ * stages (Caffe's NetState), under the environment's configuration. The net keeps pointers into
+ * *msg: free both with tool_free_net, the net first. */
+int tool_load_net(const char *model, int phase, const char *const *stages, int nstages,
+                  uint64_t max_memory, kiln_net **net, ProtobufCMessage **msg);
 void tool_free_net(kiln_net *net, ProtobufCMessage *msg);
 
 /* The solver's event callback: metrics file plus human output on stderr. */
