@@ -323,6 +323,11 @@ static int ensure_dataset(const kiln_config *cfg, const char *name) {
     return KILN_OK;
   }
   KILN_TRY(kiln_data_cache_dir(cfg, dir, sizeof dir));
+  if (kiln_text_set_find(name)) {
+    /* in the cache, with the vocabulary the zoo reads (written now if an older fetch lacks it) */
+    int rc = kiln_data_fetch_text(name, NULL, dir, NULL);
+    return rc ? kiln_error_context(rc, "data set %s (kiln data fetch %s): ", name, name) : KILN_OK;
+  }
   snprintf(ready, sizeof ready, "%s/%s/READY", dir, name);
   if (access(ready, F_OK) != 0)
     return kiln_errorf(KILN_ERR_IO, "data set '%s' is not in the cache (%s/%s)", name, dir, name);
