@@ -279,8 +279,10 @@ static void test_lstm_forward_hand(void **state) {
 /* ---- RNN and LSTM: parameters ------------------------------------------------------------- */
 
 /* Caffe's blobs in Caffe's order (those of its unrolled net, in the order its layers hold them),
- * filled by recurrent_param's weight_filler and bias_filler; the tops' shapes. x is T x N x 2 x 3
- * (6 features from axis 2), x_static N x 5. */
+ * GRU's in PyTorch's with the static weights where LSTM has them, filled by recurrent_param's
+ * weight_filler and bias_filler; a bidirectional layer's are its direction's twice (a
+ * bidirectional RNN with a static input has 12), and its output is T x N x 2H; the tops' shapes.
+ * x is T x N x 2 x 3 (6 features from axis 2), x_static N x 5. */
 static void test_recurrent_param_blobs(void **state) {
   (void)state;
   kiln_rng rng;
@@ -296,22 +298,31 @@ static void test_recurrent_param_blobs(void **state) {
   char text[512];
   static const struct {
     const char *type;
-    bool static_input, expose;
+    bool static_input, expose, bidir;
     int nparam;
-    int64_t shape[6][2]; /* {rows, cols}; cols 0: a vector */
+    int64_t shape[6][2]; /* one direction's {rows, cols}; cols 0: a vector */
   } cases[] = {
-      {"LSTM", false, false, 3, {{16, 6}, {16, 0}, {16, 4}}},
-      {"LSTM", true, false, 4, {{16, 6}, {16, 0}, {16, 5}, {16, 4}}},
-      {"LSTM", true, true, 4, {{16, 6}, {16, 0}, {16, 5}, {16, 4}}},
-      {"RNN", false, false, 5, {{4, 6}, {4, 0}, {4, 4}, {4, 4}, {4, 0}}},
-      {"RNN", true, false, 6, {{4, 6}, {4, 0}, {4, 5}, {4, 4}, {4, 4}, {4, 0}}},
-      {"RNN", true, true, 6, {{4, 6}, {4, 0}, {4, 5}, {4, 4}, {4, 4}, {4, 0}}},
+      {"LSTM", false, false, false, 3, {{16, 6}, {16, 0}, {16, 4}}},
+      {"LSTM", true, false, false, 4, {{16, 6}, {16, 0}, {16, 5}, {16, 4}}},
+      {"LSTM", true, true, false, 4, {{16, 6}, {16, 0}, {16, 5}, {16, 4}}},
+      {"RNN", false, false, false, 5, {{4, 6}, {4, 0}, {4, 4}, {4, 4}, {4, 0}}},
+      {"RNN", true, false, false, 6, {{4, 6}, {4, 0}, {4, 5}, {4, 4}, {4, 4}, {4, 0}}},
+      {"RNN", true, true, false, 6, {{4, 6}, {4, 0}, {4, 5}, {4, 4}, {4, 4}, {4, 0}}},
+      {"GRU", false, false, false, 4, {{12, 6}, {12, 0}, {12, 4}, {12, 0}}},
+      {"GRU", true, false, false, 5, {{12, 6}, {12, 0}, {12, 5}, {12, 4}, {12, 0}}},
+      {"GRU", true, true, false, 5, {{12, 6}, {12, 0}, {12, 5}, {12, 4}, {12, 0}}},
+      {"GRU", true, false, true, 10, {{12, 6}, {12, 0}, {12, 5}, {12, 4}, {12, 0}}},
+      {"LSTM", true, false, true, 8, {{16, 6}, {16, 0}, {16, 5}, {16, 4}}},
+      {"RNN", false, false, true, 10, {{4, 6}, {4, 0}, {4, 4}, {4, 4}, {4, 0}}},
+      {"RNN", true, false, true, 12, {{4, 6}, {4, 0}, {4, 5}, {4, 4}, {4, 4}, {4, 0}}},
   };
   for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
     const bool lstm = cases[k].type[0] == 'L';
     snprintf(text, sizeof text,
-             "name: 'r' type: '%s' recurrent_param { num_output: 4 expose_hidden: %s %s }",
-             cases[k].type, cases[k].expose ? "true" : "false", fill_text);
+             "name: 'r' type: '%s' recurrent_param { num_output: 4 expose_hidden: %s "
+             "bidirectional: %s %s }",
+             cases[k].type, cases[k].expose ? "true" : "false", cases[k].bidir ? "true" : "false",
+             fill_text);
     kiln_blob *b[5] = {x, cont};
     int nb = 2;
     if (cases[k].static_input) b[nb++] = xs;
@@ -322,17 +333,18 @@ static void test_recurrent_param_blobs(void **state) {
     const int ntop = cases[k].expose ? (lstm ? 3 : 2) : 1;
     built r = build(text, TRAIN, b, nb, ntop);
     assert_int_equal(r.l->nparam, cases[k].nparam);
+    const int per = cases[k].nparam / (cases[k].bidir ? 2 : 1);
     for (int p = 0; p < r.l->nparam; p++) {
-      const int64_t *sh = cases[k].shape[p];
+      const int64_t *sh = cases[k].shape[p % per];
       const kiln_blob *w = r.l->param[p];
       if (sh[1])
         expect_shape(w, 2, sh);
       else
         expect_shape(w, 1, sh);
-      /* Vectors are the biases (b_c; b_h, b_o), matrices the weights. */
+      /* Vectors are the biases (b_c; b_h, b_o; b_ih, b_hh), matrices the weights. */
       for (int64_t i = 0; i < w->count; i++) assert_true(w->data[i] == (sh[1] ? 0.25f : 0.5f));
     }
-    expect_shape(r.top[0], 3, SHAPE(3, 2, 4));
+    expect_shape(r.top[0], 3, SHAPE(3, 2, cases[k].bidir ? 8 : 4));
     for (int t = 1; t < ntop; t++) expect_shape(r.top[t], 3, SHAPE(1, 2, 4));
     unbuild(&r);
   }
