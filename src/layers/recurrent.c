@@ -30,12 +30,12 @@
  * number of streams changed), so a stream whose cont is 1 at t = 0 continues where the last
  * batch left it; no gradient crosses batches. With expose_hidden, h0 and c0 are the bottoms.
  *
- * recurrent_param.bidirectional (kiln's) runs a second set of the same blobs over the steps from
- * T - 1 down to 0 and writes its H features after the forward direction's (T x N x 2H). Step t
- * of the reverse direction takes the state of step t + 1 times cont_{t+1} (step t + 1 continues
- * the sequence of step t), and step T - 1 starts from zeros: nothing carries across batches
- * backwards in time. It walks the blobs in place, with the steps' order and the neighbour a
- * step takes its state from swapped, rather than on reversed copies.
+ * recurrent_param.bidirectional (kiln's) runs a second set of blobs, shaped as the first, over
+ * the steps from T - 1 down to 0 and writes its H features after the forward direction's
+ * (T x N x 2H). Step t of the reverse direction takes the state of step t + 1 times cont_{t+1}
+ * (step t + 1 continues the sequence of step t), and step T - 1 starts from zeros: nothing
+ * carries across batches backwards in time. It walks the blobs in place, with the steps' order
+ * and the neighbour a step takes its state from swapped, rather than on reversed copies.
  *
  * The input projection of all T steps is one GEMM; the recurrence is one GEMM per step;
  * backward through time gathers every step's gate gradients so that the weight gradients and
