@@ -11,7 +11,7 @@
 #include "kiln/core.h"
 #include "kiln/proto.h"
 
-#define KILN_MAX_LAYER_PARAMS 8 /* RNN has 6 (Caffe's unrolled net's blobs) */
+#define KILN_MAX_LAYER_PARAMS 12 /* a bidirectional RNN with a static input has 2 x 6 */
 #define KILN_MAX_LAYER_BUFFERS 4
 
 typedef struct kiln_layer kiln_layer;

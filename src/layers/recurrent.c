@@ -1,7 +1,8 @@
 /* RNN and LSTM (Caffe's RNNLayer and LSTMLayer), run natively rather than as Caffe's unrolled net
  * of InnerProduct, Scale, Eltwise, TanH and LSTMUnit layers, with that net's arithmetic, its
  * parameter blobs in its order and shapes (a Caffe .caffemodel loads unchanged) and its state
- * rules.
+ * rules; and GRU, which Caffe lacks, with PyTorch's nn.GRU arithmetic and blob layout under the
+ * same bottoms, tops and state rules.
  *
  * Bottoms: x (T x N x ...: T steps of N independent streams), cont (T x N: 0 where a stream
  * starts a new sequence), optionally x_static (N x ...), and with recurrent_param.expose_hidden
@@ -17,12 +18,24 @@
  *   h_t = tanh(W_hh (cont_t h_{t-1}) + W_xh x_t + b_h [+ W_xh_static x_static])
  *   o_t = tanh(W_ho h_t + b_o);  the output is o, hT is h_T.
  *   blobs: W_xh (H x D), b_h (H), [W_xh_static (H x S)], W_hh (H x H), W_ho (H x H), b_o (H).
+ * GRU (gates in PyTorch's order of the 3H rows: reset, update, new), with h' = cont_t h_{t-1}:
+ *   gi = W_ih x_t + b_ih [+ W_static x_static],  gh = W_hh h' + b_hh
+ *   r = sigmoid(gi_r + gh_r), z = sigmoid(gi_z + gh_z), n = tanh(gi_n + r gh_n)
+ *   h_t = (1 - z) n + z h';  the output is h.
+ *   blobs: W_ih (3H x D), b_ih (3H), [W_static (3H x S)], W_hh (3H x H), b_hh (3H).
  * D and S are the features of x from axis 2 and of x_static from axis 1.
  *
  * Without expose_hidden the state carries over from one forward pass to the next, as Caffe's
  * does: h0 and c0 are the previous pass's hT and cT (zeros before the first pass, or when the
  * number of streams changed), so a stream whose cont is 1 at t = 0 continues where the last
  * batch left it; no gradient crosses batches. With expose_hidden, h0 and c0 are the bottoms.
+ *
+ * recurrent_param.bidirectional (kiln's) runs a second set of blobs, shaped as the first, over
+ * the steps from T - 1 down to 0 and writes its H features after the forward direction's
+ * (T x N x 2H). Step t of the reverse direction takes the state of step t + 1 times cont_{t+1}
+ * (step t + 1 continues the sequence of step t), and step T - 1 starts from zeros: nothing
+ * carries across batches backwards in time. It walks the blobs in place, with the steps' order
+ * and the neighbour a step takes its state from swapped, rather than on reversed copies.
  *
  * The input projection of all T steps is one GEMM; the recurrence is one GEMM per step;
  * backward through time gathers every step's gate gradients so that the weight gradients and
@@ -37,17 +50,35 @@
 
 static const Caffe__RecurrentParameter recurrent_defaults = CAFFE__RECURRENT_PARAMETER__INIT;
 
-enum { BUF_GATES, BUF_CELLS, BUF_HPREV, BUF_STATE }; /* LSTM's buffers */
+/* The buffers, each holding one slice per direction. */
+enum { BUF_GATES, BUF_CELLS, BUF_HPREV, BUF_STATE }; /* LSTM's */
 enum { BUF_HIDDEN, BUF_OUT };                        /* RNN's first two (then HPREV, STATE) */
+enum { BUF_GH_N = 1 };                               /* GRU's second: W_hn h' + b_hn per step */
+
+typedef enum { REC_RNN, REC_LSTM, REC_GRU } rec_kind;
 
 typedef struct {
-  bool lstm, expose, static_input;
+  rec_kind kind;
+  bool expose, static_input;
   int nrec;                 /* recurrent state blobs: 1 (h) or 2 (h, c) */
+  int ndir;                 /* 1, or 2 when bidirectional */
   int64_t T, N, D, S, H, G; /* steps, streams, x and x_static features, num_output, gate rows */
   int64_t carried_n;        /* streams the carried state belongs to; -1: none yet */
-  /* parameter indices */
-  int p_wx, p_b, p_ws, p_wh, p_wo, p_bo;
+  /* parameter indices within one direction's blobs (-1: none), and how many it has */
+  int p_wx, p_b, p_ws, p_wh, p_bh, p_wo, p_bo, nparam_dir;
 } rec_state;
+
+/* What one direction works on: its blobs, its slice of every buffer, and its H features of each
+ * output row (ldy apart). */
+typedef struct {
+  bool rev;
+  kiln_blob **param;
+  float *buf[4];
+  float *y;
+  const float *dy;
+  int64_t ldy;
+  float beta; /* on the bottoms' gradients: the second direction adds to the first's */
+} rec_dir;
 
 static inline float sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }
 
@@ -55,17 +86,63 @@ static bool fits_int(int64_t a, int64_t b) {
   return a <= INT_MAX && b <= INT_MAX && a * b <= INT_MAX;
 }
 
-static int rec_setup(kiln_layer *l, bool lstm) {
+/* p + k, where p may be the NULL of an empty blob (or of a diff a TEST net does not keep). */
+static float *at(float *p, int64_t k) { return p ? p + k : NULL; }
+
+static rec_dir direction(kiln_layer *l, const rec_state *s, int d) {
+  const int64_t rows = s->T * s->N, nh = s->N * s->H;
+  rec_dir r = {.rev = d == 1,
+               .param = l->param + d * s->nparam_dir,
+               .ldy = s->ndir * s->H,
+               .beta = (float)d};
+  r.buf[0] = at(l->buffer[0]->data, d * rows * s->G);
+  r.buf[1] = at(l->buffer[1]->data, d * rows * s->H);
+  r.buf[BUF_HPREV] = at(l->buffer[BUF_HPREV]->data, d * rows * s->H);
+  r.buf[BUF_STATE] = at(l->buffer[BUF_STATE]->data, d * 2 * s->nrec * nh);
+  r.y = at(l->top[0]->data, d * s->H);
+  r.dy = at(l->top[0]->diff, d * s->H);
+  return r;
+}
+
+/* The step that is k-th in the direction's order, and the one before it there (whose state it
+ * takes). */
+static inline int64_t step_time(const rec_dir *r, int64_t T, int64_t k) {
+  return r->rev ? T - 1 - k : k;
+}
+static inline int64_t prev_time(const rec_dir *r, int64_t t) { return r->rev ? t + 1 : t - 1; }
+
+/* The factors on the state step t takes, one per stream: cont_t forwards; cont_{t+1} in
+ * reverse, where the last step has none to take (NULL: all 0). */
+static const float *carry(kiln_layer *l, const rec_state *s, const rec_dir *r, int64_t t) {
+  const float *cont = l->bottom[1]->data;
+  if (!r->rev) return cont + t * s->N;
+  return t + 1 < s->T ? cont + (t + 1) * s->N : NULL;
+}
+
+/* A weight matrix rows x cols, or with cols < 0 a bias vector of rows. */
+static bool add_param(kiln_layer *l, int64_t rows, int64_t cols, const Caffe__FillerParameter *f) {
+  const int64_t shape[2] = {rows, cols};
+  return kiln_layer_add_param(l, cols < 0 ? 1 : 2, shape, f, 0) != NULL;
+}
+
+static int rec_setup(kiln_layer *l, rec_kind kind) {
   const Caffe__RecurrentParameter *p = KILN_PARAM_OR(l->lp->recurrent_param, recurrent_defaults);
   if (p->num_output == 0)
     return KILN_LAYER_ERROR(l, KILN_ERR_INVALID, "recurrent_param.num_output must be set and > 0");
   rec_state *s = calloc(1, sizeof *s);
   if (!s) return kiln_errorf(KILN_ERR_NOMEM, "out of memory");
   l->priv = s;
-  s->lstm = lstm;
+  const bool lstm = kind == REC_LSTM;
+  s->kind = kind;
   s->nrec = lstm ? 2 : 1;
   s->expose = p->expose_hidden;
+  s->ndir = p->bidirectional ? 2 : 1;
   s->carried_n = -1;
+  /* The reverse direction starts at the batch's last step with nothing before it, so there is
+   * no initial state to take in, and its final state (at t = 0) is no one's to continue. */
+  if (s->expose && s->ndir == 2)
+    return KILN_LAYER_ERROR(l, KILN_ERR_INVALID,
+                            "recurrent_param.expose_hidden cannot be used with bidirectional");
   const char *state_names = lstm ? "h0 and c0" : "h0";
   const int base = 2 + (s->expose ? s->nrec : 0);
   if (l->nbottom != base && l->nbottom != base + 1)
@@ -75,7 +152,11 @@ static int rec_setup(kiln_layer *l, bool lstm) {
   const int ntops = 1 + (s->expose ? s->nrec : 0);
   if (l->ntop != ntops)
     return KILN_LAYER_ERROR(l, KILN_ERR_INVALID, "takes %d top(s)%s, got %d", ntops,
-                            s->expose ? (lstm ? " (h, hT, cT)" : " (o, hT)") : "", l->ntop);
+                            !s->expose        ? ""
+                            : lstm            ? " (h, hT, cT)"
+                            : kind == REC_RNN ? " (o, hT)"
+                                              : " (h, hT)",
+                            l->ntop);
   s->static_input = l->nbottom == base + 1;
   const kiln_blob *x = l->bottom[0], *cont = l->bottom[1];
   /* Caffe's unrolled net projects x with an InnerProduct on axis 2, which needs a third axis. */
@@ -86,7 +167,7 @@ static int rec_setup(kiln_layer *l, bool lstm) {
     return KILN_LAYER_ERROR(l, KILN_ERR_SHAPE, "cont must have 2 axes (T x N), has %d",
                             cont->naxes);
   s->H = p->num_output;
-  s->G = lstm ? 4 * s->H : s->H;
+  s->G = (lstm ? 4 : kind == REC_GRU ? 3 : 1) * s->H;
   s->D = kiln_count(x, 2, x->naxes);
   if (s->static_input) {
     const kiln_blob *xs = l->bottom[2];
@@ -96,35 +177,38 @@ static int rec_setup(kiln_layer *l, bool lstm) {
                               xs->naxes);
     s->S = kiln_count(xs, 1, xs->naxes);
   }
-  const Caffe__FillerParameter *wf = p->weight_filler, *bf = p->bias_filler;
-  int64_t shape[2];
-#define ADD(idx, n, a, b, filler)                          \
-  do {                                                     \
-    shape[0] = (a), shape[1] = (b);                        \
-    s->idx = l->nparam;                                    \
-    if (!kiln_layer_add_param(l, (n), shape, (filler), 0)) \
-      return kiln_errorf(KILN_ERR_NOMEM, "out of memory"); \
-  } while (0)
-  /* Caffe's order: the blobs of its unrolled net's layers in the order they appear. */
-  ADD(p_wx, 2, s->G, s->D, wf);
-  ADD(p_b, 1, s->G, 0, bf);
-  s->p_ws = -1;
-  if (s->static_input) ADD(p_ws, 2, s->G, s->S, wf);
-  ADD(p_wh, 2, s->G, s->H, wf);
-  s->p_wo = s->p_bo = -1;
-  if (!lstm) {
-    ADD(p_wo, 2, s->H, s->H, wf);
-    ADD(p_bo, 1, s->H, 0, bf);
+  /* Caffe's order: the blobs of its unrolled net's layers in the order they appear (GRU:
+   * PyTorch's, with the static weights where LSTM has them). The reverse direction's blobs
+   * repeat the forward direction's, as PyTorch's *_reverse parameters do. */
+  int64_t rows[6], cols[6]; /* one direction's blobs (add_param's sizes) */
+  int n = 0;
+#define SLOT(idx, r, c) (s->idx = n, rows[n] = (r), cols[n++] = (c))
+  s->p_ws = s->p_bh = s->p_wo = s->p_bo = -1;
+  SLOT(p_wx, s->G, s->D);
+  SLOT(p_b, s->G, -1);
+  if (s->static_input) SLOT(p_ws, s->G, s->S);
+  SLOT(p_wh, s->G, s->H);
+  if (kind == REC_GRU) SLOT(p_bh, s->G, -1);
+  if (kind == REC_RNN) {
+    SLOT(p_wo, s->H, s->H);
+    SLOT(p_bo, s->H, -1);
   }
-#undef ADD
-  const char *names[4] = {lstm ? "gates" : "hidden", lstm ? "cells" : "output", "h_prev", "state"};
+#undef SLOT
+  s->nparam_dir = n;
+  for (int d = 0; d < s->ndir; d++)
+    for (int i = 0; i < n; i++)
+      if (!add_param(l, rows[i], cols[i], cols[i] < 0 ? p->bias_filler : p->weight_filler))
+        return kiln_errorf(KILN_ERR_NOMEM, "out of memory");
+  const char *names[3][2] = {{"hidden", "output"}, {"gates", "cells"}, {"gates", "gh_n"}};
+  const char *all[4] = {names[kind][0], names[kind][1], "h_prev", "state"};
   for (int i = 0; i < 4; i++)
-    if (!kiln_layer_add_buffer(l, names[i])) return kiln_errorf(KILN_ERR_NOMEM, "out of memory");
+    if (!kiln_layer_add_buffer(l, all[i])) return kiln_errorf(KILN_ERR_NOMEM, "out of memory");
   return KILN_OK;
 }
 
-static int lstm_setup(kiln_layer *l) { return rec_setup(l, true); }
-static int rnn_setup(kiln_layer *l) { return rec_setup(l, false); }
+static int lstm_setup(kiln_layer *l) { return rec_setup(l, REC_LSTM); }
+static int rnn_setup(kiln_layer *l) { return rec_setup(l, REC_RNN); }
+static int gru_setup(kiln_layer *l) { return rec_setup(l, REC_GRU); }
 
 static int rec_reshape(kiln_layer *l) {
   rec_state *s = l->priv;
@@ -134,7 +218,7 @@ static int rec_reshape(kiln_layer *l) {
     return KILN_LAYER_ERROR(l, KILN_ERR_SHAPE,
                             "x is %s; the weights expect T x N x ... with %lld features per step",
                             kiln_blob_shape_string(x, b1, sizeof b1), (long long)s->D);
-  const int64_t T = x->shape[0], N = x->shape[1], H = s->H, G = s->G;
+  const int64_t T = x->shape[0], N = x->shape[1], H = s->H, G = s->G, nd = s->ndir;
   if (cont->naxes != 2 || cont->shape[0] != T || cont->shape[1] != N)
     return KILN_LAYER_ERROR(l, KILN_ERR_SHAPE, "cont is %s, x is %s: cont must be T x N",
                             kiln_blob_shape_string(cont, b1, sizeof b1),
@@ -164,29 +248,32 @@ static int rec_reshape(kiln_layer *l) {
     return KILN_LAYER_ERROR(l, KILN_ERR_SHAPE, "too large for BLAS's int sizes");
   s->T = T;
   s->N = N;
-  KILN_TRY(kiln_blob_reshape(l->top[0], 3, (const int64_t[]){T, N, H}));
+  KILN_TRY(kiln_blob_reshape(l->top[0], 3, (const int64_t[]){T, N, nd * H}));
   for (int r = 0; s->expose && r < s->nrec; r++)
     KILN_TRY(kiln_blob_reshape(l->top[1 + r], 3, state_shape));
-  if (s->lstm) {
-    KILN_TRY(kiln_blob_reshape(l->buffer[BUF_GATES], 3, (const int64_t[]){T, N, G}));
-    KILN_TRY(kiln_blob_reshape(l->buffer[BUF_CELLS], 3, (const int64_t[]){T, N, H}));
-  } else {
-    KILN_TRY(kiln_blob_reshape(l->buffer[BUF_HIDDEN], 3, (const int64_t[]){T, N, H}));
-    KILN_TRY(kiln_blob_reshape(l->buffer[BUF_OUT], 3, (const int64_t[]){T, N, H}));
-  }
-  KILN_TRY(kiln_blob_reshape(l->buffer[BUF_HPREV], 3, (const int64_t[]){T, N, H}));
-  /* Initial state (h0[, c0]) of this pass, then the final one (hT[, cT]). */
-  KILN_TRY(kiln_blob_reshape(l->buffer[BUF_STATE], 3, (const int64_t[]){2 * s->nrec, N, H}));
-  const int64_t st = s->static_input ? N * G : 0;
-  const int64_t bwd = s->lstm ? rows * G + 3 * N * H + st : 2 * rows * H + 3 * N * H;
-  l->workspace_floats = bwd > st ? bwd : st;
+  /* Each buffer holds the directions' slices one after the other. */
+  KILN_TRY(kiln_blob_reshape(l->buffer[0], 3, (const int64_t[]){nd * T, N, G}));
+  KILN_TRY(kiln_blob_reshape(l->buffer[1], 3, (const int64_t[]){nd * T, N, H}));
+  KILN_TRY(kiln_blob_reshape(l->buffer[BUF_HPREV], 3, (const int64_t[]){nd * T, N, H}));
+  /* Initial state (h0[, c0]) of this pass, then the final one (hT[, cT]), per direction. */
+  KILN_TRY(kiln_blob_reshape(l->buffer[BUF_STATE], 3, (const int64_t[]){nd * 2 * s->nrec, N, H}));
+  const int64_t ng = N * G, nh = N * H, st = s->static_input ? ng : 0;
+  const int64_t fwd = s->kind == REC_GRU ? ng : st; /* GRU: one step's recurrent terms */
+  const int64_t bwd = s->kind == REC_LSTM  ? rows * G + 2 * nh + st
+                      : s->kind == REC_GRU ? 2 * rows * G + nh + st
+                                           : 2 * rows * H + nh + st;
+  l->workspace_floats = bwd > fwd ? bwd : fwd;
   const double gemm = 2.0 * rows * G * (s->D + H) + (s->static_input ? 2.0 * N * G * s->S : 0);
-  l->flops = gemm + (s->lstm ? 10.0 * rows * H : 2.0 * rows * H * H + 4.0 * rows * H);
+  const double pointwise = s->kind == REC_LSTM  ? 10.0 * rows * H
+                           : s->kind == REC_GRU ? 12.0 * rows * H
+                                                : 2.0 * rows * H * H + 4.0 * rows * H;
+  l->flops = (double)nd * (gemm + pointwise);
   return KILN_OK;
 }
 
 /* The initial state of this pass into the state buffer's first slots: the bottoms with
- * expose_hidden, else what the last pass left (zeros when there is none for these streams). */
+ * expose_hidden, else what the last pass left (zeros when there is none for these streams). The
+ * reverse direction's is zeros. */
 static void load_state(kiln_layer *l, rec_state *s) {
   float *st = l->buffer[BUF_STATE]->data;
   const int64_t nh = s->N * s->H;
@@ -199,16 +286,19 @@ static void load_state(kiln_layer *l, rec_state *s) {
     else
       memset(init, 0, sizeof(float) * (size_t)nh);
   }
+  if (s->ndir == 2 && nh) memset(st + 2 * s->nrec * nh, 0, sizeof(float) * (size_t)(s->nrec * nh));
 }
 
-/* The final state (last step's h[, c]) into the state buffer, and the tops with expose_hidden. */
-static void save_state(kiln_layer *l, rec_state *s, const float *hT, const float *cT) {
+/* The forward direction's final state (last step's h, rows ld apart[, c]) into the state
+ * buffer, and the tops with expose_hidden. */
+static void save_state(kiln_layer *l, rec_state *s, const float *hT, int64_t ld, const float *cT) {
   float *st = l->buffer[BUF_STATE]->data;
-  const int64_t nh = s->N * s->H;
-  memcpy(st + s->nrec * nh, hT, sizeof(float) * (size_t)nh);
+  const int64_t N = s->N, H = s->H, nh = N * H;
+  float *h = st + s->nrec * nh;
+  for (int64_t n = 0; n < N; n++) memcpy(h + n * H, hT + n * ld, sizeof(float) * (size_t)H);
   if (cT) memcpy(st + (s->nrec + 1) * nh, cT, sizeof(float) * (size_t)nh);
   if (s->expose) {
-    memcpy(l->top[1]->data, hT, sizeof(float) * (size_t)nh);
+    memcpy(l->top[1]->data, h, sizeof(float) * (size_t)nh);
     if (cT) memcpy(l->top[2]->data, cT, sizeof(float) * (size_t)nh);
   }
   s->carried_n = s->N;
@@ -216,62 +306,78 @@ static void save_state(kiln_layer *l, rec_state *s, const float *hT, const float
 
 /* pre (rows x G) = x W_x^T + b [+ (x_static W_s^T) for every step]: the input terms of every
  * step at once. `ws` holds N x G floats of scratch when there is a static input. */
-static void input_projection(kiln_layer *l, rec_state *s, float *pre, float *ws) {
+static void input_projection(kiln_layer *l, rec_state *s, const rec_dir *r, float *pre, float *ws) {
   const int64_t rows = s->T * s->N, G = s->G;
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)rows, (int)G, (int)s->D, 1.0f,
-              l->bottom[0]->data, (int)s->D, l->param[s->p_wx]->data, (int)s->D, 0.0f, pre, (int)G);
-  const float *b = l->param[s->p_b]->data;
-  for (int64_t r = 0; r < rows; r++)
-    for (int64_t g = 0; g < G; g++) pre[r * G + g] += b[g];
+              l->bottom[0]->data, (int)s->D, r->param[s->p_wx]->data, (int)s->D, 0.0f, pre, (int)G);
+  const float *b = r->param[s->p_b]->data;
+  for (int64_t i = 0; i < rows; i++)
+    for (int64_t g = 0; g < G; g++) pre[i * G + g] += b[g];
   if (s->static_input) {
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)s->N, (int)G, (int)s->S, 1.0f,
-                l->bottom[2]->data, (int)s->S, l->param[s->p_ws]->data, (int)s->S, 0.0f, ws,
+                l->bottom[2]->data, (int)s->S, r->param[s->p_ws]->data, (int)s->S, 0.0f, ws,
                 (int)G);
     for (int64_t t = 0; t < s->T; t++)
       for (int64_t i = 0; i < s->N * G; i++) pre[t * s->N * G + i] += ws[i];
   }
 }
 
-/* hp = cont_t h_prev (N x H), then pre_t += hp W_h^T: the recurrent term of step t. */
-static void recurrent_term(kiln_layer *l, rec_state *s, int64_t t, const float *h_prev,
-                           float *pre_t) {
+/* hp = carry_t h_prev (N x H, h_prev's rows ld apart; kept for backward), then
+ * out = hp W_h^T + beta out: the recurrent term of step t. */
+static void recurrent_term(kiln_layer *l, rec_state *s, const rec_dir *r, int64_t t,
+                           const float *h_prev, int64_t ld, float *out, float beta) {
   const int64_t N = s->N, H = s->H;
-  const float *cont = l->bottom[1]->data + t * N;
-  float *hp = l->buffer[BUF_HPREV]->data + t * N * H;
+  const float *m = carry(l, s, r, t);
+  float *hp = r->buf[BUF_HPREV] + t * N * H;
   for (int64_t n = 0; n < N; n++)
-    for (int64_t d = 0; d < H; d++) hp[n * H + d] = cont[n] * h_prev[n * H + d];
+    for (int64_t d = 0; d < H; d++) hp[n * H + d] = m ? m[n] * h_prev[n * ld + d] : 0.0f;
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)N, (int)s->G, (int)H, 1.0f, hp, (int)H,
-              l->param[s->p_wh]->data, (int)H, 1.0f, pre_t, (int)s->G);
+              r->param[s->p_wh]->data, (int)H, beta, out, (int)s->G);
 }
 
 /* A batch of no steps or no streams: the final state is the initial one (Caffe's h_T is then
  * h_0). */
 static int empty_forward(kiln_layer *l, rec_state *s) {
   const float *st = l->buffer[BUF_STATE]->data;
-  if (s->N * s->H > 0) save_state(l, s, st, s->lstm ? st + s->N * s->H : NULL);
+  if (s->N * s->H > 0) save_state(l, s, st, s->H, s->kind == REC_LSTM ? st + s->N * s->H : NULL);
   s->carried_n = s->N;
   return KILN_OK;
 }
 
-static int lstm_forward(kiln_layer *l) {
+typedef void (*dir_pass)(kiln_layer *l, rec_state *s, const rec_dir *r);
+
+/* A forward or backward pass of one direction, for each direction in turn: the reverse one
+ * second, as its bottom gradients add to the forward one's. */
+static int each_direction(kiln_layer *l, rec_state *s, dir_pass pass) {
+  for (int d = 0; d < s->ndir; d++) {
+    const rec_dir r = direction(l, s, d);
+    pass(l, s, &r);
+  }
+  return KILN_OK;
+}
+
+static int rec_forward(kiln_layer *l, dir_pass pass) {
   rec_state *s = l->priv;
-  const int64_t N = s->N, H = s->H, G = s->G, nh = N * H;
-  float *gates = l->buffer[BUF_GATES]->data, *cells = l->buffer[BUF_CELLS]->data;
-  float *h = l->top[0]->data;
-  const float *st = l->buffer[BUF_STATE]->data;
   load_state(l, s);
-  if (s->T * N == 0) return empty_forward(l, s);
-  input_projection(l, s, gates, l->workspace);
-  for (int64_t t = 0; t < s->T; t++) {
-    const float *h_prev = t ? h + (t - 1) * nh : st;
-    const float *c_prev = t ? cells + (t - 1) * nh : st + nh;
-    float *a = gates + t * N * G;
-    recurrent_term(l, s, t, h_prev, a);
-    const float *cont = l->bottom[1]->data + t * N;
+  if (s->T * s->N == 0) return empty_forward(l, s);
+  return each_direction(l, s, pass);
+}
+
+static void lstm_forward_dir(kiln_layer *l, rec_state *s, const rec_dir *r) {
+  const int64_t T = s->T, N = s->N, H = s->H, G = s->G, nh = N * H, ld = r->ldy;
+  float *gates = r->buf[BUF_GATES], *cells = r->buf[BUF_CELLS];
+  const float *st = r->buf[BUF_STATE];
+  input_projection(l, s, r, gates, l->workspace);
+  for (int64_t k = 0; k < T; k++) {
+    const int64_t t = step_time(r, T, k), p = prev_time(r, t);
+    const float *c_prev = k ? cells + p * nh : st + nh;
+    float *a = gates + t * N * G, *h = r->y + t * N * ld;
+    recurrent_term(l, s, r, t, k ? r->y + p * N * ld : st, k ? ld : H, a, 1.0f);
+    const float *m = carry(l, s, r, t);
 #pragma omp parallel for schedule(static) num_threads(l->nthreads) if (nh > 32768)
     for (int64_t n = 0; n < N; n++) {
       float *an = a + n * G;
-      const float cn = cont[n];
+      const float cn = m ? m[n] : 0.0f;
       for (int64_t d = 0; d < H; d++) {
         const float i = sigmoidf(an[d]);
         /* Caffe's LSTMUnit folds cont into the forget gate, and its backward takes f (1 - f) of
@@ -282,77 +388,118 @@ static int lstm_forward(kiln_layer *l) {
         const float c = f * c_prev[n * H + d] + i * g;
         an[d] = i, an[H + d] = f, an[2 * H + d] = o, an[3 * H + d] = g;
         cells[t * nh + n * H + d] = c;
-        h[t * nh + n * H + d] = o * tanhf(c);
+        h[n * ld + d] = o * tanhf(c);
       }
     }
   }
-  save_state(l, s, h + (s->T - 1) * nh, cells + (s->T - 1) * nh);
-  return KILN_OK;
+  if (!r->rev) save_state(l, s, r->y + (T - 1) * N * ld, ld, cells + (T - 1) * nh);
 }
 
-static int rnn_forward(kiln_layer *l) {
-  rec_state *s = l->priv;
-  const int64_t N = s->N, H = s->H, nh = N * H, rows = s->T * N;
-  float *hid = l->buffer[BUF_HIDDEN]->data, *out = l->buffer[BUF_OUT]->data;
-  const float *st = l->buffer[BUF_STATE]->data;
-  load_state(l, s);
-  if (rows == 0) return empty_forward(l, s);
-  input_projection(l, s, hid, l->workspace);
-  for (int64_t t = 0; t < s->T; t++) {
+static void rnn_forward_dir(kiln_layer *l, rec_state *s, const rec_dir *r) {
+  const int64_t T = s->T, N = s->N, H = s->H, nh = N * H, rows = T * N;
+  float *hid = r->buf[BUF_HIDDEN], *out = r->buf[BUF_OUT];
+  input_projection(l, s, r, hid, l->workspace);
+  for (int64_t k = 0; k < T; k++) {
+    const int64_t t = step_time(r, T, k);
     float *z = hid + t * nh;
-    recurrent_term(l, s, t, t ? z - nh : st, z);
+    recurrent_term(l, s, r, t, k ? hid + prev_time(r, t) * nh : r->buf[BUF_STATE], H, z, 1.0f);
     for (int64_t i = 0; i < nh; i++) z[i] = tanhf(z[i]);
   }
   /* o = tanh(h W_ho^T + b_o) for every step at once; kept in a buffer of the layer's own, as
    * backward needs it and a layer after this one may overwrite the top in place. */
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)rows, (int)H, (int)H, 1.0f, hid, (int)H,
-              l->param[s->p_wo]->data, (int)H, 0.0f, out, (int)H);
-  const float *bo = l->param[s->p_bo]->data;
-  for (int64_t r = 0; r < rows; r++)
-    for (int64_t d = 0; d < H; d++) out[r * H + d] = tanhf(out[r * H + d] + bo[d]);
-  memcpy(l->top[0]->data, out, sizeof(float) * (size_t)(rows * H));
-  save_state(l, s, hid + (s->T - 1) * nh, NULL);
-  return KILN_OK;
+              r->param[s->p_wo]->data, (int)H, 0.0f, out, (int)H);
+  const float *bo = r->param[s->p_bo]->data;
+  for (int64_t i = 0; i < rows; i++)
+    for (int64_t d = 0; d < H; d++) {
+      out[i * H + d] = tanhf(out[i * H + d] + bo[d]);
+      r->y[i * r->ldy + d] = out[i * H + d];
+    }
+  if (!r->rev) save_state(l, s, hid + (T - 1) * nh, H, NULL);
 }
 
-/* After the pre-activation gradients d (rows x G) of every step are known: the weight and bias
- * gradients of the input, static and recurrent terms (accumulated), and the gradients of x and
- * x_static (overwritten) where wanted. `ws` holds N x G floats of scratch. */
-static void input_backward(kiln_layer *l, rec_state *s, const float *d, float *ws) {
+static void gru_forward_dir(kiln_layer *l, rec_state *s, const rec_dir *r) {
+  const int64_t T = s->T, N = s->N, H = s->H, G = s->G, nh = N * H, ld = r->ldy;
+  float *gates = r->buf[BUF_GATES], *ghn = r->buf[BUF_GH_N];
+  float *gh = l->workspace; /* N x G: one step's W_hh h' (after the projection's scratch) */
+  const float *bh = r->param[s->p_bh]->data;
+  input_projection(l, s, r, gates, l->workspace);
+  for (int64_t k = 0; k < T; k++) {
+    const int64_t t = step_time(r, T, k), p = prev_time(r, t);
+    recurrent_term(l, s, r, t, k ? r->y + p * N * ld : r->buf[BUF_STATE], k ? ld : H, gh, 0.0f);
+    float *a = gates + t * N * G, *h = r->y + t * N * ld, *gn = ghn + t * nh;
+    const float *hp = r->buf[BUF_HPREV] + t * nh;
+#pragma omp parallel for schedule(static) num_threads(l->nthreads) if (nh > 32768)
+    for (int64_t n = 0; n < N; n++) {
+      float *an = a + n * G;
+      const float *hn = gh + n * G;
+      for (int64_t d = 0; d < H; d++) {
+        const float rr = sigmoidf(an[d] + hn[d] + bh[d]);
+        const float z = sigmoidf(an[H + d] + hn[H + d] + bh[H + d]);
+        const float g = hn[2 * H + d] + bh[2 * H + d];
+        const float c = tanhf(an[2 * H + d] + rr * g);
+        /* Kept for backward: the gates, and r's factor in n (which r scales, so it is kept
+         * apart from the input's part of n). */
+        an[d] = rr, an[H + d] = z, an[2 * H + d] = c;
+        gn[n * H + d] = g;
+        h[n * ld + d] = (1 - z) * c + z * hp[n * H + d];
+      }
+    }
+  }
+  if (!r->rev) save_state(l, s, r->y + (T - 1) * N * ld, ld, NULL);
+}
+
+static int lstm_forward(kiln_layer *l) { return rec_forward(l, lstm_forward_dir); }
+static int rnn_forward(kiln_layer *l) { return rec_forward(l, rnn_forward_dir); }
+static int gru_forward(kiln_layer *l) { return rec_forward(l, gru_forward_dir); }
+
+/* Column sums of a (rows x cols) added into b. */
+static void add_column_sums(float *b, const float *a, int64_t rows, int64_t cols) {
+  for (int64_t i = 0; i < rows; i++)
+    for (int64_t g = 0; g < cols; g++) b[g] += a[i * cols + g];
+}
+
+/* After the pre-activation gradients of every step are known (d_in, rows x G, of the input
+ * terms; d_rec of the recurrent ones, the same for LSTM and RNN): the weight and bias gradients
+ * of the input, static and recurrent terms (accumulated), and the gradients of x and x_static
+ * (the first direction overwrites them, the second adds) where wanted. `ws` holds N x G floats
+ * of scratch. */
+static void input_backward(kiln_layer *l, rec_state *s, const rec_dir *r, const float *d_in,
+                           const float *d_rec, float *ws) {
   const int64_t rows = s->T * s->N, G = s->G, D = s->D, H = s->H;
-  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)G, (int)D, (int)rows, 1.0f, d, (int)G,
-              l->bottom[0]->data, (int)D, 1.0f, l->param[s->p_wx]->diff, (int)D);
-  float *db = l->param[s->p_b]->diff;
-  for (int64_t r = 0; r < rows; r++)
-    for (int64_t g = 0; g < G; g++) db[g] += d[r * G + g];
-  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)G, (int)H, (int)rows, 1.0f, d, (int)G,
-              l->buffer[BUF_HPREV]->data, (int)H, 1.0f, l->param[s->p_wh]->diff, (int)H);
+  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)G, (int)D, (int)rows, 1.0f, d_in,
+              (int)G, l->bottom[0]->data, (int)D, 1.0f, r->param[s->p_wx]->diff, (int)D);
+  add_column_sums(r->param[s->p_b]->diff, d_in, rows, G);
+  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)G, (int)H, (int)rows, 1.0f, d_rec,
+              (int)G, r->buf[BUF_HPREV], (int)H, 1.0f, r->param[s->p_wh]->diff, (int)H);
+  if (s->p_bh >= 0) add_column_sums(r->param[s->p_bh]->diff, d_rec, rows, G);
   if (l->propagate_down[0])
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)rows, (int)D, (int)G, 1.0f, d,
-                (int)G, l->param[s->p_wx]->data, (int)D, 0.0f, l->bottom[0]->diff, (int)D);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)rows, (int)D, (int)G, 1.0f, d_in,
+                (int)G, r->param[s->p_wx]->data, (int)D, r->beta, l->bottom[0]->diff, (int)D);
   if (s->static_input) {
     /* The static term is added at every step: its gradient is the sum over the steps. */
     const int64_t ng = s->N * G, S = s->S;
-    memcpy(ws, d, sizeof(float) * (size_t)ng);
+    memcpy(ws, d_in, sizeof(float) * (size_t)ng);
     for (int64_t t = 1; t < s->T; t++)
-      for (int64_t i = 0; i < ng; i++) ws[i] += d[t * ng + i];
+      for (int64_t i = 0; i < ng; i++) ws[i] += d_in[t * ng + i];
     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)G, (int)S, (int)s->N, 1.0f, ws,
-                (int)G, l->bottom[2]->data, (int)S, 1.0f, l->param[s->p_ws]->diff, (int)S);
+                (int)G, l->bottom[2]->data, (int)S, 1.0f, r->param[s->p_ws]->diff, (int)S);
     if (l->propagate_down[2])
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)s->N, (int)S, (int)G, 1.0f, ws,
-                  (int)G, l->param[s->p_ws]->data, (int)S, 0.0f, l->bottom[2]->diff, (int)S);
+                  (int)G, r->param[s->p_ws]->data, (int)S, r->beta, l->bottom[2]->diff, (int)S);
   }
 }
 
-/* dh_prev = cont_t (d_t W_h): the gradient step t sends to h_{t-1} (d_t: N x G). */
-static void recurrent_backward(kiln_layer *l, rec_state *s, int64_t t, const float *d_t,
-                               float *dh_prev) {
+/* dh = carry_t (d_t W_h + beta dh): the gradient step t sends to the state it took (d_t: N x G
+ * of the recurrent term's pre-activations; beta 1 adds a gradient already in dh). */
+static void recurrent_backward(kiln_layer *l, rec_state *s, const rec_dir *r, int64_t t,
+                               const float *d_t, float *dh, float beta) {
   const int64_t N = s->N, H = s->H;
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)N, (int)H, (int)s->G, 1.0f, d_t,
-              (int)s->G, l->param[s->p_wh]->data, (int)H, 0.0f, dh_prev, (int)H);
-  const float *cont = l->bottom[1]->data + t * N;
+              (int)s->G, r->param[s->p_wh]->data, (int)H, beta, dh, (int)H);
+  const float *m = carry(l, s, r, t);
   for (int64_t n = 0; n < N; n++)
-    for (int64_t k = 0; k < H; k++) dh_prev[n * H + k] *= cont[n];
+    for (int64_t k = 0; k < H; k++) dh[n * H + k] = m ? m[n] * dh[n * H + k] : 0.0f;
 }
 
 /* The initial state's gradients to the h0 (and c0) bottoms, where exposed and wanted. */
@@ -365,7 +512,7 @@ static void state_backward(kiln_layer *l, rec_state *s, const float *dh0, const 
 }
 
 /* With expose_hidden, the gradient arriving at a final-state top (else zeros: Caffe does not
- * carry gradients across batches). */
+ * carry gradients across batches, and the reverse direction's final state is no one's). */
 static void final_state_grad(kiln_layer *l, rec_state *s, int r, float *into) {
   const size_t bytes = sizeof(float) * (size_t)(s->N * s->H);
   if (s->expose)
@@ -385,84 +532,124 @@ static int empty_backward(kiln_layer *l, rec_state *s) {
   if (s->static_input && l->propagate_down[2] && l->bottom[2]->count)
     memset(l->bottom[2]->diff, 0, sizeof(float) * (size_t)l->bottom[2]->count);
   if (s->N * s->H == 0) return KILN_OK;
+  const bool lstm = s->kind == REC_LSTM;
   float *dh = l->workspace, *dc = dh + s->N * s->H;
   final_state_grad(l, s, 0, dh);
-  if (s->lstm) final_state_grad(l, s, 1, dc);
-  state_backward(l, s, dh, s->lstm ? dc : NULL);
+  if (lstm) final_state_grad(l, s, 1, dc);
+  state_backward(l, s, dh, lstm ? dc : NULL);
   return KILN_OK;
 }
 
-static int lstm_backward(kiln_layer *l) {
+static int rec_backward(kiln_layer *l, dir_pass pass) {
   if (l->propagate_down[1]) return rec_refuse_cont(l);
   rec_state *s = l->priv;
-  const int64_t N = s->N, H = s->H, G = s->G, nh = N * H;
-  const float *gates = l->buffer[BUF_GATES]->data, *cells = l->buffer[BUF_CELLS]->data;
-  if (s->T * N == 0) return empty_backward(l, s);
-  const float *st = l->buffer[BUF_STATE]->data, *dtop = l->top[0]->diff;
+  if (s->T * s->N == 0) return empty_backward(l, s);
+  return each_direction(l, s, pass);
+}
+
+static void lstm_backward_dir(kiln_layer *l, rec_state *s, const rec_dir *r) {
+  const int64_t T = s->T, N = s->N, H = s->H, G = s->G, nh = N * H, ld = r->ldy;
+  const float *gates = r->buf[BUF_GATES], *cells = r->buf[BUF_CELLS], *st = r->buf[BUF_STATE];
   float *dgates = l->workspace; /* rows x G */
-  float *dh = dgates + s->T * N * G, *dc = dh + nh, *dhp = dc + nh, *ws = dhp + nh;
+  float *dh = dgates + T * N * G, *dc = dh + nh, *ws = dc + nh;
   final_state_grad(l, s, 0, dh);
   final_state_grad(l, s, 1, dc);
-  for (int64_t t = s->T - 1; t >= 0; t--) {
+  for (int64_t k = T - 1; k >= 0; k--) {
+    const int64_t t = step_time(r, T, k);
     const float *a = gates + t * N * G, *c = cells + t * nh;
-    const float *c_prev = t ? cells + (t - 1) * nh : st + nh;
+    const float *c_prev = k ? cells + prev_time(r, t) * nh : st + nh;
     float *da = dgates + t * N * G;
-    const float *dy = dtop + t * nh;
+    const float *dy = r->dy + t * N * ld;
 #pragma omp parallel for schedule(static) num_threads(l->nthreads) if (nh > 32768)
     for (int64_t n = 0; n < N; n++)
-      for (int64_t k = 0; k < H; k++) {
-        const int64_t e = n * H + k;
+      for (int64_t j = 0; j < H; j++) {
+        const int64_t e = n * H + j;
         const float *an = a + n * G;
-        const float i = an[k], f = an[H + k], o = an[2 * H + k], g = an[3 * H + k];
+        const float i = an[j], f = an[H + j], o = an[2 * H + j], g = an[3 * H + j];
         const float tc = tanhf(c[e]);
-        const float dh_t = dy[e] + dh[e];
+        const float dh_t = dy[n * ld + j] + dh[e];
         const float dc_t = dc[e] + dh_t * o * (1 - tc * tc);
         float *dan = da + n * G;
-        dan[k] = dc_t * g * i * (1 - i);
-        dan[H + k] = dc_t * c_prev[e] * f * (1 - f);
-        dan[2 * H + k] = dh_t * tc * o * (1 - o);
-        dan[3 * H + k] = dc_t * i * (1 - g * g);
+        dan[j] = dc_t * g * i * (1 - i);
+        dan[H + j] = dc_t * c_prev[e] * f * (1 - f);
+        dan[2 * H + j] = dh_t * tc * o * (1 - o);
+        dan[3 * H + j] = dc_t * i * (1 - g * g);
         dc[e] = dc_t * f;
       }
-    recurrent_backward(l, s, t, da, dhp);
-    memcpy(dh, dhp, sizeof(float) * (size_t)nh);
+    recurrent_backward(l, s, r, t, da, dh, 0.0f);
   }
-  state_backward(l, s, dh, dc);
-  input_backward(l, s, dgates, ws);
-  return KILN_OK;
+  if (!r->rev) state_backward(l, s, dh, dc);
+  input_backward(l, s, r, dgates, dgates, ws);
 }
 
-static int rnn_backward(kiln_layer *l) {
-  if (l->propagate_down[1]) return rec_refuse_cont(l);
-  rec_state *s = l->priv;
-  const int64_t N = s->N, H = s->H, nh = N * H, rows = s->T * N;
-  const float *hid = l->buffer[BUF_HIDDEN]->data, *out = l->buffer[BUF_OUT]->data;
-  if (rows == 0) return empty_backward(l, s);
-  const float *dtop = l->top[0]->diff;
+static void rnn_backward_dir(kiln_layer *l, rec_state *s, const rec_dir *r) {
+  const int64_t T = s->T, N = s->N, H = s->H, nh = N * H, rows = T * N;
+  const float *hid = r->buf[BUF_HIDDEN], *out = r->buf[BUF_OUT];
   float *dz = l->workspace;   /* rows x H: the gradient of h's pre-activation */
   float *dzo = dz + rows * H; /* rows x H: of o's pre-activation */
-  float *dh = dzo + rows * H, *dhp = dh + nh, *ws = dhp + nh;
-  for (int64_t i = 0; i < rows * H; i++) dzo[i] = dtop[i] * (1 - out[i] * out[i]);
+  float *dh = dzo + rows * H, *ws = dh + nh;
+  for (int64_t i = 0; i < rows; i++)
+    for (int64_t d = 0; d < H; d++)
+      dzo[i * H + d] = r->dy[i * r->ldy + d] * (1 - out[i * H + d] * out[i * H + d]);
   cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)H, (int)H, (int)rows, 1.0f, dzo, (int)H,
-              hid, (int)H, 1.0f, l->param[s->p_wo]->diff, (int)H);
-  float *dbo = l->param[s->p_bo]->diff;
-  for (int64_t r = 0; r < rows; r++)
-    for (int64_t d = 0; d < H; d++) dbo[d] += dzo[r * H + d];
+              hid, (int)H, 1.0f, r->param[s->p_wo]->diff, (int)H);
+  add_column_sums(r->param[s->p_bo]->diff, dzo, rows, H);
   /* What the outputs send to every h_t, for all steps at once; the recurrence adds the rest. */
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)rows, (int)H, (int)H, 1.0f, dzo,
-              (int)H, l->param[s->p_wo]->data, (int)H, 0.0f, dz, (int)H);
+              (int)H, r->param[s->p_wo]->data, (int)H, 0.0f, dz, (int)H);
   final_state_grad(l, s, 0, dh);
-  for (int64_t t = s->T - 1; t >= 0; t--) {
+  for (int64_t k = T - 1; k >= 0; k--) {
+    const int64_t t = step_time(r, T, k);
     float *d = dz + t * nh;
     const float *h = hid + t * nh;
     for (int64_t i = 0; i < nh; i++) d[i] = (d[i] + dh[i]) * (1 - h[i] * h[i]);
-    recurrent_backward(l, s, t, d, dhp);
-    memcpy(dh, dhp, sizeof(float) * (size_t)nh);
+    recurrent_backward(l, s, r, t, d, dh, 0.0f);
   }
-  state_backward(l, s, dh, NULL);
-  input_backward(l, s, dz, ws);
-  return KILN_OK;
+  if (!r->rev) state_backward(l, s, dh, NULL);
+  input_backward(l, s, r, dz, dz, ws);
 }
+
+/* With h = (1 - z) n + z h' and n = tanh(a_n + r g) (g = W_hn h' + b_hn): dn = dh (1 - z),
+ * dz = dh (h' - n), dr = dn (1 - n^2) g, and h' gets dh z directly besides what the three gates'
+ * recurrent terms send back. The input and the recurrent terms share the gradients of r and z;
+ * of n's, the recurrent term's is r times the input's. */
+static void gru_backward_dir(kiln_layer *l, rec_state *s, const rec_dir *r) {
+  const int64_t T = s->T, N = s->N, H = s->H, G = s->G, nh = N * H, ld = r->ldy;
+  const float *gates = r->buf[BUF_GATES], *ghn = r->buf[BUF_GH_N], *hprev = r->buf[BUF_HPREV];
+  float *d_in = l->workspace, *d_rec = d_in + T * N * G; /* rows x G each */
+  float *dh = d_rec + T * N * G, *ws = dh + nh;
+  final_state_grad(l, s, 0, dh);
+  for (int64_t k = T - 1; k >= 0; k--) {
+    const int64_t t = step_time(r, T, k);
+    const float *a = gates + t * N * G, *gn = ghn + t * nh, *hp = hprev + t * nh;
+    const float *dy = r->dy + t * N * ld;
+    float *di = d_in + t * N * G, *dr = d_rec + t * N * G;
+#pragma omp parallel for schedule(static) num_threads(l->nthreads) if (nh > 32768)
+    for (int64_t n = 0; n < N; n++)
+      for (int64_t j = 0; j < H; j++) {
+        const int64_t e = n * H + j;
+        const float *an = a + n * G;
+        const float rr = an[j], z = an[H + j], c = an[2 * H + j];
+        const float dh_t = dy[n * ld + j] + dh[e];
+        const float da_n = dh_t * (1 - z) * (1 - c * c);
+        const float da_z = dh_t * (hp[e] - c) * z * (1 - z);
+        const float da_r = da_n * gn[e] * rr * (1 - rr);
+        float *din = di + n * G, *drn = dr + n * G;
+        din[j] = drn[j] = da_r;
+        din[H + j] = drn[H + j] = da_z;
+        din[2 * H + j] = da_n;
+        drn[2 * H + j] = da_n * rr;
+        dh[e] = dh_t * z;
+      }
+    recurrent_backward(l, s, r, t, dr, dh, 1.0f);
+  }
+  if (!r->rev) state_backward(l, s, dh, NULL);
+  input_backward(l, s, r, d_in, d_rec, ws);
+}
+
+static int lstm_backward(kiln_layer *l) { return rec_backward(l, lstm_backward_dir); }
+static int rnn_backward(kiln_layer *l) { return rec_backward(l, rnn_backward_dir); }
+static int gru_backward(kiln_layer *l) { return rec_backward(l, gru_backward_dir); }
 
 static void rec_destroy(kiln_layer *l) { free(l->priv); }
 
@@ -478,4 +665,11 @@ const kiln_layer_ops kiln_layer_rnn = {
     .no_gradient_bottoms = 1u << 1,
     .setup = rnn_setup, .reshape = rec_reshape, .forward = rnn_forward,
     .backward = rnn_backward, .destroy = rec_destroy,
+};
+
+const kiln_layer_ops kiln_layer_gru = {
+    .type = "GRU", .min_bottoms = 2, .max_bottoms = 4, .min_tops = 1, .max_tops = 2,
+    .no_gradient_bottoms = 1u << 1,
+    .setup = gru_setup, .reshape = rec_reshape, .forward = gru_forward,
+    .backward = gru_backward, .destroy = rec_destroy,
 };
