@@ -46,6 +46,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kiln/ops.h"
 #include "layer_util.h"
 
 static const Caffe__RecurrentParameter recurrent_defaults = CAFFE__RECURRENT_PARAMETER__INIT;
@@ -348,11 +349,22 @@ typedef void (*dir_pass)(kiln_layer *l, rec_state *s, const rec_dir *r);
 
 /* A forward or backward pass of one direction, for each direction in turn: the reverse one
  * second, as its bottom gradients add to the forward one's. */
+/* A step's recurrent GEMM (N x H by H x G) below this many multiply-adds runs on one BLAS
+ * thread: OpenBLAS splits any GEMM above 2^18 of them across its threads, and for a step of a
+ * few hundred thousand the hand-over costs more than the second core gives; when the cores are
+ * shared with other processes, its spinning workers wait for descheduled ones at every one of
+ * the T steps, which on a busy machine made a 64-wide LSTM over 800 steps some 40 times
+ * slower. Larger steps keep every thread. */
+#define REC_SERIAL_STEP_MACS (1 << 22)
+
 static int each_direction(kiln_layer *l, rec_state *s, dir_pass pass) {
+  const bool serial = (double)s->N * (double)s->G * (double)s->H < REC_SERIAL_STEP_MACS;
+  const int prev = serial ? kiln_blas_serial_begin() : 0;
   for (int d = 0; d < s->ndir; d++) {
     const rec_dir r = direction(l, s, d);
     pass(l, s, &r);
   }
+  if (serial) kiln_blas_serial_end(prev);
   return KILN_OK;
 }
 
