@@ -201,6 +201,15 @@ void kiln_vocab_builder_free(kiln_vocab_builder *b);
 #define KILN_TEXT_RECORDS_MAX_BYTES ((size_t)1 << 30)
 typedef int (*kiln_text_record_fn)(void *user, const char *text, size_t len, int label, int line);
 int kiln_text_records(const char *path, kiln_text_record_fn fn, void *user);
+/* The tagged records of a .tsv file, one per line: "TAGS<TAB>TEXT" with TAGS whole numbers in
+ * 0 .. 2^31-1 separated by spaces (meant as one per token of TEXT; the reader does not know the
+ * tokenizer, so the caller checks the count) and TEXT escaped as above. fn gets each record's
+ * decoded text, its tags (valid until fn returns) and its line. A file that is not .tsv is
+ * KILN_ERR_DATA; a malformed line (no tab, a tag that is no whole number, a bad escape)
+ * KILN_ERR_PARSE naming the file and line. */
+typedef int (*kiln_text_tagged_fn)(void *user, const char *text, size_t len, const int32_t *tags,
+                                   size_t ntags, int line);
+int kiln_text_tagged_records(const char *path, kiln_text_tagged_fn fn, void *user);
 
 /* ---- CIFAR-10 and CIFAR-100 (binary version) --------------------------------------------- */
 
