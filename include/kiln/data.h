@@ -139,11 +139,13 @@ const char *kiln_text_set_names(void);
  * empty is an error too. `counts` may be NULL. */
 int kiln_text_set_convert(const kiln_text_set_info *set, const char *tarball, const char *out_dir,
                           kiln_text_set_counts *counts);
-/* CACHE/NAME/READY is there: nothing to do (*already = true) but write the set's vocab.txt if
- * it lacks one. Otherwise checks the tarball's SHA-256 against the pinned one, converts it into
- * CACHE/NAME, writes vocab.txt (from the train split, by the set's fixed rule; docs/formats.md)
- * and READY last, with concurrent callers serialised by a lock file. A NULL tarball is an error
- * unless READY exists. */
+/* CACHE/NAME/READY is there: nothing to do (*already = true) but write the set's vocab.txt, and
+ * Moby Dick's words-*.tsv (adding their line to READY), where they are missing. Otherwise checks
+ * the tarball's SHA-256 against the pinned one, converts it into CACHE/NAME, writes vocab.txt
+ * (from the train split, by the set's fixed rule; docs/formats.md), for moby-dick the
+ * word-boundary set words-{train,valid,test}.tsv (TextData TAGGED records from the split files:
+ * the text without white space, 1 where a word starts) and READY last, with concurrent callers
+ * serialised by a lock file. A NULL tarball is an error unless READY exists. */
 int kiln_data_fetch_text(const char *name, const char *tarball, const char *cache_dir,
                          bool *already);
 
