@@ -81,14 +81,14 @@ static const char metrics_text[] =
     "{\"event\":\"train\",\"iter\":200,\"time_ms\":2000,\"rank\":0,\"loss\":0.7,\"lr\":0.01,"
     "\"samples_per_s\":1200,\"peak_rss_mb\":61}\n"
     "{\"event\":\"test\",\"iter\":200,\"time_ms\":2100,\"rank\":0,\"loss\":0.6,\"test_net\":0,"
-    "\"accuracy\":0.8,\"peak_rss_mb\":62}\n"
+    "\"accuracy\":0.8,\"f1\":0.75,\"peak_rss_mb\":62}\n"
     "{\"event\":\"test\",\"iter\":200,\"time_ms\":2100,\"rank\":0,\"loss\":9,\"test_net\":1,"
-    "\"accuracy\":0.01}\n"
+    "\"accuracy\":0.01,\"f1\":0.01}\n"
     "{\"event\":\"train\",\"iter\":300,\"time_ms\":3000,\"rank\":0,\"loss\":0.5,\"lr\":0.01,"
     "\"samples_per_s\":1100,\"peak_rss_mb\":63}\n"
     "\n"
     "{\"event\":\"test\",\"iter\":400,\"time_ms\":4000,\"rank\":0,\"loss\":0.4,\"test_net\":0,"
-    "\"accuracy\":0.85,\"peak_rss_mb\":64}\n"
+    "\"accuracy\":0.85,\"f1\":0.7,\"peak_rss_mb\":64}\n"
     "{\"event\":\"worker\",\"iter\":400,\"time_ms\":4000,\"rank\":0,\"samples_per_s\":550}\n"
     "{\"event\":\"worker\",\"iter\":400,\"time_ms\":4000,\"rank\":1,\"samples_per_s\":540,"
     "\"peak_rss_mb\":70}\n"
@@ -105,6 +105,10 @@ static void test_metrics_extraction(void **state) {
   assert_float_equal(m.accuracy.value[2], 0.85, 1e-12);
   assert_int_equal(m.accuracy.iter[2], 400);
   assert_float_equal(m.perplexity.value[0], exp(2.3), 1e-9);
+  /* f1 where the test events of test net 0 have it */
+  assert_int_equal(m.f1.n, 2);
+  assert_int_equal(m.f1.iter[0], 200);
+  assert_float_equal(m.f1.value[1], 0.7, 1e-12);
   assert_float_equal(m.peak_rss_mb, 70, 0); /* the largest over every rank */
   assert_float_equal(m.duration_s, 4.2, 1e-12);
   /* the first window (start-up) is left out: median of 1000, 1200, 1100 */
@@ -118,6 +122,8 @@ static void test_metrics_extraction(void **state) {
 
   kiln_ce_kpi_spec acc = spec_of("name: 'accuracy'");
   assert_float_equal(kiln_ce_kpi_value(&m, &acc), 0.85, 1e-12);
+  kiln_ce_kpi_spec f1 = spec_of("name: 'f1' reduction: BEST"); /* higher is better */
+  assert_float_equal(kiln_ce_kpi_value(&m, &f1), 0.75, 1e-12);
   kiln_ce_kpi_spec best = spec_of("name: 'test_loss' reduction: BEST");
   assert_float_equal(kiln_ce_kpi_value(&m, &best), 0.4, 1e-12);
   kiln_ce_kpi_spec mean = spec_of("name: 'train_loss' reduction: MEAN_LAST mean_last_n: 2");
@@ -263,6 +269,11 @@ static void test_kpi_defaults(void **state) {
   assert_float_equal(own.abs_tolerance, 0, 0); /* declared tolerances replace both defaults */
   assert_float_equal(own.floor, 0.8, 0);
   assert_false(kiln_ce_kpi_lookup("accuracy")->machine_dependent);
+  kiln_ce_kpi_spec f = spec_of("name: 'f1'");
+  assert_true(f.higher_is_better);
+  assert_false(f.info->machine_dependent || f.info->timing);
+  assert_true(isnan(f.floor)); /* no floor unless declared: what is good depends on the task */
+  assert_true(f.abs_tolerance > 0);
   assert_true(kiln_ce_kpi_lookup("speedup")->multi_worker);
 
   ProtobufCMessage *m;

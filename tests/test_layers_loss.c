@@ -1,8 +1,9 @@
-/* Output and loss layers: Softmax, SoftmaxWithLoss, Accuracy, ArgMax, EuclideanLoss,
- * SigmoidCrossEntropyLoss. Forward passes (losses, probabilities, accuracies, indices) against
- * values worked out by hand, backward passes against hand values and finite differences
- * (tests/support/gradcheck.c), ignored labels and normalisation modes, and the errors that bad
- * parameters, labels and shapes give (a status and a message naming the layer). */
+/* Output and loss layers: Softmax, SoftmaxWithLoss, Accuracy, F1, ArgMax, EuclideanLoss,
+ * SigmoidCrossEntropyLoss. Forward passes (losses, probabilities, accuracies, F1's counts,
+ * indices) against values worked out by hand, backward passes against hand values and finite
+ * differences (tests/support/gradcheck.c), ignored labels and normalisation modes, and the
+ * errors that bad parameters, labels and shapes give (a status and a message naming the
+ * layer). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -657,6 +658,82 @@ static void test_sigmoid_ce_errors(void **state) {
   kiln_blob_free(x);
 }
 
+/* ---- F1 ---------------------------------------------------------------------------------- */
+
+/* A tagger's scores, T x N x C = 3 x 2 x 3 (classes on axis 2), and its T x N tags, with -1 on
+ * a padding step:
+ *   (t, n)  scores           top-1  tag   for class 1   class 2   class 0
+ *   (0, 0)  0.1 0.8 0.1      1      1     tp
+ *   (0, 1)  0.6 0.3 0.1      0      1     fn                      fp
+ *   (1, 0)  0.2 0.5 0.3      1      0     fp                      fn
+ *   (1, 1)  0.2 0.3 0.5      2      2                   tp
+ *   (2, 0)  0.0 0.9 0.1      1     -1     (ignored: it would be an fp)
+ *   (2, 1)  0.1 0.7 0.2      1      1     tp
+ * positive class 1: tp 2, fp 1, fn 1; class 2: 1, 0, 0; class 0: 0, 1, 1. */
+static const float f1_x[18] = {0.1f, 0.8f, 0.1f, 0.6f, 0.3f, 0.1f, 0.2f, 0.5f, 0.3f,
+                               0.2f, 0.3f, 0.5f, 0.0f, 0.9f, 0.1f, 0.1f, 0.7f, 0.2f};
+static const float f1_tags[6] = {1, 1, 0, 2, -1, 1};
+
+static void f1_expect(const char *param, float tp, float fp, float fn) {
+  kiln_blob *b[2] = {blob_of("x", 3, SHAPE(3, 2, 3), f1_x),
+                     blob_of("label", 2, SHAPE(3, 2), f1_tags)};
+  char text[256];
+  snprintf(text, sizeof text, "name: 'f1' type: 'F1' f1_param { axis: 2 ignore_label: -1 %s }",
+           param);
+  built f = build(text, TEST, b, 2, 3);
+  assert_null(f.l->ops->backward); /* counts have no gradient, as Accuracy has none */
+  forward(&f);
+  const float want[3] = {tp, fp, fn};
+  for (int t = 0; t < 3; t++) {
+    expect_shape(f.top[t], 0, NULL);
+    expect_close(text, f.top[t]->data, &want[t], 1, 0);
+  }
+  unbuild(&f);
+  kiln_blob_free(b[1]);
+  kiln_blob_free(b[0]);
+}
+
+static void test_f1_counts_hand(void **state) {
+  (void)state;
+  f1_expect("", 2, 1, 1);
+  f1_expect("positive_label: 1", 2, 1, 1);
+  f1_expect("positive_label: 2", 1, 0, 0);
+  f1_expect("positive_label: 0", 0, 1, 1);
+  /* classes on axis 1 (the default), N x C, and equal top scores: the first class is the
+   * prediction. s0 0.5 0.5 tag 1: fn; s1 0.2 0.9 tag 1: tp; s2 0.7 0.1 tag 0: nothing */
+  kiln_blob *x = blob_of("x", 2, SHAPE(3, 2), (const float[]){0.5f, 0.5f, 0.2f, 0.9f, 0.7f, 0.1f});
+  kiln_blob *lab = blob_of("label", 1, SHAPE(3), (const float[]){1, 1, 0});
+  kiln_blob *b[2] = {x, lab};
+  built f = build("name: 'f1' type: 'F1'", TEST, b, 2, 3);
+  forward(&f);
+  const float want[3] = {1, 0, 1};
+  for (int t = 0; t < 3; t++) expect_close("N x C", f.top[t]->data, &want[t], 1, 0);
+  unbuild(&f);
+  kiln_blob_free(lab);
+  kiln_blob_free(x);
+}
+
+static void test_f1_bad_parameters(void **state) {
+  (void)state;
+  kiln_blob *x = blob_of("x", 3, SHAPE(3, 2, 3), f1_x);
+  kiln_blob *lab = blob_of("label", 2, SHAPE(3, 2), f1_tags);
+  kiln_blob *b[2] = {x, lab};
+  const char *who = "layer 'f' (F1)";
+  expect_create_fails("name: 'f' type: 'F1' f1_param { axis: 2 positive_label: 3 }", TEST, b, 2,
+                      3, KILN_ERR_INVALID, who, "positive_label 3");
+  /* classes on axis 1 of T x N x C: 3 x 3 predictions for 6 labels */
+  expect_create_fails("name: 'f' type: 'F1'", TEST, b, 2, 3, KILN_ERR_SHAPE, who,
+                      "label count 6 does not match prediction count 9");
+  /* a padding tag without ignore_label is no class */
+  built f = build("name: 'f' type: 'F1' f1_param { axis: 2 }", TEST, b, 2, 3);
+  kiln_clear_error();
+  assert_int_equal(f.l->ops->forward(f.l), KILN_ERR_DATA);
+  expect_message(who, "label -1 at position 4 is out of range", NULL);
+  unbuild(&f);
+  kiln_blob_free(lab);
+  kiln_blob_free(x);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_softmax_forward_hand),
@@ -669,6 +746,8 @@ int main(void) {
       cmocka_unit_test(test_accuracy_ties_count_against),
       cmocka_unit_test(test_accuracy_per_class_many_classes),
       cmocka_unit_test(test_accuracy_bad_parameters),
+      cmocka_unit_test(test_f1_counts_hand),
+      cmocka_unit_test(test_f1_bad_parameters),
       cmocka_unit_test(test_argmax_hand),
       cmocka_unit_test(test_argmax_axis_hand),
       cmocka_unit_test(test_argmax_bad_parameters),

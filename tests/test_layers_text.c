@@ -1,8 +1,8 @@
 /* Text into ids: the tokenizer (characters and words), vocabularies (building with cut-offs,
  * the file both ways, its damage), and the TextData layer: windows of a corpus with their next
- * tokens and cont, labelled sequences bucketed by length with padding, cont and mask, shuffling
- * from the seed, exact cursors, the workers' shares, and the bad inputs it refuses by file and
- * line. */
+ * tokens and cont, labelled sequences bucketed by length with padding, cont and mask, tagged
+ * sequences batched the same way with a tag per step, shuffling from the seed, exact cursors, the
+ * workers' shares, and the bad inputs it refuses by file and line. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -181,19 +181,26 @@ static void test_vocab_damage(void **state) {
 
 /* ---- TextData: windows --------------------------------------------------------------------- */
 
-/* A char vocabulary of `corpus` (file corpus.txt, vocabulary vocab.txt beside it). */
-static kiln_vocab *corpus(const char *text) {
-  write_file("corpus.txt", text);
-  kiln_vocab *v = build_vocab(text, KILN_TOKENS_CHAR, 1, 0);
+/* Writes `text` as `file` and the char vocabulary of `chars` as vocab.txt beside it. */
+static kiln_vocab *text_file(const char *file, const char *text, const char *chars) {
+  write_file(file, text);
+  kiln_vocab *v = build_vocab(chars, KILN_TOKENS_CHAR, 1, 0);
   char path[256];
   assert_int_equal(kiln_vocab_write(v, in_dir("vocab.txt", path, sizeof path)), KILN_OK);
   return v;
 }
 
+/* A char vocabulary of `corpus` (file corpus.txt, vocabulary vocab.txt beside it). */
+static kiln_vocab *corpus(const char *text) { return text_file("corpus.txt", text, text); }
+
 static built text_layer(const char *params, int ntop, int phase) {
   char text[1024];
   snprintf(text, sizeof text, "name: 'txt' type: 'TextData' text_data_param { source: '%s/%s' %s }",
-           dir, strstr(params, "SEQUENCES") ? "records.tsv" : "corpus.txt", params);
+           dir,
+           strstr(params, "SEQUENCES") ? "records.tsv"
+           : strstr(params, "TAGGED")  ? "tagged.tsv"
+                                       : "corpus.txt",
+           params);
   return build(text, phase, NULL, 0, ntop);
 }
 
@@ -297,10 +304,10 @@ static void test_windows_shuffled_and_shared(void **state) {
 static void test_sequences_bucketed(void **state) {
   (void)state;
   /* lengths 3, 1, 4, 2, 3 -> by length, ties by line: r1 (1), r3 (2), r0 (3), r4 (3), r2 (4) */
-  write_file("records.tsv", "0\tabc\n1\td\n0\tefgh\n1\tij\n0\tk\\tl\n");
-  kiln_vocab *v = build_vocab("abcdefghijk\tl", KILN_TOKENS_CHAR, 1, 0);
+  kiln_vocab *v = text_file("records.tsv", "0\tabc\n1\td\n0\tefgh\n1\tij\n0\tk\\tl\n",
+                            "abcdefghijk\tl");
   char path[256];
-  assert_int_equal(kiln_vocab_write(v, in_dir("vocab.txt", path, sizeof path)), KILN_OK);
+  in_dir("vocab.txt", path, sizeof path);
   built b = text_layer("mode: SEQUENCES batch_size: 2 seq_len: 4", 4, TRAIN);
   expect_shape(b.top[0], 2, SHAPE(4, 2)); /* planned at the longest */
   expect_shape(b.top[1], 1, SHAPE(2));
@@ -406,6 +413,154 @@ static void test_bad_text_inputs(void **state) {
 #undef LAYER
 }
 
+/* ---- TextData: tagged sequences ------------------------------------------------------------ */
+
+/* The records of test_sequences_bucketed with a tag per character instead of a label: the same
+ * buckets, and label T x N, each step's tag and pad_label (default -1) on padding. */
+static void test_tagged_bucketed(void **state) {
+  (void)state;
+  kiln_vocab *v = text_file("tagged.tsv",
+                            "1 0 0\tabc\n1\td\n1 0  1 0\tefgh\n0 1\tij\n1 0 1\tk\\tl\n",
+                            "abcdefghijk\tl");
+  built b = text_layer("mode: TAGGED batch_size: 2 seq_len: 4", 4, TRAIN);
+  expect_shape(b.top[0], 2, SHAPE(4, 2));
+  expect_shape(b.top[1], 2, SHAPE(4, 2)); /* a tag per step, planned at the longest */
+  forward(&b); /* bucket 0: "d" (1), "ij" (0 1): T = 2 */
+  expect_shape(b.top[1], 2, SHAPE(2, 2));
+  const float data0[] = {id_of(v, 'd'), id_of(v, 'i'), 0, id_of(v, 'j')};
+  const float label0[] = {1, 0, -1, 1}, cont0[] = {0, 0, 0, 1}, mask0[] = {1, 1, 0, 1};
+  expect_close("data", b.top[0]->data, data0, 4, 0);
+  expect_close("tags", b.top[1]->data, label0, 4, 0);
+  expect_close("cont", b.top[2]->data, cont0, 4, 0);
+  expect_close("mask", b.top[3]->data, mask0, 4, 0);
+  forward(&b); /* bucket 1: "abc" (1 0 0), "k<TAB>l" (1 0 1): T = 3 */
+  const float label1[] = {1, 1, 0, 0, 0, 1};
+  expect_shape(b.top[1], 2, SHAPE(3, 2));
+  expect_close("tags", b.top[1]->data, label1, 6, 0);
+  forward(&b); /* bucket 2: "efgh" alone (1 0 1 0; two spaces separate as one) */
+  const float label2[] = {1, 0, 1, 0};
+  expect_shape(b.top[1], 2, SHAPE(4, 1));
+  expect_close("tags", b.top[1]->data, label2, 4, 0);
+  unbuild(&b);
+  /* pad_label for the loss's ignore_label; truncate keeps the first seq_len tags */
+  built t = text_layer("mode: TAGGED batch_size: 5 seq_len: 3 truncate: true pad_label: 9", 2,
+                       TRAIN);
+  forward(&t); /* by length: d, ij, abc, k<TAB>l, efgh cut to efg */
+  expect_shape(t.top[1], 2, SHAPE(3, 5));
+  const float tags[] = {1, 0, 1, 1, 1, 9, 1, 0, 0, 0, 9, 9, 0, 1, 1};
+  expect_close("truncated tags", t.top[1]->data, tags, 15, 0);
+  unbuild(&t);
+  kiln_vocab_free(v);
+}
+
+/* TAGGED batches as SEQUENCES does: over the same texts, with shuffling and two workers, the
+ * two modes serve the same data, cont and mask batch by batch, and the same cursors; a layer
+ * resumed at a cursor serves what the straight run serves next. */
+static void test_tagged_batches_as_sequences(void **state) {
+  (void)state;
+  /* 23 records of 1 to 6 characters: a, bb, ccc, ... (by length with ties, so buckets mix) */
+  char labelled[4096] = "", tagged[4096] = "", alphabet[64] = "";
+  for (int r = 0; r < 23; r++) {
+    int len = 1 + (r * 7) % 6;
+    char text[8], tags[16] = "", line[64];
+    for (int k = 0; k < len; k++) {
+      text[k] = (char)('a' + (r + k) % 20);
+      strcat(tags, k ? " 0" : "1");
+    }
+    text[len] = '\0';
+    snprintf(line, sizeof line, "%d\t%s\n", r % 2, text);
+    strcat(labelled, line);
+    snprintf(line, sizeof line, "%s\t%s\n", tags, text);
+    strcat(tagged, line);
+  }
+  for (int k = 0; k < 20; k++) alphabet[k] = (char)('a' + k);
+  write_file("records.tsv", labelled);
+  kiln_vocab *v = text_file("tagged.tsv", tagged, alphabet);
+  const char *common = "batch_size: 3 seq_len: 6 shuffle: true";
+  char seq_params[128], tag_params[128];
+  snprintf(seq_params, sizeof seq_params, "mode: SEQUENCES %s", common);
+  snprintf(tag_params, sizeof tag_params, "mode: TAGGED %s", common);
+  for (int r = 0; r < 2; r++) {
+    built sq = text_layer(seq_params, 4, TRAIN), tg = text_layer(tag_params, 4, TRAIN);
+    sq.l->shard_rank = tg.l->shard_rank = r;
+    sq.l->shard_count = tg.l->shard_count = 2;
+    for (int k = 0; k < 12; k++) { /* 8 buckets: three epochs between the two workers */
+      forward(&sq);
+      forward(&tg);
+      for (int t = 0; t < 4; t += t ? 1 : 2) { /* data, cont, mask */
+        expect_shape(tg.top[t], 2, sq.top[t]->shape);
+        expect_close("as SEQUENCES", tg.top[t]->data, sq.top[t]->data, sq.top[t]->count, 0);
+      }
+      /* each sequence's first step is tagged 1, its others 0, its padding -1 */
+      int64_t T = tg.top[1]->shape[0], N = tg.top[1]->shape[1];
+      for (int64_t i = 0; i < T * N; i++) {
+        float want = tg.top[3]->data[i] == 0 ? -1 : i < N ? 1 : 0;
+        assert_int_equal((int)tg.top[1]->data[i], (int)want);
+      }
+    }
+    assert_int_equal(tg.l->ops->get_cursor(tg.l), sq.l->ops->get_cursor(sq.l));
+    unbuild(&sq);
+    unbuild(&tg);
+  }
+  built a = text_layer(tag_params, 4, TRAIN), b = text_layer(tag_params, 4, TRAIN);
+  for (int k = 0; k < 5; k++) forward(&a);
+  assert_int_equal(b.l->ops->set_cursor(b.l, a.l->ops->get_cursor(a.l)), KILN_OK);
+  forward(&a);
+  forward(&b);
+  for (int t = 0; t < 4; t++) {
+    expect_shape(b.top[t], 2, a.top[t]->shape);
+    expect_close("resumed", b.top[t]->data, a.top[t]->data, a.top[t]->count, 0);
+  }
+  unbuild(&a);
+  unbuild(&b);
+  kiln_vocab_free(v);
+}
+
+/* Tags per token of the vocabulary's tokenizer (words here), and the lines refused by file and
+ * line: a count that differs, a tag that is no whole number, a missing tab; and a source that
+ * is not .tsv. */
+static void test_tagged_bad_records(void **state) {
+  (void)state;
+  const char *who = "layer 't' (TextData)";
+  kiln_vocab *v = build_vocab("call me ishmael .", KILN_TOKENS_WORD, 1, 0);
+  char vpath[256], text[1024];
+  assert_int_equal(kiln_vocab_write(v, in_dir("words.txt", vpath, sizeof vpath)), KILN_OK);
+#define TAGGED(src)                                                                                \
+  (snprintf(text, sizeof text, "name: 't' type: 'TextData' text_data_param { source: '%s/%s' "     \
+            "vocab: '%s' mode: TAGGED batch_size: 2 seq_len: 8 }", dir, src, vpath), text)
+  write_file("w.tsv", "0 1 2 3\tcall me ishmael.\n");
+  built b = build(TAGGED("w.tsv"), TRAIN, NULL, 0, 2);
+  forward(&b);
+  const float want[] = {0, 1, 2, 3};
+  expect_shape(b.top[1], 2, SHAPE(4, 1));
+  expect_close("word tags", b.top[1]->data, want, 4, 0);
+  unbuild(&b);
+  const struct {
+    const char *file, *text;
+    int code;
+    const char *want, *want2;
+  } bad[] = {
+      {"count.tsv", "0 1 2 3\tcall me ishmael.\n1 0\tcall me ishmael\n", KILN_ERR_DATA,
+       "count.tsv:2: 2 tags for 3 tokens", "one tag per token"},
+      {"notnum.tsv", "0 1 2 3\tcall me ishmael.\n1 -1 0\tcall me ishmael\n", KILN_ERR_PARSE,
+       "notnum.tsv:2: tag 2 '-1' is not a whole number", NULL},
+      {"big.tsv", "0 2147483648 0\tcall me ishmael\n", KILN_ERR_PARSE,
+       "big.tsv:1: tag 2 '2147483648'", NULL},
+      {"notab.tsv", "0 1 2 3\tcall me ishmael.\n\n", KILN_ERR_PARSE,
+       "notab.tsv:2: no tab: a line is TAGS<TAB>TEXT", NULL},
+      {"empty.tsv", "\t\n", KILN_ERR_DATA, "empty.tsv:1: a record without tokens", NULL},
+      {"plain.txt", "call me\n", KILN_ERR_DATA, "plain.txt: tagged records are a .tsv file",
+       NULL},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    write_file(bad[i].file, bad[i].text);
+    expect_fails_ex(TAGGED(bad[i].file), TRAIN, NULL, 0, 2, false, bad[i].code, who, bad[i].want,
+                    bad[i].want2);
+  }
+#undef TAGGED
+  kiln_vocab_free(v);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_tokenizer),
@@ -415,6 +570,9 @@ int main(void) {
       cmocka_unit_test(test_windows_shuffled_and_shared),
       cmocka_unit_test(test_sequences_bucketed),
       cmocka_unit_test(test_bad_text_inputs),
+      cmocka_unit_test(test_tagged_bucketed),
+      cmocka_unit_test(test_tagged_batches_as_sequences),
+      cmocka_unit_test(test_tagged_bad_records),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

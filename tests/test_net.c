@@ -1,8 +1,8 @@
 /* Net construction semantics (Caffe's Net::Init): phase / level / stage rules, in-place layers,
  * blob wiring errors, Split insertion for fan-out (checked against finite differences of the net
  * loss), loss weights, ParamSpec multipliers and sharing, which layers run backward, deploy
- * headers, the memory plan, and .caffemodel round trips. Every check looks at the built
- * kiln_net, not at log output. */
+ * headers, the memory plan, .caffemodel round trips, and the figures derived from a test pass.
+ * Every check looks at the built kiln_net, not at log output. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -1478,6 +1478,71 @@ static void test_weights_with_shared_params(void **state) {
   rm_tree(dir);
 }
 
+/* ---- figures derived from a test pass ------------------------------------------------------ */
+
+/* A tagger's outputs over T x N = 2 x 2 steps of 2 classes: a per-token cross-entropy and F1's
+ * counts of class 1. */
+static const char *derived_net =
+    "layer { name: 'in' type: 'Input' top: 'seq' top: 'tags'\n"
+    "        input_param { shape { dim: 2 dim: 2 dim: 2 } shape { dim: 2 dim: 2 } } }\n"
+    "layer { name: 'loss' type: 'SoftmaxWithLoss' bottom: 'seq' bottom: 'tags' top: 'loss'\n"
+    "        softmax_param { axis: 2 } }\n"
+    "layer { name: 'f1' type: 'F1' bottom: 'seq' bottom: 'tags' top: 'tp' top: 'fp' top: '%s'\n"
+    "        f1_param { axis: 2 } }\n";
+
+/* One batch: each step predicts pred[i] (a score of 2 against 0) with tag tags[i]. */
+static void tag_batch(kiln_net *net, const int *pred, const int *tags) {
+  kiln_blob *seq = kiln_net_blob(net, "seq"), *t = kiln_net_blob(net, "tags");
+  for (int i = 0; i < 4; i++) {
+    seq->data[2 * i] = pred[i] ? 0 : 2;
+    seq->data[2 * i + 1] = pred[i] ? 2 : 0;
+    t->data[i] = (float)tags[i];
+  }
+}
+
+/* Precision, recall and f1 come from the pass's mean counts, so they are the pooled ones:
+ * batch A has tp 3, fn 1 (f1 6/7), batch B fp 1, fn 2 (f1 0); the pass has tp 3, fp 1, fn 3,
+ * f1 = 6 / (6 + 1 + 3) = 0.6, where the mean of the two batches' f1 is 3/7. Perplexity is exp
+ * of the mean loss. A figure whose name an output already has is that output's. */
+static void test_derived_metrics_pool_the_pass(void **state) {
+  (void)state;
+  char text[1024];
+  snprintf(text, sizeof text, derived_net, "fn");
+  built b;
+  build_ok(&b, text, NULL);
+  const int pred[2][4] = {{1, 1, 1, 0}, {1, 0, 0, 0}}, tags[2][4] = {{1, 1, 1, 1}, {0, 1, 1, 0}};
+  double mean[4] = {0};
+  assert_int_equal(b.net->noutputs, 4);
+  for (int k = 0; k < 2; k++) {
+    tag_batch(b.net, pred[k], tags[k]);
+    float loss;
+    assert_int_equal(kiln_net_forward(b.net, &loss), KILN_OK);
+    for (int o = 0; o < 4; o++) mean[o] += b.net->outputs[o]->data[0] / 2.0;
+  }
+  kiln_derived_metric d[KILN_NET_MAX_DERIVED];
+  assert_int_equal(kiln_net_derived_metrics(b.net, mean, d), 4);
+  const char *names[4] = {"perplexity", "precision", "recall", "f1"};
+  int loss_out = -1;
+  for (int o = 0; o < 4; o++)
+    if (!strcmp(b.net->outputs[o]->name, "loss")) loss_out = o;
+  assert_true(loss_out >= 0);
+  const double want[4] = {exp(mean[loss_out]), 0.75, 0.5, 0.6};
+  for (int k = 0; k < 4; k++) {
+    assert_string_equal(d[k].name, names[k]);
+    assert_float_equal(d[k].value, want[k], 1e-9);
+  }
+  assert_string_equal(d[0].from, "exp of loss");
+  assert_string_equal(d[3].from, "2 tp / (2 tp + fp + fn)");
+  built_free(&b);
+  /* an output named f1 (here the false negatives) stands for itself */
+  snprintf(text, sizeof text, derived_net, "f1");
+  build_ok(&b, text, NULL);
+  int n = kiln_net_derived_metrics(b.net, mean, d);
+  assert_int_equal(n, 3);
+  for (int k = 0; k < n; k++) assert_string_not_equal(d[k].name, "f1");
+  built_free(&b);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_phase_level_stage_rules),
@@ -1501,6 +1566,7 @@ int main(void) {
       cmocka_unit_test(test_weights_round_trip),
       cmocka_unit_test(test_weights_v1_caffemodel),
       cmocka_unit_test(test_weights_with_shared_params),
+      cmocka_unit_test(test_derived_metrics_pool_the_pass),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

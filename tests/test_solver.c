@@ -1,9 +1,9 @@
 /* Solver behaviour: the seven lr policies against Caffe's formulas, few-step trajectories of
  * every update rule computed independently in double, iter_size accumulation, gradient
  * clipping, solver type selection and errors, exact resume from snapshots (data cursor and
- * generator state included, with a negative control), restore errors, test passes as events,
- * and divergence detection. Solver and net files live in a mkdtemp() folder with a small LMDB
- * written by kiln_datum_writer. */
+ * generator state included, with a negative control), restore errors, test passes as events
+ * (with precision, recall and f1 derived from a whole pass), and divergence detection. Solver
+ * and net files live in a mkdtemp() folder with a small LMDB written by kiln_datum_writer. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -1111,6 +1111,86 @@ static void test_fault_injection(void **state) {
   kiln_solver_free(s);
 }
 
+/* ---- figures derived from a test pass ------------------------------------------------------- */
+
+/* The outputs of the last test event, by name. */
+typedef struct {
+  int n;
+  char name[16][32];
+  float value[16];
+} test_outputs;
+
+static void on_test_outputs(const kiln_event *e, void *user) {
+  test_outputs *t = user;
+  if (strcmp(e->event, "test") != 0) return;
+  t->n = e->noutputs < 16 ? e->noutputs : 16;
+  for (int o = 0; o < t->n; o++) {
+    snprintf(t->name[o], sizeof t->name[o], "%s", e->output_names[o]);
+    t->value[o] = e->output_values[o];
+  }
+}
+
+static float output_value(const test_outputs *t, const char *name) {
+  for (int o = 0; o < t->n; o++)
+    if (!strcmp(t->name[o], name)) return t->value[o];
+  fprintf(stderr, "no output '%s' in the test event\n", name);
+  fail();
+  return 0;
+}
+
+/* A test pass of two batches of 4 whose scores are the records' two bytes, so the predictions
+ * are the records' own (class 1 where the second byte is larger); label 2 is ignored:
+ *   batch 1: pred 1 1 1 0, labels 1 1 1 1: tp 3, fn 1 (f1 6/7)
+ *   batch 2: pred 1 0 0 1, labels 0 1 1 2: fp 1, fn 2 (f1 0; the last is ignored)
+ * The event carries the mean counts, tp 1.5, fp 0.5, fn 1.5, and from them the pass's
+ * precision 0.75, recall 0.5 and f1 = 3 / (3 + 0.5 + 1.5) = 0.6, not the mean of the batches'
+ * f1, 3/7. */
+static void test_test_event_derives_f1_of_the_pass(void **state) {
+  (void)state;
+  char lmdb[256];
+  path_in("f1_lmdb", lmdb, sizeof lmdb);
+  const int pred[8] = {1, 1, 1, 0, 1, 0, 0, 1}, label[8] = {1, 1, 1, 1, 0, 1, 1, 2};
+  kiln_datum_writer *w;
+  assert_int_equal(kiln_datum_writer_open(lmdb, &w), KILN_OK);
+  for (int i = 0; i < 8; i++) {
+    uint8_t scores[2] = {pred[i] ? 10 : 200, pred[i] ? 200 : 10};
+    char key[16];
+    snprintf(key, sizeof key, "%08d", i);
+    kiln_datum d = {.channels = 2, .height = 1, .width = 1, .label = label[i], .u8 = scores};
+    assert_int_equal(kiln_datum_writer_put(w, key, &d), KILN_OK);
+  }
+  assert_int_equal(kiln_datum_writer_commit(w), KILN_OK);
+  char net[2048];
+  snprintf(net, sizeof net,
+           "layer { name: 'data' type: 'Data' top: 'data' top: 'label'\n"
+           "        data_param { source: '%s' batch_size: 4 backend: LMDB } }\n"
+           "layer { name: 'ip' type: 'InnerProduct' bottom: 'data' top: 'ip'\n"
+           "        inner_product_param { num_output: 3 weight_filler { type: 'xavier' } }\n"
+           "        include { phase: TRAIN } }\n"
+           "layer { name: 'loss' type: 'SoftmaxWithLoss' bottom: 'ip' bottom: 'label' top: 'loss'\n"
+           "        include { phase: TRAIN } }\n"
+           "layer { name: 'f1' type: 'F1' bottom: 'data' bottom: 'label' top: 'tp' top: 'fp'\n"
+           "        top: 'fn' f1_param { ignore_label: 2 } include { phase: TEST } }\n",
+           lmdb);
+  test_outputs t = {0};
+  kiln_solver_options o = {.on_event = on_test_outputs, .user = &t};
+  kiln_solver *s = make_solver(net, "base_lr: 0.1 lr_policy: 'fixed' max_iter: 1 test_iter: 2\n"
+                               "test_interval: 1 display: 0", &o);
+  assert_int_equal(kiln_solver_test(s, 0), KILN_OK);
+  const struct {
+    const char *name;
+    float want;
+  } want[] = {{"tp", 1.5f}, {"fp", 0.5f}, {"fn", 1.5f},
+              {"precision", 0.75f}, {"recall", 0.5f}, {"f1", 0.6f}};
+  assert_int_equal(t.n, 6);
+  /* the names the net derives are those the metrics file's readers look for */
+  assert_string_equal(KILN_NET_F1, KILN_MF_F1);
+  assert_string_equal(KILN_NET_PERPLEXITY, KILN_MF_PERPLEXITY);
+  for (int k = 0; k < 6; k++)
+    assert_float_equal(output_value(&t, want[k].name), want[k].want, 1e-6);
+  kiln_solver_free(s);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_lr_policies),
@@ -1124,6 +1204,7 @@ int main(void) {
       cmocka_unit_test(test_solve_final_snapshot),
       cmocka_unit_test(test_restore_errors),
       cmocka_unit_test(test_test_passes_emit_events),
+      cmocka_unit_test(test_test_event_derives_f1_of_the_pass),
       cmocka_unit_test(test_divergence_is_numeric_error),
       cmocka_unit_test(test_divergence_of_a_finite_loss),
       cmocka_unit_test(test_fault_injection),

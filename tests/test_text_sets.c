@@ -192,10 +192,11 @@ static void test_fetch_checks_the_hash(void **state) {
  * than 5 times left out. A set without a vocabulary (cmudict) gets none. */
 static void test_vocabulary_beside_the_splits(void **state) {
   tmpdir_fixture *f = *state;
-  char dir[512], path[600], cmd[2048];
+  char dir[512], path[600], cmd[4096];
   snprintf(dir, sizeof dir, "%s/cache/moby-dick", f->dir);
   snprintf(cmd, sizeof cmd, "mkdir -p '%s' && printf 'abcab\nba\n\n' > '%s/train.txt' && "
-           "echo ready > '%s/READY'", dir, dir, dir);
+           ": > '%s/valid.txt' && : > '%s/test.txt' && echo ready > '%s/READY'", dir, dir, dir,
+           dir, dir);
   assert_int_equal(system(cmd), 0);
   snprintf(path, sizeof path, "%s/cache", f->dir);
   bool already = false;
@@ -222,6 +223,123 @@ static void test_vocabulary_beside_the_splits(void **state) {
   assert_false(exists(path));
 }
 
+/* `n` times c. */
+static const char *times(char *out, char c, int n) {
+  memset(out, c, (size_t)n);
+  out[n] = '\0';
+  return out;
+}
+
+/* The tags of a word of n characters that starts a word ("1 0 0 ...") or goes on with one
+ * ("0 0 0 ..."), after `sep`. */
+static const char *word_tags(char *out, const char *sep, bool starts, int n) {
+  strcpy(out, sep);
+  strcat(out, starts ? "1" : "0");
+  for (int i = 1; i < n; i++) strcat(out, " 0");
+  return out;
+}
+
+static int count_chars(void *user, const char *tok, size_t len) {
+  (void)tok, (void)len;
+  ++*(size_t *)user;
+  return KILN_OK;
+}
+
+/* Every record of a words-*.tsv file has a tag per character of the char tokenizer. */
+static int check_tagged(void *user, const char *text, size_t len, const int32_t *tags,
+                        size_t ntags, int line) {
+  (void)tags, (void)line;
+  size_t chars = 0;
+  assert_int_equal(kiln_tokenize(text, len, KILN_TOKENS_CHAR, false, count_chars, &chars), KILN_OK);
+  assert_int_equal(chars, ntags);
+  ++*(int *)user;
+  return KILN_OK;
+}
+
+/* The word-boundary set beside Moby Dick's splits, here added to a cache that lacks it (as the
+ * vocabulary is): each split's text cut at white space into records of at most 100 characters
+ * (code points), the text without the white space, tagged 1 where a word starts. Worked by hand
+ * on three small splits:
+ *  train: words of 4, 2, 8, 4, 5, 9, 4 and 5 characters (41, one record); a no-break space
+ *    separates as white space does, an em dash does not, and a byte that is no UTF-8 is a
+ *    character of its own; the backslash is escaped;
+ *  valid: 40 + 40 + 20 characters fill a record exactly, so "z" starts the next one (across the
+ *    chapters' blank line);
+ *  test: a word of 205 characters is cut into 100, 100 and 5, and the 5 take "end" along. */
+static void test_word_boundaries_beside_the_splits(void **state) {
+  tmpdir_fixture *f = *state;
+  char cache[256], dir[300], path[400];
+  snprintf(cache, sizeof cache, "%s/cache", f->dir);
+  snprintf(dir, sizeof dir, "%s/moby-dick", cache);
+  assert_int_equal(kiln_mkdir_p(dir), KILN_OK);
+  static const char train[] = "Call me  Ishmael.\n\nSome\tyears ago\xe2\x80\x94never\n"
+                              "caf\xc3\xa9\xc2\xa0" "a\\b\xff.\n\n";
+  char a[48], b[48], c[24], x[210], valid[256], test[256];
+  snprintf(valid, sizeof valid, "%s %s\n%s\n\nz\n\n", times(a, 'a', 40), times(b, 'b', 40),
+           times(c, 'c', 20));
+  snprintf(test, sizeof test, "%s end\n\n", times(x, 'x', 205));
+  const char *split[3][2] = {{"train.txt", train}, {"valid.txt", valid}, {"test.txt", test}};
+  for (int i = 0; i < 3; i++) {
+    snprintf(path, sizeof path, "%s/%s", dir, split[i][0]);
+    write_plain(path, split[i][1], strlen(split[i][1]));
+  }
+  snprintf(path, sizeof path, "%s/READY", dir);
+  write_plain(path, "ready\n", 6);
+  bool already = false;
+  assert_int_equal(kiln_data_fetch_text("moby-dick", NULL, cache, &already), KILN_OK);
+  assert_true(already);
+
+  char want[2048], t[1024];
+  /* Call: 1 0 0 0, me: 1 0, Ishmael.: 1 and 7 0s, Some: 1 0 0 0, years: 1 0 0 0 0,
+   * ago-never: 1 and 8 0s, cafe: 1 0 0 0, a\b?.: 1 0 0 0 0 */
+  snprintf(want, sizeof want, "1 0 0 0 1 0 1 0 0 0 0 0 0 0 1 0 0 0 1 0 0 0 0 1 0 0 0 0 0 0 0 0 "
+                              "1 0 0 0 1 0 0 0 0\tCallmeIshmael.Someyearsago\xe2\x80\x94never"
+                              "caf\xc3\xa9" "a\\\\b\xff.\n");
+  assert_file(dir, "words-train.tsv", want);
+  char tags[1024];
+  snprintf(tags, sizeof tags, "%s", word_tags(t, "", true, 40));
+  strcat(tags, word_tags(t, " ", true, 40));
+  strcat(tags, word_tags(t, " ", true, 20));
+  snprintf(want, sizeof want, "%s\t%s%s%s\n1\tz\n", tags, a, b, c);
+  assert_file(dir, "words-valid.tsv", want);
+  char x100[104], tags2[256];
+  snprintf(tags, sizeof tags, "%s", word_tags(t, "", true, 100));
+  snprintf(tags2, sizeof tags2, "%s", word_tags(t, "", false, 100));
+  snprintf(want, sizeof want, "%s\t%s\n%s\t%s\n0 0 0 0 0 1 0 0\txxxxxend\n", tags,
+           times(x100, 'x', 100), tags2, x100);
+  assert_file(dir, "words-test.tsv", want);
+  assert_file(dir, "READY",
+              "ready\nwords-*.tsv word boundaries, at most 100 characters a record: records "
+              "train 1 valid 2 test 3\n");
+  /* every record has a tag per character, as TextData's TAGGED mode asks */
+  const char *names[3] = {"words-train.tsv", "words-valid.tsv", "words-test.tsv"};
+  int records = 0;
+  for (int i = 0; i < 3; i++) {
+    snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+    assert_int_equal(kiln_text_tagged_records(path, check_tagged, &records), KILN_OK);
+  }
+  assert_int_equal(records, 6);
+  /* once there, a fetch leaves them and READY alone */
+  snprintf(path, sizeof path, "%s/words-valid.tsv", dir);
+  write_plain(path, "kept\n", 5);
+  assert_int_equal(kiln_data_fetch_text("moby-dick", NULL, cache, &already), KILN_OK);
+  assert_file(dir, "words-valid.tsv", "kept\n");
+  assert_file(dir, "READY",
+              "ready\nwords-*.tsv word boundaries, at most 100 characters a record: records "
+              "train 1 valid 2 test 3\n");
+  /* the other sets have none */
+  snprintf(dir, sizeof dir, "%s/sotu", cache);
+  assert_int_equal(kiln_mkdir_p(dir), KILN_OK);
+  const char *files[] = {"train.txt", "valid.txt", "test.txt", "READY"};
+  for (int i = 0; i < 4; i++) {
+    snprintf(path, sizeof path, "%s/%s", dir, files[i]);
+    write_plain(path, "a b\n\n", 5);
+  }
+  assert_int_equal(kiln_data_fetch_text("sotu", NULL, cache, NULL), KILN_OK);
+  snprintf(path, sizeof path, "%s/words-train.tsv", dir);
+  assert_false(exists(path));
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_chapters_split_by_number, setup_dir, tmpdir_teardown),
@@ -230,6 +348,8 @@ int main(void) {
                                       tmpdir_teardown),
       cmocka_unit_test_setup_teardown(test_fetch_checks_the_hash, setup_dir, tmpdir_teardown),
       cmocka_unit_test_setup_teardown(test_vocabulary_beside_the_splits, setup_dir,
+                                      tmpdir_teardown),
+      cmocka_unit_test_setup_teardown(test_word_boundaries_beside_the_splits, setup_dir,
                                       tmpdir_teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -19,7 +19,7 @@ static void usage(FILE *f) {
           "        --comm-timeout: a worker waiting longer for the others ends the job, default 300)\n"
           "  test --model M.prototxt --weights W.caffemodel [--iterations N] [--stage S]...\n"
           "        run the TEST phase of a net and print its averaged outputs (and the\n"
-          "        perplexity of a language model's loss)\n"
+          "        perplexity of a language model's loss, an F1 layer's precision, recall, f1)\n"
           "  sample --model DEPLOY.prototxt --weights W.caffemodel --vocab V.txt [--prime TEXT]\n"
           "        [--length N] [--temperature T] [--seed S]\n"
           "        text from a language model, a token at a time (temperature 0: the likeliest)\n"

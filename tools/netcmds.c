@@ -102,22 +102,24 @@ int cmd_test(int argc, char **argv) {
       sum[o] += v;
     }
   }
-  kiln_metric_field fl[67];
+  enum { MAX_OUTPUTS = 64 }; /* recorded in the metrics; all are printed */
+  kiln_metric_field fl[1 + MAX_OUTPUTS + KILN_NET_MAX_DERIVED + 1];
   int n = 0;
   /* as the solver reports it */
   fl[n++] = (kiln_metric_field){KILN_MF_LOSS, (float)(loss / a.iterations), NULL};
   const char *bad = NULL; /* the output that is not finite, or NULL */
-  for (int o = 0; o < net->noutputs && n < 64; o++) {
-    fl[n++] = (kiln_metric_field){net->outputs[o]->name, (float)(sum[o] / a.iterations), NULL};
-    printf("%s = %.4f\n", net->outputs[o]->name, sum[o] / a.iterations);
+  for (int o = 0; o < net->noutputs; o++) {
+    sum[o] /= a.iterations; /* the mean, from here on */
+    if (o < MAX_OUTPUTS) fl[n++] = (kiln_metric_field){net->outputs[o]->name, (float)sum[o], NULL};
+    printf("%s = %.4f\n", net->outputs[o]->name, sum[o]);
     if (!bad && !isfinite(sum[o])) bad = net->outputs[o]->name;
   }
-  const int ppl = kiln_net_perplexity_output(net);
-  if (ppl >= 0 && ppl < n - 1 && strcmp(net->outputs[ppl]->name, KILN_MF_PERPLEXITY) != 0) {
-    /* exp of the mean cross-entropy per token: the language model's usual figure */
-    const double p = exp(sum[ppl] / a.iterations);
-    fl[n++] = (kiln_metric_field){KILN_MF_PERPLEXITY, (float)p, NULL};
-    printf("%s = %.4f (exp of %s)\n", KILN_MF_PERPLEXITY, p, net->outputs[ppl]->name);
+  /* perplexity, precision, recall, f1: the figures the solver's test events carry too */
+  kiln_derived_metric d[KILN_NET_MAX_DERIVED];
+  const int nd = kiln_net_derived_metrics(net, sum, d);
+  for (int k = 0; k < nd; k++) {
+    fl[n++] = (kiln_metric_field){d[k].name, (float)d[k].value, NULL};
+    printf("%s = %.4f (%s)\n", d[k].name, d[k].value, d[k].from);
   }
   fl[n++] = (kiln_metric_field){KILN_MF_PEAK_RSS_MB, kiln_peak_rss_mb(), NULL};
   tool_metrics_write(&m, KILN_EV_TEST, a.iterations, kiln_now_ms() - start, n, fl);

@@ -139,11 +139,13 @@ const char *kiln_text_set_names(void);
  * empty is an error too. `counts` may be NULL. */
 int kiln_text_set_convert(const kiln_text_set_info *set, const char *tarball, const char *out_dir,
                           kiln_text_set_counts *counts);
-/* CACHE/NAME/READY is there: nothing to do (*already = true) but write the set's vocab.txt if
- * it lacks one. Otherwise checks the tarball's SHA-256 against the pinned one, converts it into
- * CACHE/NAME, writes vocab.txt (from the train split, by the set's fixed rule; docs/formats.md)
- * and READY last, with concurrent callers serialised by a lock file. A NULL tarball is an error
- * unless READY exists. */
+/* CACHE/NAME/READY is there: nothing to do (*already = true) but write the set's vocab.txt, and
+ * Moby Dick's words-*.tsv (adding their line to READY), where they are missing. Otherwise checks
+ * the tarball's SHA-256 against the pinned one, converts it into CACHE/NAME, writes vocab.txt
+ * (from the train split, by the set's fixed rule; docs/formats.md), for moby-dick the
+ * word-boundary set words-{train,valid,test}.tsv (TextData TAGGED records from the split files:
+ * the text without white space, 1 where a word starts) and READY last, with concurrent callers
+ * serialised by a lock file. A NULL tarball is an error unless READY exists. */
 int kiln_data_fetch_text(const char *name, const char *tarball, const char *cache_dir,
                          bool *already);
 
@@ -201,6 +203,15 @@ void kiln_vocab_builder_free(kiln_vocab_builder *b);
 #define KILN_TEXT_RECORDS_MAX_BYTES ((size_t)1 << 30)
 typedef int (*kiln_text_record_fn)(void *user, const char *text, size_t len, int label, int line);
 int kiln_text_records(const char *path, kiln_text_record_fn fn, void *user);
+/* The tagged records of a .tsv file, one per line: "TAGS<TAB>TEXT" with TAGS whole numbers in
+ * 0 .. 2^31-1 separated by spaces (meant as one per token of TEXT; the reader does not know the
+ * tokenizer, so the caller checks the count) and TEXT escaped as above. fn gets each record's
+ * decoded text, its tags (valid until fn returns) and its line. A file that is not .tsv is
+ * KILN_ERR_DATA; a malformed line (no tab, a tag that is no whole number, a bad escape)
+ * KILN_ERR_PARSE naming the file and line. */
+typedef int (*kiln_text_tagged_fn)(void *user, const char *text, size_t len, const int32_t *tags,
+                                   size_t ntags, int line);
+int kiln_text_tagged_records(const char *path, kiln_text_tagged_fn fn, void *user);
 
 /* ---- CIFAR-10 and CIFAR-100 (binary version) --------------------------------------------- */
 

@@ -177,6 +177,10 @@ kiln_blob *kiln_layer_add_buffer(kiln_layer *l, const char *what);
  * FULL normalization): its loss is the mean cross-entropy per token in nats, and exp of it the
  * per-token perplexity. */
 bool kiln_layer_is_token_xent(const kiln_layer *l);
+/* True for an F1 layer: its three tops are a batch's true positives, false positives and false
+ * negatives of one class, whose averages over a test pass give that pass's precision, recall
+ * and F1 (kiln_net_derived_metrics). */
+bool kiln_layer_is_f1(const kiln_layer *l);
 
 /* Registry. */
 const kiln_layer_ops *kiln_layer_find(const char *type);

@@ -31,7 +31,8 @@
 #define KILN_MF_CPU_WAIT_MS "cpu_wait_ms"
 #define KILN_MF_TEST_NET "test_net"
 #define KILN_MF_ACCURACY "accuracy"     /* a test net's output of that name */
-#define KILN_MF_PERPLEXITY "perplexity" /* likewise */
+#define KILN_MF_PERPLEXITY "perplexity" /* likewise, or derived: kiln/net.h's KILN_NET_PERPLEXITY */
+#define KILN_MF_F1 "f1" /* derived from an F1 layer's counts: kiln/net.h's KILN_NET_F1 */
 #define KILN_MF_SYNC_MS "sync_ms"
 #define KILN_MF_WALL_SAMPLES_PER_S "wall_samples_per_s"
 #define KILN_MF_ITERS "iters"

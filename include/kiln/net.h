@@ -111,6 +111,33 @@ int kiln_net_set_cursors(kiln_net *net, const uint64_t *cursors, int n);
  * perplexity; -1 when there is none. Tests report "perplexity" from it. */
 int kiln_net_perplexity_output(const kiln_net *net);
 
+/* The names of the figures a test pass derives, which the metrics file records as they are (the
+ * net sits below the metrics file's header, include/kiln/metrics.h, so it names them itself;
+ * KILN_MF_PERPLEXITY and KILN_MF_F1 there are the same strings). */
+#define KILN_NET_PERPLEXITY "perplexity"
+#define KILN_NET_PRECISION "precision"
+#define KILN_NET_RECALL "recall"
+#define KILN_NET_F1 "f1"
+
+/* A figure derived from a test pass's output means (kiln_net_derived_metrics). */
+typedef struct kiln_derived_metric {
+  const char *name; /* KILN_NET_PERPLEXITY, KILN_NET_PRECISION, KILN_NET_RECALL, KILN_NET_F1 */
+  double value;
+  char from[160];   /* how, in words for people: "exp of loss", "2 tp / (2 tp + fp + fn)" */
+} kiln_derived_metric;
+#define KILN_NET_MAX_DERIVED 4
+
+/* The figures a test pass reports beside its outputs, derived from mean[o], the mean over the
+ * pass's batches of output o (its elements summed), as the solver's test events and `kiln test`
+ * average every output: "perplexity", exp of the first per-token cross-entropy loss
+ * (kiln_net_perplexity_output); "precision", "recall" and "f1" from the first F1 layer whose
+ * three tops (tp, fp, fn) are outputs: tp / (tp + fp), tp / (tp + fn) and
+ * 2 tp / (2 tp + fp + fn), each 0 where its denominator is. Averaging keeps the counts' ratios,
+ * so these are the whole pass's, not a mean of the batches'. A figure whose name an output
+ * already has is left out (the output is reported as it is). Writes at most
+ * KILN_NET_MAX_DERIVED entries to out and returns how many. */
+int kiln_net_derived_metrics(const kiln_net *net, const double *mean, kiln_derived_metric *out);
+
 /* Human-readable layer table (name, type, top shape, params, MFLOPs) and memory plan; caller
  * frees the string. */
 char *kiln_net_describe(const kiln_net *net);

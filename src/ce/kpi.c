@@ -15,6 +15,7 @@
  * cent) and tight for accuracy (a fixed seed on one machine gives the same run twice). */
 static const kiln_ce_kpi_info kpis[] = {
     {"accuracy", "", true, false, false, false, 0, 0.01},
+    {"f1", "", true, false, false, false, 0, 0.01},
     {"perplexity", "", false, false, false, false, 0.05, 0},
     {"train_loss", "", false, false, false, false, 0.10, 0.01},
     {"test_loss", "", false, false, false, false, 0.05, 0.01},
@@ -33,8 +34,8 @@ const kiln_ce_kpi_info *kiln_ce_kpi_lookup(const char *name) {
 }
 
 const char *kiln_ce_kpi_names(void) {
-  return "accuracy, perplexity, train_loss, test_loss, peak_rss_mb, duration_s, samples_per_s, "
-         "speedup, efficiency";
+  return "accuracy, f1, perplexity, train_loss, test_loss, peak_rss_mb, duration_s, "
+         "samples_per_s, speedup, efficiency";
 }
 
 int kiln_ce_kpi_resolve(const Caffe__CeKpi *k, kiln_ce_kpi_spec *out) {

@@ -37,6 +37,7 @@ void kiln_ce_metrics_free(kiln_ce_metrics *m) {
   series_free(&m->train_loss);
   series_free(&m->test_loss);
   series_free(&m->accuracy);
+  series_free(&m->f1);
   series_free(&m->perplexity);
   series_free(&m->window_sps);
   series_free(&m->window_time_ms);
@@ -131,6 +132,8 @@ static int handle_event(kiln_ce_metrics *m, const cJSON *o, parse_state *st, con
     }
     double acc = field(o, KILN_MF_ACCURACY, &have);
     if (have) KILN_TRY(series_push(&m->accuracy, iter, acc));
+    double f1 = field(o, KILN_MF_F1, &have);
+    if (have) KILN_TRY(series_push(&m->f1, iter, f1));
   } else if (!strcmp(event, KILN_EV_DONE)) {
     m->done = true;
     double t = field(o, KILN_MF_TIME_MS, &have);
@@ -231,6 +234,7 @@ void kiln_ce_metrics_discount_wait(kiln_ce_metrics *m, double others_cpu_s) {
 double kiln_ce_kpi_value(const kiln_ce_metrics *m, const kiln_ce_kpi_spec *k) {
   const char *name = k->info->name;
   const kiln_ce_series *s = !strcmp(name, "accuracy")     ? &m->accuracy
+                            : !strcmp(name, "f1")         ? &m->f1
                             : !strcmp(name, "perplexity") ? &m->perplexity
                             : !strcmp(name, "train_loss") ? &m->train_loss
                             : !strcmp(name, "test_loss")  ? &m->test_loss

@@ -436,6 +436,7 @@ static bool run_once(const ctx *x, const Caffe__CeModel *m, const prepared *p,
     if (isnan(v) && !specs[k].info->multi_worker) {
       const char *name = specs[k].info->name;
       bool missing = (!strcmp(name, "accuracy") && met.accuracy.n == 0) ||
+                     (!strcmp(name, "f1") && met.f1.n == 0) ||
                      ((!strcmp(name, "test_loss") || !strcmp(name, "perplexity")) &&
                       met.test_loss.n == 0) ||
                      (!strcmp(name, "train_loss") && met.train_loss.n == 0) ||
@@ -530,8 +531,8 @@ static void judge(const ctx *x, kiln_ce_row *row, const kiln_ce_kpi_spec *spec,
   if (missing) {
     row->verdict = KILN_CE_ERROR;
     snprintf(row->reason, sizeof row->reason,
-             "the metrics have no %s figure (for accuracy the net needs an Accuracy layer and a "
-             "test pass at the end: test_interval dividing max_iter)",
+             "the metrics have no %s figure (for accuracy the net needs an Accuracy layer, for f1 "
+             "an F1 layer, and a test pass at the end: test_interval dividing max_iter)",
              spec->info->name);
     return;
   }

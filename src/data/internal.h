@@ -24,4 +24,10 @@ int kiln_data_write_images(const char *out_path, const char *source, uint32_t n,
  * the decoded length, or -1 at a bad escape (src/data/text_records.c). */
 long kiln_text_unescape(char *s, size_t n, bool vocab);
 
+/* The tokenizer's units (src/data/vocab.c), for code that must cut text as it does: the code
+ * point at s (n > 0 bytes left) and its length in bytes, an invalid sequence being one byte with
+ * the code point -1; and the white space that separates words. */
+int kiln_utf8_next(const unsigned char *s, size_t n, int32_t *cp);
+bool kiln_text_is_space(int32_t cp);
+
 #endif

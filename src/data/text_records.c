@@ -1,5 +1,8 @@
-/* The records of a text file (include/kiln/data.h, kiln_text_records): a corpus is one record,
- * a .tsv file one labelled record per line, as the text data sets of the cache are written. */
+/* The records of a text file (include/kiln/data.h, kiln_text_records and
+ * kiln_text_tagged_records): a corpus is one record, a .tsv file one record per line, labelled
+ * (LABEL<TAB>TEXT) or tagged token by token (TAGS<TAB>TEXT), as the text data sets of the cache
+ * are written. Both kinds of line share the splitting and the escapes of TEXT; only the field
+ * before the tab differs. */
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,8 +37,26 @@ long kiln_text_unescape(char *s, size_t n, bool vocab) {
   return (long)o;
 }
 
-static int tsv_records(const char *path, char *text, size_t n, kiln_text_record_fn fn,
-                       void *user) {
+/* A whole number in 0 .. INT_MAX written in p[0 .. n) with digits alone; -1 otherwise. */
+static long whole_number(const char *p, size_t n) {
+  if (n == 0 || n > 10) return -1;
+  long v = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (p[i] < '0' || p[i] > '9') return -1;
+    v = v * 10 + (p[i] - '0');
+  }
+  return v <= INT_MAX ? v : -1;
+}
+
+/* One line of a .tsv file: the field before the first tab (head[0 .. nhead), NUL-free but not
+ * terminated) and the decoded, NUL-terminated text. */
+typedef int (*tsv_line_fn)(void *ctx, const char *path, int line, const char *head, size_t nhead,
+                           const char *text, size_t len);
+
+/* Calls fn with each line of text[0 .. n); `head` names the field before the tab in messages
+ * (LABEL, TAGS). */
+static int tsv_lines(const char *path, char *text, size_t n, const char *head, tsv_line_fn fn,
+                     void *ctx) {
   int line = 0;
   for (char *p = text; p < text + n;) {
     line++;
@@ -44,32 +65,89 @@ static int tsv_records(const char *path, char *text, size_t n, kiln_text_record_
     *end = '\0';
     char *tab = memchr(p, '\t', (size_t)(end - p));
     if (!tab)
-      return kiln_errorf(KILN_ERR_PARSE, "%s:%d: no tab: a line is LABEL<TAB>TEXT", path, line);
-    long label = 0;
-    bool digits = tab > p && tab - p <= 10;
-    for (char *q = p; digits && q < tab; q++) {
-      digits = *q >= '0' && *q <= '9';
-      label = label * 10 + (*q - '0');
-    }
-    if (!digits || label > INT_MAX)
-      return kiln_errorf(KILN_ERR_PARSE, "%s:%d: label '%.*s' is not a whole number in 0..%d",
-                         path, line, (int)(tab - p < 20 ? tab - p : 20), p, INT_MAX);
+      return kiln_errorf(KILN_ERR_PARSE, "%s:%d: no tab: a line is %s<TAB>TEXT", path, line, head);
     long len = kiln_text_unescape(tab + 1, (size_t)(end - tab - 1), false);
     if (len < 0)
       return kiln_errorf(KILN_ERR_PARSE, "%s:%d: a backslash that is not one of \\\\ \\t \\n \\r",
                          path, line);
     tab[1 + len] = '\0';
-    KILN_TRY(fn(user, tab + 1, (size_t)len, (int)label, line));
+    KILN_TRY(fn(ctx, path, line, p, (size_t)(tab - p), tab + 1, (size_t)len));
     p = end + 1;
   }
   return KILN_OK;
+}
+
+typedef struct {
+  kiln_text_record_fn fn;
+  void *user;
+} labelled_ctx;
+
+static int labelled_line(void *ctx, const char *path, int line, const char *head, size_t nhead,
+                         const char *text, size_t len) {
+  labelled_ctx *c = ctx;
+  long label = whole_number(head, nhead);
+  if (label < 0)
+    return kiln_errorf(KILN_ERR_PARSE, "%s:%d: label '%.*s' is not a whole number in 0..%d", path,
+                       line, (int)(nhead < 20 ? nhead : 20), head, INT_MAX);
+  return c->fn(c->user, text, len, (int)label, line);
 }
 
 int kiln_text_records(const char *path, kiln_text_record_fn fn, void *user) {
   char *text;
   size_t n;
   KILN_TRY(kiln_read_file_max(path, KILN_TEXT_RECORDS_MAX_BYTES, &text, &n));
-  int rc = ends_with(path, ".tsv") ? tsv_records(path, text, n, fn, user) : fn(user, text, n, -1, 1);
+  labelled_ctx c = {fn, user};
+  int rc = ends_with(path, ".tsv") ? tsv_lines(path, text, n, "LABEL", labelled_line, &c)
+                                   : fn(user, text, n, -1, 1);
+  free(text);
+  return rc;
+}
+
+typedef struct {
+  kiln_text_tagged_fn fn;
+  void *user;
+  int32_t *tags; /* one line's, reused */
+  size_t cap;
+} tagged_ctx;
+
+static int tagged_line(void *ctx, const char *path, int line, const char *head, size_t nhead,
+                       const char *text, size_t len) {
+  tagged_ctx *c = ctx;
+  size_t ntags = 0;
+  for (size_t i = 0; i < nhead;) {
+    if (head[i] == ' ') { /* any run of spaces separates */
+      i++;
+      continue;
+    }
+    size_t j = i;
+    while (j < nhead && head[j] != ' ') j++;
+    long tag = whole_number(head + i, j - i);
+    if (tag < 0)
+      return kiln_errorf(KILN_ERR_PARSE, "%s:%d: tag %zu '%.*s' is not a whole number in 0..%d",
+                         path, line, ntags + 1, (int)(j - i < 20 ? j - i : 20), head + i, INT_MAX);
+    if (ntags == c->cap) {
+      size_t cap = c->cap ? 2 * c->cap : 256;
+      int32_t *t = realloc(c->tags, cap * sizeof *t);
+      if (!t) return kiln_errorf(KILN_ERR_NOMEM, "out of memory for the tags of %s", path);
+      c->tags = t;
+      c->cap = cap;
+    }
+    c->tags[ntags++] = (int32_t)tag;
+    i = j;
+  }
+  return c->fn(c->user, text, len, c->tags, ntags, line);
+}
+
+int kiln_text_tagged_records(const char *path, kiln_text_tagged_fn fn, void *user) {
+  if (!ends_with(path, ".tsv"))
+    return kiln_errorf(KILN_ERR_DATA, "%s: tagged records are a .tsv file of TAGS<TAB>TEXT lines",
+                       path);
+  char *text;
+  size_t n;
+  KILN_TRY(kiln_read_file_max(path, KILN_TEXT_RECORDS_MAX_BYTES, &text, &n));
+  tagged_ctx c = {.fn = fn, .user = user};
+  int rc = tsv_lines(path, text, n, "TAGS", tagged_line, &c);
+  free(c.tags);
   free(text);
   return rc;
 }

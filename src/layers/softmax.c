@@ -1,5 +1,6 @@
 /* Softmax, SoftmaxWithLoss (multinomial logistic loss of the softmax, with ignore_label and
- * Caffe's normalization modes) and Accuracy (top_k, ignore_label). */
+ * Caffe's normalization modes), Accuracy (top_k, ignore_label) and kiln's F1 (one class's
+ * true positives, false positives and false negatives), which read scores the same way. */
 #include <float.h>
 #include <math.h>
 #include <stdlib.h>
@@ -34,6 +35,38 @@ static int softmax_dims(kiln_layer *l, int axis_param) {
 }
 
 static void free_priv(kiln_layer *l) { free(l->priv); }
+
+/* The labels (bottom 1) hold one class per prediction: the scores' shape without the class
+ * axis. Checked on reshape by the layers that read scores and labels. */
+static int check_label_count(kiln_layer *l) {
+  const softmax_state *s = l->priv;
+  if (l->bottom[1]->count != s->outer * s->inner)
+    return KILN_LAYER_ERROR(l, KILN_ERR_SHAPE,
+                            "label count %lld does not match prediction count %lld (%lld x %lld); "
+                            "labels must be N x ... without the class axis",
+                            (long long)l->bottom[1]->count, (long long)(s->outer * s->inner),
+                            (long long)s->outer, (long long)s->inner);
+  return KILN_OK;
+}
+
+/* The class label[i] names in *lab: -1 for the ignore_label (when there is one), an error naming
+ * the position for anything that is no class in [0, C). */
+static int class_of(kiln_layer *l, const float *label, int64_t i, bool has_ignore, int ignore,
+                    int *lab) {
+  const softmax_state *s = l->priv;
+  float lf = label[i];
+  *lab = (int)lf;
+  if (has_ignore && *lab == ignore) {
+    *lab = -1;
+    return KILN_OK;
+  }
+  if (lf != (float)*lab || *lab < 0 || *lab >= s->C)
+    return KILN_LAYER_ERROR(l, KILN_ERR_DATA,
+                            "label %g at position %lld is out of range: expected an integer in "
+                            "[0, %lld)",
+                            lf, (long long)i, (long long)s->C);
+  return KILN_OK;
+}
 
 /* ---- Softmax --------------------------------------------------------------------------- */
 
@@ -80,13 +113,7 @@ static int loss_setup(kiln_layer *l) {
 
 static int loss_reshape(kiln_layer *l) {
   KILN_TRY(softmax_dims(l, KILN_PARAM_OR(l->lp->softmax_param, softmax_defaults)->axis));
-  softmax_state *s = l->priv;
-  if (l->bottom[1]->count != s->outer * s->inner)
-    return KILN_LAYER_ERROR(l, KILN_ERR_SHAPE,
-                            "label count %lld does not match prediction count %lld (%lld x %lld); "
-                            "labels must be N x ... without the class axis",
-                            (long long)l->bottom[1]->count, (long long)(s->outer * s->inner),
-                            (long long)s->outer, (long long)s->inner);
+  KILN_TRY(check_label_count(l));
   l->flops = 5.0 * l->bottom[0]->count;
   KILN_TRY(kiln_blob_reshape_like(l->buffer[0], l->bottom[0]));
   KILN_TRY(kiln_blob_reshape(l->top[0], 0, NULL));
@@ -116,14 +143,9 @@ static int loss_forward(kiln_layer *l) {
   int64_t valid = 0;
   for (int64_t o = 0; o < s->outer; o++)
     for (int64_t j = 0; j < s->inner; j++) {
-      float lf = label[o * s->inner + j];
-      int lab = (int)lf;
-      if (p->has_ignore_label && lab == p->ignore_label) continue;
-      if (lf != (float)lab || lab < 0 || lab >= s->C)
-        return KILN_LAYER_ERROR(l, KILN_ERR_DATA,
-                                "label %g at position %lld is out of range: expected an integer "
-                                "in [0, %lld)",
-                                lf, (long long)(o * s->inner + j), (long long)s->C);
+      int lab;
+      KILN_TRY(class_of(l, label, o * s->inner + j, p->has_ignore_label, p->ignore_label, &lab));
+      if (lab < 0) continue;
       float pr = prob[(o * s->C + lab) * s->inner + j];
       loss -= log(pr < FLT_MIN ? FLT_MIN : pr); /* a NaN stays NaN, so divergence shows */
       valid++;
@@ -180,9 +202,7 @@ static int accuracy_reshape(kiln_layer *l) {
   if (p->top_k < 1 || p->top_k > s->C)
     return KILN_LAYER_ERROR(l, KILN_ERR_INVALID, "top_k %u must be in [1, %lld]", p->top_k,
                             (long long)s->C);
-  if (l->bottom[1]->count != s->outer * s->inner)
-    return KILN_LAYER_ERROR(l, KILN_ERR_SHAPE, "label count %lld does not match prediction count %lld",
-                            (long long)l->bottom[1]->count, (long long)(s->outer * s->inner));
+  KILN_TRY(check_label_count(l));
   KILN_TRY(kiln_blob_reshape(l->top[0], 0, NULL));
   if (l->ntop > 1) {
     int64_t shape[1] = {s->C};
@@ -203,13 +223,9 @@ static int accuracy_forward(kiln_layer *l) {
     for (int64_t c = 0; c < s->C; c++) per_class[c] = class_total[c] = 0;
   for (int64_t o = 0; o < s->outer; o++)
     for (int64_t j = 0; j < s->inner; j++) {
-      float lf = label[o * s->inner + j];
-      int lab = (int)lf;
-      if (p->has_ignore_label && lab == p->ignore_label) continue;
-      if (lf != (float)lab || lab < 0 || lab >= s->C)
-        return KILN_LAYER_ERROR(l, KILN_ERR_DATA,
-                                "label %g at position %lld is out of range [0, %lld)", lf,
-                                (long long)(o * s->inner + j), (long long)s->C);
+      int lab;
+      KILN_TRY(class_of(l, label, o * s->inner + j, p->has_ignore_label, p->ignore_label, &lab));
+      if (lab < 0) continue;
       /* Correct when fewer than top_k other classes score at least as high as the true one
        * (Caffe: a tie counts against the true class, so equal scores are not a hit). */
       float truth = x[(o * s->C + lab) * s->inner + j];
@@ -243,4 +259,59 @@ bool kiln_layer_is_token_xent(const kiln_layer *l) {
   Caffe__LossParameter__NormalizationMode m = loss_mode(l);
   return s->axis >= 2 && (m == CAFFE__LOSS_PARAMETER__NORMALIZATION_MODE__VALID ||
                           m == CAFFE__LOSS_PARAMETER__NORMALIZATION_MODE__FULL);
+}
+
+/* ---- F1 -------------------------------------------------------------------------------- */
+
+/* One class's counts under the top-1 prediction: tp, fp, fn, each the batch's count. Counts,
+ * not the batch's F1, because a test pass averages every output: the averaged counts keep the
+ * ratios of the pooled ones, so precision, recall and F1 derived from them afterwards are those
+ * of the whole pass (kiln_net_derived_metrics), where a mean of batch F1s would not be. */
+static const Caffe__F1Parameter f1_defaults = CAFFE__F1_PARAMETER__INIT;
+
+static int f1_reshape(kiln_layer *l) {
+  const Caffe__F1Parameter *p = KILN_PARAM_OR(l->lp->f1_param, f1_defaults);
+  KILN_TRY(softmax_dims(l, p->axis));
+  softmax_state *s = l->priv;
+  if (p->positive_label < 0 || p->positive_label >= s->C)
+    return KILN_LAYER_ERROR(l, KILN_ERR_INVALID, "positive_label %d is not a class in [0, %lld)",
+                            p->positive_label, (long long)s->C);
+  KILN_TRY(check_label_count(l));
+  for (int t = 0; t < l->ntop; t++) KILN_TRY(kiln_blob_reshape(l->top[t], 0, NULL));
+  return KILN_OK;
+}
+
+static int f1_forward(kiln_layer *l) {
+  const Caffe__F1Parameter *p = KILN_PARAM_OR(l->lp->f1_param, f1_defaults);
+  softmax_state *s = l->priv;
+  const float *x = l->bottom[0]->data, *label = l->bottom[1]->data;
+  int64_t tp = 0, fp = 0, fn = 0;
+  for (int64_t o = 0; o < s->outer; o++)
+    for (int64_t j = 0; j < s->inner; j++) {
+      int lab;
+      KILN_TRY(class_of(l, label, o * s->inner + j, p->has_ignore_label, p->ignore_label, &lab));
+      if (lab < 0) continue;
+      /* the top-1 class; among equal highest scores the first */
+      const float *xc = x + o * s->C * s->inner + j;
+      int64_t pred = 0;
+      for (int64_t c = 1; c < s->C; c++)
+        if (xc[c * s->inner] > xc[pred * s->inner]) pred = c;
+      bool predicted = pred == p->positive_label, actual = lab == p->positive_label;
+      tp += predicted && actual;
+      fp += predicted && !actual;
+      fn += !predicted && actual;
+    }
+  l->top[0]->data[0] = (float)tp;
+  l->top[1]->data[0] = (float)fp;
+  l->top[2]->data[0] = (float)fn;
+  return KILN_OK;
+}
+
+const kiln_layer_ops kiln_layer_f1 = {
+    .type = "F1", .min_bottoms = 2, .max_bottoms = 2, .min_tops = 3, .max_tops = 3,
+    .reshape = f1_reshape, .forward = f1_forward, .destroy = free_priv,
+};
+
+bool kiln_layer_is_f1(const kiln_layer *l) {
+  return l->ops == &kiln_layer_f1;
 }

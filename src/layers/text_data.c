@@ -10,12 +10,15 @@
  * pads little: a batch is one bucket, T is its longest sequence (at most seq_len), shorter ones
  * are padded at the end with <pad>. Tops: data, label (N), cont (1 inside a sequence after its
  * first step, 0 at its first step and on padding), mask (1 on the sequence's steps).
+ * TAGGED (tagging): one record per line, TAGS<TAB>TEXT with a tag per token; batched exactly as
+ * SEQUENCES (the same records, buckets and padding), but label is T x N: each step's tag, and
+ * pad_label on padding, which a loss's ignore_label then leaves out.
  *
  * The whole file is tokenized when the net is built (the text data sets are megabytes), so a
  * batch is a gather of ids and needs no prefetch thread. The units of the stream are windows
- * (WINDOWS, batch_size of them per batch) or buckets (SEQUENCES, one per batch): their order, the
- * shuffle from (seed, epoch), the workers' shares and the cursor for exact resume follow the
- * Data layer's rules (data.c). */
+ * (WINDOWS, batch_size of them per batch) or buckets (SEQUENCES and TAGGED, one per batch):
+ * their order, the shuffle from (seed, epoch), the workers' shares and the cursor for exact
+ * resume follow the Data layer's rules (data.c). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,18 +33,21 @@ static const Caffe__TextDataParameter text_defaults = CAFFE__TEXT_DATA_PARAMETER
 #define UNKNOWN_SHARE_MAX 0.5
 
 typedef struct {
-  bool windows, shuffle, truncate, train;
+  bool windows, tagged, shuffle, truncate, train;
   int batch, T;
+  int32_t pad_label;  /* TAGGED: the label of padding steps */
+  const char *mode;   /* the mode's name, for messages */
   char source[4096], vocab_path[4096];
   kiln_vocab *vocab;
-  /* the tokens: WINDOWS one stream; SEQUENCES record r is tokens[start[r] .. start[r] + len[r]) */
-  int32_t *tokens;
-  int64_t ntokens, cap;
+  /* the tokens: WINDOWS one stream; otherwise record r is tokens[start[r] .. start[r] + len[r]),
+   * and in TAGGED mode its tags are tags[start[r] ..] likewise */
+  int32_t *tokens, *tags;
+  int64_t ntokens, cap, tags_cap;
   int64_t *start;
   int32_t *len, *label;
   int64_t nrecords, rcap;
   int64_t unknown;
-  int32_t *sorted; /* SEQUENCES: record ids by length */
+  int32_t *sorted; /* SEQUENCES, TAGGED: record ids by length */
   uint64_t units;  /* windows or buckets */
   kiln_batch_stream stream;
   kiln_record_order order;
@@ -87,30 +93,48 @@ static int take_token(void *user, const char *tok, size_t len) {
   return push_token(s, id);
 }
 
-static int take_record(void *user, const char *text, size_t len, int label, int line) {
-  reader *r = user;
+/* Tokenizes one record's text onto the end of the stream, from token *first on. */
+static int tokenize(reader *r, const char *text, size_t len, int line, int64_t *first) {
   text_state *s = r->s;
   r->line = line;
-  int64_t first = s->ntokens;
-  KILN_TRY(kiln_tokenize(text, len, kiln_vocab_level(s->vocab), kiln_vocab_lowercase(s->vocab),
-                         take_token, r));
-  if (s->windows) return KILN_OK;
-  if (label < 0)
-    return KILN_LAYER_ERROR(r->l, KILN_ERR_DATA,
-                            "%s: mode SEQUENCES reads labelled records, a .tsv file of "
-                            "LABEL<TAB>TEXT lines",
-                            s->source);
+  *first = s->ntokens;
+  return kiln_tokenize(text, len, kiln_vocab_level(s->vocab), kiln_vocab_lowercase(s->vocab),
+                       take_token, r);
+}
+
+/* The tokens from `first` to the end of the stream as one sequence record with its label
+ * (SEQUENCES) or its tags, one per token (TAGGED): refused when empty, cut to seq_len (or
+ * refused) when longer. */
+static int add_sequence(reader *r, int64_t first, int32_t label, const int32_t *tags,
+                        size_t ntags) {
+  text_state *s = r->s;
   int64_t n = s->ntokens - first;
   if (n == 0)
-    return KILN_LAYER_ERROR(r->l, KILN_ERR_DATA, "%s:%d: a record without tokens", s->source, line);
+    return KILN_LAYER_ERROR(r->l, KILN_ERR_DATA, "%s:%d: a record without tokens", s->source,
+                            r->line);
+  if (s->tagged && (int64_t)ntags != n)
+    return KILN_LAYER_ERROR(r->l, KILN_ERR_DATA,
+                            "%s:%d: %zu tags for %lld tokens: a line is TAGS<TAB>TEXT with one tag "
+                            "per token of TEXT as %s cuts it (%s level)",
+                            s->source, r->line, ntags, (long long)n, s->vocab_path,
+                            kiln_vocab_level(s->vocab) == KILN_TOKENS_CHAR ? "char" : "word");
   if (n > s->T) {
     if (!s->truncate)
       return KILN_LAYER_ERROR(r->l, KILN_ERR_DATA,
                               "%s:%d: a sequence of %lld tokens, longer than text_data_param.seq_len "
                               "%d (raise it, or set truncate: true to keep the first %d)",
-                              s->source, line, (long long)n, s->T, s->T);
+                              s->source, r->line, (long long)n, s->T, s->T);
     s->ntokens = first + s->T;
     n = s->T;
+  }
+  if (s->tagged) {
+    if (s->tags_cap < s->cap) {
+      int32_t *t = realloc(s->tags, sizeof *t * (size_t)s->cap);
+      if (!t) return kiln_errorf(KILN_ERR_NOMEM, "out of memory for the tags of %s", s->source);
+      s->tags = t;
+      s->tags_cap = s->cap;
+    }
+    memcpy(s->tags + first, tags, sizeof *tags * (size_t)n);
   }
   if (s->nrecords == s->rcap) {
     int64_t cap = s->rcap ? 2 * s->rcap : 1024;
@@ -131,6 +155,27 @@ static int take_record(void *user, const char *text, size_t len, int label, int 
   return KILN_OK;
 }
 
+static int take_record(void *user, const char *text, size_t len, int label, int line) {
+  reader *r = user;
+  int64_t first;
+  KILN_TRY(tokenize(r, text, len, line, &first));
+  if (r->s->windows) return KILN_OK;
+  if (label < 0)
+    return KILN_LAYER_ERROR(r->l, KILN_ERR_DATA,
+                            "%s: mode SEQUENCES reads labelled records, a .tsv file of "
+                            "LABEL<TAB>TEXT lines",
+                            r->s->source);
+  return add_sequence(r, first, label, NULL, 0);
+}
+
+static int take_tagged(void *user, const char *text, size_t len, const int32_t *tags,
+                       size_t ntags, int line) {
+  reader *r = user;
+  int64_t first;
+  KILN_TRY(tokenize(r, text, len, line, &first));
+  return add_sequence(r, first, 0, tags, ntags);
+}
+
 static const int32_t *sort_len; /* qsort has no user pointer; nets are built on one thread */
 
 static int by_length(const void *a, const void *b) {
@@ -147,9 +192,12 @@ static int text_setup(kiln_layer *l) {
   if (!s) return kiln_errorf(KILN_ERR_NOMEM, "out of memory");
   l->priv = s;
   s->windows = p->mode == CAFFE__TEXT_DATA_PARAMETER__MODE__WINDOWS;
+  s->tagged = p->mode == CAFFE__TEXT_DATA_PARAMETER__MODE__TAGGED;
+  s->mode = s->windows ? "WINDOWS" : s->tagged ? "TAGGED" : "SEQUENCES";
+  s->pad_label = p->pad_label;
   if (s->windows ? l->ntop > 3 : l->ntop > 4)
     return KILN_LAYER_ERROR(l, KILN_ERR_INVALID, "mode %s has at most %d tops (%s), not %d",
-                            s->windows ? "WINDOWS" : "SEQUENCES", s->windows ? 3 : 4,
+                            s->mode, s->windows ? 3 : 4,
                             s->windows ? "data, label, cont" : "data, label, cont, mask", l->ntop);
   if (!p->source || !p->source[0])
     return KILN_LAYER_ERROR(l, KILN_ERR_INVALID, "text_data_param.source is required");
@@ -180,10 +228,11 @@ static int text_setup(kiln_layer *l) {
   if (rc) return kiln_error_context(rc, "layer '%s' (TextData): vocab: ", l->name);
   if (!s->windows && kiln_vocab_pad_id(s->vocab) < 0)
     return KILN_LAYER_ERROR(l, KILN_ERR_DATA,
-                            "%s has no %s token, which mode SEQUENCES pads with", s->vocab_path,
-                            KILN_VOCAB_PAD);
+                            "%s has no %s token, which mode %s pads with", s->vocab_path,
+                            KILN_VOCAB_PAD, s->mode);
   reader r = {.s = s, .l = l};
-  rc = kiln_text_records(s->source, take_record, &r);
+  rc = s->tagged ? kiln_text_tagged_records(s->source, take_tagged, &r)
+                 : kiln_text_records(s->source, take_record, &r);
   if (rc) return kiln_error_context(rc, "layer '%s' (TextData): ", l->name);
   if (s->ntokens == 0)
     return KILN_LAYER_ERROR(l, KILN_ERR_DATA, "%s: no tokens (an empty corpus?)", s->source);
@@ -218,14 +267,20 @@ static int text_setup(kiln_layer *l) {
   return KILN_OK;
 }
 
-static int text_reshape(kiln_layer *l) {
+/* Every top T x N but SEQUENCES' label, one per sequence (N). */
+static int shape_tops(kiln_layer *l, int T, int N) {
   text_state *s = l->priv;
-  int64_t tn[2] = {s->T, s->batch}, n[1] = {s->batch};
+  int64_t tn[2] = {T, N}, n[1] = {N};
   for (int t = 0; t < l->ntop; t++) {
-    bool per_sequence = !s->windows && t == 1;
+    bool per_sequence = !s->windows && !s->tagged && t == 1;
     KILN_TRY(kiln_blob_reshape(l->top[t], per_sequence ? 1 : 2, per_sequence ? n : tn));
   }
   return KILN_OK;
+}
+
+static int text_reshape(kiln_layer *l) {
+  text_state *s = l->priv;
+  return shape_tops(l, s->T, s->batch);
 }
 
 /* The share is fixed from the first batch on; TEST nets (rank 0's test passes) read it all. */
@@ -277,19 +332,20 @@ static int text_forward(kiln_layer *l) {
     for (int64_t k = lo; k < hi; k++)
       if (s->len[s->sorted[k]] > T) T = s->len[s->sorted[k]];
     if (data->shape[0] != T || data->shape[1] != N) {
-      int64_t tn[2] = {T, N}, n1[1] = {N};
-      for (int t = 0; t < l->ntop; t++) KILN_TRY(kiln_blob_reshape(l->top[t], t == 1 ? 1 : 2, t == 1 ? n1 : tn));
+      KILN_TRY(shape_tops(l, T, N));
       l->reshaped = true;
     }
     float pad = (float)kiln_vocab_pad_id(s->vocab);
     for (int n = 0; n < N; n++) {
       int32_t r = s->sorted[lo + n];
       const int32_t *tok = s->tokens + s->start[r];
-      set(label, n, (float)s->label[r]);
+      const int32_t *tag = s->tagged ? s->tags + s->start[r] : NULL;
+      if (!tag) set(label, n, (float)s->label[r]);
       for (int t = 0; t < T; t++) {
         int64_t i = (int64_t)t * N + n;
         bool in = t < s->len[r];
         data->data[i] = in ? (float)tok[t] : pad;
+        if (tag) set(label, i, (float)(in ? tag[t] : s->pad_label));
         set(cont, i, in && t > 0 ? 1.0f : 0.0f);
         set(mask, i, in ? 1.0f : 0.0f);
       }
@@ -334,6 +390,7 @@ static void text_destroy(kiln_layer *l) {
   if (!s) return;
   kiln_vocab_free(s->vocab);
   free(s->tokens);
+  free(s->tags);
   free(s->start);
   free(s->len);
   free(s->label);

@@ -477,15 +477,6 @@ void kiln_net_place_param_diff(kiln_net *net, float *to) {
   net->param_diff_placed = true;
 }
 
-int kiln_net_perplexity_output(const kiln_net *net) {
-  for (int o = 0; o < net->noutputs; o++)
-    for (int i = 0; i < net->nlayers; i++) {
-      const kiln_layer *l = net->layers[i];
-      if (l->ntop > 0 && l->top[0] == net->outputs[o] && kiln_layer_is_token_xent(l)) return o;
-    }
-  return -1;
-}
-
 double kiln_net_forward_flops(const kiln_net *net) {
   double f = 0;
   for (int i = 0; i < net->nlayers; i++) f += net->layers[i]->flops;

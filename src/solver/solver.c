@@ -377,8 +377,8 @@ int kiln_solver_test(kiln_solver *s, int k) {
   int iters = s->param->test_iter[k];
   int n = net->noutputs;
   double *sum = calloc((size_t)n + 1, sizeof(double));
-  float *vals = calloc((size_t)n + 1, sizeof(float));
-  const char **names = calloc((size_t)n + 1, sizeof(char *));
+  float *vals = calloc((size_t)n + KILN_NET_MAX_DERIVED, sizeof(float));
+  const char **names = calloc((size_t)n + KILN_NET_MAX_DERIVED, sizeof(char *));
   if (!sum || !vals || !names) {
     free(sum);
     free(vals);
@@ -402,12 +402,14 @@ int kiln_solver_test(kiln_solver *s, int k) {
     float test_loss = iters ? (float)(loss / iters) : 0;
     for (int o = 0; o < n; o++) {
       names[o] = net->outputs[o]->name;
-      vals[o] = iters ? (float)(sum[o] / iters) : 0;
+      sum[o] = iters ? sum[o] / iters : 0; /* the mean, from here on */
+      vals[o] = (float)sum[o];
     }
-    int nout = n, ppl = kiln_net_perplexity_output(net);
-    if (ppl >= 0 && strcmp(names[ppl], KILN_MF_PERPLEXITY) != 0) {
-      names[nout] = KILN_MF_PERPLEXITY;
-      vals[nout++] = expf(vals[ppl]);
+    kiln_derived_metric d[KILN_NET_MAX_DERIVED];
+    int nout = n, nd = kiln_net_derived_metrics(net, sum, d);
+    for (int j = 0; j < nd; j++) {
+      names[nout] = d[j].name;
+      vals[nout++] = (float)d[j].value;
     }
     kiln_event e = {.event = "test", .iter = s->iter, .loss = test_loss, .test_net = k,
                     .noutputs = nout, .output_names = names, .output_values = vals};

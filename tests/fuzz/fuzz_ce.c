@@ -12,8 +12,8 @@ static void metrics(const uint8_t *data, size_t size) {
   kiln_ce_metrics m;
   if (kiln_ce_metrics_parse((const char *)data, size, "fuzz.jsonl", &m) != KILN_OK) return;
   kiln_ce_metrics_discount_wait(&m, size & 1 ? NAN : (double)(size % 7));
-  static const char *kpis[] = {"accuracy", "test_loss", "train_loss", "perplexity", "duration_s",
-                               "samples_per_s", "peak_rss_mb"};
+  static const char *kpis[] = {"accuracy", "f1", "test_loss", "train_loss", "perplexity",
+                               "duration_s", "samples_per_s", "peak_rss_mb"};
   for (size_t i = 0; i < sizeof kpis / sizeof *kpis; i++) {
     Caffe__CeKpi c = CAFFE__CE_KPI__INIT;
     c.name = (char *)kpis[i];

@@ -1,6 +1,6 @@
 /* The text readers of sequence learning: the first byte picks the vocabulary file reader, the
- * records of a .tsv file, or the tokenizer (characters or words, lowercased or not) feeding a
- * vocabulary builder whose result is written and read back. */
+ * labelled or tagged records of a .tsv file, or the tokenizer (characters or words, lowercased
+ * or not) feeding a vocabulary builder whose result is written and read back. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,6 +10,14 @@
 
 static int count_record(void *user, const char *text, size_t len, int label, int line) {
   (void)text, (void)label, (void)line;
+  *(size_t *)user += len;
+  return KILN_OK;
+}
+
+static int count_tagged(void *user, const char *text, size_t len, const int32_t *tags,
+                        size_t ntags, int line) {
+  (void)text, (void)line;
+  for (size_t i = 0; i < ntags; i++) *(size_t *)user += (size_t)tags[i] % 2;
   *(size_t *)user += len;
   return KILN_OK;
 }
@@ -52,7 +60,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   case 1: {
     const char *path = fuzz_temp_file(data + 1, size - 1, ".tsv");
     size_t total = 0;
-    if (path) (void)kiln_text_records(path, count_record, &total);
+    if (path && data[0] / 3 % 2) (void)kiln_text_tagged_records(path, count_tagged, &total);
+    else if (path) (void)kiln_text_records(path, count_record, &total);
     if (path) remove(path);
     break;
   }
