@@ -8,7 +8,7 @@ FUZZ_BUILD ?= build-fuzz
 FUZZ_SECONDS ?= 60
 JOBS ?= $(shell nproc)
 
-.PHONY: all deps build build-asan build-mpich build-clang build-fuzz fuzz test test-fast test-asan run run-lenet bench data clean
+.PHONY: all deps build build-asan build-mpich build-clang build-fuzz fuzz test test-fast test-asan run run-lenet bench bench-seq data clean
 
 all: build
 
@@ -74,6 +74,12 @@ run-lenet: build data
 bench: build data
 	@bench/run $(BUILD)/kiln
 	@bench/mpi $(BUILD)/kiln
+
+# The sequence models against PyTorch (a 2-layer LSTM, two transformer blocks), apart from
+# `make bench`: with three repetitions at 1 and 2 threads, twice where the VM sets
+# OPENBLAS_CORETYPE, they took 14-16 minutes on the loaded 2-core VM (docs/PERF.md).
+bench-seq: build
+	@BENCH_CASES="$${BENCH_CASES:-lstm transformer}" bench/run $(BUILD)/kiln
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD) $(MPICH_BUILD) $(CLANG_BUILD) $(FUZZ_BUILD)
