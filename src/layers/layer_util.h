@@ -142,4 +142,32 @@ typedef struct kiln_record_order {
 int kiln_record_order_index(kiln_record_order *o, uint64_t q, uint64_t *index);
 void kiln_record_order_free(kiln_record_order *o);
 
+/* exp, the logistic function and tanh in float, written so that a loop of them vectorizes (no
+ * calls into libm, no branches): the recurrent layers evaluate several per state element and
+ * step, and libm's scalar expf and tanhf took most of an LSTM's element-wise time. exp splits
+ * x into n ln 2 + r with |r| <= ln 2 / 2 (ln 2 in two parts, so r is exact), takes e^r from its
+ * Taylor series to r^6 (the next term is below 2^-24 relative) and builds 2^n in the exponent
+ * bits; x is held to [-87, 88], where e^x is a normal float. The others follow from it, to
+ * within a few units of 2^-24 absolute; near 0, tanh's relative error is larger than libm's. */
+static inline float kiln_vexpf(float x) {
+  x = x < -87.0f ? -87.0f : x > 88.0f ? 88.0f : x;
+  /* round to nearest: adding 1.5 * 2^23 pushes the fraction out of the mantissa */
+  const float n = (x * 1.44269504f + 12582912.0f) - 12582912.0f;
+  const float r = (x - n * 0.693145752f) - n * 1.42860677e-06f;
+  float p = 1.0f / 720.0f;
+  p = p * r + 1.0f / 120.0f;
+  p = p * r + 1.0f / 24.0f;
+  p = p * r + 1.0f / 6.0f;
+  p = p * r + 0.5f;
+  p = p * r + 1.0f;
+  p = p * r + 1.0f;
+  union {
+    int32_t i;
+    float f;
+  } two_n = {.i = ((int32_t)n + 127) << 23};
+  return p * two_n.f;
+}
+static inline float kiln_vsigmoidf(float x) { return 1.0f / (1.0f + kiln_vexpf(-x)); }
+static inline float kiln_vtanhf(float x) { return 1.0f - 2.0f / (kiln_vexpf(2.0f * x) + 1.0f); }
+
 #endif

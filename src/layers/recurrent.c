@@ -81,8 +81,6 @@ typedef struct {
   float beta; /* on the bottoms' gradients: the second direction adds to the first's */
 } rec_dir;
 
-static inline float sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }
-
 static bool fits_int(int64_t a, int64_t b) {
   return a <= INT_MAX && b <= INT_MAX && a * b <= INT_MAX;
 }
@@ -390,17 +388,18 @@ static void lstm_forward_dir(kiln_layer *l, rec_state *s, const rec_dir *r) {
     for (int64_t n = 0; n < N; n++) {
       float *an = a + n * G;
       const float cn = m ? m[n] : 0.0f;
+#pragma omp simd
       for (int64_t d = 0; d < H; d++) {
-        const float i = sigmoidf(an[d]);
+        const float i = kiln_vsigmoidf(an[d]);
         /* Caffe's LSTMUnit folds cont into the forget gate, and its backward takes f (1 - f) of
          * that product as the gate's derivative; both are kept (exact for cont in {0, 1}). */
-        const float f = cn == 0 ? 0.0f : cn * sigmoidf(an[H + d]);
-        const float o = sigmoidf(an[2 * H + d]);
-        const float g = tanhf(an[3 * H + d]);
+        const float f = cn == 0 ? 0.0f : cn * kiln_vsigmoidf(an[H + d]);
+        const float o = kiln_vsigmoidf(an[2 * H + d]);
+        const float g = kiln_vtanhf(an[3 * H + d]);
         const float c = f * c_prev[n * H + d] + i * g;
         an[d] = i, an[H + d] = f, an[2 * H + d] = o, an[3 * H + d] = g;
         cells[t * nh + n * H + d] = c;
-        h[n * ld + d] = o * tanhf(c);
+        h[n * ld + d] = o * kiln_vtanhf(c);
       }
     }
   }
@@ -415,7 +414,8 @@ static void rnn_forward_dir(kiln_layer *l, rec_state *s, const rec_dir *r) {
     const int64_t t = step_time(r, T, k);
     float *z = hid + t * nh;
     recurrent_term(l, s, r, t, k ? hid + prev_time(r, t) * nh : r->buf[BUF_STATE], H, z, 1.0f);
-    for (int64_t i = 0; i < nh; i++) z[i] = tanhf(z[i]);
+#pragma omp simd
+    for (int64_t i = 0; i < nh; i++) z[i] = kiln_vtanhf(z[i]);
   }
   /* o = tanh(h W_ho^T + b_o) for every step at once; kept in a buffer of the layer's own, as
    * backward needs it and a layer after this one may overwrite the top in place. */
@@ -424,7 +424,7 @@ static void rnn_forward_dir(kiln_layer *l, rec_state *s, const rec_dir *r) {
   const float *bo = r->param[s->p_bo]->data;
   for (int64_t i = 0; i < rows; i++)
     for (int64_t d = 0; d < H; d++) {
-      out[i * H + d] = tanhf(out[i * H + d] + bo[d]);
+      out[i * H + d] = kiln_vtanhf(out[i * H + d] + bo[d]);
       r->y[i * r->ldy + d] = out[i * H + d];
     }
   if (!r->rev) save_state(l, s, hid + (T - 1) * nh, H, NULL);
@@ -445,11 +445,12 @@ static void gru_forward_dir(kiln_layer *l, rec_state *s, const rec_dir *r) {
     for (int64_t n = 0; n < N; n++) {
       float *an = a + n * G;
       const float *hn = gh + n * G;
+#pragma omp simd
       for (int64_t d = 0; d < H; d++) {
-        const float rr = sigmoidf(an[d] + hn[d] + bh[d]);
-        const float z = sigmoidf(an[H + d] + hn[H + d] + bh[H + d]);
+        const float rr = kiln_vsigmoidf(an[d] + hn[d] + bh[d]);
+        const float z = kiln_vsigmoidf(an[H + d] + hn[H + d] + bh[H + d]);
         const float g = hn[2 * H + d] + bh[2 * H + d];
-        const float c = tanhf(an[2 * H + d] + rr * g);
+        const float c = kiln_vtanhf(an[2 * H + d] + rr * g);
         /* Kept for backward: the gates, and r's factor in n (which r scales, so it is kept
          * apart from the input's part of n). */
         an[d] = rr, an[H + d] = z, an[2 * H + d] = c;
@@ -574,11 +575,12 @@ static void lstm_backward_dir(kiln_layer *l, rec_state *s, const rec_dir *r) {
     const float *dy = r->dy + t * N * ld;
 #pragma omp parallel for schedule(static) num_threads(l->nthreads) if (nh > 32768)
     for (int64_t n = 0; n < N; n++)
+#pragma omp simd
       for (int64_t j = 0; j < H; j++) {
         const int64_t e = n * H + j;
         const float *an = a + n * G;
         const float i = an[j], f = an[H + j], o = an[2 * H + j], g = an[3 * H + j];
-        const float tc = tanhf(c[e]);
+        const float tc = kiln_vtanhf(c[e]);
         const float dh_t = dy[n * ld + j] + dh[e];
         const float dc_t = dc[e] + dh_t * o * (1 - tc * tc);
         float *dan = da + n * G;
@@ -638,6 +640,7 @@ static void gru_backward_dir(kiln_layer *l, rec_state *s, const rec_dir *r) {
     float *di = d_in + t * N * G, *dr = d_rec + t * N * G;
 #pragma omp parallel for schedule(static) num_threads(l->nthreads) if (nh > 32768)
     for (int64_t n = 0; n < N; n++)
+#pragma omp simd
       for (int64_t j = 0; j < H; j++) {
         const int64_t e = n * H + j;
         const float *an = a + n * G;
