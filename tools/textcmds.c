@@ -1,10 +1,11 @@
 /* kiln sample: text from a trained language model, one token per forward pass.
  *
- * The model is a deploy net whose inputs are the token ids (1 x 1: one step of one stream) and,
- * for recurrent layers, `cont` (1 x 1); one of its outputs holds the scores of the next token
- * (a last axis of the vocabulary's size). The recurrent layers carry their state from one pass
- * to the next as Caffe's do while cont is 1, so each pass reads one token and the state holds
- * the rest of the text. The first pass has cont 0: a fresh sequence. */
+ * The model is a deploy net whose inputs are the token ids (W x 1: W steps of one stream) and,
+ * for recurrent layers, `cont` (W x 1); one of its outputs holds the scores of the next token
+ * at each step (a last axis of the vocabulary's size). With W = 1 the recurrent layers carry
+ * their state from one pass to the next as Caffe's do while cont is 1, so each pass reads one
+ * token and the state holds the rest of the text; the first pass has cont 0, a fresh sequence.
+ * With W > 1 (a transformer's window) each pass reads the last W tokens again. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -95,10 +96,16 @@ static int add_prime_token(void *user, const char *tok, size_t len) {
   return KILN_OK;
 }
 
-/* The deploy net's parts: the ids input, the cont input (or NULL) and the scores output. */
+/* The deploy net's parts: the ids input (W x 1), the cont input (W x 1, or NULL) and the scores
+ * output (W x 1 x V). */
 typedef struct {
   kiln_blob *ids, *cont, *scores;
+  int64_t W;
 } lm_io;
+
+static bool is_window(const kiln_blob *b, int64_t W) {
+  return b->naxes == 2 && b->shape[0] == W && b->shape[1] == 1;
+}
 
 static int find_io(const kiln_net *net, int vocab_size, const char *model, lm_io *io) {
   memset(io, 0, sizeof io[0]);
@@ -111,20 +118,22 @@ static int find_io(const kiln_net *net, int vocab_size, const char *model, lm_io
       else if (!io->ids) io->ids = b;
     }
   }
+  io->W = io->ids && io->ids->naxes > 0 ? io->ids->shape[0] : 0;
   for (int o = 0; o < net->noutputs && !io->scores; o++) {
     kiln_blob *b = net->outputs[o];
     if (b->naxes > 0 && b->shape[b->naxes - 1] == vocab_size) io->scores = b;
   }
-  if (!io->ids || io->ids->count != 1 || (io->cont && io->cont->count != 1))
+  if (!io->ids || io->W < 1 || !is_window(io->ids, io->W) ||
+      (io->cont && !is_window(io->cont, io->W)))
     return kiln_errorf(KILN_ERR_INVALID,
-                       "%s: a sampling net takes the token ids as an input of one step of one "
-                       "stream (1 x 1), and cont likewise if it has one",
+                       "%s: a sampling net takes the token ids as an input of W steps of one "
+                       "stream (W x 1), and cont likewise if it has one",
                        model);
-  if (!io->scores || io->scores->count != vocab_size)
+  if (!io->scores || io->scores->count != io->W * vocab_size)
     return kiln_errorf(KILN_ERR_INVALID,
-                       "%s: no output holds one score per token of the vocabulary (%d) for one "
-                       "step",
-                       model, vocab_size);
+                       "%s: no output holds one score per token of the vocabulary (%d) for each "
+                       "of the %lld steps",
+                       model, vocab_size, (long long)io->W);
   return KILN_OK;
 }
 
@@ -152,10 +161,26 @@ static void put_token(const kiln_vocab *v, int id, bool words, bool first) {
   fwrite(t, 1, len, stdout);
 }
 
+/* W = 1: one token a pass, the state carried from the last (cont 1), or a fresh start. */
 static int step(kiln_net *net, const lm_io *io, int id, bool first) {
   io->ids->data[0] = (float)id;
   if (io->cont) io->cont->data[0] = first ? 0.0f : 1.0f;
   return kiln_net_forward(net, NULL);
+}
+
+/* W > 1: the last (at most W) tokens of the text from step 0, the rest padding, and the scores
+ * of the step that holds the last token. A causal model's prediction there depends on the
+ * steps up to it alone, and a recurrent one starts afresh (cont 0) at step 0, so the padding
+ * after it changes nothing; a text longer than W slides through the window. */
+static const float *window_scores(kiln_net *net, const lm_io *io, const int *text, int64_t len,
+                                  int V) {
+  const int64_t start = len > io->W ? len - io->W : 0, L = len - start;
+  for (int64_t t = 0; t < io->W; t++) {
+    io->ids->data[t] = t < L ? (float)text[start + t] : 0.0f;
+    if (io->cont) io->cont->data[t] = t == 0 ? 0.0f : 1.0f;
+  }
+  if (kiln_net_forward(net, NULL)) return NULL;
+  return io->scores->data + (L - 1) * V;
 }
 
 int cmd_sample(int argc, char **argv) {
@@ -166,6 +191,7 @@ int cmd_sample(int argc, char **argv) {
   kiln_net *net = NULL;
   ProtobufCMessage *msg = NULL;
   prime_ids p = {.unknown_at = -1};
+  int *text = NULL; /* the prime's ids, then what is drawn */
   int code = 0;
   kiln_config cfg;
   char vocab_path[4096];
@@ -204,18 +230,31 @@ int cmd_sample(int argc, char **argv) {
   }
   kiln_rng rng;
   kiln_rng_seed(&rng, a.seed, 0x5a3d);
-  int id = p.ids[0];
+  text = malloc(sizeof(int) * ((size_t)p.n + (size_t)a.length));
+  if (!text) {
+    fprintf(stderr, "kiln sample: out of memory\n");
+    code = 1;
+    goto done;
+  }
+  memcpy(text, p.ids, sizeof(int) * (size_t)p.n);
+  int64_t len = p.n;
   for (int i = 0; i < p.n; i++) {
     put_token(v, p.ids[i], words, i == 0);
-    if (step(net, &io, p.ids[i], i == 0)) {
+    if (io.W == 1 && step(net, &io, p.ids[i], i == 0)) {
       code = tool_fail("sample");
       goto done;
     }
   }
   for (int i = 0; i < a.length; i++) {
-    id = draw(io.scores->data, V, a.temperature, &rng);
+    const float *scores = io.W == 1 ? io.scores->data : window_scores(net, &io, text, len, V);
+    if (!scores) {
+      code = tool_fail("sample");
+      goto done;
+    }
+    const int id = draw(scores, V, a.temperature, &rng);
+    text[len++] = id;
     put_token(v, id, words, false);
-    if (i + 1 < a.length && step(net, &io, id, false)) {
+    if (io.W == 1 && i + 1 < a.length && step(net, &io, id, false)) {
       code = tool_fail("sample");
       goto done;
     }
@@ -223,6 +262,7 @@ int cmd_sample(int argc, char **argv) {
   putchar('\n');
   if (fflush(stdout) != 0) code = 1;
 done:
+  free(text);
   free(p.ids);
   tool_free_net(net, msg);
   kiln_vocab_free(v);

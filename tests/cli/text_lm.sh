@@ -1,8 +1,10 @@
 # A character language model end to end: an LSTM trained on a text that repeats one sentence
 # learns it (perplexity near 1); `kiln test` and the solver's test passes report the perplexity
 # as exp of the mean cross-entropy per token; `kiln sample` at temperature 0 continues the
-# sentence exactly, draws the same text from the same seed, and refuses a prime it cannot
-# encode, a net it cannot sample from and a cont blob of the wrong shape, naming the cause.
+# sentence exactly, one token a pass or a window at a time, draws the same text from the same
+# seed, and refuses a prime it cannot encode, a net it cannot sample from and a cont blob of the
+# wrong shape, naming the cause. A small causal transformer learns the sentence too and is
+# sampled a window at a time.
 source "$(dirname "$0")/lib.bash"
 cd "$WORK"
 export OMP_NUM_THREADS=1
@@ -86,6 +88,51 @@ a=$(sample --prime "sat" --length 60 --seed 7 2>&1)
 b=$(sample --prime "sat" --length 60 --seed 7 2>&1)
 [ "$a" = "$b" ] && [ ${#a} -eq 63 ] && pass || fail "same seed, other text: '$a' / '$b'"
 
+# A window of 8 steps read again at every token (a transformer's way): the LSTM restarts at
+# step 0 of each window, and 8 characters are enough context for this sentence.
+sed 's/dim: 1 dim: 1/dim: 8 dim: 1/' deploy.prototxt > window.prototxt
+out=$("$KILN" sample --model window.prototxt --weights lm_iter_300.caffemodel --vocab vocab.txt \
+  --prime "the c" --temperature 0 --length 40 2>&1)
+[ "$out" = "the cat sat. the cat sat. the cat sat. the ca" ] && pass || fail "windowed greedy sample: '$out'"
+
+# A causal transformer block (docs/sequence.md) on the same text, sampled a window at a time.
+tlayers() {
+  cat <<'NET'
+layer { name: "embed" type: "Embed" bottom: "data" top: "embed"
+  embed_param { num_output: 16 input_dim: 10 bias_term: false weight_filler { type: "gaussian" std: 0.3 } } }
+layer { name: "pos" type: "PositionalEncoding" bottom: "embed" top: "h0"
+  positional_encoding_param { mode: LEARNED max_len: 16 filler { type: "gaussian" std: 0.3 } } }
+layer { name: "ln1" type: "LayerNorm" bottom: "h0" top: "ln1" }
+layer { name: "attn" type: "MultiHeadAttention" bottom: "ln1" top: "attn"
+  multihead_attention_param { num_heads: 2 causal: true } }
+layer { name: "res1" type: "Eltwise" bottom: "h0" bottom: "attn" top: "h1" eltwise_param { operation: SUM } }
+layer { name: "ln2" type: "LayerNorm" bottom: "h1" top: "ln2" }
+layer { name: "ff1" type: "InnerProduct" bottom: "ln2" top: "ff1"
+  inner_product_param { num_output: 32 axis: 2 weight_filler { type: "xavier" } } }
+layer { name: "gelu" type: "GELU" bottom: "ff1" top: "ff1" }
+layer { name: "ff2" type: "InnerProduct" bottom: "ff1" top: "ff2"
+  inner_product_param { num_output: 16 axis: 2 weight_filler { type: "xavier" } } }
+layer { name: "res2" type: "Eltwise" bottom: "h1" bottom: "ff2" top: "h2" eltwise_param { operation: SUM } }
+layer { name: "lnf" type: "LayerNorm" bottom: "h2" top: "lnf" }
+layer { name: "logits" type: "InnerProduct" bottom: "lnf" top: "logits"
+  inner_product_param { num_output: 10 axis: 2 weight_filler { type: "xavier" } } }
+NET
+}
+{
+  sed -n '/^name:/,/phase: TEST/p' net.prototxt | sed '$d' | sed '$d'
+  echo 'layer { name: "silence" type: "Silence" bottom: "cont" }'
+  tlayers
+  echo 'layer { name: "loss" type: "SoftmaxWithLoss" bottom: "logits" bottom: "label" top: "loss" softmax_param { axis: 2 } }'
+} > tnet.prototxt
+printf 'name: "tiny_transformer"\ninput: "data" input_shape { dim: 16 dim: 1 }\n' > tdeploy.prototxt
+tlayers >> tdeploy.prototxt
+sed -e 's/^net: .*/net: "tnet.prototxt"/' -e '/^test_/d' -e 's/^snapshot_prefix: .*/snapshot_prefix: "tlm"/' \
+  solver.prototxt > tsolver.prototxt
+need "transformer training" -- "$KILN" train --solver tsolver.prototxt
+out=$("$KILN" sample --model tdeploy.prototxt --weights tlm_iter_300.caffemodel --vocab vocab.txt \
+  --prime "the c" --temperature 0 --length 40 2>&1)
+[ "$out" = "the cat sat. the cat sat. the cat sat. the ca" ] && pass || fail "transformer greedy sample: '$out'"
+
 # A prime with a token the vocabulary lacks, when it has no <unk>.
 grep -v '^<unk>$' vocab.txt | sed '1s/10 tokens/9 tokens/' > vocab_nounk.txt
 expect_refusal "prime outside the vocabulary" --code 2 --want "--prime: token 5 is not in vocab_nounk.txt" -- \
@@ -94,7 +141,7 @@ expect_refusal "prime outside the vocabulary" --code 2 --want "--prime: token 5 
 expect_refusal "no --vocab" --code 2 --want "--vocab" -- \
   "$KILN" sample --model deploy.prototxt --weights lm_iter_300.caffemodel
 # The training net is no sampling net: its ids come from a data layer, many at a time.
-expect_refusal "not a sampling net" --want "net.prototxt: a sampling net takes the token ids" -- \
+expect_refusal "not a sampling net" --want "net.prototxt: a sampling net takes the token ids as an input of W steps" -- \
   "$KILN" sample --model net.prototxt --weights lm_iter_300.caffemodel --vocab vocab.txt
 # A cont blob that is not T x N.
 sed 's/input: "cont" input_shape { dim: 1 dim: 1 }/input: "cont" input_shape { dim: 2 dim: 1 }/' \
