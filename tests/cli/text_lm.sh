@@ -81,6 +81,22 @@ python3 -c "import math,sys; l,p=float('$loss'),float('$ppl'); sys.exit(not(abs(
   && pass || fail "kiln test: $out"
 grep -q '"perplexity":' test.jsonl && pass || fail "kiln test metrics: $(cat test.jsonl)"
 
+# --stage picks the TEST data layer a NetState rule selects (Caffe's -stage spelling too): the
+# learned sentence, or the same characters in another order, which the model cannot predict.
+for i in $(seq 100); do printf 'tas .hetca '; done > other.txt
+sed -e 's/  include { phase: TEST }/  include { phase: TEST stage: "same" }/' net.prototxt > staged.prototxt
+python3 - <<'PY'
+s = open("staged.prototxt").read()
+i = s.index('layer { name: "data" type: "TextData"', s.index('stage: "same"') - 200)
+j = s.index("\n", s.index("text_data_param", i)) + 1
+other = s[i:j].replace('"same"', '"other"').replace("corpus.txt", "other.txt")
+open("staged.prototxt", "w").write(s[:j] + other + s[j:])
+PY
+same=$("$KILN" test --model staged.prototxt --weights lm_iter_300.caffemodel --iterations 2 --stage same 2>/dev/null | sed -n 's/^perplexity = \([0-9.]*\).*/\1/p')
+other=$("$KILN" test -model=staged.prototxt -weights=lm_iter_300.caffemodel -iterations=2 -stage=other 2>/dev/null | sed -n 's/^perplexity = \([0-9.]*\).*/\1/p')
+python3 -c "import sys; sys.exit(not (float('$same') < 1.2 and float('$other') > 3))" && pass \
+  || fail "--stage: perplexity '$same' on the sentence, '$other' on the other text"
+
 sample() { "$KILN" sample --model deploy.prototxt --weights lm_iter_300.caffemodel --vocab vocab.txt "$@"; }
 out=$(sample --prime "the c" --temperature 0 --length 40 2>&1)
 [ "$out" = "the cat sat. the cat sat. the cat sat. the ca" ] && pass || fail "greedy sample: '$out'"
