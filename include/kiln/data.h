@@ -162,6 +162,9 @@ int kiln_tokenize(const char *text, size_t n, kiln_token_level level, bool lower
 
 #define KILN_VOCAB_PAD "<pad>"
 #define KILN_VOCAB_UNK "<unk>"
+/* A target's start and end (TextData's PAIRS mode, kiln decode): a target vocabulary holds both. */
+#define KILN_VOCAB_BOS "<s>"
+#define KILN_VOCAB_EOS "</s>"
 #define KILN_VOCAB_MAX_TOKENS (1 << 24)
 
 /* Token i <-> id i. The file (docs/formats.md, "Vocabulary files"): a first line naming the
@@ -212,6 +215,14 @@ int kiln_text_records(const char *path, kiln_text_record_fn fn, void *user);
 typedef int (*kiln_text_tagged_fn)(void *user, const char *text, size_t len, const int32_t *tags,
                                    size_t ntags, int line);
 int kiln_text_tagged_records(const char *path, kiln_text_tagged_fn fn, void *user);
+/* The records of a .tsv file of pairs, one per line: "SOURCE<TAB>TARGET" (a word and its
+ * pronunciation, a sentence and its translation), both escaped as TEXT above, TARGET running to
+ * the end of the line. fn gets each record's decoded source and target (NUL-terminated, valid
+ * until fn returns) and its line. A file that is not .tsv is KILN_ERR_DATA; a malformed line (no
+ * tab, a bad escape) KILN_ERR_PARSE naming the file and line. */
+typedef int (*kiln_text_pair_fn)(void *user, const char *source, size_t slen, const char *target,
+                                 size_t tlen, int line);
+int kiln_text_pairs(const char *path, kiln_text_pair_fn fn, void *user);
 
 /* ---- CIFAR-10 and CIFAR-100 (binary version) --------------------------------------------- */
 

@@ -1,8 +1,8 @@
-/* The records of a text file (include/kiln/data.h, kiln_text_records and
- * kiln_text_tagged_records): a corpus is one record, a .tsv file one record per line, labelled
- * (LABEL<TAB>TEXT) or tagged token by token (TAGS<TAB>TEXT), as the text data sets of the cache
- * are written. Both kinds of line share the splitting and the escapes of TEXT; only the field
- * before the tab differs. */
+/* The records of a text file (include/kiln/data.h, kiln_text_records, kiln_text_tagged_records
+ * and kiln_text_pairs): a corpus is one record, a .tsv file one record per line, labelled
+ * (LABEL<TAB>TEXT), tagged token by token (TAGS<TAB>TEXT) or a source and its target
+ * (SOURCE<TAB>TARGET), as the text data sets of the cache are written. Every kind of line shares
+ * the splitting and the escapes of the text after the tab; only the field before it differs. */
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,14 +48,20 @@ static long whole_number(const char *p, size_t n) {
   return v <= INT_MAX ? v : -1;
 }
 
-/* One line of a .tsv file: the field before the first tab (head[0 .. nhead), NUL-free but not
- * terminated) and the decoded, NUL-terminated text. */
-typedef int (*tsv_line_fn)(void *ctx, const char *path, int line, const char *head, size_t nhead,
+/* One line of a .tsv file: the field before the first tab (head[0 .. nhead) as it stands in the
+ * file, NUL-free, not terminated, and the caller's to decode in place) and the decoded,
+ * NUL-terminated text. */
+typedef int (*tsv_line_fn)(void *ctx, const char *path, int line, char *head, size_t nhead,
                            const char *text, size_t len);
 
-/* Calls fn with each line of text[0 .. n); `head` names the field before the tab in messages
- * (LABEL, TAGS). */
-static int tsv_lines(const char *path, char *text, size_t n, const char *head, tsv_line_fn fn,
+static int bad_escape(const char *path, int line) {
+  return kiln_errorf(KILN_ERR_PARSE, "%s:%d: a backslash that is not one of \\\\ \\t \\n \\r",
+                     path, line);
+}
+
+/* Calls fn with each line of text[0 .. n); `form` names the line's fields in messages
+ * ("LABEL<TAB>TEXT"). */
+static int tsv_lines(const char *path, char *text, size_t n, const char *form, tsv_line_fn fn,
                      void *ctx) {
   int line = 0;
   for (char *p = text; p < text + n;) {
@@ -65,11 +71,9 @@ static int tsv_lines(const char *path, char *text, size_t n, const char *head, t
     *end = '\0';
     char *tab = memchr(p, '\t', (size_t)(end - p));
     if (!tab)
-      return kiln_errorf(KILN_ERR_PARSE, "%s:%d: no tab: a line is %s<TAB>TEXT", path, line, head);
+      return kiln_errorf(KILN_ERR_PARSE, "%s:%d: no tab: a line is %s", path, line, form);
     long len = kiln_text_unescape(tab + 1, (size_t)(end - tab - 1), false);
-    if (len < 0)
-      return kiln_errorf(KILN_ERR_PARSE, "%s:%d: a backslash that is not one of \\\\ \\t \\n \\r",
-                         path, line);
+    if (len < 0) return bad_escape(path, line);
     tab[1 + len] = '\0';
     KILN_TRY(fn(ctx, path, line, p, (size_t)(tab - p), tab + 1, (size_t)len));
     p = end + 1;
@@ -82,7 +86,7 @@ typedef struct {
   void *user;
 } labelled_ctx;
 
-static int labelled_line(void *ctx, const char *path, int line, const char *head, size_t nhead,
+static int labelled_line(void *ctx, const char *path, int line, char *head, size_t nhead,
                          const char *text, size_t len) {
   labelled_ctx *c = ctx;
   long label = whole_number(head, nhead);
@@ -97,7 +101,7 @@ int kiln_text_records(const char *path, kiln_text_record_fn fn, void *user) {
   size_t n;
   KILN_TRY(kiln_read_file_max(path, KILN_TEXT_RECORDS_MAX_BYTES, &text, &n));
   labelled_ctx c = {fn, user};
-  int rc = ends_with(path, ".tsv") ? tsv_lines(path, text, n, "LABEL", labelled_line, &c)
+  int rc = ends_with(path, ".tsv") ? tsv_lines(path, text, n, "LABEL<TAB>TEXT", labelled_line, &c)
                                    : fn(user, text, n, -1, 1);
   free(text);
   return rc;
@@ -110,7 +114,7 @@ typedef struct {
   size_t cap;
 } tagged_ctx;
 
-static int tagged_line(void *ctx, const char *path, int line, const char *head, size_t nhead,
+static int tagged_line(void *ctx, const char *path, int line, char *head, size_t nhead,
                        const char *text, size_t len) {
   tagged_ctx *c = ctx;
   size_t ntags = 0;
@@ -138,16 +142,44 @@ static int tagged_line(void *ctx, const char *path, int line, const char *head, 
   return c->fn(c->user, text, len, c->tags, ntags, line);
 }
 
-int kiln_text_tagged_records(const char *path, kiln_text_tagged_fn fn, void *user) {
+/* The lines of a .tsv file of `what` records, each line `form` ("TAGS<TAB>TEXT"): any other
+ * file is refused, as such records cannot be anything but lines of a .tsv. */
+static int tsv_file(const char *path, const char *what, const char *form, tsv_line_fn fn,
+                    void *ctx) {
   if (!ends_with(path, ".tsv"))
-    return kiln_errorf(KILN_ERR_DATA, "%s: tagged records are a .tsv file of TAGS<TAB>TEXT lines",
-                       path);
+    return kiln_errorf(KILN_ERR_DATA, "%s: %s records are a .tsv file of %s lines", path, what,
+                       form);
   char *text;
   size_t n;
   KILN_TRY(kiln_read_file_max(path, KILN_TEXT_RECORDS_MAX_BYTES, &text, &n));
-  tagged_ctx c = {.fn = fn, .user = user};
-  int rc = tsv_lines(path, text, n, "TAGS", tagged_line, &c);
-  free(c.tags);
+  int rc = tsv_lines(path, text, n, form, fn, ctx);
   free(text);
   return rc;
+}
+
+int kiln_text_tagged_records(const char *path, kiln_text_tagged_fn fn, void *user) {
+  tagged_ctx c = {.fn = fn, .user = user};
+  int rc = tsv_file(path, "tagged", "TAGS<TAB>TEXT", tagged_line, &c);
+  free(c.tags);
+  return rc;
+}
+
+typedef struct {
+  kiln_text_pair_fn fn;
+  void *user;
+} pair_ctx;
+
+/* SOURCE is escaped as TARGET is; TARGET is the rest of the line, as TEXT is in the other kinds. */
+static int pair_line(void *ctx, const char *path, int line, char *head, size_t nhead,
+                     const char *text, size_t len) {
+  pair_ctx *c = ctx;
+  long slen = kiln_text_unescape(head, nhead, false);
+  if (slen < 0) return bad_escape(path, line);
+  head[slen] = '\0'; /* over the tab or an escape's second byte */
+  return c->fn(c->user, head, (size_t)slen, text, len, line);
+}
+
+int kiln_text_pairs(const char *path, kiln_text_pair_fn fn, void *user) {
+  pair_ctx c = {fn, user};
+  return tsv_file(path, "paired", "SOURCE<TAB>TARGET", pair_line, &c);
 }
