@@ -1,8 +1,10 @@
 /* Text into ids: the tokenizer (characters and words), vocabularies (building with cut-offs,
  * the file both ways, its damage), and the TextData layer: windows of a corpus with their next
  * tokens and cont, labelled sequences bucketed by length with padding, cont and mask, tagged
- * sequences batched the same way with a tag per step, shuffling from the seed, exact cursors, the
- * workers' shares, and the bad inputs it refuses by file and line. */
+ * sequences batched the same way with a tag per step, source-target pairs batched by the source's
+ * length with a start and an end around each target, shuffling from the seed, exact cursors, the
+ * workers' shares, and the bad inputs it refuses by file and line; the records of a .tsv of pairs;
+ * the edit distance between token sequences. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -199,6 +201,7 @@ static built text_layer(const char *params, int ntop, int phase) {
            dir,
            strstr(params, "SEQUENCES") ? "records.tsv"
            : strstr(params, "TAGGED")  ? "tagged.tsv"
+           : strstr(params, "PAIRS")   ? "pairs.tsv"
                                        : "corpus.txt",
            params);
   return build(text, phase, NULL, 0, ntop);
@@ -453,13 +456,17 @@ static void test_tagged_bucketed(void **state) {
   kiln_vocab_free(v);
 }
 
-/* TAGGED batches as SEQUENCES does: over the same texts, with shuffling and two workers, the
- * two modes serve the same data, cont and mask batch by batch, and the same cursors; a layer
- * resumed at a cursor serves what the straight run serves next. */
+/* A word-level target vocabulary: ids <pad> 0, <unk> 1, <s> 2, </s> 3, A 4, B 5, C 6. */
+#define TARGET_VOCAB \
+  "# kiln vocabulary: level word, lowercase 0, 7 tokens\n<pad>\n<unk>\n<s>\n</s>\nA\nB\nC\n"
+
+/* TAGGED and PAIRS batch as SEQUENCES does: over the same texts (PAIRS' sources), with
+ * shuffling and two workers, the modes serve the same data, cont and mask batch by batch, and
+ * the same cursors; a layer resumed at a cursor serves what the straight run serves next. */
 static void test_tagged_batches_as_sequences(void **state) {
   (void)state;
   /* 23 records of 1 to 6 characters: a, bb, ccc, ... (by length with ties, so buckets mix) */
-  char labelled[4096] = "", tagged[4096] = "", alphabet[64] = "";
+  char labelled[4096] = "", tagged[4096] = "", pairs[4096] = "", alphabet[64] = "";
   for (int r = 0; r < 23; r++) {
     int len = 1 + (r * 7) % 6;
     char text[8], tags[16] = "", line[64];
@@ -472,24 +479,38 @@ static void test_tagged_batches_as_sequences(void **state) {
     strcat(labelled, line);
     snprintf(line, sizeof line, "%s\t%s\n", tags, text);
     strcat(tagged, line);
+    snprintf(line, sizeof line, "%s\t%.*s\n", text, r % 4, "A B C");
+    strcat(pairs, line);
   }
   for (int k = 0; k < 20; k++) alphabet[k] = (char)('a' + k);
   write_file("records.tsv", labelled);
+  write_file("pairs.tsv", pairs);
+  write_file("target_vocab.txt", TARGET_VOCAB);
   kiln_vocab *v = text_file("tagged.tsv", tagged, alphabet);
   const char *common = "batch_size: 3 seq_len: 6 shuffle: true";
-  char seq_params[128], tag_params[128];
+  char seq_params[128], tag_params[128], pair_params[128];
   snprintf(seq_params, sizeof seq_params, "mode: SEQUENCES %s", common);
   snprintf(tag_params, sizeof tag_params, "mode: TAGGED %s", common);
+  snprintf(pair_params, sizeof pair_params, "mode: PAIRS target_len: 4 %s", common);
   for (int r = 0; r < 2; r++) {
     built sq = text_layer(seq_params, 4, TRAIN), tg = text_layer(tag_params, 4, TRAIN);
-    sq.l->shard_rank = tg.l->shard_rank = r;
-    sq.l->shard_count = tg.l->shard_count = 2;
+    built pr = text_layer(pair_params, 6, TRAIN);
+    sq.l->shard_rank = tg.l->shard_rank = pr.l->shard_rank = r;
+    sq.l->shard_count = tg.l->shard_count = pr.l->shard_count = 2;
     for (int k = 0; k < 12; k++) { /* 8 buckets: three epochs between the two workers */
       forward(&sq);
       forward(&tg);
+      forward(&pr);
       for (int t = 0; t < 4; t += t ? 1 : 2) { /* data, cont, mask */
         expect_shape(tg.top[t], 2, sq.top[t]->shape);
         expect_close("as SEQUENCES", tg.top[t]->data, sq.top[t]->data, sq.top[t]->count, 0);
+      }
+      /* PAIRS' source, source_mask and source_cont are SEQUENCES' data, mask and cont */
+      const int as_seq[3] = {0, 3, 2};
+      for (int t = 0; t < 3; t++) {
+        expect_shape(pr.top[t], 2, sq.top[as_seq[t]]->shape);
+        expect_close("source as SEQUENCES", pr.top[t]->data, sq.top[as_seq[t]]->data,
+                     sq.top[as_seq[t]]->count, 0);
       }
       /* each sequence's first step is tagged 1, its others 0, its padding -1 */
       int64_t T = tg.top[1]->shape[0], N = tg.top[1]->shape[1];
@@ -499,20 +520,29 @@ static void test_tagged_batches_as_sequences(void **state) {
       }
     }
     assert_int_equal(tg.l->ops->get_cursor(tg.l), sq.l->ops->get_cursor(sq.l));
+    assert_int_equal(pr.l->ops->get_cursor(pr.l), sq.l->ops->get_cursor(sq.l));
     unbuild(&sq);
     unbuild(&tg);
+    unbuild(&pr);
   }
-  built a = text_layer(tag_params, 4, TRAIN), b = text_layer(tag_params, 4, TRAIN);
-  for (int k = 0; k < 5; k++) forward(&a);
-  assert_int_equal(b.l->ops->set_cursor(b.l, a.l->ops->get_cursor(a.l)), KILN_OK);
-  forward(&a);
-  forward(&b);
-  for (int t = 0; t < 4; t++) {
-    expect_shape(b.top[t], 2, a.top[t]->shape);
-    expect_close("resumed", b.top[t]->data, a.top[t]->data, a.top[t]->count, 0);
+  const struct {
+    const char *params;
+    int ntop;
+  } modes[2] = {{tag_params, 4}, {pair_params, 6}};
+  for (int m = 0; m < 2; m++) {
+    built a = text_layer(modes[m].params, modes[m].ntop, TRAIN);
+    built b = text_layer(modes[m].params, modes[m].ntop, TRAIN);
+    for (int k = 0; k < 5; k++) forward(&a);
+    assert_int_equal(b.l->ops->set_cursor(b.l, a.l->ops->get_cursor(a.l)), KILN_OK);
+    forward(&a);
+    forward(&b);
+    for (int t = 0; t < modes[m].ntop; t++) {
+      expect_shape(b.top[t], 2, a.top[t]->shape);
+      expect_close("resumed", b.top[t]->data, a.top[t]->data, a.top[t]->count, 0);
+    }
+    unbuild(&a);
+    unbuild(&b);
   }
-  unbuild(&a);
-  unbuild(&b);
   kiln_vocab_free(v);
 }
 
@@ -561,6 +591,151 @@ static void test_tagged_bad_records(void **state) {
   kiln_vocab_free(v);
 }
 
+/* ---- TextData: source-target pairs ------------------------------------------------------- */
+
+/* Records by source length, ties by line: "c" (line 2), "ab" (1), "de" (4), "abc" (3). */
+static const char pairs_text[] = "ab\tA B\nc\tC\nabc\tA B C\nde\tC C C C\n";
+
+static void test_pairs_bucketed(void **state) {
+  (void)state;
+  kiln_vocab *v = text_file("pairs.tsv", pairs_text, "abcde");
+  write_file("target_vocab.txt", TARGET_VOCAB);
+  built b = text_layer("mode: PAIRS batch_size: 2 seq_len: 4 target_len: 6", 6, TRAIN);
+  for (int t = 0; t < 6; t++) expect_shape(b.top[t], 2, t < 3 ? SHAPE(4, 2) : SHAPE(6, 2));
+  forward(&b); /* "c" -> C, "ab" -> A B: S = 2, T = 3 (the longer target and its </s>) */
+  for (int t = 0; t < 6; t++) expect_shape(b.top[t], 2, t < 3 ? SHAPE(2, 2) : SHAPE(3, 2));
+  const float src0[] = {id_of(v, 'c'), id_of(v, 'a'), 0, id_of(v, 'b')};
+  const float smask0[] = {1, 1, 0, 1}, scont0[] = {0, 0, 0, 1};
+  const float in0[] = {2, 2, 6, 4, 0, 5}, out0[] = {6, 4, 3, 5, -1, 3};
+  const float tcont0[] = {0, 0, 1, 1, 0, 1};
+  expect_close("source", b.top[0]->data, src0, 4, 0);
+  expect_close("source_mask", b.top[1]->data, smask0, 4, 0);
+  expect_close("source_cont", b.top[2]->data, scont0, 4, 0);
+  expect_close("target_in", b.top[3]->data, in0, 6, 0);
+  expect_close("target_out", b.top[4]->data, out0, 6, 0);
+  expect_close("target_cont", b.top[5]->data, tcont0, 6, 0);
+  forward(&b); /* "de" -> C C C C, "abc" -> A B C: S = 3, T = 5 */
+  for (int t = 0; t < 6; t++) expect_shape(b.top[t], 2, t < 3 ? SHAPE(3, 2) : SHAPE(5, 2));
+  const float in1[] = {2, 2, 6, 4, 6, 5, 6, 6, 6, 0};
+  const float out1[] = {6, 4, 6, 5, 6, 6, 6, 3, 3, -1};
+  const float tcont1[] = {0, 0, 1, 1, 1, 1, 1, 1, 1, 0};
+  expect_close("target_in", b.top[3]->data, in1, 10, 0);
+  expect_close("target_out", b.top[4]->data, out1, 10, 0);
+  expect_close("target_cont", b.top[5]->data, tcont1, 10, 0);
+  assert_int_equal(b.l->ops->get_cursor(b.l), 2);
+  unbuild(&b);
+  /* a target longer than target_len allows (its tokens and </s>): refused by line, or cut to
+   * target_len tokens, the last of them no </s> (the target goes on) */
+  char text[1024];
+  snprintf(text, sizeof text, "name: 't' type: 'TextData' text_data_param { source: '%s/pairs.tsv' "
+           "mode: PAIRS batch_size: 2 seq_len: 4 target_len: 4 }", dir);
+  expect_fails_ex(text, TRAIN, NULL, 0, 6, false, KILN_ERR_DATA, "layer 't' (TextData)",
+                  "pairs.tsv:4: a target of 4 tokens and </s>, longer than "
+                  "text_data_param.target_len 4",
+                  "truncate: true");
+  built t = text_layer("mode: PAIRS batch_size: 4 seq_len: 2 target_len: 3 truncate: true "
+                       "pad_label: 9", 6, TRAIN);
+  forward(&t); /* c, ab, abc (cut to ab: A B C, all three kept), de (C C C C cut to C C C) */
+  expect_shape(t.top[0], 2, SHAPE(2, 4));
+  expect_shape(t.top[4], 2, SHAPE(3, 4));
+  const float in2[] = {2, 2, 2, 2, 6, 4, 4, 6, 0, 5, 5, 6};
+  const float out2[] = {6, 4, 4, 6, 3, 5, 5, 6, 9, 3, 6, 6};
+  expect_close("cut target_in", t.top[3]->data, in2, 12, 0);
+  expect_close("cut target_out", t.top[4]->data, out2, 12, 0);
+  unbuild(&t);
+  kiln_vocab_free(v);
+}
+
+/* What PAIRS refuses, by file and line: a target vocabulary without <s> or </s>, or without the
+ * <pad> it pads with; a line without a tab; a record without source tokens; a target token
+ * outside a vocabulary without <unk>; a source that is not .tsv; no target_len. */
+static void test_pairs_bad_inputs(void **state) {
+  (void)state;
+  const char *who = "layer 't' (TextData)";
+  kiln_vocab *v = text_file("pairs.tsv", pairs_text, "abcde");
+  kiln_vocab_free(v);
+  char text[1024];
+#define PAIRS(src, extra)                                                                          \
+  (snprintf(text, sizeof text, "name: 't' type: 'TextData' text_data_param { source: '%s/%s' "     \
+            "vocab: '%s/vocab.txt' mode: PAIRS batch_size: 2 seq_len: 8 target_len: 8 %s }", dir, \
+            src, dir, extra),                                                                      \
+   text)
+  write_file("target_vocab.txt", TARGET_VOCAB);
+  write_file("nostart.txt", "# kiln vocabulary: level word, lowercase 0, 6 tokens\n"
+                            "<pad>\n<unk>\n</s>\nA\nB\nC\n");
+  write_file("noend.txt", "# kiln vocabulary: level word, lowercase 0, 6 tokens\n"
+                          "<pad>\n<unk>\n<s>\nA\nB\nC\n");
+  write_file("nopad.txt", "# kiln vocabulary: level word, lowercase 0, 5 tokens\n"
+                          "<s>\n</s>\nA\nB\nC\n");
+  write_file("nounk.txt", "# kiln vocabulary: level word, lowercase 0, 6 tokens\n"
+                          "<pad>\n<s>\n</s>\nA\nB\nC\n");
+  const struct {
+    const char *file, *text, *target_vocab; /* text NULL: pairs.tsv as it is */
+    int code;
+    const char *want, *want2;
+  } bad[] = {
+      {"pairs.tsv", NULL, "nostart.txt", KILN_ERR_DATA, "nostart.txt has no <s> token",
+       "starts every target_in with <s> and ends every target_out with </s>"},
+      {"pairs.tsv", NULL, "noend.txt", KILN_ERR_DATA, "noend.txt has no </s> token", NULL},
+      {"pairs.tsv", NULL, "nopad.txt", KILN_ERR_DATA,
+       "nopad.txt has no <pad> token, which mode PAIRS pads with", NULL},
+      {"pairs.tsv", NULL, "nothere.txt", KILN_ERR_IO, "target_vocab: ", "nothere.txt"},
+      {"notab.tsv", "ab\tA B\nabc A B C\n", NULL, KILN_ERR_PARSE,
+       "notab.tsv:2: no tab: a line is SOURCE<TAB>TARGET", NULL},
+      {"nosource.tsv", "ab\tA B\n\tC\n", NULL, KILN_ERR_DATA,
+       "nosource.tsv:2: a record without source tokens", NULL},
+      {"unknown.tsv", "ab\tA B\nabc\tA D\n", "nounk.txt", KILN_ERR_DATA,
+       "unknown.tsv:2: token 'D' is not in the vocabulary", "nounk.txt"},
+      {"pairs.txt", "ab\tA B\n", NULL, KILN_ERR_DATA,
+       "pairs.txt: paired records are a .tsv file of SOURCE<TAB>TARGET lines", NULL},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    if (bad[i].text) write_file(bad[i].file, bad[i].text);
+    char extra[512] = ""; /* without one, target_vocab.txt beside the source */
+    if (bad[i].target_vocab)
+      snprintf(extra, sizeof extra, "target_vocab: '%s/%s'", dir, bad[i].target_vocab);
+    expect_fails_ex(PAIRS(bad[i].file, extra), TRAIN, NULL, 0, 6, false, bad[i].code, who,
+                    bad[i].want, bad[i].want2);
+  }
+  snprintf(text, sizeof text, "name: 't' type: 'TextData' text_data_param { source: "
+           "'%s/pairs.tsv' mode: PAIRS batch_size: 2 seq_len: 8 }", dir);
+  expect_create_fails(text, TRAIN, NULL, 0, 6, KILN_ERR_INVALID, who, "target_len must be set");
+  /* an empty target is one step: <s> in, </s> out */
+  write_file("empty.tsv", "ab\t\n");
+  built b = build(PAIRS("empty.tsv", ""), TRAIN, NULL, 0, 6);
+  forward(&b);
+  expect_shape(b.top[3], 2, SHAPE(1, 1));
+  assert_int_equal((int)b.top[3]->data[0], 2);
+  assert_int_equal((int)b.top[4]->data[0], 3);
+  unbuild(&b);
+#undef PAIRS
+}
+
+/* The records of a .tsv of pairs: both sides decoded, the target the rest of the line. */
+static int collect_pair(void *user, const char *source, size_t slen, const char *target,
+                        size_t tlen, int line) {
+  char *out = user;
+  char rec[128];
+  snprintf(rec, sizeof rec, "%d[%.*s|%.*s]", line, (int)slen, source, (int)tlen, target);
+  assert_int_equal(strlen(source), slen); /* NUL-terminated */
+  assert_int_equal(strlen(target), tlen);
+  strcat(out, rec);
+  return KILN_OK;
+}
+
+static void test_pair_records(void **state) {
+  (void)state;
+  char path[256], got[512] = "";
+  write_file("p.tsv", "a\\tb\tA B\nx\\\\\ty\tz\n");
+  assert_int_equal(kiln_text_pairs(in_dir("p.tsv", path, sizeof path), collect_pair, got),
+                   KILN_OK);
+  assert_string_equal(got, "1[a\tb|A B]2[x\\|y\tz]");
+  write_file("bad.tsv", "a\tA\nb\\q\tB\n");
+  assert_int_equal(kiln_text_pairs(in_dir("bad.tsv", path, sizeof path), collect_pair, got),
+                   KILN_ERR_PARSE);
+  expect_message("bad.tsv:2: a backslash", NULL, NULL);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_tokenizer),
@@ -573,6 +748,9 @@ int main(void) {
       cmocka_unit_test(test_tagged_bucketed),
       cmocka_unit_test(test_tagged_batches_as_sequences),
       cmocka_unit_test(test_tagged_bad_records),
+      cmocka_unit_test(test_pairs_bucketed),
+      cmocka_unit_test(test_pairs_bad_inputs),
+      cmocka_unit_test(test_pair_records),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -37,7 +37,7 @@ kiln_blob *label_blob(const char *name, int naxes, const int64_t *shape, int C, 
 typedef struct built {
   Caffe__LayerParameter *lp;
   kiln_layer *l;
-  kiln_blob *top[4];
+  kiln_blob *top[8];
   int ntop;
   bool own_tops;
 } built;
