@@ -158,6 +158,19 @@ static void test_vocab_build_and_file(void **state) {
   assert_int_equal(kiln_vocab_builder_finish(b, 1, 2, &v), KILN_ERR_INVALID);
   expect_message("the largest vocabulary 2", NULL, NULL);
   kiln_vocab_builder_free(b);
+  /* reserved tokens: right after <pad> and <unk>, whatever the text, and counted in max_size */
+  assert_int_equal(kiln_vocab_builder_new(KILN_TOKENS_WORD, false, &b), KILN_OK);
+  assert_int_equal(kiln_vocab_builder_reserve(b, "<s>"), KILN_OK);
+  assert_int_equal(kiln_vocab_builder_reserve(b, "</s>"), KILN_OK);
+  assert_int_equal(kiln_vocab_builder_add(b, "y x y", 5), KILN_OK);
+  assert_int_equal(kiln_vocab_builder_finish(b, 1, 4, &v), KILN_ERR_INVALID);
+  expect_message("the largest vocabulary 4: expected 0 (no limit) or 5", "reserved", NULL);
+  assert_int_equal(kiln_vocab_builder_finish(b, 1, 5, &v), KILN_OK);
+  const char *reserved[] = {"<pad>", "<unk>", "<s>", "</s>", "y"};
+  assert_int_equal(kiln_vocab_size(v), 5);
+  for (int i = 0; i < 5; i++) expect_token(v, i, reserved[i]);
+  kiln_vocab_free(v);
+  kiln_vocab_builder_free(b);
 }
 
 static void expect_bad_vocab(const char *text, const char *want) {

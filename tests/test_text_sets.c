@@ -189,7 +189,7 @@ static void test_fetch_checks_the_hash(void **state) {
 /* A cache whose split files are there (READY written) but not its vocabulary gets vocab.txt on
  * the next fetch, built from the train split by the set's rule: Moby Dick's characters as they
  * are, most frequent first, ties in byte order; the mails' words lowercased, those seen fewer
- * than 5 times left out. A set without a vocabulary (cmudict) gets none. */
+ * than 5 times left out; the dictionary's pairs a vocabulary per side. */
 static void test_vocabulary_beside_the_splits(void **state) {
   tmpdir_fixture *f = *state;
   char dir[512], path[600], cmd[4096];
@@ -215,12 +215,28 @@ static void test_vocabulary_beside_the_splits(void **state) {
   assert_file(dir, "vocab.txt",
               "# kiln vocabulary: level word, lowercase 1, 4 tokens\n<pad>\n<unk>\nnow\nbuy\n");
 
+  /* the dictionary: the words' characters as they are, and the phonemes (words, stress digits
+   * kept) with <s> and </s> reserved after <unk> */
   snprintf(dir, sizeof dir, "%s/cache/cmudict", f->dir);
-  snprintf(cmd, sizeof cmd, "mkdir -p '%s' && echo ready > '%s/READY'", dir, dir);
+  snprintf(cmd, sizeof cmd, "mkdir -p '%s' && printf 'ABBA\\tAE1 B AH0\\nBA\\tB AA1\\n"
+           "A.\\tEY1\\n' > '%s/train.tsv' && echo ready > '%s/READY'", dir, dir, dir);
   assert_int_equal(system(cmd), 0);
   assert_int_equal(kiln_data_fetch_text("cmudict", NULL, path, NULL), KILN_OK);
-  snprintf(path, sizeof path, "%s/vocab.txt", dir);
-  assert_false(exists(path));
+  /* A 3, B 3, . 1: ties by byte ('.' < 'A' < 'B') */
+  assert_file(dir, "vocab.txt",
+              "# kiln vocabulary: level char, lowercase 0, 5 tokens\n<pad>\n<unk>\nA\nB\n.\n");
+  /* B 2, then AA1, AE1, AH0, EY1 once each */
+  assert_file(dir, "target_vocab.txt",
+              "# kiln vocabulary: level word, lowercase 0, 9 tokens\n<pad>\n<unk>\n<s>\n</s>\n"
+              "B\nAA1\nAE1\nAH0\nEY1\n");
+  /* a cache holding one of the two gets the other, and the one it holds is left alone */
+  snprintf(cmd, sizeof cmd, "rm '%s/target_vocab.txt' && echo kept > '%s/vocab.txt'", dir, dir);
+  assert_int_equal(system(cmd), 0);
+  assert_int_equal(kiln_data_fetch_text("cmudict", NULL, path, NULL), KILN_OK);
+  assert_file(dir, "target_vocab.txt",
+              "# kiln vocabulary: level word, lowercase 0, 9 tokens\n<pad>\n<unk>\n<s>\n</s>\n"
+              "B\nAA1\nAE1\nAH0\nEY1\n");
+  assert_file(dir, "vocab.txt", "kept\n");
 }
 
 /* `n` times c. */

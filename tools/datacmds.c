@@ -12,7 +12,7 @@
 static int convert_usage(void) {
   fprintf(stderr, "usage: kiln convert idx IMAGES LABELS OUT_LMDB\n"
                   "       kiln convert text TEXT... OUT_VOCAB [--level char|word] [--lowercase]\n"
-                  "                         [--min-count K] [--max-size V]\n"
+                  "                         [--min-count K] [--max-size V] [--pairs source|target]\n"
                   "       kiln convert cifar10 ARCHIVE_OR_DIR OUT_LMDB [--test]\n"
                   "       kiln convert cifar100 ARCHIVE_OR_DIR OUT_LMDB [--test] [--coarse]\n");
   return 2;
@@ -52,6 +52,20 @@ static int add_record(void *user, const char *text, size_t len, int label, int l
   return kiln_vocab_builder_add(user, text, len);
 }
 
+/* One side of a .tsv of pairs: the builder counts it, ignoring the other. */
+typedef struct {
+  kiln_vocab_builder *b;
+  bool target;
+} pair_side;
+
+static int add_pair(void *user, const char *source, size_t slen, const char *target, size_t tlen,
+                    int line) {
+  (void)line;
+  pair_side *p = user;
+  return p->target ? kiln_vocab_builder_add(p->b, target, tlen)
+                   : kiln_vocab_builder_add(p->b, source, slen);
+}
+
 /* A whole number in lo..hi for option `opt`, or an error naming it. */
 static bool parse_whole(const char *opt, const char *v, long lo, long hi, long *out) {
   char *end;
@@ -65,10 +79,13 @@ static bool parse_whole(const char *opt, const char *v, long lo, long hi, long *
   return true;
 }
 
-/* kiln convert text TEXT... OUT_VOCAB: the vocabulary of the texts (records of .tsv files). */
+/* kiln convert text TEXT... OUT_VOCAB: the vocabulary of the texts (records of .tsv files); with
+ * --pairs, of one side of .tsv files of SOURCE<TAB>TARGET pairs, the target's with <s> and </s>
+ * reserved, as TextData's PAIRS mode needs them. */
 static int convert_text(int argc, char **argv) {
   kiln_token_level level = KILN_TOKENS_CHAR;
   bool lowercase = false;
+  int pairs = 0; /* 1: the sources, 2: the targets */
   long min_count = 1, max_size = 0;
   const char **pos = calloc((size_t)argc, sizeof *pos);
   int npos = 0;
@@ -78,10 +95,18 @@ static int convert_text(int argc, char **argv) {
     bool ok = true;
     if (!strcmp(a, "--lowercase")) {
       lowercase = true;
-    } else if (!strcmp(a, "--level") || !strcmp(a, "--min-count") || !strcmp(a, "--max-size")) {
+    } else if (!strcmp(a, "--level") || !strcmp(a, "--min-count") || !strcmp(a, "--max-size") ||
+               !strcmp(a, "--pairs")) {
       if (i + 1 >= argc) {
         fprintf(stderr, "kiln convert text: missing value for '%s'\n", a);
         ok = false;
+      } else if (!strcmp(a, "--pairs")) {
+        const char *v = argv[++i];
+        pairs = !strcmp(v, "source") ? 1 : !strcmp(v, "target") ? 2 : 0;
+        if (!pairs) {
+          fprintf(stderr, "kiln convert text: --pairs '%s': expected source or target\n", v);
+          ok = false;
+        }
       } else if (!strcmp(a, "--level")) {
         const char *v = argv[++i];
         if (!strcmp(v, "char")) level = KILN_TOKENS_CHAR;
@@ -113,7 +138,11 @@ static int convert_text(int argc, char **argv) {
   kiln_vocab_builder *b = NULL;
   kiln_vocab *v = NULL;
   int rc = kiln_vocab_builder_new(level, lowercase, &b);
-  for (int i = 0; !rc && i < npos - 1; i++) rc = kiln_text_records(pos[i], add_record, b);
+  if (!rc && pairs == 2) rc = kiln_vocab_builder_reserve(b, KILN_VOCAB_BOS);
+  if (!rc && pairs == 2) rc = kiln_vocab_builder_reserve(b, KILN_VOCAB_EOS);
+  pair_side side = {b, pairs == 2};
+  for (int i = 0; !rc && i < npos - 1; i++)
+    rc = pairs ? kiln_text_pairs(pos[i], add_pair, &side) : kiln_text_records(pos[i], add_record, b);
   if (!rc) rc = kiln_vocab_builder_finish(b, min_count, (int)max_size, &v);
   if (!rc) rc = kiln_vocab_write(v, pos[npos - 1]);
   if (!rc)

