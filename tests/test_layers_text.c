@@ -749,6 +749,33 @@ static void test_pair_records(void **state) {
   expect_message("bad.tsv:2: a backslash", NULL, NULL);
 }
 
+/* ---- edit distance ------------------------------------------------------------------------ */
+
+static size_t distance(const char *a, const char *b) {
+  int32_t x[32], y[32];
+  size_t na = strlen(a), nb = strlen(b);
+  for (size_t i = 0; i < na; i++) x[i] = a[i];
+  for (size_t i = 0; i < nb; i++) y[i] = b[i];
+  size_t d = 99;
+  assert_int_equal(kiln_edit_distance(x, na, y, nb, &d), KILN_OK);
+  return d;
+}
+
+static void test_edit_distance(void **state) {
+  (void)state;
+  assert_int_equal(distance("", ""), 0);
+  assert_int_equal(distance("abc", ""), 3);
+  assert_int_equal(distance("", "ab"), 2);
+  assert_int_equal(distance("abc", "abc"), 0);
+  assert_int_equal(distance("abc", "abd"), 1);      /* a substitution */
+  assert_int_equal(distance("abc", "ac"), 1);       /* a deletion */
+  assert_int_equal(distance("ac", "abc"), 1);       /* an insertion */
+  assert_int_equal(distance("kitten", "sitting"), 3);
+  assert_int_equal(distance("sitting", "kitten"), 3); /* symmetric */
+  assert_int_equal(distance("abcdef", "badcfe"), 4); /* no transpositions: two edits each */
+  assert_int_equal(distance("aaaa", "bbb"), 4);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_tokenizer),
@@ -764,6 +791,7 @@ int main(void) {
       cmocka_unit_test(test_pairs_bucketed),
       cmocka_unit_test(test_pairs_bad_inputs),
       cmocka_unit_test(test_pair_records),
+      cmocka_unit_test(test_edit_distance),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -203,6 +203,11 @@ int kiln_vocab_builder_finish(kiln_vocab_builder *b, int64_t min_count, int max_
                               kiln_vocab **out);
 void kiln_vocab_builder_free(kiln_vocab_builder *b);
 
+/* The Levenshtein distance between a[0 .. na) and b[0 .. nb): the fewest insertions, deletions
+ * and substitutions of one token that turn a into b (a decoded sequence against its reference:
+ * the token error rate is the sum of the distances over the sum of the references' lengths). */
+int kiln_edit_distance(const int32_t *a, size_t na, const int32_t *b, size_t nb, size_t *out);
+
 /* ---- text records ------------------------------------------------------------------------- */
 
 /* The records of a text file: a .tsv file is one record per line, "LABEL<TAB>TEXT" with LABEL a
