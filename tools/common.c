@@ -65,6 +65,19 @@ int tool_common_option(tool_common *c, int argc, char **argv, int *i) {
   return 1;
 }
 
+int tool_option_value(const char *cmd, tool_common *c, int argc, char **argv, int *i,
+                      const char **opt, const char **val) {
+  int r = tool_common_option(c, argc, argv, i);
+  if (r) return r < 0 ? -1 : 0;
+  *opt = argv[*i];
+  if (*i + 1 >= argc) {
+    fprintf(stderr, "kiln %s: %s needs a value\n", cmd, *opt);
+    return -1;
+  }
+  *val = argv[++*i];
+  return 1;
+}
+
 int tool_metrics_open(tool_metrics *m, const char *path) {
   memset(m, 0, sizeof *m);
   m->tty = isatty(STDERR_FILENO);
@@ -144,12 +157,19 @@ void tool_on_event(const kiln_event *e, void *user) {
 
 int tool_load_net(const char *model, int phase, const char *const *stages, int nstages,
                   uint64_t max_memory, kiln_net **net, ProtobufCMessage **msg) {
+  return tool_load_net_edited(model, phase, stages, nstages, max_memory, NULL, NULL, net, msg);
+}
+
+int tool_load_net_edited(const char *model, int phase, const char *const *stages, int nstages,
+                         uint64_t max_memory, tool_net_edit edit, void *user, kiln_net **net,
+                         ProtobufCMessage **msg) {
   kiln_config cfg; /* copied into the net */
   *net = NULL;
   *msg = NULL;
   KILN_TRY(kiln_config_from_env(&cfg));
   KILN_TRY(kiln_text_parse_file(model, &caffe__net_parameter__descriptor, msg));
   int rc = kiln_net_param_upgrade((Caffe__NetParameter *)*msg, model, NULL);
+  if (!rc && edit) rc = edit((Caffe__NetParameter *)*msg, user);
   if (!rc) {
     kiln_net_options o = {.phase = phase, .seed = 1701, .max_memory = max_memory,
                           .source = model, .share_diffs = true, .config = &cfg,

@@ -23,6 +23,12 @@ static void usage(FILE *f) {
           "  sample --model DEPLOY.prototxt --weights W.caffemodel --vocab V.txt [--prime TEXT]\n"
           "        [--length N] [--temperature T] [--seed S]\n"
           "        text from a language model, a token at a time (temperature 0: the likeliest)\n"
+          "  decode --model DEPLOY.prototxt --weights W.caffemodel --vocab SRC.txt\n"
+          "        --target-vocab TGT.txt --input PAIRS.tsv [--beam K] [--max-len L] [--limit N]\n"
+          "        [--output OUT.tsv]\n"
+          "        decode each source of a .tsv of pairs with an encoder-decoder net (greedy, or\n"
+          "        beam search of width K) and print the token (phoneme) error rate and the\n"
+          "        share decoded exactly right\n"
           "  time --model M.prototxt [--iterations N] [--phase TRAIN|TEST]\n"
           "        per-layer forward and backward times (random weights and inputs)\n"
           "  describe --model M.prototxt [--phase TRAIN|TEST]\n"
@@ -76,6 +82,7 @@ int main(int argc, char **argv) {
   if (!strcmp(cmd, "ce")) return cmd_ce(argc - 1, argv + 1);
   if (!strcmp(cmd, "upgrade")) return cmd_upgrade(argc - 1, argv + 1);
   if (!strcmp(cmd, "sample")) return cmd_sample(argc - 1, argv + 1);
+  if (!strcmp(cmd, "decode")) return cmd_decode(argc - 1, argv + 1);
   fprintf(stderr, "kiln: unknown command '%s' (see kiln --help)\n", cmd);
   return 2;
 }

@@ -19,15 +19,10 @@ static int parse_net_args(const char *cmd, int argc, char **argv, net_args *a, i
   a->phase = default_phase;
   a->iterations = default_iters;
   for (int i = 1; i < argc; i++) {
-    int r = tool_common_option(&a->c, argc, argv, &i);
+    const char *o, *v;
+    int r = tool_option_value(cmd, &a->c, argc, argv, &i, &o, &v);
     if (r < 0) return 2;
-    if (r > 0) continue;
-    const char *o = argv[i];
-    if (i + 1 >= argc) {
-      fprintf(stderr, "kiln %s: %s needs a value\n", cmd, o);
-      return 2;
-    }
-    const char *v = argv[++i];
+    if (r == 0) continue;
     if (!strcmp(o, "--model")) a->model = v;
     else if (!strcmp(o, "--weights")) a->weights = v;
     else if (!strcmp(o, "--iterations")) {

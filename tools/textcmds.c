@@ -27,15 +27,10 @@ static int parse_sample_args(int argc, char **argv, sample_args *a) {
   a->temperature = 1.0;
   a->seed = 1;
   for (int i = 1; i < argc; i++) {
-    int r = tool_common_option(&a->c, argc, argv, &i);
+    const char *o, *v;
+    int r = tool_option_value("sample", &a->c, argc, argv, &i, &o, &v);
     if (r < 0) return 2;
-    if (r > 0) continue;
-    const char *o = argv[i];
-    if (i + 1 >= argc) {
-      fprintf(stderr, "kiln sample: %s needs a value\n", o);
-      return 2;
-    }
-    const char *v = argv[++i];
+    if (r == 0) continue;
     char *end;
     if (!strcmp(o, "--model")) a->model = v;
     else if (!strcmp(o, "--weights")) a->weights = v;

@@ -18,6 +18,7 @@ int cmd_compare_weights(int argc, char **argv);
 int cmd_ce(int argc, char **argv);
 int cmd_upgrade(int argc, char **argv);
 int cmd_sample(int argc, char **argv);
+int cmd_decode(int argc, char **argv);
 
 /* Caffe's spellings of the options (-solver=F, --solver=F, -solver F) rewritten as kiln's
  * (--solver F), Caffe's -gpu dropped with a warning: the new argument count, *out the new
@@ -37,6 +38,10 @@ typedef struct {
   int threads;
 } tool_common;
 int tool_common_option(tool_common *c, int argc, char **argv, int *i);
+/* A command's option at argv[*i] taken as `--name value` (*opt, *val; *i moves past the value):
+ * 1; 0 for a common option, taken; -1 after printing why (a missing value, a bad common one). */
+int tool_option_value(const char *cmd, tool_common *c, int argc, char **argv, int *i,
+                      const char **opt, const char **val);
 
 /* The metrics file (include/kiln/metrics.h; none without --metrics) and the human output. */
 typedef struct {
@@ -57,6 +62,12 @@ void tool_metrics_write(tool_metrics *m, const char *event, int iter, double tim
  * *msg: free both with tool_free_net, the net first. */
 int tool_load_net(const char *model, int phase, const char *const *stages, int nstages,
                   uint64_t max_memory, kiln_net **net, ProtobufCMessage **msg);
+/* tool_load_net with `edit` (when not NULL) run on the upgraded message before the net is built
+ * (kiln decode plans its inputs' largest shapes). */
+typedef int (*tool_net_edit)(Caffe__NetParameter *np, void *user);
+int tool_load_net_edited(const char *model, int phase, const char *const *stages, int nstages,
+                         uint64_t max_memory, tool_net_edit edit, void *user, kiln_net **net,
+                         ProtobufCMessage **msg);
 void tool_free_net(kiln_net *net, ProtobufCMessage *msg);
 
 /* The solver's event callback: metrics file plus human output on stderr. */

@@ -90,6 +90,11 @@ void kiln_net_zero_param_diff(kiln_net *net);
  * parameters (kiln_net_share_params) must share them again. */
 void kiln_net_place_param_diff(kiln_net *net, float *to);
 
+/* After the caller gave the tops of the Input layers other shapes than the prototxt's: every
+ * other layer reshaped to follow, in order. Shapes up to those the net was built with allocate
+ * nothing (build it at the largest: kiln_seq2seq_plan). */
+int kiln_net_reshape_inputs(kiln_net *net);
+
 kiln_blob *kiln_net_blob(const kiln_net *net, const char *name);
 kiln_layer *kiln_net_layer(const kiln_net *net, const char *name);
 
@@ -137,6 +142,48 @@ typedef struct kiln_derived_metric {
  * already has is left out (the output is reported as it is). Writes at most
  * KILN_NET_MAX_DERIVED entries to out and returns how many. */
 int kiln_net_derived_metrics(const kiln_net *net, const double *mean, kiln_derived_metric *out);
+
+/* ---- encoder-decoder models: decoding (src/net/seq2seq.c; docs/sequence.md) --------------- */
+
+/* A decoding net is a deploy net whose inputs are named as TextData PAIRS' tops: "source" and
+ * "target_in" (the source's ids and the current target token), and where the net reads them
+ * "source_mask", "source_cont" and "target_cont"; one of its outputs holds every step's scores
+ * of the target vocabulary's tokens (logits, T x N x V). */
+#define KILN_S2S_NINPUTS 5
+
+/* Before the net is built: gives its inputs (a deploy header's input_shape, or Input layers)
+ * the largest shapes a decode uses, max_source x max_streams for the source's and max_steps x
+ * max_streams for the target's, so that the memory planned serves every pass. Refuses, naming
+ * `model`, an input of another name, one not declared with two axes, and a net without source
+ * or target_in. */
+int kiln_seq2seq_plan(Caffe__NetParameter *np, const char *model, int max_source,
+                      int max_streams, int max_steps);
+
+/* The target vocabulary's special ids: <s> starts target_in, </s> ends a target; neither <pad>
+ * nor <s> is ever decoded. */
+typedef struct kiln_seq2seq_marks {
+  int bos, eos, pad;
+} kiln_seq2seq_marks;
+
+typedef struct kiln_seq2seq kiln_seq2seq;
+/* A decoder on a net built after kiln_seq2seq_plan, whose scores have vocab_size tokens. */
+int kiln_seq2seq_open(kiln_net *net, int vocab_size, const kiln_seq2seq_marks *marks,
+                      const char *model, kiln_seq2seq **out);
+void kiln_seq2seq_free(kiln_seq2seq *d);
+/* Decodes source[0 .. S) into out (room for max_len tokens), *n tokens without the </s>, and
+ * *score its log-probability (with the </s>, where it ended). Greedy: the likeliest token at
+ * every step, one pass a token, the decoder's recurrent state carried from pass to pass. Stops
+ * at </s> or after max_len tokens. */
+int kiln_seq2seq_greedy(kiln_seq2seq *d, const int32_t *source, int S, int max_len,
+                        int32_t *out, int *n, double *score);
+/* Beam search of width `beam` (at most the planned streams), each step recomputing the live
+ * hypotheses' prefixes as one pass of `beam` streams (max_len at most the planned steps): the
+ * best `beam` extensions of the live hypotheses go on, those that end with </s> finish, and the
+ * search stops when no live hypothesis can beat the best finished one (log-probabilities never
+ * rise). The best finished hypothesis, or at max_len without one the best live one. A beam of 1
+ * chooses what greedy does. */
+int kiln_seq2seq_beam(kiln_seq2seq *d, const int32_t *source, int S, int beam, int max_len,
+                      int32_t *out, int *n, double *score);
 
 /* Human-readable layer table (name, type, top shape, params, MFLOPs) and memory plan; caller
  * frees the string. */

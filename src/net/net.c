@@ -417,6 +417,15 @@ int kiln_net_layer_backward(kiln_net *net, int i) {
   return need && head->ops->backward ? head->ops->backward(head) : KILN_OK;
 }
 
+int kiln_net_reshape_inputs(kiln_net *net) {
+  for (int i = 0; i < net->nlayers; i++) {
+    kiln_layer *l = net->layers[i];
+    /* an Input layer's reshape would put back the prototxt's shapes */
+    if (!l->ops->fed_by_caller) KILN_TRY(l->ops->reshape(l));
+  }
+  return KILN_OK;
+}
+
 int kiln_net_forward(kiln_net *net, float *loss) {
   const net_internal *in = net->internal;
   double total = 0;

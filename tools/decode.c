@@ -1,0 +1,280 @@
+/* kiln decode: an encoder-decoder model's outputs for the sources of a .tsv of pairs, judged
+ * against their targets: the token error rate (the phoneme error rate of a G2P model: the total
+ * edit distance over the total reference length) and the share decoded exactly right (word
+ * accuracy). The decoding itself, greedy or beam search, is the library's (src/net/seq2seq.c);
+ * this reads the records, prints and writes. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "kiln/data.h"
+#include "tool.h"
+
+typedef struct {
+  tool_common c;
+  const char *model, *weights, *vocab, *target_vocab, *input, *output;
+  int beam; /* 0: greedy */
+  int max_len, limit;
+} decode_args;
+
+/* A whole number >= lo for option o, or a message and false. */
+static bool whole_option(const char *o, const char *v, int lo, int *out) {
+  if (tool_parse_int(v, out) && *out >= lo) return true;
+  fprintf(stderr, "kiln decode: %s: '%s' is not a whole number >= %d\n", o, v, lo);
+  return false;
+}
+
+static int parse_decode_args(int argc, char **argv, decode_args *a) {
+  memset(a, 0, sizeof *a);
+  a->max_len = 50;
+  for (int i = 1; i < argc; i++) {
+    const char *o, *v;
+    int r = tool_option_value("decode", &a->c, argc, argv, &i, &o, &v);
+    if (r < 0) return 2;
+    if (r == 0) continue;
+    if (!strcmp(o, "--model")) a->model = v;
+    else if (!strcmp(o, "--weights")) a->weights = v;
+    else if (!strcmp(o, "--vocab")) a->vocab = v;
+    else if (!strcmp(o, "--target-vocab")) a->target_vocab = v;
+    else if (!strcmp(o, "--input")) a->input = v;
+    else if (!strcmp(o, "--output")) a->output = v;
+    else if (!strcmp(o, "--beam")) {
+      if (!whole_option(o, v, 1, &a->beam)) return 2;
+    } else if (!strcmp(o, "--max-len")) {
+      if (!whole_option(o, v, 1, &a->max_len)) return 2;
+    } else if (!strcmp(o, "--limit")) {
+      if (!whole_option(o, v, 1, &a->limit)) return 2;
+    } else {
+      fprintf(stderr, "kiln decode: unknown option '%s' (see kiln --help)\n", o);
+      return 2;
+    }
+  }
+  if (!a->model || !a->weights || !a->vocab || !a->target_vocab || !a->input) {
+    fprintf(stderr, "kiln decode: --model, --weights, --vocab, --target-vocab and --input are "
+                    "required\n");
+    return 2;
+  }
+  return 0;
+}
+
+/* The records: each source's ids (through the source vocabulary, <unk> for what it lacks) and
+ * each reference's (through the target vocabulary, -1 for what it lacks: a token the model
+ * cannot produce, so never a match), and the source texts for --output. */
+typedef struct {
+  const kiln_vocab *sv, *tv;
+  const char *path;
+  int line, limit;
+  int32_t *ids;
+  size_t nids, cap;
+  size_t *src, *ref; /* record r: source ids[src[r] .. ref[r]), reference ids[ref[r] .. src[r+1]) */
+  char **text;
+  int n, rcap, longest;
+  bool to_unk; /* the side being read maps unknown tokens to <unk> */
+  const kiln_vocab *v;
+} records;
+
+static int push_id(records *rs, int32_t id) {
+  if (rs->nids == rs->cap) {
+    size_t cap = rs->cap ? 2 * rs->cap : 4096;
+    int32_t *ids = realloc(rs->ids, cap * sizeof *ids);
+    if (!ids) return kiln_errorf(KILN_ERR_NOMEM, "out of memory for the records of %s", rs->path);
+    rs->ids = ids;
+    rs->cap = cap;
+  }
+  rs->ids[rs->nids++] = id;
+  return KILN_OK;
+}
+
+static int take_id(void *user, const char *tok, size_t len) {
+  records *rs = user;
+  int id = kiln_vocab_id(rs->v, tok, len);
+  if (id < 0 && rs->to_unk) {
+    id = kiln_vocab_unk_id(rs->v);
+    if (id < 0)
+      return kiln_errorf(KILN_ERR_DATA, "%s:%d: source token '%.*s' is not in the vocabulary, "
+                         "which has no %s", rs->path, rs->line, (int)(len < 40 ? len : 40), tok,
+                         KILN_VOCAB_UNK);
+  }
+  return push_id(rs, id);
+}
+
+static int take_record(void *user, const char *source, size_t slen, const char *target,
+                       size_t tlen, int line) {
+  records *rs = user;
+  if (rs->limit && rs->n == rs->limit) return KILN_OK;
+  if (rs->n + 1 >= rs->rcap) {
+    int cap = rs->rcap ? 2 * rs->rcap : 1024;
+    size_t *src = realloc(rs->src, (size_t)cap * sizeof *src);
+    if (src) rs->src = src;
+    size_t *ref = realloc(rs->ref, (size_t)cap * sizeof *ref);
+    if (ref) rs->ref = ref;
+    char **text = realloc(rs->text, (size_t)cap * sizeof *text);
+    if (text) rs->text = text;
+    if (!src || !ref || !text) return kiln_errorf(KILN_ERR_NOMEM, "out of memory");
+    rs->rcap = cap;
+  }
+  rs->line = line;
+  rs->src[rs->n] = rs->nids;
+  rs->v = rs->sv;
+  rs->to_unk = true;
+  KILN_TRY(kiln_tokenize(source, slen, kiln_vocab_level(rs->sv), kiln_vocab_lowercase(rs->sv),
+                         take_id, rs));
+  int S = (int)(rs->nids - rs->src[rs->n]);
+  if (S == 0) return kiln_errorf(KILN_ERR_DATA, "%s:%d: a record without source tokens", rs->path, line);
+  if (S > rs->longest) rs->longest = S;
+  rs->ref[rs->n] = rs->nids;
+  rs->v = rs->tv;
+  rs->to_unk = false;
+  KILN_TRY(kiln_tokenize(target, tlen, kiln_vocab_level(rs->tv), kiln_vocab_lowercase(rs->tv),
+                         take_id, rs));
+  if (!(rs->text[rs->n] = kiln_strdup(source))) return kiln_errorf(KILN_ERR_NOMEM, "out of memory");
+  rs->n++;
+  rs->src[rs->n] = rs->nids; /* where the next record starts: this one's reference ends */
+  return KILN_OK;
+}
+
+static void free_records(records *rs) {
+  for (int r = 0; r < rs->n; r++) free(rs->text[r]);
+  free(rs->text);
+  free(rs->ids);
+  free(rs->src);
+  free(rs->ref);
+}
+
+/* The marks the decoder needs, or a message naming the vocabulary. */
+static bool target_marks(const kiln_vocab *tv, const char *path, kiln_seq2seq_marks *m) {
+  m->bos = kiln_vocab_id(tv, KILN_VOCAB_BOS, strlen(KILN_VOCAB_BOS));
+  m->eos = kiln_vocab_id(tv, KILN_VOCAB_EOS, strlen(KILN_VOCAB_EOS));
+  m->pad = kiln_vocab_pad_id(tv);
+  const char *missing = m->bos < 0 ? KILN_VOCAB_BOS : m->eos < 0 ? KILN_VOCAB_EOS : NULL;
+  if (!missing) return true;
+  fprintf(stderr,
+          "kiln decode: --target-vocab: %s has no %s token: decoding starts with %s and ends at "
+          "%s (kiln convert text --pairs target adds both)\n",
+          path, missing, KILN_VOCAB_BOS, KILN_VOCAB_EOS);
+  return false;
+}
+
+typedef struct {
+  int max_source, streams, steps;
+  const char *model;
+} plan_args;
+
+static int plan(Caffe__NetParameter *np, void *user) {
+  const plan_args *p = user;
+  return kiln_seq2seq_plan(np, p->model, p->max_source, p->streams, p->steps);
+}
+
+/* s escaped as a .tsv field (\\ \t \n \r). */
+static void put_escaped(kiln_strbuf *b, const char *s, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    char c = s[i];
+    if (c == '\\' || c == '\t' || c == '\n' || c == '\r')
+      kiln_strbuf_printf(b, "\\%c", c == '\\' ? '\\' : c == '\t' ? 't' : c == '\n' ? 'n' : 'r');
+    else
+      kiln_strbuf_printf(b, "%c", c);
+  }
+}
+
+/* SOURCE<TAB>DECODED, the decoded tokens as the target vocabulary's tokenizer would cut them
+ * again (words apart by a space), so the file is a .tsv of pairs itself. */
+static void put_decoded(kiln_strbuf *b, const kiln_vocab *tv, const char *source,
+                        const int32_t *ids, int n) {
+  put_escaped(b, source, strlen(source));
+  kiln_strbuf_printf(b, "\t");
+  for (int i = 0; i < n; i++) {
+    size_t len;
+    const char *t = kiln_vocab_token(tv, ids[i], &len);
+    if (i && kiln_vocab_level(tv) == KILN_TOKENS_WORD) kiln_strbuf_printf(b, " ");
+    if (t) put_escaped(b, t, len);
+  }
+  kiln_strbuf_printf(b, "\n");
+}
+
+int cmd_decode(int argc, char **argv) {
+  decode_args a;
+  int r = parse_decode_args(argc, argv, &a);
+  if (r) return r;
+  kiln_vocab *sv = NULL, *tv = NULL;
+  kiln_net *net = NULL;
+  ProtobufCMessage *msg = NULL;
+  kiln_seq2seq *dec = NULL;
+  records rs = {0};
+  int32_t *out = NULL;
+  kiln_strbuf decoded = {0}; /* --output, written whole at the end */
+  int code = 0;
+  kiln_config cfg;
+  char spath[4096], tpath[4096], ipath[4096];
+  if (kiln_config_from_env(&cfg) || kiln_data_source_path(&cfg, a.vocab, spath, sizeof spath) ||
+      kiln_data_source_path(&cfg, a.target_vocab, tpath, sizeof tpath) ||
+      kiln_data_source_path(&cfg, a.input, ipath, sizeof ipath) || kiln_vocab_read(spath, &sv) ||
+      kiln_vocab_read(tpath, &tv)) {
+    code = tool_fail("decode");
+    goto done;
+  }
+  kiln_seq2seq_marks marks;
+  if (!target_marks(tv, tpath, &marks)) {
+    code = 2;
+    goto done;
+  }
+  rs = (records){.sv = sv, .tv = tv, .path = ipath, .limit = a.limit};
+  if (kiln_text_pairs(ipath, take_record, &rs)) {
+    code = tool_fail("decode");
+    goto done;
+  }
+  if (rs.n == 0) {
+    fprintf(stderr, "kiln decode: %s: no records\n", ipath);
+    code = 1;
+    goto done;
+  }
+  plan_args p = {rs.longest, a.beam ? a.beam : 1, a.beam ? a.max_len : 1, a.model};
+  out = malloc((size_t)a.max_len * sizeof *out);
+  if (!out || tool_load_net_edited(a.model, CAFFE__PHASE__TEST, NULL, 0, a.c.max_memory, plan, &p,
+                                   &net, &msg) ||
+      kiln_net_load_weights(net, a.weights) ||
+      kiln_seq2seq_open(net, kiln_vocab_size(tv), &marks, a.model, &dec)) {
+    code = tool_fail("decode");
+    goto done;
+  }
+  size_t edits = 0, reference = 0;
+  int exact = 0;
+  for (int k = 0; k < rs.n; k++) {
+    const int32_t *src = rs.ids + rs.src[k], *ref = rs.ids + rs.ref[k];
+    int S = (int)(rs.ref[k] - rs.src[k]), R = (int)(rs.src[k + 1] - rs.ref[k]), n = 0;
+    double score;
+    size_t d = 0;
+    int rc = a.beam ? kiln_seq2seq_beam(dec, src, S, a.beam, a.max_len, out, &n, &score)
+                    : kiln_seq2seq_greedy(dec, src, S, a.max_len, out, &n, &score);
+    if (!rc) rc = kiln_edit_distance(out, (size_t)n, ref, (size_t)R, &d);
+    if (rc) {
+      code = tool_fail("decode");
+      goto done;
+    }
+    edits += d;
+    reference += (size_t)R;
+    exact += d == 0;
+    if (a.output) put_decoded(&decoded, tv, rs.text[k], out, n);
+  }
+  if (a.output) {
+    int rc = decoded.failed ? kiln_errorf(KILN_ERR_NOMEM, "out of memory for %s", a.output)
+                            : kiln_write_file_atomic(a.output, decoded.s, decoded.len);
+    if (rc) {
+      code = tool_fail("decode: --output");
+      goto done;
+    }
+  }
+  printf("records = %d (%s)\n", rs.n, a.beam ? "beam search" : "greedy");
+  if (a.beam) printf("beam = %d\n", a.beam);
+  printf("per = %.6f (%zu edits / %zu reference tokens)\n",
+         reference ? (double)edits / (double)reference : 0.0, edits, reference);
+  printf("word_accuracy = %.6f (%d / %d exactly right)\n", (double)exact / rs.n, exact, rs.n);
+  if (fflush(stdout) != 0) code = 1;
+done:
+  free(decoded.s);
+  kiln_seq2seq_free(dec);
+  tool_free_net(net, msg);
+  free(out);
+  free_records(&rs);
+  kiln_vocab_free(sv);
+  kiln_vocab_free(tv);
+  return code;
+}
