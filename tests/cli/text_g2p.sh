@@ -1,0 +1,189 @@
+# An encoder-decoder end to end: spelling to phonemes on 40 made-up words (letters read by a few
+# rules, with context: c is S before e, th is one phoneme, a final e is silent). TextData's
+# PAIRS records through a bidirectional LSTM encoder, an LSTM decoder and attention learn them;
+# `kiln decode` then spells every word out exactly, greedily and with beam search (PER 0, every
+# word right, the decoded file the pairs file itself). A model stopped early shows that a beam of
+# one chooses what greedy does and that the printed PER is the decoded file's. Bad inputs are
+# refused naming the file and line: a target vocabulary without <s>, a record without a tab, a
+# deploy net without the decoder's inputs.
+source "$(dirname "$0")/lib.bash"
+cd "$WORK"
+export OMP_NUM_THREADS=1
+
+python3 - <<'PY'
+import random
+r = random.Random(4)
+ph = {"a": "AE1", "b": "B", "d": "D", "e": "EH1", "o": "OW1", "s": "S", "t": "T", "m": "M",
+      "h": "HH"}
+def pron(w):
+    out, i = [], 0
+    while i < len(w):
+        if w[i:i + 2] == "th": out.append("TH"); i += 2; continue
+        if w[i] == "c": out.append("S" if w[i + 1:i + 2] == "e" else "K"); i += 1; continue
+        if w[i] == "e" and i == len(w) - 1 and len(w) > 2: i += 1; continue
+        out.append(ph[w[i]]); i += 1
+    return " ".join(out)
+words = set()
+while len(words) < 40:
+    words.add("".join(r.choice("abcdehostm") for _ in range(r.randint(2, 6))))
+with open("pairs.tsv", "w") as f:
+    for w in sorted(words): f.write(f"{w.upper()}\t{pron(w)}\n")
+PY
+need "source vocabulary" -- "$KILN" convert text pairs.tsv vocab.txt --pairs source
+need "target vocabulary" -- "$KILN" convert text pairs.tsv target_vocab.txt --pairs target --level word
+# the 10 letters, and the 11 phonemes after <pad> <unk> <s> </s>
+[ "$(sed -n 1p vocab.txt)" = "# kiln vocabulary: level char, lowercase 0, 12 tokens" ] && \
+  [ "$(sed -n 1p target_vocab.txt)" = "# kiln vocabulary: level word, lowercase 0, 15 tokens" ] && \
+  [ "$(sed -n 4,5p target_vocab.txt | tr '\n' ' ')" = "<s> </s> " ] && pass \
+  || fail "vocabularies: $(head -1 vocab.txt) / $(head -5 target_vocab.txt | tr '\n' ' ')"
+
+layers() { # after the inputs, shared by the training and the decoding net
+  cat <<'NET'
+layer { name: "embed_src" type: "Embed" bottom: "source" top: "embed_src"
+  embed_param { num_output: 16 input_dim: 12 bias_term: false
+                weight_filler { type: "uniform" min: -0.5 max: 0.5 } } }
+layer { name: "encoder" type: "LSTM" bottom: "embed_src" bottom: "source_cont" top: "encoder"
+  recurrent_param { num_output: 16 bidirectional: true
+                    weight_filler { type: "uniform" min: -0.2 max: 0.2 } } }
+layer { name: "embed_tgt" type: "Embed" bottom: "target_in" top: "embed_tgt"
+  embed_param { num_output: 16 input_dim: 15 bias_term: false
+                weight_filler { type: "uniform" min: -0.5 max: 0.5 } } }
+layer { name: "decoder" type: "LSTM" bottom: "embed_tgt" bottom: "target_cont" top: "decoder"
+  recurrent_param { num_output: 32 weight_filler { type: "uniform" min: -0.2 max: 0.2 } } }
+layer { name: "attention" type: "MultiHeadAttention" bottom: "decoder" bottom: "encoder"
+  bottom: "source_mask" top: "attention" }
+layer { name: "join" type: "Concat" bottom: "decoder" bottom: "attention" top: "join"
+  concat_param { axis: 2 } }
+layer { name: "logits" type: "InnerProduct" bottom: "join" top: "logits"
+  inner_product_param { num_output: 15 axis: 2 weight_filler { type: "xavier" } } }
+NET
+}
+data() { # data PHASE SHUFFLE [TARGET_VOCAB]
+  local tv=""
+  [ -n "${3:-}" ] && tv="target_vocab: '$3'"
+  cat <<NET
+layer { name: "data" type: "TextData" top: "source" top: "source_mask" top: "source_cont"
+  top: "target_in" top: "target_out" top: "target_cont" include { phase: $1 }
+  text_data_param { source: "pairs.tsv" mode: PAIRS batch_size: 8 seq_len: 8 target_len: 8
+                    shuffle: $2 $tv } }
+NET
+}
+train_net() { # train_net [TARGET_VOCAB]
+  echo 'name: "tiny_g2p"'
+  data TRAIN true "${1:-}"
+  data TEST false "${1:-}"
+  layers
+  cat <<'NET'
+layer { name: "loss" type: "SoftmaxWithLoss" bottom: "logits" bottom: "target_out" top: "loss"
+  softmax_param { axis: 2 } loss_param { ignore_label: -1 } }
+layer { name: "accuracy" type: "Accuracy" bottom: "logits" bottom: "target_out" top: "accuracy"
+  accuracy_param { axis: 2 ignore_label: -1 } include { phase: TEST } }
+NET
+}
+train_net > net.prototxt
+{
+  echo 'name: "tiny_g2p"'
+  for i in source source_mask source_cont target_in target_cont; do
+    echo "input: \"$i\" input_shape { dim: 1 dim: 1 }"
+  done
+  layers
+} > deploy.prototxt
+solver() { # solver ITERATIONS PREFIX
+  cat <<S
+net: "net.prototxt"
+test_iter: 5
+test_interval: $1
+base_lr: 0.01
+type: "Adam"
+lr_policy: "fixed"
+display: 100
+max_iter: $1
+snapshot_prefix: "$2"
+random_seed: 5
+S
+}
+solver 400 g2p > solver.prototxt
+need "training" -- "$KILN" train --solver solver.prototxt --metrics train.jsonl
+# teacher-forced, every phoneme and every </s> right
+python3 - train.jsonl <<'PY' && pass || fail "test events: $(grep '"test"' train.jsonl)"
+import json, sys
+last = [json.loads(l) for l in open(sys.argv[1]) if '"test"' in l][-1]
+assert last["iter"] == 400 and last["accuracy"] == 1 and last["loss"] < 0.05, last
+PY
+
+# the decoding command but for the weights and what a case adds (a later option wins)
+DECODE=("$KILN" decode --model deploy.prototxt --vocab vocab.txt --target-vocab target_vocab.txt
+  --input pairs.tsv)
+decode() { "${DECODE[@]}" "$@"; }
+out=$(decode --weights g2p_iter_400.caffemodel --output greedy.tsv 2>&1)
+echo "$out" | grep -q "^per = 0.000000 (0 edits / 146 reference tokens)$" && \
+  echo "$out" | grep -q "^word_accuracy = 1.000000 (40 / 40 exactly right)$" && pass \
+  || fail "greedy decode: $out"
+cmp -s greedy.tsv pairs.tsv && pass || fail "greedy decode wrote: $(diff greedy.tsv pairs.tsv)"
+out=$(decode --weights g2p_iter_400.caffemodel --beam 3 --output beam.tsv 2>&1)
+echo "$out" | grep -q "^per = 0.000000 " && echo "$out" | grep -q "^beam = 3$" && \
+  cmp -s beam.tsv pairs.tsv && pass || fail "beam decode: $out $(diff beam.tsv pairs.tsv)"
+out=$(decode --weights g2p_iter_400.caffemodel --limit 7 2>&1)
+echo "$out" | grep -q "^records = 7 (greedy)$" && pass || fail "--limit 7: $out"
+
+# Stopped early the model errs; a beam of one errs exactly as greedy does (prefixes recomputed
+# against state carried), and the PER printed is the decoded file's against the pairs file.
+solver 60 early > early.prototxt
+need "short training" -- "$KILN" train --solver early.prototxt
+g=$(decode --weights early_iter_60.caffemodel --output early_greedy.tsv 2>&1)
+b=$(decode --weights early_iter_60.caffemodel --beam 1 --output early_beam1.tsv 2>&1)
+cmp -s early_greedy.tsv early_beam1.tsv && ! cmp -s early_greedy.tsv pairs.tsv && pass \
+  || fail "beam 1 against greedy: $(diff early_greedy.tsv early_beam1.tsv | head)"
+decode --weights early_iter_60.caffemodel --beam 4 --output early_beam4.tsv > beam4.txt 2>&1
+for f in greedy beam4; do
+  [ $f = greedy ] && echo "$g" > greedy.txt
+  python3 - pairs.tsv early_$f.tsv $f.txt <<'PY' && pass || fail "$f PER: $(cat $f.txt)"
+import re, sys
+def lev(a, b):
+    row = list(range(len(b) + 1))
+    for i in range(1, len(a) + 1):
+        diag, row[0] = row[0], i
+        for j in range(1, len(b) + 1):
+            up = row[j]
+            row[j] = min(diag + (a[i - 1] != b[j - 1]), up + 1, row[j - 1] + 1)
+            diag = up
+    return row[-1]
+ref = [l.rstrip("\n").split("\t") for l in open(sys.argv[1])]
+got = [l.rstrip("\n").split("\t") for l in open(sys.argv[2])]
+assert [r[0] for r in ref] == [g[0] for g in got]
+edits = sum(lev(g[1].split(), r[1].split()) for g, r in zip(got, ref))
+total = sum(len(r[1].split()) for r in ref)
+right = sum(g[1] == r[1] for g, r in zip(got, ref))
+text = open(sys.argv[3]).read()
+m = re.search(r"^per = ([0-9.]+) \((\d+) edits / (\d+) reference tokens\)$", text, re.M)
+w = re.search(r"^word_accuracy = ([0-9.]+) \((\d+) / 40 exactly right\)$", text, re.M)
+assert m and w, text
+assert int(m.group(2)) == edits and int(m.group(3)) == total == 146, (edits, total, text)
+assert abs(float(m.group(1)) - edits / total) < 1e-6 and int(w.group(2)) == right, text
+PY
+done
+
+# Refused, naming the file (and the line): a target vocabulary without <s>, for decoding and for
+# training; a record without a tab; a net whose inputs are not the decoder's.
+grep -v '^<s>$' target_vocab.txt | sed '1s/15 tokens/14 tokens/' > nostart.txt
+expect_refusal "decode: no <s>" --code 2 --want "nostart.txt has no <s> token" -- \
+  "${DECODE[@]}" --weights g2p_iter_400.caffemodel --target-vocab nostart.txt
+train_net nostart.txt > nostart.prototxt
+expect_refusal "train: no <s>" --want "layer 'data' (TextData)" \
+  --want "nostart.txt has no <s> token" -- \
+  "$KILN" test --model nostart.prototxt --weights g2p_iter_400.caffemodel
+printf 'AB\tAE1 B\nABC AE1 B K\n' > notab.tsv
+expect_refusal "decode: no tab" --want "notab.tsv:2: no tab: a line is SOURCE<TAB>TARGET" -- \
+  "${DECODE[@]}" --weights g2p_iter_400.caffemodel --input notab.tsv
+sed 's/source: "pairs.tsv"/source: "notab.tsv"/' net.prototxt > notab.prototxt
+expect_refusal "train: no tab" --want "notab.tsv:2: no tab" -- \
+  "$KILN" test --model notab.prototxt --weights g2p_iter_400.caffemodel
+expect_refusal "not a decoding net" --want "net.prototxt: a decoding net takes" \
+  --want "it has no 'source'" -- "${DECODE[@]}" --model net.prototxt --weights g2p_iter_400.caffemodel
+sed 's/input: "target_cont"/input: "cont"/; s/bottom: "target_cont"/bottom: "cont"/' \
+  deploy.prototxt > cont.prototxt
+expect_refusal "an input of another name" --want "cont.prototxt: input 'cont' is none of" -- \
+  "${DECODE[@]}" --model cont.prototxt --weights g2p_iter_400.caffemodel
+expect_refusal "output left behind" --gone "$WORK/none.tsv" --want "notab.tsv:2" -- \
+  "${DECODE[@]}" --weights g2p_iter_400.caffemodel --input notab.tsv --output "$WORK/none.tsv"
+finish
