@@ -5,7 +5,8 @@
 # word right, the decoded file the pairs file itself). A model stopped early shows that a beam of
 # one chooses what greedy does and that the printed PER is the decoded file's. Bad inputs are
 # refused naming the file and line: a target vocabulary without <s>, a record without a tab, a
-# deploy net without the decoder's inputs.
+# deploy net without the decoder's inputs. The zoo's seq2seq_g2p builds, trains and decodes on a
+# cache whose cmudict is these words.
 source "$(dirname "$0")/lib.bash"
 cd "$WORK"
 export OMP_NUM_THREADS=1
@@ -186,4 +187,27 @@ expect_refusal "an input of another name" --want "cont.prototxt: input 'cont' is
   "${DECODE[@]}" --model cont.prototxt --weights g2p_iter_400.caffemodel
 expect_refusal "output left behind" --gone "$WORK/none.tsv" --want "notab.tsv:2" -- \
   "${DECODE[@]}" --weights g2p_iter_400.caffemodel --input notab.tsv --output "$WORK/none.tsv"
+
+# The zoo's seq2seq_g2p on a cache whose cmudict is these pairs: a fetch adds the two
+# vocabularies to the cache as it stands, the nets build on them, two iterations train, and the
+# deploy net decodes.
+mkdir -p cache/cmudict
+for split in train valid test; do cp pairs.tsv cache/cmudict/$split.tsv; done
+echo ready > cache/cmudict/READY
+out=$(KILN_DATA="$WORK/cache" "$KILN" data fetch cmudict 2>&1)
+cmp -s cache/cmudict/vocab.txt vocab.txt && cmp -s cache/cmudict/target_vocab.txt target_vocab.txt \
+  && pass || fail "fetch into a cache without vocabularies: $out; $(ls cache/cmudict)"
+zoo="$SRC/models/seq2seq_g2p"
+sed -e "s#^net: \"#net: \"$zoo/#" -e 's/^max_iter: .*/max_iter: 2/' -e 's/^test_iter: .*/test_iter: 1/' \
+  -e 's/^test_interval: .*/test_interval: 2/' -e "s#^snapshot_prefix: .*#snapshot_prefix: \"$WORK/zoo\"#" \
+  "$zoo/seq2seq_g2p_solver.prototxt" > zoo_solver.prototxt
+KILN_DATA="$WORK/cache" need "zoo model" -- "$KILN" train --solver zoo_solver.prototxt \
+  --metrics zoo.jsonl
+[ "$(grep -c '"event":"test"' zoo.jsonl)" -eq 4 ] && pass || fail "zoo test events: $(cat zoo.jsonl)"
+# its scores are over the real cache's 73 target tokens: these 15 and made-up ones
+{ sed '1s/15 tokens/73 tokens/' target_vocab.txt; for i in $(seq 58); do echo "X$i"; done; } > tv73.txt
+out=$(KILN_DATA="$WORK/cache" "$KILN" decode --model "$zoo/seq2seq_g2p_deploy.prototxt" \
+  --weights zoo_iter_2.caffemodel --vocab '$KILN_DATA/cmudict/vocab.txt' --target-vocab tv73.txt \
+  --input '$KILN_DATA/cmudict/test.tsv' --limit 3 --beam 2 --max-len 5 2>&1)
+echo "$out" | grep -q "^records = 3 (beam search)$" && pass || fail "zoo decode: $out"
 finish
