@@ -121,23 +121,23 @@ static int tokenize(reader *r, side *d, const char *text, size_t len, int line, 
 }
 
 /* The tokens of side d from `first` to the end of its stream, as record `rec`'s: refused when
- * empty (a source or a text; a target may be empty, and is then one step: </s>), cut to `limit`
- * tokens (or refused) when longer. `steps` is the record's steps per token beyond its tokens
- * (a target's </s>), for the message. */
-static int take_sequence(reader *r, side *d, int64_t first, int64_t rec, int limit, int steps,
+ * empty (a source or a text; a target may be empty, and is then one step: </s>), and when its
+ * steps (its tokens and `extra` more: a target's </s>) are more than `limit`, refused or cut to
+ * `limit` tokens. */
+static int take_sequence(reader *r, side *d, int64_t first, int64_t rec, int limit, int extra,
                          const char *limit_name) {
   text_state *s = r->s;
   int64_t n = d->n - first;
   if (n == 0 && d != &s->target)
     return KILN_LAYER_ERROR(r->l, KILN_ERR_DATA, "%s:%d: a record without %stokens", s->source,
                             r->line, d->what ? "source " : "");
-  if (n + steps > limit) {
+  if (n + extra > limit) {
     if (!s->truncate)
       return KILN_LAYER_ERROR(r->l, KILN_ERR_DATA,
                               "%s:%d: a %s of %lld tokens%s, longer than text_data_param.%s %d "
                               "(raise it, or set truncate: true to keep the first %d steps)",
                               s->source, r->line, d->what ? d->what : "sequence", (long long)n,
-                              steps ? " and </s>" : "", limit_name, limit, limit);
+                              extra ? " and </s>" : "", limit_name, limit, limit);
     /* a cut target keeps `limit` tokens: its last step is a token, not </s>, since it did not
      * end there */
     n = limit;
