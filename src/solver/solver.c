@@ -234,6 +234,36 @@ static int check_params(kiln_solver *s) {
   return KILN_OK;
 }
 
+/* Caffe trains on a GPU when the solver file says solver_mode: GPU (device_id picks which) or
+ * when `-gpu` says so. kiln has no GPU backend: it says so once, so that nobody takes a CPU run
+ * for a GPU one, and trains on the CPU. A device number that cannot exist is a mistake in the
+ * file (Caffe would fail on it), and is refused naming the field. As in Caffe's tool, the mode
+ * counts only when the file gives it (the field's default, GPU, does not), and -gpu replaces
+ * both fields. Every worker checks; rank 0 speaks for them. */
+static int check_device(kiln_solver *s) {
+  const Caffe__SolverParameter *p = s->param;
+  if (s->opt.gpu_flag) {
+    if (s->rank == 0)
+      kiln_log(KILN_LOG_WARN, "-gpu %s: kiln has no GPU backend; training on the CPU",
+               s->opt.gpu_flag);
+    return KILN_OK;
+  }
+  if (!p->has_solver_mode || p->solver_mode != CAFFE__SOLVER_PARAMETER__SOLVER_MODE__GPU)
+    return KILN_OK;
+  if (p->device_id < 0)
+    return kiln_errorf(KILN_ERR_INVALID,
+                       "%s: solver_mode: GPU with device_id: %d: no such device (device numbers "
+                       "start at 0; kiln trains on the CPU in any case)",
+                       s->source, (int)p->device_id);
+  if (s->rank == 0) {
+    char dev[48] = "";
+    if (p->has_device_id) snprintf(dev, sizeof dev, " (device_id: %d)", (int)p->device_id);
+    kiln_log(KILN_LOG_WARN, "%s: solver_mode: GPU%s: kiln has no GPU backend; training on the CPU",
+             s->source, dev);
+  }
+  return KILN_OK;
+}
+
 /* An injected fault must hit something: a sleep names a layer of the train net. The log says a
  * fault is on, so nobody mistakes the run for a real one. */
 static int check_fault(kiln_solver *s) {
@@ -306,6 +336,7 @@ int kiln_solver_create(const char *solver_path, const kiln_solver_options *opt, 
   }
   rc = update_resolve_type(s);
   if (!rc) rc = check_params(s); /* after the type: delta's range depends on it */
+  if (!rc) rc = check_device(s);
   if (!rc) rc = worker_sync_configure(s);
   if (!rc) {
     s->history_per_param = update_history_count(s->type);
