@@ -1066,6 +1066,77 @@ static void on_event_count(const kiln_event *e, void *user) {
   if (!strcmp(e->event, "done")) *(double *)user = e->cpu_wait_ms;
 }
 
+/* The warnings logged while a solver is created, one a line. */
+typedef struct {
+  char text[4096];
+  int n;
+} warnings;
+
+static void keep_warning(kiln_log_level level, const char *msg, void *user) {
+  warnings *w = user;
+  if (level != KILN_LOG_WARN) return;
+  size_t used = strlen(w->text);
+  snprintf(w->text + used, sizeof w->text - used, "%s\n", msg);
+  w->n++;
+}
+
+/* The warnings of creating a solver from `body` (and the create's status in *rc, its error in
+ * `err`). */
+static warnings create_warnings(const char *body, const kiln_solver_options *opt, int *rc,
+                                char *err, size_t n) {
+  warnings w = {.n = 0};
+  kiln_log_set_handler(keep_warning, &w);
+  *rc = make_solver_opt_rc(tiny_net, body, opt, err, n);
+  kiln_log_set_handler(NULL, NULL);
+  return w;
+}
+
+/* kiln has no GPU backend: a solver asking for one trains on the CPU and says so once, naming
+ * the file and the field; a device_id that cannot exist is refused naming the field. As in
+ * Caffe's tool, solver_mode counts only when the file gives it, and -gpu replaces it. */
+static void test_solver_mode_gpu(void **state) {
+  (void)state;
+  char err[2048];
+  int rc;
+  const char *base = "base_lr: 0.1 lr_policy: 'fixed' ";
+  char body[256];
+
+  snprintf(body, sizeof body, "%ssolver_mode: GPU\n", base);
+  warnings w = create_warnings(body, NULL, &rc, err, sizeof err);
+  assert_int_equal(rc, KILN_OK);
+  assert_int_equal(w.n, 1);
+  assert_contains(w.text, "solver_"); /* the file */
+  assert_contains(w.text, ".prototxt: solver_mode: GPU: kiln has no GPU backend; training on the CPU");
+
+  snprintf(body, sizeof body, "%ssolver_mode: GPU device_id: 3\n", base);
+  w = create_warnings(body, NULL, &rc, err, sizeof err);
+  assert_int_equal(rc, KILN_OK);
+  assert_int_equal(w.n, 1);
+  assert_contains(w.text, "solver_mode: GPU (device_id: 3): kiln has no GPU backend");
+
+  /* Caffe's CPU mode, or no mode at all (the field's default does not count): nothing to say */
+  const char *quiet[] = {"solver_mode: CPU", "", "device_id: 1", "solver_mode: CPU device_id: -1"};
+  for (size_t i = 0; i < sizeof quiet / sizeof quiet[0]; i++) {
+    snprintf(body, sizeof body, "%s%s\n", base, quiet[i]);
+    w = create_warnings(body, NULL, &rc, err, sizeof err);
+    if (rc != KILN_OK || w.n != 0) fail_msg("'%s': rc %d, warnings '%s' %s", quiet[i], rc, w.text, err);
+  }
+
+  /* a device that cannot exist: refused, naming the file and the field */
+  snprintf(body, sizeof body, "%ssolver_mode: GPU device_id: -1\n", base);
+  w = create_warnings(body, NULL, &rc, err, sizeof err);
+  assert_int_equal(rc, KILN_ERR_INVALID);
+  assert_contains(err, "solver_");
+  assert_contains(err, "device_id: -1: no such device");
+
+  /* Caffe's -gpu replaces the file's mode and device: one warning, naming the flag */
+  kiln_solver_options o = {.gpu_flag = "0,1"};
+  w = create_warnings(body, &o, &rc, err, sizeof err);
+  assert_int_equal(rc, KILN_OK);
+  assert_int_equal(w.n, 1);
+  assert_string_equal(w.text, "-gpu 0,1: kiln has no GPU backend; training on the CPU\n");
+}
+
 static void test_fault_injection(void **state) {
   (void)state;
   const char *body = "base_lr: 0.1 lr_policy: 'fixed' max_iter: 5 display: 0\n";
@@ -1199,6 +1270,7 @@ int main(void) {
       cmocka_unit_test(test_clip_gradients),
       cmocka_unit_test(test_solver_type_selection),
       cmocka_unit_test(test_solver_param_errors),
+      cmocka_unit_test(test_solver_mode_gpu),
       cmocka_unit_test(test_snapshot_and_exact_resume),
       cmocka_unit_test(test_snapshot_resume_adam),
       cmocka_unit_test(test_solve_final_snapshot),

@@ -2,8 +2,11 @@
  * its place: Caffe parses flags with gflags, which takes `-solver F`, `--solver F`,
  * `-solver=F` and `--solver=F` alike. Before dispatch the arguments are rewritten to kiln's own
  * `--solver F`: `=` splits a flag from its value, a known flag name with one dash gets two, and
- * flags kiln has no use for are dropped with a warning (`-gpu`: kiln trains on the CPU; Caffe's
- * signal-effect flags). Anything else (values, file names, negative numbers) passes unchanged. */
+ * flags kiln has no use for are dropped: Caffe's signal-effect flags with a warning, and `-gpu`,
+ * which is checked and kept in tool_caffe_gpu (kiln has no GPU backend: the command says so once,
+ * `train` through the solver on rank 0 only). Anything else (values, file names, negative
+ * numbers) passes unchanged. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -32,6 +35,18 @@ static bool is_ignored(const char *name) {
 }
 
 static char **rewritten; /* kept for the life of the process */
+const char *tool_caffe_gpu;
+
+/* Caffe's -gpu takes "all" or device numbers separated by commas. A negative number names a
+ * device that cannot exist: refused, as Caffe would fail on it, rather than dropped. */
+static bool gpu_list_ok(const char *v) {
+  if (!strcmp(v, "all")) return true;
+  for (const char *p = v;; p++) {
+    if (*p < '0' || *p > '9') return false;
+    while (*p >= '0' && *p <= '9') p++;
+    if (*p != ',') return *p == '\0';
+  }
+}
 
 int tool_caffe_args(int argc, char **argv, char ***out) {
   /* at most two arguments out of each one in */
@@ -56,11 +71,20 @@ int tool_caffe_args(int argc, char **argv, char ***out) {
     const char *value = eq ? eq + 1 : NULL;
     if (is_ignored(flag + 2)) {
       if (!value && i + 1 < argc) value = argv[++i];
-      fprintf(stderr,
-              !strcmp(flag + 2, "gpu")
-                  ? "kiln: warning: -gpu %s: kiln has no GPU backend; it runs on the CPU\n"
-                  : "kiln: warning: -%s is Caffe's and has no effect in kiln\n",
-              !strcmp(flag + 2, "gpu") ? (value ? value : "") : flag + 2);
+      if (!strcmp(flag + 2, "gpu")) {
+        if (!value || !gpu_list_ok(value)) {
+          bool negative = value && (value[0] == '-' || strstr(value, ",-"));
+          fprintf(stderr,
+                  "kiln: -gpu %s: %s (Caffe's -gpu takes device numbers from 0, separated by "
+                  "commas, or all; kiln runs on the CPU in any case)\n",
+                  value ? value : "", negative ? "no such device" : "not a device");
+          free(flag);
+          return -2;
+        }
+        tool_caffe_gpu = value;
+      } else {
+        fprintf(stderr, "kiln: warning: -%s is Caffe's and has no effect in kiln\n", flag + 2);
+      }
       free(flag);
       continue;
     }

@@ -63,10 +63,14 @@ int main(int argc, char **argv) {
     return 2;
   }
   if ((argc = tool_caffe_args(argc, argv, &argv)) < 0) {
+    if (argc == -2) return 2; /* a bad -gpu, already said */
     fprintf(stderr, "kiln: out of memory\n");
     return 1;
   }
   const char *cmd = argv[1];
+  /* train says it through the solver, once for all its workers */
+  if (tool_caffe_gpu && strcmp(cmd, "train"))
+    kiln_log(KILN_LOG_WARN, "-gpu %s: kiln has no GPU backend; running on the CPU", tool_caffe_gpu);
   if (!strcmp(cmd, "--help") || !strcmp(cmd, "-h") || !strcmp(cmd, "help")) {
     usage(stdout);
     return 0;

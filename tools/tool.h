@@ -21,9 +21,12 @@ int cmd_sample(int argc, char **argv);
 int cmd_decode(int argc, char **argv);
 
 /* Caffe's spellings of the options (-solver=F, --solver=F, -solver F) rewritten as kiln's
- * (--solver F), Caffe's -gpu dropped with a warning: the new argument count, *out the new
- * arguments (kept for the life of the process); -1 when out of memory. */
+ * (--solver F), Caffe's -gpu checked and dropped (its value in tool_caffe_gpu): the new argument
+ * count, *out the new arguments (kept for the life of the process); -1 when out of memory, -2
+ * when -gpu names no device (the message printed). */
 int tool_caffe_args(int argc, char **argv, char ***out);
+/* Caffe's -gpu value ("0", "0,1", "all") when one was given, else NULL. */
+extern const char *tool_caffe_gpu;
 
 /* Prints "kiln: <what>: <kiln_last_error()>" to stderr and returns exit code 1. */
 int tool_fail(const char *what);

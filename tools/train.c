@@ -236,7 +236,7 @@ int cmd_train(int argc, char **argv) {
   m.rank = rank;
   kiln_solver_options o = {.max_memory = c.max_memory, .on_event = tool_on_event, .user = &m,
                            .comm = comm, .sync = sync, .no_overlap = no_overlap,
-                           .config = &cfg};
+                           .config = &cfg, .gpu_flag = tool_caffe_gpu};
   kiln_solver *s;
   if (kiln_solver_create(solver, &o, &s)) {
     tool_metrics_close(&m);

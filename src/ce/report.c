@@ -173,8 +173,13 @@ static const char *verdict_class(kiln_ce_verdict v) {
   }
 }
 
-static const char *const series_colours[] = {"#1f77b4", "#d62728", "#2ca02c", "#9467bd",
-                                             "#ff7f0e", "#8c564b"};
+/* The caption reserves red for regressions and failures: their points are drawn in it over the
+ * series' lines. A series in red (or in a colour read as red: tab10's red and brown were the
+ * second and sixth colours here) would hide them, so the palette keeps away from it: hues at
+ * least 40 degrees from red, or grey. Blue first: most KPIs have a single worker count. */
+#define REGRESSION_RED "#d00"
+static const char *const series_colours[] = {"#1f77b4", "#2ca02c", "#9467bd", "#e69f00",
+                                             "#17becf", "#7f7f7f", "#bcbd22", "#8c6d00"};
 
 /* The distinct values of a string field of the rows, in first-seen order. */
 static int distinct(const kiln_ce_result *r, size_t offset, const char **out, int max) {
@@ -198,6 +203,49 @@ static const kiln_ce_row *find_row(const kiln_ce_result *r, const char *model, i
 }
 
 enum { MAX_SERIES = 8, MAX_POINTS = 60 };
+_Static_assert(sizeof series_colours / sizeof series_colours[0] >= MAX_SERIES,
+               "a colour per series: two series of one plot must not share one");
+
+/* The plots' text is 10 px. SVG text is not measured where it is written, so its width is
+ * estimated from its length: 0.65 em a character is at least the advance of the digits, the
+ * point and the suffixes in the sans-serif faces browsers fall back to (DejaVu Sans's digits:
+ * 0.64 em), so a label given that room is not clipped. */
+#define FONT_PX 10.0
+static double text_px(const char *text) { return 0.65 * FONT_PX * (double)strlen(text); }
+
+/* A y-axis label: `digits` significant digits, with k, M, G or T for thousands and up (12019.4
+ * is "12k" at 3 digits), so that it stays short whatever the KPI's scale; %g's exponent form
+ * (1.202e+04) took 9 characters and overflowed the margin. */
+static void fmt_axis(char *buf, size_t n, double v, int digits) {
+  static const struct {
+    double scale;
+    const char *suffix;
+  } si[] = {{1, ""}, {1e3, "k"}, {1e6, "M"}, {1e9, "G"}, {1e12, "T"}};
+  const int nsi = (int)(sizeof si / sizeof si[0]);
+  if (v == 0 || !isfinite(v)) {
+    snprintf(buf, n, v == 0 ? "0" : "-");
+    return;
+  }
+  int k = 0;
+  while (k + 1 < nsi && fabs(v) >= si[k + 1].scale) k++;
+  snprintf(buf, n, "%.*g%s", digits, v / si[k].scale, si[k].suffix);
+  /* 999.7 at 3 digits rounds to 1e+03: the next suffix's "1k" says it */
+  if (strchr(buf, 'e') && fabs(v) >= 1 && k + 1 < nsi)
+    snprintf(buf, n, "%.*g%s", digits, v / si[k + 1].scale, si[k + 1].suffix);
+  /* tiny values keep the exponent, without its leading zero (1.2e-05 as 1.2e-5) */
+  char *e = strstr(buf, "e-0");
+  if (!e) e = strstr(buf, "e+0");
+  if (e) memmove(e + 2, e + 3, strlen(e + 3) + 1);
+}
+
+/* The y labels of a plot from ymin to ymax: as few digits as keep the two apart (from 3 on). */
+static void axis_labels(double ymin, double ymax, char *lo, char *hi, size_t n) {
+  for (int digits = 3; digits <= 7; digits++) {
+    fmt_axis(lo, n, ymin, digits);
+    fmt_axis(hi, n, ymax, digits);
+    if (strcmp(lo, hi)) return;
+  }
+}
 
 /* One plot: every worker count of a model's KPI over the history, the baseline dashed. */
 static int svg_plot(kiln_strbuf *b, const kiln_ce_result *r, kiln_ce_history *h, const char *model,
@@ -247,21 +295,9 @@ static int svg_plot(kiln_strbuf *b, const kiln_ce_result *r, kiln_ce_history *h,
       ymax = fmax(ymax, rows[s]->baseline);
     }
   }
-  const double W = 360, H = 150, L = 56, R = 10, T = 10, B = 24;
-  kiln_strbuf_printf(b, "<figure><figcaption>");
-  ce_html(b, model);
-  kiln_strbuf_printf(b, " &middot; ");
-  ce_html(b, kpi);
-  kiln_strbuf_printf(b, "</figcaption>\n<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" "
-               "height=\"%.0f\" viewBox=\"0 0 %.0f %.0f\" role=\"img\">\n",
-            W, H, W, H);
-  kiln_strbuf_printf(b, "<rect x=\"%.0f\" y=\"%.0f\" width=\"%.0f\" height=\"%.0f\" fill=\"#fafafa\" "
-               "stroke=\"#ccc\"/>\n",
-            L, T, W - L - R, H - T - B);
-  if (!isfinite(ymin)) {
-    kiln_strbuf_printf(b, "<text x=\"%.0f\" y=\"%.0f\" font-size=\"12\" fill=\"#888\">no values</text>\n",
-              L + 10, H / 2);
-  } else {
+  /* y labels first: the left margin fits the longer one (with 4 px each side) */
+  char ylo[32] = "", yhi[32] = "";
+  if (isfinite(ymin)) {
     if (ymax - ymin < 1e-12 * fmax(1, fabs(ymax))) {
       double pad = fabs(ymax) > 0 ? 0.05 * fabs(ymax) : 1;
       ymin -= pad;
@@ -271,20 +307,63 @@ static int svg_plot(kiln_strbuf *b, const kiln_ce_result *r, kiln_ce_history *h,
       ymin -= pad;
       ymax += pad;
     }
+    axis_labels(ymin, ymax, ylo, yhi, sizeof ylo);
+  }
+  const double W = 360, R = 10, T = 10, B = 24;
+  const double L = fmax(40, 8 + fmax(text_px(ylo), text_px(yhi)));
+  /* The legend follows the first run label under the plot and wraps to rows of its own when
+   * the entries do not fit before the last run label. */
+  char first_run[32] = "", last_run[32] = "";
+  double legend_x[MAX_SERIES] = {0}, legend_row[MAX_SERIES] = {0};
+  if (isfinite(ymin)) { /* with no values, no labels and no legend */
+    snprintf(first_run, sizeof first_run, "run %lld", (long long)xmin);
+    snprintf(last_run, sizeof last_run, "run %lld", (long long)xmax);
+    double x = L + text_px(first_run) + 12, right = W - R - text_px(last_run) - 12;
+    int row = 0;
+    for (int s = 0; s < nseries; s++) {
+      char entry[32];
+      snprintf(entry, sizeof entry, "%d worker%s", workers[s], workers[s] == 1 ? "" : "s");
+      if (x + text_px(entry) > right && x > L) {
+        row++;
+        x = L;
+        right = W - R;
+      }
+      legend_x[s] = x;
+      legend_row[s] = row;
+      x += text_px(entry) + 12;
+    }
+  }
+  const double H = 150 + 12 * (nseries ? legend_row[nseries - 1] : 0);
+  kiln_strbuf_printf(b, "<figure><figcaption>");
+  ce_html(b, model);
+  kiln_strbuf_printf(b, " &middot; ");
+  ce_html(b, kpi);
+  kiln_strbuf_printf(b, "</figcaption>\n<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" "
+               "height=\"%.0f\" viewBox=\"0 0 %.0f %.0f\" role=\"img\">\n",
+            W, H, W, H);
+  /* the plot area keeps its 150 px layout; legend rows below it add to the height */
+  const double PB = 150 - B; /* the plot area's bottom */
+  kiln_strbuf_printf(b, "<rect x=\"%.0f\" y=\"%.0f\" width=\"%.0f\" height=\"%.0f\" fill=\"#fafafa\" "
+               "stroke=\"#ccc\"/>\n",
+            L, T, W - L - R, PB - T);
+  if (!isfinite(ymin)) {
+    kiln_strbuf_printf(b, "<text x=\"%.0f\" y=\"%.0f\" font-size=\"12\" fill=\"#888\">no values</text>\n",
+              L + 10, (T + PB) / 2);
+  } else {
     double xspan = xmax > xmin ? (double)(xmax - xmin) : 1;
 #define PX(id) (L + (xmax > xmin ? ((double)((id) - xmin)) / xspan : 0.5) * (W - L - R))
-#define PY(v) (T + (1 - ((v) - ymin) / (ymax - ymin)) * (H - T - B))
-    kiln_strbuf_printf(b, "<text x=\"%.0f\" y=\"%.0f\" font-size=\"10\" text-anchor=\"end\">%.4g</text>\n",
-              L - 4, T + 8, ymax);
-    kiln_strbuf_printf(b, "<text x=\"%.0f\" y=\"%.0f\" font-size=\"10\" text-anchor=\"end\">%.4g</text>\n",
-              L - 4, H - B, ymin);
-    kiln_strbuf_printf(b, "<text x=\"%.0f\" y=\"%.0f\" font-size=\"10\">run %lld</text>\n", L, H - 8,
-              (long long)xmin);
+#define PY(v) (T + (1 - ((v) - ymin) / (ymax - ymin)) * (PB - T))
+    kiln_strbuf_printf(b, "<text x=\"%.0f\" y=\"%.0f\" font-size=\"10\" text-anchor=\"end\">%s</text>\n",
+              L - 4, T + 8, yhi);
+    kiln_strbuf_printf(b, "<text x=\"%.0f\" y=\"%.0f\" font-size=\"10\" text-anchor=\"end\">%s</text>\n",
+              L - 4, PB, ylo);
+    kiln_strbuf_printf(b, "<text x=\"%.0f\" y=\"%.0f\" font-size=\"10\">%s</text>\n", L, PB + 16,
+              first_run);
     kiln_strbuf_printf(b,
-              "<text x=\"%.0f\" y=\"%.0f\" font-size=\"10\" text-anchor=\"end\">run %lld</text>\n",
-              W - R, H - 8, (long long)xmax);
+              "<text x=\"%.0f\" y=\"%.0f\" font-size=\"10\" text-anchor=\"end\">%s</text>\n",
+              W - R, PB + 16, last_run);
     for (int s = 0; s < nseries; s++) {
-      const char *c = series_colours[s % (int)(sizeof series_colours / sizeof series_colours[0])];
+      const char *c = series_colours[s];
       if (rows[s]->has_baseline && isfinite(rows[s]->baseline))
         kiln_strbuf_printf(b, "<line x1=\"%.1f\" x2=\"%.1f\" y1=\"%.1f\" y2=\"%.1f\" stroke=\"%s\" "
                      "stroke-dasharray=\"4 3\"><title>baseline %.6g (%d worker%s)</title></line>\n",
@@ -300,13 +379,12 @@ static int svg_plot(kiln_strbuf *b, const kiln_ce_result *r, kiln_ce_history *h,
         bool bad = !strcmp(pts[s][k].verdict, "regression") || !strcmp(pts[s][k].verdict, "FAIL");
         kiln_strbuf_printf(b, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3\" fill=\"%s\"><title>run %lld %s: "
                      "%.6g (%s, %d worker%s)</title></circle>\n",
-                  PX(pts[s][k].run_id), PY(pts[s][k].value), bad ? "#d00" : c,
+                  PX(pts[s][k].run_id), PY(pts[s][k].value), bad ? REGRESSION_RED : c,
                   (long long)pts[s][k].run_id, pts[s][k].time, pts[s][k].value, pts[s][k].verdict,
                   workers[s], workers[s] == 1 ? "" : "s");
       }
-      /* the legend sits under the plot, between the first and last run labels */
       kiln_strbuf_printf(b, "<text x=\"%.0f\" y=\"%.0f\" font-size=\"10\" fill=\"%s\">%d worker%s</text>\n",
-                L + 60 + 70 * s, H - 8, c, workers[s], workers[s] == 1 ? "" : "s");
+                legend_x[s], PB + 16 + 12 * legend_row[s], c, workers[s], workers[s] == 1 ? "" : "s");
     }
 #undef PX
 #undef PY

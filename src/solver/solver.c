@@ -9,6 +9,7 @@
  * round differently). N workers with the ordered reduction add the same way, so N workers x one
  * pass and one worker x iter_size N give the same bits. */
 #include <libgen.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -233,6 +234,36 @@ static int check_params(kiln_solver *s) {
   return KILN_OK;
 }
 
+/* Caffe trains on a GPU when the solver file says solver_mode: GPU (device_id picks which) or
+ * when `-gpu` says so. kiln has no GPU backend: it says so once, so that nobody takes a CPU run
+ * for a GPU one, and trains on the CPU. A device number that cannot exist is a mistake in the
+ * file (Caffe would fail on it), and is refused naming the field. As in Caffe's tool, the mode
+ * counts only when the file gives it (the field's default, GPU, does not), and -gpu replaces
+ * both fields. Every worker checks; rank 0 speaks for them. */
+static int check_device(kiln_solver *s) {
+  const Caffe__SolverParameter *p = s->param;
+  if (s->opt.gpu_flag) {
+    if (s->rank == 0)
+      kiln_log(KILN_LOG_WARN, "-gpu %s: kiln has no GPU backend; training on the CPU",
+               s->opt.gpu_flag);
+    return KILN_OK;
+  }
+  if (!p->has_solver_mode || p->solver_mode != CAFFE__SOLVER_PARAMETER__SOLVER_MODE__GPU)
+    return KILN_OK;
+  if (p->device_id < 0)
+    return kiln_errorf(KILN_ERR_INVALID,
+                       "%s: solver_mode: GPU with device_id: %d: no such device (device numbers "
+                       "start at 0; kiln trains on the CPU in any case)",
+                       s->source, (int)p->device_id);
+  if (s->rank == 0) {
+    char dev[48] = "";
+    if (p->has_device_id) snprintf(dev, sizeof dev, " (device_id: %d)", (int)p->device_id);
+    kiln_log(KILN_LOG_WARN, "%s: solver_mode: GPU%s: kiln has no GPU backend; training on the CPU",
+             s->source, dev);
+  }
+  return KILN_OK;
+}
+
 /* An injected fault must hit something: a sleep names a layer of the train net. The log says a
  * fault is on, so nobody mistakes the run for a real one. */
 static int check_fault(kiln_solver *s) {
@@ -305,6 +336,7 @@ int kiln_solver_create(const char *solver_path, const kiln_solver_options *opt, 
   }
   rc = update_resolve_type(s);
   if (!rc) rc = check_params(s); /* after the type: delta's range depends on it */
+  if (!rc) rc = check_device(s);
   if (!rc) rc = worker_sync_configure(s);
   if (!rc) {
     s->history_per_param = update_history_count(s->type);
@@ -555,13 +587,28 @@ static int one_iteration(kiln_solver *s, bool local, rate_window *w) {
   return KILN_OK;
 }
 
+/* The next iteration after `iter` at which `every` falls due; INT_MAX when it never does. */
+static int next_multiple(int iter, int every) {
+  if (every <= 0) return INT_MAX;
+  int64_t next = ((int64_t)iter / every + 1) * every;
+  return next > INT_MAX ? INT_MAX : (int)next;
+}
+
 /* TIME mode, one round: local iterations for interval_seconds of this worker's own clock (at
- * least one, none past `stop`), then the workers' average, after which the iteration count is
- * the furthest worker's (worker_sync_end_round). Tests and snapshots whose iteration the round
- * passed run after the average. */
+ * least one), then the workers' average, after which the iteration count is the furthest
+ * worker's (worker_sync_end_round). A round ends early at `stop` and at the next test or
+ * snapshot iteration: the workers count their own iterations within a round, and only at its
+ * end do they hold one model and one iteration count, so a test or snapshot falling inside a
+ * round could neither see one model nor be labelled with its own iteration. Stopping there, every
+ * worker stops at or before it, and the furthest one lands on it exactly. */
 static int time_round(kiln_solver *s, int stop, rate_window *w) {
   const Caffe__SolverParameter *p = s->param;
   int start = s->iter;
+  /* from the solver file, which every worker shares (only rank 0 builds the test nets) */
+  int test_at = next_multiple(start, p->n_test_iter > 0 ? p->test_interval : 0);
+  int snapshot_at = next_multiple(start, p->snapshot);
+  int end = stop < test_at ? stop : test_at;
+  if (snapshot_at < end) end = snapshot_at;
   /* The round started when the last one's average ended: rank 0's test pass counts against
    * its own round, so the others do not wait for it. */
   double t0 = s->round_start_ms > 0 ? s->round_start_ms : kiln_now_ms();
@@ -571,20 +618,16 @@ static int time_round(kiln_solver *s, int stop, rate_window *w) {
     KILN_TRY(one_iteration(s, true, w));
     KILN_TRY(worker_sync_after_update(s, true));
     steps++;
-  } while (s->iter < stop && kiln_now_ms() - t0 < limit);
+  } while (s->iter < end && kiln_now_ms() - t0 < limit);
   KILN_TRY(worker_sync_end_round(s, start, steps));
   s->round_start_ms = kiln_now_ms();
-  if (p->test_interval > 0 && s->iter / p->test_interval > start / p->test_interval &&
-      s->rank == 0)
-    KILN_TRY(test_all(s));
-  if (p->snapshot > 0 && s->iter / p->snapshot > start / p->snapshot)
-    KILN_TRY(kiln_solver_snapshot(s, NULL));
   return KILN_OK;
 }
 
 /* Each iteration: a test pass when one is due, one_iteration (the passes, the workers' gradient
  * sum, the update), worker_sync_after_update, a snapshot when one is due. Past its warm-up, TIME
- * mode runs rounds of local iterations instead (time_round). */
+ * mode runs a round of local iterations (time_round) where the others run one iteration; a round
+ * ends on the iterations of tests and snapshots, so these fall due here as in the other modes. */
 int kiln_solver_step(kiln_solver *s, int n) {
   const Caffe__SolverParameter *p = s->param;
   KILN_TRY(worker_sync_before_steps(s));
@@ -592,13 +635,16 @@ int kiln_solver_step(kiln_solver *s, int n) {
   rate_window w = {kiln_now_ms(), 0};
   while (s->iter < stop) {
     bool local = kiln_sync_is_local(&s->sync, s->nworkers, s->iter);
-    if (local && s->sync.mode == KILN_SYNC_TIME) {
-      KILN_TRY(time_round(s, stop, &w));
-      continue;
-    }
+    bool timed = local && s->sync.mode == KILN_SYNC_TIME;
+    /* The first round starts before rank 0's test, as every later round does (time_round). */
+    if (timed && !(s->round_start_ms > 0)) s->round_start_ms = kiln_now_ms();
     if (test_due(s)) KILN_TRY(run_tests(s));
-    KILN_TRY(one_iteration(s, local, &w));
-    KILN_TRY(worker_sync_after_update(s, local));
+    if (timed) {
+      KILN_TRY(time_round(s, stop, &w));
+    } else {
+      KILN_TRY(one_iteration(s, local, &w));
+      KILN_TRY(worker_sync_after_update(s, local));
+    }
     if (p->snapshot > 0 && s->iter % p->snapshot == 0) KILN_TRY(kiln_solver_snapshot(s, NULL));
   }
   return KILN_OK;

@@ -1,8 +1,10 @@
 # The CE report as a browser shows it: a tiny suite (LeNet, 20 iterations) run, accepted and run
 # again, so report.html has a pass/fail grid, baselines and trend lines over two runs; headless
 # Chromium renders it. The rendered DOM must hold the grid and the inline SVG trend plots with
-# their lines, and the screenshot must be a real 1200x900 PNG showing them (the grid's pass
-# colour and the plots' series colour among its pixels). The screenshot and the report are kept
+# their lines, every label of the plots must lie inside its plot as the browser lays the text out
+# (and be no wider than the report's estimate, from which it sizes its margins), and the
+# screenshot must be a real 1200x900 PNG showing them (the grid's pass colour and the plots'
+# series colour among its pixels). The screenshot and the report are kept
 # as CI artifacts: $KILN_BUILD_DIR/artifacts/ce-report.png and ce-report.html.
 # Skips (exit 77, a CTest skip) when Chromium is not installed (Debian: apt-get install chromium, in
 # scripts/install-deps).
@@ -56,7 +58,7 @@ cp "$report" "$ARTIFACTS/ce-report.html"
 browser() {
   timeout -k 5 90 "$CHROMIUM" --headless --no-sandbox --disable-gpu --disable-dev-shm-usage \
     --no-first-run --user-data-dir="$WORK/profile" --window-size=1200,900 \
-    --hide-scrollbars "$@" "file://$report"
+    --hide-scrollbars "$@" "file://${page:-$report}"
 }
 browser --dump-dom > dom.html 2> dom.err
 rc=$?
@@ -69,6 +71,34 @@ nsvg=$(grep -o '<svg ' dom.html | wc -l)
 grep -Eq '<polyline [^>]*points="[0-9.]+,[0-9.]+ [0-9.]+,[0-9.]+"' dom.html \
   && pass || fail "no trend line over the two runs in the rendered SVG"
 grep -q 'stroke-dasharray' dom.html && pass || fail "no dashed baseline in the plots"
+
+# The plots' text as the browser lays it out: a copy of the report with a script that measures
+# every label (getBBox) writes what does not fit into the page. The report sizes its margins
+# from an estimate of 0.65 em a character (src/ce/report.c); the real text must be no wider, and
+# every label must lie inside its plot's viewBox (a long y label was clipped at the left).
+cat > fit.html <<'JS'
+<script>
+var out = [];
+document.querySelectorAll("svg").forEach(function (svg, i) {
+  var vb = svg.viewBox.baseVal;
+  svg.querySelectorAll("text").forEach(function (t) {
+    var b = t.getBBox(), est = 0.65 * parseFloat(t.getAttribute("font-size")) * t.textContent.length;
+    if (b.x < vb.x - 0.5 || b.x + b.width > vb.x + vb.width + 0.5)
+      out.push("plot " + i + ": '" + t.textContent + "' spans " + b.x.toFixed(1) + " to " + (b.x + b.width).toFixed(1));
+    if (b.width > est + 0.5)
+      out.push("plot " + i + ": '" + t.textContent + "' is " + b.width.toFixed(1) + " px wide, estimated " + est.toFixed(1));
+  });
+});
+var p = document.createElement("pre");
+p.id = "fit";
+p.textContent = out.length ? out.join("; ") : "every label fits";
+document.body.appendChild(p);
+</script>
+JS
+awk 'index($0, "</body>") { while ((getline l < "fit.html") > 0) print l } { print }' "$report" > measured.html
+page=$WORK/measured.html browser --dump-dom > measured_dom.html 2> measured.err
+fit=$(sed -n 's#.*<pre id="fit">\([^<]*\)</pre>.*#\1#p' measured_dom.html)
+[ "$fit" = "every label fits" ] && pass || fail "labels in the browser: ${fit:-no result: $(tail -n 3 measured.err)}"
 
 browser --screenshot="$ARTIFACTS/ce-report.png" > shot.out 2>&1
 rc=$?
