@@ -47,11 +47,6 @@ static int convert_cifar(int argc, char **argv) {
   return 0;
 }
 
-static int add_record(void *user, const char *text, size_t len, int label, int line) {
-  (void)label, (void)line;
-  return kiln_vocab_builder_add(user, text, len);
-}
-
 /* One side of a .tsv of pairs: the builder counts it, ignoring the other. */
 typedef struct {
   kiln_vocab_builder *b;
@@ -142,7 +137,7 @@ static int convert_text(int argc, char **argv) {
   if (!rc && pairs == 2) rc = kiln_vocab_builder_reserve(b, KILN_VOCAB_EOS);
   pair_side side = {b, pairs == 2};
   for (int i = 0; !rc && i < npos - 1; i++)
-    rc = pairs ? kiln_text_pairs(pos[i], add_pair, &side) : kiln_text_records(pos[i], add_record, b);
+    rc = pairs ? kiln_text_pairs(pos[i], add_pair, &side) : kiln_text_records(pos[i], kiln_vocab_builder_add_record, b);
   if (!rc) rc = kiln_vocab_builder_finish(b, min_count, (int)max_size, &v);
   if (!rc) rc = kiln_vocab_write(v, pos[npos - 1]);
   if (!rc)
@@ -247,7 +242,7 @@ static int fetch_text(const kiln_config *cfg, const kiln_text_set_info *set, con
   if (kiln_data_cache_dir(cfg, dir, sizeof dir)) return tool_fail("data");
   snprintf(ready, sizeof ready, "%s/%s/READY", dir, set->name);
   if (access(ready, F_OK) == 0) {
-    /* a cache from before the sets had vocabularies gets its vocab.txt */
+    /* a cache filled before gets the derived files it lacks (vocabularies, word records) */
     if (kiln_data_fetch_text(set->name, NULL, dir, NULL)) return tool_fail("data fetch");
     printf("already cached: %s/%s\n", dir, set->name);
     return 0;

@@ -68,8 +68,7 @@ typedef struct {
   size_t *src, *ref; /* record r: source ids[src[r] .. ref[r]), reference ids[ref[r] .. src[r+1]) */
   char **text;
   int n, rcap, longest;
-  bool to_unk; /* the side being read maps unknown tokens to <unk> */
-  const kiln_vocab *v;
+  const kiln_vocab *v; /* the side being read: sv (unknown tokens to <unk>) or tv */
 } records;
 
 static int push_id(records *rs, int32_t id) {
@@ -87,7 +86,7 @@ static int push_id(records *rs, int32_t id) {
 static int take_id(void *user, const char *tok, size_t len) {
   records *rs = user;
   int id = kiln_vocab_id(rs->v, tok, len);
-  if (id < 0 && rs->to_unk) {
+  if (id < 0 && rs->v == rs->sv) {
     id = kiln_vocab_unk_id(rs->v);
     if (id < 0)
       return kiln_errorf(KILN_ERR_DATA, "%s:%d: source token '%.*s' is not in the vocabulary, "
@@ -115,7 +114,6 @@ static int take_record(void *user, const char *source, size_t slen, const char *
   rs->line = line;
   rs->src[rs->n] = rs->nids;
   rs->v = rs->sv;
-  rs->to_unk = true;
   KILN_TRY(kiln_tokenize(source, slen, kiln_vocab_level(rs->sv), kiln_vocab_lowercase(rs->sv),
                          take_id, rs));
   int S = (int)(rs->nids - rs->src[rs->n]);
@@ -123,7 +121,6 @@ static int take_record(void *user, const char *source, size_t slen, const char *
   if (S > rs->longest) rs->longest = S;
   rs->ref[rs->n] = rs->nids;
   rs->v = rs->tv;
-  rs->to_unk = false;
   KILN_TRY(kiln_tokenize(target, tlen, kiln_vocab_level(rs->tv), kiln_vocab_lowercase(rs->tv),
                          take_id, rs));
   if (!(rs->text[rs->n] = kiln_strdup(source))) return kiln_errorf(KILN_ERR_NOMEM, "out of memory");

@@ -59,8 +59,6 @@ static int load_net(const net_args *a, kiln_net **net, ProtobufCMessage **msg) {
   return tool_load_net(a->model, a->phase, a->stages, a->nstages, a->c.max_memory, net, msg);
 }
 
-static void free_net(kiln_net *net, ProtobufCMessage *msg) { tool_free_net(net, msg); }
-
 int cmd_test(int argc, char **argv) {
   net_args a;
   int r = parse_net_args("test", argc, argv, &a, CAFFE__PHASE__TEST, 50);
@@ -125,7 +123,7 @@ int cmd_test(int argc, char **argv) {
   }
 done:
   free(sum);
-  free_net(net, msg);
+  tool_free_net(net, msg);
   if (tool_metrics_close(&m) && !code) code = 1;
   return code;
 }
@@ -140,7 +138,7 @@ int cmd_describe(int argc, char **argv) {
   char *t = kiln_net_describe(net);
   if (t) fputs(t, stdout);
   free(t);
-  free_net(net, msg);
+  tool_free_net(net, msg);
   return 0;
 }
 
@@ -296,7 +294,7 @@ done:
   free(bwd);
   free(runs_fwd);
   free(runs_bwd);
-  free_net(net, msg);
+  tool_free_net(net, msg);
   if (tool_metrics_close(&m) && !code) code = 1;
   return code;
 }

@@ -199,6 +199,10 @@ int kiln_vocab_builder_new(kiln_token_level level, bool lowercase, kiln_vocab_bu
 #define KILN_VOCAB_MAX_RESERVED 8
 int kiln_vocab_builder_reserve(kiln_vocab_builder *b, const char *token);
 int kiln_vocab_builder_add(kiln_vocab_builder *b, const char *text, size_t n);
+/* kiln_vocab_builder_add as a kiln_text_record_fn (user: the builder), for counting every
+ * record of a file with kiln_text_records. */
+int kiln_vocab_builder_add_record(void *builder, const char *text, size_t len, int label,
+                                  int line);
 int kiln_vocab_builder_finish(kiln_vocab_builder *b, int64_t min_count, int max_size,
                               kiln_vocab **out);
 void kiln_vocab_builder_free(kiln_vocab_builder *b);

@@ -111,11 +111,6 @@ int kiln_net_data_layer_count(const kiln_net *net);
 int kiln_net_get_cursors(const kiln_net *net, uint64_t *cursors);
 int kiln_net_set_cursors(kiln_net *net, const uint64_t *cursors, int n);
 
-/* The index in outputs of the first loss that is a mean cross-entropy per token
- * (kiln_layer_is_token_xent: a language model's or a tagger's), whose exp is the per-token
- * perplexity; -1 when there is none. Tests report "perplexity" from it. */
-int kiln_net_perplexity_output(const kiln_net *net);
-
 /* The names of the figures a test pass derives, which the metrics file records as they are (the
  * net sits below the metrics file's header, include/kiln/metrics.h, so it names them itself;
  * KILN_MF_PERPLEXITY and KILN_MF_F1 there are the same strings). */
@@ -135,7 +130,7 @@ typedef struct kiln_derived_metric {
 /* The figures a test pass reports beside its outputs, derived from mean[o], the mean over the
  * pass's batches of output o (its elements summed), as the solver's test events and `kiln test`
  * average every output: "perplexity", exp of the first per-token cross-entropy loss
- * (kiln_net_perplexity_output); "precision", "recall" and "f1" from the first F1 layer whose
+ * (the first per-token cross-entropy loss: kiln_layer_is_token_xent); "precision", "recall" and "f1" from the first F1 layer whose
  * three tops (tp, fp, fn) are outputs: tp / (tp + fp), tp / (tp + fn) and
  * 2 tp / (2 tp + fp + fn), each 0 where its denominator is. Averaging keeps the counts' ratios,
  * so these are the whole pass's, not a mean of the batches'. A figure whose name an output

@@ -325,6 +325,11 @@ static int read_archive(convert_state *st) {
   return rc;
 }
 
+/* The splits' extension: one record a line for the sets of records, plain text otherwise. */
+static const char *split_ext(const struct text_set *set) {
+  return set->kind == SET_MAILS || set->kind == SET_DICT ? "tsv" : "txt";
+}
+
 static int write_split(convert_state *st, const char *dir, int split, uint64_t *bytes) {
   record_list *l = &st->split[split];
   qsort(l->r, l->n, sizeof *l->r, cmp_record);
@@ -338,8 +343,7 @@ static int write_split(convert_state *st, const char *dir, int split, uint64_t *
     o += n;
   }
   char path[4096];
-  bool tsv = st->set->kind == SET_MAILS || st->set->kind == SET_DICT;
-  snprintf(path, sizeof path, "%s/%s.%s", dir, split_names[split], tsv ? "tsv" : "txt");
+  snprintf(path, sizeof path, "%s/%s.%s", dir, split_names[split], split_ext(st->set));
   int rc = kiln_write_file_atomic(path, all, total);
   free(all);
   *bytes = total;
@@ -380,11 +384,6 @@ int kiln_text_set_convert(const kiln_text_set_info *info, const char *tarball, c
   return rc;
 }
 
-static int count_record(void *user, const char *text, size_t len, int label, int line) {
-  (void)label, (void)line;
-  return kiln_vocab_builder_add(user, text, len);
-}
-
 /* b[0] counts the sources, b[1] the targets. */
 static int count_pair(void *user, const char *source, size_t slen, const char *target,
                       size_t tlen, int line) {
@@ -412,9 +411,8 @@ static int write_vocab(const struct text_set *set, const char *dir, bool missing
   int sides = set->target.tokens ? 2 : 1;
   tokens[0] = tokens[1] = 0;
   if (!set->vocab.tokens) return KILN_OK;
-  bool tsv = set->kind == SET_MAILS || set->kind == SET_DICT;
   char train[4200];
-  snprintf(train, sizeof train, "%s/train.%s", dir, tsv ? "tsv" : "txt");
+  snprintf(train, sizeof train, "%s/train.%s", dir, split_ext(set));
   kiln_vocab_builder *b[2] = {NULL, NULL};
   int rc = KILN_OK;
   for (int k = 0; k < sides && !rc; k++) {
@@ -424,7 +422,7 @@ static int write_vocab(const struct text_set *set, const char *dir, bool missing
   }
   if (!rc)
     rc = sides == 2 ? kiln_text_pairs(train, count_pair, b)
-                    : kiln_text_records(train, count_record, b[0]);
+                    : kiln_text_records(train, kiln_vocab_builder_add_record, b[0]);
   for (int k = 0; k < sides && !rc; k++) {
     kiln_vocab *vocab = NULL;
     char out[4200];

@@ -286,6 +286,12 @@ int kiln_vocab_builder_add(kiln_vocab_builder *b, const char *text, size_t n) {
   return kiln_tokenize(text, n, b->v->level, b->v->lowercase, count_token, b->v);
 }
 
+int kiln_vocab_builder_add_record(void *builder, const char *text, size_t len, int label,
+                                  int line) {
+  (void)label, (void)line;
+  return kiln_vocab_builder_add(builder, text, len);
+}
+
 static const int64_t *sort_counts; /* qsort has no user pointer; building is single-threaded */
 static char *const *sort_tokens;
 static const size_t *sort_lens;

@@ -36,6 +36,11 @@ static int gelu_reshape(kiln_layer *l) {
 #define SQRT_2_PI 0.79788456080286535588f  /* sqrt(2 / pi) */
 #define GELU_C 0.044715f
 
+/* The tanh form's s = sigmoid(2u), u = sqrt(2/pi) (x + c x^3): y = x s. */
+static inline float gelu_s(float v) {
+  return kiln_vsigmoidf(2.0f * SQRT_2_PI * (v + GELU_C * v * v * v));
+}
+
 static int gelu_forward(kiln_layer *l) {
   const float *x = l->bottom[0]->data;
   float *y = l->top[0]->data;
@@ -43,10 +48,7 @@ static int gelu_forward(kiln_layer *l) {
   if (l->nbuffer > 0) memcpy(l->buffer[0]->data, x, sizeof(float) * (size_t)n);
   if (gelu_tanh(l)) {
 #pragma omp parallel for simd schedule(static) num_threads(l->nthreads) if (n > 32768)
-    for (int64_t i = 0; i < n; i++) {
-      float v = x[i];
-      y[i] = v / (1.0f + kiln_vexpf(-2.0f * SQRT_2_PI * (v + GELU_C * v * v * v)));
-    }
+    for (int64_t i = 0; i < n; i++) y[i] = x[i] * gelu_s(x[i]);
   } else {
 #pragma omp parallel for simd schedule(static) num_threads(l->nthreads) if (n > 32768)
     for (int64_t i = 0; i < n; i++) y[i] = 0.5f * x[i] * kiln_verfcf(-x[i] * SQRT1_2);
@@ -67,7 +69,7 @@ static int gelu_backward(kiln_layer *l) {
 #pragma omp parallel for simd schedule(static) num_threads(l->nthreads) if (n > 32768)
     for (int64_t i = 0; i < n; i++) {
       float v = x[i];
-      float sg = 1.0f / (1.0f + kiln_vexpf(-2.0f * SQRT_2_PI * (v + GELU_C * v * v * v)));
+      float sg = gelu_s(v);
       float g = sg + 2.0f * v * sg * (1.0f - sg) * SQRT_2_PI * (1.0f + 3.0f * GELU_C * v * v);
       dx[i] = g * dy[i];
     }

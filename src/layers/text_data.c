@@ -21,7 +21,7 @@
  *
  * The whole file is tokenized when the net is built (the text data sets are megabytes), so a
  * batch is a gather of ids and needs no prefetch thread. The units of the stream are windows
- * (WINDOWS, batch_size of them per batch) or buckets (SEQUENCES and TAGGED, one per batch):
+ * (WINDOWS, batch_size of them per batch) or buckets (SEQUENCES, TAGGED and PAIRS, one a batch):
  * their order, the shuffle from (seed, epoch), the workers' shares and the cursor for exact
  * resume follow the Data layer's rules (data.c). */
 #include <stdio.h>

@@ -16,7 +16,9 @@ static int output_index(const kiln_net *net, const kiln_blob *b) {
   return -1;
 }
 
-int kiln_net_perplexity_output(const kiln_net *net) {
+/* The index in outputs of the first loss that is a mean cross-entropy per token (a language
+ * model's or a tagger's), whose exp is the per-token perplexity; -1 when there is none. */
+static int perplexity_output(const kiln_net *net) {
   for (int o = 0; o < net->noutputs; o++)
     for (int i = 0; i < net->nlayers; i++) {
       const kiln_layer *l = net->layers[i];
@@ -57,7 +59,7 @@ int kiln_net_derived_metrics(const kiln_net *net, const double *mean, kiln_deriv
     snprintf(out[n].from, sizeof out[n].from, __VA_ARGS__);                                       \
     n++;                                                                                          \
   } while (0)
-  int ppl = kiln_net_perplexity_output(net);
+  int ppl = perplexity_output(net);
   if (ppl >= 0) ADD(KILN_NET_PERPLEXITY, exp(mean[ppl]), "exp of %s", net->outputs[ppl]->name);
   int c[3];
   if (f1_outputs(net, c)) {
