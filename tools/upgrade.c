@@ -43,11 +43,7 @@ int cmd_upgrade(int argc, char **argv) {
         Caffe__SolverParameter *sp = (Caffe__SolverParameter *)m;
         bool nets = false;
         rc = kiln_solver_param_upgrade(sp, in, &changed);
-        Caffe__NetParameter *inline_nets[2] = {sp->net_param, sp->train_net_param};
-        for (int k = 0; k < 2 && !rc; k++)
-          if (inline_nets[k]) rc = kiln_net_param_upgrade(inline_nets[k], in, &nets), changed |= nets;
-        for (size_t k = 0; k < sp->n_test_net_param && !rc; k++)
-          rc = kiln_net_param_upgrade(sp->test_net_param[k], in, &nets), changed |= nets;
+        if (!rc) rc = kiln_solver_inline_nets_upgrade(sp, in, &nets), changed |= nets;
       } else {
         kiln_errorf(KILN_ERR_PARSE, "%s", net_error);
       }

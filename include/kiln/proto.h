@@ -47,6 +47,10 @@ const kiln_caffe_missing_layer *kiln_caffe_missing_by_field(const char *field, s
  * the layer. */
 int kiln_net_param_upgrade(Caffe__NetParameter *np, const char *source, bool *changed);
 int kiln_solver_param_upgrade(Caffe__SolverParameter *sp, const char *source, bool *changed);
+/* kiln_net_param_upgrade on each net written inside the solver (net_param, train_net_param,
+ * every test_net_param); *changed (may be NULL) is true if any was upgraded. */
+int kiln_solver_inline_nets_upgrade(Caffe__SolverParameter *sp, const char *source,
+                                    bool *changed);
 
 /* Caffe's HDF5 snapshots (src/proto/h5.c): .caffemodel.h5 (group "data", a group per layer, float
  * datasets "0", "1", ... per blob) and .solverstate.h5 ("iter", "learned_net", "current_step",

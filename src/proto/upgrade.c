@@ -403,3 +403,20 @@ int kiln_solver_param_upgrade(Caffe__SolverParameter *sp, const char *source, bo
   if (changed) *changed = true;
   return KILN_OK;
 }
+
+int kiln_solver_inline_nets_upgrade(Caffe__SolverParameter *sp, const char *source,
+                                    bool *changed) {
+  bool any = false, one = false;
+  Caffe__NetParameter *nets[2] = {sp->net_param, sp->train_net_param};
+  for (int k = 0; k < 2; k++) {
+    if (!nets[k]) continue;
+    KILN_TRY(kiln_net_param_upgrade(nets[k], source, &one));
+    any |= one;
+  }
+  for (size_t k = 0; k < sp->n_test_net_param; k++) {
+    KILN_TRY(kiln_net_param_upgrade(sp->test_net_param[k], source, &one));
+    any |= one;
+  }
+  if (changed) *changed = any;
+  return KILN_OK;
+}

@@ -312,12 +312,7 @@ int kiln_solver_create(const char *solver_path, const kiln_solver_options *opt, 
   }
   s->param = (Caffe__SolverParameter *)m;
   /* nets written inline in the solver, in Caffe's old formats too */
-  Caffe__SolverParameter *sp = (Caffe__SolverParameter *)m;
-  Caffe__NetParameter *inline_nets[2] = {sp->net_param, sp->train_net_param};
-  for (int k = 0; k < 2 && !rc; k++)
-    if (inline_nets[k]) rc = kiln_net_param_upgrade(inline_nets[k], solver_path, NULL);
-  for (size_t k = 0; k < sp->n_test_net_param && !rc; k++)
-    rc = kiln_net_param_upgrade(sp->test_net_param[k], solver_path, NULL);
+  rc = kiln_solver_inline_nets_upgrade((Caffe__SolverParameter *)m, solver_path, NULL);
   if (rc) {
     kiln_solver_free(s);
     return rc;
