@@ -161,28 +161,17 @@ static int plan(Caffe__NetParameter *np, void *user) {
   return kiln_seq2seq_plan(np, p->model, p->max_source, p->streams, p->steps);
 }
 
-/* s escaped as a .tsv field (\\ \t \n \r). */
-static void put_escaped(kiln_strbuf *b, const char *s, size_t n) {
-  for (size_t i = 0; i < n; i++) {
-    char c = s[i];
-    if (c == '\\' || c == '\t' || c == '\n' || c == '\r')
-      kiln_strbuf_printf(b, "\\%c", c == '\\' ? '\\' : c == '\t' ? 't' : c == '\n' ? 'n' : 'r');
-    else
-      kiln_strbuf_printf(b, "%c", c);
-  }
-}
-
 /* SOURCE<TAB>DECODED, the decoded tokens as the target vocabulary's tokenizer would cut them
  * again (words apart by a space), so the file is a .tsv of pairs itself. */
 static void put_decoded(kiln_strbuf *b, const kiln_vocab *tv, const char *source,
                         const int32_t *ids, int n) {
-  put_escaped(b, source, strlen(source));
+  kiln_text_escape(b, source, strlen(source));
   kiln_strbuf_printf(b, "\t");
   for (int i = 0; i < n; i++) {
     size_t len;
     const char *t = kiln_vocab_token(tv, ids[i], &len);
     if (i && kiln_vocab_level(tv) == KILN_TOKENS_WORD) kiln_strbuf_printf(b, " ");
-    if (t) put_escaped(b, t, len);
+    if (t) kiln_text_escape(b, t, len);
   }
   kiln_strbuf_printf(b, "\n");
 }

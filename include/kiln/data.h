@@ -222,6 +222,9 @@ int kiln_edit_distance(const int32_t *a, size_t na, const int32_t *b, size_t nb,
 #define KILN_TEXT_RECORDS_MAX_BYTES ((size_t)1 << 30)
 typedef int (*kiln_text_record_fn)(void *user, const char *text, size_t len, int label, int line);
 int kiln_text_records(const char *path, kiln_text_record_fn fn, void *user);
+/* Appends text[0 .. n) to b escaped as a .tsv field (\\ \t \n \r), the inverse of what
+ * kiln_text_records decodes. */
+void kiln_text_escape(kiln_strbuf *b, const char *text, size_t n);
 /* The tagged records of a .tsv file, one per line: "TAGS<TAB>TEXT" with TAGS whole numbers in
  * 0 .. 2^31-1 separated by spaces (meant as one per token of TEXT; the reader does not know the
  * tokenizer, so the caller checks the count) and TEXT escaped as above. fn gets each record's

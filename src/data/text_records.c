@@ -183,3 +183,15 @@ int kiln_text_pairs(const char *path, kiln_text_pair_fn fn, void *user) {
   pair_ctx c = {fn, user};
   return tsv_file(path, "paired", "SOURCE<TAB>TARGET", pair_line, &c);
 }
+
+void kiln_text_escape(kiln_strbuf *b, const char *text, size_t n) {
+  size_t run = 0; /* the start of the bytes that need no escape */
+  for (size_t i = 0; i < n; i++) {
+    const char c = text[i];
+    const char e = c == '\\' ? '\\' : c == '\t' ? 't' : c == '\n' ? 'n' : c == '\r' ? 'r' : 0;
+    if (!e) continue;
+    kiln_strbuf_printf(b, "%.*s\\%c", (int)(i - run), text + run, e);
+    run = i + 1;
+  }
+  if (run < n) kiln_strbuf_printf(b, "%.*s", (int)(n - run), text + run);
+}

@@ -141,26 +141,6 @@ static int cmp_record(const void *a, const void *b) {
   return strcmp(x->name, y->name);
 }
 
-/* A copy of `s` with backslash, tab, newline and carriage return escaped (\\ \t \n \r), so that a
- * mail is one line of a TSV file. */
-static char *escaped(const char *s) {
-  size_t n = 0;
-  for (const char *p = s; *p; p++) n += (*p == '\\' || *p == '\t' || *p == '\n' || *p == '\r') ? 2 : 1;
-  char *out = malloc(n + 1), *o = out;
-  if (!out) return NULL;
-  for (const char *p = s; *p; p++) {
-    switch (*p) {
-    case '\\': *o++ = '\\', *o++ = '\\'; break;
-    case '\t': *o++ = '\\', *o++ = 't'; break;
-    case '\n': *o++ = '\\', *o++ = 'n'; break;
-    case '\r': *o++ = '\\', *o++ = 'r'; break;
-    default: *o++ = *p;
-    }
-  }
-  *o = '\0';
-  return out;
-}
-
 /* printf into a new string. */
 static char *format(const char *fmt, const char *a, const char *b) {
   int n = snprintf(NULL, 0, fmt, a, b);
@@ -233,11 +213,15 @@ static int take_mail(convert_state *st, const char *name, const cJSON *o) {
   char *end;
   unsigned long h = strtoul(hex, &end, 16);
   if (*end) return bad_record(st, name, "\"checksum\".\"value\" is no MD5 in hexadecimal");
-  char *body = escaped(text);
-  char *rec = body ? format("%s\t%s\n", label ? "1" : "0", body) : NULL;
-  free(body);
-  if (!rec) return kiln_errorf(KILN_ERR_NOMEM, "%s: out of memory", st->tarball);
-  return add_record(st, split_of_hash((uint32_t)h), 0, name, rec);
+  kiln_strbuf rec = {0};
+  kiln_strbuf_printf(&rec, "%s\t", label ? "1" : "0");
+  kiln_text_escape(&rec, text, strlen(text));
+  kiln_strbuf_printf(&rec, "\n");
+  if (rec.failed) {
+    free(rec.s);
+    return kiln_errorf(KILN_ERR_NOMEM, "%s: out of memory", st->tarball);
+  }
+  return add_record(st, split_of_hash((uint32_t)h), 0, name, rec.s);
 }
 
 /* package/data/dict.json: {"WORD": "PH ON EMES", "WORD(1)": "another pronunciation", ...} */
