@@ -50,6 +50,28 @@ void kiln_col2im(float *im, const float *col, const kiln_conv_geom *g);
 int kiln_blas_serial_begin(void);
 void kiln_blas_serial_end(int prev);
 
+/* C = alpha op(A) op(B) + beta C, row-major, as cblas_sgemm (op: transposed when ta / tb; A is
+ * M x K after op, B K x N, C M x N). Through oneDNN's matmul where the build has it and the shape
+ * is one where it is faster (src/ops/gemm.c), else OpenBLAS; always OpenBLAS inside an OpenMP
+ * parallel region and under cfg->ref_engine (cfg NULL: the defaults). */
+void kiln_sgemm(const kiln_config *cfg, bool ta, bool tb, int64_t M, int64_t N, int64_t K,
+                float alpha, const float *A, int64_t lda, const float *B, int64_t ldb, float beta,
+                float *C, int64_t ldc);
+
+/* A product C = A op(B) + beta C of one shape (A M x K row-major, lda apart; op(B) K x N) whose B
+ * stays the same over many calls: set_b copies B once into the layout the fast kernel reads
+ * (on the oneDNN route; the OpenBLAS route only keeps the pointer, which must stay valid), run
+ * then reads A and C only. update keeps *plan when it already has this shape, configuration and
+ * OpenMP thread count, and else replaces it (NULL to start); KILN_ERR_NOMEM when no plan could
+ * be made (*plan is then NULL). destroy accepts NULL. */
+typedef struct kiln_gemm_plan kiln_gemm_plan;
+int kiln_gemm_plan_update(kiln_gemm_plan **plan, const kiln_config *cfg, bool tb, int64_t M,
+                          int64_t N, int64_t K, int64_t lda, int64_t ldb, float beta,
+                          int64_t ldc);
+void kiln_gemm_plan_set_b(kiln_gemm_plan *plan, const float *B);
+void kiln_gemm_plan_run(kiln_gemm_plan *plan, const float *A, float *C);
+void kiln_gemm_plan_destroy(kiln_gemm_plan *plan);
+
 /* Convolution of a batch.
  *   out is (N, M, OH, OW); in is (N, C, H, W); w is (M, C/group, kh, kw); bias is (M) or NULL.
  *   col is workspace of (C/group*kh*kw) * (OH*OW) floats per thread: kiln_conv_workspace().

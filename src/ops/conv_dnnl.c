@@ -8,7 +8,6 @@
  *
  * Weight and bias gradients are ACCUMULATED (+=) as the op contract asks: oneDNN writes them
  * whole into workspace and a reorder with a sum post-op adds them to the parameter gradient. */
-#include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,21 +15,14 @@
 
 #include "kiln/core.h"
 #include "kiln/ops.h"
+#include "dnnl_rt.h"
 
 #ifdef KILN_HAVE_DNNL
 #include <oneapi/dnnl/dnnl.h>
 
-/* One CPU engine and one in-order stream for the process (oneDNN's handles, not kiln state). */
+/* The process's engine and stream (dnnl_rt.c), fetched by kiln_dnnl_conv_create. */
 static dnnl_engine_t g_engine;
 static dnnl_stream_t g_stream;
-static pthread_once_t g_once = PTHREAD_ONCE_INIT;
-static dnnl_status_t g_init_status = dnnl_runtime_error;
-
-static void dnnl_init_once(void) {
-  g_init_status = dnnl_engine_create(&g_engine, dnnl_cpu, 0);
-  if (g_init_status == dnnl_success)
-    g_init_status = dnnl_stream_create(&g_stream, g_engine, dnnl_stream_default_flags);
-}
 
 /* A reorder between a plain and a blocked layout; prim is NULL when the two are the same. */
 typedef struct {
@@ -222,10 +214,9 @@ static int conv_create(kiln_dnnl_conv **out, int N, int M, int group, const kiln
   if ((x_layout == KILN_LAYOUT_BLOCKED16 && (g->channels % 16 || group != 1)) ||
       (y_layout == KILN_LAYOUT_BLOCKED16 && (M % 16 || group != 1)))
     return kiln_errorf(KILN_ERR_INVALID, "oneDNN: blocked layout needs 16 | channels, group 1");
-  pthread_once(&g_once, dnnl_init_once);
-  if (g_init_status != dnnl_success)
-    return kiln_errorf(KILN_ERR_UNSUPPORTED, "oneDNN: no CPU engine (status %d)",
-                       (int)g_init_status);
+  dnnl_status_t rt = kiln_dnnl_runtime(&g_engine, &g_stream);
+  if (rt != dnnl_success)
+    return kiln_errorf(KILN_ERR_UNSUPPORTED, "oneDNN: no CPU engine (status %d)", (int)rt);
   kiln_dnnl_conv *c = calloc(1, sizeof *c);
   if (!c) return kiln_errorf(KILN_ERR_NOMEM, "out of memory");
   c->bias = bias;

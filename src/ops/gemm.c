@@ -1,0 +1,300 @@
+/* kiln_sgemm: cblas_sgemm's row-major product through whichever library is faster for the shape.
+ *
+ * OpenBLAS is the reference and the route of every call oneDNN does not take. oneDNN's matmul
+ * picks its AVX-512 kernels by CPUID, whatever kernel OpenBLAS is told to use, and it is
+ * markedly faster on the thin products of recurrent steps and fully connected layers (a few
+ * dozen rows against a wide weight matrix); docs/PERF.md has the measurements behind the rule in
+ * use_dnnl. A oneDNN primitive is made once per shape and kept in a small table, so a training
+ * step after the first makes none; oneDNN keeps its own scratch memory between calls.
+ *
+ * The oneDNN route runs only outside OpenMP parallel regions (kernels that call GEMM from their
+ * own threads get OpenBLAS, serially, as before) and never under the reference engine, whose
+ * results must not depend on the thread count. A shape oneDNN serves only with its reference
+ * kernel, or not at all, is remembered as OpenBLAS's. On the products it takes, oneDNN gives the
+ * same bits on any number of threads (tests/test_gemm.c); like OpenBLAS, it splits the sum over K
+ * between threads only for transposed-A products with few output columns, which it never gets.
+ *
+ * A kiln_gemm_plan serves a product whose right operand stays the same over many calls (a
+ * recurrent layer's weights over the steps of a pass): oneDNN copies B once into the blocked
+ * layout its kernel for that shape reads fastest, and each call then reads only A and C. */
+#include <cblas.h>
+#include <omp.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kiln/core.h"
+#include "kiln/ops.h"
+#include "dnnl_rt.h"
+
+static void blas(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A,
+                 int64_t lda, const float *B, int64_t ldb, float beta, float *C, int64_t ldc) {
+  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
+              (int)M, (int)N, (int)K, alpha, A, (int)lda, B, (int)ldb, beta, C, (int)ldc);
+}
+
+#ifdef KILN_HAVE_DNNL
+
+/* The rule, from kiln-gemm-routes on this project's reference machine (docs/PERF.md): oneDNN
+ * wins by 10-55% on products with A as it lies, from recurrent steps (32 x 2048 x 512: 0.37
+ * against 0.50 ms at 1 thread) to large projections, and loses by 1-14% when A is transposed
+ * (weight gradients, where it copies A first: 2048 x 2048 x 2048, 84 against 74 ms). Below
+ * 2^19 multiply-adds its fixed cost per call (memory objects, the table) is a few
+ * microseconds, as much as the product (64 x 10 x 512: 5 against 3 microseconds). */
+#define DNNL_MIN_MACS (1LL << 19)
+
+typedef struct {
+  int64_t M, N, K, lda, ldb, ldc;
+  float alpha, beta;
+  int ta, tb, nthreads;
+} gemm_key;
+
+typedef struct {
+  gemm_key key;
+  bool used;
+  dnnl_primitive_t prim; /* NULL: this shape is OpenBLAS's */
+  dnnl_memory_desc_t a, b, c;
+} gemm_entry;
+
+enum { GEMM_TABLE = 128 };
+static gemm_entry g_table[GEMM_TABLE];
+static int g_next; /* the slot the next new shape takes once the table is full */
+static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static bool key_eq(const gemm_key *a, const gemm_key *b) { return !memcmp(a, b, sizeof *a); }
+
+/* dims rows x cols, stored row-major with leading dimension ld, or transposed. */
+static dnnl_status_t plain_md(dnnl_memory_desc_t *md, int64_t rows, int64_t cols, int64_t ld,
+                              bool trans) {
+  dnnl_dims_t dims = {rows, cols};
+  dnnl_dims_t strides = {trans ? 1 : ld, trans ? ld : 1};
+  return dnnl_memory_desc_init_by_strides(md, 2, dims, dnnl_f32, strides);
+}
+
+/* The matmul of one shape; e->prim stays NULL when oneDNN has no fast kernel for it. */
+static void entry_make(gemm_entry *e, dnnl_engine_t eng) {
+  const gemm_key *k = &e->key;
+  e->prim = NULL;
+  if (plain_md(&e->a, k->M, k->K, k->lda, k->ta) || plain_md(&e->b, k->K, k->N, k->ldb, k->tb) ||
+      plain_md(&e->c, k->M, k->N, k->ldc, false))
+    return;
+  dnnl_matmul_desc_t md;
+  if (dnnl_matmul_desc_init(&md, &e->a, &e->b, NULL, &e->c) != dnnl_success) return;
+  dnnl_primitive_attr_t attr = NULL;
+  dnnl_post_ops_t po = NULL;
+  bool ok = dnnl_primitive_attr_create(&attr) == dnnl_success;
+  if (ok && k->alpha != 1.0f)
+    ok = dnnl_primitive_attr_set_output_scales(attr, 1, 0, &k->alpha) == dnnl_success;
+  if (ok && k->beta != 0.0f) {
+    ok = dnnl_post_ops_create(&po) == dnnl_success &&
+         dnnl_post_ops_append_sum(po, k->beta) == dnnl_success &&
+         dnnl_primitive_attr_set_post_ops(attr, po) == dnnl_success;
+    if (po) dnnl_post_ops_destroy(po);
+  }
+  dnnl_primitive_desc_t pd = NULL;
+  if (ok) ok = dnnl_primitive_desc_create(&pd, &md, attr, eng, NULL) == dnnl_success;
+  if (attr) dnnl_primitive_attr_destroy(attr);
+  if (!ok) return;
+  const char *impl = "";
+  dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl);
+  /* oneDNN's reference kernels are far slower than OpenBLAS. */
+  if (impl && strncmp(impl, "ref", 3) && dnnl_primitive_create(&e->prim, pd) != dnnl_success)
+    e->prim = NULL;
+  dnnl_primitive_desc_destroy(pd);
+}
+
+/* The table's entry for the key, made on first sight. Under g_lock. */
+static gemm_entry *entry_for(const gemm_key *k, dnnl_engine_t eng) {
+  for (int i = 0; i < GEMM_TABLE; i++)
+    if (g_table[i].used && key_eq(&g_table[i].key, k)) return &g_table[i];
+  gemm_entry *e = NULL;
+  for (int i = 0; i < GEMM_TABLE && !e; i++)
+    if (!g_table[i].used) e = &g_table[i];
+  if (!e) { /* full: a net with this many shapes is unusual; reuse slots in turn */
+    e = &g_table[g_next];
+    g_next = (g_next + 1) % GEMM_TABLE;
+    if (e->prim) dnnl_primitive_destroy(e->prim);
+  }
+  memset(e, 0, sizeof *e);
+  e->key = *k;
+  e->used = true;
+  entry_make(e, eng);
+  return e;
+}
+
+static bool matmul_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
+                      const float *A, int64_t lda, const float *B, int64_t ldb, float beta,
+                      float *C, int64_t ldc) {
+  dnnl_engine_t eng;
+  dnnl_stream_t stream;
+  if (kiln_dnnl_runtime(&eng, &stream) != dnnl_success) return false;
+  gemm_key k;
+  memset(&k, 0, sizeof k); /* padding too: keys compare bytewise */
+  k.M = M, k.N = N, k.K = K, k.lda = lda, k.ldb = ldb, k.ldc = ldc;
+  k.alpha = alpha, k.beta = beta, k.ta = ta, k.tb = tb, k.nthreads = omp_get_max_threads();
+  pthread_mutex_lock(&g_lock);
+  gemm_entry *e = entry_for(&k, eng);
+  bool done = false;
+  dnnl_memory_t ma = NULL, mb = NULL, mc = NULL;
+  if (e->prim && dnnl_memory_create(&ma, &e->a, eng, (void *)A) == dnnl_success &&
+      dnnl_memory_create(&mb, &e->b, eng, (void *)B) == dnnl_success &&
+      dnnl_memory_create(&mc, &e->c, eng, C) == dnnl_success) {
+    dnnl_exec_arg_t args[3] = {{DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mb}, {DNNL_ARG_DST, mc}};
+    /* Once executing, the call is oneDNN's: a second run through OpenBLAS could add twice. */
+    dnnl_primitive_execute(e->prim, stream, 3, args);
+    dnnl_stream_wait(stream);
+    done = true;
+  }
+  if (ma) dnnl_memory_destroy(ma);
+  if (mb) dnnl_memory_destroy(mb);
+  if (mc) dnnl_memory_destroy(mc);
+  pthread_mutex_unlock(&g_lock);
+  return done;
+}
+
+static bool use_dnnl(const kiln_config *cfg, bool ta, int64_t M, int64_t N, int64_t K) {
+  if (ta || (cfg && cfg->ref_engine)) return false;
+  if (omp_in_parallel()) return false;
+  return M * N * K >= DNNL_MIN_MACS;
+}
+#endif
+
+void kiln_sgemm(const kiln_config *cfg, bool ta, bool tb, int64_t M, int64_t N, int64_t K,
+                float alpha, const float *A, int64_t lda, const float *B, int64_t ldb, float beta,
+                float *C, int64_t ldc) {
+  if (M <= 0 || N <= 0) return;
+#ifdef KILN_HAVE_DNNL
+  if (K > 0 && use_dnnl(cfg, ta, M, N, K) &&
+      matmul_gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc))
+    return;
+#else
+  (void)cfg;
+#endif
+  blas(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+struct kiln_gemm_plan {
+  const kiln_config *cfg;
+  bool tb;
+  int64_t M, N, K, lda, ldb, ldc;
+  float beta;
+  int nthreads;
+  const float *B; /* the OpenBLAS route's operand, as last set */
+#ifdef KILN_HAVE_DNNL
+  dnnl_primitive_t mm, pack; /* NULL mm: the OpenBLAS route */
+  dnnl_memory_t m_a, m_b, m_packed, m_c;
+  dnnl_stream_t stream;
+#endif
+};
+
+#ifdef KILN_HAVE_DNNL
+static void plan_dnnl_free(kiln_gemm_plan *p) {
+  if (p->mm) dnnl_primitive_destroy(p->mm);
+  if (p->pack) dnnl_primitive_destroy(p->pack);
+  dnnl_memory_t *m[] = {&p->m_a, &p->m_b, &p->m_packed, &p->m_c};
+  for (int i = 0; i < 4; i++)
+    if (*m[i]) dnnl_memory_destroy(*m[i]);
+  p->mm = p->pack = NULL;
+  p->m_a = p->m_b = p->m_packed = p->m_c = NULL;
+}
+
+/* The matmul with B in the layout oneDNN picks ("any") and the reorder that packs a plain B into
+ * it; on any failure the plan stays on the OpenBLAS route. */
+static void plan_dnnl_make(kiln_gemm_plan *p) {
+  dnnl_engine_t eng;
+  if (kiln_dnnl_runtime(&eng, &p->stream) != dnnl_success) return;
+  dnnl_memory_desc_t a, b, c, b_any;
+  dnnl_dims_t b_dims = {p->K, p->N};
+  if (plain_md(&a, p->M, p->K, p->lda, false) || plain_md(&b, p->K, p->N, p->ldb, p->tb) ||
+      plain_md(&c, p->M, p->N, p->ldc, false) ||
+      dnnl_memory_desc_init_by_tag(&b_any, 2, b_dims, dnnl_f32, dnnl_format_tag_any))
+    return;
+  dnnl_matmul_desc_t md;
+  if (dnnl_matmul_desc_init(&md, &a, &b_any, NULL, &c) != dnnl_success) return;
+  dnnl_primitive_attr_t attr = NULL;
+  dnnl_post_ops_t po = NULL;
+  bool ok = dnnl_primitive_attr_create(&attr) == dnnl_success;
+  if (ok && p->beta != 0.0f) {
+    ok = dnnl_post_ops_create(&po) == dnnl_success &&
+         dnnl_post_ops_append_sum(po, p->beta) == dnnl_success &&
+         dnnl_primitive_attr_set_post_ops(attr, po) == dnnl_success;
+    if (po) dnnl_post_ops_destroy(po);
+  }
+  dnnl_primitive_desc_t pd = NULL, rpd = NULL;
+  if (ok) ok = dnnl_primitive_desc_create(&pd, &md, attr, eng, NULL) == dnnl_success;
+  if (attr) dnnl_primitive_attr_destroy(attr);
+  if (!ok) return;
+  const char *impl = "";
+  dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl);
+  const dnnl_memory_desc_t *packed = dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
+  ok = impl && strncmp(impl, "ref", 3) && packed &&
+       dnnl_primitive_create(&p->mm, pd) == dnnl_success &&
+       dnnl_reorder_primitive_desc_create(&rpd, &b, eng, packed, eng, NULL) == dnnl_success &&
+       dnnl_primitive_create(&p->pack, rpd) == dnnl_success &&
+       dnnl_memory_create(&p->m_a, &a, eng, DNNL_MEMORY_NONE) == dnnl_success &&
+       dnnl_memory_create(&p->m_b, &b, eng, DNNL_MEMORY_NONE) == dnnl_success &&
+       dnnl_memory_create(&p->m_c, &c, eng, DNNL_MEMORY_NONE) == dnnl_success &&
+       dnnl_memory_create(&p->m_packed, packed, eng, DNNL_MEMORY_ALLOCATE) == dnnl_success;
+  if (rpd) dnnl_primitive_desc_destroy(rpd);
+  dnnl_primitive_desc_destroy(pd);
+  if (!ok) plan_dnnl_free(p);
+}
+#endif
+
+int kiln_gemm_plan_update(kiln_gemm_plan **plan, const kiln_config *cfg, bool tb, int64_t M,
+                          int64_t N, int64_t K, int64_t lda, int64_t ldb, float beta,
+                          int64_t ldc) {
+  kiln_gemm_plan *p = *plan;
+  const int nthreads = omp_get_max_threads();
+  if (p && p->cfg == cfg && p->tb == tb && p->M == M && p->N == N && p->K == K &&
+      p->lda == lda && p->ldb == ldb && p->beta == beta && p->ldc == ldc &&
+      p->nthreads == nthreads)
+    return KILN_OK;
+  kiln_gemm_plan_destroy(p);
+  *plan = p = calloc(1, sizeof *p);
+  if (!p) return kiln_errorf(KILN_ERR_NOMEM, "out of memory for a GEMM plan");
+  p->cfg = cfg, p->tb = tb, p->M = M, p->N = N, p->K = K, p->lda = lda, p->ldb = ldb;
+  p->beta = beta, p->ldc = ldc, p->nthreads = nthreads;
+#ifdef KILN_HAVE_DNNL
+  if (M > 0 && N > 0 && K > 0 && use_dnnl(cfg, false, M, N, K)) plan_dnnl_make(p);
+#endif
+  return KILN_OK;
+}
+
+void kiln_gemm_plan_set_b(kiln_gemm_plan *p, const float *B) {
+  p->B = B;
+#ifdef KILN_HAVE_DNNL
+  if (p->mm) {
+    dnnl_memory_set_data_handle(p->m_b, (void *)B);
+    dnnl_exec_arg_t args[2] = {{DNNL_ARG_FROM, p->m_b}, {DNNL_ARG_TO, p->m_packed}};
+    if (dnnl_primitive_execute(p->pack, p->stream, 2, args) != dnnl_success ||
+        dnnl_stream_wait(p->stream) != dnnl_success)
+      plan_dnnl_free(p); /* not packed: the OpenBLAS route reads B as it lies */
+  }
+#endif
+}
+
+void kiln_gemm_plan_run(kiln_gemm_plan *p, const float *A, float *C) {
+#ifdef KILN_HAVE_DNNL
+  if (p->mm) {
+    dnnl_memory_set_data_handle(p->m_a, (void *)A);
+    dnnl_memory_set_data_handle(p->m_c, C);
+    dnnl_exec_arg_t args[3] = {
+        {DNNL_ARG_SRC, p->m_a}, {DNNL_ARG_WEIGHTS, p->m_packed}, {DNNL_ARG_DST, p->m_c}};
+    dnnl_primitive_execute(p->mm, p->stream, 3, args);
+    dnnl_stream_wait(p->stream);
+    return;
+  }
+#endif
+  if (p->M > 0 && p->N > 0)
+    blas(false, p->tb, p->M, p->N, p->K, 1.0f, A, p->lda, p->B, p->ldb, p->beta, C, p->ldc);
+}
+
+void kiln_gemm_plan_destroy(kiln_gemm_plan *p) {
+  if (!p) return;
+#ifdef KILN_HAVE_DNNL
+  plan_dnnl_free(p);
+#endif
+  free(p);
+}
