@@ -17,9 +17,11 @@
  * out_proj.bias [D] (the biases absent with bias_term false), so weights copy across as they
  * are.
  *
- * Every GEMM runs on one BLAS thread (kiln_blas_serial_begin) in blocks of rows fixed by the
- * shapes alone, which the threads share out; reductions over the batch (bias gradients) add in
- * a fixed order. So the results do not depend on the thread count. */
+ * Under the reference engine, and for small shapes on any engine, every GEMM runs on one BLAS
+ * thread (kiln_blas_serial_begin) in blocks of rows fixed by the shapes alone, which the threads
+ * share out; reductions over the batch (bias gradients) add in a fixed order. So those results
+ * do not depend on the thread count. Larger projections are whole GEMMs through kiln_sgemm
+ * (gemm_rows). */
 #include <cblas.h>
 #include <math.h>
 #include <stdlib.h>
@@ -166,14 +168,22 @@ static int mha_reshape(kiln_layer *l) {
 /* Rows of C fall in fixed blocks of this many, whatever the thread count. */
 enum { ROW_BLOCK = 64 };
 
-/* C (M, Nc) = alpha op(A) (M, K) op(B) (K, Nc) + beta C, in blocks of ROW_BLOCK rows of C spread
- * over the threads. Each block is the same single-threaded GEMM call on any thread, so C's bits
- * do not depend on the thread count. The caller holds BLAS to one thread. */
-static void gemm_rows(int team, bool ta, bool tb, int M, int Nc, int K, float alpha,
-                      const float *A, int lda, const float *B, int ldb, float beta, float *C,
-                      int ldc) {
+/* C (M, Nc) = alpha op(A) (M, K) op(B) (K, Nc) + beta C. Under the reference engine, and for
+ * products below WHOLE_MACS, in blocks of ROW_BLOCK rows of C spread over the threads: each
+ * block is the same single-threaded GEMM call on any thread, so C's bits do not depend on the
+ * thread count. Larger products are one kiln_sgemm on
+ * every thread (oneDNN's kernels where they win): each block would copy all of B again. */
+enum { WHOLE_MACS = 1 << 19 };
+static void gemm_rows(const kiln_config *cfg, int team, bool ta, bool tb, int M, int Nc, int K,
+                      float alpha, const float *A, int lda, const float *B, int ldb, float beta,
+                      float *C, int ldc) {
+  if (!(cfg && cfg->ref_engine) && (double)M * Nc * K >= WHOLE_MACS) {
+    kiln_sgemm(cfg, ta, tb, M, Nc, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    return;
+  }
   const int nblk = (M + ROW_BLOCK - 1) / ROW_BLOCK;
   if (team > nblk) team = nblk < 1 ? 1 : nblk;
+  const int blas_prev = kiln_blas_serial_begin();
 #pragma omp parallel for schedule(static) num_threads(team)
   for (int b = 0; b < nblk; b++) {
     const int r0 = b * ROW_BLOCK, mb = M - r0 < ROW_BLOCK ? M - r0 : ROW_BLOCK;
@@ -181,12 +191,13 @@ static void gemm_rows(int team, bool ta, bool tb, int M, int Nc, int K, float al
                 Nc, K, alpha, ta ? A + r0 : A + (int64_t)r0 * lda, lda, B, ldb, beta,
                 C + (int64_t)r0 * ldc, ldc);
   }
+  kiln_blas_serial_end(blas_prev);
 }
 
 /* y (M, Nc) = x (M, K) W^T + b, W (Nc, K). */
-static void project(int team, float *y, const float *x, const float *w, const float *b, int M,
+static void project(const kiln_config *cfg, int team, float *y, const float *x, const float *w, const float *b, int M,
                     int Nc, int K) {
-  gemm_rows(team, false, true, M, Nc, K, 1.0f, x, K, w, K, 0.0f, y, Nc);
+  gemm_rows(cfg, team, false, true, M, Nc, K, 1.0f, x, K, w, K, 0.0f, y, Nc);
   if (!b) return;
 #pragma omp parallel for schedule(static) num_threads(team) if (M > 256)
   for (int m = 0; m < M; m++)
@@ -240,15 +251,13 @@ static int mha_forward(kiln_layer *l) {
   const float *b_out = s->bias ? l->param[P_OUT_B]->data : NULL;
   float *q = l->buffer[B_QKV]->data, *k = q + (int64_t)T * N * D, *v = k + (int64_t)S * N * D;
   float *ctx = l->buffer[B_CTX]->data;
-  const int blas_prev = kiln_blas_serial_begin();
-  project(s->team, q, x, w_in, b_in, T * N, D, D);
-  project(s->team, k, kv, w_in + (int64_t)D * D, b_in ? b_in + D : NULL, S * N, D, D);
-  project(s->team, v, kv, w_in + 2 * (int64_t)D * D, b_in ? b_in + 2 * D : NULL, S * N, D, D);
+  project(l->config, s->team, q, x, w_in, b_in, T * N, D, D);
+  project(l->config, s->team, k, kv, w_in + (int64_t)D * D, b_in ? b_in + D : NULL, S * N, D, D);
+  project(l->config, s->team, v, kv, w_in + 2 * (int64_t)D * D, b_in ? b_in + 2 * D : NULL, S * N, D, D);
   kiln_attention_forward(ctx, l->buffer[B_PROBS]->data, q, k, v,
                          s->mask >= 0 ? l->bottom[s->mask]->data : NULL, T, S, N, s->H, s->hd,
                          s->scale, s->causal, s->team);
-  project(s->team, l->top[0]->data, ctx, w_out, b_out, T * N, D, D);
-  kiln_blas_serial_end(blas_prev);
+  project(l->config, s->team, l->top[0]->data, ctx, w_out, b_out, T * N, D, D);
   return KILN_OK;
 }
 
@@ -266,17 +275,16 @@ static int mha_backward(kiln_layer *l) {
   float *dctx = l->workspace, *dq = dctx + TND, *dk = dq + TND, *dv = dk + SND;
   float *work = dv + SND;
   const int team = s->team;
-  const int blas_prev = kiln_blas_serial_begin();
   /* out-projection: dW_o += dy^T ctx, db_o += sum dy, dctx = dy W_o */
-  gemm_rows(team, true, false, D, D, T * N, 1.0f, dy, D, ctx, D, 1.0f, dw_out, D);
+  gemm_rows(l->config, team, true, false, D, D, T * N, 1.0f, dy, D, ctx, D, 1.0f, dw_out, D);
   if (s->bias) colsum_add(team, l->param[P_OUT_B]->diff, dy, (int64_t)T * N, D);
-  gemm_rows(team, false, false, T * N, D, D, 1.0f, dy, D, w_out, D, 0.0f, dctx, D);
+  gemm_rows(l->config, team, false, false, T * N, D, D, 1.0f, dy, D, w_out, D, 0.0f, dctx, D);
   kiln_attention_backward(dq, dk, dv, dctx, l->buffer[B_PROBS]->data, q, k, v, T, S, N, s->H,
                           s->hd, s->scale, work, team);
   /* in-projections: dW_q += dq^T x, dW_k += dk^T kv, dW_v += dv^T kv, and their biases */
-  gemm_rows(team, true, false, D, D, T * N, 1.0f, dq, D, x, D, 1.0f, dw_in, D);
-  gemm_rows(team, true, false, D, D, S * N, 1.0f, dk, D, kv, D, 1.0f, dw_in + DD, D);
-  gemm_rows(team, true, false, D, D, S * N, 1.0f, dv, D, kv, D, 1.0f, dw_in + 2 * DD, D);
+  gemm_rows(l->config, team, true, false, D, D, T * N, 1.0f, dq, D, x, D, 1.0f, dw_in, D);
+  gemm_rows(l->config, team, true, false, D, D, S * N, 1.0f, dk, D, kv, D, 1.0f, dw_in + DD, D);
+  gemm_rows(l->config, team, true, false, D, D, S * N, 1.0f, dv, D, kv, D, 1.0f, dw_in + 2 * DD, D);
   if (s->bias) {
     float *db = l->param[P_IN_B]->diff;
     colsum_add(team, db, dq, (int64_t)T * N, D);
@@ -286,18 +294,17 @@ static int mha_backward(kiln_layer *l) {
   /* dx = dq W_q (+ dk W_k + dv W_v when the keys and values come from x too) */
   if (l->propagate_down[0]) {
     float *dx = l->bottom[0]->diff;
-    gemm_rows(team, false, false, T * N, D, D, 1.0f, dq, D, w_in, D, 0.0f, dx, D);
+    gemm_rows(l->config, team, false, false, T * N, D, D, 1.0f, dq, D, w_in, D, 0.0f, dx, D);
     if (s->kv < 0) {
-      gemm_rows(team, false, false, T * N, D, D, 1.0f, dk, D, w_in + DD, D, 1.0f, dx, D);
-      gemm_rows(team, false, false, T * N, D, D, 1.0f, dv, D, w_in + 2 * DD, D, 1.0f, dx, D);
+      gemm_rows(l->config, team, false, false, T * N, D, D, 1.0f, dk, D, w_in + DD, D, 1.0f, dx, D);
+      gemm_rows(l->config, team, false, false, T * N, D, D, 1.0f, dv, D, w_in + 2 * DD, D, 1.0f, dx, D);
     }
   }
   if (s->kv >= 0 && l->propagate_down[s->kv]) {
     float *dkv = l->bottom[s->kv]->diff;
-    gemm_rows(team, false, false, S * N, D, D, 1.0f, dk, D, w_in + DD, D, 0.0f, dkv, D);
-    gemm_rows(team, false, false, S * N, D, D, 1.0f, dv, D, w_in + 2 * DD, D, 1.0f, dkv, D);
+    gemm_rows(l->config, team, false, false, S * N, D, D, 1.0f, dk, D, w_in + DD, D, 0.0f, dkv, D);
+    gemm_rows(l->config, team, false, false, S * N, D, D, 1.0f, dv, D, w_in + 2 * DD, D, 1.0f, dkv, D);
   }
-  kiln_blas_serial_end(blas_prev);
   /* The output is piecewise constant in the mask: its gradient is 0 (asked for only when a net
    * forces backward onto every bottom). */
   if (s->mask >= 0 && l->propagate_down[s->mask])

@@ -1,8 +1,8 @@
 /* InnerProduct (fully connected): top (M, N) = bottom (M, K) x W^T + b, where the bottom is
  * flattened from `axis`; W is (N, K), or (K, N) with transpose. GEMM through CBLAS. */
-#include <cblas.h>
 #include <stdlib.h>
 
+#include "kiln/ops.h"
 #include "layer_util.h"
 
 static const Caffe__InnerProductParameter ip_defaults = CAFFE__INNER_PRODUCT_PARAMETER__INIT;
@@ -56,9 +56,8 @@ static int ip_forward(kiln_layer *l) {
   ip_state *s = l->priv;
   const float *x = l->bottom[0]->data, *w = l->param[0]->data;
   float *y = l->top[0]->data;
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, s->transpose ? CblasNoTrans : CblasTrans, (int)s->M,
-              (int)s->N, (int)s->K, 1.0f, x, (int)s->K, w, s->transpose ? (int)s->N : (int)s->K,
-              0.0f, y, (int)s->N);
+  kiln_sgemm(l->config, false, !s->transpose, s->M, s->N, s->K, 1.0f, x, s->K, w,
+             s->transpose ? s->N : s->K, 0.0f, y, s->N);
   if (s->bias) {
     const float *b = l->param[1]->data;
     for (int64_t m = 0; m < s->M; m++)
@@ -74,9 +73,9 @@ static int ip_backward(kiln_layer *l) {
   int M = (int)s->M, N = (int)s->N, K = (int)s->K;
   /* dW (N, K) += dy^T (N, M) x (M, K); transposed weights: dW (K, N) += x^T dy. */
   if (s->transpose)
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, K, N, M, 1.0f, x, K, dy, N, 1.0f, dw, N);
+    kiln_sgemm(l->config, true, false, K, N, M, 1.0f, x, K, dy, N, 1.0f, dw, N);
   else
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, N, K, M, 1.0f, dy, N, x, K, 1.0f, dw, K);
+    kiln_sgemm(l->config, true, false, N, K, M, 1.0f, dy, N, x, K, 1.0f, dw, K);
   if (s->bias) {
     float *db = l->param[1]->diff;
     for (int64_t m = 0; m < s->M; m++)
@@ -84,8 +83,8 @@ static int ip_backward(kiln_layer *l) {
   }
   if (l->propagate_down[0]) {
     float *dx = l->bottom[0]->diff;
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, s->transpose ? CblasTrans : CblasNoTrans, M, K, N,
-                1.0f, dy, N, w, s->transpose ? N : K, 0.0f, dx, K);
+    kiln_sgemm(l->config, false, s->transpose, M, K, N, 1.0f, dy, N, w, s->transpose ? N : K, 0.0f,
+               dx, K);
   }
   return KILN_OK;
 }

@@ -40,7 +40,7 @@
  * The input projection of all T steps is one GEMM; the recurrence is one GEMM per step;
  * backward through time gathers every step's gate gradients so that the weight gradients and
  * the input gradient are one GEMM each again. */
-#include <cblas.h>
+#include <omp.h>
 #include <limits.h>
 #include <math.h>
 #include <stdlib.h>
@@ -67,6 +67,7 @@ typedef struct {
   int64_t carried_n;        /* streams the carried state belongs to; -1: none yet */
   /* parameter indices within one direction's blobs (-1: none), and how many it has */
   int p_wx, p_b, p_ws, p_wh, p_bh, p_wo, p_bo, nparam_dir;
+  kiln_gemm_plan *plan[2]; /* the per-step products of forward and backward (step_plan) */
 } rec_state;
 
 /* What one direction works on: its blobs, its slice of every buffer, and its H features of each
@@ -307,22 +308,35 @@ static void save_state(kiln_layer *l, rec_state *s, const float *hT, int64_t ld,
  * step at once. `ws` holds N x G floats of scratch when there is a static input. */
 static void input_projection(kiln_layer *l, rec_state *s, const rec_dir *r, float *pre, float *ws) {
   const int64_t rows = s->T * s->N, G = s->G;
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)rows, (int)G, (int)s->D, 1.0f,
-              l->bottom[0]->data, (int)s->D, r->param[s->p_wx]->data, (int)s->D, 0.0f, pre, (int)G);
+  kiln_sgemm(l->config, false, true, rows, G, s->D, 1.0f, l->bottom[0]->data, s->D,
+             r->param[s->p_wx]->data, s->D, 0.0f, pre, G);
   const float *b = r->param[s->p_b]->data;
   for (int64_t i = 0; i < rows; i++)
     for (int64_t g = 0; g < G; g++) pre[i * G + g] += b[g];
   if (s->static_input) {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)s->N, (int)G, (int)s->S, 1.0f,
-                l->bottom[2]->data, (int)s->S, r->param[s->p_ws]->data, (int)s->S, 0.0f, ws,
-                (int)G);
+    kiln_sgemm(l->config, false, true, s->N, G, s->S, 1.0f, l->bottom[2]->data, s->S,
+               r->param[s->p_ws]->data, s->S, 0.0f, ws, G);
     for (int64_t t = 0; t < s->T; t++)
       for (int64_t i = 0; i < s->N * G; i++) pre[t * s->N * G + i] += ws[i];
   }
 }
 
+/* The per-step product of a pass (which 0: forward, hp W_h^T; 1: backward, d_t W_h), with this
+ * direction's W_h packed once for its T steps; NULL when no plan could be made (the steps then
+ * take plain GEMMs). Called at a direction's first step, since each direction has its own W_h. */
+static kiln_gemm_plan *step_plan(kiln_layer *l, rec_state *s, const rec_dir *r, int which,
+                                 float beta) {
+  const int64_t N = s->N, H = s->H, G = s->G;
+  const int rc =
+      which == 0 ? kiln_gemm_plan_update(&s->plan[0], l->config, true, N, G, H, H, H, beta, G)
+                 : kiln_gemm_plan_update(&s->plan[1], l->config, false, N, H, G, G, H, beta, H);
+  if (rc) return NULL;
+  kiln_gemm_plan_set_b(s->plan[which], r->param[s->p_wh]->data);
+  return s->plan[which];
+}
+
 /* hp = carry_t h_prev (N x H, h_prev's rows ld apart; kept for backward), then
- * out = hp W_h^T + beta out: the recurrent term of step t. */
+ * out = hp W_h^T + beta out: the recurrent term of step t (beta the same at every step). */
 static void recurrent_term(kiln_layer *l, rec_state *s, const rec_dir *r, int64_t t,
                            const float *h_prev, int64_t ld, float *out, float beta) {
   const int64_t N = s->N, H = s->H;
@@ -330,8 +344,12 @@ static void recurrent_term(kiln_layer *l, rec_state *s, const rec_dir *r, int64_
   float *hp = r->buf[BUF_HPREV] + t * N * H;
   for (int64_t n = 0; n < N; n++)
     for (int64_t d = 0; d < H; d++) hp[n * H + d] = m ? m[n] * h_prev[n * ld + d] : 0.0f;
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)N, (int)s->G, (int)H, 1.0f, hp, (int)H,
-              r->param[s->p_wh]->data, (int)H, beta, out, (int)s->G);
+  kiln_gemm_plan *plan = t == step_time(r, s->T, 0) ? step_plan(l, s, r, 0, beta) : s->plan[0];
+  if (plan)
+    kiln_gemm_plan_run(plan, hp, out);
+  else
+    kiln_sgemm(l->config, false, true, N, s->G, H, 1.0f, hp, H, r->param[s->p_wh]->data, H, beta,
+               out, s->G);
 }
 
 /* A batch of no steps or no streams: the final state is the initial one (Caffe's h_T is then
@@ -347,8 +365,8 @@ typedef void (*dir_pass)(kiln_layer *l, rec_state *s, const rec_dir *r);
 
 /* A forward or backward pass of one direction, for each direction in turn: the reverse one
  * second, as its bottom gradients add to the forward one's. */
-/* A step's recurrent GEMM (N x H by H x G) below this many multiply-adds runs on one BLAS
- * thread: OpenBLAS splits any GEMM above 2^18 of them across its threads, and for a step of a
+/* A step's recurrent GEMM (N x H by H x G) below this many multiply-adds runs on one thread
+ * (of OpenBLAS and of OpenMP, which oneDNN's matmul uses): OpenBLAS splits any GEMM above 2^18 of them across its threads, and for a step of a
  * few hundred thousand the hand-over costs more than the second core gives; when the cores are
  * shared with other processes, its spinning workers wait for descheduled ones at every one of
  * the T steps, which on a busy machine made a 64-wide LSTM over 800 steps some 40 times
@@ -358,11 +376,16 @@ typedef void (*dir_pass)(kiln_layer *l, rec_state *s, const rec_dir *r);
 static int each_direction(kiln_layer *l, rec_state *s, dir_pass pass) {
   const bool serial = (double)s->N * (double)s->G * (double)s->H < REC_SERIAL_STEP_MACS;
   const int prev = serial ? kiln_blas_serial_begin() : 0;
+  const int omp_prev = omp_get_max_threads();
+  if (serial) omp_set_num_threads(1);
   for (int d = 0; d < s->ndir; d++) {
     const rec_dir r = direction(l, s, d);
     pass(l, s, &r);
   }
-  if (serial) kiln_blas_serial_end(prev);
+  if (serial) {
+    omp_set_num_threads(omp_prev);
+    kiln_blas_serial_end(prev);
+  }
   return KILN_OK;
 }
 
@@ -419,8 +442,8 @@ static void rnn_forward_dir(kiln_layer *l, rec_state *s, const rec_dir *r) {
   }
   /* o = tanh(h W_ho^T + b_o) for every step at once; kept in a buffer of the layer's own, as
    * backward needs it and a layer after this one may overwrite the top in place. */
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)rows, (int)H, (int)H, 1.0f, hid, (int)H,
-              r->param[s->p_wo]->data, (int)H, 0.0f, out, (int)H);
+  kiln_sgemm(l->config, false, true, rows, H, H, 1.0f, hid, H, r->param[s->p_wo]->data, H, 0.0f,
+             out, H);
   const float *bo = r->param[s->p_bo]->data;
   for (int64_t i = 0; i < rows; i++)
     for (int64_t d = 0; d < H; d++) {
@@ -480,26 +503,26 @@ static void add_column_sums(float *b, const float *a, int64_t rows, int64_t cols
 static void input_backward(kiln_layer *l, rec_state *s, const rec_dir *r, const float *d_in,
                            const float *d_rec, float *ws) {
   const int64_t rows = s->T * s->N, G = s->G, D = s->D, H = s->H;
-  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)G, (int)D, (int)rows, 1.0f, d_in,
-              (int)G, l->bottom[0]->data, (int)D, 1.0f, r->param[s->p_wx]->diff, (int)D);
+  kiln_sgemm(l->config, true, false, G, D, rows, 1.0f, d_in, G, l->bottom[0]->data, D, 1.0f,
+             r->param[s->p_wx]->diff, D);
   add_column_sums(r->param[s->p_b]->diff, d_in, rows, G);
-  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)G, (int)H, (int)rows, 1.0f, d_rec,
-              (int)G, r->buf[BUF_HPREV], (int)H, 1.0f, r->param[s->p_wh]->diff, (int)H);
+  kiln_sgemm(l->config, true, false, G, H, rows, 1.0f, d_rec, G, r->buf[BUF_HPREV], H, 1.0f,
+             r->param[s->p_wh]->diff, H);
   if (s->p_bh >= 0) add_column_sums(r->param[s->p_bh]->diff, d_rec, rows, G);
   if (l->propagate_down[0])
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)rows, (int)D, (int)G, 1.0f, d_in,
-                (int)G, r->param[s->p_wx]->data, (int)D, r->beta, l->bottom[0]->diff, (int)D);
+    kiln_sgemm(l->config, false, false, rows, D, G, 1.0f, d_in, G, r->param[s->p_wx]->data, D,
+               r->beta, l->bottom[0]->diff, D);
   if (s->static_input) {
     /* The static term is added at every step: its gradient is the sum over the steps. */
     const int64_t ng = s->N * G, S = s->S;
     memcpy(ws, d_in, sizeof(float) * (size_t)ng);
     for (int64_t t = 1; t < s->T; t++)
       for (int64_t i = 0; i < ng; i++) ws[i] += d_in[t * ng + i];
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)G, (int)S, (int)s->N, 1.0f, ws,
-                (int)G, l->bottom[2]->data, (int)S, 1.0f, r->param[s->p_ws]->diff, (int)S);
+    kiln_sgemm(l->config, true, false, G, S, s->N, 1.0f, ws, G, l->bottom[2]->data, S, 1.0f,
+               r->param[s->p_ws]->diff, S);
     if (l->propagate_down[2])
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)s->N, (int)S, (int)G, 1.0f, ws,
-                  (int)G, r->param[s->p_ws]->data, (int)S, r->beta, l->bottom[2]->diff, (int)S);
+      kiln_sgemm(l->config, false, false, s->N, S, G, 1.0f, ws, G, r->param[s->p_ws]->data, S,
+                 r->beta, l->bottom[2]->diff, S);
   }
 }
 
@@ -508,8 +531,13 @@ static void input_backward(kiln_layer *l, rec_state *s, const rec_dir *r, const 
 static void recurrent_backward(kiln_layer *l, rec_state *s, const rec_dir *r, int64_t t,
                                const float *d_t, float *dh, float beta) {
   const int64_t N = s->N, H = s->H;
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)N, (int)H, (int)s->G, 1.0f, d_t,
-              (int)s->G, r->param[s->p_wh]->data, (int)H, beta, dh, (int)H);
+  kiln_gemm_plan *plan =
+      t == step_time(r, s->T, s->T - 1) ? step_plan(l, s, r, 1, beta) : s->plan[1];
+  if (plan)
+    kiln_gemm_plan_run(plan, d_t, dh);
+  else
+    kiln_sgemm(l->config, false, false, N, H, s->G, 1.0f, d_t, s->G, r->param[s->p_wh]->data, H,
+               beta, dh, H);
   const float *m = carry(l, s, r, t);
   for (int64_t n = 0; n < N; n++)
     for (int64_t k = 0; k < H; k++) dh[n * H + k] = m ? m[n] * dh[n * H + k] : 0.0f;
@@ -605,12 +633,12 @@ static void rnn_backward_dir(kiln_layer *l, rec_state *s, const rec_dir *r) {
   for (int64_t i = 0; i < rows; i++)
     for (int64_t d = 0; d < H; d++)
       dzo[i * H + d] = r->dy[i * r->ldy + d] * (1 - out[i * H + d] * out[i * H + d]);
-  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)H, (int)H, (int)rows, 1.0f, dzo, (int)H,
-              hid, (int)H, 1.0f, r->param[s->p_wo]->diff, (int)H);
+  kiln_sgemm(l->config, true, false, H, H, rows, 1.0f, dzo, H, hid, H, 1.0f,
+             r->param[s->p_wo]->diff, H);
   add_column_sums(r->param[s->p_bo]->diff, dzo, rows, H);
   /* What the outputs send to every h_t, for all steps at once; the recurrence adds the rest. */
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)rows, (int)H, (int)H, 1.0f, dzo,
-              (int)H, r->param[s->p_wo]->data, (int)H, 0.0f, dz, (int)H);
+  kiln_sgemm(l->config, false, false, rows, H, H, 1.0f, dzo, H, r->param[s->p_wo]->data, H, 0.0f,
+             dz, H);
   final_state_grad(l, s, 0, dh);
   for (int64_t k = T - 1; k >= 0; k--) {
     const int64_t t = step_time(r, T, k);
@@ -666,7 +694,14 @@ static int lstm_backward(kiln_layer *l) { return rec_backward(l, lstm_backward_d
 static int rnn_backward(kiln_layer *l) { return rec_backward(l, rnn_backward_dir); }
 static int gru_backward(kiln_layer *l) { return rec_backward(l, gru_backward_dir); }
 
-static void rec_destroy(kiln_layer *l) { free(l->priv); }
+static void rec_destroy(kiln_layer *l) {
+  rec_state *s = l->priv;
+  if (s) {
+    kiln_gemm_plan_destroy(s->plan[0]);
+    kiln_gemm_plan_destroy(s->plan[1]);
+  }
+  free(s);
+}
 
 const kiln_layer_ops kiln_layer_lstm = {
     .type = "LSTM", .min_bottoms = 2, .max_bottoms = 5, .min_tops = 1, .max_tops = 3,
