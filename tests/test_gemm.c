@@ -1,6 +1,6 @@
 /* kiln_sgemm and kiln_gemm_plan (src/ops/gemm.c): every transpose, alpha, beta and leading
  * dimension against a product summed in double, on shapes below and above the size where the
- * oneDNN route takes over; the oneDNN route against the OpenBLAS one; the same bits on 1, 2 and
+ * oneDNN route takes over, through kiln_sgemm's choice, OpenBLAS alone and oneDNN alone; the same bits on 1, 2 and
  * 3 threads for the products kiln sends to oneDNN; a plan's packed operand following set_b. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -108,20 +108,25 @@ static void test_sgemm_matches_double_reference(void **state) {
           for (int64_t pad = 0; pad <= 3; pad += 3) {
             shape s = {sizes[z][0], sizes[z][1], sizes[z][2], t & 1, (t >> 1) & 1,
                        alphas[a],   betas[b],    pad};
-            for (int route = 0; route < 2; route++) {
+            for (int route = 0; route < 3; route++) {
               operands o = make(&s, (uint64_t)(z * 100 + t * 10 + b));
               const int64_t nc = s.M * o.ldc;
               float *C0 = malloc(sizeof(float) * (size_t)nc);
               assert_non_null(C0);
               memcpy(C0, o.C, sizeof(float) * (size_t)nc);
-              run(route ? &ref : NULL, &s, &o);
-              check(route ? "openblas" : "kiln_sgemm", &s, &o, C0, o.C);
+              static const char *const names[] = {"kiln_sgemm", "openblas", "onednn"};
+              if (route < 2)
+                run(route ? &ref : NULL, &s, &o);
+              else if (kiln_dnnl_available()) /* a build without oneDNN has no such route */
+                assert_true(kiln_sgemm_onednn(s.ta, s.tb, s.M, s.N, s.K, s.alpha, o.A, o.lda,
+                                              o.B, o.ldb, s.beta, o.C, o.ldc));
+              if (route < 2 || kiln_dnnl_available()) check(names[route], &s, &o, C0, o.C);
               free(C0);
               release(&o);
               cases++;
             }
           }
-  assert_int_equal(cases, 4 * 4 * 2 * 3 * 2 * 2);
+  assert_int_equal(cases, 4 * 4 * 2 * 3 * 2 * 3);
 }
 
 /* beta 0 overwrites C whatever it held, NaN included, on both routes. */

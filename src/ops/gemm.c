@@ -10,9 +10,11 @@
  * The oneDNN route runs only outside OpenMP parallel regions (kernels that call GEMM from their
  * own threads get OpenBLAS, serially, as before) and never under the reference engine, whose
  * results must not depend on the thread count. A shape oneDNN serves only with its reference
- * kernel, or not at all, is remembered as OpenBLAS's. On the products it takes, oneDNN gives the
- * same bits on any number of threads (tests/test_gemm.c); like OpenBLAS, it splits the sum over K
- * between threads only for transposed-A products with few output columns, which it never gets.
+ * kernel, or not at all, is remembered as OpenBLAS's. Either library splits the sum over K between
+ * threads only for products with A transposed and fewer 64-column blocks of output than threads
+ * (weight gradients of narrow layers over long batches), whose bits then depend on the thread
+ * count on either route; every other product gives the same bits on any number of threads
+ * (tests/test_gemm.c).
  *
  * A kiln_gemm_plan serves a product whose right operand stays the same over many calls (a
  * recurrent layer's weights over the steps of a pass): oneDNN copies B once into the blocked
@@ -23,6 +25,7 @@
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "kiln/core.h"
 #include "kiln/ops.h"
@@ -38,10 +41,12 @@ static void blas(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
 
 /* The rule, from kiln-gemm-routes on this project's reference machine (docs/PERF.md): oneDNN
  * wins by 10-55% on products with A as it lies, from recurrent steps (32 x 2048 x 512: 0.37
- * against 0.50 ms at 1 thread) to large projections, and loses by 1-14% when A is transposed
- * (weight gradients, where it copies A first: 2048 x 2048 x 2048, 84 against 74 ms). Below
- * 2^19 multiply-adds its fixed cost per call (memory objects, the table) is a few
- * microseconds, as much as the product (64 x 10 x 512: 5 against 3 microseconds). */
+ * against 0.50 ms at 1 thread) to large projections. With A transposed (weight gradients,
+ * where it copies A first) it loses by 1-14% against OpenBLAS's AVX-512 kernel (2048 x 512 x
+ * 2048: 22.1 against 20.0 ms) but wins 1.8 times over the AVX2 kernel that
+ * OPENBLAS_CORETYPE=Haswell forces (21.3 against 39.6 ms), so those go by the kernel OpenBLAS
+ * runs. Below 2^19 multiply-adds oneDNN's fixed cost per call (memory objects, the table) is a
+ * few microseconds, as much as the product (64 x 10 x 512: 5 against 3 microseconds). */
 #define DNNL_MIN_MACS (1LL << 19)
 
 typedef struct {
@@ -123,9 +128,10 @@ static gemm_entry *entry_for(const gemm_key *k, dnnl_engine_t eng) {
   return e;
 }
 
-static bool matmul_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
-                      const float *A, int64_t lda, const float *B, int64_t ldb, float beta,
-                      float *C, int64_t ldc) {
+bool kiln_sgemm_onednn(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
+                       const float *A, int64_t lda, const float *B, int64_t ldb, float beta,
+                       float *C, int64_t ldc) {
+  if (M <= 0 || N <= 0 || K <= 0) return false;
   dnnl_engine_t eng;
   dnnl_stream_t stream;
   if (kiln_dnnl_runtime(&eng, &stream) != dnnl_success) return false;
@@ -153,10 +159,34 @@ static bool matmul_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float
   return done;
 }
 
+/* Whether OpenBLAS runs one of its AVX-512 kernels (its core name, e.g. "SkylakeX"). */
+static bool g_blas_avx512;
+static pthread_once_t g_blas_once = PTHREAD_ONCE_INIT;
+static void blas_kernel_once(void) {
+  const char *name = openblas_get_corename();
+  static const char *const wide[] = {"skylakex", "cooperlake", "sapphirerapids"};
+  for (size_t i = 0; name && i < sizeof wide / sizeof wide[0]; i++)
+    if (!strcasecmp(name, wide[i])) g_blas_avx512 = true;
+}
+
 static bool use_dnnl(const kiln_config *cfg, bool ta, int64_t M, int64_t N, int64_t K) {
-  if (ta || (cfg && cfg->ref_engine)) return false;
+  if (cfg && cfg->ref_engine) return false;
+  if (ta) {
+    pthread_once(&g_blas_once, blas_kernel_once);
+    if (g_blas_avx512) return false;
+  }
   if (omp_in_parallel()) return false;
   return M * N * K >= DNNL_MIN_MACS;
+}
+#endif
+
+#ifndef KILN_HAVE_DNNL
+bool kiln_sgemm_onednn(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
+                       const float *A, int64_t lda, const float *B, int64_t ldb, float beta,
+                       float *C, int64_t ldc) {
+  (void)ta, (void)tb, (void)M, (void)N, (void)K, (void)alpha, (void)A, (void)lda, (void)B;
+  (void)ldb, (void)beta, (void)C, (void)ldc;
+  return false;
 }
 #endif
 
@@ -166,7 +196,7 @@ void kiln_sgemm(const kiln_config *cfg, bool ta, bool tb, int64_t M, int64_t N, 
   if (M <= 0 || N <= 0) return;
 #ifdef KILN_HAVE_DNNL
   if (K > 0 && use_dnnl(cfg, ta, M, N, K) &&
-      matmul_gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc))
+      kiln_sgemm_onednn(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc))
     return;
 #else
   (void)cfg;
