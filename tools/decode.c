@@ -2,7 +2,8 @@
  * against their targets: the token error rate (the phoneme error rate of a G2P model: the total
  * edit distance over the total reference length) and the share decoded exactly right (word
  * accuracy). The decoding itself, greedy or beam search, is the library's (src/net/seq2seq.c);
- * this reads the records, prints and writes. */
+ * this reads the records, prints and writes (with --metrics, the figures as one "decode" event,
+ * which `kiln ce` reads). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -188,6 +189,8 @@ int cmd_decode(int argc, char **argv) {
   int32_t *out = NULL;
   kiln_strbuf decoded = {0}; /* --output, written whole at the end */
   int code = 0;
+  tool_metrics m;
+  if (tool_metrics_open(&m, a.c.metrics)) return tool_fail("metrics");
   kiln_config cfg;
   char spath[4096], tpath[4096], ipath[4096];
   if (kiln_config_from_env(&cfg) || kiln_data_source_path(&cfg, a.vocab, spath, sizeof spath) ||
@@ -223,6 +226,7 @@ int cmd_decode(int argc, char **argv) {
   }
   size_t edits = 0, reference = 0;
   int exact = 0;
+  double start = kiln_now_ms();
   for (int k = 0; k < rs.n; k++) {
     const int32_t *src = rs.ids + rs.src[k], *ref = rs.ids + rs.ref[k];
     int S = (int)(rs.ref[k] - rs.src[k]), R = (int)(rs.src[k + 1] - rs.ref[k]), n = 0;
@@ -248,12 +252,19 @@ int cmd_decode(int argc, char **argv) {
       goto done;
     }
   }
+  double per = reference ? (double)edits / (double)reference : 0.0;
+  double word_accuracy = (double)exact / rs.n;
   printf("records = %d (%s)\n", rs.n, a.beam ? "beam search" : "greedy");
   if (a.beam) printf("beam = %d\n", a.beam);
-  printf("per = %.6f (%zu edits / %zu reference tokens)\n",
-         reference ? (double)edits / (double)reference : 0.0, edits, reference);
-  printf("word_accuracy = %.6f (%d / %d exactly right)\n", (double)exact / rs.n, exact, rs.n);
+  printf("per = %.6f (%zu edits / %zu reference tokens)\n", per, edits, reference);
+  printf("word_accuracy = %.6f (%d / %d exactly right)\n", word_accuracy, exact, rs.n);
   if (fflush(stdout) != 0) code = 1;
+  const kiln_metric_field fl[] = {{KILN_MF_PER, per, NULL},
+                                  {KILN_MF_WORD_ACCURACY, word_accuracy, NULL},
+                                  {KILN_MF_WORDS, rs.n, NULL},
+                                  {KILN_MF_BEAM, a.beam, NULL},
+                                  {KILN_MF_PEAK_RSS_MB, kiln_peak_rss_mb(), NULL}};
+  tool_metrics_write(&m, KILN_EV_DECODE, 0, kiln_now_ms() - start, 5, fl);
 done:
   free(decoded.s);
   kiln_seq2seq_free(dec);
@@ -262,5 +273,6 @@ done:
   free_records(&rs);
   kiln_vocab_free(sv);
   kiln_vocab_free(tv);
+  if (tool_metrics_close(&m) && !code) code = 1;
   return code;
 }

@@ -18,6 +18,7 @@
 #define KILN_EV_DONE "done"         /* the end of training */
 #define KILN_EV_TIME "time"         /* kiln time: the whole net */
 #define KILN_EV_LAYER_TIME "layer_time" /* kiln time: one layer */
+#define KILN_EV_DECODE "decode"     /* kiln decode: an encoder-decoder judged by decoding */
 
 /* Field names. */
 #define KILN_MF_EVENT "event"
@@ -44,6 +45,10 @@
 #define KILN_MF_MFLOPS "mflops"
 #define KILN_MF_TOTAL_MS "total_ms"
 #define KILN_MF_BATCH "batch"
+#define KILN_MF_PER "per"                     /* decode: token (phoneme) error rate */
+#define KILN_MF_WORD_ACCURACY "word_accuracy" /* decode: the share decoded exactly right */
+#define KILN_MF_WORDS "words"                 /* decode: how many records were decoded */
+#define KILN_MF_BEAM "beam"                   /* decode: the beam width; 0 for greedy */
 
 typedef struct kiln_event {
   const char *event;   /* KILN_EV_* */
