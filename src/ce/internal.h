@@ -11,6 +11,9 @@
 #include "kiln/ce.h"
 #include "kiln/core.h"
 
+/* KPI entries a model may have. */
+enum { CE_MAX_KPIS = 16 };
+
 /* The folder part of a path ("." when there is none). */
 void ce_dirname(const char *path, char *buf, size_t n);
 /* `rel` when absolute, else dir/rel. */
