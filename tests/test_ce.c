@@ -179,6 +179,53 @@ static void test_metrics_nan_and_damage(void **state) {
   assert_int_equal(kiln_ce_metrics_read(path, &m), KILN_ERR_IO);
 }
 
+/* `kiln decode --metrics` writes one "decode" event; its figures become the KPIs per and
+ * word_accuracy of the training run they judge. */
+static void test_metrics_decode(void **state) {
+  (void)state;
+  const char *text =
+      "{\"event\":\"decode\",\"iter\":0,\"time_ms\":812.5,\"rank\":0,\"per\":0.1045,"
+      "\"word_accuracy\":0.617,\"words\":12535,\"beam\":0,\"peak_rss_mb\":60}\n"
+      "{\"event\":\"decode\",\"iter\":0,\"time_ms\":9,\"rank\":1,\"per\":0.9,"
+      "\"word_accuracy\":0,\"words\":3}\n";
+  kiln_ce_metrics d;
+  assert_int_equal(kiln_ce_metrics_parse(text, strlen(text), "decode.jsonl", &d), KILN_OK);
+  assert_true(d.decoded);
+  assert_float_equal(d.per, 0.1045, 1e-12); /* rank 0's: the figures are the model's */
+  assert_float_equal(d.word_accuracy, 0.617, 1e-12);
+  assert_int_equal(d.decode_words, 12535);
+  assert_false(d.done);
+
+  kiln_ce_kpi_spec per = spec_of("name: 'per'");
+  kiln_ce_kpi_spec words = spec_of("name: 'word_accuracy'");
+  kiln_ce_metrics m;
+  assert_int_equal(kiln_ce_metrics_parse(metrics_text, strlen(metrics_text), "m.jsonl", &m),
+                   KILN_OK);
+  assert_false(m.decoded); /* a training's metrics have no decode figures */
+  assert_true(isnan(kiln_ce_kpi_value(&m, &per)));
+  assert_true(isnan(kiln_ce_kpi_value(&m, &words)));
+  kiln_ce_metrics_take_decode(&m, &d);
+  assert_true(m.decoded);
+  assert_float_equal(kiln_ce_kpi_value(&m, &per), 0.1045, 1e-12);
+  assert_float_equal(kiln_ce_kpi_value(&m, &words), 0.617, 1e-12);
+  assert_float_equal(m.peak_rss_mb, 70, 0); /* the training's memory, not the decode's */
+  kiln_ce_metrics_free(&m);
+  kiln_ce_metrics_free(&d);
+
+  /* a null figure (non-finite) is NaN; a damaged word count is an error naming the line */
+  const char *null_per = "{\"event\":\"decode\",\"iter\":0,\"rank\":0,\"per\":null,"
+                         "\"word_accuracy\":0.5,\"words\":4}\n";
+  assert_int_equal(kiln_ce_metrics_parse(null_per, strlen(null_per), "d", &d), KILN_OK);
+  assert_true(d.decoded);
+  assert_true(isnan(d.per));
+  assert_float_equal(d.word_accuracy, 0.5, 0);
+  kiln_ce_metrics_free(&d);
+  const char *bad = "{\"event\":\"decode\",\"iter\":0,\"rank\":0,\"per\":0.1,"
+                    "\"words\":-2}\n{}\n";
+  assert_int_equal(kiln_ce_metrics_parse(bad, strlen(bad), "bad.jsonl", &d), KILN_ERR_PARSE);
+  assert_contains(kiln_last_error(), "bad.jsonl:1: \"words\" is -2");
+}
+
 /* The trainer's wait for a CPU, as far as other processes' CPU time accounts for it, comes out
  * of the timings: of the duration, and of each throughput window by its own share. */
 static void test_metrics_discount_wait(void **state) {
@@ -276,6 +323,20 @@ static void test_kpi_defaults(void **state) {
   assert_true(isnan(f.floor)); /* no floor unless declared: what is good depends on the task */
   assert_true(f.abs_tolerance > 0);
   assert_true(kiln_ce_kpi_lookup("speedup")->multi_worker);
+  /* the decode's figures: machine-independent, no floor unless declared, only with decode */
+  kiln_ce_kpi_spec per = spec_of("name: 'per'");
+  assert_false(per.higher_is_better);
+  assert_true(per.info->decoded);
+  assert_false(per.info->machine_dependent || per.info->timing || per.info->multi_worker);
+  assert_true(isnan(per.floor) && isnan(per.ceiling));
+  assert_true(per.abs_tolerance > 0);
+  kiln_ce_kpi_spec wa = spec_of("name: 'word_accuracy' floor: 0.2");
+  assert_true(wa.higher_is_better);
+  assert_true(wa.info->decoded);
+  assert_false(wa.info->machine_dependent || wa.info->timing);
+  assert_float_equal(wa.floor, 0.2, 0);
+  assert_false(kiln_ce_kpi_lookup("accuracy")->decoded);
+  assert_contains(kiln_ce_kpi_names(), "per, word_accuracy");
 
   ProtobufCMessage *m;
   const char *t = "name: 'acuracy'";
@@ -399,6 +460,34 @@ static void test_absolute_checks(void **state) {
   assert_int_equal(kiln_ce_metrics_parse(nodone, strlen(nodone), "m", &m), KILN_OK);
   assert_true(kiln_ce_run_failed(&c, &m, why, sizeof why));
   assert_contains(why, "without a \"done\" event");
+  kiln_ce_metrics_free(&m);
+
+  /* the decode after training, each failure naming the decode */
+  const char *decoded = "{\"event\":\"decode\",\"iter\":0,\"rank\":0,\"per\":0.2,"
+                        "\"word_accuracy\":0.4,\"words\":10}\n";
+  assert_int_equal(kiln_ce_metrics_parse(decoded, strlen(decoded), "d", &m), KILN_OK);
+  c = (kiln_ce_child){.end = KILN_CE_CHILD_EXITED, .code = 0};
+  assert_false(kiln_ce_decode_failed(&c, &m, why, sizeof why));
+  assert_true(kiln_ce_decode_failed(&c, NULL, why, sizeof why)); /* no readable metrics */
+  assert_contains(why, "kiln decode wrote no \"decode\" event");
+  c = (kiln_ce_child){.end = KILN_CE_CHILD_EXITED, .code = 1};
+  snprintf(c.last_error, sizeof c.last_error, "kiln: decode: d.prototxt: no such file");
+  assert_true(kiln_ce_decode_failed(&c, &m, why, sizeof why));
+  assert_contains(why, "kiln decode failed (exit 1): kiln: decode: d.prototxt: no such file");
+  c = (kiln_ce_child){.end = KILN_CE_CHILD_SIGNALED, .code = SIGSEGV};
+  assert_true(kiln_ce_decode_failed(&c, &m, why, sizeof why));
+  assert_contains(why, "kiln decode crashed: killed by signal 11");
+  c = (kiln_ce_child){.end = KILN_CE_CHILD_TIMEOUT, .wall_s = 61, .timeout_s = 60};
+  assert_true(kiln_ce_decode_failed(&c, &m, why, sizeof why));
+  assert_contains(why, "still decoding after 61 s (timeout_seconds 60)");
+  c = (kiln_ce_child){.end = KILN_CE_CHILD_NOT_STARTED};
+  assert_true(kiln_ce_decode_failed(&c, &m, why, sizeof why));
+  assert_contains(why, "the decode could not be started");
+  kiln_ce_metrics_free(&m);
+  assert_int_equal(kiln_ce_metrics_parse(nodone, strlen(nodone), "m", &m), KILN_OK);
+  c = (kiln_ce_child){.end = KILN_CE_CHILD_EXITED, .code = 0};
+  assert_true(kiln_ce_decode_failed(&c, &m, why, sizeof why)); /* metrics without the event */
+  assert_contains(why, "no \"decode\" event");
   kiln_ce_metrics_free(&m);
 }
 
@@ -1042,9 +1131,11 @@ static void test_report_plots(void **state) {
 
 static void test_suite_load(void **state) {
   (void)state;
-  char solver[128], path[128];
+  char solver[128], path[128], deploy[128];
   snprintf(solver, sizeof solver, "%s/s.prototxt", dir);
   write_text(solver, "net: \"n.prototxt\"\nbase_lr: 0.01\nmax_iter: 10\n");
+  snprintf(deploy, sizeof deploy, "%s/d.prototxt", dir);
+  write_text(deploy, "name: \"d\"\n");
   snprintf(path, sizeof path, "%s/suite.prototxt", dir);
   struct {
     const char *text, *error;
@@ -1079,6 +1170,39 @@ static void test_suite_load(void **state) {
        "floor 0.9 is above ceiling 0.5"},
       {"model { name: 'a' solver: 's.prototxt' kpi { name: 'accuracy' rel_tolerance: inf } }",
        "must be finite"},
+      /* a model judged by decoding */
+      {"model { name: 'a' solver: 's.prototxt' kpi { name: 'per' ceiling: 0.5 }\n"
+       "  kpi { name: 'word_accuracy' }\n"
+       "  decode { model: 'd.prototxt' input: 'c/test.tsv' vocab: 'c/v.txt'\n"
+       "           target_vocab: 'c/t.txt' beam: 4 limit: 100 } }",
+       NULL},
+      {"model { name: 'g2p' solver: 's.prototxt' kpi { name: 'per' } }",
+       "suite.prototxt: model 'g2p': KPI 'per' comes from `kiln decode`: the model needs a "
+       "decode { model: ... input: ... } entry"},
+      {"model { name: 'g2p' solver: 's.prototxt' kpi { name: 'accuracy' }\n"
+       "  kpi { name: 'word_accuracy' } }",
+       "model 'g2p': KPI 'word_accuracy' comes from `kiln decode`"},
+      {"model { name: 'a' solver: 's.prototxt' kpi { name: 'per' } decode { model: 'no.prototxt'"
+       " input: 'i' vocab: 'v' target_vocab: 't' } }",
+       "model 'a': decode: model "},
+      {"model { name: 'a' solver: 's.prototxt' kpi { name: 'per' } decode { input: 'i' vocab: "
+       "'v' target_vocab: 't' } }",
+       "model 'a': decode: no model"},
+      {"model { name: 'a' solver: 's.prototxt' kpi { name: 'per' } decode { model: 'd.prototxt'"
+       " vocab: 'v' target_vocab: 't' } }",
+       "model 'a': decode: no input"},
+      {"model { name: 'a' solver: 's.prototxt' kpi { name: 'per' } decode { model: 'd.prototxt'"
+       " input: 'i' vocab: 'v' } }",
+       "model 'a': decode: no target_vocab"},
+      {"model { name: 'a' solver: 's.prototxt' kpi { name: 'per' } decode { model: 'd.prototxt'"
+       " input: 'i' vocab: 'v' target_vocab: 't' beam: 0 } }",
+       "model 'a': decode: beam 0 is not in 1..1024"},
+      {"model { name: 'a' solver: 's.prototxt' kpi { name: 'per' } decode { model: 'd.prototxt'"
+       " input: 'i' vocab: 'v' target_vocab: 't' limit: -1 } }",
+       "model 'a': decode: limit -1 is negative"},
+      {"model { name: 'a' solver: 's.prototxt' kpi { name: 'per' } decode { model: 'd.prototxt'"
+       " input: 'i' vocab: 'v' target_vocab: 't' bem: 2 } }",
+       "unknown field 'bem'"},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     write_text(path, cases[i].text);
@@ -1377,6 +1501,7 @@ int main(void) {
       cmocka_unit_test(test_metrics_extraction),
       cmocka_unit_test(test_metrics_nan_and_damage),
       cmocka_unit_test(test_metrics_discount_wait),
+      cmocka_unit_test(test_metrics_decode),
       cmocka_unit_test(test_reductions),
       cmocka_unit_test(test_kpi_defaults),
       cmocka_unit_test(test_compare_tolerances_and_noise),

@@ -26,6 +26,8 @@ typedef struct kiln_ce_kpi_info {
   bool machine_dependent; /* compared only against a baseline of the same machine class */
   bool timing;            /* noisy: measured on every repeat, median compared, regressions re-run */
   bool multi_worker;      /* defined only for worker counts above 1 (speedup, efficiency) */
+  bool decoded;           /* from `kiln decode` after training (per, word_accuracy): only for a
+                             model with a decode entry */
   double default_rel_tolerance, default_abs_tolerance; /* when the suite declares neither */
 } kiln_ce_kpi_info;
 
@@ -90,6 +92,11 @@ typedef struct kiln_ce_metrics {
                                * a multi-worker run) */
   int nevents;
   bool truncated_tail;        /* the last line was cut off (a killed process) and skipped */
+  /* `kiln decode --metrics`: its "decode" event (the last one of rank 0) */
+  bool decoded;               /* a "decode" event was seen */
+  double per;                 /* its token (phoneme) error rate; NaN without one */
+  double word_accuracy;       /* its share of records decoded exactly; NaN without one */
+  int decode_words;           /* the records it decoded; 0 without one */
 } kiln_ce_metrics;
 
 /* Parses JSON Lines text. A malformed line other than the last gives KILN_ERR_PARSE naming
@@ -107,8 +114,11 @@ void kiln_ce_metrics_free(kiln_ce_metrics *m);
 void kiln_ce_metrics_discount_wait(kiln_ce_metrics *m, double others_cpu_s);
 
 /* The value of a (non multi-worker) KPI from one run's metrics; NaN when the run has no such
- * figure. */
+ * figure. per and word_accuracy come from a "decode" event: the runner reads the decode's own
+ * metrics file and copies them into the training's (kiln_ce_metrics_take_decode). */
 double kiln_ce_kpi_value(const kiln_ce_metrics *m, const kiln_ce_kpi_spec *k);
+/* Copies the decode figures of `decode` (a `kiln decode --metrics` file's) into `m`. */
+void kiln_ce_metrics_take_decode(kiln_ce_metrics *m, const kiln_ce_metrics *decode);
 
 /* ---- verdicts ----------------------------------------------------------------------------- */
 
@@ -155,6 +165,12 @@ typedef struct kiln_ce_run_facts {
 /* Run-level absolute checks: crash (signal or non-zero exit), timeout, NaN or infinite loss, no
  * "done" event. Returns true and the reason in words when the run failed. */
 bool kiln_ce_run_failed(const kiln_ce_child *c, const kiln_ce_metrics *m, char *reason, size_t n);
+
+/* The same for the `kiln decode` a model with `decode` runs after training (`d`: its metrics,
+ * NULL when unreadable): not started, timeout, crash, non-zero exit, no "decode" event. The
+ * reason names the decode; the caller adds its log. */
+bool kiln_ce_decode_failed(const kiln_ce_child *c, const kiln_ce_metrics *d, char *reason,
+                           size_t n);
 
 /* KPI-level absolute checks: floor and ceiling; for accuracy also a run that ended early with
  * accuracy under the floor, and many epochs with accuracy still under it; a KPI the metrics lack.

@@ -14,16 +14,18 @@
 /* Default tolerances are deliberately loose for timings (shared machines jitter by several per
  * cent) and tight for accuracy (a fixed seed on one machine gives the same run twice). */
 static const kiln_ce_kpi_info kpis[] = {
-    {"accuracy", "", true, false, false, false, 0, 0.01},
-    {"f1", "", true, false, false, false, 0, 0.01},
-    {"perplexity", "", false, false, false, false, 0.05, 0},
-    {"train_loss", "", false, false, false, false, 0.10, 0.01},
-    {"test_loss", "", false, false, false, false, 0.05, 0.01},
-    {"peak_rss_mb", "MB", false, true, false, false, 0.10, 8},
-    {"duration_s", "s", false, true, true, false, 0.15, 0},
-    {"samples_per_s", "samples/s", true, true, true, false, 0.15, 0},
-    {"speedup", "x", true, true, true, true, 0.15, 0},
-    {"efficiency", "", true, true, true, true, 0.15, 0},
+    {"accuracy", "", true, false, false, false, false, 0, 0.01},
+    {"f1", "", true, false, false, false, false, 0, 0.01},
+    {"perplexity", "", false, false, false, false, false, 0.05, 0},
+    {"train_loss", "", false, false, false, false, false, 0.10, 0.01},
+    {"test_loss", "", false, false, false, false, false, 0.05, 0.01},
+    {"peak_rss_mb", "MB", false, true, false, false, false, 0.10, 8},
+    {"duration_s", "s", false, true, true, false, false, 0.15, 0},
+    {"samples_per_s", "samples/s", true, true, true, false, false, 0.15, 0},
+    {"speedup", "x", true, true, true, true, false, 0.15, 0},
+    {"efficiency", "", true, true, true, true, false, 0.15, 0},
+    {"per", "", false, false, false, false, true, 0, 0.01},
+    {"word_accuracy", "", true, false, false, false, true, 0, 0.01},
 };
 
 const kiln_ce_kpi_info *kiln_ce_kpi_lookup(const char *name) {
@@ -35,7 +37,7 @@ const kiln_ce_kpi_info *kiln_ce_kpi_lookup(const char *name) {
 
 const char *kiln_ce_kpi_names(void) {
   return "accuracy, f1, perplexity, train_loss, test_loss, peak_rss_mb, duration_s, "
-         "samples_per_s, speedup, efficiency";
+         "samples_per_s, speedup, efficiency, per, word_accuracy";
 }
 
 int kiln_ce_kpi_resolve(const Caffe__CeKpi *k, kiln_ce_kpi_spec *out) {
@@ -173,6 +175,35 @@ bool kiln_ce_run_failed(const kiln_ce_child *c, const kiln_ce_metrics *m, char *
   }
   if (m && !m->done) {
     snprintf(reason, n, "the metrics end at iteration %d without a \"done\" event", m->last_iter);
+    return true;
+  }
+  return false;
+}
+
+bool kiln_ce_decode_failed(const kiln_ce_child *c, const kiln_ce_metrics *d, char *reason,
+                           size_t n) {
+  const char *err = c->last_error[0] ? c->last_error : "no error message";
+  switch (c->end) {
+  case KILN_CE_CHILD_NOT_STARTED:
+    snprintf(reason, n, "the decode could not be started: %s", err);
+    return true;
+  case KILN_CE_CHILD_TIMEOUT:
+    snprintf(reason, n, "timed out: still decoding after %.0f s (timeout_seconds %.0f)", c->wall_s,
+             c->timeout_s);
+    return true;
+  case KILN_CE_CHILD_SIGNALED:
+    snprintf(reason, n, "kiln decode crashed: killed by signal %d (%s)%s%s", c->code,
+             strsignal(c->code), c->last_error[0] ? ": " : "", c->last_error);
+    return true;
+  case KILN_CE_CHILD_EXITED:
+    if (c->code != 0) {
+      snprintf(reason, n, "kiln decode failed (exit %d): %s", c->code, err);
+      return true;
+    }
+    break;
+  }
+  if (!d || !d->decoded) {
+    snprintf(reason, n, "kiln decode wrote no \"decode\" event to its metrics");
     return true;
   }
   return false;

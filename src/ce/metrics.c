@@ -1,7 +1,7 @@
 /* Reads the JSON Lines metrics `kiln train --metrics` writes (one flat object per event, written
  * by src/solver/metrics.c under the names of include/kiln/metrics.h) into the series CE reduces
- * to KPIs. The stream is the contract between the trainer and everything that judges it; the
- * human log is never parsed. */
+ * to KPIs, and the "decode" event of `kiln decode --metrics`. The stream is the contract between
+ * the trainer and everything that judges it; the human log is never parsed. */
 #include <cJSON.h>
 #include <limits.h>
 #include <math.h>
@@ -134,6 +134,13 @@ static int handle_event(kiln_ce_metrics *m, const cJSON *o, parse_state *st, con
     if (have) KILN_TRY(series_push(&m->accuracy, iter, acc));
     double f1 = field(o, KILN_MF_F1, &have);
     if (have) KILN_TRY(series_push(&m->f1, iter, f1));
+  } else if (!strcmp(event, KILN_EV_DECODE)) {
+    int words;
+    KILN_TRY(int_field(o, KILN_MF_WORDS, 0, name, line, &words));
+    m->decoded = true;
+    m->per = field(o, KILN_MF_PER, NULL);
+    m->word_accuracy = field(o, KILN_MF_WORD_ACCURACY, NULL);
+    m->decode_words = words;
   } else if (!strcmp(event, KILN_EV_DONE)) {
     m->done = true;
     double t = field(o, KILN_MF_TIME_MS, &have);
@@ -151,6 +158,8 @@ int kiln_ce_metrics_parse(const char *text, size_t len, const char *name, kiln_c
   out->cpu_wait_s = NAN;
   out->last_iter = -1;
   out->nonfinite_iter = -1;
+  out->per = NAN;
+  out->word_accuracy = NAN;
   parse_state st;
   memset(&st, 0, sizeof st);
   int rc = KILN_OK, line = 0;
@@ -243,5 +252,14 @@ double kiln_ce_kpi_value(const kiln_ce_metrics *m, const kiln_ce_kpi_spec *k) {
   if (!strcmp(name, "peak_rss_mb")) return m->peak_rss_mb;
   if (!strcmp(name, "duration_s")) return m->duration_s;
   if (!strcmp(name, "samples_per_s")) return m->samples_per_s;
+  if (!strcmp(name, "per")) return m->per;
+  if (!strcmp(name, "word_accuracy")) return m->word_accuracy;
   return NAN;
+}
+
+void kiln_ce_metrics_take_decode(kiln_ce_metrics *m, const kiln_ce_metrics *decode) {
+  m->decoded = decode->decoded;
+  m->per = decode->per;
+  m->word_accuracy = decode->word_accuracy;
+  m->decode_words = decode->decode_words;
 }

@@ -1,5 +1,5 @@
 /* CE suites (CeSuite in kiln.proto): the file parsed and every model checked before anything
- * runs, so that a misspelt solver, an unknown KPI or a worker count out of range is an error
+ * runs, so that a misspelt solver, an unknown KPI or a KPI the model cannot have is an error
  * naming the suite file and the model, not a failed row an hour later. */
 #include <errno.h>
 #include <math.h>
@@ -18,6 +18,34 @@ static bool valid_name(const char *s) {
           *s == '_' || *s == '-' || *s == '.'))
       return false;
   return true;
+}
+
+/* A model's decode entry: the deploy net exists (relative to the suite's folder); the data files
+ * are named (they are in the cache, which may be filled only when the model runs). */
+static int check_decode(const char *path, const char *dir, const Caffe__CeModel *m) {
+  const Caffe__CeDecode *d = m->decode;
+  if (!d->model || !*d->model)
+    return kiln_errorf(KILN_ERR_INVALID, "%s: model '%s': decode: no model (the deploy net)", path,
+                       m->name);
+  char deploy[4096];
+  ce_join(dir, d->model, deploy, sizeof deploy);
+  if (access(deploy, R_OK) != 0)
+    return kiln_errorf(KILN_ERR_INVALID, "%s: model '%s': decode: model %s: %s", path, m->name,
+                       deploy, strerror(errno));
+  const char *const files[][2] = {
+      {"input", d->input}, {"vocab", d->vocab}, {"target_vocab", d->target_vocab}};
+  for (size_t i = 0; i < sizeof files / sizeof files[0]; i++)
+    if (!files[i][1] || !*files[i][1])
+      return kiln_errorf(KILN_ERR_INVALID,
+                         "%s: model '%s': decode: no %s (a path in the data set cache)", path,
+                         m->name, files[i][0]);
+  if (d->beam < 1 || d->beam > 1024)
+    return kiln_errorf(KILN_ERR_INVALID, "%s: model '%s': decode: beam %d is not in 1..1024", path,
+                       m->name, d->beam);
+  if (d->limit < 0)
+    return kiln_errorf(KILN_ERR_INVALID, "%s: model '%s': decode: limit %d is negative", path,
+                       m->name, d->limit);
+  return KILN_OK;
 }
 
 static int check_model(const char *path, const char *dir, const Caffe__CeModel *m, int index) {
@@ -69,6 +97,7 @@ static int check_model(const char *path, const char *dir, const Caffe__CeModel *
   if (!(m->min_epochs_learning >= 0 && isfinite(m->min_epochs_learning)))
     return kiln_errorf(KILN_ERR_INVALID, "%s: model '%s': min_epochs_learning %g must be >= 0",
                        path, m->name, m->min_epochs_learning);
+  if (m->decode) KILN_TRY(check_decode(path, dir, m));
   if (m->n_kpi == 0 || m->n_kpi > CE_MAX_KPIS)
     return kiln_errorf(KILN_ERR_INVALID, "%s: model '%s': give 1 to %d kpi entries", path, m->name,
                        CE_MAX_KPIS);
@@ -80,6 +109,11 @@ static int check_model(const char *path, const char *dir, const Caffe__CeModel *
       if (!strcmp(m->kpi[j]->name, m->kpi[k]->name))
         return kiln_errorf(KILN_ERR_INVALID, "%s: model '%s': KPI '%s' given twice", path, m->name,
                            m->kpi[k]->name);
+    if (spec.info->decoded && !m->decode)
+      return kiln_errorf(KILN_ERR_INVALID,
+                         "%s: model '%s': KPI '%s' comes from `kiln decode`: the model needs a "
+                         "decode { model: ... input: ... } entry",
+                         path, m->name, m->kpi[k]->name);
   }
   return KILN_OK;
 }

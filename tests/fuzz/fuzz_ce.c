@@ -1,7 +1,8 @@
 /* The readers of continuous evaluation: the first byte picks the metrics file of a training run
- * (JSON Lines, read after every run, possibly cut off by a kill), a suite or a baseline file (text
- * format, then each field's range and the cross-checks). Figures derived from the metrics (the
- * KPI values, the wait discount) are computed too, as `kiln ce run` does. */
+ * or a decode (JSON Lines, read after every run, possibly cut off by a kill), a suite or a
+ * baseline file (text format, then each field's range and the cross-checks). Figures derived
+ * from the metrics (the KPI values, the wait discount) are computed too, as `kiln ce run`
+ * does. */
 #include <math.h>
 #include <stdio.h>
 
@@ -12,8 +13,9 @@ static void metrics(const uint8_t *data, size_t size) {
   kiln_ce_metrics m;
   if (kiln_ce_metrics_parse((const char *)data, size, "fuzz.jsonl", &m) != KILN_OK) return;
   kiln_ce_metrics_discount_wait(&m, size & 1 ? NAN : (double)(size % 7));
-  static const char *kpis[] = {"accuracy", "f1", "test_loss", "train_loss", "perplexity",
-                               "duration_s", "samples_per_s", "peak_rss_mb"};
+  static const char *kpis[] = {"accuracy",   "f1",         "test_loss",     "train_loss",
+                               "perplexity", "duration_s", "samples_per_s", "peak_rss_mb",
+                               "per",        "word_accuracy"};
   for (size_t i = 0; i < sizeof kpis / sizeof *kpis; i++) {
     Caffe__CeKpi c = CAFFE__CE_KPI__INIT;
     c.name = (char *)kpis[i];
