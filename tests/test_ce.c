@@ -1230,14 +1230,30 @@ static void test_suite_load(void **state) {
 
 /* A stand-in for `kiln train` that writes metrics as kiln does, with figures the test chooses:
  * line N of ctl/durations is the N-th run's duration (and sets its throughput), ctl/mode makes it
- * crash, diverge or hang. It records its arguments, and how many workers it was started as. */
+ * crash, diverge or hang. It records its arguments, and how many workers it was started as. It
+ * writes the final weights when the solver asks for them (mode noweights: it does not), and as
+ * `kiln decode` writes a "decode" event (ctl/decode: fail exits 1, silent writes nothing). */
 static const char fake_kiln[] =
     "#!/bin/sh\n"
     "CTL=$(dirname \"$0\")/ctl\n"
     "echo \"$@\" >> \"$CTL/argv\"\n"
-    "while [ $# -gt 0 ]; do case \"$1\" in --metrics) M=$2; shift;; esac; shift; done\n"
+    "cmd=$1\n"
+    "while [ $# -gt 0 ]; do case \"$1\" in --metrics) M=$2; shift;; --solver) S=$2; shift;; esac;"
+    " shift; done\n"
+    "if [ \"$cmd\" = decode ]; then\n"
+    "  case \"$(cat \"$CTL/decode\" 2>/dev/null)\" in\n"
+    "    fail) echo 'kiln: decode: broken.prototxt: no such file' >&2; exit 1 ;;\n"
+    "    silent) exit 0 ;;\n"
+    "  esac\n"
+    "  echo '{\"event\":\"decode\",\"iter\":0,\"time_ms\":5,\"rank\":0,\"per\":0.25,"
+    "\"word_accuracy\":0.5,\"words\":40,\"beam\":3}' > \"$M\"\n"
+    "  exit 0\n"
+    "fi\n"
     "n=$(cat \"$CTL/count\" 2>/dev/null || echo 0); n=$((n+1)); echo $n > \"$CTL/count\"\n"
     "mode=$(cat \"$CTL/mode\" 2>/dev/null)\n"
+    "if [ \"$mode\" != noweights ] && grep -q '^snapshot_after_train: true' \"$S\"; then\n"
+    "  touch \"snapshot_iter_$(sed -n 's/^max_iter: //p' \"$S\").caffemodel\"\n"
+    "fi\n"
     "np=${FAKE_NP:-1}\n"
     "d=$(sed -n \"${n}p\" \"$CTL/durations\")\n"
     "sps=$(awk -v d=\"$d\" -v np=\"$np\" 'BEGIN { print 6400 * np / d }')\n"
@@ -1459,6 +1475,102 @@ static void test_runner_workers_and_failures(void **state) {
   kiln_ce_result_free(&r);
 }
 
+/* A model with a decode entry: the training keeps its final weights, `kiln decode` runs on them
+ * with the entry's settings (paths in the cache, the deploy net beside the suite), and its event
+ * gives per and word_accuracy; a decode that fails, or writes no event, fails the run naming
+ * decode.log, and so does a training that left no weights. */
+static void test_runner_decode(void **state) {
+  (void)state;
+  const char *suite =
+      "repeats: 1\nmodel { name: 'm' solver: 'solver.prototxt' max_iter: 100 test_interval: 100\n"
+      "  threads: 1 kpi { name: 'accuracy' } kpi { name: 'per' ceiling: 0.5 }\n"
+      "  kpi { name: 'word_accuracy' }\n"
+      "  decode { model: 'deploy.prototxt' input: 'set/test.tsv' vocab: 'set/v.txt'\n"
+      "           target_vocab: 'set/t.txt' beam: 3 limit: 40 } }\n";
+  struct {
+    const char *name, *mode, *decode, *want;
+  } cases[] = {
+      {"decode-ok", "", "", NULL},
+      {"decode-fail", "", "fail", "kiln decode failed (exit 1): kiln: decode: broken.prototxt"},
+      {"decode-silent", "", "silent", "kiln decode wrote no \"decode\" event"},
+      {"decode-noweights", "noweights", "", "the training left no final weights to decode"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    runner_env e;
+    runner_setup(&e, cases[i].name, "10\n", cases[i].mode, suite, NULL);
+    char p[400], report[200], *text;
+    size_t len;
+    snprintf(p, sizeof p, "%s/deploy.prototxt", e.root);
+    write_text(p, "name: \"deploy\"\n");
+    snprintf(p, sizeof p, "%s/decode", e.ctl);
+    write_text(p, cases[i].decode);
+    kiln_config cfg = *kiln_test_config();
+    snprintf(cfg.data_dir, sizeof cfg.data_dir, "%s/cache", e.root);
+    snprintf(report, sizeof report, "%s/report", e.root);
+    kiln_ce_options o = {.kiln_path = e.kiln, .report_dir = report, .machine_class = "test-1c",
+                         .mpirun = e.mpirun, .config = &cfg};
+    kiln_ce_result r;
+    if (kiln_ce_run(e.suite, &o, &r)) fail_msg("%s", kiln_last_error());
+    char run[200];
+    snprintf(run, sizeof run, "%s/report/runs/m-w1-r1", e.root);
+    if (!cases[i].want) {
+      assert_int_equal(r.nrows, 3);
+      const kiln_ce_row *per = row_of(&r, 1, "per");
+      assert_float_equal(per->value, 0.25, 1e-12);
+      assert_false(per->higher_is_better);
+      assert_int_equal(per->verdict, KILN_CE_NEW);
+      assert_float_equal(row_of(&r, 1, "word_accuracy")->value, 0.5, 1e-12);
+      assert_float_equal(row_of(&r, 1, "accuracy")->value, 0.9, 1e-12);
+      assert_int_equal(kiln_ce_result_exit_code(&r), 0);
+      /* the solver keeps the final weights; the decode reads them with the entry's settings */
+      snprintf(p, sizeof p, "%s/solver.prototxt", run);
+      assert_int_equal(kiln_read_file(p, &text, &len), KILN_OK);
+      assert_contains(text, "snapshot_after_train: true\n");
+      free(text);
+      snprintf(p, sizeof p, "%s/argv", e.ctl);
+      assert_int_equal(kiln_read_file(p, &text, &len), KILN_OK);
+      char want[2048];
+      snprintf(want, sizeof want,
+               "decode --model %s/deploy.prototxt --weights %s/snapshot_iter_100.caffemodel "
+               "--vocab %s/cache/set/v.txt --target-vocab %s/cache/set/t.txt --input "
+               "%s/cache/set/test.tsv --beam 3 --limit 40 --metrics %s/decode.jsonl --threads 1\n",
+               e.root, run, e.root, e.root, e.root, run);
+      assert_contains(text, want);
+      assert_int_equal(count_of(text, "decode --model"), 1);
+      free(text);
+      snprintf(p, sizeof p, "%s/decode.log", run);
+      assert_int_equal(access(p, F_OK), 0);
+    } else {
+      assert_int_equal(r.nrows, 1); /* one "run" row, as for a failed training */
+      assert_string_equal(r.rows[0].kpi, "run");
+      assert_int_equal(r.rows[0].verdict, KILN_CE_FAIL);
+      assert_contains(r.rows[0].reason, cases[i].want);
+      assert_contains(r.rows[0].reason, i == 3 ? "train.log" : "decode.log");
+      assert_int_equal(kiln_ce_result_exit_code(&r), 2);
+    }
+    kiln_ce_result_free(&r);
+  }
+
+  /* without a decode entry the weights are not kept, and nothing is decoded */
+  runner_env e;
+  runner_setup(&e, "plain", "10\n", "",
+               "repeats: 1\nmodel { name: 'm' solver: 'solver.prototxt' max_iter: 100\n"
+               "  test_interval: 100 kpi { name: 'accuracy' } }\n",
+               NULL);
+  kiln_ce_result r;
+  if (runner_run(&e, &r)) fail_msg("%s", kiln_last_error());
+  if (kiln_ce_result_exit_code(&r)) fail_msg("%s: %s", r.rows[0].kpi, r.rows[0].reason);
+  kiln_ce_result_free(&r);
+  char p[300], *text;
+  size_t len;
+  snprintf(p, sizeof p, "%s/argv", e.ctl);
+  assert_int_equal(kiln_read_file(p, &text, &len), KILN_OK);
+  assert_int_equal(count_of(text, " decode --model"), 0);
+  free(text);
+  snprintf(p, sizeof p, "%s/report/runs/m-w1-r1/snapshot_iter_100.caffemodel", e.root);
+  assert_int_not_equal(access(p, F_OK), 0);
+}
+
 /* The repository's own suites load: every model's solver exists and every KPI is known; the full
  * and text suites keep their baselines apart from the quick one's (the same models at other
  * budgets), and the full suite holds the zoo's accuracy targets. */
@@ -1517,6 +1629,7 @@ int main(void) {
       cmocka_unit_test(test_repository_suites),
       cmocka_unit_test(test_runner_timing_noise),
       cmocka_unit_test(test_runner_workers_and_failures),
+      cmocka_unit_test(test_runner_decode),
   };
   return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

@@ -1,7 +1,7 @@
-/* Child processes of the CE runner (runner.c): a training runs as a child process in its own
- * process group, with its output in its run folder, and is waited for within a timeout, after
- * which the whole group is ended; the wall clock, the CPU time of the child and the CPU time
- * that other processes took meanwhile are measured. */
+/* Child processes of the CE runner (runner.c): a training (or a model's decode after it) runs as
+ * a child process in its own process group, with its output in its run folder, and is waited
+ * for within a timeout, after which the whole group is ended; the wall clock, the CPU time of the
+ * child and the CPU time that other processes took meanwhile are measured. */
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
@@ -58,14 +58,14 @@ static double machine_busy_s(void) {
   return (double)(user + nice + sys + irq + softirq + steal) / (double)hz;
 }
 
-/* Runs argv in `folder` with stdout and stderr in folder/train.log, in its own process group so
+/* Runs argv in `folder` with stdout and stderr in folder/log_name, in its own process group so
  * that a timeout kills mpirun and every rank together. */
-void ce_run_child(char *const argv[], const char *folder, double timeout_s,
+void ce_run_child(char *const argv[], const char *folder, const char *log_name, double timeout_s,
                   const volatile sig_atomic_t *cancel, kiln_ce_child *c) {
   memset(c, 0, sizeof *c);
   c->timeout_s = timeout_s;
   char log[4200];
-  snprintf(log, sizeof log, "%s/train.log", folder);
+  ce_fmt(log, sizeof log, "%s/%s", folder, log_name);
   int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) {
     c->end = KILN_CE_CHILD_NOT_STARTED;
@@ -94,7 +94,7 @@ void ce_run_child(char *const argv[], const char *folder, double timeout_s,
     dup2(fd, 2);
     if (chdir(folder) != 0) _exit(126);
     execvp(argv[0], argv);
-    static const char msg[] = "kiln ce: cannot execute the training command\n";
+    static const char msg[] = "kiln ce: cannot execute the command\n";
     (void)!write(2, msg, sizeof msg - 1);
     _exit(127);
   }

@@ -28,12 +28,13 @@ void ce_fmt(char *buf, size_t n, const char *fmt, ...) __attribute__((format(pri
 /* Text with &, <, >, " and ' escaped for HTML. */
 void ce_html(kiln_strbuf *b, const char *text);
 
-/* child.c: the runner's trainings as child processes. */
+/* child.c: the runner's trainings (and decodes) as child processes. */
 /* Seconds on the monotonic clock. */
 double ce_now_s(void);
-/* Runs argv in `folder` and waits for it, within timeout_s and until *cancel (when given); c
- * says how it ended, how long it took and the last error line of its log. */
-void ce_run_child(char *const argv[], const char *folder, double timeout_s,
+/* Runs argv in `folder`, its output in folder/log_name ("train.log"), and waits for it, within
+ * timeout_s and until *cancel (when given); c says how it ended, how long it took and the last
+ * error line of its log. */
+void ce_run_child(char *const argv[], const char *folder, const char *log_name, double timeout_s,
                   const volatile sig_atomic_t *cancel, kiln_ce_child *c);
 /* Whether `name` is an executable file in a folder of `path` (a PATH list); its path in buf. */
 bool ce_find_in_path(const char *path, const char *name, char *buf, size_t n);

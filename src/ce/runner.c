@@ -1,12 +1,13 @@
 /* The CE runner: runs a suite (read and checked in suite.c), training each model as a child
  * `kiln train` process (under `mpirun -np N` for N workers) in its own run folder with a
  * timeout, so a crash, a hang or a divergence is a recorded failure and never takes the harness
- * down. It turns the metrics of each repeat into KPI samples, judges them (absolute checks, then
- * the baseline), and re-runs a configuration once when a timing KPI looks like a regression, to
- * tell noise from a real slowdown. Timings leave out the time the trainer waited for a CPU that
- * other processes held (see kiln_ce_metrics_discount_wait), so a busy machine is not taken for a
- * slower kiln. The child processes themselves (fork, exec, process groups, timeouts) are in
- * child.c. */
+ * down; for a model with a decode entry, `kiln decode` of the final weights follows as a second
+ * child. It turns the metrics of each repeat into KPI samples, judges them (absolute checks,
+ * then the baseline), and re-runs a configuration once when a timing KPI looks like a
+ * regression, to tell noise from a real slowdown. Timings leave out the time the trainer waited
+ * for a CPU that other processes held (see kiln_ce_metrics_discount_wait), so a busy machine is
+ * not taken for a slower kiln. The child processes themselves (fork, exec, process groups,
+ * timeouts) are in child.c. */
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
@@ -38,6 +39,7 @@ typedef struct prepared {
   char config_hash[17];
   int max_iter;
   int64_t seed;
+  char decode_model[4096]; /* the decode entry's deploy net, absolute; "" without one */
 } prepared;
 
 /* Caffe's (and kiln's) rule for a net path: as given, else relative to the solver's folder. The
@@ -65,8 +67,11 @@ static void hash_file(kiln_sha256_ctx *c, const char *path) {
   free(text);
 }
 
-static int prepare_solver(const char *solver_path, const Caffe__CeModel *m, prepared *p) {
+/* `decode_model`: the model's decode net (its decode entry resolved), NULL without one. */
+static int prepare_solver(const char *solver_path, const Caffe__CeModel *m,
+                          const char *decode_model, prepared *p) {
   memset(p, 0, sizeof *p);
+  if (decode_model) ce_fmt(p->decode_model, sizeof p->decode_model, "%s", decode_model);
   ProtobufCMessage *msg;
   KILN_TRY(kiln_text_parse_file(solver_path, &caffe__solver_parameter__descriptor, &msg));
   Caffe__SolverParameter *sp = (Caffe__SolverParameter *)msg;
@@ -98,12 +103,17 @@ static int prepare_solver(const char *solver_path, const Caffe__CeModel *m, prep
     sp->random_seed = m->random_seed;
   }
   if (!rc) {
-    /* CE needs no weights, only figures: no snapshots, and a display interval so that train
-     * loss and throughput reach the metrics. */
+    /* CE needs no weights, only figures: no snapshots but, for a model judged by decoding, the
+     * final weights (in the run folder, where the child runs), and a display interval so that
+     * train loss and throughput reach the metrics. */
     sp->has_snapshot = 1;
     sp->snapshot = 0;
     sp->has_snapshot_after_train = 1;
-    sp->snapshot_after_train = 0;
+    sp->snapshot_after_train = m->decode != NULL;
+    if (m->decode) {
+      sp->has_snapshot_format = 1;
+      sp->snapshot_format = CAFFE__SOLVER_PARAMETER__SNAPSHOT_FORMAT__BINARYPROTO;
+    }
     char *prefix = strdup("snapshot");
     if (!prefix) rc = kiln_errorf(KILN_ERR_NOMEM, "out of memory");
     else {
@@ -145,6 +155,14 @@ static int prepare_solver(const char *solver_path, const Caffe__CeModel *m, prep
     hash_file(&c, sp->net);
     hash_file(&c, sp->train_net);
     for (size_t i = 0; i < sp->n_test_net; i++) hash_file(&c, sp->test_net[i]);
+    /* and, for a model judged by decoding, how it is decoded (the data are the cache's) */
+    if (m->decode) {
+      char *dtext = NULL;
+      rc = kiln_text_format(&m->decode->base, &dtext);
+      if (!rc) kiln_sha256_update(&c, dtext, strlen(dtext));
+      free(dtext);
+      hash_file(&c, decode_model);
+    }
     uint8_t d[32];
     char hex[65];
     kiln_sha256_final(&c, d);
@@ -223,6 +241,100 @@ static int ensure_dataset(const kiln_config *cfg, const char *name) {
   return KILN_OK;
 }
 
+/* Where a model with a decode entry has its final weights: the run folder, the solver's
+ * snapshot_prefix "snapshot" (relative: the child runs in the folder). */
+static void final_weights(const char *folder, const prepared *p, char *buf, size_t n) {
+  ce_fmt(buf, n, "%s/snapshot_iter_%d.caffemodel", folder, p->max_iter);
+}
+
+/* For a model with a decode entry, after a successful training in `folder`: `kiln decode` of
+ * the final weights as a second child (decode.log, decode.jsonl), under the same timeout, its
+ * figures taken into the training's metrics `met`. False when it failed (reason in the state,
+ * naming the log). */
+static bool run_decode(const ctx *x, const Caffe__CeModel *m, const prepared *p, config_state *cs,
+                       const char *tag, const char *folder, double timeout,
+                       kiln_ce_metrics *met) {
+  const Caffe__CeDecode *d = m->decode;
+  char cache[4096], weights[4200], metrics[4200], input[8200], vocab[8200], target_vocab[8200];
+  if (kiln_data_cache_dir(x->cfg, cache, sizeof cache)) {
+    cs->failed = true;
+    cs->run_verdict = KILN_CE_ERROR;
+    ce_fmt(cs->run_reason, sizeof cs->run_reason, "decode: %s", kiln_last_error());
+    return false;
+  }
+  final_weights(folder, p, weights, sizeof weights);
+  ce_fmt(metrics, sizeof metrics, "%s/decode.jsonl", folder);
+  ce_join(cache, d->input, input, sizeof input);
+  ce_join(cache, d->vocab, vocab, sizeof vocab);
+  ce_join(cache, d->target_vocab, target_vocab, sizeof target_vocab);
+  remove(metrics);
+  if (access(weights, R_OK) != 0) {
+    cs->failed = true;
+    cs->run_verdict = KILN_CE_FAIL;
+    ce_fmt(cs->run_reason, sizeof cs->run_reason,
+           "the training left no final weights to decode (%s: %s; log: %s/train.log)", weights,
+           strerror(errno), folder);
+    return false;
+  }
+  char threads[16], beam[16], limit[16];
+  snprintf(threads, sizeof threads, "%d", cs->threads);
+  snprintf(beam, sizeof beam, "%d", d->beam);
+  snprintf(limit, sizeof limit, "%d", d->limit);
+  char *argv[32];
+  int a = 0;
+  argv[a++] = (char *)x->o->kiln_path;
+  argv[a++] = "decode";
+  argv[a++] = "--model";
+  argv[a++] = (char *)p->decode_model;
+  argv[a++] = "--weights";
+  argv[a++] = weights;
+  argv[a++] = "--vocab";
+  argv[a++] = vocab;
+  argv[a++] = "--target-vocab";
+  argv[a++] = target_vocab;
+  argv[a++] = "--input";
+  argv[a++] = input;
+  if (d->beam > 1) { /* a beam of 1 chooses what greedy does, by a slower route */
+    argv[a++] = "--beam";
+    argv[a++] = beam;
+  }
+  if (d->limit > 0) {
+    argv[a++] = "--limit";
+    argv[a++] = limit;
+  }
+  argv[a++] = "--metrics";
+  argv[a++] = metrics;
+  argv[a++] = "--threads";
+  argv[a++] = threads;
+  argv[a] = NULL;
+  progress(x, "%s x%d %s: decoding %s%s", m->name, cs->workers, tag, d->input,
+           d->beam > 1 ? " (beam search)" : "");
+  kiln_ce_child child;
+  ce_run_child(argv, folder, "decode.log", timeout, x->o->cancel, &child);
+  if (cancelled(x)) {
+    cs->failed = true;
+    cs->run_verdict = KILN_CE_ERROR;
+    snprintf(cs->run_reason, sizeof cs->run_reason, "interrupted");
+    return false;
+  }
+  kiln_ce_metrics dm;
+  int mrc = access(metrics, F_OK) == 0 ? kiln_ce_metrics_read(metrics, &dm) : KILN_ERR_IO;
+  char reason[512];
+  bool failed = kiln_ce_decode_failed(&child, mrc ? NULL : &dm, reason, sizeof reason);
+  if (!failed) kiln_ce_metrics_take_decode(met, &dm);
+  if (!mrc) kiln_ce_metrics_free(&dm);
+  if (failed) {
+    cs->failed = true;
+    cs->run_verdict = child.end == KILN_CE_CHILD_NOT_STARTED ? KILN_CE_ERROR : KILN_CE_FAIL;
+    ce_fmt(cs->run_reason, sizeof cs->run_reason, "%.400s (log: %s/decode.log)", reason, folder);
+    progress(x, "%s x%d %s: %s", m->name, cs->workers, tag, reason);
+    return false;
+  }
+  progress(x, "%s x%d %s: decoded %d records in %.1f s: per %.4f, word accuracy %.4f", m->name,
+           cs->workers, tag, met->decode_words, child.wall_s, met->per, met->word_accuracy);
+  return true;
+}
+
 /* One training run of a configuration: write the solver, run, read the metrics into the
  * samples at index `slot`. False when the run failed (reason in the state). */
 static bool run_once(const ctx *x, const Caffe__CeModel *m, const prepared *p,
@@ -246,6 +358,11 @@ static bool run_once(const ctx *x, const Caffe__CeModel *m, const prepared *p,
   snprintf(solver, sizeof solver, "%s/solver.prototxt", folder);
   snprintf(metrics, sizeof metrics, "%s/metrics.jsonl", folder);
   remove(metrics);
+  if (m->decode) { /* a folder used before must not hand a decode the weights of another run */
+    char weights[4200];
+    final_weights(folder, p, weights, sizeof weights);
+    remove(weights);
+  }
   if (kiln_write_file_atomic(solver, p->solver_text, strlen(p->solver_text))) {
     cs->failed = true;
     cs->run_verdict = KILN_CE_ERROR;
@@ -278,7 +395,7 @@ static bool run_once(const ctx *x, const Caffe__CeModel *m, const prepared *p,
   argv[a] = NULL;
   double timeout = m->has_timeout_seconds ? m->timeout_seconds : x->suite->timeout_seconds;
   kiln_ce_child child;
-  ce_run_child(argv, folder, timeout, x->o->cancel, &child);
+  ce_run_child(argv, folder, "train.log", timeout, x->o->cancel, &child);
   if (cancelled(x)) {
     cs->failed = true;
     cs->run_verdict = KILN_CE_ERROR;
@@ -318,6 +435,10 @@ static bool run_once(const ctx *x, const Caffe__CeModel *m, const prepared *p,
     progress(x, "%s x%d %s: %s", m->name, cs->workers, tag, reason);
     return false;
   }
+  if (m->decode && !run_decode(x, m, p, cs, tag, folder, timeout, &met)) {
+    kiln_ce_metrics_free(&met);
+    return false;
+  }
   for (size_t k = 0; k < m->n_kpi; k++) {
     double v = specs[k].info->multi_worker ? NAN : kiln_ce_kpi_value(&met, &specs[k]);
     /* A series KPI the metrics never had is a configuration problem, not a NaN of training:
@@ -330,7 +451,8 @@ static bool run_once(const ctx *x, const Caffe__CeModel *m, const prepared *p,
                       met.test_loss.n == 0) ||
                      (!strcmp(name, "train_loss") && met.train_loss.n == 0) ||
                      (!strcmp(name, "samples_per_s") && isnan(met.samples_per_s)) ||
-                     (!strcmp(name, "peak_rss_mb") && isnan(met.peak_rss_mb));
+                     (!strcmp(name, "peak_rss_mb") && isnan(met.peak_rss_mb)) ||
+                     (specs[k].info->decoded && !met.decoded);
       if (missing) v = INFINITY;
     }
     cs->v[k][slot] = v;
@@ -528,7 +650,9 @@ static int run_model(const ctx *x, const Caffe__CeModel *m) {
   ce_join(x->suite_dir, m->solver, solver_path, sizeof solver_path);
   prepared p = {0};
   char setup_error[512] = "";
-  if (prepare_solver(solver_path, m, &p))
+  char decode_model[4096] = "";
+  if (m->decode) ce_join(x->suite_dir, m->decode->model, decode_model, sizeof decode_model);
+  if (prepare_solver(solver_path, m, m->decode ? decode_model : NULL, &p))
     snprintf(setup_error, sizeof setup_error, "%s", kiln_last_error());
   for (size_t d = 0; !setup_error[0] && d < m->n_dataset; d++)
     if (ensure_dataset(x->cfg, m->dataset[d]))
