@@ -75,6 +75,7 @@ run: build data data-text
 ce-text: build data-text
 	@$(BUILD)/kiln data fetch sotu
 	@$(BUILD)/kiln data fetch spam-assassin
+	@$(BUILD)/kiln data fetch cmudict
 	@$(BUILD)/kiln ce run ce/text.prototxt $(CE_FLAGS)
 
 # The former `make run`: LeNet's full 10,000 iterations and its final test accuracy.
