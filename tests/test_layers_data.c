@@ -130,28 +130,40 @@ static void test_dummy_data_bad_parameters(void **state) {
 /* ---- Data -------------------------------------------------------------------------------- */
 
 enum { NREC = 10, C = 2, H = 4, W = 4 };
-static char dir[256], db_path[300];
+/* db: NREC records labelled 0..NREC-1; db2 (for mixing): NREC2 records labelled 100 + r, the
+ * same shape; db3: records of another shape. */
+enum { NREC2 = 7, LABEL2 = 100 };
+static char dir[256], db_path[300], db2_path[300], db3_path[300];
 
 static uint8_t pixel(int rec, int c, int h, int w) { return (uint8_t)(rec * 16 + c * 7 + h * 4 + w); }
+
+static int write_db(const char *path, int n, int label0, int channels) {
+  kiln_datum_writer *w;
+  if (kiln_datum_writer_open(path, &w)) return -1;
+  for (int r = 0; r < n; r++) {
+    uint8_t px[C * H * W];
+    for (int c = 0; c < channels; c++)
+      for (int h = 0; h < H; h++)
+        for (int x = 0; x < W; x++) px[(c * H + h) * W + x] = pixel(label0 + r, c, h, x);
+    kiln_datum d = {.channels = channels, .height = H, .width = W, .label = label0 + r, .u8 = px};
+    char key[16];
+    snprintf(key, sizeof key, "%08d", r);
+    if (kiln_datum_writer_put(w, key, &d)) return -1;
+  }
+  return kiln_datum_writer_commit(w) ? -1 : 0;
+}
 
 static int make_db(void **state) {
   (void)state;
   snprintf(dir, sizeof dir, "/tmp/kiln-data-layer-XXXXXX");
   if (!mkdtemp(dir)) return -1;
   snprintf(db_path, sizeof db_path, "%s/db", dir);
-  kiln_datum_writer *w;
-  if (kiln_datum_writer_open(db_path, &w)) return -1;
-  for (int r = 0; r < NREC; r++) {
-    uint8_t px[C * H * W];
-    for (int c = 0; c < C; c++)
-      for (int h = 0; h < H; h++)
-        for (int x = 0; x < W; x++) px[(c * H + h) * W + x] = pixel(r, c, h, x);
-    kiln_datum d = {.channels = C, .height = H, .width = W, .label = r, .u8 = px};
-    char key[16];
-    snprintf(key, sizeof key, "%08d", r);
-    if (kiln_datum_writer_put(w, key, &d)) return -1;
-  }
-  return kiln_datum_writer_commit(w) ? -1 : 0;
+  snprintf(db2_path, sizeof db2_path, "%s/db2", dir);
+  snprintf(db3_path, sizeof db3_path, "%s/db3", dir);
+  return write_db(db_path, NREC, 0, C) || write_db(db2_path, NREC2, LABEL2, C) ||
+                 write_db(db3_path, 3, 200, 1)
+             ? -1
+             : 0;
 }
 
 static int remove_db(void **state) {
@@ -485,6 +497,172 @@ static void test_sharded_workers_deal_whole_batches(void **state) {
   close_layer(&bad);
 }
 
+/* ---- Data with several sources ----------------------------------------------------------- */
+
+/* The extra text of a layer reading db (weight w1) and db2 (weight w2). */
+static const char *mixed(char *buf, size_t n, double w1, double w2, const char *rest) {
+  snprintf(buf, n, "source: '%s' source_weight: %g source_weight: %g %s", db2_path, w1, w2, rest);
+  return buf;
+}
+
+/* Over 10,000 records drawn 0.7 / 0.3 the shares are within 0.02 of the weights; each record
+ * is its source's own and intact; each source's records come in its own key order, wrapping on
+ * its own (db2 has 7 records, db 10); the same seed draws the same stream, another seed
+ * another. */
+static void test_mixed_sources_shares_and_order(void **state) {
+  (void)state;
+  char p[512];
+  mixed(p, sizeof p, 0.7, 0.3, "batch_size: 100 }");
+  data_layer a, twin, other;
+  assert_int_equal(open_layer(&a, p, CAFFE__PHASE__TRAIN, 3), KILN_OK);
+  assert_int_equal(open_layer(&twin, p, CAFFE__PHASE__TRAIN, 3), KILN_OK);
+  assert_int_equal(open_layer(&other, p, CAFFE__PHASE__TRAIN, 4), KILN_OK);
+  int n2 = 0, next1 = 0, next2 = 0, differ = 0;
+  for (int b = 0; b < 100; b++) {
+    int lab[100], lt[100], lo[100];
+    assert_int_equal(next_labels(&a, lab), 100);
+    next_labels(&twin, lt);
+    next_labels(&other, lo);
+    assert_memory_equal(lab, lt, sizeof lab);
+    assert_memory_equal(a.top[0]->data, twin.top[0]->data, sizeof(float) * a.top[0]->count);
+    for (int i = 0; i < 100; i++) {
+      differ += lab[i] != lo[i];
+      if (lab[i] >= LABEL2) {
+        n2++;
+        assert_int_equal(lab[i], LABEL2 + next2);
+        next2 = (next2 + 1) % NREC2;
+      } else {
+        assert_int_equal(lab[i], next1);
+        next1 = (next1 + 1) % NREC;
+      }
+      const float *x = a.top[0]->data + (size_t)i * C * H * W;
+      for (int c = 0; c < C; c++)
+        for (int h = 0; h < H; h++)
+          for (int w = 0; w < W; w++)
+            assert_true(x[(c * H + h) * W + w] == (float)pixel(lab[i], c, h, w));
+    }
+  }
+  const double share = n2 / 10000.0;
+  if (fabs(share - 0.3) > 0.02) fail_msg("source 2 gave %.4f of the records, weight 0.3", share);
+  assert_true(differ > 1000); /* another seed, another mix */
+  assert_int_equal(a.l->ops->get_cursor(a.l), 10000);
+  close_layer(&a);
+  close_layer(&twin);
+  close_layer(&other);
+  /* weight 0: that source never appears */
+  data_layer z;
+  assert_int_equal(open_layer(&z, mixed(p, sizeof p, 1, 0, "batch_size: 50 }"),
+                           CAFFE__PHASE__TRAIN, 3),
+                   KILN_OK);
+  for (int b = 0; b < 4; b++) {
+    int lab[50];
+    next_labels(&z, lab);
+    for (int i = 0; i < 50; i++) assert_true(lab[i] < LABEL2);
+  }
+  close_layer(&z);
+}
+
+/* With shuffle each source draws a permutation of its records per epoch of its own size; a
+ * resume from a cursor mid-epoch gives the same batches, data and labels, as running on (the
+ * draws before the cursor are counted again). */
+static void test_mixed_sources_shuffle_and_resume(void **state) {
+  (void)state;
+  char p[512];
+  mixed(p, sizeof p, 0.5, 0.5,
+        "batch_size: 6 shuffle: true } transform_param { crop_size: 3 mirror: true }");
+  data_layer a, b;
+  assert_int_equal(open_layer(&a, p, CAFFE__PHASE__TRAIN, 11), KILN_OK);
+  assert_int_equal(open_layer(&b, p, CAFFE__PHASE__TRAIN, 11), KILN_OK);
+  int seen2[NREC2 * 6], n2 = 0;
+  for (int k = 0; k < 7; k++) {
+    int lab[6];
+    next_labels(&a, lab);
+    for (int i = 0; i < 6; i++)
+      if (lab[i] >= LABEL2 && n2 < NREC2 * 6) seen2[n2++] = lab[i];
+  }
+  /* each run of NREC2 records of source 2 is a permutation of it */
+  for (int e = 0; (e + 1) * NREC2 <= n2; e++) {
+    bool hit[NREC2] = {false};
+    for (int i = 0; i < NREC2; i++) {
+      int r = seen2[e * NREC2 + i] - LABEL2;
+      assert_true(r >= 0 && r < NREC2 && !hit[r]);
+      hit[r] = true;
+    }
+  }
+  const uint64_t cur = a.l->ops->get_cursor(a.l);
+  assert_int_equal(cur, 42);
+  assert_int_equal(b.l->ops->set_cursor(b.l, cur), KILN_OK);
+  for (int k = 0; k < 9; k++) {
+    assert_int_equal(a.l->ops->forward(a.l), KILN_OK);
+    assert_int_equal(b.l->ops->forward(b.l), KILN_OK);
+    assert_memory_equal(a.top[0]->data, b.top[0]->data, sizeof(float) * a.top[0]->count);
+    assert_memory_equal(a.top[1]->data, b.top[1]->data, sizeof(float) * 6);
+  }
+  /* and backwards: a cursor behind what the layer counted */
+  assert_int_equal(a.l->ops->set_cursor(a.l, 12), KILN_OK);
+  data_layer c;
+  assert_int_equal(open_layer(&c, p, CAFFE__PHASE__TRAIN, 11), KILN_OK);
+  for (int k = 0; k < 2; k++) assert_int_equal(c.l->ops->forward(c.l), KILN_OK);
+  for (int k = 0; k < 3; k++) {
+    assert_int_equal(a.l->ops->forward(a.l), KILN_OK);
+    assert_int_equal(c.l->ops->forward(c.l), KILN_OK);
+    assert_memory_equal(a.top[0]->data, c.top[0]->data, sizeof(float) * a.top[0]->count);
+  }
+  close_layer(&a);
+  close_layer(&b);
+  close_layer(&c);
+}
+
+/* Workers deal whole batches of the mixed stream: worker r of 2 reads global batches r, r + 2,
+ * ... of the one-worker stream, so 2 workers read what one worker with iter_size 2 reads. */
+static void test_mixed_sources_sharded(void **state) {
+  (void)state;
+  char p[512];
+  mixed(p, sizeof p, 0.6, 0.4, "batch_size: 5 shuffle: true }");
+  enum { ROUNDS = 6, N = 2 };
+  int single[ROUNDS * N][5];
+  data_layer one;
+  assert_int_equal(open_layer(&one, p, CAFFE__PHASE__TRAIN, 21), KILN_OK);
+  for (int j = 0; j < ROUNDS * N; j++) next_labels(&one, single[j]);
+  const uint64_t end = one.l->ops->get_cursor(one.l);
+  close_layer(&one);
+  data_layer w[N];
+  for (int r = 0; r < N; r++) {
+    assert_int_equal(open_layer(&w[r], p, CAFFE__PHASE__TRAIN, 21), KILN_OK);
+    w[r].l->shard_rank = r;
+    w[r].l->shard_count = N;
+  }
+  for (int k = 0; k < ROUNDS; k++)
+    for (int r = 0; r < N; r++) {
+      int lab[5];
+      next_labels(&w[r], lab);
+      if (memcmp(lab, single[k * N + r], sizeof lab))
+        fail_msg("rank %d batch %d is not global batch %d", r, k, k * N + r);
+    }
+  for (int r = 0; r < N; r++) {
+    assert_true(w[r].l->ops->get_cursor(w[r].l) == end);
+    close_layer(&w[r]);
+  }
+}
+
+static void test_mixed_sources_errors(void **state) {
+  (void)state;
+  char p[512];
+  snprintf(p, sizeof p, "source: '%s' batch_size: 2 }", db2_path);
+  expect_fail(p, "no source_weight");
+  snprintf(p, sizeof p, "source: '%s' source_weight: 1 batch_size: 2 }", db2_path);
+  expect_fail(p, "2 sources and 1 source_weight value");
+  expect_fail(mixed(p, sizeof p, 0.5, -0.5, "batch_size: 2 }"), "source_weight 2");
+  expect_fail(mixed(p, sizeof p, 0, 0, "batch_size: 2 }"), "sum to 0");
+  expect_fail(mixed(p, sizeof p, 1, 1, "batch_size: 2 last_batch: DROP }"), "use WRAP");
+  snprintf(p, sizeof p, "source: '%s' source_weight: 1 source_weight: 1 batch_size: 2 }",
+           db3_path);
+  expect_fail(p, "one shape");
+  snprintf(p, sizeof p, "source: '/nonexistent/db2' source_weight: 1 source_weight: 1 "
+           "batch_size: 2 }");
+  expect_fail(p, "/nonexistent/db2");
+}
+
 /* A smaller last batch flows through the net: the layers after the data layer are reshaped, and
  * the loss is normalised by the smaller batch. */
 static void test_keep_reshapes_the_net(void **state) {
@@ -528,6 +706,10 @@ int main(void) {
       cmocka_unit_test(test_crop_and_mirror),
       cmocka_unit_test(test_errors),
       cmocka_unit_test(test_leveldb_and_missing_source),
+      cmocka_unit_test(test_mixed_sources_shares_and_order),
+      cmocka_unit_test(test_mixed_sources_shuffle_and_resume),
+      cmocka_unit_test(test_mixed_sources_sharded),
+      cmocka_unit_test(test_mixed_sources_errors),
       cmocka_unit_test(test_shuffle_per_epoch),
       cmocka_unit_test(test_last_batch_drop_and_keep),
       cmocka_unit_test(test_keep_reshapes_the_net),

@@ -255,7 +255,8 @@ static void test_lenet_train_val(void **state) {
   assert_true(data->transform_param->has_scale);
   assert_true(data->transform_param->scale == 0.00390625f);
   assert_false(data->transform_param->has_mirror);
-  assert_string_equal(data->data_param->source, "examples/mnist/mnist_train_lmdb");
+  assert_int_equal(data->data_param->n_source, 1);
+  assert_string_equal(data->data_param->source[0], "examples/mnist/mnist_train_lmdb");
   assert_int_equal(data->data_param->batch_size, 64);
   assert_int_equal(data->data_param->backend, CAFFE__DATA_PARAMETER__DB__LMDB);
   assert_int_equal(data->data_param->prefetch, 4); /* schema default kept */

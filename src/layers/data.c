@@ -13,7 +13,15 @@
  * N workers read together what one worker with iter_size N reads. The cursor reported is where
  * the global stream stands once every worker has read as many batches as this one: the same
  * number on every rank, so rank 0's snapshot resumes all of them, and a resume with another N
- * continues the same global stream from there. */
+ * continues the same global stream from there.
+ *
+ * Several sources (kiln): with data_param { source: A source: B source_weight: 0.7
+ * source_weight: 0.3 }, the record at stream position p comes from source i with probability
+ * w_i / sum(w), drawn from (seed, p); it is the next record of that source's own stream (its key
+ * order, or its own shuffle per epoch of its own size), so each source wraps on its own. The
+ * draws up to a position fix every source's place in its stream, so the one cursor still
+ * resumes exactly (the draws before it are counted again, a few nanoseconds each), and workers
+ * deal whole batches of the mixed stream as above. */
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -34,9 +42,22 @@ typedef struct {
   int count; /* records in the batch (smaller than batch_size only for KEEP) */
 } batch_slot;
 
+/* One database of a mixed stream. */
 typedef struct {
   kiln_datum_db *db;
-  char *source; /* the database's path, $KILN_DATA expanded */
+  char *path;
+  uint64_t size;
+  kiln_record_order order; /* the records of its own stream positions */
+  double upto;             /* a draw u in [0, 1) below this (and above the previous) picks it */
+  uint64_t next;           /* its stream position for the next draw that picks it */
+} mix_source;
+
+typedef struct {
+  kiln_datum_db *db; /* the one source; NULL when mixing several */
+  char *source;      /* the database's path, $KILN_DATA expanded (the first one's when mixing) */
+  mix_source *mix;   /* nmix > 1 sources, or NULL */
+  int nmix;
+  uint64_t mix_pos;  /* stream positions below this are counted into the sources' next */
   int batch, C, H, W, outH, outW, crop;
   float scale;
   float *mean;      /* C*H*W from mean_file, or NULL */
@@ -95,6 +116,36 @@ static int transform_record(data_state *s, const kiln_datum *d, uint64_t pos, fl
   return KILN_OK;
 }
 
+/* Salt of the mixing draws' generator, apart from the crop and mirror draws of a position. */
+#define MIX_SALT 0x6d69785f64726177ULL
+
+/* The source that stream position pos comes from. */
+static int mix_pick(const data_state *s, uint64_t pos) {
+  kiln_rng r;
+  kiln_rng_seed(&r, s->seed ^ MIX_SALT, pos + 1);
+  const double u = kiln_rng_u32(&r) / 4294967296.0;
+  for (int i = 0; i < s->nmix - 1; i++)
+    if (u < s->mix[i].upto) return i;
+  return s->nmix - 1;
+}
+
+/* The record at stream position pos of a mixed stream: counts the draws of the positions before
+ * it (from 0 again when pos lies behind what was counted, as after a resume), then reads the
+ * next record of the source drawn. */
+static int mix_read(data_state *s, uint64_t pos, kiln_datum *d, uint64_t *index) {
+  if (pos < s->mix_pos) {
+    for (int i = 0; i < s->nmix; i++) s->mix[i].next = 0;
+    s->mix_pos = 0;
+  }
+  for (; s->mix_pos < pos; s->mix_pos++) s->mix[mix_pick(s, s->mix_pos)].next++;
+  mix_source *m = &s->mix[mix_pick(s, pos)];
+  const uint64_t q = m->next++;
+  s->mix_pos = pos + 1;
+  int rc = kiln_record_order_index(&m->order, q, index);
+  if (!rc) rc = kiln_datum_db_read(m->db, *index, d);
+  return rc ? kiln_error_context(rc, "%s: ", m->path) : KILN_OK;
+}
+
 static int fill_slot(data_state *s, batch_slot *slot) {
   int per = s->C * s->outH * s->outW;
   uint64_t global = s->fill_k * (uint64_t)s->nworkers + (uint64_t)s->rank;
@@ -105,16 +156,22 @@ static int fill_slot(data_state *s, batch_slot *slot) {
   for (int j = 0; j < slot->count; j++) {
     uint64_t pos = start + (uint64_t)j, index = 0;
     kiln_datum d;
-    KILN_TRY(kiln_record_order_index(&s->order, pos, &index));
-    if (random_access) {
-      KILN_TRY(kiln_datum_db_read(s->db, index, &d));
+    if (s->nmix) {
+      KILN_TRY(mix_read(s, pos, &d, &index));
     } else {
-      if (kiln_datum_db_position(s->db) != pos) KILN_TRY(kiln_datum_db_seek(s->db, pos));
-      KILN_TRY(kiln_datum_db_next(s->db, &d));
+      KILN_TRY(kiln_record_order_index(&s->order, pos, &index));
+      if (random_access) {
+        KILN_TRY(kiln_datum_db_read(s->db, index, &d));
+      } else {
+        if (kiln_datum_db_position(s->db) != pos) KILN_TRY(kiln_datum_db_seek(s->db, pos));
+        KILN_TRY(kiln_datum_db_next(s->db, &d));
+      }
     }
     if (d.channels != s->C || d.height != s->H || d.width != s->W)
-      return kiln_errorf(KILN_ERR_DATA, "record %llu is %dx%dx%d, the first record was %dx%dx%d",
-                         (unsigned long long)index, d.channels, d.height, d.width, s->C, s->H, s->W);
+      return kiln_errorf(KILN_ERR_DATA, "record %llu%s%s is %dx%dx%d, the first record was %dx%dx%d",
+                         (unsigned long long)index, s->nmix ? " of " : "",
+                         s->nmix ? s->mix[mix_pick(s, pos)].path : "", d.channels, d.height,
+                         d.width, s->C, s->H, s->W);
     KILN_TRY(transform_record(s, &d, pos, slot->data + (size_t)j * per));
     slot->label[j] = (float)d.label;
   }
@@ -207,6 +264,97 @@ static int load_mean_file(kiln_layer *l, data_state *s, const char *path) {
   return s->mean ? KILN_OK : kiln_errorf(KILN_ERR_NOMEM, "out of memory");
 }
 
+/* Opens a database and reads its record shape (channels, height, width). */
+static int open_db(kiln_layer *l, const char *given, char **path, kiln_datum_db **db,
+                   int chw[3]) {
+  char source[4096];
+  KILN_TRY(kiln_data_source_path(l->config, given, source, sizeof source));
+  *path = strdup(source);
+  if (!*path) return kiln_errorf(KILN_ERR_NOMEM, "out of memory");
+  int rc = kiln_datum_db_open(source, db);
+  kiln_datum d;
+  if (!rc) rc = kiln_datum_db_next(*db, &d);
+  if (!rc) rc = kiln_datum_db_seek(*db, 0);
+  if (rc) return kiln_error_context(rc, "layer '%s' (Data): ", l->name);
+  chw[0] = d.channels, chw[1] = d.height, chw[2] = d.width;
+  return KILN_OK;
+}
+
+/* The one source, or several mixed by source_weight (checked here: one weight per source, each
+ * finite and >= 0, not all 0; records of one shape in all; WRAP, since a mix has no epochs). */
+static int open_sources(kiln_layer *l, data_state *s, const Caffe__DataParameter *p) {
+  int chw[3];
+  if (p->n_source_weight && p->n_source_weight != p->n_source)
+    return KILN_LAYER_ERROR(l, KILN_ERR_INVALID,
+                            "data_param has %zu source%s and %zu source_weight value%s: give one "
+                            "weight per source",
+                            p->n_source, p->n_source == 1 ? "" : "s", p->n_source_weight,
+                            p->n_source_weight == 1 ? "" : "s");
+  if (p->n_source == 1) {
+    KILN_TRY(open_db(l, p->source[0], &s->source, &s->db, chw));
+    s->C = chw[0], s->H = chw[1], s->W = chw[2];
+    s->size = kiln_datum_db_size(s->db);
+    return KILN_OK;
+  }
+  if (p->n_source > 64)
+    return KILN_LAYER_ERROR(l, KILN_ERR_UNSUPPORTED, "data_param has %zu sources; at most 64",
+                            p->n_source);
+  if (!p->n_source_weight)
+    return KILN_LAYER_ERROR(l, KILN_ERR_INVALID,
+                            "data_param has %zu sources and no source_weight: give one weight per "
+                            "source (the share of the records it gives)",
+                            p->n_source);
+  double sum = 0;
+  for (size_t i = 0; i < p->n_source; i++) {
+    const float w = p->source_weight[i];
+    if (!isfinite(w) || w < 0)
+      return KILN_LAYER_ERROR(l, KILN_ERR_INVALID,
+                              "data_param.source_weight %zu (of source '%s') is %g; a weight is "
+                              "finite and >= 0",
+                              i + 1, p->source[i], (double)w);
+    sum += w;
+  }
+  if (!(sum > 0))
+    return KILN_LAYER_ERROR(l, KILN_ERR_INVALID,
+                            "data_param.source_weight values sum to 0: at least one source must "
+                            "have a positive weight");
+  if (s->last_batch != CAFFE__DATA_PARAMETER__LAST_BATCH__WRAP)
+    return KILN_LAYER_ERROR(l, KILN_ERR_INVALID,
+                            "last_batch DROP and KEEP act at the end of an epoch, which a mix of "
+                            "%zu sources does not have (each source wraps on its own): use WRAP",
+                            p->n_source);
+  s->mix = calloc(p->n_source, sizeof *s->mix);
+  if (!s->mix) return kiln_errorf(KILN_ERR_NOMEM, "out of memory");
+  s->nmix = (int)p->n_source;
+  double upto = 0;
+  for (int i = 0; i < s->nmix; i++) {
+    mix_source *m = &s->mix[i];
+    KILN_TRY(open_db(l, p->source[i], &m->path, &m->db, chw));
+    if (i == 0) {
+      s->C = chw[0], s->H = chw[1], s->W = chw[2];
+      s->source = strdup(m->path);
+      if (!s->source) return kiln_errorf(KILN_ERR_NOMEM, "out of memory");
+    } else if (chw[0] != s->C || chw[1] != s->H || chw[2] != s->W) {
+      return KILN_LAYER_ERROR(l, KILN_ERR_DATA,
+                              "source %s holds %dx%dx%d records, source %s %dx%dx%d: mixed "
+                              "sources need records of one shape",
+                              m->path, chw[0], chw[1], chw[2], s->mix[0].path, s->C, s->H, s->W);
+    }
+    m->size = kiln_datum_db_size(m->db);
+    if (m->size > UINT32_MAX && s->shuffle)
+      return KILN_LAYER_ERROR(l, KILN_ERR_UNSUPPORTED, "%s: shuffle of more than 2^32 records",
+                              m->path);
+    /* each source its own permutations: the seed, apart per source */
+    m->order = (kiln_record_order){.seed = s->seed + 0x9e3779b97f4a7c15ULL * (uint64_t)(i + 1),
+                                   .size = m->size,
+                                   .shuffle = s->shuffle};
+    upto += p->source_weight[i] / sum;
+    m->upto = upto;
+    s->size += m->size;
+  }
+  return KILN_OK;
+}
+
 static int data_setup(kiln_layer *l) {
   const Caffe__DataParameter *p = KILN_PARAM_OR(l->lp->data_param, data_defaults);
   const Caffe__TransformationParameter *t =
@@ -216,7 +364,7 @@ static int data_setup(kiln_layer *l) {
   l->priv = s;
   pthread_mutex_init(&s->mu, NULL);
   pthread_cond_init(&s->cv, NULL);
-  if (!p->source || !p->source[0])
+  if (p->n_source == 0 || !p->source[0][0])
     return KILN_LAYER_ERROR(l, KILN_ERR_INVALID, "data_param.source is required");
   if (p->backend != CAFFE__DATA_PARAMETER__DB__LMDB)
     return KILN_LAYER_ERROR(l, KILN_ERR_UNSUPPORTED,
@@ -224,30 +372,18 @@ static int data_setup(kiln_layer *l) {
                             "'backend: LMDB'");
   if (!p->has_batch_size || p->batch_size == 0)
     return KILN_LAYER_ERROR(l, KILN_ERR_INVALID, "data_param.batch_size must be set and > 0");
-  char source[4096];
-  KILN_TRY(kiln_data_source_path(l->config, p->source, source, sizeof source));
-  s->source = strdup(source);
-  if (!s->source) return kiln_errorf(KILN_ERR_NOMEM, "out of memory");
-  int rc = kiln_datum_db_open(source, &s->db);
-  if (rc) return kiln_error_context(rc, "layer '%s' (Data): ", l->name);
-  kiln_datum d;
-  rc = kiln_datum_db_next(s->db, &d);
-  if (rc) return kiln_error_context(rc, "layer '%s' (Data): ", l->name);
-  s->C = d.channels;
-  s->H = d.height;
-  s->W = d.width;
-  KILN_TRY(kiln_datum_db_seek(s->db, 0));
   s->batch = (int)p->batch_size;
-  s->size = kiln_datum_db_size(s->db);
   s->shuffle = p->shuffle;
   s->last_batch = p->last_batch;
+  s->seed = l->seed;
   s->nworkers = 1;
+  KILN_TRY(open_sources(l, s, p));
   if (s->last_batch == CAFFE__DATA_PARAMETER__LAST_BATCH__DROP && (uint64_t)s->batch > s->size)
     return KILN_LAYER_ERROR(l, KILN_ERR_INVALID,
                             "last_batch: DROP with batch_size %d larger than the data set (%llu "
                             "records) would drop everything",
                             s->batch, (unsigned long long)s->size);
-  if (s->size > UINT32_MAX && s->shuffle)
+  if (s->size > UINT32_MAX && s->shuffle && !s->nmix)
     return KILN_LAYER_ERROR(l, KILN_ERR_UNSUPPORTED, "shuffle of more than 2^32 records");
   _Static_assert((int)KILN_LAST_BATCH_WRAP == (int)CAFFE__DATA_PARAMETER__LAST_BATCH__WRAP &&
                      (int)KILN_LAST_BATCH_DROP == (int)CAFFE__DATA_PARAMETER__LAST_BATCH__DROP &&
@@ -259,8 +395,8 @@ static int data_setup(kiln_layer *l) {
   s->crop = (int)t->crop_size;
   s->mirror = t->mirror;
   s->train = l->phase == CAFFE__PHASE__TRAIN;
-  s->seed = l->seed;
-  s->order = (kiln_record_order){.seed = s->seed, .size = s->size, .shuffle = s->shuffle};
+  /* a mixed stream reads through each source's own order */
+  s->order = (kiln_record_order){.seed = s->seed, .size = s->size, .shuffle = s->shuffle && !s->nmix};
   if (s->crop > s->H || s->crop > s->W)
     return KILN_LAYER_ERROR(l, KILN_ERR_SHAPE, "crop_size %d is larger than the %dx%d images",
                             s->crop, s->H, s->W);
@@ -366,6 +502,7 @@ static int data_set_cursor(kiln_layer *l, uint64_t cursor) {
   s->head = s->tail = s->count = 0;
   s->stream.base = cursor;
   s->fill_k = s->taken_k = 0;
+  if (s->nmix) return KILN_OK; /* the next read counts the draws up to the cursor (mix_read) */
   int rc = kiln_datum_db_seek(s->db, cursor);
   if (rc) return kiln_error_context(rc, "layer '%s' (Data): ", l->name);
   return KILN_OK;
@@ -382,17 +519,25 @@ static int data_fingerprint(kiln_layer *l, uint8_t digest[32], char *what, size_
   if (s->running)
     return KILN_LAYER_ERROR(l, KILN_ERR_INVALID, "fingerprint asked for after the first forward");
   uint8_t db_digest[32];
-  int rc = kiln_datum_db_fingerprint(s->db, FINGERPRINT_SAMPLES, db_digest);
-  if (rc) return kiln_error_context(rc, "layer '%s' (Data): ", l->name);
   kiln_sha256_ctx h;
   kiln_sha256_init(&h);
-  kiln_sha256_update(&h, db_digest, sizeof db_digest);
+  for (int i = 0; i < (s->nmix ? s->nmix : 1); i++) {
+    int rc = kiln_datum_db_fingerprint(s->nmix ? s->mix[i].db : s->db, FINGERPRINT_SAMPLES,
+                                       db_digest);
+    if (rc) return kiln_error_context(rc, "layer '%s' (Data): ", l->name);
+    kiln_sha256_update(&h, db_digest, sizeof db_digest);
+  }
   if (s->mean) kiln_sha256_update(&h, s->mean, sizeof(float) * (size_t)s->C * s->H * s->W);
   kiln_sha256_final(&h, digest);
-  snprintf(what, n, "%s (%llu records, compared by their count and %d of them spread over the "
-           "key order%s)", s->source, (unsigned long long)s->size,
-           (int)(s->size < FINGERPRINT_SAMPLES ? s->size : FINGERPRINT_SAMPLES),
-           s->mean ? ", and the mean file's values" : "");
+  if (s->nmix)
+    snprintf(what, n, "%s and %d more sources (compared by their record counts and up to %d "
+             "records of each spread over the key order%s)", s->source, s->nmix - 1,
+             FINGERPRINT_SAMPLES, s->mean ? ", and the mean file's values" : "");
+  else
+    snprintf(what, n, "%s (%llu records, compared by their count and %d of them spread over the "
+             "key order%s)", s->source, (unsigned long long)s->size,
+             (int)(s->size < FINGERPRINT_SAMPLES ? s->size : FINGERPRINT_SAMPLES),
+             s->mean ? ", and the mean file's values" : "");
   return KILN_OK;
 }
 
@@ -401,6 +546,12 @@ static void data_destroy(kiln_layer *l) {
   if (!s) return;
   stop_thread(s);
   if (s->db) kiln_datum_db_close(s->db);
+  for (int i = 0; s->mix && i < s->nmix; i++) {
+    if (s->mix[i].db) kiln_datum_db_close(s->mix[i].db);
+    free(s->mix[i].path);
+    kiln_record_order_free(&s->mix[i].order);
+  }
+  free(s->mix);
   free(s->source);
   if (s->slots)
     for (int i = 0; i < s->nslots; i++) {

@@ -184,7 +184,13 @@ static int v0_to_v1(Caffe__V1LayerParameter *v, const char *source, int index) {
   }
   if (data) {
     Caffe__DataParameter *d = v->data_param;
-    if (o->source) MOVE(d->source, o->source);
+    if (o->source) {
+      char **one = malloc(sizeof *one);
+      if (!one) return oom(source);
+      MOVE(one[0], o->source);
+      d->source = one;
+      d->n_source = 1;
+    }
     if (o->has_batchsize) d->batch_size = o->batchsize, d->has_batch_size = 1;
     if (o->has_rand_skip) d->rand_skip = o->rand_skip, d->has_rand_skip = 1;
     /* moved on into transform_param by the data transformation upgrade */

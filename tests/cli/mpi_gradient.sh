@@ -2,7 +2,8 @@
 # IDX files (Data -> Convolution -> ReLU -> InnerProduct -> SoftmaxWithLoss, momentum and weight
 # decay, 20 iterations):
 #   (a, b) 2 workers x batch b with --deterministic give the bits of 1 worker x batch b x iter_size 2;
-#   (c)    the same for 4 workers against iter_size 4, and with shuffle + last_batch KEEP;
+#   (c)    the same for 4 workers against iter_size 4, with shuffle + last_batch KEEP, and on two
+#          databases mixed by source_weight;
 #   (d)    without --deterministic, 1 iteration is within 1e-5 relative of the reference;
 #   (e)    a solver that differs between ranks, data that differs under the same path, or a rank
 #          that cannot open its data, ends the job with a clear message and a non-zero exit
@@ -81,6 +82,23 @@ solver sw shuffle_net.prototxt 1 20 "sync { mode: GRADIENT deterministic: true }
 train1 sref
 trainN 2 sw
 same sref_iter_20.caffemodel sw_iter_20.caffemodel "shuffle + KEEP, 2 workers (deterministic in the solver file) vs iter_size 2"
+# ... and on two databases mixed by weight (a second, smaller one of 24 other records).
+{
+  printf '\x00\x00\x08\x03\x00\x00\x00\x18\x00\x00\x00\x08\x00\x00\x00\x08'
+  LC_ALL=C awk 'BEGIN { srand(8); for (i = 0; i < 1536; i++) printf "%c", int(rand() * 256) }'
+} > img2.idx
+{
+  printf '\x00\x00\x08\x01\x00\x00\x00\x18'
+  for i in $(seq 0 23); do printf "\\x0$(((i + 1) % 4))"; done
+} > lab2.idx
+"$KILN" convert idx img2.idx lab2.idx tiny2_lmdb >/dev/null || fail "convert tiny2_lmdb"
+net 4 "source: \"$WORK/tiny2_lmdb\" source_weight: 0.6 source_weight: 0.4 shuffle: true" \
+  > mix_net.prototxt
+solver mref mix_net.prototxt 2 20 > mref.prototxt
+solver mw mix_net.prototxt 1 20 > mw.prototxt
+train1 mref
+trainN 2 mw --deterministic
+same mref_iter_20.caffemodel mw_iter_20.caffemodel "two sources mixed 0.6/0.4, 2 workers --deterministic vs iter_size 2"
 
 # (d) the library's own reduction: within 1e-5 relative after one iteration.
 for np in 2 4; do
