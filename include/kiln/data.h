@@ -109,6 +109,23 @@ int kiln_data_source_path(const kiln_config *cfg, const char *src, char *out, si
  * both hashes. */
 int kiln_data_fetch_fashion_mnist(const char *src_dir, const char *cache_dir, bool *already);
 
+/* Every fetch writes CACHE/NAME/SHA256SUMS (the SHA-256 of each file of the entry, an LMDB's
+ * data.mdb included, its lock.mdb not) just before READY; seal writes it again (after files
+ * were added). verify: *intact is false when READY is missing (not cached); true when every
+ * listed file is there with its checksum and no other (an entry cached before checksums were
+ * kept gets its SHA256SUMS now); KILN_ERR_DATA naming the file that is missing, differs or is
+ * new, after removing READY so that the next fetch rebuilds the entry. */
+int kiln_data_entry_seal(const char *cache_dir, const char *name);
+int kiln_data_entry_verify(const char *cache_dir, const char *name, bool *intact);
+
+/* The data sets kiln knows, for `kiln data list`: name and where the data come from. */
+typedef struct kiln_data_set_entry {
+  const char *name, *source;
+} kiln_data_set_entry;
+size_t kiln_data_sets(const kiln_data_set_entry **out);
+/* Whether CACHE/NAME is cached (READY there) and the bytes of its files. */
+int kiln_data_entry_size(const char *cache_dir, const char *name, bool *cached, uint64_t *bytes);
+
 /* ---- text data sets ---------------------------------------------------------------------- */
 
 /* A text data set of the cache: an npm package of @stdlib's data sets (a .tgz of JSON files),
@@ -294,5 +311,13 @@ void kiln_cifar_free(kiln_cifar_set *s);
  * NULL. */
 int kiln_convert_cifar_to_lmdb(const char *source, kiln_cifar_kind kind, bool train,
                                const char *out_path, uint64_t *n_written);
+
+/* Caches a user's binary CIFAR archive (or folder; as kiln_cifar_read takes it) as
+ * CACHE/cifar10 or CACHE/cifar100 (fine labels): train_lmdb, test_lmdb, SHA256SUMS and READY
+ * last. Nothing is downloaded: with READY there nothing is done (*already true, may be NULL);
+ * without it a NULL archive is KILN_ERR_INVALID saying which archive to give. CIFAR's Python
+ * and MATLAB archives are refused, naming the binary one. */
+int kiln_data_fetch_cifar(kiln_cifar_kind kind, const char *archive, const char *cache_dir,
+                          bool *already);
 
 #endif

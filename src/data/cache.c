@@ -122,7 +122,8 @@ static int convert_split(const char *src_dir, const char *dir, const char *image
   return KILN_OK;
 }
 
-static int fetch_locked(const char *src_dir, const char *dir, const char *ready, bool *already) {
+static int fetch_locked(const char *src_dir, const char *cache, const char *dir, const char *ready,
+                        bool *already) {
   if (access(ready, F_OK) == 0) { /* another process finished while we waited for the lock */
     if (already) *already = true;
     return KILN_OK;
@@ -139,6 +140,7 @@ static int fetch_locked(const char *src_dir, const char *dir, const char *ready,
                      "test_lmdb 10000 records 1x28x28\n",
                      src_dir);
   if (len < 0 || (size_t)len >= sizeof text) len = (int)strlen(text);
+  KILN_TRY(kiln_data_entry_seal(cache, "fashion-mnist"));
   return kiln_write_file_atomic(ready, text, (size_t)len);
 }
 
@@ -158,18 +160,25 @@ int kiln_data_fetch_fashion_mnist(const char *src_dir, const char *cache_dir, bo
   /* Two fetches at once would race on the same outputs: the lock makes the second wait and then
    * find READY. */
   snprintf(lock, sizeof lock, "%s/.lock", dir);
-  int fd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC, 0664);
-  if (fd < 0) return kiln_errorf(KILN_ERR_IO, "%s: cannot create: %s", lock, strerror(errno));
-  while (flock(fd, LOCK_EX) != 0) {
+  int fd = -1;
+  KILN_TRY(kiln_data_lock_entry(lock, &fd));
+  int rc = fetch_locked(src_dir, cache, dir, ready, already);
+  close(fd); /* releases the lock */
+  return rc;
+}
+
+int kiln_data_lock_entry(const char *lock, int *fd) {
+  *fd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC, 0664);
+  if (*fd < 0) return kiln_errorf(KILN_ERR_IO, "%s: cannot create: %s", lock, strerror(errno));
+  while (flock(*fd, LOCK_EX) != 0) {
     if (errno != EINTR) {
       int rc = kiln_errorf(KILN_ERR_IO, "%s: cannot lock: %s", lock, strerror(errno));
-      close(fd);
+      close(*fd);
+      *fd = -1;
       return rc;
     }
   }
-  int rc = fetch_locked(src_dir, dir, ready, already);
-  close(fd); /* releases the lock */
-  return rc;
+  return KILN_OK;
 }
 
 int kiln_data_source_path(const kiln_config *cfg, const char *src, char *out, size_t n) {

@@ -363,6 +363,17 @@ static int read_archive(stream *s, kiln_cifar_kind kind, const cifar_layout *lay
     }
     tar_name(h, name, sizeof name);
     printable(name);
+    /* The same page offers the sets as Python pickles (what the tutorials' code loads) and as
+     * MATLAB files; kiln reads neither, and says which archive it does read. */
+    if (!strncmp(name, "cifar-10-batches-py", 19) || !strncmp(name, "cifar-100-python", 16) ||
+        !strncmp(name, "cifar-10-batches-mat", 20) || !strncmp(name, "cifar-100-matlab", 16))
+      return kiln_errorf(KILN_ERR_DATA,
+                         "%s: this is the %s version of %s (member %s); kiln reads the binary "
+                         "version of %s, %s, from the same page",
+                         s->path, strstr(name, "py") ? "Python (pickle)" : "MATLAB",
+                         strncmp(name, "cifar-10-", 9) ? "CIFAR-100" : "CIFAR-10", name,
+                         set_name(kind),
+                         kind == KILN_CIFAR10 ? "cifar-10-binary.tar.gz" : "cifar-100-binary.tar.gz");
     uint64_t size;
     if (!tar_number(h + 124, 12, &size))
       return kiln_errorf(KILN_ERR_DATA,

