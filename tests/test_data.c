@@ -7,6 +7,7 @@
 #include <cmocka.h>
 #include <errno.h>
 #include <lmdb.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -435,6 +436,55 @@ static void test_writer_float_and_growth(void **state) {
   free(px);
 }
 
+/* compute-mean: the per-pixel mean of byte and float records, read back as Caffe's
+ * binaryproto with the legacy 1 x C x H x W header; records of another shape refused naming
+ * the record, and nothing written. */
+static void test_compute_mean(void **state) {
+  tmpdir_fixture *f = *state;
+  char db[256], out[256];
+  path_in(f, "mean_db", db, sizeof db);
+  path_in(f, "mean.binaryproto", out, sizeof out);
+  kiln_datum_writer *w;
+  assert_int_equal(kiln_datum_writer_open(db, &w), KILN_OK);
+  const uint8_t a[4] = {0, 10, 20, 255}, b[4] = {10, 21, 30, 0};
+  const float c[4] = {2.0f, 2.0f, 1.0f, 0.5f};
+  kiln_datum d1 = {.channels = 1, .height = 2, .width = 2, .label = 0, .u8 = a};
+  kiln_datum d2 = {.channels = 1, .height = 2, .width = 2, .label = 1, .u8 = b};
+  kiln_datum d3 = {.channels = 1, .height = 2, .width = 2, .label = 2, .f32 = c};
+  assert_int_equal(kiln_datum_writer_put(w, "00000", &d1), KILN_OK);
+  assert_int_equal(kiln_datum_writer_put(w, "00001", &d2), KILN_OK);
+  assert_int_equal(kiln_datum_writer_put(w, "00002", &d3), KILN_OK);
+  assert_int_equal(kiln_datum_writer_commit(w), KILN_OK);
+  uint64_t n = 0;
+  assert_int_equal(kiln_compute_mean(db, out, &n), KILN_OK);
+  assert_int_equal(n, 3);
+  ProtobufCMessage *m;
+  assert_int_equal(kiln_proto_read_binary(out, &caffe__blob_proto__descriptor, &m), KILN_OK);
+  Caffe__BlobProto *bp = (Caffe__BlobProto *)m;
+  assert_int_equal(bp->num, 1);
+  assert_int_equal(bp->channels, 1);
+  assert_int_equal(bp->height, 2);
+  assert_int_equal(bp->width, 2);
+  assert_int_equal(bp->n_data, 4);
+  const float want[4] = {4.0f, 11.0f, 17.0f, 85.1666667f};
+  for (int i = 0; i < 4; i++) assert_true(fabsf(bp->data[i] - want[i]) < 1e-4f);
+  protobuf_c_message_free_unpacked(m, NULL);
+  /* another shape */
+  char db2[256], out2[256];
+  path_in(f, "mixed_db", db2, sizeof db2);
+  path_in(f, "mixed.binaryproto", out2, sizeof out2);
+  assert_int_equal(kiln_datum_writer_open(db2, &w), KILN_OK);
+  const uint8_t big[8] = {0};
+  kiln_datum e = {.channels = 2, .height = 2, .width = 2, .label = 0, .u8 = big};
+  assert_int_equal(kiln_datum_writer_put(w, "00000", &d1), KILN_OK);
+  assert_int_equal(kiln_datum_writer_put(w, "00001", &e), KILN_OK);
+  assert_int_equal(kiln_datum_writer_commit(w), KILN_OK);
+  assert_int_equal(kiln_compute_mean(db2, out2, NULL), KILN_ERR_DATA);
+  if (!strstr(kiln_last_error(), "record 00001: shape 2x2x2"))
+    fail_msg("%s", kiln_last_error());
+  assert_int_equal(access(out2, F_OK), -1);
+}
+
 /* n records of 1x2x2 bytes, keys 00000.., record `changed` with its first pixel flipped. */
 static void write_fp_db(const char *path, int n, int changed) {
   kiln_datum_writer *w;
@@ -672,6 +722,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_convert_errors, setup_dir, tmpdir_teardown),
       cmocka_unit_test_setup_teardown(test_writer_float_and_growth, setup_dir, tmpdir_teardown),
       cmocka_unit_test_setup_teardown(test_fingerprint, setup_dir, tmpdir_teardown),
+      cmocka_unit_test_setup_teardown(test_compute_mean, setup_dir, tmpdir_teardown),
       cmocka_unit_test_setup_teardown(test_reader_errors, setup_dir, tmpdir_teardown),
       cmocka_unit_test_setup_teardown(test_bad_records, setup_dir, tmpdir_teardown),
       cmocka_unit_test_setup_teardown(test_cache_dir, setup_dir, tmpdir_teardown),

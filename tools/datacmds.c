@@ -381,3 +381,15 @@ int cmd_data(int argc, char **argv) {
   else if (argc != 3) return data_usage();
   return fetch_text(&cfg, set, from);
 }
+
+/* kiln compute-mean DB OUT: Caffe's compute_image_mean. */
+int cmd_compute_mean(int argc, char **argv) {
+  if (argc != 3) {
+    fprintf(stderr, "usage: kiln compute-mean DB_LMDB OUT.binaryproto\n");
+    return 2;
+  }
+  uint64_t n = 0;
+  if (kiln_compute_mean(argv[1], argv[2], &n)) return tool_fail("compute-mean");
+  printf("mean of %llu records of %s written to %s\n", (unsigned long long)n, argv[1], argv[2]);
+  return 0;
+}

@@ -43,8 +43,13 @@ static void usage(FILE *f) {
           "  convert text TEXT... OUT_VOCAB [--level char|word] [--lowercase] [--min-count K]\n"
           "        [--max-size V] [--pairs source|target]\n"
           "        a vocabulary of the texts (a .tsv's records; --pairs: one side of pairs)\n"
+          "  compute-mean DB_LMDB OUT.binaryproto\n"
+          "        the mean record of an LMDB (Caffe's compute_image_mean), for mean_file\n"
           "  data fetch fashion-mnist | moby-dick | sotu | spam-assassin | cmudict [--from TARBALL]\n"
+          "  data fetch cifar10 | cifar100 --from ARCHIVE\n"
           "        fill the data set cache ($KILN_DATA, default ~/.cache/kiln/datasets)\n"
+          "  data list | verify [NAME...] | dir\n"
+          "        the data sets kiln knows (cached?, size, source); their checksums\n"
           "  upgrade IN OUT\n"
           "        a net (.prototxt or .caffemodel) or solver in Caffe's old formats (V0/V1 layers,\n"
           "        solver_type) in the current one; kiln also upgrades them on load\n"
@@ -86,6 +91,7 @@ int main(int argc, char **argv) {
   if (!strcmp(cmd, "describe")) return cmd_describe(argc - 1, argv + 1);
   if (!strcmp(cmd, "convert")) return cmd_convert(argc - 1, argv + 1);
   if (!strcmp(cmd, "data")) return cmd_data(argc - 1, argv + 1);
+  if (!strcmp(cmd, "compute-mean")) return cmd_compute_mean(argc - 1, argv + 1);
   /* Hidden (tests and scripts): compare two .caffemodel files within tolerances. */
   if (!strcmp(cmd, "compare-weights")) return cmd_compare_weights(argc - 1, argv + 1);
   if (!strcmp(cmd, "ce")) return cmd_ce(argc - 1, argv + 1);

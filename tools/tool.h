@@ -13,6 +13,7 @@ int cmd_test(int argc, char **argv);
 int cmd_time(int argc, char **argv);
 int cmd_convert(int argc, char **argv);
 int cmd_data(int argc, char **argv);
+int cmd_compute_mean(int argc, char **argv);
 int cmd_describe(int argc, char **argv);
 int cmd_compare_weights(int argc, char **argv);
 int cmd_ce(int argc, char **argv);

@@ -48,6 +48,14 @@ NET
 printf 'net: "net.prototxt"\nbase_lr: 0.01\nlr_policy: "fixed"\nmax_iter: 3\nsnapshot_after_train: false\n' > solver.prototxt
 "$KILN" train --solver solver.prototxt > train.log 2>&1 && pass || fail "train: $(tail -3 train.log)"
 out=$("$KILN" data verify cifar10 2>&1) && [ "$out" = "cifar10        intact" ] && pass || fail "verify after training: $out"
+# the mean of the cached records, as Caffe's compute_image_mean, read by the Data layer
+out=$("$KILN" compute-mean cache/cifar10/train_lmdb mean.binaryproto 2>&1) \
+  && [ "$out" = "mean of 20 records of cache/cifar10/train_lmdb written to mean.binaryproto" ] && pass \
+  || fail "compute-mean: $out"
+sed -i 's|transform_param { scale: 0.00390625 }|transform_param { scale: 0.00390625 mean_file: "mean.binaryproto" }|' net.prototxt
+"$KILN" train --solver solver.prototxt > train_mean.log 2>&1 && pass || fail "train with the mean: $(tail -3 train_mean.log)"
+"$KILN" compute-mean cache/nothing_here out.binaryproto > cm.log 2>&1 && fail "compute-mean of nothing" || pass
+[ ! -e out.binaryproto ] && grep -q "cache/nothing_here" cm.log && pass || fail "compute-mean error: $(cat cm.log)"
 
 # a byte changed: verify names the file, exits 1, and the entry is no longer cached
 printf '\x5a' | dd of=cache/cifar10/test_lmdb/data.mdb bs=1 seek=5000 conv=notrunc 2>/dev/null
