@@ -85,6 +85,7 @@ run-lenet: build data
 bench: build data
 	@bench/run $(BUILD)/kiln
 	@bench/mpi $(BUILD)/kiln
+	@bench/prefetch $(BUILD)/kiln
 
 # The sequence models against PyTorch (a 2-layer LSTM, two transformer blocks), apart from
 # `make bench`: with three repetitions at 1 and 2 threads, twice where the VM sets

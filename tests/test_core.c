@@ -111,6 +111,10 @@ static void test_fault_parse(void **state) {
   assert_int_equal(kiln_fault_parse("sleep:block:1/conv:5", &f), KILN_OK);
   assert_string_equal(f.layer, "block:1/conv");
   assert_int_equal(f.ms, 5);
+  assert_int_equal(kiln_fault_parse("slowread:data:40", &f), KILN_OK);
+  assert_int_equal(f.kind, KILN_FAULT_SLOW_READ);
+  assert_string_equal(f.layer, "data");
+  assert_int_equal(f.ms, 40);
   assert_int_equal(kiln_fault_parse("leak:1024", &f), KILN_OK);
   assert_int_equal(f.kind, KILN_FAULT_LEAK);
   assert_int_equal(f.kb, 1024);
@@ -118,6 +122,8 @@ static void test_fault_parse(void **state) {
   assert_string_equal(kiln_fault_describe(&f, buf, sizeof buf),
                       "leak 1024 KB every training iteration");
 
+  assert_parse_error("slowread:data", "slowread:LAYER:MS");
+  assert_parse_error("slowread:data:0", "milliseconds");
   assert_parse_error("slep:conv1:5", "unknown fault 'slep'");
   assert_parse_error("sleep", "expected sleep:LAYER:MS");
   assert_parse_error("sleep:conv1", "expected sleep:LAYER:MS");

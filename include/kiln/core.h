@@ -193,6 +193,9 @@ int kiln_get_num_threads(void);
 /* Deliberate faults that let tests plant a real regression in an unchanged trainer (the CE
  * harness's end-to-end tests; docs/ce.md). The environment variable KILN_FAULT chooses one:
  *   sleep:LAYER:MS   every forward of layer LAYER sleeps MS milliseconds (1..60000)
+ *   slowread:LAYER:MS  data layer LAYER's reader (its prefetch thread) takes MS milliseconds
+ *                    for each batch, reading included (it sleeps the rest): a slow disk, for
+ *                    the prefetch measurement (bench/prefetch)
  *   leak:KB          every training iteration allocates and touches KB kilobytes (1..1048576)
  *                    that stay allocated (reachable, so LeakSanitizer stays quiet) until exit
  *   stop:STAGE:RANK  the worker of rank RANK stops itself (SIGSTOP) at a point of the MPI start-up:
@@ -202,12 +205,18 @@ int kiln_get_num_threads(void);
  * Unset or empty: no fault. kiln_config_from_env (include/kiln/config.h) reads the variable. */
 #define KILN_FAULT_ENV "KILN_FAULT"
 
-typedef enum { KILN_FAULT_NONE, KILN_FAULT_SLEEP, KILN_FAULT_LEAK, KILN_FAULT_STOP } kiln_fault_kind;
+typedef enum {
+  KILN_FAULT_NONE,
+  KILN_FAULT_SLEEP,
+  KILN_FAULT_LEAK,
+  KILN_FAULT_STOP,
+  KILN_FAULT_SLOW_READ
+} kiln_fault_kind;
 
 typedef struct kiln_fault {
   kiln_fault_kind kind;
-  char layer[128]; /* sleep: the layer's name */
-  int ms;          /* sleep: per forward */
+  char layer[128]; /* sleep, slowread: the layer's name */
+  int ms;          /* sleep: per forward; slowread: per batch read */
   int64_t kb;      /* leak: per training iteration */
   char stage[8];   /* stop: "start", "init" or "setup" */
   int rank;        /* stop: the worker that stops */

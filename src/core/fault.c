@@ -16,7 +16,8 @@
 enum { MAX_SLEEP_MS = 60000, MAX_LEAK_KB = 1 << 20 };
 
 static const char syntax[] =
-    "expected sleep:LAYER:MS (every forward of layer LAYER sleeps MS milliseconds) or leak:KB "
+    "expected sleep:LAYER:MS (every forward of layer LAYER sleeps MS milliseconds), "
+    "slowread:LAYER:MS (data layer LAYER's reader takes MS milliseconds a batch), or leak:KB "
     "(every training iteration leaks KB kilobytes) or stop:STAGE:RANK (rank RANK stops itself at "
     "STAGE start, init or setup of the MPI start-up)";
 
@@ -39,7 +40,8 @@ int kiln_fault_parse(const char *text, kiln_fault *out) {
   if (!text || !*text) return KILN_OK;
   const char *colon = strchr(text, ':');
   size_t kind_len = colon ? (size_t)(colon - text) : strlen(text);
-  if (kind_len == 5 && !strncmp(text, "sleep", 5)) {
+  const bool sleep = kind_len == 5 && !strncmp(text, "sleep", 5);
+  if (sleep || (kind_len == 8 && !strncmp(text, "slowread", 8))) {
     /* the layer name is everything between the first and the last colon */
     const char *last = strrchr(text, ':');
     if (!colon || last == colon)
@@ -56,7 +58,7 @@ int kiln_fault_parse(const char *text, kiln_fault *out) {
       return kiln_errorf(KILN_ERR_INVALID,
                          "%s='%s': '%s' is not a whole number of milliseconds in 1..%d",
                          KILN_FAULT_ENV, text, last + 1, MAX_SLEEP_MS);
-    out->kind = KILN_FAULT_SLEEP;
+    out->kind = sleep ? KILN_FAULT_SLEEP : KILN_FAULT_SLOW_READ;
     memcpy(out->layer, colon + 1, name_len);
     out->layer[name_len] = '\0';
     out->ms = (int)ms;

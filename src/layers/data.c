@@ -27,6 +27,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "kiln/data.h"
 #include "kiln/parallel.h"
@@ -70,6 +71,7 @@ typedef struct {
   int rank, nworkers;       /* this worker's share: global batches rank + k * nworkers */
   kiln_record_order order; /* the records of stream positions */
   uint64_t seed;
+  int slow_ms; /* KILN_FAULT=slowread:LAYER:MS: each batch takes the reader this long */
   /* the prefetch ring */
   int nslots;
   batch_slot *slots;
@@ -187,7 +189,12 @@ static void *producer(void *arg) {
     if (s->stop) break;
     batch_slot *slot = &s->slots[s->tail];
     pthread_mutex_unlock(&s->mu);
+    const double t0 = s->slow_ms > 0 ? kiln_now_ms() : 0;
     int rc = fill_slot(s, slot); /* the consumer never touches unfilled slots */
+    if (s->slow_ms > 0) { /* the whole batch, reading included, takes slow_ms */
+      const double left = s->slow_ms - (kiln_now_ms() - t0);
+      if (left > 0) usleep((useconds_t)(left * 1000));
+    }
     pthread_mutex_lock(&s->mu);
     if (rc != KILN_OK) {
       s->failed = true;
@@ -377,6 +384,9 @@ static int data_setup(kiln_layer *l) {
   s->last_batch = p->last_batch;
   s->seed = l->seed;
   s->nworkers = 1;
+  if (l->config && l->config->fault.kind == KILN_FAULT_SLOW_READ &&
+      !strcmp(l->config->fault.layer, l->name))
+    s->slow_ms = l->config->fault.ms;
   KILN_TRY(open_sources(l, s, p));
   if (s->last_batch == CAFFE__DATA_PARAMETER__LAST_BATCH__DROP && (uint64_t)s->batch > s->size)
     return KILN_LAYER_ERROR(l, KILN_ERR_INVALID,

@@ -268,16 +268,17 @@ static int check_device(kiln_solver *s) {
  * fault is on, so nobody mistakes the run for a real one. */
 static int check_fault(kiln_solver *s) {
   if (s->fault.kind == KILN_FAULT_NONE) return KILN_OK;
-  if (s->fault.kind == KILN_FAULT_SLEEP && !kiln_net_layer(s->net, s->fault.layer)) {
+  if ((s->fault.kind == KILN_FAULT_SLEEP || s->fault.kind == KILN_FAULT_SLOW_READ) &&
+      !kiln_net_layer(s->net, s->fault.layer)) {
     char names[1024] = "";
     size_t used = 0;
     for (int i = 0; i < s->net->nlayers && used < sizeof names; i++)
       used += (size_t)snprintf(names + used, sizeof names - used, "%s%s", i ? ", " : "",
                                s->net->layers[i]->name);
-    return kiln_errorf(KILN_ERR_INVALID, "%s=sleep:%s:%d: the train net '%s' has no layer '%s' "
+    return kiln_errorf(KILN_ERR_INVALID, "%s=%s:%s:%d: the train net '%s' has no layer '%s' "
                        "(its layers: %s)",
-                       KILN_FAULT_ENV, s->fault.layer, s->fault.ms, s->net->name, s->fault.layer,
-                       names);
+                       KILN_FAULT_ENV, s->fault.kind == KILN_FAULT_SLEEP ? "sleep" : "slowread",
+                       s->fault.layer, s->fault.ms, s->net->name, s->fault.layer, names);
   }
   char what[256];
   kiln_log(KILN_LOG_WARN, "%s is set: injecting a fault: %s", KILN_FAULT_ENV,
