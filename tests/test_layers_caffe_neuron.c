@@ -1,4 +1,5 @@
-/* Caffe's element-wise layers beyond the common activations: Exp, Log, BNLL and Threshold.
+/* Caffe's element-wise layers beyond the common activations: Exp, Log, BNLL, Threshold and
+ * Swish.
  * Forward and backward passes against values worked out by hand, finite-difference gradient
  * checks, in-place runs against out-of-place ones, the errors bad parameters give (a status and a
  * message naming the layer and the field), and Threshold's missing gradient inside a net (refused
@@ -124,6 +125,24 @@ static void test_threshold_hand(void **state) {
 }
 
 /* ---- gradients and in place ---------------------------------------------------------------- */
+
+/* ---- Swish -------------------------------------------------------------------------------- */
+
+/* y = x sigmoid(x), dy/dx = s + x s (1 - s) (beta 1); then beta 2 by finite differences. */
+static void test_swish(void **state) {
+  (void)state;
+  neuron_case("name: 's' type: 'Swish'", act_x,
+              (const float[]){-0.238405844f, -0.188770334f, 0, 0.311229666f, 2.857722380f},
+              (const float[]){-0.090784249f, 0.520077625f, 1.5f, 2.959844749f, 5.440520530f},
+              1e-6);
+  kiln_rng rng;
+  kiln_rng_seed(&rng, 62, 1);
+  kiln_blob *x = gc_blob("x", 4, SHAPE(2, 3, 2, 3), -3, 3, &rng);
+  check_grad("name: 's' type: 'Swish' swish_param { beta: 2 }", &x, 1, 1, NULL);
+  check_grad("name: 's' type: 'Swish' swish_param { beta: -0.5 }", &x, 1, 1, NULL);
+  expect_in_place_matches("name: 's' type: 'Swish' swish_param { beta: 1.5 }", x, &rng);
+  kiln_blob_free(x);
+}
 
 static void test_exp_log_bnll_gradients(void **state) {
   (void)state;
@@ -295,6 +314,7 @@ int main(void) {
       cmocka_unit_test(test_bnll_hand),
       cmocka_unit_test(test_threshold_hand),
       cmocka_unit_test(test_exp_log_bnll_gradients),
+      cmocka_unit_test(test_swish),
       cmocka_unit_test(test_exp_log_bad_parameters),
       cmocka_unit_test(test_threshold_in_a_net),
       cmocka_unit_test(test_chain_in_place_in_a_net),

@@ -1083,8 +1083,86 @@ static void test_gru_learns_running_parity(void **state) {
   learns_running_parity("GRU");
 }
 
+/* ---- LSTMUnit ------------------------------------------------------------------------------ */
+
+/* N = 2 streams, D = 1; the gate inputs in Caffe's order i, f, o, g. Stream 0 starts a sequence
+ * (cont 0: the forget gate is 0), stream 1 continues one:
+ *   n0: i = sigmoid(0.6), o = sigmoid(0.7), g = tanh(1.25): C = i g = 0.547700, H = o tanh(C)
+ *   n1: i = sigmoid(-0.2), f = sigmoid(0.4), o = sigmoid(0.1), g = tanh(-0.5):
+ *       C = f (-0.8) + i g = -0.686980, H = -0.312908
+ * Backward with dC = 0.5, dH = 1 (values from the formulas in src/layers/lstm_unit.c, worked
+ * in double). */
+static void test_lstm_unit_hand(void **state) {
+  (void)state;
+  kiln_blob *c = blob_of("c_prev", 3, SHAPE(1, 2, 1), (const float[]){0.3f, -0.8f});
+  kiln_blob *x = blob_of("x", 3, SHAPE(1, 2, 4),
+                         (const float[]){0.6f, -0.1f, 0.7f, 1.25f, -0.2f, 0.4f, 0.1f, -0.5f});
+  kiln_blob *cont = blob_of("cont", 2, SHAPE(1, 2), (const float[]){0, 1});
+  kiln_blob *b[3] = {c, x, cont};
+  built r = build("name: 'u' type: 'LSTMUnit'", TRAIN, b, 3, 2);
+  r.l->propagate_down[2] = false;
+  forward(&r);
+  expect_shape(r.top[0], 3, SHAPE(1, 2, 1));
+  expect_shape(r.top[1], 3, SHAPE(1, 2, 1));
+  expect_close("C", r.top[0]->data, (const float[]){0.547699682f, -0.686979562f}, 2, 1e-6);
+  expect_close("H", r.top[1]->data, (const float[]){0.333288176f, -0.312907604f}, 2, 1e-6);
+  fill(r.top[0]->diff, 2, 0.5f);
+  fill(r.top[1]->diff, 2, 1.0f);
+  backward(&r);
+  expect_close("dc_prev", c->diff, (const float[]){0, 0.501984234f}, 2, 1e-6);
+  expect_close("dX", x->diff,
+               (const float[]){0.194451512f, 0, 0.110589092f, 0.181403875f, -0.095906081f,
+                               -0.161161974f, -0.148637624f, 0.296846771f},
+               8, 1e-6);
+  /* no gradient reaches cont */
+  r.l->propagate_down[2] = true;
+  assert_int_equal(r.l->ops->backward(r.l), KILN_ERR_INVALID);
+  assert_non_null(strstr(kiln_last_error(), "sequence indicators"));
+  unbuild(&r);
+  kiln_blob_free(c);
+  kiln_blob_free(x);
+  kiln_blob_free(cont);
+}
+
+/* Finite differences through c_prev and the gate inputs, with cont 0 and 1 mixed; the shape
+ * errors name the bottom. */
+static void test_lstm_unit_gradients_and_shapes(void **state) {
+  (void)state;
+  kiln_rng rng;
+  kiln_rng_seed(&rng, 77, 1);
+  kiln_blob *c = gc_blob("c_prev", 3, SHAPE(1, 3, 4), -1, 1, &rng);
+  kiln_blob *x = gc_blob("x", 3, SHAPE(1, 3, 16), -2, 2, &rng);
+  kiln_blob *cont = blob_of("cont", 2, SHAPE(1, 3), (const float[]){1, 0, 1});
+  kiln_blob *b[3] = {c, x, cont};
+  gradcheck_opts o = {.bottom_mask = 3};
+  assert_int_equal(gradcheck_layer("name: 'u' type: 'LSTMUnit'", b, 3, 2, &o), 0);
+  Caffe__LayerParameter *lp = gc_layer_param("name: 'u' type: 'LSTMUnit'");
+  kiln_blob *tops[2] = {kiln_blob_new("C"), kiln_blob_new("H")};
+  kiln_layer *l;
+  kiln_blob *bad = blob_of("x", 3, SHAPE(1, 3, 15), NULL);
+  kiln_blob *bb[3] = {c, bad, cont};
+  assert_int_equal(kiln_layer_create(lp, TRAIN, bb, 3, tops, 2, 1, kiln_test_config(), &l),
+                   KILN_ERR_SHAPE);
+  assert_non_null(strstr(kiln_last_error(), "gate input must be 1 x N x 4D = 1 x 3 x 16"));
+  kiln_blob *cont3 = blob_of("cont", 2, SHAPE(1, 2), NULL);
+  kiln_blob *bc[3] = {c, x, cont3};
+  assert_int_equal(kiln_layer_create(lp, TRAIN, bc, 3, tops, 2, 1, kiln_test_config(), &l),
+                   KILN_ERR_SHAPE);
+  assert_non_null(strstr(kiln_last_error(), "cont must be 1 x N = 1 x 3"));
+  protobuf_c_message_free_unpacked(&lp->base, NULL);
+  kiln_blob_free(tops[0]);
+  kiln_blob_free(tops[1]);
+  kiln_blob_free(bad);
+  kiln_blob_free(cont3);
+  kiln_blob_free(c);
+  kiln_blob_free(x);
+  kiln_blob_free(cont);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_lstm_unit_hand),
+      cmocka_unit_test(test_lstm_unit_gradients_and_shapes),
       cmocka_unit_test(test_embed_forward_backward_hand),
       cmocka_unit_test(test_embed_gradients),
       cmocka_unit_test(test_embed_weight_gradient_thread_independent),
