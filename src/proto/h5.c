@@ -15,6 +15,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <errno.h>
+#include <signal.h>
 
 #include "kiln/proto.h"
 
@@ -232,13 +236,6 @@ static int open_bytes(reader *r, const char *path, const void *image, size_t len
   return KILN_OK;
 }
 
-static int open_image(reader *r, const char *path) {
-  char *bytes;
-  size_t len;
-  KILN_TRY(kiln_read_file(path, &bytes, &len));
-  return open_bytes(r, path, bytes, len, bytes);
-}
-
 static void close_image(reader *r) {
   if (r->file >= 0) H5Fclose(r->file);
   free(r->bytes);
@@ -438,10 +435,13 @@ static herr_t take_layer(hid_t data, const char *name, const H5L_info_t *info, v
   return w->rc ? -1 : 0;
 }
 
-int kiln_h5_read_net(const char *path, Caffe__NetParameter **out) {
+/* The readers proper, on a file image (`path` names it in messages); run in a child process by
+ * isolated(). */
+static int read_net_image(const char *path, const void *image, size_t len, ProtobufCMessage **m) {
+  Caffe__NetParameter **out = (Caffe__NetParameter **)m;
   *out = NULL;
   reader r;
-  KILN_TRY(open_image(&r, path));
+  KILN_TRY(open_bytes(&r, path, image, len, NULL));
   int rc = KILN_OK;
   hid_t data = H5Gopen2(r.file, "data", H5P_DEFAULT);
   Caffe__NetParameter *np = malloc(sizeof *np);
@@ -477,18 +477,164 @@ static int read_optional(const reader *r, hid_t k, const char *name, hid_t type,
 
 static int read_state(reader r, const char *path, Caffe__SolverState **out);
 
-int kiln_h5_read_state(const char *path, Caffe__SolverState **out) {
+static int read_state_image(const char *path, const void *image, size_t len,
+                            ProtobufCMessage **m) {
+  Caffe__SolverState **out = (Caffe__SolverState **)m;
   *out = NULL;
   reader r;
-  KILN_TRY(open_image(&r, path));
+  KILN_TRY(open_bytes(&r, path, image, len, NULL));
   return read_state(r, path, out);
 }
 
-int kiln_h5_unpack_state(const void *image, size_t len, const char *name, Caffe__SolverState **out) {
+/* ---- reading in a child process --------------------------------------------------------------
+ * libhdf5 itself crashes on some damaged files before kiln can look at anything (1.10.8: a
+ * group's local heap that claims an impossible size makes H5Dopen2's name lookup copy into the
+ * null it got back; docs/fuzzing.md). So a file is read in a child process, which sends the
+ * message back packed (or the error's code and text) through a pipe: a crash there is an
+ * error naming the file, not the end of training. A fuzzing build reads in process, so that
+ * the fuzzer sees kiln's own faults. */
+
+typedef int (*image_reader)(const char *path, const void *image, size_t len,
+                            ProtobufCMessage **out);
+
+#ifndef KILN_FUZZ_BUILD
+static bool write_all(int fd, const void *p, size_t n) {
+  for (const char *c = p; n > 0;) {
+    ssize_t w = write(fd, c, n);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return false;
+    c += w, n -= (size_t)w;
+  }
+  return true;
+}
+
+/* The child: read, then send int32 status, uint64 length and the packed message (or the
+ * error's text). */
+static void child_read(int fd, image_reader fn, const char *path, const void *image, size_t len) {
+  /* A crash must end the child: handlers it inherited (a test harness's, a sanitizer's) would
+   * carry on in the parent's code instead. */
+  static const int fatal[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT};
+  for (size_t i = 0; i < sizeof fatal / sizeof fatal[0]; i++) signal(fatal[i], SIG_DFL);
+  ProtobufCMessage *m = NULL;
+  int32_t rc = fn(path, image, len, &m);
+  uint8_t *bytes = NULL;
+  uint64_t n = 0;
+  if (!rc) {
+    n = protobuf_c_message_get_packed_size(m);
+    bytes = malloc(n ? n : 1);
+    if (!bytes) rc = kiln_errorf(KILN_ERR_NOMEM, "%s: out of memory", path);
+    else protobuf_c_message_pack(m, bytes);
+  }
+  if (rc) {
+    bytes = (uint8_t *)kiln_last_error();
+    n = strlen((const char *)bytes);
+  }
+  bool ok = write_all(fd, &rc, sizeof rc) && write_all(fd, &n, sizeof n) && write_all(fd, bytes, n);
+  _exit(ok ? 0 : 3); /* no atexit handlers: they belong to the parent */
+}
+#endif
+
+static int isolated(image_reader fn, const ProtobufCMessageDescriptor *d, const char *path,
+                    const void *image, size_t len, ProtobufCMessage **out) {
   *out = NULL;
-  reader r;
-  KILN_TRY(open_bytes(&r, name, image, len, NULL));
-  return read_state(r, name, out);
+#ifdef KILN_FUZZ_BUILD
+  (void)d;
+  return fn(path, image, len, out);
+#else
+  int fds[2];
+  if (pipe(fds) != 0)
+    return kiln_errorf(KILN_ERR_IO, "%s: cannot read it in a child process: pipe: %s", path,
+                       strerror(errno));
+  pid_t pid = fork();
+  if (pid < 0) {
+    int e = errno;
+    close(fds[0]);
+    close(fds[1]);
+    return kiln_errorf(KILN_ERR_IO, "%s: cannot read it in a child process: fork: %s", path,
+                       strerror(e));
+  }
+  if (pid == 0) {
+    close(fds[0]);
+    child_read(fds[1], fn, path, image, len);
+  }
+  close(fds[1]);
+  /* all the child sends, until it closes its end */
+  size_t cap = 1 << 16, got = 0;
+  uint8_t *buf = malloc(cap);
+  int rc = buf ? KILN_OK : kiln_errorf(KILN_ERR_NOMEM, "out of memory");
+  for (ssize_t r = 1; !rc && r != 0;) {
+    if (got == cap) {
+      uint8_t *more = realloc(buf, cap * 2);
+      if (!more) {
+        rc = kiln_errorf(KILN_ERR_NOMEM, "out of memory");
+        break;
+      }
+      buf = more, cap *= 2;
+    }
+    r = read(fds[0], buf + got, cap - got);
+    if (r < 0 && errno != EINTR) rc = kiln_errorf(KILN_ERR_IO, "%s: %s", path, strerror(errno));
+    if (r > 0) got += (size_t)r;
+  }
+  close(fds[0]);
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  int32_t child_rc = 0;
+  uint64_t n = 0;
+  const size_t head = sizeof child_rc + sizeof n;
+  if (!rc && (!WIFEXITED(status) || WEXITSTATUS(status) != 0 || got < head)) {
+    rc = WIFSIGNALED(status)
+             ? kiln_errorf(KILN_ERR_PARSE,
+                           "%s: libhdf5 crashed reading it (signal %d, %s): the file is damaged",
+                           path, WTERMSIG(status), strsignal(WTERMSIG(status)))
+             : kiln_errorf(KILN_ERR_PARSE,
+                           "%s: the HDF5 reader ended without an answer (exit %d): the file is "
+                           "damaged",
+                           path, WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+  }
+  if (!rc) {
+    memcpy(&child_rc, buf, sizeof child_rc);
+    memcpy(&n, buf + sizeof child_rc, sizeof n);
+    if (n != got - head) {
+      rc = kiln_errorf(KILN_ERR_INTERNAL, "%s: the HDF5 reader sent %zu bytes for %llu", path,
+                       got - head, (unsigned long long)n);
+    } else if (child_rc) {
+      rc = kiln_errorf(child_rc, "%.*s", (int)n, (const char *)buf + head);
+    } else {
+      *out = protobuf_c_message_unpack(d, NULL, (size_t)n, buf + head);
+      if (!*out) rc = kiln_errorf(KILN_ERR_INTERNAL, "%s: the HDF5 reader's answer is unreadable", path);
+    }
+  }
+  free(buf);
+  return rc;
+#endif
+}
+
+int kiln_h5_read_net(const char *path, Caffe__NetParameter **out) {
+  *out = NULL;
+  char *bytes;
+  size_t len;
+  KILN_TRY(kiln_read_file(path, &bytes, &len));
+  int rc = isolated(read_net_image, &caffe__net_parameter__descriptor, path, bytes, len,
+                    (ProtobufCMessage **)out);
+  free(bytes);
+  return rc;
+}
+
+int kiln_h5_read_state(const char *path, Caffe__SolverState **out) {
+  *out = NULL;
+  char *bytes;
+  size_t len;
+  KILN_TRY(kiln_read_file(path, &bytes, &len));
+  int rc = isolated(read_state_image, &caffe__solver_state__descriptor, path, bytes, len,
+                    (ProtobufCMessage **)out);
+  free(bytes);
+  return rc;
+}
+
+int kiln_h5_unpack_state(const void *image, size_t len, const char *name, Caffe__SolverState **out) {
+  return isolated(read_state_image, &caffe__solver_state__descriptor, name, image, len,
+                  (ProtobufCMessage **)out);
 }
 
 static int read_state(reader r, const char *path, Caffe__SolverState **out) {
