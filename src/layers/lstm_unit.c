@@ -12,6 +12,7 @@
  * is the forget gate with cont folded in and its derivative taken as f (1 - f) (exact for cont
  * in {0, 1}). No gradient reaches cont. */
 #include <stdlib.h>
+#include <string.h>
 
 #include "layer_util.h"
 
@@ -46,6 +47,7 @@ static int unit_reshape(kiln_layer *l) {
     return KILN_LAYER_ERROR(l, KILN_ERR_SHAPE, "cont must be 1 x N = 1 x %lld, is %s",
                             (long long)s->N, kiln_blob_shape_string(cont, buf, sizeof buf));
   l->flops = 12.0 * (double)(s->N * s->D);
+  l->workspace_floats = 4 * s->D;
   KILN_TRY(kiln_blob_reshape_like(l->buffer[0], x));
   KILN_TRY(kiln_blob_reshape_like(l->top[0], c));
   return kiln_blob_reshape_like(l->top[1], c);
@@ -60,17 +62,10 @@ static int unit_forward(kiln_layer *l) {
     const float *xn = x + n * 4 * D;
     float *a = gates + n * 4 * D;
     const float cn = cont[n];
+    memcpy(a, xn, sizeof(float) * (size_t)(4 * D)); /* the gates are computed in the copy */
 #pragma omp simd
-    for (int64_t d = 0; d < D; d++) {
-      const float i = kiln_vsigmoidf(xn[d]);
-      const float f = cn == 0 ? 0.0f : cn * kiln_vsigmoidf(xn[D + d]);
-      const float o = kiln_vsigmoidf(xn[2 * D + d]);
-      const float g = kiln_vtanhf(xn[3 * D + d]);
-      const float c = f * c_prev[n * D + d] + i * g;
-      a[d] = i, a[D + d] = f, a[2 * D + d] = o, a[3 * D + d] = g;
-      C[n * D + d] = c;
-      H[n * D + d] = o * kiln_vtanhf(c);
-    }
+    for (int64_t d = 0; d < D; d++)
+      C[n * D + d] = kiln_lstm_cell(a + d, D, cn, c_prev[n * D + d], &H[n * D + d]);
   }
   return KILN_OK;
 }
@@ -85,21 +80,14 @@ static int unit_backward(kiln_layer *l) {
   const float *dC = l->top[0]->diff, *dH = l->top[1]->diff;
   float *dc_prev = l->propagate_down[0] ? l->bottom[0]->diff : NULL;
   float *dx = l->propagate_down[1] ? l->bottom[1]->diff : NULL;
+  float *da = l->workspace; /* 4D: one stream's gate gradients, when dx is not wanted */
   for (int64_t n = 0; n < N; n++) {
-    const float *a = gates + n * 4 * D;
+    float *dxn = dx ? dx + n * 4 * D : da;
     for (int64_t d = 0; d < D; d++) {
       const int64_t e = n * D + d;
-      const float i = a[d], f = a[D + d], o = a[2 * D + d], g = a[3 * D + d];
-      const float tc = kiln_vtanhf(C[e]);
-      const float dc = dC[e] + dH[e] * o * (1 - tc * tc);
-      if (dc_prev) dc_prev[e] = dc * f;
-      if (dx) {
-        float *dxn = dx + n * 4 * D;
-        dxn[d] = dc * g * i * (1 - i);
-        dxn[D + d] = dc * c_prev[e] * f * (1 - f);
-        dxn[2 * D + d] = dH[e] * tc * o * (1 - o);
-        dxn[3 * D + d] = dc * i * (1 - g * g);
-      }
+      const float dcp = kiln_lstm_cell_backward(gates + n * 4 * D + d, D, C[e], c_prev[e], dC[e],
+                                                dH[e], dxn + d);
+      if (dc_prev) dc_prev[e] = dcp;
     }
   }
   return KILN_OK;

@@ -412,18 +412,9 @@ static void lstm_forward_dir(kiln_layer *l, rec_state *s, const rec_dir *r) {
       float *an = a + n * G;
       const float cn = m ? m[n] : 0.0f;
 #pragma omp simd
-      for (int64_t d = 0; d < H; d++) {
-        const float i = kiln_vsigmoidf(an[d]);
-        /* Caffe's LSTMUnit folds cont into the forget gate, and its backward takes f (1 - f) of
-         * that product as the gate's derivative; both are kept (exact for cont in {0, 1}). */
-        const float f = cn == 0 ? 0.0f : cn * kiln_vsigmoidf(an[H + d]);
-        const float o = kiln_vsigmoidf(an[2 * H + d]);
-        const float g = kiln_vtanhf(an[3 * H + d]);
-        const float c = f * c_prev[n * H + d] + i * g;
-        an[d] = i, an[H + d] = f, an[2 * H + d] = o, an[3 * H + d] = g;
-        cells[t * nh + n * H + d] = c;
-        h[n * ld + d] = o * kiln_vtanhf(c);
-      }
+      for (int64_t d = 0; d < H; d++)
+        cells[t * nh + n * H + d] =
+            kiln_lstm_cell(an + d, H, cn, c_prev[n * H + d], &h[n * ld + d]);
     }
   }
   if (!r->rev) save_state(l, s, r->y + (T - 1) * N * ld, ld, cells + (T - 1) * nh);
@@ -606,17 +597,8 @@ static void lstm_backward_dir(kiln_layer *l, rec_state *s, const rec_dir *r) {
 #pragma omp simd
       for (int64_t j = 0; j < H; j++) {
         const int64_t e = n * H + j;
-        const float *an = a + n * G;
-        const float i = an[j], f = an[H + j], o = an[2 * H + j], g = an[3 * H + j];
-        const float tc = kiln_vtanhf(c[e]);
-        const float dh_t = dy[n * ld + j] + dh[e];
-        const float dc_t = dc[e] + dh_t * o * (1 - tc * tc);
-        float *dan = da + n * G;
-        dan[j] = dc_t * g * i * (1 - i);
-        dan[H + j] = dc_t * c_prev[e] * f * (1 - f);
-        dan[2 * H + j] = dh_t * tc * o * (1 - o);
-        dan[3 * H + j] = dc_t * i * (1 - g * g);
-        dc[e] = dc_t * f;
+        dc[e] = kiln_lstm_cell_backward(a + n * G + j, H, c[e], c_prev[e], dc[e],
+                                        dy[n * ld + j] + dh[e], da + n * G + j);
       }
     recurrent_backward(l, s, r, t, da, dh, 0.0f);
   }
