@@ -7,56 +7,18 @@
 # asked of a model without `decode` is refused when the suite is read. First `kiln decode
 # --metrics` itself: one "decode" event, and no file when the decode fails.
 source "$(dirname "$0")/lib.bash"
+source "$(dirname "$0")/toy_g2p.bash"
 cd "$WORK"
 export OMP_NUM_THREADS=1 NO_COLOR=1
 export KILN_DATA="$WORK/cache"
 
 mkdir -p cache/toy
-python3 - <<'PY'
-import random
-r = random.Random(4)
-ph = {"a": "AE1", "b": "B", "d": "D", "e": "EH1", "o": "OW1", "s": "S", "t": "T", "m": "M",
-      "h": "HH"}
-def pron(w):
-    out, i = [], 0
-    while i < len(w):
-        if w[i:i + 2] == "th": out.append("TH"); i += 2; continue
-        if w[i] == "c": out.append("S" if w[i + 1:i + 2] == "e" else "K"); i += 1; continue
-        if w[i] == "e" and i == len(w) - 1 and len(w) > 2: i += 1; continue
-        out.append(ph[w[i]]); i += 1
-    return " ".join(out)
-words = set()
-while len(words) < 40:
-    words.add("".join(r.choice("abcdehostm") for _ in range(r.randint(2, 6))))
-with open("cache/toy/pairs.tsv", "w") as f:
-    for w in sorted(words): f.write(f"{w.upper()}\t{pron(w)}\n")
-PY
+toy_g2p_pairs cache/toy/pairs.tsv
 need "source vocabulary" -- "$KILN" convert text cache/toy/pairs.tsv cache/toy/vocab.txt \
   --pairs source
 need "target vocabulary" -- "$KILN" convert text cache/toy/pairs.tsv cache/toy/target_vocab.txt \
   --pairs target --level word
 
-layers() { # after the inputs, shared by the training and the decoding net
-  cat <<'NET'
-layer { name: "embed_src" type: "Embed" bottom: "source" top: "embed_src"
-  embed_param { num_output: 16 input_dim: 12 bias_term: false
-                weight_filler { type: "uniform" min: -0.5 max: 0.5 } } }
-layer { name: "encoder" type: "LSTM" bottom: "embed_src" bottom: "source_cont" top: "encoder"
-  recurrent_param { num_output: 16 bidirectional: true
-                    weight_filler { type: "uniform" min: -0.2 max: 0.2 } } }
-layer { name: "embed_tgt" type: "Embed" bottom: "target_in" top: "embed_tgt"
-  embed_param { num_output: 16 input_dim: 15 bias_term: false
-                weight_filler { type: "uniform" min: -0.5 max: 0.5 } } }
-layer { name: "decoder" type: "LSTM" bottom: "embed_tgt" bottom: "target_cont" top: "decoder"
-  recurrent_param { num_output: 32 weight_filler { type: "uniform" min: -0.2 max: 0.2 } } }
-layer { name: "attention" type: "MultiHeadAttention" bottom: "decoder" bottom: "encoder"
-  bottom: "source_mask" top: "attention" }
-layer { name: "join" type: "Concat" bottom: "decoder" bottom: "attention" top: "join"
-  concat_param { axis: 2 } }
-layer { name: "logits" type: "InnerProduct" bottom: "join" top: "logits"
-  inner_product_param { num_output: 15 axis: 2 weight_filler { type: "xavier" } } }
-NET
-}
 {
   echo 'name: "tiny_g2p"'
   for phase in TRAIN TEST; do
@@ -67,7 +29,7 @@ layer { name: "data" type: "TextData" top: "source" top: "source_mask" top: "sou
                     target_len: 8 shuffle: $([ $phase = TRAIN ] && echo true || echo false) } }
 NET
   done
-  layers
+  toy_g2p_layers
   cat <<'NET'
 layer { name: "loss" type: "SoftmaxWithLoss" bottom: "logits" bottom: "target_out" top: "loss"
   softmax_param { axis: 2 } loss_param { ignore_label: -1 } }
@@ -80,7 +42,7 @@ NET
   for i in source source_mask source_cont target_in target_cont; do
     echo "input: \"$i\" input_shape { dim: 1 dim: 1 }"
   done
-  layers
+  toy_g2p_layers
 } > deploy.prototxt
 # an input the decoder does not know: `kiln decode` refuses the net
 sed 's/input: "target_cont"/input: "cont"/; s/bottom: "target_cont"/bottom: "cont"/' \

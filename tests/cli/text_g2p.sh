@@ -8,28 +8,11 @@
 # deploy net without the decoder's inputs. The zoo's seq2seq_g2p builds, trains and decodes on a
 # cache whose cmudict is these words.
 source "$(dirname "$0")/lib.bash"
+source "$(dirname "$0")/toy_g2p.bash"
 cd "$WORK"
 export OMP_NUM_THREADS=1
 
-python3 - <<'PY'
-import random
-r = random.Random(4)
-ph = {"a": "AE1", "b": "B", "d": "D", "e": "EH1", "o": "OW1", "s": "S", "t": "T", "m": "M",
-      "h": "HH"}
-def pron(w):
-    out, i = [], 0
-    while i < len(w):
-        if w[i:i + 2] == "th": out.append("TH"); i += 2; continue
-        if w[i] == "c": out.append("S" if w[i + 1:i + 2] == "e" else "K"); i += 1; continue
-        if w[i] == "e" and i == len(w) - 1 and len(w) > 2: i += 1; continue
-        out.append(ph[w[i]]); i += 1
-    return " ".join(out)
-words = set()
-while len(words) < 40:
-    words.add("".join(r.choice("abcdehostm") for _ in range(r.randint(2, 6))))
-with open("pairs.tsv", "w") as f:
-    for w in sorted(words): f.write(f"{w.upper()}\t{pron(w)}\n")
-PY
+toy_g2p_pairs pairs.tsv
 need "source vocabulary" -- "$KILN" convert text pairs.tsv vocab.txt --pairs source
 need "target vocabulary" -- "$KILN" convert text pairs.tsv target_vocab.txt --pairs target --level word
 # the 10 letters, and the 11 phonemes after <pad> <unk> <s> </s>
@@ -38,27 +21,6 @@ need "target vocabulary" -- "$KILN" convert text pairs.tsv target_vocab.txt --pa
   [ "$(sed -n 4,5p target_vocab.txt | tr '\n' ' ')" = "<s> </s> " ] && pass \
   || fail "vocabularies: $(head -1 vocab.txt) / $(head -5 target_vocab.txt | tr '\n' ' ')"
 
-layers() { # after the inputs, shared by the training and the decoding net
-  cat <<'NET'
-layer { name: "embed_src" type: "Embed" bottom: "source" top: "embed_src"
-  embed_param { num_output: 16 input_dim: 12 bias_term: false
-                weight_filler { type: "uniform" min: -0.5 max: 0.5 } } }
-layer { name: "encoder" type: "LSTM" bottom: "embed_src" bottom: "source_cont" top: "encoder"
-  recurrent_param { num_output: 16 bidirectional: true
-                    weight_filler { type: "uniform" min: -0.2 max: 0.2 } } }
-layer { name: "embed_tgt" type: "Embed" bottom: "target_in" top: "embed_tgt"
-  embed_param { num_output: 16 input_dim: 15 bias_term: false
-                weight_filler { type: "uniform" min: -0.5 max: 0.5 } } }
-layer { name: "decoder" type: "LSTM" bottom: "embed_tgt" bottom: "target_cont" top: "decoder"
-  recurrent_param { num_output: 32 weight_filler { type: "uniform" min: -0.2 max: 0.2 } } }
-layer { name: "attention" type: "MultiHeadAttention" bottom: "decoder" bottom: "encoder"
-  bottom: "source_mask" top: "attention" }
-layer { name: "join" type: "Concat" bottom: "decoder" bottom: "attention" top: "join"
-  concat_param { axis: 2 } }
-layer { name: "logits" type: "InnerProduct" bottom: "join" top: "logits"
-  inner_product_param { num_output: 15 axis: 2 weight_filler { type: "xavier" } } }
-NET
-}
 data() { # data PHASE SHUFFLE [TARGET_VOCAB]
   local tv=""
   [ -n "${3:-}" ] && tv="target_vocab: '$3'"
@@ -73,7 +35,7 @@ train_net() { # train_net [TARGET_VOCAB]
   echo 'name: "tiny_g2p"'
   data TRAIN true "${1:-}"
   data TEST false "${1:-}"
-  layers
+  toy_g2p_layers
   cat <<'NET'
 layer { name: "loss" type: "SoftmaxWithLoss" bottom: "logits" bottom: "target_out" top: "loss"
   softmax_param { axis: 2 } loss_param { ignore_label: -1 } }
@@ -87,7 +49,7 @@ train_net > net.prototxt
   for i in source source_mask source_cont target_in target_cont; do
     echo "input: \"$i\" input_shape { dim: 1 dim: 1 }"
   done
-  layers
+  toy_g2p_layers
 } > deploy.prototxt
 solver() { # solver ITERATIONS PREFIX
   cat <<S
