@@ -603,7 +603,7 @@ static void test_bad_records(void **state) {
   kiln_datum_db_close(db);
   free(vals[0].mv_data);
 
-  /* Wrong data size, an encoded image, a shape change, no pixels at all. */
+  /* Wrong data size, an encoded record that holds no image, a shape change, no pixels. */
   const char *keys2[] = {"a", "b", "c", "d", "e"};
   MDB_val vals2[5] = {pack_datum(1, 3, 4, px, 12, false), pack_datum(1, 3, 4, px, 11, false),
                       pack_datum(1, 3, 4, px, 12, true), pack_datum(1, 4, 3, px, 12, false),
@@ -616,8 +616,8 @@ static void test_bad_records(void **state) {
   assert_non_null(strstr(kiln_last_error(), "record b: data holds 11 bytes"));
   assert_non_null(strstr(kiln_last_error(), "1x3x4 = 12"));
   assert_int_equal(kiln_datum_db_seek(db, 2), KILN_OK);
-  assert_int_equal(kiln_datum_db_next(db, &d), KILN_ERR_UNSUPPORTED);
-  assert_non_null(strstr(kiln_last_error(), "record c: encoded"));
+  assert_int_equal(kiln_datum_db_next(db, &d), KILN_ERR_DATA); /* encoded, but no image */
+  assert_non_null(strstr(kiln_last_error(), "record c: not a PNG or JPEG image"));
   assert_int_equal(kiln_datum_db_seek(db, 3), KILN_OK);
   assert_int_equal(kiln_datum_db_next(db, &d), KILN_ERR_DATA);
   assert_non_null(strstr(kiln_last_error(), "record d: shape 1x4x3 differs"));

@@ -30,6 +30,88 @@ typedef struct kiln_idx {
 int kiln_idx_read(const char *path, kiln_idx *out);
 void kiln_idx_free(kiln_idx *idx);
 
+/* ---- images: PNG and JPEG ---------------------------------------------------------------- */
+
+/* Which channels an image decodes to. AS_IS is the file's own: 1 for a gray image (gray PNG,
+ * with or without alpha; a one-component JPEG), 3 for everything else (OpenCV's
+ * IMREAD_ANYCOLOR, what Caffe's Data layer uses for encoded records). */
+typedef enum { KILN_IMAGE_AS_IS = 0, KILN_IMAGE_COLOR, KILN_IMAGE_GRAY } kiln_image_color;
+
+/* Images with a side longer than this, or more pixels than KILN_IMAGE_MAX_PIXELS, are refused
+ * (a damaged header would otherwise make the decoder ask for gigabytes). */
+#define KILN_IMAGE_MAX_SIDE 65535
+#define KILN_IMAGE_MAX_PIXELS ((uint64_t)1 << 26)
+
+/* A decoded image: channels x height x width bytes, one plane per channel in Caffe's order (B,
+ * G, R, as OpenCV gives Caffe; or the one gray plane). Zero-initialise; each decode reuses the
+ * buffers of the last; free with kiln_image_free(). */
+typedef struct kiln_image {
+  int channels, height, width;
+  uint8_t *data;
+  size_t cap;
+  uint8_t *work; /* the decoder's own: interleaved rows, row pointers */
+  size_t work_cap;
+  uint8_t *plane;
+  size_t plane_cap;
+} kiln_image;
+
+/* "png", "jpeg", or NULL, from the first bytes. */
+const char *kiln_image_format(const void *bytes, size_t n);
+/* Decodes a PNG or JPEG held in memory; `what` names it in messages (a file, a record). PNG:
+ * palette images become colour, 16 bits become 8 (the high byte, as OpenCV does), alpha is
+ * dropped (not blended), interlacing is undone. JPEG: gray, YCbCr and RGB; CMYK is refused.
+ * Colour to gray is the libraries' own conversion (libpng with 0.299, 0.587, 0.114; libjpeg's
+ * luma), as in OpenCV. With new_height and new_width > 0 the image is resized to them, bilinear
+ * (docs/formats.md, "Images"). Errors: KILN_ERR_DATA (not PNG or JPEG, damaged or truncated:
+ * libjpeg's and libpng's message after `what`), KILN_ERR_UNSUPPORTED (CMYK JPEG),
+ * KILN_ERR_INVALID (a size past the limits), KILN_ERR_NOMEM. */
+int kiln_image_decode(const void *bytes, size_t n, kiln_image_color color, int new_height,
+                      int new_width, const char *what, kiln_image *img);
+/* The same for a file (KILN_ERR_IO when it cannot be read; messages name the path). */
+int kiln_image_read(const char *path, kiln_image_color color, int new_height, int new_width,
+                    kiln_image *img);
+/* Bilinear resize of C x sh x sw planes into C x dh x dw (the decoder's; docs/formats.md);
+ * KILN_ERR_NOMEM is the only error. */
+int kiln_image_resize(const uint8_t *src, int channels, int sh, int sw, uint8_t *dst, int dh,
+                      int dw);
+/* A PNG of C x H x W planes (C 1: gray, 3: B, G, R), in a malloc'd buffer. */
+int kiln_image_encode_png(const uint8_t *chw, int channels, int height, int width, uint8_t **out,
+                          size_t *len);
+void kiln_image_free(kiln_image *img);
+
+/* ---- image lists (Caffe's ImageData source, convert_imageset's input) --------------------- */
+
+/* One image a line: PATH LABEL, the label after the last run of spaces or tabs (so a path may
+ * hold spaces), a whole number in int32's range. Blank lines are skipped; anything else without
+ * a label, or with a label that is not a whole number, is KILN_ERR_PARSE naming the file and
+ * line. A list of no images is KILN_ERR_DATA. */
+typedef struct kiln_image_list {
+  size_t n;
+  char **path;  /* as written in the list (not joined to a root folder) */
+  int32_t *label;
+  int *line;    /* the line each came from, for messages */
+  char *text;   /* the file's text, which path[] points into */
+  char *source; /* the list's path */
+} kiln_image_list;
+int kiln_image_list_read(const char *path, kiln_image_list *out);
+void kiln_image_list_free(kiln_image_list *list);
+
+/* kiln convert images: the images of a list (each ROOT + its path) into a new LMDB of Datum
+ * records keyed "%08d_PATH" in list order (after the shuffle, when asked), as Caffe's
+ * convert_imageset writes them. Raw records hold the decoded C x H x W bytes; `encoded` ones the
+ * file's own bytes when they decode to what was asked as they are (no resize, the file's own
+ * channels), else the decoded image as PNG. Refuses (KILN_ERR_INVALID) when `out_path` exists;
+ * writes into `out_path`.tmp and renames it when complete. */
+typedef struct kiln_convert_images_opts {
+  int new_height, new_width; /* 0, 0: as they are */
+  bool gray;                 /* 1 channel, else 3 */
+  bool encoded;
+  bool shuffle;
+  uint64_t seed;
+} kiln_convert_images_opts;
+int kiln_convert_images_to_lmdb(const char *list_path, const char *root, const char *out_path,
+                                const kiln_convert_images_opts *opts, uint64_t *n_written);
+
 /* ---- Datum records in LMDB (Caffe's Data layer source) ----------------------------------- */
 
 typedef struct kiln_datum {
@@ -39,6 +121,9 @@ typedef struct kiln_datum {
 } kiln_datum;        /* from a reader: pointers valid until the next call on the db */
 
 typedef struct kiln_datum_db kiln_datum_db;
+
+/* Records with `encoded: true` hold a PNG or JPEG (Caffe's convert_imageset --encoded); the
+ * reader decodes them and hands out the decoded bytes, with the image's own shape. */
 
 /* Opens an LMDB (a directory holding data.mdb, or a single file) read-only, with a read
  * transaction held until close; the handle may be used from any one thread at a time. Errors:
@@ -50,10 +135,14 @@ uint64_t kiln_datum_db_size(const kiln_datum_db *db);
 int kiln_datum_db_seek(kiln_datum_db *db, uint64_t position);
 /* Records consumed so far (monotonic, not wrapped). */
 uint64_t kiln_datum_db_position(const kiln_datum_db *db);
+/* How encoded records are decoded: AS_IS (the default, the file's own channels, as Caffe's
+ * DecodeDatumToCVMatNative), or COLOR or GRAY (transform_param's force_color, force_gray). */
+void kiln_datum_db_set_color(kiln_datum_db *db, kiln_image_color color);
 /* Decodes the record at the cursor and advances, wrapping round to the first key after the
- * last. Every record must have the shape of the first one read. On error the cursor does not
- * move. Errors: KILN_ERR_DATA (not a Datum, wrong data size, shape change, no pixels),
- * KILN_ERR_UNSUPPORTED (encoded images). */
+ * last. Every raw record must have the shape of the first raw one read (encoded images may
+ * differ: the caller decides). On error the cursor does not move. Errors: KILN_ERR_DATA (not a
+ * Datum, wrong data size, shape change, no pixels, a damaged image), KILN_ERR_UNSUPPORTED (an
+ * image kiln cannot decode). */
 int kiln_datum_db_next(kiln_datum_db *db, kiln_datum *out);
 /* Random access: the record at `index` in key order (0 <= index < size), without moving the
  * sequential cursor. The first call builds an index of the keys (one pass over them). */
@@ -75,6 +164,10 @@ typedef struct kiln_datum_writer kiln_datum_writer;
 int kiln_datum_writer_open(const char *final_path, kiln_datum_writer **out);
 /* `d` must hold exactly one of u8 / f32 (channels*height*width values). */
 int kiln_datum_writer_put(kiln_datum_writer *w, const char *key, const kiln_datum *d);
+/* An encoded record: `bytes` (a PNG or JPEG file) with `encoded: true` and the label, as Caffe's
+ * convert_imageset --encoded writes it (no shape: the image carries it). */
+int kiln_datum_writer_put_encoded(kiln_datum_writer *w, const char *key, const void *bytes,
+                                  size_t n, int label);
 /* Finishes, syncs, closes and renames into place; frees `w` whether or not it succeeds (on
  * failure the temporary is removed). */
 int kiln_datum_writer_commit(kiln_datum_writer *w);

@@ -1,6 +1,7 @@
-/* `kiln convert` for MNIST-style data: an images IDX and a labels IDX become an LMDB of Datum
- * records with the keys and layout of Caffe's convert_mnist_data, so Caffe's Data layer and
- * kiln's read the result alike. */
+/* `kiln convert` for MNIST-style data and image lists: an images IDX and a labels IDX, or the
+ * PNG and JPEG files of a list, become an LMDB of Datum records with the keys and layout of
+ * Caffe's convert_mnist_data and convert_imageset, so Caffe's Data layer and kiln's read the
+ * result alike. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/stat.h>
@@ -98,5 +99,99 @@ int kiln_compute_mean(const char *db_path, const char *out_path, uint64_t *n_rec
   free(mean);
   free(sum);
   if (!rc && n_records) *n_records = n;
+  return rc;
+}
+
+/* ---- images: Caffe's convert_imageset ------------------------------------------------------ */
+
+/* One image of the list as a record: raw (the decoded bytes) or encoded (the file's bytes when
+ * they decode to what was asked as they are, else the decoded image as PNG). */
+static int put_image(kiln_datum_writer *w, const char *key, const char *file, int label,
+                     const kiln_convert_images_opts *o, kiln_image *img) {
+  char *bytes = NULL;
+  size_t n = 0;
+  KILN_TRY(kiln_read_file_max(file, (size_t)1 << 30, &bytes, &n));
+  const kiln_image_color color = o->gray ? KILN_IMAGE_GRAY : KILN_IMAGE_COLOR;
+  int rc;
+  if (o->encoded && !o->new_height) {
+    /* Caffe's Data layer decodes encoded records with the file's own channels: the file goes
+     * in as it is only when those are the ones asked for */
+    rc = kiln_image_decode(bytes, n, KILN_IMAGE_AS_IS, 0, 0, file, img);
+    if (!rc && img->channels == (o->gray ? 1 : 3)) {
+      rc = kiln_datum_writer_put_encoded(w, key, bytes, n, label);
+      free(bytes);
+      return rc;
+    }
+  }
+  rc = kiln_image_decode(bytes, n, color, o->new_height, o->new_width, file, img);
+  free(bytes);
+  if (rc) return rc;
+  if (!o->encoded) {
+    kiln_datum d = {.channels = img->channels, .height = img->height, .width = img->width,
+                    .label = label, .u8 = img->data};
+    return kiln_datum_writer_put(w, key, &d);
+  }
+  uint8_t *png = NULL;
+  size_t len = 0;
+  KILN_TRY(kiln_image_encode_png(img->data, img->channels, img->height, img->width, &png, &len));
+  rc = kiln_datum_writer_put_encoded(w, key, png, len, label);
+  free(png);
+  return rc;
+}
+
+int kiln_convert_images_to_lmdb(const char *list_path, const char *root, const char *out_path,
+                                const kiln_convert_images_opts *opts, uint64_t *n_written) {
+  if (n_written) *n_written = 0;
+  const kiln_convert_images_opts o = *opts;
+  if ((o.new_height > 0) != (o.new_width > 0) || o.new_height < 0 || o.new_width < 0)
+    return kiln_errorf(KILN_ERR_INVALID, "resize to %d x %d: give both height and width (> 0)",
+                       o.new_height, o.new_width);
+  struct stat st;
+  if (stat(out_path, &st) == 0)
+    return kiln_errorf(KILN_ERR_INVALID,
+                       "%s: already exists; remove it or choose another output path", out_path);
+  kiln_image_list list;
+  KILN_TRY(kiln_image_list_read(list_path, &list));
+  size_t *order = malloc(list.n * sizeof *order);
+  if (!order) {
+    kiln_image_list_free(&list);
+    return kiln_errorf(KILN_ERR_NOMEM, "%s: out of memory", list_path);
+  }
+  for (size_t i = 0; i < list.n; i++) order[i] = i;
+  if (o.shuffle) { /* Fisher-Yates from the seed, as convert_imageset --shuffle */
+    kiln_rng r;
+    kiln_rng_seed(&r, o.seed, 0x434f4e56ULL);
+    for (size_t i = list.n - 1; i > 0; i--) {
+      size_t j = i < UINT32_MAX ? kiln_rng_below(&r, (uint32_t)(i + 1)) : i, t = order[i];
+      order[i] = order[j];
+      order[j] = t;
+    }
+  }
+  kiln_datum_writer *w = NULL;
+  kiln_image img = {0};
+  kiln_strbuf file = {0}, key = {0};
+  int rc = kiln_datum_writer_open(out_path, &w);
+  for (size_t i = 0; !rc && i < list.n; i++) {
+    const size_t k = order[i];
+    file.len = key.len = 0;
+    kiln_strbuf_printf(&file, "%s%s", root, list.path[k]); /* Caffe joins them as they are */
+    kiln_strbuf_printf(&key, "%08zu_%s", i, list.path[k]);
+    if (file.failed || key.failed) {
+      rc = kiln_errorf(KILN_ERR_NOMEM, "%s: out of memory", list_path);
+      break;
+    }
+    rc = put_image(w, key.s, file.s, list.label[k], &o, &img);
+    if (rc) rc = kiln_error_context(rc, "%s:%d: ", list_path, list.line[k]);
+  }
+  if (w) {
+    if (rc) kiln_datum_writer_abort(w);
+    else rc = kiln_datum_writer_commit(w); /* frees it either way */
+  }
+  if (!rc && n_written) *n_written = list.n;
+  free(file.s);
+  free(key.s);
+  kiln_image_free(&img);
+  free(order);
+  kiln_image_list_free(&list);
   return rc;
 }

@@ -1,5 +1,6 @@
 /* LMDB databases of Caffe Datum records: the sequential, wrapping reader behind the Data layer
- * and the writer that builds new databases atomically (into PATH.tmp, renamed on commit). */
+ * (which decodes encoded records, PNG or JPEG, through image.c) and the writer that builds new
+ * databases atomically (into PATH.tmp, renamed on commit). */
 #include <errno.h>
 #include <fcntl.h>
 #include <lmdb.h>
@@ -78,6 +79,8 @@ struct kiln_datum_db {
   MDB_dbi dbi;
   MDB_val *keys; /* key of each record in key order, built on the first random read; the
                     pointers stay valid for the read transaction's life */
+  kiln_image image; /* the last encoded record, decoded */
+  kiln_image_color color;
 };
 
 static int mdb_failure(const kiln_datum_db *db, int rc, const char *what) {
@@ -230,14 +233,29 @@ int kiln_datum_db_seek(kiln_datum_db *db, uint64_t position) {
   return KILN_OK;
 }
 
+void kiln_datum_db_set_color(kiln_datum_db *db, kiln_image_color color) { db->color = color; }
+
+/* An encoded record: its image decoded into db->image. Caffe ignores the shape fields of such a
+ * record (convert_imageset leaves them unset), and so does kiln. */
+static int decode_encoded(kiln_datum_db *db, const Caffe__Datum *m, const char *key,
+                          kiln_datum *out) {
+  char what[400];
+  snprintf(what, sizeof what, "%s: record %s", db->path, key);
+  if (!m->has_data || m->data.len == 0)
+    return kiln_errorf(KILN_ERR_DATA, "%s: encoded, but holds no image bytes", what);
+  KILN_TRY(kiln_image_decode(m->data.data, m->data.len, db->color, 0, 0, what, &db->image));
+  memset(out, 0, sizeof *out);
+  out->channels = db->image.channels;
+  out->height = db->image.height;
+  out->width = db->image.width;
+  out->label = m->label;
+  out->u8 = db->image.data;
+  return KILN_OK;
+}
+
 /* Checks a decoded record; fills `out` on success. */
 static int check_datum(kiln_datum_db *db, const Caffe__Datum *m, const char *key, kiln_datum *out) {
-  if (m->has_encoded && m->encoded)
-    return kiln_errorf(
-        KILN_ERR_UNSUPPORTED,
-        "%s: record %s: encoded images (JPEG/PNG) are not supported; convert the data "
-        "set to raw pixels",
-        db->path, key);
+  if (m->has_encoded && m->encoded) return decode_encoded(db, m, key, out);
   uint64_t n = shape_count(m->channels, m->height, m->width);
   if (n == 0)
     return kiln_errorf(KILN_ERR_DATA,
@@ -304,7 +322,7 @@ static int decode_record(kiln_datum_db *db, const MDB_val *k, const MDB_val *v, 
   db->last_key[k->mv_size] = '\0';
   if (db->current) caffe__datum__free_unpacked(db->current, NULL);
   db->current = m;
-  if (!db->have_shape) {
+  if (!db->have_shape && !(m->has_encoded && m->encoded)) {
     db->have_shape = true;
     db->channels = d.channels;
     db->height = d.height;
@@ -388,6 +406,7 @@ int kiln_datum_db_fingerprint(kiln_datum_db *db, int samples, uint8_t digest[32]
 void kiln_datum_db_close(kiln_datum_db *db) {
   if (!db) return;
   if (db->current) caffe__datum__free_unpacked(db->current, NULL);
+  kiln_image_free(&db->image);
   free(db->keys);
   if (db->cursor) mdb_cursor_close(db->cursor);
   if (db->txn) mdb_txn_abort(db->txn);
@@ -571,6 +590,9 @@ static int arena_reserve(kiln_datum_writer *w, size_t more) {
   return KILN_OK;
 }
 
+static int writer_put_message(kiln_datum_writer *w, const char *key, size_t key_len,
+                              const Caffe__Datum *m);
+
 int kiln_datum_writer_put(kiln_datum_writer *w, const char *key, const kiln_datum *d) {
   size_t key_len = strlen(key);
   if (key_len == 0 || key_len > (size_t)mdb_env_get_maxkeysize(w->env))
@@ -597,7 +619,30 @@ int kiln_datum_writer_put(kiln_datum_writer *w, const char *key, const kiln_datu
     m.n_float_data = (size_t)n;
     m.float_data = (float *)d->f32;
   }
-  size_t val_len = caffe__datum__get_packed_size(&m);
+  return writer_put_message(w, key, key_len, &m);
+}
+
+int kiln_datum_writer_put_encoded(kiln_datum_writer *w, const char *key, const void *bytes,
+                                  size_t n, int label) {
+  size_t key_len = strlen(key);
+  if (key_len == 0 || key_len > (size_t)mdb_env_get_maxkeysize(w->env))
+    return kiln_errorf(KILN_ERR_INVALID, "%s: key of %zu bytes; LMDB takes 1 to %d", w->final_path,
+                       key_len, mdb_env_get_maxkeysize(w->env));
+  if (n == 0)
+    return kiln_errorf(KILN_ERR_INVALID, "%s: record '%s': no image bytes", w->final_path, key);
+  Caffe__Datum m = CAFFE__DATUM__INIT;
+  m.has_label = m.has_data = m.has_encoded = 1;
+  m.label = label;
+  m.encoded = 1;
+  m.data.len = n;
+  m.data.data = (uint8_t *)bytes;
+  return writer_put_message(w, key, key_len, &m);
+}
+
+/* Packs `m` into the pending chunk and puts it into the transaction. */
+static int writer_put_message(kiln_datum_writer *w, const char *key, size_t key_len,
+                              const Caffe__Datum *m) {
+  size_t val_len = caffe__datum__get_packed_size(m);
   KILN_TRY(arena_reserve(w, key_len + val_len));
   if (w->n_pending == w->pending_cap) {
     size_t cap = w->pending_cap ? 2 * w->pending_cap : 256;
@@ -611,7 +656,7 @@ int kiln_datum_writer_put(kiln_datum_writer *w, const char *key, const kiln_datu
   p->key_len = key_len;
   memcpy(w->arena + w->arena_len, key, key_len);
   p->val_off = w->arena_len + key_len;
-  p->val_len = caffe__datum__pack(&m, w->arena + p->val_off);
+  p->val_len = caffe__datum__pack(m, w->arena + p->val_off);
   w->arena_len += key_len + p->val_len;
   w->n_pending++;
 
