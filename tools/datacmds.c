@@ -1,5 +1,6 @@
 /* kiln convert and kiln data: data set conversion and the data set cache. */
 #include <dirent.h>
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -14,7 +15,10 @@ static int convert_usage(void) {
                   "       kiln convert text TEXT... OUT_VOCAB [--level char|word] [--lowercase]\n"
                   "                         [--min-count K] [--max-size V] [--pairs source|target]\n"
                   "       kiln convert cifar10 ARCHIVE_OR_DIR OUT_LMDB [--test]\n"
-                  "       kiln convert cifar100 ARCHIVE_OR_DIR OUT_LMDB [--test] [--coarse]\n");
+                  "       kiln convert cifar100 ARCHIVE_OR_DIR OUT_LMDB [--test] [--coarse]\n"
+                  "       kiln convert images LIST ROOT OUT_LMDB [--resize H W] [--gray] "
+                  "[--encoded]\n"
+                  "                           [--shuffle [--seed S]]\n");
   return 2;
 }
 
@@ -44,6 +48,77 @@ static int convert_cifar(int argc, char **argv) {
   uint64_t n = 0;
   if (kiln_convert_cifar_to_lmdb(pos[0], kind, train, pos[1], &n)) return tool_fail("convert");
   printf("wrote %llu records to %s\n", (unsigned long long)n, pos[1]);
+  return 0;
+}
+
+/* A whole number in lo..hi for `opt` of `cmd`, or an error naming it. */
+static bool whole_arg(const char *cmd, const char *opt, const char *v, long long lo,
+                      long long hi, long long *out) {
+  char *end;
+  errno = 0;
+  long long n = strtoll(v, &end, 10);
+  if (end == v || *end || errno || n < lo || n > hi) {
+    fprintf(stderr, "kiln convert %s: %s '%s': expected a whole number in %lld..%lld\n", cmd,
+            opt, v, lo, hi);
+    return false;
+  }
+  *out = n;
+  return true;
+}
+
+/* kiln convert images LIST ROOT OUT [--resize H W] [--gray] [--encoded] [--shuffle [--seed S]]:
+ * Caffe's convert_imageset (ROOT joined to each listed path as it is). Options may come
+ * anywhere. */
+static int convert_images(int argc, char **argv) {
+  kiln_convert_images_opts o = {.seed = 1701};
+  const char *pos[3];
+  int npos = 0;
+  bool seeded = false;
+  for (int i = 2; i < argc; i++) {
+    const char *a = argv[i];
+    long long v, v2;
+    if (!strcmp(a, "--gray")) {
+      o.gray = true;
+    } else if (!strcmp(a, "--encoded")) {
+      o.encoded = true;
+    } else if (!strcmp(a, "--shuffle")) {
+      o.shuffle = true;
+    } else if (!strcmp(a, "--resize")) {
+      if (i + 2 >= argc) {
+        fprintf(stderr, "kiln convert images: --resize needs a height and a width\n");
+        return 2;
+      }
+      if (!whole_arg("images", "--resize height", argv[i + 1], 1, KILN_IMAGE_MAX_SIDE, &v) ||
+          !whole_arg("images", "--resize width", argv[i + 2], 1, KILN_IMAGE_MAX_SIDE, &v2))
+        return 2;
+      o.new_height = (int)v;
+      o.new_width = (int)v2;
+      i += 2;
+    } else if (!strcmp(a, "--seed")) {
+      if (i + 1 >= argc) {
+        fprintf(stderr, "kiln convert images: missing value for '--seed'\n");
+        return 2;
+      }
+      if (!whole_arg("images", "--seed", argv[++i], 0, INT64_MAX, &v)) return 2;
+      o.seed = (uint64_t)v;
+      seeded = true;
+    } else if (a[0] == '-' && a[1] == '-') {
+      fprintf(stderr, "kiln convert images: unknown option '%s'\n", a);
+      return convert_usage();
+    } else if (npos < 3) {
+      pos[npos++] = a;
+    } else {
+      return convert_usage();
+    }
+  }
+  if (npos != 3) return convert_usage();
+  if (seeded && !o.shuffle) {
+    fprintf(stderr, "kiln convert images: --seed orders the --shuffle; give --shuffle too\n");
+    return 2;
+  }
+  uint64_t n = 0;
+  if (kiln_convert_images_to_lmdb(pos[0], pos[1], pos[2], &o, &n)) return tool_fail("convert");
+  printf("wrote %llu records to %s\n", (unsigned long long)n, pos[2]);
   return 0;
 }
 
@@ -151,6 +226,7 @@ static int convert_text(int argc, char **argv) {
 
 int cmd_convert(int argc, char **argv) {
   if (argc >= 2 && !strcmp(argv[1], "text")) return convert_text(argc, argv);
+  if (argc >= 2 && !strcmp(argv[1], "images")) return convert_images(argc, argv);
   if (argc >= 2 && (!strcmp(argv[1], "cifar10") || !strcmp(argv[1], "cifar100")))
     return convert_cifar(argc, argv);
   if (argc != 5 || strcmp(argv[1], "idx") != 0) return convert_usage();
