@@ -21,74 +21,33 @@
  * order, or its own shuffle per epoch of its own size), so each source wraps on its own. The
  * draws up to a position fix every source's place in its stream, so the one cursor still
  * resumes exactly (the draws before it are counted again, a few nanoseconds each), and workers
- * deal whole batches of the mixed stream as above. */
+ * deal whole batches of the mixed stream as above.
+ *
+ * Everything but the source is shared with ImageData (image_data.c, through data_layer.h): the
+ * transform, the prefetch ring, the stream and its cursor, the workers' shares. Records of
+ * several sizes pass when cropped (each crop taken from its own record) without a mean file;
+ * otherwise every record must have the first one's shape. Encoded records (PNG, JPEG) are
+ * decoded by the reader, with transform_param's force_color or force_gray. */
 #include <math.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-#include "kiln/data.h"
-#include "kiln/parallel.h"
-#include "layer_util.h"
+#include "data_layer.h"
 
 static const Caffe__DataParameter data_defaults = CAFFE__DATA_PARAMETER__INIT;
 static const Caffe__TransformationParameter transform_defaults =
     CAFFE__TRANSFORMATION_PARAMETER__INIT;
 
-typedef struct {
-  float *data;
-  float *label;
-  int count; /* records in the batch (smaller than batch_size only for KEEP) */
-} batch_slot;
+typedef kiln_data_state data_state;
+typedef kiln_data_mix_source mix_source;
+typedef kiln_data_batch batch_slot;
 
-/* One database of a mixed stream. */
-typedef struct {
-  kiln_datum_db *db;
-  char *path;
-  uint64_t size;
-  kiln_record_order order; /* the records of its own stream positions */
-  double upto;             /* a draw u in [0, 1) below this (and above the previous) picks it */
-  uint64_t next;           /* its stream position for the next draw that picks it */
-} mix_source;
-
-typedef struct {
-  kiln_datum_db *db; /* the one source; NULL when mixing several */
-  char *source;      /* the database's path, $KILN_DATA expanded (the first one's when mixing) */
-  mix_source *mix;   /* nmix > 1 sources, or NULL */
-  int nmix;
-  uint64_t mix_pos;  /* stream positions below this are counted into the sources' next */
-  int batch, C, H, W, outH, outW, crop;
-  float scale;
-  float *mean;      /* C*H*W from mean_file, or NULL */
-  float mean_value[64];
-  int n_mean_value;
-  bool mirror, train, shuffle;
-  int last_batch;
-  uint64_t size; /* records in the database */
-  kiln_batch_stream stream; /* batch j -> records; base is the restored cursor */
-  int rank, nworkers;       /* this worker's share: global batches rank + k * nworkers */
-  kiln_record_order order; /* the records of stream positions */
-  uint64_t seed;
-  int slow_ms; /* KILN_FAULT=slowread:LAYER:MS: each batch takes the reader this long */
-  /* the prefetch ring */
-  int nslots;
-  batch_slot *slots;
-  int head, count; /* slots[head] is the next to consume; count are filled */
-  int tail;        /* next slot the producer fills */
-  uint64_t fill_k;  /* this worker's batches produced (the producer's next is fill_k) */
-  uint64_t taken_k; /* this worker's batches handed to the net */
-  bool running, stop, failed;
-  int fail_code;
-  char fail_msg[1024];
-  pthread_t thread;
-  pthread_mutex_t mu;
-  pthread_cond_t cv;
-} data_state;
-
-/* Transforms one record into `out` (C x outH x outW). */
+/* Transforms one record into `out` (C x outH x outW); a crop is taken from the record's own
+ * size, which may differ from the first record's (shape_fits). */
 static int transform_record(data_state *s, const kiln_datum *d, uint64_t pos, float *out) {
+  const int H = d->height, W = d->width;
   int h_off = 0, w_off = 0;
   bool flip = false;
   if (s->crop || s->mirror) {
@@ -96,11 +55,11 @@ static int transform_record(data_state *s, const kiln_datum *d, uint64_t pos, fl
     kiln_rng_seed(&r, s->seed, pos + 1);
     if (s->crop) {
       if (s->train) {
-        h_off = (int)kiln_rng_below(&r, (uint32_t)(s->H - s->crop + 1));
-        w_off = (int)kiln_rng_below(&r, (uint32_t)(s->W - s->crop + 1));
+        h_off = (int)kiln_rng_below(&r, (uint32_t)(H - s->crop + 1));
+        w_off = (int)kiln_rng_below(&r, (uint32_t)(W - s->crop + 1));
       } else {
-        h_off = (s->H - s->crop) / 2;
-        w_off = (s->W - s->crop) / 2;
+        h_off = (H - s->crop) / 2;
+        w_off = (W - s->crop) / 2;
       }
     }
     flip = s->mirror && s->train && (kiln_rng_u32(&r) & 1);
@@ -108,7 +67,7 @@ static int transform_record(data_state *s, const kiln_datum *d, uint64_t pos, fl
   for (int c = 0; c < s->C; c++)
     for (int h = 0; h < s->outH; h++)
       for (int w = 0; w < s->outW; w++) {
-        int src = (c * s->H + h + h_off) * s->W + w + w_off;
+        int src = (c * H + h + h_off) * W + w + w_off;
         float v = d->u8 ? (float)d->u8[src] : d->f32[src];
         if (s->mean) v -= s->mean[src];
         else if (s->n_mean_value) v -= s->mean_value[s->n_mean_value == 1 ? 0 : c];
@@ -148,32 +107,49 @@ static int mix_read(data_state *s, uint64_t pos, kiln_datum *d, uint64_t *index)
   return rc ? kiln_error_context(rc, "%s: ", m->path) : KILN_OK;
 }
 
+/* Data's read hook: the record at stream position pos of its database(s). A worker of several
+ * skips the other workers' batches: random access beats walking past them with the sequential
+ * cursor. */
+static int read_db(data_state *s, uint64_t pos, kiln_datum *d, uint64_t *index) {
+  if (s->nmix) return mix_read(s, pos, d, index);
+  KILN_TRY(kiln_record_order_index(&s->order, pos, index));
+  if (s->shuffle || s->nworkers > 1) return kiln_datum_db_read(s->db, *index, d);
+  if (kiln_datum_db_position(s->db) != pos) KILN_TRY(kiln_datum_db_seek(s->db, pos));
+  return kiln_datum_db_next(s->db, d);
+}
+
+static void name_db(const data_state *s, uint64_t index, char *buf, size_t n) {
+  snprintf(buf, n, "record %llu of %s", (unsigned long long)index, s->source);
+}
+
+/* Records of other sizes pass when each is cropped and no mean file (of one size) applies. */
+static bool shape_fits(const data_state *s, const kiln_datum *d) {
+  if (d->channels != s->C) return false;
+  if (s->crop && !s->mean) return d->height >= s->crop && d->width >= s->crop;
+  return d->height == s->H && d->width == s->W;
+}
+
 static int fill_slot(data_state *s, batch_slot *slot) {
   int per = s->C * s->outH * s->outW;
   uint64_t global = s->fill_k * (uint64_t)s->nworkers + (uint64_t)s->rank;
   uint64_t start = kiln_batch_stream_start(&s->stream, global, &slot->count);
-  /* A worker of several skips the other workers' batches: random access beats walking past
-   * them with the sequential cursor. */
-  bool random_access = s->shuffle || s->nworkers > 1;
   for (int j = 0; j < slot->count; j++) {
     uint64_t pos = start + (uint64_t)j, index = 0;
     kiln_datum d;
-    if (s->nmix) {
-      KILN_TRY(mix_read(s, pos, &d, &index));
-    } else {
-      KILN_TRY(kiln_record_order_index(&s->order, pos, &index));
-      if (random_access) {
-        KILN_TRY(kiln_datum_db_read(s->db, index, &d));
-      } else {
-        if (kiln_datum_db_position(s->db) != pos) KILN_TRY(kiln_datum_db_seek(s->db, pos));
-        KILN_TRY(kiln_datum_db_next(s->db, &d));
-      }
+    KILN_TRY(s->read(s, pos, &d, &index));
+    if (!shape_fits(s, &d)) {
+      char name[512];
+      if (s->nmix) snprintf(name, sizeof name, "record %llu of %s", (unsigned long long)index,
+                            s->mix[mix_pick(s, pos)].path);
+      else s->name(s, index, name, sizeof name);
+      return kiln_errorf(KILN_ERR_DATA, "%s is %dx%dx%d, the first record was %dx%dx%d%s", name,
+                         d.channels, d.height, d.width, s->C, s->H, s->W,
+                         d.channels != s->C ? ""
+                         : s->crop && s->mean
+                             ? " (records of several sizes cannot share a mean_file)"
+                         : s->crop ? " (smaller than crop_size)"
+                                   : " (give crop_size, or resize the images to one size)");
     }
-    if (d.channels != s->C || d.height != s->H || d.width != s->W)
-      return kiln_errorf(KILN_ERR_DATA, "record %llu%s%s is %dx%dx%d, the first record was %dx%dx%d",
-                         (unsigned long long)index, s->nmix ? " of " : "",
-                         s->nmix ? s->mix[mix_pick(s, pos)].path : "", d.channels, d.height,
-                         d.width, s->C, s->H, s->W);
     KILN_TRY(transform_record(s, &d, pos, slot->data + (size_t)j * per));
     slot->label[j] = (float)d.label;
   }
@@ -249,7 +225,7 @@ static void stop_thread(data_state *s) {
 static int load_mean_file(kiln_layer *l, data_state *s, const char *path) {
   ProtobufCMessage *m;
   int rc = kiln_proto_read_binary(path, &caffe__blob_proto__descriptor, &m);
-  if (rc) return kiln_error_context(rc, "layer '%s' (Data): mean_file: ", l->name);
+  if (rc) return kiln_error_context(rc, "layer '%s' (%s): mean_file: ", l->name, l->ops->type);
   Caffe__BlobProto *bp = (Caffe__BlobProto *)m;
   size_t want = (size_t)s->C * s->H * s->W;
   if (bp->n_data != want) {
@@ -280,6 +256,7 @@ static int open_db(kiln_layer *l, const char *given, char **path, kiln_datum_db 
   if (!*path) return kiln_errorf(KILN_ERR_NOMEM, "out of memory");
   int rc = kiln_datum_db_open(source, db);
   kiln_datum d;
+  if (!rc) kiln_datum_db_set_color(*db, ((data_state *)l->priv)->color);
   if (!rc) rc = kiln_datum_db_next(*db, &d);
   if (!rc) rc = kiln_datum_db_seek(*db, 0);
   if (rc) return kiln_error_context(rc, "layer '%s' (Data): ", l->name);
@@ -362,15 +339,38 @@ static int open_sources(kiln_layer *l, data_state *s, const Caffe__DataParameter
   return KILN_OK;
 }
 
-static int data_setup(kiln_layer *l) {
-  const Caffe__DataParameter *p = KILN_PARAM_OR(l->lp->data_param, data_defaults);
-  const Caffe__TransformationParameter *t =
-      KILN_PARAM_OR(l->lp->transform_param, transform_defaults);
+int kiln_data_layer_init(kiln_layer *l, data_state **out) {
   data_state *s = calloc(1, sizeof *s);
   if (!s) return kiln_errorf(KILN_ERR_NOMEM, "out of memory");
   l->priv = s;
   pthread_mutex_init(&s->mu, NULL);
   pthread_cond_init(&s->cv, NULL);
+  s->nworkers = 1;
+  s->seed = l->seed;
+  if (l->config && l->config->fault.kind == KILN_FAULT_SLOW_READ &&
+      !strcmp(l->config->fault.layer, l->name))
+    s->slow_ms = l->config->fault.ms;
+  *out = s;
+  return KILN_OK;
+}
+
+/* transform_param's force_color and force_gray (Caffe's for encoded records); data_param's old
+ * force_encoded_color is force_color. */
+static int color_of(kiln_layer *l, const Caffe__TransformationParameter *t, bool force_color,
+                    kiln_image_color *out) {
+  force_color |= t->force_color;
+  if (force_color && t->force_gray)
+    return KILN_LAYER_ERROR(l, KILN_ERR_INVALID, "give force_color or force_gray, not both");
+  *out = force_color ? KILN_IMAGE_COLOR : t->force_gray ? KILN_IMAGE_GRAY : KILN_IMAGE_AS_IS;
+  return KILN_OK;
+}
+
+static int data_setup(kiln_layer *l) {
+  const Caffe__DataParameter *p = KILN_PARAM_OR(l->lp->data_param, data_defaults);
+  const Caffe__TransformationParameter *t =
+      KILN_PARAM_OR(l->lp->transform_param, transform_defaults);
+  data_state *s;
+  KILN_TRY(kiln_data_layer_init(l, &s));
   if (p->n_source == 0 || !p->source[0][0])
     return KILN_LAYER_ERROR(l, KILN_ERR_INVALID, "data_param.source is required");
   if (p->backend != CAFFE__DATA_PARAMETER__DB__LMDB)
@@ -382,12 +382,16 @@ static int data_setup(kiln_layer *l) {
   s->batch = (int)p->batch_size;
   s->shuffle = p->shuffle;
   s->last_batch = p->last_batch;
-  s->seed = l->seed;
-  s->nworkers = 1;
-  if (l->config && l->config->fault.kind == KILN_FAULT_SLOW_READ &&
-      !strcmp(l->config->fault.layer, l->name))
-    s->slow_ms = l->config->fault.ms;
+  s->read = read_db;
+  s->name = name_db;
+  KILN_TRY(color_of(l, t, p->force_encoded_color, &s->color));
   KILN_TRY(open_sources(l, s, p));
+  return kiln_data_layer_finish(l, s, t, p->prefetch);
+}
+
+int kiln_data_layer_finish(kiln_layer *l, data_state *s, const Caffe__TransformationParameter *t,
+                           uint32_t prefetch) {
+  const char *param = strcmp(l->ops->type, "Data") ? "image_data_param" : "data_param";
   if (s->last_batch == CAFFE__DATA_PARAMETER__LAST_BATCH__DROP && (uint64_t)s->batch > s->size)
     return KILN_LAYER_ERROR(l, KILN_ERR_INVALID,
                             "last_batch: DROP with batch_size %d larger than the data set (%llu "
@@ -425,10 +429,10 @@ static int data_setup(kiln_layer *l) {
     s->n_mean_value = (int)t->n_mean_value;
     memcpy(s->mean_value, t->mean_value, sizeof(float) * t->n_mean_value);
   }
-  if (p->prefetch > 64)
+  if (prefetch > 64)
     return KILN_LAYER_ERROR(l, KILN_ERR_INVALID, "data_param.prefetch %u is more than 64 batches",
-                            p->prefetch);
-  s->nslots = p->prefetch > 0 ? (int)p->prefetch : 1;
+                            prefetch);
+  s->nslots = prefetch > 0 ? (int)prefetch : 1;
   /* The queue is only counted here (extra_bytes, in the net's memory plan, which refuses a net
    * that would not fit before anything is allocated); it is allocated when the data starts
    * flowing (alloc_slots). */
@@ -436,11 +440,12 @@ static int data_setup(kiln_layer *l) {
   if (__builtin_mul_overflow((int64_t)s->C * s->outH * s->outW + 1, (int64_t)s->batch, &bytes) ||
       __builtin_mul_overflow(bytes, (int64_t)s->nslots * (int64_t)sizeof(float), &bytes))
     return KILN_LAYER_ERROR(l, KILN_ERR_INVALID,
-                            "data_param.batch_size %d of %dx%dx%d records does not fit in memory",
-                            s->batch, s->C, s->outH, s->outW);
+                            "%s.batch_size %d of %dx%dx%d records does not fit in memory",
+                            param, s->batch, s->C, s->outH, s->outW);
   l->extra_bytes = bytes;
   return KILN_OK;
 }
+
 
 /* The prefetch queue: nslots batches of data and labels, allocated at the first forward. */
 static int alloc_slots(kiln_layer *l, data_state *s) {
@@ -452,13 +457,13 @@ static int alloc_slots(kiln_layer *l, data_state *s) {
     s->slots[i].label = kiln_alloc((size_t)s->batch * sizeof(float));
     if (!s->slots[i].data || !s->slots[i].label)
       return KILN_LAYER_ERROR(l, KILN_ERR_NOMEM,
-                              "out of memory for %d prefetched batches of data_param.batch_size %d",
+                              "out of memory for %d prefetched batches of %d records",
                               s->nslots, s->batch);
   }
   return KILN_OK;
 }
 
-static int data_reshape(kiln_layer *l) {
+int kiln_data_layer_reshape(kiln_layer *l) {
   data_state *s = l->priv;
   int64_t shape[4] = {s->batch, s->C, s->outH, s->outW};
   KILN_TRY(kiln_blob_reshape(l->top[0], 4, shape));
@@ -469,7 +474,7 @@ static int data_reshape(kiln_layer *l) {
   return KILN_OK;
 }
 
-static int data_forward(kiln_layer *l) {
+int kiln_data_layer_forward(kiln_layer *l) {
   data_state *s = l->priv;
   if (!s->running) KILN_TRY(start_thread(l));
   pthread_mutex_lock(&s->mu);
@@ -477,7 +482,8 @@ static int data_forward(kiln_layer *l) {
   if (s->count == 0 && s->failed) {
     int code = s->fail_code;
     pthread_mutex_unlock(&s->mu);
-    return kiln_error_context(kiln_errorf(code, "%s", s->fail_msg), "layer '%s' (Data): ", l->name);
+    return kiln_error_context(kiln_errorf(code, "%s", s->fail_msg), "layer '%s' (%s): ", l->name,
+                              l->ops->type);
   }
   batch_slot *slot = &s->slots[s->head];
   pthread_mutex_unlock(&s->mu);
@@ -500,19 +506,19 @@ static int data_forward(kiln_layer *l) {
 
 /* Where the global stream stands after round taken_k: every worker has read its taken_k
  * batches, so global batches 0 .. taken_k * N - 1 are done. */
-static uint64_t data_get_cursor(kiln_layer *l) {
+uint64_t kiln_data_layer_get_cursor(kiln_layer *l) {
   data_state *s = l->priv;
   if (s->taken_k == 0) return s->stream.base;
   return kiln_batch_stream_end(&s->stream, s->taken_k * (uint64_t)s->nworkers - 1);
 }
 
-static int data_set_cursor(kiln_layer *l, uint64_t cursor) {
+int kiln_data_layer_set_cursor(kiln_layer *l, uint64_t cursor) {
   data_state *s = l->priv;
   stop_thread(s);
   s->head = s->tail = s->count = 0;
   s->stream.base = cursor;
   s->fill_k = s->taken_k = 0;
-  if (s->nmix) return KILN_OK; /* the next read counts the draws up to the cursor (mix_read) */
+  if (!s->db) return KILN_OK; /* a mix counts the draws up to the cursor at its next read */
   int rc = kiln_datum_db_seek(s->db, cursor);
   if (rc) return kiln_error_context(rc, "layer '%s' (Data): ", l->name);
   return KILN_OK;
@@ -551,7 +557,7 @@ static int data_fingerprint(kiln_layer *l, uint8_t digest[32], char *what, size_
   return KILN_OK;
 }
 
-static void data_destroy(kiln_layer *l) {
+void kiln_data_layer_destroy(kiln_layer *l) {
   data_state *s = l->priv;
   if (!s) return;
   stop_thread(s);
@@ -570,6 +576,10 @@ static void data_destroy(kiln_layer *l) {
     }
   free(s->slots);
   free(s->mean);
+  kiln_image_list_free(&s->list);
+  kiln_image_free(&s->image);
+  free(s->root);
+  free(s->file);
   kiln_record_order_free(&s->order);
   pthread_mutex_destroy(&s->mu);
   pthread_cond_destroy(&s->cv);
@@ -578,7 +588,8 @@ static void data_destroy(kiln_layer *l) {
 
 const kiln_layer_ops kiln_layer_data = {
     .type = "Data", .min_bottoms = 0, .max_bottoms = 0, .min_tops = 1, .max_tops = 2,
-    .is_data = true, .setup = data_setup, .reshape = data_reshape, .forward = data_forward,
-    .destroy = data_destroy, .get_cursor = data_get_cursor, .set_cursor = data_set_cursor,
+    .is_data = true, .setup = data_setup, .reshape = kiln_data_layer_reshape,
+    .forward = kiln_data_layer_forward, .destroy = kiln_data_layer_destroy,
+    .get_cursor = kiln_data_layer_get_cursor, .set_cursor = kiln_data_layer_set_cursor,
     .fingerprint = data_fingerprint,
 };

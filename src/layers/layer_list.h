@@ -8,6 +8,7 @@
  * includes this file, and undefines it. */
 KILN_LAYER("Input", kiln_layer_input)
 KILN_LAYER("Data", kiln_layer_data)
+KILN_LAYER("ImageData", kiln_layer_image_data)
 KILN_LAYER("TextData", kiln_layer_text_data)
 KILN_LAYER("Convolution", kiln_layer_convolution)
 KILN_LAYER("Pooling", kiln_layer_pooling)

@@ -10,7 +10,6 @@
 static const kiln_caffe_missing_layer missing[] = {
     {"HDF5Data", NULL, NULL}, /* hdf5_data_param is in the schema: the type is what is refused */
     {"HDF5Output", "hdf5_output_param", NULL},
-    {"ImageData", "image_data_param", NULL},
     {"MemoryData", "memory_data_param",
      "it is fed from C++ or Python code that links Caffe; with kiln, an Input layer takes data "
      "from the program that drives the net"},
@@ -18,8 +17,9 @@ static const kiln_caffe_missing_layer missing[] = {
      "kiln runs no Python layers: a Python layer's code lives outside the net file, and kiln is C "
      "with no Python interpreter inside; write the layer in C (docs/adding-a-layer.md)"},
     {"WindowData", "window_data_param",
-     "it crops R-CNN detection windows out of images listed in a window file, and kiln reads no "
-     "image files yet (ImageData is to come); convert the windows to an LMDB of crops"},
+     "it crops R-CNN detection windows out of images listed in a window file; cut the windows "
+     "into image files and list them for an ImageData layer, or convert them to an LMDB of "
+     "crops"},
     {NULL, NULL, NULL},
 };
 
