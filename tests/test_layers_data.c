@@ -2,7 +2,7 @@
  * others refilled each pass from the net's generator), its bad parameters. Data: batches in key
  * order with wrap-around, the transform ((x - mean) * scale, centre crop in TEST, random crop and
  * mirror in TRAIN), exact cursors for resume, its parameter errors, and the share each
- * data-parallel worker reads. */
+ * data-parallel worker reads. ImageData: a batch from a list of PNG files. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -693,6 +693,52 @@ static void test_keep_reshapes_the_net(void **state) {
   protobuf_c_message_free_unpacked(&np->base, NULL);
 }
 
+/* ---- ImageData (its decoding, shuffle, resume and shares: tests/test_images.c) ---------- */
+
+/* The records of the Data tests' database as PNG files (2-channel records: B and G planes of an
+ * image whose R plane is 0) in a list; one batch holds their pixels and labels, as Data does. */
+static void test_image_data_reads_a_list(void **state) {
+  (void)state;
+  char path[512], list[400];
+  snprintf(list, sizeof list, "%s/images.txt", dir);
+  FILE *f = fopen(list, "w");
+  assert_non_null(f);
+  for (int r = 0; r < 3; r++) {
+    uint8_t planes[3 * H * W] = {0};
+    for (int c = 0; c < C; c++)
+      for (int h = 0; h < H; h++)
+        for (int x = 0; x < W; x++) planes[(c * H + h) * W + x] = pixel(r, c, h, x);
+    uint8_t *png;
+    size_t len;
+    assert_int_equal(kiln_image_encode_png(planes, 3, H, W, &png, &len), KILN_OK);
+    snprintf(path, sizeof path, "%s/rec %d.png", dir, r);
+    assert_int_equal(kiln_write_file_atomic(path, png, len), KILN_OK);
+    free(png);
+    fprintf(f, "rec %d.png %d\n", r, 40 + r);
+  }
+  fclose(f);
+  char text[1200];
+  snprintf(text, sizeof text,
+           "name: 'img' type: 'ImageData' top: 'data' top: 'label' image_data_param { source: "
+           "'%s' root_folder: '%s/' batch_size: 2 } transform_param { scale: 2 }",
+           list, dir);
+  built b = build(text, TRAIN, NULL, 0, 2);
+  expect_shape(b.top[0], 4, SHAPE(2, 3, H, W));
+  for (int pass = 0; pass < 2; pass++) {
+    forward(&b);
+    for (int i = 0; i < 2; i++) {
+      const int r = (pass * 2 + i) % 3;
+      assert_true(b.top[1]->data[i] == 40 + r);
+      for (int c = 0; c < 3; c++)
+        for (int h = 0; h < H; h++)
+          for (int x = 0; x < W; x++)
+            assert_true(b.top[0]->data[((i * 3 + c) * H + h) * W + x] ==
+                        2.0f * (c < C ? pixel(r, c, h, x) : 0));
+    }
+  }
+  unbuild(&b);
+}
+
 /* Two groups: the Data tests share a database made once (make_db), DummyData needs none. */
 int main(void) {
   const struct CMUnitTest dummy_tests[] = {
@@ -714,6 +760,7 @@ int main(void) {
       cmocka_unit_test(test_last_batch_drop_and_keep),
       cmocka_unit_test(test_keep_reshapes_the_net),
       cmocka_unit_test(test_sharded_workers_deal_whole_batches),
+      cmocka_unit_test(test_image_data_reads_a_list),
   };
   int failed = cmocka_run_group_tests_name("DummyData", dummy_tests, NULL, NULL);
   failed += cmocka_run_group_tests_name("Data", data_tests, make_db, remove_db);

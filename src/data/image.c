@@ -73,7 +73,7 @@ static int check_size(const char *what, const char *whose, uint64_t h, uint64_t 
 typedef struct {
   struct jpeg_error_mgr mgr; /* first: libjpeg hands back a pointer to it */
   jmp_buf jump;
-  int code;
+  int code; /* -1: the library's failure (msg); else kiln's own, with its message set */
   char msg[JMSG_LENGTH_MAX];
 } jpeg_failure;
 
@@ -111,7 +111,7 @@ static void jpeg_scan_limit(j_common_ptr c) {
 static int decode_jpeg(const uint8_t *bytes, size_t n, kiln_image_color color, const char *what,
                        kiln_image *img) {
   struct jpeg_decompress_struct d;
-  jpeg_failure fail = {.code = KILN_ERR_DATA};
+  jpeg_failure fail = {.code = -1};
   struct jpeg_progress_mgr progress = {.progress_monitor = jpeg_scan_limit};
   d.err = jpeg_std_error(&fail.mgr);
   fail.mgr.error_exit = jpeg_fail_exit;
@@ -119,7 +119,7 @@ static int decode_jpeg(const uint8_t *bytes, size_t n, kiln_image_color color, c
   fail.mgr.output_message = jpeg_silent;
   if (setjmp(fail.jump)) {
     jpeg_destroy_decompress(&d);
-    if (fail.code != KILN_ERR_DATA) return fail.code; /* the message is set */
+    if (fail.code >= 0) return fail.code;
     return kiln_errorf(KILN_ERR_DATA, "%s: damaged JPEG image: %s", what, fail.msg);
   }
   jpeg_create_decompress(&d);
@@ -134,8 +134,10 @@ static int decode_jpeg(const uint8_t *bytes, size_t n, kiln_image_color color, c
                             what);
     longjmp(fail.jump, 1);
   }
-  if ((fail.code = check_size(what, "a JPEG image", d.image_height, d.image_width)))
+  if (check_size(what, "a JPEG image", d.image_height, d.image_width)) {
+    fail.code = KILN_ERR_INVALID; /* the message is set */
     longjmp(fail.jump, 1);
+  }
   const bool gray =
       color == KILN_IMAGE_GRAY || (color == KILN_IMAGE_AS_IS && d.num_components == 1);
   d.out_color_space = gray ? JCS_GRAYSCALE : JCS_EXT_BGR;
@@ -166,7 +168,7 @@ typedef struct {
   jmp_buf jump;
   const uint8_t *bytes;
   size_t n, off;
-  int code;
+  int code; /* -1: the library's failure (msg); else kiln's own, with its message set */
   char msg[256];
 } png_job;
 
@@ -190,7 +192,7 @@ static void png_read_mem(png_structp png, png_bytep out, size_t len) {
 
 static int decode_png(const uint8_t *bytes, size_t n, kiln_image_color color, const char *what,
                       kiln_image *img) {
-  png_job job = {.bytes = bytes, .n = n, .code = KILN_ERR_DATA};
+  png_job job = {.bytes = bytes, .n = n, .code = -1};
   png_structp png = png_create_read_struct(PNG_LIBPNG_VER_STRING, &job, png_fail, png_quiet);
   png_infop info = png ? png_create_info_struct(png) : NULL;
   if (!info) {
@@ -199,7 +201,7 @@ static int decode_png(const uint8_t *bytes, size_t n, kiln_image_color color, co
   }
   if (setjmp(job.jump)) {
     png_destroy_read_struct(&png, &info, NULL);
-    if (job.code != KILN_ERR_DATA) return job.code;
+    if (job.code >= 0) return job.code;
     return kiln_errorf(KILN_ERR_DATA, "%s: damaged PNG image: %s", what, job.msg);
   }
   png_set_read_fn(png, &job, png_read_mem);
@@ -208,7 +210,10 @@ static int decode_png(const uint8_t *bytes, size_t n, kiln_image_color color, co
   png_uint_32 w, h;
   int depth, type, interlace;
   png_get_IHDR(png, info, &w, &h, &depth, &type, &interlace, NULL, NULL);
-  if ((job.code = check_size(what, "a PNG image", h, w))) longjmp(job.jump, 1);
+  if (check_size(what, "a PNG image", h, w)) {
+    job.code = KILN_ERR_INVALID; /* the message is set */
+    longjmp(job.jump, 1);
+  }
   const uint64_t raw = (uint64_t)h * png_get_rowbytes(png, info);
   if (raw / PNG_MAX_RATIO > n) {
     job.code = kiln_errorf(KILN_ERR_DATA,
