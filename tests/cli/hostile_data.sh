@@ -99,7 +99,8 @@ lmdb_case "a record of 0 channels" zero_lmdb "zero_lmdb: record 0000000" "invali
 patched shape_lmdb "s/$D/\\x08\\x01\\x10\\x02\\x18\\x08\\x22\\x10/"
 lmdb_case "records of two shapes" shape_lmdb "shape_lmdb: record 0000000" "differs from the earlier records'"
 patched enc_lmdb "s/($D.{16})\\x28./\$1\\x38\\x01/s"
-lmdb_case "an encoded record" enc_lmdb "enc_lmdb: record 0000000" "encoded images"
+lmdb_case "an encoded record whose bytes are no image" enc_lmdb "enc_lmdb: record 0000000" \
+  "not a PNG or JPEG image"
 patched datum_lmdb "s/$D/\\x08\\x01\\x10\\x04\\x18\\x04\\x22\\x7f/"
 lmdb_case "a record that is no Datum" datum_lmdb "datum_lmdb: record 0000000" "not a Datum"
 mkdir -p empty_lmdb
