@@ -9,8 +9,9 @@
  * every epoch's end and skips rand_skip lines at random; kiln shuffles each epoch from (seed,
  * epoch), which needs no saved state to resume exactly, and ignores rand_skip, as its Data layer
  * does. A list line without a label, or with one that is not a whole number, is refused (Caffe
- * reads label 0 or stops reading the list there), and so are image_data_param's deprecated
- * transformation fields (Caffe 1.0 ignores them). */
+ * reads label 0 or stops reading the list there). image_data_param's old transformation fields
+ * are moved into transform_param when a net file is read (src/proto/upgrade.c), as
+ * data_param's are; a layer built from a message that still holds one refuses it. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -74,8 +75,8 @@ static int image_data_setup(kiln_layer *l) {
                     : p->has_crop_size ? "crop_size" : p->has_mirror ? "mirror" : NULL;
   if (old)
     return KILN_LAYER_ERROR(l, KILN_ERR_INVALID,
-                            "image_data_param.%s is Caffe's deprecated copy of transform_param's, "
-                            "which Caffe 1.0 ignores: set it in transform_param",
+                            "image_data_param.%s is the old place of transform_param's field: set "
+                            "it in transform_param",
                             old);
   if ((p->new_height > 0) != (p->new_width > 0))
     return KILN_LAYER_ERROR(l, KILN_ERR_INVALID,

@@ -5,8 +5,8 @@
  *     with their "padding" layers folded into the convolution or pooling they feed;
  *   - V1 layers (`layers { type: CONVOLUTION blobs_lr: 1 ... }`) to `layer { type:
  *     "Convolution" param { lr_mult: 1 } ... }`;
- *   - the data transformation fields once in data_param (scale, mean_file, crop_size, mirror) to
- *     transform_param;
+ *   - the data transformation fields once in data_param and image_data_param (scale, mean_file,
+ *     crop_size, mirror) to transform_param;
  *   - a solver's `solver_type` enum to its `type` string.
  * Messages are rebuilt with malloc'd fields, so protobuf_c_message_free_unpacked frees old and new
  * alike; what moves from an old message to a new one is unlinked from the old first. */
@@ -307,6 +307,7 @@ static int v1_to_layer(Caffe__V1LayerParameter *v, Caffe__LayerParameter **out, 
   MOVE(l->dummy_data_param, v->dummy_data_param);
   MOVE(l->eltwise_param, v->eltwise_param);
   MOVE(l->hdf5_data_param, v->hdf5_data_param);
+  MOVE(l->image_data_param, v->image_data_param);
   MOVE(l->inner_product_param, v->inner_product_param);
   MOVE(l->lrn_param, v->lrn_param);
   MOVE(l->pooling_param, v->pooling_param);
@@ -328,25 +329,33 @@ static int v1_to_layer(Caffe__V1LayerParameter *v, Caffe__LayerParameter **out, 
   return KILN_OK;
 }
 
-/* data_param's old transformation fields into transform_param (Caffe's
- * UpgradeNetDataTransformation); a field set in both is refused. */
+/* The old transformation fields of data_param or image_data_param (`d`, named `what`; both
+ * messages spell them alike) into transform_param (Caffe's UpgradeNetDataTransformation); a
+ * field set in both places is refused. */
+#define UPGRADE_TRANSFORM(l, d, what, source)                                                      \
+  do {                                                                                             \
+    if (!(d) || !((d)->has_scale || (d)->mean_file || (d)->has_crop_size || (d)->has_mirror))      \
+      break;                                                                                       \
+    if (!(l)->transform_param &&                                                                   \
+        !((l)->transform_param = new_message(&caffe__transformation_parameter__descriptor)))       \
+      return oom(source);                                                                          \
+    Caffe__TransformationParameter *t = (l)->transform_param;                                      \
+    if (((d)->has_scale && t->has_scale) || ((d)->mean_file && t->mean_file) ||                    \
+        ((d)->has_crop_size && t->has_crop_size) || ((d)->has_mirror && t->has_mirror))            \
+      return kiln_errorf(KILN_ERR_PARSE,                                                           \
+                         "%s: layer '%s' sets a transformation both in " what " (the old place) "  \
+                         "and in transform_param",                                                 \
+                         source, (l)->name ? (l)->name : "");                                      \
+    if ((d)->has_scale) t->scale = (d)->scale, t->has_scale = 1, (d)->has_scale = 0;               \
+    if ((d)->mean_file) MOVE(t->mean_file, (d)->mean_file);                                        \
+    if ((d)->has_crop_size)                                                                        \
+      t->crop_size = (d)->crop_size, t->has_crop_size = 1, (d)->has_crop_size = 0;                 \
+    if ((d)->has_mirror) t->mirror = (d)->mirror, t->has_mirror = 1, (d)->has_mirror = 0;          \
+  } while (0)
+
 static int upgrade_data_transform(Caffe__LayerParameter *l, const char *source) {
-  Caffe__DataParameter *d = l->data_param;
-  if (!d || !(d->has_scale || d->mean_file || d->has_crop_size || d->has_mirror)) return KILN_OK;
-  if (!l->transform_param &&
-      !(l->transform_param = new_message(&caffe__transformation_parameter__descriptor)))
-    return oom(source);
-  Caffe__TransformationParameter *t = l->transform_param;
-  if ((d->has_scale && t->has_scale) || (d->mean_file && t->mean_file) ||
-      (d->has_crop_size && t->has_crop_size) || (d->has_mirror && t->has_mirror))
-    return kiln_errorf(KILN_ERR_PARSE,
-                       "%s: layer '%s' sets a transformation both in data_param (the old place) "
-                       "and in transform_param",
-                       source, l->name ? l->name : "");
-  if (d->has_scale) t->scale = d->scale, t->has_scale = 1, d->has_scale = 0;
-  if (d->mean_file) MOVE(t->mean_file, d->mean_file);
-  if (d->has_crop_size) t->crop_size = d->crop_size, t->has_crop_size = 1, d->has_crop_size = 0;
-  if (d->has_mirror) t->mirror = d->mirror, t->has_mirror = 1, d->has_mirror = 0;
+  UPGRADE_TRANSFORM(l, l->data_param, "data_param", source);
+  UPGRADE_TRANSFORM(l, l->image_data_param, "image_data_param", source);
   return KILN_OK;
 }
 
@@ -383,7 +392,9 @@ int kiln_net_param_upgrade(Caffe__NetParameter *np, const char *source, bool *ch
   }
   for (size_t i = 0; i < np->n_layer; i++) {
     Caffe__DataParameter *d = np->layer[i]->data_param;
+    Caffe__ImageDataParameter *m = np->layer[i]->image_data_param;
     any |= d && (d->has_scale || d->mean_file || d->has_crop_size || d->has_mirror);
+    any |= m && (m->has_scale || m->mean_file || m->has_crop_size || m->has_mirror);
     KILN_TRY(upgrade_data_transform(np->layer[i], source));
   }
   if (changed) *changed = any;

@@ -1,8 +1,8 @@
 # Images through the `kiln` command: PNG files (RGB, gray and palette ones, written here with
 # Python's zlib) in a list train a small net through an ImageData layer, and through Data layers
 # on the raw and the encoded LMDBs that `kiln convert images` makes of the same list; with the
-# same seed and no shuffle the three trainings end with the same weights, bit for bit. Then
-# clean errors: a list line without a label, a truncated image met while training, a damaged
+# same seed and no shuffle the three trainings end with the same weights, bit for bit. A V1
+# net's IMAGE_DATA layer is upgraded on load. Then clean errors: a list line without a label, a truncated image met while training, a damaged
 # image in a conversion (nothing left behind), bad options.
 source "$(dirname "$0")/lib.bash"
 cd "$WORK"
@@ -114,6 +114,24 @@ PY
 "$KILN" compare-weights list_iter_12.caffemodel raw_iter_12.caffemodel >/dev/null && pass ||
   fail "compare-weights: ImageData against Data"
 grep -q "error\|nan" train_list.log && fail "ImageData training log: $(cat train_list.log)" || pass
+
+# A V1 net's IMAGE_DATA layer, its transformation in image_data_param (the old place), is
+# upgraded on load: an ImageData layer cropping to 6 x 6.
+cat > v1img.prototxt <<NET
+name: "v1"
+layers { name: "d" type: IMAGE_DATA top: "data" top: "label"
+  image_data_param { source: "list.txt" root_folder: "imgs/" batch_size: 5 crop_size: 6
+    mirror: true scale: 0.00390625 } }
+layers { name: "ip" type: INNER_PRODUCT bottom: "data" top: "ip"
+  inner_product_param { num_output: 4 } }
+layers { name: "loss" type: SOFTMAX_LOSS bottom: "ip" bottom: "label" top: "loss" }
+NET
+"$KILN" describe --model v1img.prototxt 2>&1 | grep -Eq '^d +ImageData +5x3x6x6 ' && pass ||
+  fail "V1 IMAGE_DATA: $("$KILN" describe --model v1img.prototxt 2>&1)"
+"$KILN" upgrade v1img.prototxt v1img_up.prototxt >/dev/null 2>&1 &&
+  [ "$(grep -c crop_size v1img_up.prototxt)" = 1 ] &&
+  grep -A4 transform_param v1img_up.prototxt | grep -q 'crop_size: 6' && pass ||
+  fail "kiln upgrade of a V1 IMAGE_DATA net: $(cat v1img_up.prototxt)"
 
 # Clean errors, each naming the file and the line.
 printf 'img00.png 0\nimg01.png\n' > nolabel.txt
