@@ -199,6 +199,17 @@ static int v0_to_v1(Caffe__V1LayerParameter *v, const char *source, int index) {
     if (o->has_cropsize) d->crop_size = o->cropsize, d->has_crop_size = 1;
     if (o->has_mirror) d->mirror = o->mirror, d->has_mirror = 1;
   }
+  /* HDF5Data took `source` and `batchsize` from the V0 layer too, and HDF5Output kept its block */
+  if (type == CAFFE__V1_LAYER_PARAMETER__LAYER_TYPE__HDF5_DATA && (o->source || o->has_batchsize)) {
+    if (!v->hdf5_data_param &&
+        !(v->hdf5_data_param = new_message(&caffe__hdf5_data_parameter__descriptor)))
+      return oom(source);
+    if (o->source) MOVE(v->hdf5_data_param->source, o->source);
+    if (o->has_batchsize)
+      v->hdf5_data_param->batch_size = o->batchsize, v->hdf5_data_param->has_batch_size = 1;
+  }
+  if (o->hdf5_output_param && type == CAFFE__V1_LAYER_PARAMETER__LAYER_TYPE__HDF5_OUTPUT)
+    MOVE(v->hdf5_output_param, o->hdf5_output_param);
   if (o->has_concat_dim && type == CAFFE__V1_LAYER_PARAMETER__LAYER_TYPE__CONCAT) {
     if (!v->concat_param && !(v->concat_param = new_message(&caffe__concat_parameter__descriptor)))
       return oom(source);
@@ -307,6 +318,7 @@ static int v1_to_layer(Caffe__V1LayerParameter *v, Caffe__LayerParameter **out, 
   MOVE(l->dummy_data_param, v->dummy_data_param);
   MOVE(l->eltwise_param, v->eltwise_param);
   MOVE(l->hdf5_data_param, v->hdf5_data_param);
+  MOVE(l->hdf5_output_param, v->hdf5_output_param);
   MOVE(l->image_data_param, v->image_data_param);
   MOVE(l->inner_product_param, v->inner_product_param);
   MOVE(l->lrn_param, v->lrn_param);
