@@ -175,7 +175,7 @@ static const char *const config_vars[] = {
     "KILN_COMM_THREAD", "KILN_COMM_SHM", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE",
     "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK",
     "OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "OMP_NUM_THREADS", "KILN_DATA",
-    "XDG_DATA_HOME", "KILN_GIT_COMMIT", "HOME", "KILN_FAULT"};
+    "XDG_DATA_HOME", "KILN_GIT_COMMIT", "HOME", "KILN_FAULT", "KILN_HDF5_FILE_LIMIT"};
 enum { NCONFIG_VARS = sizeof config_vars / sizeof config_vars[0] };
 
 static void test_config_from_env(void **state) {
@@ -207,7 +207,9 @@ static void test_config_from_env(void **state) {
   setenv("OMP_NUM_THREADS", "4", 1);
   setenv("HOME", "/home/k", 1);
   setenv("KILN_GIT_COMMIT", "abc1234", 1);
+  setenv("KILN_HDF5_FILE_LIMIT", "1.5GiB", 1);
   assert_int_equal(kiln_config_from_env(&c), KILN_OK);
+  assert_true(c.hdf5_file_limit == 3ull << 29);
   assert_true(c.ref_engine && c.plain_layouts && c.unfused && c.conv_direct);
   assert_int_equal(c.dnnl_layout, KILN_DNNL_LAYOUT_NHWC);
   assert_int_equal(c.comm_thread_us, 50);
@@ -239,6 +241,21 @@ static void test_config_from_env(void **state) {
   assert_int_equal(c.launcher_rank, 0);
   assert_string_equal(c.data_dir, "/data");
   assert_string_equal(c.ce_db, "/xdg/kiln/ce.db");
+
+  /* a limit that is no size is refused, naming the variable; plain bytes and K are sizes */
+  setenv("KILN_HDF5_FILE_LIMIT", "4096", 1);
+  assert_int_equal(kiln_config_from_env(&c), KILN_OK);
+  assert_true(c.hdf5_file_limit == 4096);
+  setenv("KILN_HDF5_FILE_LIMIT", "64k", 1);
+  assert_int_equal(kiln_config_from_env(&c), KILN_OK);
+  assert_true(c.hdf5_file_limit == 65536);
+  const char *bad_limits[] = {"0", "-1M", "lots", "5 G", "2Q", "inf"};
+  for (size_t i = 0; i < sizeof bad_limits / sizeof bad_limits[0]; i++) {
+    setenv("KILN_HDF5_FILE_LIMIT", bad_limits[i], 1);
+    assert_int_equal(kiln_config_from_env(&c), KILN_ERR_INVALID);
+    assert_non_null(strstr(kiln_last_error(), "KILN_HDF5_FILE_LIMIT='"));
+  }
+  unsetenv("KILN_HDF5_FILE_LIMIT");
 
   /* a path that does not fit is refused, naming the variable */
   char big[KILN_CONFIG_PATH_MAX + 10];

@@ -53,6 +53,10 @@ typedef struct kiln_config {
   kiln_fault fault;
   int debug_slow_rank;    /* this rank sleeps debug_slow_ms after each iteration (0 ms: off) */
   double debug_slow_ms;
+  /* data (KILN_HDF5_FILE_LIMIT) */
+  uint64_t hdf5_file_limit; /* bytes one HDF5 data file may take in memory (its bytes and its
+                               values as floats); 0: a quarter of the memory available when the
+                               layer is set up (docs/formats.md, HDF5 data files) */
   /* places (KILN_DATA or HOME; XDG_DATA_HOME or HOME; KILN_GIT_COMMIT; PATH) */
   char data_dir[KILN_CONFIG_PATH_MAX]; /* the data set cache; "" when neither variable is set */
   char ce_db[KILN_CONFIG_PATH_MAX];    /* CE history's default database; "" as above */
@@ -63,8 +67,8 @@ typedef struct kiln_config {
 /* Compiled-in defaults: every switch off, no fault, no places known. */
 void kiln_config_init(kiln_config *c);
 const kiln_config *kiln_config_defaults(void);
-/* kiln_config_init, then the environment. A malformed KILN_FAULT is KILN_ERR_INVALID with a
- * message naming it; a malformed KILN_COMM_THREAD is logged as a warning and ignored, as is any
+/* kiln_config_init, then the environment. A malformed KILN_FAULT or KILN_HDF5_FILE_LIMIT is
+ * KILN_ERR_INVALID with a message naming it; a malformed KILN_COMM_THREAD is logged as a warning and ignored, as is any
  * unknown value of the other switches; a path longer than KILN_CONFIG_PATH_MAX - 1 is
  * KILN_ERR_INVALID. */
 int kiln_config_from_env(kiln_config *c);

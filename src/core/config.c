@@ -34,6 +34,29 @@ static int positive(const char *v) {
   return errno || *end || n < 1 || n > 1 << 30 ? 0 : (int)n;
 }
 
+/* A size in bytes, with an optional K, M, G or T (powers of 1024; "KiB", "MB" and the like are
+ * read alike): false for anything else, or 0. */
+static bool size_value(const char *v, uint64_t *out) {
+  char *end;
+  errno = 0;
+  double x = strtod(v, &end);
+  if (errno || end == v || !(x > 0)) return false;
+  int shifts = 0;
+  switch (*end) {
+    case 't': case 'T': shifts++; /* fall through */
+    case 'g': case 'G': shifts++; /* fall through */
+    case 'm': case 'M': shifts++; /* fall through */
+    case 'k': case 'K': shifts++; end++; break;
+    default: break;
+  }
+  for (int i = 0; i < shifts; i++) x *= 1024;
+  if (shifts && *end == 'i') end++;
+  if (*end == 'B' || *end == 'b') end++;
+  if (*end || x >= 18446744073709551616.0) return false;
+  *out = (uint64_t)x;
+  return *out > 0;
+}
+
 /* buf = a followed by b (NULL: nothing); an error naming `var` when it does not fit. */
 static int place(char *buf, size_t n, const char *var, const char *a, const char *b) {
   int w = snprintf(buf, n, "%s%s", a, b ? b : "");
@@ -84,6 +107,11 @@ int kiln_config_from_env(kiln_config *c) {
   c->omp_threads = positive(env("OMP_NUM_THREADS"));
 
   KILN_TRY(kiln_fault_parse(env(KILN_FAULT_ENV), &c->fault));
+
+  const char *lim = env("KILN_HDF5_FILE_LIMIT");
+  if (lim && !size_value(lim, &c->hdf5_file_limit))
+    return kiln_errorf(KILN_ERR_INVALID,
+                       "KILN_HDF5_FILE_LIMIT='%s' is not a size in bytes (e.g. 512M, 4G)", lim);
 
   const char *home = env("HOME"), *v;
   if ((v = env("KILN_DATA")))
