@@ -11,7 +11,7 @@
 #include "tool.h"
 
 static int convert_usage(void) {
-  fprintf(stderr, "usage: kiln convert idx IMAGES LABELS OUT_LMDB\n"
+  fprintf(stderr, "usage: kiln convert idx IMAGES LABELS OUT_LMDB|OUT.h5\n"
                   "       kiln convert text TEXT... OUT_VOCAB [--level char|word] [--lowercase]\n"
                   "                         [--min-count K] [--max-size V] [--pairs source|target]\n"
                   "       kiln convert cifar10 ARCHIVE_OR_DIR OUT_LMDB [--test]\n"
@@ -231,7 +231,11 @@ int cmd_convert(int argc, char **argv) {
     return convert_cifar(argc, argv);
   if (argc != 5 || strcmp(argv[1], "idx") != 0) return convert_usage();
   uint64_t n = 0;
-  if (kiln_convert_idx_to_lmdb(argv[2], argv[3], argv[4], &n)) return tool_fail("convert");
+  /* an output named *.h5 is an HDF5 data file (HDF5Data), anything else an LMDB (Data) */
+  const size_t len = strlen(argv[4]);
+  const bool h5 = len > 3 && !strcmp(argv[4] + len - 3, ".h5");
+  if ((h5 ? kiln_convert_idx_to_h5 : kiln_convert_idx_to_lmdb)(argv[2], argv[3], argv[4], &n))
+    return tool_fail("convert");
   printf("wrote %llu records to %s\n", (unsigned long long)n, argv[4]);
   return 0;
 }

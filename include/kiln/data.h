@@ -187,6 +187,61 @@ int kiln_convert_idx_to_lmdb(const char *images_path, const char *labels_path, c
  * the record's key (the reader's check). `n_records` may be NULL. */
 int kiln_compute_mean(const char *db_path, const char *out_path, uint64_t *n_records);
 
+/* ---- HDF5 data files (Caffe's HDF5Data layer source) ------------------------------------- */
+
+/* A file holds datasets of numbers (integer or floating point, at most 8 bytes each) in its root
+ * group, whose first axis counts the records: dataset "data" of shape N x 3 x 32 x 32 holds N
+ * records of 3 x 32 x 32 values. Read as float (docs/formats.md, "HDF5 data files"). */
+#define KILN_H5DATA_MAX_SETS 16 /* datasets read from one file */
+
+typedef struct kiln_h5data_shape {
+  int naxes;                   /* 1 .. KILN_MAX_AXES */
+  int64_t dims[KILN_MAX_AXES]; /* dims[0]: the records */
+} kiln_h5data_shape;
+
+/* Values in one record: the product of dims[1 ..] (1 for a dataset of one axis). */
+int64_t kiln_h5data_record_size(const kiln_h5data_shape *s);
+
+/* The shapes of datasets names[0 .. n) of the file at `path`, checked, reading only the file's
+ * metadata: each is present (a dataset of the root group, not a link elsewhere), holds numbers,
+ * has 1 to KILN_MAX_AXES axes and at least one record, and is stored inside the file itself
+ * (no external or virtual storage, no bytes past the file's end); all hold the same number of
+ * records. With `limit` (bytes, 0: none), the file's size plus its values as floats must not
+ * exceed it (KILN_ERR_NOMEM, saying so). Errors name the file and the dataset: KILN_ERR_IO
+ * (missing, not a regular file), KILN_ERR_PARSE (not HDF5, truncated, damaged), KILN_ERR_DATA
+ * (a dataset missing or not as above). *bytes (may be NULL) gets the file's size. */
+int kiln_h5data_inspect(const char *path, int n, const char *const *names, uint64_t limit,
+                        kiln_h5data_shape *shapes, uint64_t *bytes);
+/* The same for a file image in memory (`name` names it in messages). */
+int kiln_h5data_inspect_image(const void *image, size_t len, const char *name, int n,
+                              const char *const *names, uint64_t limit,
+                              kiln_h5data_shape *shapes);
+/* Reads the whole file into memory, checks it as kiln_h5data_inspect does, and reads dataset i
+ * converted to float into dst[i], which has room for room[i] values (a dataset holding more is
+ * KILN_ERR_DATA). Every value must be finite and within float's range (KILN_ERR_NUMERIC naming
+ * the file, the dataset and the record). The file's bytes are refused against `limit` before
+ * they are read. */
+int kiln_h5data_load(const char *path, int n, const char *const *names, uint64_t limit,
+                     kiln_h5data_shape *shapes, float *const *dst, const uint64_t *room);
+/* The same on a file image in memory, which is only read (in place, not copied). */
+int kiln_h5data_load_image(const void *image, size_t len, const char *name, int n,
+                           const char *const *names, uint64_t limit, kiln_h5data_shape *shapes,
+                           float *const *dst, const uint64_t *room);
+/* Adds to `h` the file's size and `samples` runs of 64 bytes spread evenly over it, the first at
+ * its start and the last at its end: a fingerprint of a data file that reads little of it. */
+int kiln_h5data_sample(const char *path, int samples, kiln_sha256_ctx *h);
+/* Writes datasets names[0 .. n) of little-endian floats, dataset i of shapes[i] holding data[i],
+ * as a new HDF5 file at `path`: made in memory, then written whole through a temporary name and
+ * a rename, so no partial file ever carries the name. */
+int kiln_h5data_write(const char *path, int n, const char *const *names,
+                      const kiln_h5data_shape *shapes, const float *const *data);
+/* Converts an images IDX (N x H x W) and a labels IDX (N) into an HDF5 data file: "data" of
+ * N x 1 x H x W floats (the pixel values, 0 to 255) and "label" of N floats, the records that
+ * kiln_convert_idx_to_lmdb writes as Datum records, in the same order. Refuses
+ * (KILN_ERR_INVALID) when `out_path` exists. `n_written` may be NULL. */
+int kiln_convert_idx_to_h5(const char *images_path, const char *labels_path, const char *out_path,
+                           uint64_t *n_written);
+
 /* ---- the data set cache ------------------------------------------------------------------ */
 
 /* The configuration's data set cache (kiln_config.data_dir: $KILN_DATA if set and non-empty,

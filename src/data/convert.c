@@ -1,7 +1,7 @@
 /* `kiln convert` for MNIST-style data and image lists: an images IDX and a labels IDX, or the
  * PNG and JPEG files of a list, become an LMDB of Datum records with the keys and layout of
  * Caffe's convert_mnist_data and convert_imageset, so Caffe's Data layer and kiln's read the
- * result alike. */
+ * result alike; or the IDX pair an HDF5 data file of the same records, for HDF5Data. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/stat.h>
@@ -10,51 +10,79 @@
 #include "kiln/data.h"
 #include "kiln/proto.h"
 
-int kiln_convert_idx_to_lmdb(const char *images_path, const char *labels_path, const char *out_path,
-                             uint64_t *n_written) {
-  if (n_written) *n_written = 0;
+/* The images and labels IDX files, checked as a set of records: N x H x W images and N labels,
+ * N > 0. *out_path must not exist (checked before reading the inputs, which may take a while;
+ * the writers check again). */
+static int read_idx_pair(const char *images_path, const char *labels_path, const char *out_path,
+                         kiln_idx *images, kiln_idx *labels) {
   struct stat st;
-  /* Checked before reading the inputs, which may take a while; the writer checks again. */
   if (stat(out_path, &st) == 0)
     return kiln_errorf(KILN_ERR_INVALID,
                        "%s: already exists; remove it or choose another output path", out_path);
-
-  kiln_idx images, labels;
-  KILN_TRY(kiln_idx_read(images_path, &images));
-  int rc = kiln_idx_read(labels_path, &labels);
+  KILN_TRY(kiln_idx_read(images_path, images));
+  int rc = kiln_idx_read(labels_path, labels);
   if (rc) {
-    kiln_idx_free(&images);
+    kiln_idx_free(images);
     return rc;
   }
-  if (images.ndims != 3) {
+  if (images->ndims != 3) {
     rc = kiln_errorf(KILN_ERR_DATA, "%s: an images IDX needs 3 dimensions (N x H x W), found %d",
-                     images_path, images.ndims);
-    goto done;
-  }
-  if (labels.ndims != 1) {
+                     images_path, images->ndims);
+  } else if (labels->ndims != 1) {
     rc = kiln_errorf(KILN_ERR_DATA, "%s: a labels IDX needs 1 dimension (N), found %d", labels_path,
-                     labels.ndims);
-    goto done;
-  }
-  uint32_t n = images.dims[0], height = images.dims[1], width = images.dims[2];
-  if (labels.dims[0] != n) {
+                     labels->ndims);
+  } else if (labels->dims[0] != images->dims[0]) {
     rc = kiln_errorf(KILN_ERR_DATA, "%s holds %u images but %s holds %u labels", images_path,
-                     (unsigned)n, labels_path, (unsigned)labels.dims[0]);
-    goto done;
-  }
-  if (n == 0) { /* an LMDB of no records is one the Data layer refuses */
+                     (unsigned)images->dims[0], labels_path, (unsigned)labels->dims[0]);
+  } else if (images->dims[0] == 0) { /* a data set of no records is one the data layers refuse */
     rc = kiln_errorf(KILN_ERR_DATA, "%s: holds no images (its first dimension is 0)", images_path);
-    goto done;
+  } else if (images->dims[1] == 0 || images->dims[2] == 0) {
+    rc = kiln_errorf(KILN_ERR_DATA, "%s: images of %ux%u pixels", images_path,
+                     (unsigned)images->dims[1], (unsigned)images->dims[2]);
   }
-  if (height == 0 || width == 0) {
-    rc = kiln_errorf(KILN_ERR_DATA, "%s: images of %ux%u pixels", images_path, (unsigned)height,
-                     (unsigned)width);
-    goto done;
+  if (rc) {
+    kiln_idx_free(images);
+    kiln_idx_free(labels);
   }
-  rc = kiln_data_write_images(out_path, images_path, n, 8, 1, (int)height, (int)width, images.data,
-                              labels.data);
+  return rc;
+}
+
+int kiln_convert_idx_to_lmdb(const char *images_path, const char *labels_path, const char *out_path,
+                             uint64_t *n_written) {
+  if (n_written) *n_written = 0;
+  kiln_idx images, labels;
+  KILN_TRY(read_idx_pair(images_path, labels_path, out_path, &images, &labels));
+  uint32_t n = images.dims[0], height = images.dims[1], width = images.dims[2];
+  int rc = kiln_data_write_images(out_path, images_path, n, 8, 1, (int)height, (int)width,
+                                  images.data, labels.data);
   if (rc == KILN_OK && n_written) *n_written = n;
-done:
+  kiln_idx_free(&images);
+  kiln_idx_free(&labels);
+  return rc;
+}
+
+int kiln_convert_idx_to_h5(const char *images_path, const char *labels_path, const char *out_path,
+                           uint64_t *n_written) {
+  if (n_written) *n_written = 0;
+  kiln_idx images, labels;
+  KILN_TRY(read_idx_pair(images_path, labels_path, out_path, &images, &labels));
+  const uint32_t n = images.dims[0];
+  float *pixels = malloc(sizeof(float) * images.count);
+  float *label = malloc(sizeof(float) * n);
+  int rc = pixels && label ? KILN_OK : kiln_errorf(KILN_ERR_NOMEM, "%s: out of memory", images_path);
+  if (!rc) {
+    /* the values the Data layer makes of the same records' bytes (before its transform) */
+    for (size_t i = 0; i < images.count; i++) pixels[i] = (float)images.data[i];
+    for (uint32_t i = 0; i < n; i++) label[i] = (float)labels.data[i];
+    const char *const names[2] = {"data", "label"};
+    const kiln_h5data_shape shapes[2] = {
+        {.naxes = 4, .dims = {n, 1, images.dims[1], images.dims[2]}}, {.naxes = 1, .dims = {n}}};
+    const float *const data[2] = {pixels, label};
+    rc = kiln_h5data_write(out_path, 2, names, shapes, data);
+  }
+  if (rc == KILN_OK && n_written) *n_written = n;
+  free(pixels);
+  free(label);
   kiln_idx_free(&images);
   kiln_idx_free(&labels);
   return rc;
