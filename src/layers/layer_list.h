@@ -9,6 +9,8 @@
 KILN_LAYER("Input", kiln_layer_input)
 KILN_LAYER("Data", kiln_layer_data)
 KILN_LAYER("ImageData", kiln_layer_image_data)
+KILN_LAYER("HDF5Data", kiln_layer_hdf5_data)
+KILN_LAYER("HDF5Output", kiln_layer_hdf5_output)
 KILN_LAYER("TextData", kiln_layer_text_data)
 KILN_LAYER("Convolution", kiln_layer_convolution)
 KILN_LAYER("Pooling", kiln_layer_pooling)

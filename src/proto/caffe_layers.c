@@ -8,8 +8,6 @@
 #include "kiln/proto.h"
 
 static const kiln_caffe_missing_layer missing[] = {
-    {"HDF5Data", NULL, NULL}, /* hdf5_data_param is in the schema: the type is what is refused */
-    {"HDF5Output", NULL, NULL}, /* hdf5_output_param is in the schema too */
     {"MemoryData", "memory_data_param",
      "it is fed from C++ or Python code that links Caffe; with kiln, an Input layer takes data "
      "from the program that drives the net"},

@@ -1,0 +1,603 @@
+/* HDF5Data: batches of records from HDF5 files (Caffe's HDF5Data layer). `hdf5_data_param {
+ * source: LIST batch_size: N shuffle: B }`: LIST names the files (separated by white space, each
+ * path as given, as Caffe reads them), each top is read from the dataset of its name, and the
+ * datasets of a file hold one row per record (docs/formats.md, "HDF5 data files").
+ *
+ * Records are addressed by their position in an endless stream, as in the Data layer: pass
+ * p = position / S (S: the records of all files), and within a pass the files in the pass's
+ * order and each file's rows in order. Without shuffle both are the list's and the file's; with
+ * it, the files of pass p follow a permutation drawn from (seed, p) and the rows of file f in
+ * pass p one drawn from (seed, p, f): Caffe shuffles the files at each wrap and a file's rows at
+ * each load, and so does kiln, from the seed. Batches run on across files and wrap at the end of
+ * a pass, as in Caffe. So a cursor is one position, resume is exact, and data-parallel workers
+ * deal whole global batches (kiln_batch_stream) as in the Data layer.
+ *
+ * Set-up reads every file's metadata (its record count, and its records' shapes, checked against
+ * the first file's), not its data. Data flow through two threads started at the first forward:
+ *   - the loader reads whole files, one at a time, into the spare of two file buffers: while
+ *     the producer makes batches from one file, the next file of the walk is loaded;
+ *   - the producer fills the ring of `prefetch` batches from the current file, as the Data
+ *     layer's does.
+ * The buffers are sized for the largest file when the data start flowing: nothing is allocated
+ * per batch. */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kiln/data.h"
+#include "kiln/parallel.h"
+#include "layer_util.h"
+
+static const Caffe__HDF5DataParameter hdf5_defaults = CAFFE__HDF5_DATA_PARAMETER__INIT;
+
+/* Salts of the two kinds of draws, apart from each other and from the net's other streams. */
+#define FILE_SALT 0x6835666966696c65ULL
+#define ROW_SALT 0x683564726f77735fULL
+
+enum { MAX_TOPS = KILN_H5DATA_MAX_SETS, FINGERPRINT_SAMPLES = 16, NO_FILE = -1 };
+
+typedef struct {
+  char *path;
+  int line;      /* in the list */
+  uint64_t rows; /* records */
+  uint64_t bytes;
+} h5_file;
+
+/* One whole file in memory. */
+typedef struct {
+  int file;                 /* index in files; NO_FILE: empty */
+  uint64_t pass;            /* the pass `order` is drawn for */
+  float *data[MAX_TOPS];    /* rows x per[t] values each */
+  uint32_t *order;          /* shuffle: the file's row at each place in the pass; else NULL */
+} file_buf;
+
+typedef struct {
+  float *top[MAX_TOPS];
+} batch_slot;
+
+typedef struct {
+  char *list; /* the list's path, $KILN_DATA expanded */
+  h5_file *files;
+  int nfiles, ntop;
+  const char *names[MAX_TOPS];           /* the tops' names: the datasets read */
+  kiln_h5data_shape shape[MAX_TOPS];     /* the first file's: every file's records have these */
+  int64_t per[MAX_TOPS];                 /* values per record */
+  uint64_t total;                        /* records in a pass */
+  uint64_t max_rows, limit;
+  int batch;
+  bool shuffle;
+  uint64_t seed;
+  kiln_batch_stream stream;
+  int rank, nworkers;
+  /* the producer's walk: the file that the last record read came from */
+  kiln_record_order file_order; /* pass p's k-th file: index p * nfiles + k */
+  bool walked;
+  uint64_t walk_pass, walk_start; /* walk_start: the stream position of the file's first row */
+  int walk_k, walk_file;
+  /* the two file buffers: files[cur] is the producer's, the other the loader's */
+  file_buf buf[2];
+  int cur;
+  int want_file;            /* what the loader is asked to load next (NO_FILE: nothing) */
+  uint64_t want_pass;
+  int failed_file, fail_load_code;
+  char fail_load_msg[1024];
+  bool loader_running;
+  pthread_t loader;
+  pthread_cond_t lcv;
+  /* the prefetch ring, as the Data layer's */
+  int nslots;
+  batch_slot *slots;
+  int head, count, tail;
+  uint64_t fill_k, taken_k;
+  bool running, stop, failed;
+  int fail_code;
+  char fail_msg[1024];
+  pthread_t thread;
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+} h5_state;
+
+/* ---- the walk over files and rows ---------------------------------------------------------- */
+
+/* File `f`'s rows in pass `pass`: a permutation drawn from (seed, pass, f) with shuffle. */
+static void draw_order(const h5_state *s, file_buf *b, uint64_t pass) {
+  b->pass = pass;
+  if (!s->shuffle) return;
+  const uint32_t n = (uint32_t)s->files[b->file].rows;
+  kiln_rng r;
+  kiln_rng_seed(&r, s->seed ^ ROW_SALT, pass * (uint64_t)s->nfiles + (uint64_t)b->file + 1);
+  for (uint32_t j = 0; j < n; j++) b->order[j] = j;
+  for (uint32_t j = n - 1; j > 0; j--) { /* Fisher-Yates */
+    const uint32_t x = kiln_rng_below(&r, j + 1), t = b->order[j];
+    b->order[j] = b->order[x];
+    b->order[x] = t;
+  }
+}
+
+static int file_of(h5_state *s, uint64_t pass, int k, int *file) {
+  uint64_t index;
+  KILN_TRY(kiln_record_order_index(&s->file_order, pass * (uint64_t)s->nfiles + (uint64_t)k,
+                                   &index));
+  *file = (int)index;
+  return KILN_OK;
+}
+
+/* Moves the walk to the file holding stream position `pos`: on from where it stands within a
+ * pass (the producer's positions only grow between resets), from the pass's start otherwise. */
+static int walk_to(h5_state *s, uint64_t pos) {
+  if (s->walked && pos >= s->walk_start && pos - s->walk_start < s->files[s->walk_file].rows)
+    return KILN_OK;
+  if (!s->walked || pos < s->walk_start || pos / s->total != s->walk_pass) {
+    s->walk_pass = pos / s->total;
+    s->walk_start = s->walk_pass * s->total;
+    s->walk_k = 0;
+  } else {
+    s->walk_start += s->files[s->walk_file].rows;
+    s->walk_k++;
+  }
+  s->walked = false;
+  for (;; s->walk_k++) { /* pos lies in this pass, so some file of it holds it */
+    if (s->walk_k >= s->nfiles)
+      return kiln_errorf(KILN_ERR_INTERNAL, "record %llu lies past the files of its pass",
+                         (unsigned long long)pos);
+    KILN_TRY(file_of(s, s->walk_pass, s->walk_k, &s->walk_file));
+    if (pos - s->walk_start < s->files[s->walk_file].rows) break;
+    s->walk_start += s->files[s->walk_file].rows;
+  }
+  s->walked = true;
+  return KILN_OK;
+}
+
+/* ---- the loader ---------------------------------------------------------------------------- */
+
+static int load_file(h5_state *s, int f, uint64_t pass, file_buf *b) {
+  kiln_h5data_shape shapes[MAX_TOPS];
+  uint64_t room[MAX_TOPS];
+  for (int t = 0; t < s->ntop; t++) room[t] = s->max_rows * (uint64_t)s->per[t];
+  const h5_file *hf = &s->files[f];
+  KILN_TRY(kiln_h5data_load(hf->path, s->ntop, s->names, s->limit, shapes, b->data, room));
+  /* set-up's counts and shapes are what the cursor and the buffers stand on */
+  for (int t = 0; t < s->ntop; t++) {
+    bool same = shapes[t].naxes == s->shape[t].naxes && (uint64_t)shapes[t].dims[0] == hf->rows;
+    for (int i = 1; same && i < shapes[t].naxes; i++) same = shapes[t].dims[i] == s->shape[t].dims[i];
+    if (!same)
+      return kiln_errorf(KILN_ERR_DATA, "%s: dataset '%s' changed since the layer was set up "
+                         "(%llu records then); a data file must not change while it is read",
+                         hf->path, s->names[t], (unsigned long long)hf->rows);
+  }
+  b->file = f;
+  draw_order(s, b, pass);
+  return KILN_OK;
+}
+
+/* Loads whatever file is wanted into the spare buffer, one at a time, until stopped. */
+static void *loader(void *arg) {
+  h5_state *s = arg;
+  pthread_mutex_lock(&s->mu);
+  for (;;) {
+    while (!s->stop && (s->want_file == NO_FILE || s->buf[0].file == s->want_file ||
+                        s->buf[1].file == s->want_file || s->failed_file == s->want_file))
+      pthread_cond_wait(&s->lcv, &s->mu);
+    if (s->stop) break;
+    const int f = s->want_file;
+    const uint64_t pass = s->want_pass;
+    file_buf *b = &s->buf[1 - s->cur]; /* the producer swaps only to a loaded buffer */
+    b->file = NO_FILE;
+    pthread_mutex_unlock(&s->mu);
+    int rc = load_file(s, f, pass, b);
+    pthread_mutex_lock(&s->mu);
+    if (rc) {
+      b->file = NO_FILE;
+      s->failed_file = f;
+      s->fail_load_code = rc;
+      snprintf(s->fail_load_msg, sizeof s->fail_load_msg, "%s", kiln_last_error());
+    }
+    pthread_cond_broadcast(&s->lcv);
+  }
+  pthread_mutex_unlock(&s->mu);
+  return NULL;
+}
+
+/* Asks the loader for file f (its rows drawn for `pass`) unless a buffer holds it already. */
+static void want(h5_state *s, int f, uint64_t pass) {
+  pthread_mutex_lock(&s->mu);
+  if (s->buf[s->cur].file != f && s->buf[1 - s->cur].file != f && s->want_file != f) {
+    s->want_file = f;
+    s->want_pass = pass;
+    pthread_cond_broadcast(&s->lcv);
+  }
+  pthread_mutex_unlock(&s->mu);
+}
+
+/* Makes file f, its rows in pass `pass`'s order, the current buffer: it is already, or the loader
+ * has it or is asked for it and waited for. Then asks for the file after it in the walk.
+ * KILN_ERR_INTERNAL with s->stop set: stopped while waiting. */
+static int take_file(h5_state *s, int f, uint64_t pass) {
+  if (s->buf[s->cur].file != f) {
+    want(s, f, pass);
+    pthread_mutex_lock(&s->mu);
+    while (!s->stop && s->buf[1 - s->cur].file != f && s->failed_file != f)
+      pthread_cond_wait(&s->lcv, &s->mu);
+    int rc = KILN_OK;
+    if (s->stop) rc = kiln_errorf(KILN_ERR_INTERNAL, "stopped");
+    else if (s->buf[1 - s->cur].file != f) rc = kiln_errorf(s->fail_load_code, "%s", s->fail_load_msg);
+    else s->cur = 1 - s->cur;
+    if (!rc && s->want_file == f) s->want_file = NO_FILE; /* had, not to be loaded again */
+    pthread_mutex_unlock(&s->mu);
+    KILN_TRY(rc);
+  }
+  file_buf *b = &s->buf[s->cur];
+  if (b->pass != pass) draw_order(s, b, pass); /* the same file again, in another pass */
+  /* the next file of the walk, loaded while this one is read */
+  uint64_t next_pass = s->walk_pass;
+  int next_k = s->walk_k + 1, next;
+  if (next_k == s->nfiles) next_k = 0, next_pass++;
+  KILN_TRY(file_of(s, next_pass, next_k, &next));
+  if (next != f) want(s, next, next_pass);
+  return KILN_OK;
+}
+
+/* ---- the producer -------------------------------------------------------------------------- */
+
+static int fill_slot(h5_state *s, batch_slot *slot) {
+  const uint64_t global = s->fill_k * (uint64_t)s->nworkers + (uint64_t)s->rank;
+  int count;
+  const uint64_t start = kiln_batch_stream_start(&s->stream, global, &count);
+  for (int j = 0; j < count; j++) {
+    const uint64_t pos = start + (uint64_t)j;
+    KILN_TRY(walk_to(s, pos));
+    const file_buf *b = &s->buf[s->cur];
+    if (b->file != s->walk_file || b->pass != s->walk_pass) {
+      KILN_TRY(take_file(s, s->walk_file, s->walk_pass));
+      b = &s->buf[s->cur];
+    }
+    const uint64_t place = pos - s->walk_start, row = b->order ? b->order[place] : place;
+    for (int t = 0; t < s->ntop; t++)
+      memcpy(slot->top[t] + (size_t)j * (size_t)s->per[t], b->data[t] + row * (uint64_t)s->per[t],
+             sizeof(float) * (size_t)s->per[t]);
+  }
+  s->fill_k++;
+  return KILN_OK;
+}
+
+static void *producer(void *arg) {
+  h5_state *s = arg;
+  pthread_mutex_lock(&s->mu);
+  for (;;) {
+    while (!s->stop && s->count == s->nslots) pthread_cond_wait(&s->cv, &s->mu);
+    if (s->stop) break;
+    batch_slot *slot = &s->slots[s->tail];
+    pthread_mutex_unlock(&s->mu);
+    int rc = fill_slot(s, slot); /* the consumer never touches unfilled slots */
+    pthread_mutex_lock(&s->mu);
+    if (rc != KILN_OK) {
+      if (s->stop) break; /* stopped while waiting for the loader */
+      s->failed = true;
+      s->fail_code = rc;
+      snprintf(s->fail_msg, sizeof s->fail_msg, "%s", kiln_last_error());
+      pthread_cond_broadcast(&s->cv);
+      break;
+    }
+    s->tail = (s->tail + 1) % s->nslots;
+    s->count++;
+    pthread_cond_broadcast(&s->cv);
+  }
+  pthread_mutex_unlock(&s->mu);
+  return NULL;
+}
+
+/* The ring and the two file buffers, allocated when the data start flowing (counted in the
+ * net's memory plan at set-up: extra_bytes). */
+static int alloc_buffers(kiln_layer *l, h5_state *s) {
+  s->slots = calloc((size_t)s->nslots, sizeof *s->slots);
+  if (!s->slots) return kiln_errorf(KILN_ERR_NOMEM, "out of memory");
+  for (int i = 0; i < s->nslots; i++)
+    for (int t = 0; t < s->ntop; t++)
+      if (!(s->slots[i].top[t] = kiln_alloc(sizeof(float) * (size_t)s->per[t] * (size_t)s->batch)))
+        return KILN_LAYER_ERROR(l, KILN_ERR_NOMEM, "out of memory for %d prefetched batches of "
+                                "hdf5_data_param.batch_size %d", s->nslots, s->batch);
+  for (int k = 0; k < 2; k++) {
+    for (int t = 0; t < s->ntop; t++)
+      if (!(s->buf[k].data[t] = kiln_alloc(sizeof(float) * (size_t)s->per[t] * (size_t)s->max_rows)))
+        return KILN_LAYER_ERROR(l, KILN_ERR_NOMEM, "out of memory for two files of %llu records",
+                                (unsigned long long)s->max_rows);
+    if (s->shuffle && !(s->buf[k].order = malloc(sizeof(uint32_t) * (size_t)s->max_rows)))
+      return KILN_LAYER_ERROR(l, KILN_ERR_NOMEM, "out of memory");
+  }
+  return KILN_OK;
+}
+
+static void stop_threads(h5_state *s) {
+  if (!s->running && !s->loader_running) return;
+  pthread_mutex_lock(&s->mu);
+  s->stop = true;
+  pthread_cond_broadcast(&s->cv);
+  pthread_cond_broadcast(&s->lcv);
+  pthread_mutex_unlock(&s->mu);
+  if (s->running) pthread_join(s->thread, NULL);
+  if (s->loader_running) pthread_join(s->loader, NULL); /* after the file it may be loading */
+  s->running = s->loader_running = false;
+}
+
+static int start_threads(kiln_layer *l) {
+  h5_state *s = l->priv;
+  /* The share is fixed from the first batch on; TEST nets (rank 0's test passes) read it all. */
+  s->rank = 0;
+  s->nworkers = 1;
+  if (l->phase == CAFFE__PHASE__TRAIN && l->shard_count > 1) {
+    if (l->shard_rank < 0 || l->shard_rank >= l->shard_count)
+      return KILN_LAYER_ERROR(l, KILN_ERR_INVALID, "worker rank %d of %d", l->shard_rank,
+                              l->shard_count);
+    s->rank = l->shard_rank;
+    s->nworkers = l->shard_count;
+  }
+  if (!s->slots) KILN_TRY(alloc_buffers(l, s));
+  s->stop = s->failed = false;
+  s->head = s->tail = s->count = 0;
+  s->fill_k = s->taken_k; /* slots filled before a stop were dropped */
+  s->want_file = s->failed_file = NO_FILE; /* the buffers keep what they hold */
+  if (pthread_create(&s->loader, NULL, loader, s) != 0)
+    return KILN_LAYER_ERROR(l, KILN_ERR_INTERNAL, "cannot start the file loading thread");
+  s->loader_running = true;
+  if (pthread_create(&s->thread, NULL, producer, s) != 0) {
+    stop_threads(s);
+    return KILN_LAYER_ERROR(l, KILN_ERR_INTERNAL, "cannot start the prefetch thread");
+  }
+  s->running = true;
+  return KILN_OK;
+}
+
+/* ---- set-up -------------------------------------------------------------------------------- */
+
+/* The files the list names: white-space separated paths, as Caffe reads them (`>>` into a
+ * string), each as given (relative to the working folder) or in the data set cache
+ * ($KILN_DATA/...). */
+static int read_list(kiln_layer *l, h5_state *s, const char *given) {
+  char path[4096];
+  KILN_TRY(kiln_data_source_path(l->config, given, path, sizeof path));
+  if (!(s->list = strdup(path))) return kiln_errorf(KILN_ERR_NOMEM, "out of memory");
+  char *text;
+  size_t len;
+  int rc = kiln_read_file_max(path, (size_t)64 << 20, &text, &len);
+  if (rc) return kiln_error_context(rc, "layer '%s' (HDF5Data): hdf5_data_param.source: ", l->name);
+  int cap = 0, line = 1;
+  for (char *p = text; !rc && *p;) {
+    if (*p == ' ' || *p == '\t' || *p == '\r' || *p == '\n' || *p == '\v' || *p == '\f') {
+      line += *p++ == '\n';
+      continue;
+    }
+    char *end = p;
+    while (*end && !strchr(" \t\r\n\v\f", *end)) end++;
+    char saved = *end;
+    *end = '\0';
+    if (s->nfiles == cap) {
+      cap = cap ? 2 * cap : 16;
+      h5_file *f = realloc(s->files, sizeof *f * (size_t)cap);
+      if (!f) rc = kiln_errorf(KILN_ERR_NOMEM, "out of memory");
+      else s->files = f;
+    }
+    if (!rc) rc = kiln_data_source_path(l->config, p, path, sizeof path);
+    if (!rc) {
+      h5_file *f = &s->files[s->nfiles];
+      *f = (h5_file){.path = strdup(path), .line = line};
+      if (!f->path) rc = kiln_errorf(KILN_ERR_NOMEM, "out of memory");
+      else s->nfiles++;
+    }
+    *end = saved;
+    p = end;
+  }
+  free(text);
+  if (rc) return kiln_error_context(rc, "layer '%s' (HDF5Data): %s, line %d: ", l->name, s->list,
+                                    line);
+  if (s->nfiles == 0)
+    return KILN_LAYER_ERROR(l, KILN_ERR_INVALID, "%s names no HDF5 files (a list of paths, one a "
+                            "line)", s->list);
+  return KILN_OK;
+}
+
+static const char *shape_text(const kiln_h5data_shape *sh, char *buf, size_t n) {
+  size_t used = 0;
+  buf[0] = '\0';
+  for (int i = 1; i < sh->naxes && used + 1 < n; i++) {
+    int w = snprintf(buf + used, n - used, "%s%lld", i > 1 ? "x" : "", (long long)sh->dims[i]);
+    used = w < 0 ? used : used + (size_t)w;
+  }
+  if (sh->naxes == 1) snprintf(buf, n, "single values");
+  return buf;
+}
+
+/* Every file's metadata: its records, and its records' shapes against the first file's. */
+static int inspect_files(kiln_layer *l, h5_state *s) {
+  for (int i = 0; i < s->nfiles; i++) {
+    h5_file *f = &s->files[i];
+    kiln_h5data_shape shapes[MAX_TOPS];
+    int rc = kiln_h5data_inspect(f->path, s->ntop, s->names, s->limit, shapes, &f->bytes);
+    if (rc)
+      return kiln_error_context(rc, "layer '%s' (HDF5Data): %s, line %d: ", l->name, s->list,
+                                f->line);
+    for (int t = 0; t < s->ntop && i > 0; t++) {
+      bool same = shapes[t].naxes == s->shape[t].naxes;
+      for (int k = 1; same && k < shapes[t].naxes; k++) same = shapes[t].dims[k] == s->shape[t].dims[k];
+      char a[128], b[128];
+      if (!same)
+        return KILN_LAYER_ERROR(l, KILN_ERR_SHAPE,
+                                "%s: dataset '%s' holds records of %s, %s (the first file) of %s: "
+                                "every file's records have one shape",
+                                f->path, s->names[t], shape_text(&shapes[t], a, sizeof a),
+                                s->files[0].path, shape_text(&s->shape[t], b, sizeof b));
+    }
+    if (i == 0)
+      for (int t = 0; t < s->ntop; t++) {
+        s->shape[t] = shapes[t];
+        s->per[t] = kiln_h5data_record_size(&shapes[t]);
+      }
+    f->rows = (uint64_t)shapes[0].dims[0];
+    if (s->shuffle && f->rows > UINT32_MAX)
+      return KILN_LAYER_ERROR(l, KILN_ERR_UNSUPPORTED, "%s: shuffle of more than 2^32 records in "
+                              "one file", f->path);
+    s->total += f->rows;
+    if (f->rows > s->max_rows) s->max_rows = f->rows;
+  }
+  return KILN_OK;
+}
+
+static int hdf5_data_setup(kiln_layer *l) {
+  const Caffe__HDF5DataParameter *p = KILN_PARAM_OR(l->lp->hdf5_data_param, hdf5_defaults);
+  h5_state *s = calloc(1, sizeof *s);
+  if (!s) return kiln_errorf(KILN_ERR_NOMEM, "out of memory");
+  l->priv = s;
+  pthread_mutex_init(&s->mu, NULL);
+  pthread_cond_init(&s->cv, NULL);
+  pthread_cond_init(&s->lcv, NULL);
+  s->buf[0].file = s->buf[1].file = NO_FILE;
+  if (!p->source || !p->source[0])
+    return KILN_LAYER_ERROR(l, KILN_ERR_INVALID, "hdf5_data_param.source is required (a text file "
+                            "naming the HDF5 files)");
+  if (!p->has_batch_size || p->batch_size == 0)
+    return KILN_LAYER_ERROR(l, KILN_ERR_INVALID, "hdf5_data_param.batch_size must be set and > 0");
+  if (l->lp->transform_param)
+    return KILN_LAYER_ERROR(l, KILN_ERR_UNSUPPORTED, "HDF5Data does not transform its data (Caffe "
+                            "refuses transform_param here too): store the values as they are to "
+                            "be used, or transform them with layers after this one");
+  if (p->prefetch > 64)
+    return KILN_LAYER_ERROR(l, KILN_ERR_INVALID, "hdf5_data_param.prefetch %u is more than 64 "
+                            "batches", p->prefetch);
+  if ((int)l->lp->n_top != l->ntop)
+    return KILN_LAYER_ERROR(l, KILN_ERR_INVALID, "%d tops given for the %zu named", l->ntop,
+                            l->lp->n_top);
+  s->ntop = l->ntop;
+  for (int t = 0; t < s->ntop; t++) s->names[t] = l->lp->top[t];
+  s->batch = (int)p->batch_size;
+  s->shuffle = p->shuffle;
+  s->seed = l->seed;
+  s->nworkers = 1;
+  s->nslots = p->prefetch > 0 ? (int)p->prefetch : 1;
+  /* Two files are in memory at once, and a third's bytes while it loads: a quarter of what is
+   * available keeps them, and the net, inside it. */
+  s->limit = l->config->hdf5_file_limit ? l->config->hdf5_file_limit : kiln_mem_available() / 4;
+  KILN_TRY(read_list(l, s, p->source));
+  KILN_TRY(inspect_files(l, s));
+  uint64_t max_bytes = 0;
+  for (int i = 0; i < s->nfiles; i++)
+    if (s->files[i].bytes > max_bytes) max_bytes = s->files[i].bytes;
+  s->stream = (kiln_batch_stream){.base = 0, .size = s->total, .batch = s->batch,
+                                  .last_batch = KILN_LAST_BATCH_WRAP};
+  s->file_order = (kiln_record_order){.seed = s->seed ^ FILE_SALT, .size = (uint64_t)s->nfiles,
+                                      .shuffle = s->shuffle};
+  /* Counted here (the net's memory plan refuses a net that would not fit, before anything is
+   * allocated): the ring, the two file buffers, and the bytes of a file while it loads. */
+  double per = 0;
+  for (int t = 0; t < s->ntop; t++) per += (double)s->per[t];
+  const double bytes = 4.0 * per * s->batch * s->nslots +
+                       2.0 * (4.0 * per + (s->shuffle ? 4 : 0)) * (double)s->max_rows +
+                       (double)max_bytes;
+  if (bytes > 9e18)
+    return KILN_LAYER_ERROR(l, KILN_ERR_INVALID, "hdf5_data_param.batch_size %d of these records "
+                            "does not fit in memory", s->batch);
+  l->extra_bytes = (int64_t)bytes;
+  return KILN_OK;
+}
+
+static int hdf5_data_reshape(kiln_layer *l) {
+  h5_state *s = l->priv;
+  for (int t = 0; t < s->ntop; t++) {
+    int64_t shape[KILN_MAX_AXES];
+    shape[0] = s->batch;
+    for (int i = 1; i < s->shape[t].naxes; i++) shape[i] = s->shape[t].dims[i];
+    KILN_TRY(kiln_blob_reshape(l->top[t], s->shape[t].naxes, shape));
+  }
+  return KILN_OK;
+}
+
+static int hdf5_data_forward(kiln_layer *l) {
+  h5_state *s = l->priv;
+  if (!s->running) KILN_TRY(start_threads(l));
+  pthread_mutex_lock(&s->mu);
+  while (s->count == 0 && !s->failed) pthread_cond_wait(&s->cv, &s->mu);
+  if (s->count == 0 && s->failed) {
+    int code = s->fail_code;
+    pthread_mutex_unlock(&s->mu);
+    return kiln_error_context(kiln_errorf(code, "%s", s->fail_msg), "layer '%s' (HDF5Data): ",
+                              l->name);
+  }
+  batch_slot *slot = &s->slots[s->head];
+  pthread_mutex_unlock(&s->mu);
+  for (int t = 0; t < s->ntop; t++)
+    memcpy(l->top[t]->data, slot->top[t], sizeof(float) * (size_t)l->top[t]->count);
+  pthread_mutex_lock(&s->mu);
+  s->taken_k++;
+  s->head = (s->head + 1) % s->nslots;
+  s->count--;
+  pthread_cond_broadcast(&s->cv);
+  pthread_mutex_unlock(&s->mu);
+  return KILN_OK;
+}
+
+/* Where the global stream stands after round taken_k (as the Data layer's). */
+static uint64_t hdf5_data_get_cursor(kiln_layer *l) {
+  h5_state *s = l->priv;
+  if (s->taken_k == 0) return s->stream.base;
+  return kiln_batch_stream_end(&s->stream, s->taken_k * (uint64_t)s->nworkers - 1);
+}
+
+static int hdf5_data_set_cursor(kiln_layer *l, uint64_t cursor) {
+  h5_state *s = l->priv;
+  stop_threads(s);
+  s->head = s->tail = s->count = 0;
+  s->stream.base = cursor;
+  s->fill_k = s->taken_k = 0;
+  s->walked = false;
+  return KILN_OK;
+}
+
+/* The files' sizes, record counts and FINGERPRINT_SAMPLES runs of bytes spread over each. */
+static int hdf5_data_fingerprint(kiln_layer *l, uint8_t digest[32], char *what, size_t n) {
+  h5_state *s = l->priv;
+  if (s->running)
+    return KILN_LAYER_ERROR(l, KILN_ERR_INVALID, "fingerprint asked for after the first forward");
+  kiln_sha256_ctx h;
+  kiln_sha256_init(&h);
+  for (int i = 0; i < s->nfiles; i++) {
+    uint8_t rows[8];
+    for (int k = 0; k < 8; k++) rows[k] = (uint8_t)(s->files[i].rows >> (8 * k));
+    kiln_sha256_update(&h, rows, sizeof rows);
+    int rc = kiln_h5data_sample(s->files[i].path, FINGERPRINT_SAMPLES, &h);
+    if (rc) return kiln_error_context(rc, "layer '%s' (HDF5Data): ", l->name);
+  }
+  kiln_sha256_final(&h, digest);
+  snprintf(what, n, "%s (%d HDF5 file%s, %llu records, compared by their sizes, record counts "
+           "and %d runs of 64 bytes spread over each)", s->list, s->nfiles,
+           s->nfiles == 1 ? "" : "s", (unsigned long long)s->total, FINGERPRINT_SAMPLES);
+  return KILN_OK;
+}
+
+static void hdf5_data_destroy(kiln_layer *l) {
+  h5_state *s = l->priv;
+  if (!s) return;
+  stop_threads(s);
+  for (int i = 0; i < s->nfiles; i++) free(s->files[i].path);
+  free(s->files);
+  free(s->list);
+  if (s->slots)
+    for (int i = 0; i < s->nslots; i++)
+      for (int t = 0; t < s->ntop; t++) kiln_free(s->slots[i].top[t]);
+  free(s->slots);
+  for (int k = 0; k < 2; k++) {
+    for (int t = 0; t < s->ntop; t++) kiln_free(s->buf[k].data[t]);
+    free(s->buf[k].order);
+  }
+  kiln_record_order_free(&s->file_order);
+  pthread_mutex_destroy(&s->mu);
+  pthread_cond_destroy(&s->cv);
+  pthread_cond_destroy(&s->lcv);
+  free(s);
+}
+
+const kiln_layer_ops kiln_layer_hdf5_data = {
+    .type = "HDF5Data", .min_bottoms = 0, .max_bottoms = 0, .min_tops = 1, .max_tops = MAX_TOPS,
+    .is_data = true, .setup = hdf5_data_setup, .reshape = hdf5_data_reshape,
+    .forward = hdf5_data_forward, .destroy = hdf5_data_destroy,
+    .get_cursor = hdf5_data_get_cursor, .set_cursor = hdf5_data_set_cursor,
+    .fingerprint = hdf5_data_fingerprint,
+};
