@@ -13,7 +13,11 @@
  *     name for the same open file, and a layer's loader thread opens images while the solver
  *     writes snapshots and other layers load theirs;
  *   - a dataset stored in external files or a virtual dataset is refused: libhdf5 would open
- *     other files by the names inside the file.
+ *     other files by the names inside the file;
+ *   - compressed data (chunks through deflate, shuffle and fletcher32, what h5py writes; other
+ *     filters are refused) are checked chunk by chunk before libhdf5 reads them: libhdf5 1.10
+ *     reads past its own buffer when a chunk inflates to fewer bytes than a chunk holds (found
+ *     by fuzz_h5data), so every stored chunk is inflated here first and must give exactly that.
  * libhdf5's error printing is set per thread in its thread-safe build (Debian's): every entry
  * point silences it. */
 #include <errno.h>
@@ -26,6 +30,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #include "kiln/data.h"
 
@@ -274,6 +279,27 @@ static int check_dataset(const source *f, const char *name, kiln_h5data_shape *s
                                                : "of an unknown storage layout");
   const double need = (double)n * (double)fsize, len = (double)f->len;
   if (layout == H5D_CHUNKED) {
+    hid_t cp = H5Dget_create_plist(*d);
+    int nf = cp < 0 ? -1 : H5Pget_nfilters(cp);
+    for (int i = 0; i < nf; i++) {
+      unsigned flags, config;
+      size_t nvalues = 0;
+      char filter[64] = "";
+      const H5Z_filter_t id = H5Pget_filter2(cp, (unsigned)i, &flags, &nvalues, NULL,
+                                             sizeof filter, filter, &config);
+      if (id != H5Z_FILTER_DEFLATE && id != H5Z_FILTER_SHUFFLE && id != H5Z_FILTER_FLETCHER32) {
+        H5Pclose(cp);
+        filter[sizeof filter - 1] = '\0';
+        return kiln_errorf(KILN_ERR_UNSUPPORTED,
+                           "%s: dataset '%s' is stored through HDF5 filter %d (%s); kiln reads "
+                           "data compressed with deflate (gzip), shuffle and fletcher32 only",
+                           f->name, name, (int)id, filter[0] ? filter : "unnamed");
+      }
+    }
+    if (cp >= 0) H5Pclose(cp);
+    if (nf < 0 || nf > 32)
+      return kiln_errorf(KILN_ERR_PARSE, "%s: dataset '%s': its filters cannot be read", f->name,
+                         name);
     if (need > len * H5DATA_MAX_EXPANSION + (1 << 20))
       return kiln_errorf(KILN_ERR_DATA, "%s: dataset '%s' claims %llu values, more than a file "
                          "of %llu bytes holds", f->name, name, (unsigned long long)n,
@@ -352,8 +378,114 @@ static H5T_conv_ret_t conv_except(H5T_conv_except_t kind, hid_t src, hid_t dst, 
   return H5T_CONV_ABORT;
 }
 
+/* Inflates a deflate stream into out (room bytes): the bytes it gives, or -1 for a damaged
+ * stream or one that gives more than room. */
+static long inflate_all(const uint8_t *in, size_t len, uint8_t *out, size_t room) {
+  z_stream z;
+  memset(&z, 0, sizeof z);
+  if (inflateInit(&z) != Z_OK) return -1;
+  z.next_in = (Bytef *)in;
+  z.avail_in = (uInt)len;
+  z.next_out = out;
+  z.avail_out = (uInt)room;
+  const int status = inflate(&z, Z_FINISH);
+  const long got = status == Z_STREAM_END ? (long)z.total_out : -1;
+  inflateEnd(&z);
+  return got;
+}
+
+/* Every stored chunk of a chunked dataset lies inside the file and, through its filters in
+ * reverse (fletcher32 takes 4 bytes off, deflate inflates, shuffle keeps the size), gives exactly
+ * the chunk's bytes. libhdf5 1.10 copies a whole chunk out of whatever its filters returned, so a
+ * chunk that inflates short has it read past its buffer. */
+static int check_chunks(const source *f, hid_t d, const char *name, const kiln_h5data_shape *s) {
+  hid_t cp = H5Dget_create_plist(d);
+  hsize_t cdims[H5S_MAX_RANK];
+  const int crank = cp < 0 ? -1 : H5Pget_chunk(cp, H5S_MAX_RANK, cdims);
+  const int nf = cp < 0 ? -1 : H5Pget_nfilters(cp);
+  H5Z_filter_t ids[32];
+  for (int i = 0; i < nf && i < 32; i++) {
+    unsigned flags, config;
+    size_t nvalues = 0;
+    ids[i] = H5Pget_filter2(cp, (unsigned)i, &flags, &nvalues, NULL, 0, NULL, &config);
+  }
+  if (cp >= 0) H5Pclose(cp);
+  hid_t ft = H5Dget_type(d);
+  const size_t fsize = ft < 0 ? 0 : H5Tget_size(ft);
+  if (ft >= 0) H5Tclose(ft);
+  /* the chunk's bytes, and how many chunks the dataset's grid has */
+  double chunk = (double)fsize, grid = 1;
+  for (int i = 0; i < crank; i++) {
+    chunk *= (double)cdims[i];
+    if (cdims[i]) grid *= ceil((double)s->dims[i] / (double)cdims[i]);
+  }
+  hsize_t nchunks = 0;
+  hid_t space = H5Dget_space(d); /* libhdf5 1.10.8 takes no H5S_ALL here */
+  if (space < 0 || crank != s->naxes || nf < 0 || nf > 32 || chunk < 1 ||
+      chunk > (double)(1u << 30) || H5Dget_num_chunks(d, space, &nchunks) < 0 ||
+      (double)nchunks > grid) {
+    if (space >= 0) H5Sclose(space);
+    return kiln_errorf(KILN_ERR_PARSE, "%s: dataset '%s': its chunks are damaged", f->name, name);
+  }
+  const size_t chunk_bytes = (size_t)chunk, room = chunk_bytes + 4 * (size_t)nf;
+  uint8_t *raw = NULL, *a = NULL, *b = NULL;
+  int rc = KILN_OK;
+  if (nf > 0 && (!(a = malloc(room)) || !(b = malloc(room))))
+    rc = kiln_errorf(KILN_ERR_NOMEM, "%s: out of memory", f->name);
+  for (hsize_t c = 0; c < nchunks && !rc; c++) {
+    hsize_t offset[H5S_MAX_RANK];
+    unsigned mask = 0;
+    haddr_t addr = HADDR_UNDEF;
+    hsize_t size = 0;
+    if (H5Dget_chunk_info(d, space, c, offset, &mask, &addr, &size) < 0 || addr == HADDR_UNDEF ||
+        (double)addr + (double)size > (double)f->len || (nf == 0 && size != chunk_bytes)) {
+      rc = kiln_errorf(KILN_ERR_PARSE, "%s: dataset '%s': chunk %llu lies past the end of the "
+                       "file or is damaged", f->name, name, (unsigned long long)c);
+      break;
+    }
+    if (nf == 0) continue;
+    uint8_t *r = realloc(raw, size ? (size_t)size : 1);
+    uint32_t filters = 0;
+    if (!r) {
+      rc = kiln_errorf(KILN_ERR_NOMEM, "%s: out of memory", f->name);
+      break;
+    }
+    raw = r;
+    if (H5Dread_chunk(d, H5P_DEFAULT, offset, &filters, raw) < 0) {
+      rc = kiln_errorf(KILN_ERR_PARSE, "%s: dataset '%s': chunk %llu cannot be read", f->name,
+                       name, (unsigned long long)c);
+      break;
+    }
+    const uint8_t *at = raw;
+    long len = (long)size;
+    for (int i = nf - 1; i >= 0 && len >= 0; i--) {
+      if (filters & (1u << i)) continue; /* skipped for this chunk when it was written */
+      if (ids[i] == H5Z_FILTER_FLETCHER32) {
+        len = len >= 4 ? len - 4 : -1;
+      } else if (ids[i] == H5Z_FILTER_DEFLATE) {
+        uint8_t *to = at == a ? b : a;
+        len = inflate_all(at, (size_t)len, to, room);
+        at = to;
+      }
+    }
+    if (len != (long)chunk_bytes)
+      rc = kiln_errorf(KILN_ERR_PARSE, "%s: dataset '%s': chunk %llu decompresses to %s, not the "
+                       "chunk's %zu bytes (damaged)", f->name, name, (unsigned long long)c,
+                       len < 0 ? "nothing readable" : "another size", chunk_bytes);
+  }
+  H5Sclose(space);
+  free(raw);
+  free(a);
+  free(b);
+  return rc;
+}
+
 static int read_dataset(const source *f, hid_t d, const char *name, const kiln_h5data_shape *s,
                         uint64_t count, float *dst) {
+  hid_t cp = H5Dget_create_plist(d);
+  const bool chunked = cp >= 0 && H5Pget_layout(cp) == H5D_CHUNKED;
+  if (cp >= 0) H5Pclose(cp);
+  if (chunked) KILN_TRY(check_chunks(f, d, name, s));
   bool out_of_range = false;
   hid_t dxpl = H5Pcreate(H5P_DATASET_XFER);
   herr_t e = dxpl < 0 || H5Pset_type_conv_cb(dxpl, conv_except, &out_of_range) < 0
