@@ -100,13 +100,14 @@ typedef struct {
 
 /* ---- the walk over files and rows ---------------------------------------------------------- */
 
-/* File `f`'s rows in pass `pass`: a permutation drawn from (seed, pass, f) with shuffle. */
-static void draw_order(const h5_state *s, file_buf *b, uint64_t pass) {
+/* File f's rows in pass `pass` (b holds f): a permutation drawn from (seed, pass, f) with
+ * shuffle. */
+static void draw_order(const h5_state *s, file_buf *b, int f, uint64_t pass) {
   b->pass = pass;
   if (!s->shuffle) return;
-  const uint32_t n = (uint32_t)s->files[b->file].rows;
+  const uint32_t n = (uint32_t)s->files[f].rows;
   kiln_rng r;
-  kiln_rng_seed(&r, s->seed ^ ROW_SALT, pass * (uint64_t)s->nfiles + (uint64_t)b->file + 1);
+  kiln_rng_seed(&r, s->seed ^ ROW_SALT, pass * (uint64_t)s->nfiles + (uint64_t)f + 1);
   for (uint32_t j = 0; j < n; j++) b->order[j] = j;
   for (uint32_t j = n - 1; j > 0; j--) { /* Fisher-Yates */
     const uint32_t x = kiln_rng_below(&r, j + 1), t = b->order[j];
@@ -166,8 +167,7 @@ static int load_file(h5_state *s, int f, uint64_t pass, file_buf *b) {
                          "(%llu records then); a data file must not change while it is read",
                          hf->path, s->names[t], (unsigned long long)hf->rows);
   }
-  b->file = f;
-  draw_order(s, b, pass);
+  draw_order(s, b, f, pass); /* b->file is set under the lock by the loader */
   return KILN_OK;
 }
 
@@ -187,8 +187,8 @@ static void *loader(void *arg) {
     pthread_mutex_unlock(&s->mu);
     int rc = load_file(s, f, pass, b);
     pthread_mutex_lock(&s->mu);
+    if (!rc) b->file = f;
     if (rc) {
-      b->file = NO_FILE;
       s->failed_file = f;
       s->fail_load_code = rc;
       snprintf(s->fail_load_msg, sizeof s->fail_load_msg, "%s", kiln_last_error());
@@ -228,7 +228,7 @@ static int take_file(h5_state *s, int f, uint64_t pass) {
     KILN_TRY(rc);
   }
   file_buf *b = &s->buf[s->cur];
-  if (b->pass != pass) draw_order(s, b, pass); /* the same file again, in another pass */
+  if (b->pass != pass) draw_order(s, b, f, pass); /* the same file again, in another pass */
   /* the next file of the walk, loaded while this one is read */
   uint64_t next_pass = s->walk_pass;
   int next_k = s->walk_k + 1, next;
