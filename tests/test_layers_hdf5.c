@@ -70,7 +70,9 @@ static void write_records(const char *path, int rows, int first, hid_t data_type
   H5Fclose(f);
 }
 
-static void write_text(const char *path, const char *text) { write_plain(path, text, strlen(text)); }
+static void write_text(const char *path, const char *text) {
+  write_plain(path, text, strlen(text));
+}
 
 /* a.h5: ids 0-4, b.h5: 10-12, c.h5: 20-23, d.h5: 30-31 (of float, double and integer types). */
 enum { NA = 5, NB = 3, NC = 4, ND = 2 };
@@ -118,7 +120,8 @@ static int open_h5(h5layer *d, const char *list, const char *extra, int ntop, ui
            ntop == 3 ? "top: 'idx'" : "", list, extra);
   d->lp = gc_layer_param(text);
   d->ntop = ntop;
-  for (int t = 0; t < ntop; t++) d->top[t] = kiln_blob_new(t == 0 ? "data" : t == 1 ? "label" : "idx");
+  for (int t = 0; t < ntop; t++)
+    d->top[t] = kiln_blob_new(t == 0 ? "data" : t == 1 ? "label" : "idx");
   d->cfg = *kiln_test_config();
   d->cfg.hdf5_file_limit = 0;
   return kiln_layer_create(d->lp, TRAIN, NULL, 0, d->top, ntop, seed, &d->cfg, &d->l);
@@ -238,8 +241,8 @@ static void test_shuffle_per_pass_and_seed(void **state) {
  * mid-file, across files and the wrap, with and without shuffle. */
 static void test_resume_mid_file(void **state) {
   (void)state;
-  const char *cases[] = {"batch_size: 3", "batch_size: 3 shuffle: true", "batch_size: 5 prefetch: 1",
-                         "batch_size: 4 shuffle: true prefetch: 2"};
+  const char *cases[] = {"batch_size: 3", "batch_size: 3 shuffle: true",
+                         "batch_size: 5 prefetch: 1", "batch_size: 4 shuffle: true prefetch: 2"};
   for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
     for (int skip = 1; skip <= 4; skip++) {
       h5layer a, b;
@@ -647,7 +650,8 @@ static void test_compressed_chunks(void **state) {
   float data[ROWS * PER], label[ROWS];
   float *dst[2] = {data, label};
   const uint64_t room[2] = {ROWS * PER, ROWS};
-  if (kiln_h5data_load(at("gz.h5"), 2, names, 0, shapes, dst, room)) fail_msg("%s", kiln_last_error());
+  if (kiln_h5data_load(at("gz.h5"), 2, names, 0, shapes, dst, room))
+    fail_msg("%s", kiln_last_error());
   for (int i = 0; i < ROWS * PER; i++) assert_true(data[i] == (float)v[i]);
 
   /* chunk 0 of 2 x 2 x 3 floats (48 bytes) stored as a deflate stream of 20 */
@@ -689,19 +693,21 @@ static void test_compressed_chunks(void **state) {
                  "deflate (gzip), shuffle and fletcher32 only");
 }
 
-/* Written whole, read back the same; two files of one name in memory at once do not mix. */
+/* Written whole, read back the same; a folder that is not there is an error naming the file. */
 static void test_writer_round_trip(void **state) {
   (void)state;
   float a[6] = {1, 2, 3, 4, 5, 6}, b[2] = {7, 8};
   const char *names[2] = {"data", "label"};
-  const kiln_h5data_shape shapes[2] = {{.naxes = 4, .dims = {2, 3, 1, 1}}, {.naxes = 1, .dims = {2}}};
+  const kiln_h5data_shape shapes[2] = {{.naxes = 4, .dims = {2, 3, 1, 1}},
+                                       {.naxes = 1, .dims = {2}}};
   const float *data[2] = {a, b};
   assert_int_equal(kiln_h5data_write(at("w.h5"), 2, names, shapes, data), KILN_OK);
   assert_false(exists(at("w.h5.tmp")));
   kiln_h5data_shape got[2];
   float ra[6], rb[2];
   float *dst[2] = {ra, rb};
-  assert_int_equal(kiln_h5data_load(at("w.h5"), 2, names, 0, got, dst, (uint64_t[]){6, 2}), KILN_OK);
+  assert_int_equal(kiln_h5data_load(at("w.h5"), 2, names, 0, got, dst, (uint64_t[]){6, 2}),
+                   KILN_OK);
   assert_int_equal(got[0].naxes, 4);
   assert_true(got[0].dims[1] == 3 && got[1].dims[0] == 2);
   assert_memory_equal(ra, a, sizeof a);

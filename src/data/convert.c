@@ -69,7 +69,8 @@ int kiln_convert_idx_to_h5(const char *images_path, const char *labels_path, con
   const uint32_t n = images.dims[0];
   float *pixels = malloc(sizeof(float) * images.count);
   float *label = malloc(sizeof(float) * n);
-  int rc = pixels && label ? KILN_OK : kiln_errorf(KILN_ERR_NOMEM, "%s: out of memory", images_path);
+  int rc =
+      pixels && label ? KILN_OK : kiln_errorf(KILN_ERR_NOMEM, "%s: out of memory", images_path);
   if (!rc) {
     /* the values the Data layer makes of the same records' bytes (before its transform) */
     for (size_t i = 0; i < images.count; i++) pixels[i] = (float)images.data[i];

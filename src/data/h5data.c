@@ -211,7 +211,8 @@ static const char *class_name(H5T_class_t c) {
 static int check_dataset(const source *f, const char *name, kiln_h5data_shape *shape,
                          uint64_t *count, hid_t *d) {
   *d = -1;
-  if (!name || !name[0]) return kiln_errorf(KILN_ERR_INVALID, "%s: a dataset name is empty", f->name);
+  if (!name || !name[0])
+    return kiln_errorf(KILN_ERR_INVALID, "%s: a dataset name is empty", f->name);
   /* In the root group, as Caffe finds them (H5LTfind_dataset); and a link of the file's own: a
    * soft or external link would send libhdf5 elsewhere, into other files by name. */
   H5L_info_t link;
@@ -230,7 +231,8 @@ static int check_dataset(const source *f, const char *name, kiln_h5data_shape *s
   hsize_t dims[H5S_MAX_RANK];
   if (sc == H5S_SCALAR || sc == H5S_NULL)
     rc = kiln_errorf(KILN_ERR_DATA, "%s: dataset '%s' holds %s, not records (its first axis "
-                     "counts them)", f->name, name, sc == H5S_SCALAR ? "a single value" : "nothing");
+                     "counts them)", f->name, name,
+                     sc == H5S_SCALAR ? "a single value" : "nothing");
   else if (rank < 0 || H5Sget_simple_extent_dims(space, dims, NULL) < 0)
     rc = kiln_errorf(KILN_ERR_PARSE, "%s: dataset '%s': its shape cannot be read", f->name, name);
   else if (rank < 1 || rank > KILN_MAX_AXES)
@@ -309,8 +311,8 @@ static int check_dataset(const source *f, const char *name, kiln_h5data_shape *s
   /* Compact and contiguous data must be there in full: libhdf5 copies a contiguous dataset's
    * bytes from where the file says they are without checking that against the file's end. */
   const haddr_t at = layout == H5D_CONTIGUOUS ? H5Dget_offset(*d) : 0;
-  if ((double)H5Dget_storage_size(*d) < need || (layout == H5D_CONTIGUOUS && (at == HADDR_UNDEF ||
-                                                                            (double)at + need > len)))
+  const bool outside = layout == H5D_CONTIGUOUS && (at == HADDR_UNDEF || (double)at + need > len);
+  if ((double)H5Dget_storage_size(*d) < need || outside)
     return kiln_errorf(KILN_ERR_DATA, "%s: dataset '%s' is cut short: its %llu values lie past "
                        "the end of the file (truncated or damaged)", f->name, name,
                        (unsigned long long)n);
@@ -559,7 +561,8 @@ int kiln_h5data_sample(const char *path, int samples, kiln_sha256_ctx *h) {
   enum { RUN = 64 };
   for (int s = 0; s < samples; s++) {
     /* evenly spread, the first at the start and the last at the end */
-    uint64_t at = size <= RUN || samples < 2 ? 0 : (size - RUN) / (uint64_t)(samples - 1) * (uint64_t)s;
+    uint64_t at =
+        size <= RUN || samples < 2 ? 0 : (size - RUN) / (uint64_t)(samples - 1) * (uint64_t)s;
     if (s == samples - 1 && size > RUN) at = size - RUN;
     uint8_t buf[RUN];
     ssize_t got = pread(fd, buf, RUN, (off_t)at);

@@ -161,7 +161,8 @@ static int load_file(h5_state *s, int f, uint64_t pass, file_buf *b) {
   /* set-up's counts and shapes are what the cursor and the buffers stand on */
   for (int t = 0; t < s->ntop; t++) {
     bool same = shapes[t].naxes == s->shape[t].naxes && (uint64_t)shapes[t].dims[0] == hf->rows;
-    for (int i = 1; same && i < shapes[t].naxes; i++) same = shapes[t].dims[i] == s->shape[t].dims[i];
+    for (int i = 1; same && i < shapes[t].naxes; i++)
+      same = shapes[t].dims[i] == s->shape[t].dims[i];
     if (!same)
       return kiln_errorf(KILN_ERR_DATA, "%s: dataset '%s' changed since the layer was set up "
                          "(%llu records then); a data file must not change while it is read",
@@ -221,7 +222,8 @@ static int take_file(h5_state *s, int f, uint64_t pass) {
       pthread_cond_wait(&s->lcv, &s->mu);
     int rc = KILN_OK;
     if (s->stop) rc = kiln_errorf(KILN_ERR_INTERNAL, "stopped");
-    else if (s->buf[1 - s->cur].file != f) rc = kiln_errorf(s->fail_load_code, "%s", s->fail_load_msg);
+    else if (s->buf[1 - s->cur].file != f)
+      rc = kiln_errorf(s->fail_load_code, "%s", s->fail_load_msg);
     else s->cur = 1 - s->cur;
     if (!rc && s->want_file == f) s->want_file = NO_FILE; /* had, not to be loaded again */
     pthread_mutex_unlock(&s->mu);
@@ -299,7 +301,8 @@ static int alloc_buffers(kiln_layer *l, h5_state *s) {
                                 "hdf5_data_param.batch_size %d", s->nslots, s->batch);
   for (int k = 0; k < 2; k++) {
     for (int t = 0; t < s->ntop; t++)
-      if (!(s->buf[k].data[t] = kiln_alloc(sizeof(float) * (size_t)s->per[t] * (size_t)s->max_rows)))
+      if (!(s->buf[k].data[t] =
+                kiln_alloc(sizeof(float) * (size_t)s->per[t] * (size_t)s->max_rows)))
         return KILN_LAYER_ERROR(l, KILN_ERR_NOMEM, "out of memory for two files of %llu records",
                                 (unsigned long long)s->max_rows);
     if (s->shuffle && !(s->buf[k].order = malloc(sizeof(uint32_t) * (size_t)s->max_rows)))
@@ -418,7 +421,8 @@ static int inspect_files(kiln_layer *l, h5_state *s) {
                                 f->line);
     for (int t = 0; t < s->ntop && i > 0; t++) {
       bool same = shapes[t].naxes == s->shape[t].naxes;
-      for (int k = 1; same && k < shapes[t].naxes; k++) same = shapes[t].dims[k] == s->shape[t].dims[k];
+      for (int k = 1; same && k < shapes[t].naxes; k++)
+        same = shapes[t].dims[k] == s->shape[t].dims[k];
       char a[128], b[128];
       if (!same)
         return KILN_LAYER_ERROR(l, KILN_ERR_SHAPE,
