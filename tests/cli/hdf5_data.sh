@@ -3,8 +3,8 @@
 # same seed and no shuffle (batches of 16 running across the files and wrapping: 3 passes) ends
 # with bit-identical weights; the HDF5 run resumed half-way ends the same, with and without
 # shuffle. HDF5Output writes a test pass's scores and labels, which read back (a net reading
-# them with HDF5Data finds the test's accuracy). Bad files are refused naming them; Caffe's V0
-# and V1 HDF5 layers upgrade.
+# them with HDF5Data finds the test's accuracy). Bad files, and a FIFO or a device in the list,
+# are refused naming them; Caffe's V0 and V1 HDF5 layers upgrade.
 source "$(dirname "$0")/lib.bash"
 cd "$WORK"
 
@@ -107,8 +107,8 @@ acc2=$("$KILN" test --model back.prototxt --iterations 4 2>back.log | sed -n 's/
 [ -n "$acc2" ] && [ "$acc1" = "$acc2" ] && pass \
   || fail "accuracy of the written scores '$acc2', of the test '$acc1': $(tail -n 3 back.log)"
 
-# bad files, refused naming them: a cut file, a list naming a missing one, a file of other
-# records
+# bad files, refused naming them: a cut file, a list naming a missing one, a file over the
+# allowance
 head -c 1000 a.h5 > cut.h5
 printf '%s\n' "$WORK/cut.h5" > cut.txt
 printf '%s\n%s\n' "$WORK/a.h5" "$WORK/missing.h5" > gone.txt
@@ -118,6 +118,15 @@ expect_refusal "truncated file" --want "layer 'd' (HDF5Data)" --want "$WORK/cut.
   --want "not a readable HDF5 file (corrupt or truncated)" -- "$KILN" describe --model cut.prototxt
 expect_refusal "missing file" --want "gone.txt, line 2" --want "$WORK/missing.h5: cannot open" \
   -- "$KILN" describe --model gone.prototxt
+# a FIFO and a device named in the list: refused at once, never read
+mkfifo pipe.h5
+printf '%s\n' "$WORK/pipe.h5" > pipe.txt
+printf '/dev/zero\n' > zero.txt
+for l in pipe zero; do
+  sed "s#$WORK/list.txt#$WORK/$l.txt#" h5.prototxt > $l.prototxt
+  expect_refusal "$l in the list" --timeout 10 --want "$l.txt, line 1" --want "not a regular file" \
+    -- "$KILN" describe --model $l.prototxt
+done
 KILN_HDF5_FILE_LIMIT=1K expect_refusal "over the allowance" --want "$WORK/a.h5" \
   --want "over the memory allowance of 1.0 KiB per HDF5 data file" -- "$KILN" describe --model h5.prototxt
 
