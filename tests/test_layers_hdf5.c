@@ -3,8 +3,9 @@
  * another order every pass, a file's records together), exact resume mid-file, workers dealing
  * whole global batches, the fingerprint, and bad input, each refused naming the file (and the
  * dataset). HDF5Output: the records of every forward, in Caffe's shapes, read back; written whole
- * under its name. The HDF5 data reader itself: conversions and the files it refuses. Test files
- * are written with libhdf5 directly. */
+ * under its name. The HDF5 data reader itself: conversions, compressed chunks, the files it
+ * refuses, and files that crash libhdf5 (read in a child process). Test files are written with
+ * libhdf5 directly. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -693,6 +694,41 @@ static void test_compressed_chunks(void **state) {
                  "deflate (gzip), shuffle and fletcher32 only");
 }
 
+/* Files on which libhdf5 1.10.8 itself crashes (a group's local heap, or its symbol table's
+ * node, claiming an impossible size; found by fuzz_h5data: tests/data/damaged-*.fuzz_h5data,
+ * the fuzzer's selector byte, then the file). Inspected and loaded in a child process, each is
+ * an error naming the file, and the test process lives on; so is the layer's set-up on it.
+ * Under AddressSanitizer the child reports and exits instead of dying by the signal; either
+ * way the file is called damaged. */
+static void test_libhdf5_crash_is_an_error(void **state) {
+  (void)state;
+  const char *root = getenv("KILN_SOURCE_DIR");
+  assert_non_null(root);
+  const char *inputs[2] = {"damaged-heap", "damaged-btree"};
+  for (int i = 0; i < 2; i++) {
+    char path[4096], *bytes;
+    size_t len;
+    snprintf(path, sizeof path, "%s/tests/data/%s.fuzz_h5data", root, inputs[i]);
+    assert_int_equal(kiln_read_file(path, &bytes, &len), KILN_OK);
+    assert_true(len > 1);
+    char name[64];
+    snprintf(name, sizeof name, "%s.h5", inputs[i]);
+    write_plain(at(name), bytes + 1, len - 1);
+    free(bytes);
+    const char *names[2] = {"data", "label"};
+    kiln_h5data_shape shapes[2];
+    float data[64], label[64];
+    float *dst[2] = {data, label};
+    assert_int_equal(kiln_h5data_inspect(at(name), 2, names, 0, shapes, NULL), KILN_ERR_PARSE);
+    expect_message(at(name), "the file is damaged", NULL);
+    assert_int_equal(kiln_h5data_load(at(name), 2, names, 0, shapes, dst, (uint64_t[]){64, 64}),
+                     KILN_ERR_PARSE);
+    expect_message(at(name), "the file is damaged", NULL);
+    expect_refused(at(name), NULL, NULL, 0, KILN_ERR_PARSE, at(name), "the file is damaged",
+                   "one.txt, line 1");
+  }
+}
+
 /* Written whole, read back the same; a folder that is not there is an error naming the file. */
 static void test_writer_round_trip(void **state) {
   (void)state;
@@ -837,6 +873,7 @@ int main(void) {
       cmocka_unit_test(test_bad_values_refused_when_loaded),
       cmocka_unit_test(test_reader_conversions_and_images),
       cmocka_unit_test(test_compressed_chunks),
+      cmocka_unit_test(test_libhdf5_crash_is_an_error),
       cmocka_unit_test(test_writer_round_trip),
       cmocka_unit_test(test_output_writes_every_forward),
       cmocka_unit_test(test_in_a_net),

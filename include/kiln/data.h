@@ -202,6 +202,11 @@ typedef struct kiln_h5data_shape {
 /* Values in one record: the product of dims[1 ..] (1 for a dataset of one axis). */
 int64_t kiln_h5data_record_size(const kiln_h5data_shape *s);
 
+/* The path functions below read in a child process, which sends its answer back through a pipe:
+ * a file that crashes libhdf5 itself (1.10.8 does on some damaged files) is KILN_ERR_PARSE naming
+ * it ("libhdf5 crashed reading it ...: the file is damaged"), not the end of the process. The
+ * _image functions read in this process (the fuzz target's way in). */
+
 /* The shapes of datasets names[0 .. n) of the file at `path`, checked, reading only the file's
  * metadata: each is present (a dataset of the root group, not a link elsewhere), holds numbers,
  * has 1 to KILN_MAX_AXES axes and at least one record, and is stored inside the file itself
@@ -216,9 +221,9 @@ int kiln_h5data_inspect(const char *path, int n, const char *const *names, uint6
 int kiln_h5data_inspect_image(const void *image, size_t len, const char *name, int n,
                               const char *const *names, uint64_t limit,
                               kiln_h5data_shape *shapes);
-/* Reads the whole file into memory, checks it as kiln_h5data_inspect does, and reads dataset i
- * converted to float into dst[i], which has room for room[i] values (a dataset holding more is
- * KILN_ERR_DATA). Every value must be finite and within float's range (KILN_ERR_NUMERIC naming
+/* Reads the whole file into memory (the child's), checks it as kiln_h5data_inspect does, and
+ * reads dataset i converted to float into dst[i], which has room for room[i] values (a dataset
+ * holding more is KILN_ERR_DATA). Every value must be finite and within float's range (KILN_ERR_NUMERIC naming
  * the file, the dataset and the record). The file's bytes are refused against `limit` before
  * they are read. */
 int kiln_h5data_load(const char *path, int n, const char *const *names, uint64_t limit,

@@ -66,6 +66,12 @@ int kiln_h5_read_state(const char *path, Caffe__SolverState **out);
 int kiln_h5_unpack_state(const void *image, size_t len, const char *name, Caffe__SolverState **out);
 /* Whether a path names an HDF5 snapshot (it ends in .h5). */
 bool kiln_h5_path(const char *path);
+/* The lock around libhdf5 in this process: kiln's code holds it while it calls libhdf5 here
+ * (writing a file) and while it forks a child to read one, so that no child is made while
+ * another thread is inside libhdf5 (it would inherit libhdf5's own lock held, and hang). A
+ * child never takes it. */
+void kiln_h5_lock(void);
+void kiln_h5_unlock(void);
 
 /* Binary protobuf files (.caffemodel, .solverstate, .binaryproto). */
 int kiln_proto_read_binary(const char *path, const ProtobufCMessageDescriptor *desc,

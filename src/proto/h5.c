@@ -18,6 +18,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 #include <errno.h>
+#include <pthread.h>
 #include <signal.h>
 
 #include "kiln/proto.h"
@@ -26,6 +27,16 @@
 #define H5_MAX_BLOBS (1 << 20)
 
 static void quiet(void) { H5Eset_auto2(H5E_DEFAULT, NULL, NULL); }
+
+/* Held by every thread of kiln's that calls libhdf5 in this process (the writers here and in
+ * src/data/h5data.c) and by a thread that forks a reader child, across the fork: a child forked
+ * while another thread is inside libhdf5 would inherit libhdf5's own lock held, by a thread the
+ * child does not have, and hang at its first call. HDF5Data's loader threads fork their readers
+ * while the main thread may be writing a snapshot. */
+static pthread_mutex_t h5_lock = PTHREAD_MUTEX_INITIALIZER;
+
+void kiln_h5_lock(void) { pthread_mutex_lock(&h5_lock); }
+void kiln_h5_unlock(void) { pthread_mutex_unlock(&h5_lock); }
 
 bool kiln_h5_path(const char *path) {
   size_t n = path ? strlen(path) : 0;
@@ -101,18 +112,24 @@ static void put_blob(writer *w, hid_t at, const char *name, const Caffe__BlobPro
   put_dataset(w, at, name, H5T_NATIVE_FLOAT, rank, dims, b->data ? (const void *)b->data : "");
 }
 
+/* Takes the lock (kiln_h5_lock), which finish() gives back; on failure it is given back here. */
 static int begin(writer *w, const char *path) {
+  kiln_h5_lock();
   quiet();
   w->path = path;
   w->rc = KILN_OK;
   hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
   if (fapl < 0 || H5Pset_fapl_core(fapl, 1 << 20, 0) < 0) {
     if (fapl >= 0) H5Pclose(fapl);
+    kiln_h5_unlock();
     return kiln_errorf(KILN_ERR_IO, "%s: cannot set up an HDF5 file in memory", path);
   }
   w->file = H5Fcreate("kiln-image.h5", H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
   H5Pclose(fapl);
-  if (w->file < 0) return kiln_errorf(KILN_ERR_IO, "%s: cannot create an HDF5 file in memory", path);
+  if (w->file < 0) {
+    kiln_h5_unlock();
+    return kiln_errorf(KILN_ERR_IO, "%s: cannot create an HDF5 file in memory", path);
+  }
   return KILN_OK;
 }
 
@@ -124,6 +141,7 @@ static int finish(writer *w) {
   if (!rc && (!image || H5Fget_file_image(w->file, image, (size_t)size) != size))
     rc = kiln_errorf(KILN_ERR_IO, "%s: cannot take the HDF5 file's image (%zd bytes)", w->path, size);
   H5Fclose(w->file);
+  kiln_h5_unlock();
   if (!rc) rc = kiln_write_file_atomic(w->path, image, (size_t)size);
   free(image);
   return rc;
@@ -545,17 +563,19 @@ static int isolated(image_reader fn, const ProtobufCMessageDescriptor *d, const 
   if (pipe(fds) != 0)
     return kiln_errorf(KILN_ERR_IO, "%s: cannot read it in a child process: pipe: %s", path,
                        strerror(errno));
+  kiln_h5_lock(); /* no other thread inside libhdf5 while the child is made */
   pid_t pid = fork();
+  if (pid == 0) {
+    close(fds[0]);
+    child_read(fds[1], fn, path, image, len);
+  }
+  kiln_h5_unlock();
   if (pid < 0) {
     int e = errno;
     close(fds[0]);
     close(fds[1]);
     return kiln_errorf(KILN_ERR_IO, "%s: cannot read it in a child process: fork: %s", path,
                        strerror(e));
-  }
-  if (pid == 0) {
-    close(fds[0]);
-    child_read(fds[1], fn, path, image, len);
   }
   close(fds[1]);
   /* all the child sends, until it closes its end */
