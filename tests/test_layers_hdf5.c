@@ -13,6 +13,7 @@
 #include <cmocka.h>
 #include <hdf5.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -729,6 +730,43 @@ static void test_libhdf5_crash_is_an_error(void **state) {
   }
 }
 
+/* A thread writing HDF5 files (as the main thread writes snapshots and HDF5Output's file) beside
+ * one reading them in child processes (as HDF5Data's loader does): no child is forked while the
+ * writer is inside libhdf5, where it would inherit libhdf5's lock held and hang. Each waits for
+ * the other's rounds to interleave; a hang shows as the test's timeout. */
+enum { ROUNDS = 100 };
+
+static void *write_rounds(void *arg) {
+  (void)arg;
+  float v[64];
+  for (int i = 0; i < 64; i++) v[i] = (float)i;
+  const char *names[2] = {"data", "label"};
+  const kiln_h5data_shape shapes[2] = {{.naxes = 2, .dims = {8, 7}}, {.naxes = 1, .dims = {8}}};
+  const float *data[2] = {v, v};
+  for (int r = 0; r < ROUNDS; r++)
+    if (kiln_h5data_write(at("busy.h5"), 2, names, shapes, data)) return (void *)1;
+  return NULL;
+}
+
+static void test_fork_beside_a_writer(void **state) {
+  (void)state;
+  pthread_t t;
+  assert_int_equal(pthread_create(&t, NULL, write_rounds, NULL), 0);
+  const char *names[3] = {"data", "label", "idx"};
+  kiln_h5data_shape shapes[3];
+  float data[NA * PER], label[NA], idx[NA];
+  float *dst[3] = {data, label, idx};
+  for (int r = 0; r < ROUNDS; r++) {
+    assert_int_equal(kiln_h5data_inspect(at("a.h5"), 3, names, 0, shapes, NULL), KILN_OK);
+    assert_int_equal(kiln_h5data_load(at("a.h5"), 3, names, 0, shapes, dst,
+                                      (uint64_t[]){NA * PER, NA, NA}), KILN_OK);
+  }
+  void *failed;
+  pthread_join(t, &failed);
+  assert_null(failed);
+  assert_true(label[NA - 1] == NA - 1);
+}
+
 /* Written whole, read back the same; a folder that is not there is an error naming the file. */
 static void test_writer_round_trip(void **state) {
   (void)state;
@@ -874,6 +912,7 @@ int main(void) {
       cmocka_unit_test(test_reader_conversions_and_images),
       cmocka_unit_test(test_compressed_chunks),
       cmocka_unit_test(test_libhdf5_crash_is_an_error),
+      cmocka_unit_test(test_fork_beside_a_writer),
       cmocka_unit_test(test_writer_round_trip),
       cmocka_unit_test(test_output_writes_every_forward),
       cmocka_unit_test(test_in_a_net),
