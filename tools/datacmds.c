@@ -264,10 +264,10 @@ static int ensure_debian_package(void) {
 }
 
 static int data_usage(void) {
-  fprintf(stderr, "usage: kiln data list\n"
-                  "       kiln data fetch fashion-mnist\n"
+  fprintf(stderr, "usage: kiln data fetch fashion-mnist\n"
                   "       kiln data fetch moby-dick|sotu|spam-assassin|cmudict [--from TARBALL]\n"
                   "       kiln data fetch cifar10|cifar100 --from ARCHIVE\n"
+                  "       kiln data list\n"
                   "       kiln data verify [NAME...]\n"
                   "       kiln data dir\n");
   return 2;
