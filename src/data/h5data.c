@@ -286,12 +286,23 @@ static int check_dataset(const source *f, const char *name, kiln_h5data_shape *s
   if (layout == H5D_CHUNKED) {
     hid_t cp = H5Dget_create_plist(*d);
     int nf = cp < 0 ? -1 : H5Pget_nfilters(cp);
+    bool deflated = false; /* in the order the filters were applied when writing */
     for (int i = 0; i < nf; i++) {
       unsigned flags, config;
       size_t nvalues = 0;
       char filter[64] = "";
       const H5Z_filter_t id = H5Pget_filter2(cp, (unsigned)i, &flags, &nvalues, NULL,
                                              sizeof filter, filter, &config);
+      /* deflate once, followed by fletcher32 alone (h5py's shuffle, deflate, fletcher32): the
+       * arrangements whose chunks check_chunks can follow */
+      if ((id == H5Z_FILTER_DEFLATE || id == H5Z_FILTER_SHUFFLE) && deflated) {
+        H5Pclose(cp);
+        return kiln_errorf(KILN_ERR_UNSUPPORTED,
+                           "%s: dataset '%s' applies %s after deflate; kiln reads deflate once, "
+                           "followed by fletcher32 alone", f->name, name,
+                           id == H5Z_FILTER_DEFLATE ? "deflate again" : "shuffle");
+      }
+      deflated |= id == H5Z_FILTER_DEFLATE;
       if (id != H5Z_FILTER_DEFLATE && id != H5Z_FILTER_SHUFFLE && id != H5Z_FILTER_FLETCHER32) {
         H5Pclose(cp);
         filter[sizeof filter - 1] = '\0';
@@ -385,26 +396,36 @@ static H5T_conv_ret_t conv_except(H5T_conv_except_t kind, hid_t src, hid_t dst, 
   return H5T_CONV_ABORT;
 }
 
-/* Inflates a deflate stream into out (room bytes): the bytes it gives, or -1 for a damaged
- * stream or one that gives more than room. */
-static long inflate_all(const uint8_t *in, size_t len, uint8_t *out, size_t room) {
+/* The bytes a deflate stream inflates to, counted through a small buffer (nothing is kept), or
+ * -1 for a damaged stream or one that ends without its end; counting stops past `most`. */
+static int64_t inflated_size(const uint8_t *in, size_t len, uint64_t most) {
   z_stream z;
   memset(&z, 0, sizeof z);
-  if (inflateInit(&z) != Z_OK) return -1;
+  if (len > UINT32_MAX || inflateInit(&z) != Z_OK) return -1;
   z.next_in = (Bytef *)in;
   z.avail_in = (uInt)len;
-  z.next_out = out;
-  z.avail_out = (uInt)room;
-  const int status = inflate(&z, Z_FINISH);
-  const long got = status == Z_STREAM_END ? (long)z.total_out : -1;
+  uint8_t scratch[1 << 14];
+  int64_t total = 0;
+  for (;;) {
+    z.next_out = scratch;
+    z.avail_out = sizeof scratch;
+    const int status = inflate(&z, Z_NO_FLUSH);
+    if (status != Z_OK && status != Z_STREAM_END) {
+      total = -1; /* damaged, or the input ran out before the stream's end */
+      break;
+    }
+    total += (int64_t)(sizeof scratch - z.avail_out);
+    if (status == Z_STREAM_END || (uint64_t)total > most) break;
+  }
   inflateEnd(&z);
-  return got;
+  return total;
 }
 
 /* Every stored chunk of a chunked dataset lies inside the file and, through its filters in
  * reverse (fletcher32 takes 4 bytes off, deflate inflates, shuffle keeps the size), gives exactly
  * the chunk's bytes. libhdf5 1.10 copies a whole chunk out of whatever its filters returned, so a
- * chunk that inflates short has it read past its buffer. */
+ * chunk that inflates short has it read past its buffer. The inflated bytes are counted, not
+ * kept: the check takes a chunk's stored bytes and 16 KiB, whatever a chunk declares. */
 static int check_chunks(const source *f, hid_t d, const char *name, const kiln_h5data_shape *s) {
   hid_t cp = H5Dget_create_plist(d);
   hsize_t cdims[H5S_MAX_RANK];
@@ -429,16 +450,14 @@ static int check_chunks(const source *f, hid_t d, const char *name, const kiln_h
   hsize_t nchunks = 0;
   hid_t space = H5Dget_space(d); /* libhdf5 1.10.8 takes no H5S_ALL here */
   if (space < 0 || crank != s->naxes || nf < 0 || nf > 32 || chunk < 1 ||
-      chunk > (double)(1u << 30) || H5Dget_num_chunks(d, space, &nchunks) < 0 ||
+      chunk > (double)((uint64_t)1 << 32) || H5Dget_num_chunks(d, space, &nchunks) < 0 ||
       (double)nchunks > grid) {
     if (space >= 0) H5Sclose(space);
     return kiln_errorf(KILN_ERR_PARSE, "%s: dataset '%s': its chunks are damaged", f->name, name);
   }
-  const size_t chunk_bytes = (size_t)chunk, room = chunk_bytes + 4 * (size_t)nf;
-  uint8_t *raw = NULL, *a = NULL, *b = NULL;
+  const uint64_t chunk_bytes = (uint64_t)chunk;
+  uint8_t *raw = NULL;
   int rc = KILN_OK;
-  if (nf > 0 && (!(a = malloc(room)) || !(b = malloc(room))))
-    rc = kiln_errorf(KILN_ERR_NOMEM, "%s: out of memory", f->name);
   for (hsize_t c = 0; c < nchunks && !rc; c++) {
     hsize_t offset[H5S_MAX_RANK];
     unsigned mask = 0;
@@ -451,7 +470,7 @@ static int check_chunks(const source *f, hid_t d, const char *name, const kiln_h
       break;
     }
     if (nf == 0) continue;
-    uint8_t *r = realloc(raw, size ? (size_t)size : 1);
+    uint8_t *r = realloc(raw, size ? (size_t)size : 1); /* within the file's bytes */
     uint32_t filters = 0;
     if (!r) {
       rc = kiln_errorf(KILN_ERR_NOMEM, "%s: out of memory", f->name);
@@ -463,27 +482,23 @@ static int check_chunks(const source *f, hid_t d, const char *name, const kiln_h
                        name, (unsigned long long)c);
       break;
     }
-    const uint8_t *at = raw;
-    long len = (long)size;
+    /* In reverse: fletcher32 before deflate only drops the checksum at the end, so deflate
+     * reads the stored bytes from the start (check_dataset allows no other arrangement). */
+    int64_t len = (int64_t)size;
     for (int i = nf - 1; i >= 0 && len >= 0; i--) {
       if (filters & (1u << i)) continue; /* skipped for this chunk when it was written */
-      if (ids[i] == H5Z_FILTER_FLETCHER32) {
-        len = len >= 4 ? len - 4 : -1;
-      } else if (ids[i] == H5Z_FILTER_DEFLATE) {
-        uint8_t *to = at == a ? b : a;
-        len = inflate_all(at, (size_t)len, to, room);
-        at = to;
-      }
+      if (ids[i] == H5Z_FILTER_FLETCHER32) len = len >= 4 ? len - 4 : -1;
+      else if (ids[i] == H5Z_FILTER_DEFLATE)
+        len = inflated_size(raw, (size_t)len, chunk_bytes + 4 * (uint64_t)nf);
     }
-    if (len != (long)chunk_bytes)
+    if (len != (int64_t)chunk_bytes)
       rc = kiln_errorf(KILN_ERR_PARSE, "%s: dataset '%s': chunk %llu decompresses to %s, not the "
-                       "chunk's %zu bytes (damaged)", f->name, name, (unsigned long long)c,
-                       len < 0 ? "nothing readable" : "another size", chunk_bytes);
+                       "chunk's %llu bytes (damaged)", f->name, name, (unsigned long long)c,
+                       len < 0 ? "nothing readable" : "another size",
+                       (unsigned long long)chunk_bytes);
   }
   H5Sclose(space);
   free(raw);
-  free(a);
-  free(b);
   return rc;
 }
 
