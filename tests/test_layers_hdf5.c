@@ -731,9 +731,10 @@ static void test_libhdf5_crash_is_an_error(void **state) {
 }
 
 /* A thread writing HDF5 files (as the main thread writes snapshots and HDF5Output's file) beside
- * one reading them in child processes (as HDF5Data's loader does): no child is forked while the
- * writer is inside libhdf5, where it would inherit libhdf5's lock held and hang. Each waits for
- * the other's rounds to interleave; a hang shows as the test's timeout. */
+ * one reading them in child processes (as HDF5Data's loader does). Children forked straight from
+ * the reading thread hung here: one made while the writer was inside libhdf5 inherited its lock
+ * held, and under AddressSanitizer one made while another thread allocated inherited the
+ * allocator's. The reader server forks them instead. A hang shows as the test's timeout. */
 enum { ROUNDS = 100 };
 
 static void *write_rounds(void *path) {

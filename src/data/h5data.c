@@ -1,8 +1,8 @@
 /* HDF5 data files, the source of Caffe's HDF5Data layer (docs/formats.md, "HDF5 data files"):
  * datasets of numbers whose first axis counts the records, read whole and converted to float;
  * and the files HDF5Output writes. Through Debian's libhdf5, as the snapshots (src/proto/h5.c),
- * and like them read in a child process (below: a damaged file can crash libhdf5 itself), with
- * these differences:
+ * and like them read in a child process (src/data/h5data_server.c: a damaged file can crash
+ * libhdf5 itself), with these differences:
  *   - a file is inspected (the layer's set-up learns every file's record count and shapes)
  *     through libhdf5's POSIX driver, which reads the metadata alone, once the path is known to
  *     be a regular file: reading every file whole at set-up would cost a pass over the data;
@@ -24,16 +24,15 @@
 #include <fcntl.h>
 #include <hdf5.h>
 #include <math.h>
-#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 #include <zlib.h>
 
+#include "data/internal.h"
 #include "kiln/data.h"
 #include "kiln/proto.h"
 
@@ -360,9 +359,9 @@ static int examine(const source *f, int n, const char *const *names, uint64_t li
   return rc;
 }
 
-/* ---- the readers proper, in this process -------------------------------------------------- */
+/* ---- the readers proper, in this process (src/data/h5data_server.c runs them in a child) ---- */
 
-static int inspect_here(const char *path, int n, const char *const *names, uint64_t limit,
+int kiln_h5data_inspect_here(const char *path, int n, const char *const *names, uint64_t limit,
                         kiln_h5data_shape *shapes, uint64_t *bytes) {
   source f;
   KILN_TRY(open_path(&f, path));
@@ -552,8 +551,11 @@ int kiln_h5data_load_image(const void *image, size_t len, const char *name, int 
   return rc;
 }
 
-static int load_here(const char *path, int n, const char *const *names, uint64_t limit,
-                     kiln_h5data_shape *shapes, float *const *dst, const uint64_t *room) {
+/* Loads the file's values: into dst[i] (room[i] values each), or, with dst NULL, into buffers
+ * of the sizes the file needs, allocated into own[] (a reader worker's, freed as it ends). */
+int kiln_h5data_load_here(const char *path, int n, const char *const *names, uint64_t limit,
+                     kiln_h5data_shape *shapes, float *const *dst, const uint64_t *room,
+                     float **own) {
   /* the file alone may be over the allowance: refused before it is read */
   struct stat st;
   if (stat(path, &st) == 0 && S_ISREG(st.st_mode))
@@ -561,166 +563,25 @@ static int load_here(const char *path, int n, const char *const *names, uint64_t
   char *bytes;
   size_t len;
   KILN_TRY(kiln_read_file(path, &bytes, &len));
-  int rc = kiln_h5data_load_image(bytes, len, path, n, names, limit, shapes, dst, room);
+  int rc = KILN_OK;
+  uint64_t counts[KILN_H5DATA_MAX_SETS];
+  if (!dst) {
+    rc = kiln_h5data_inspect_image(bytes, len, path, n, names, limit, shapes);
+    for (int i = 0; i < n && !rc; i++) {
+      counts[i] = (uint64_t)shapes[i].dims[0] * (uint64_t)kiln_h5data_record_size(&shapes[i]);
+      if (counts[i] > room[i])
+        rc = kiln_errorf(KILN_ERR_DATA, "%s: dataset '%s' holds %llu values, more than the %llu "
+                         "there is room for (the file changed since it was first read?)", path,
+                         names[i], (unsigned long long)counts[i], (unsigned long long)room[i]);
+      else if (!(own[i] = malloc(sizeof(float) * (size_t)(counts[i] ? counts[i] : 1))))
+        rc = kiln_errorf(KILN_ERR_NOMEM, "%s: out of memory for dataset '%s'", path, names[i]);
+    }
+    dst = own;
+    room = counts;
+  }
+  if (!rc) rc = kiln_h5data_load_image(bytes, len, path, n, names, limit, shapes, dst, room);
   free(bytes);
   return rc;
-}
-
-/* ---- reading in a child process -------------------------------------------------------------
- * libhdf5 1.10.8 itself crashes on some damaged files before kiln can look at anything (a
- * group's local heap or symbol table node claiming an impossible size: fuzz_h5data finds them
- * in its first minutes, as fuzz_h5 did). So files are inspected and loaded in a child process,
- * as src/proto/h5.c reads snapshots: the child sends back its status, the shapes and the file's
- * size, then the values of each dataset (or the error's text) through a pipe, which the parent
- * reads straight into the caller's buffers; a child that dies is an error naming the file. The
- * child holds the file's bytes and its values, which is what the memory allowance counts; the
- * parent, only its buffers. The fork is made under kiln_h5_lock, so that no thread of kiln's is
- * inside libhdf5 at that moment (the child would inherit libhdf5's own lock held). A fuzzing
- * build reads in process, so that the fuzzer sees kiln's own faults. */
-
-typedef struct {
-  int32_t rc, n;
-  uint32_t text; /* bytes of the error's text that follow */
-  uint64_t bytes;
-  kiln_h5data_shape shapes[KILN_H5DATA_MAX_SETS];
-} answer;
-
-typedef struct {
-  const char *path;
-  int n;
-  const char *const *names;
-  uint64_t limit;
-  float *const *dst; /* NULL: inspect only */
-  const uint64_t *room;
-} request;
-
-/* The work, wherever it runs: inspect, or load into q->dst. */
-static int serve(const request *q, answer *a) {
-  if (!q->dst) return inspect_here(q->path, q->n, q->names, q->limit, a->shapes, &a->bytes);
-  return load_here(q->path, q->n, q->names, q->limit, a->shapes, q->dst, q->room);
-}
-
-static inline uint64_t values_of(const kiln_h5data_shape *s) {
-  return (uint64_t)s->dims[0] * (uint64_t)kiln_h5data_record_size(s);
-}
-
-#ifndef KILN_FUZZ_BUILD
-static bool write_all(int fd, const void *p, size_t n) {
-  for (const char *c = p; n > 0;) {
-    ssize_t w = write(fd, c, n);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) return false;
-    c += w, n -= (size_t)w;
-  }
-  return true;
-}
-
-static bool read_all(int fd, void *p, size_t n) {
-  for (char *c = p; n > 0;) {
-    ssize_t r = read(fd, c, n);
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) return false;
-    c += r, n -= (size_t)r;
-  }
-  return true;
-}
-
-static void child(int fd, const request *q) {
-  /* A crash must end the child: handlers it inherited (a test harness's, a sanitizer's) would
-   * carry on in the parent's code instead. */
-  static const int fatal[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT};
-  for (size_t i = 0; i < sizeof fatal / sizeof fatal[0]; i++) signal(fatal[i], SIG_DFL);
-  answer a;
-  memset(&a, 0, sizeof a);
-  a.n = q->n;
-  a.rc = serve(q, &a);
-  const char *text = a.rc ? kiln_last_error() : NULL;
-  a.text = text ? (uint32_t)strlen(text) : 0;
-  bool ok = write_all(fd, &a, sizeof a) && (!text || write_all(fd, text, a.text));
-  /* the values it read into its own copy of the caller's buffers */
-  for (int i = 0; ok && !a.rc && q->dst && i < q->n; i++)
-    ok = write_all(fd, q->dst[i], sizeof(float) * (size_t)values_of(&a.shapes[i]));
-  _exit(ok ? 0 : 3); /* no atexit handlers: they belong to the parent */
-}
-#endif
-
-static int isolated(const request *q, kiln_h5data_shape *shapes, uint64_t *bytes) {
-  answer a;
-  memset(&a, 0, sizeof a);
-#ifdef KILN_FUZZ_BUILD
-  int rc = serve(q, &a);
-#else
-  const char *path = q->path;
-  int fds[2];
-  if (pipe(fds) != 0)
-    return kiln_errorf(KILN_ERR_IO, "%s: cannot read it in a child process: pipe: %s", path,
-                       strerror(errno));
-  kiln_h5_lock(); /* no other thread inside libhdf5 while the child is made */
-  pid_t pid = fork();
-  if (pid == 0) {
-    close(fds[0]);
-    child(fds[1], q);
-  }
-  kiln_h5_unlock();
-  if (pid < 0) {
-    int e = errno;
-    close(fds[0]);
-    close(fds[1]);
-    return kiln_errorf(KILN_ERR_IO, "%s: cannot read it in a child process: fork: %s", path,
-                       strerror(e));
-  }
-  close(fds[1]);
-  char text[4096] = "";
-  bool whole = read_all(fds[0], &a, sizeof a) && a.n == q->n;
-  if (whole && a.rc) {
-    const size_t t = a.text < sizeof text - 1 ? a.text : sizeof text - 1;
-    whole = read_all(fds[0], text, t);
-    text[t] = '\0';
-  } else if (whole && q->dst) {
-    for (int i = 0; whole && i < q->n; i++) {
-      const uint64_t count = values_of(&a.shapes[i]);
-      /* the child checked the room; a damaged answer must not overrun it here either */
-      whole = a.shapes[i].naxes >= 1 && a.shapes[i].naxes <= KILN_MAX_AXES &&
-              count <= q->room[i] && read_all(fds[0], q->dst[i], sizeof(float) * (size_t)count);
-    }
-  }
-  close(fds[0]);
-  int status = 0;
-  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
-  int rc = KILN_OK;
-  if (WIFSIGNALED(status))
-    rc = kiln_errorf(KILN_ERR_PARSE, "%s: libhdf5 crashed reading it (signal %d, %s): the file "
-                     "is damaged", path, WTERMSIG(status), strsignal(WTERMSIG(status)));
-  else if (!whole || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
-    rc = kiln_errorf(KILN_ERR_PARSE, "%s: the HDF5 reader ended without an answer (exit %d): "
-                     "the file is damaged", path, WIFEXITED(status) ? WEXITSTATUS(status) : -1);
-  else if (a.rc)
-    rc = kiln_errorf(a.rc, "%s", text);
-#endif
-  if (!rc) {
-    memcpy(shapes, a.shapes, sizeof(kiln_h5data_shape) * (size_t)q->n);
-    if (bytes) *bytes = a.bytes;
-  }
-  return rc;
-}
-
-int kiln_h5data_inspect(const char *path, int n, const char *const *names, uint64_t limit,
-                        kiln_h5data_shape *shapes, uint64_t *bytes) {
-  if (n < 1 || n > KILN_H5DATA_MAX_SETS)
-    return kiln_errorf(KILN_ERR_INVALID, "%s: %d datasets asked for; 1 to %d are read", path, n,
-                       KILN_H5DATA_MAX_SETS);
-  const request q = {.path = path, .n = n, .names = names, .limit = limit};
-  return isolated(&q, shapes, bytes);
-}
-
-int kiln_h5data_load(const char *path, int n, const char *const *names, uint64_t limit,
-                     kiln_h5data_shape *shapes, float *const *dst, const uint64_t *room) {
-  if (n < 1 || n > KILN_H5DATA_MAX_SETS)
-    return kiln_errorf(KILN_ERR_INVALID, "%s: %d datasets asked for; 1 to %d are read", path, n,
-                       KILN_H5DATA_MAX_SETS);
-  const request q = {.path = path, .n = n, .names = names, .limit = limit, .dst = dst, .room = room};
-  return isolated(&q, shapes, NULL);
 }
 
 int kiln_h5data_sample(const char *path, int samples, kiln_sha256_ctx *h) {

@@ -6,6 +6,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "kiln/data.h"
+
 /* Removes an LMDB directory that kiln wrote (data.mdb, lock.mdb, then the directory itself).
  * Returns 0 or an errno value; a missing directory counts as success. Anything else inside makes
  * rmdir fail, so a directory that is not ours is never emptied. */
@@ -33,5 +35,15 @@ long kiln_text_unescape(char *s, size_t n, bool vocab);
  * the code point -1; and the white space that separates words. */
 int kiln_utf8_next(const unsigned char *s, size_t n, int32_t *cp);
 bool kiln_text_is_space(int32_t cp);
+
+/* The HDF5 data readers in this process (src/data/h5data.c), which kiln_h5data_inspect and
+ * kiln_h5data_load run in a worker process (src/data/h5data_server.c). The loader takes dst
+ * buffers of room[i] values, or, with dst NULL, allocates into own[] what the file needs (at
+ * most room[i] values each). */
+int kiln_h5data_inspect_here(const char *path, int n, const char *const *names, uint64_t limit,
+                             kiln_h5data_shape *shapes, uint64_t *bytes);
+int kiln_h5data_load_here(const char *path, int n, const char *const *names, uint64_t limit,
+                          kiln_h5data_shape *shapes, float *const *dst, const uint64_t *room,
+                          float **own);
 
 #endif

@@ -29,10 +29,10 @@
 static void quiet(void) { H5Eset_auto2(H5E_DEFAULT, NULL, NULL); }
 
 /* Held by every thread of kiln's that calls libhdf5 in this process (the writers here and in
- * src/data/h5data.c) and by a thread that forks a reader child, across the fork: a child forked
- * while another thread is inside libhdf5 would inherit libhdf5's own lock held, by a thread the
- * child does not have, and hang at its first call. HDF5Data's loader threads fork their readers
- * while the main thread may be writing a snapshot. */
+ * src/data/h5data.c) and by a thread that forks a reader, across the fork: a child forked while
+ * another thread is inside libhdf5 would inherit libhdf5's own lock held, by a thread the child
+ * does not have, and hang at its first call. The HDF5 data reader forks its reader server while
+ * other threads may be writing. */
 static pthread_mutex_t h5_lock = PTHREAD_MUTEX_INITIALIZER;
 
 void kiln_h5_lock(void) { pthread_mutex_lock(&h5_lock); }
