@@ -67,6 +67,10 @@ int kiln_read_file_max(const char *path, size_t max, char **out, size_t *len);
 /* Writes `len` bytes to `path` through a temporary file and rename(): a reader never sees a
  * partial file under the final name. */
 int kiln_write_file_atomic(const char *path, const void *data, size_t len);
+/* All n bytes to / from a descriptor (a pipe between processes), past short transfers and
+ * EINTR: false on an error or, reading, an end before n bytes. */
+bool kiln_fd_write_all(int fd, const void *p, size_t n);
+bool kiln_fd_read_all(int fd, void *p, size_t n);
 /* Removes what kiln_write_file_atomic leaves behind when its process is killed mid-write: files
  * named `<base>...tmp.<pid>` beside `path_prefix` (its folder, names starting with its last part)
  * whose process no longer runs. *removed (may be NULL) gets the count. A file of a live process

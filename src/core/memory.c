@@ -279,3 +279,23 @@ int kiln_remove_stale_temporaries(const char *path_prefix, int *removed) {
   free(dir);
   return rc;
 }
+
+bool kiln_fd_write_all(int fd, const void *p, size_t n) {
+  for (const char *c = p; n > 0;) {
+    ssize_t w = write(fd, c, n);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return false;
+    c += w, n -= (size_t)w;
+  }
+  return true;
+}
+
+bool kiln_fd_read_all(int fd, void *p, size_t n) {
+  for (char *c = p; n > 0;) {
+    ssize_t r = read(fd, c, n);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) return false;
+    c += r, n -= (size_t)r;
+  }
+  return true;
+}

@@ -65,26 +65,6 @@ static uint64_t values_of(const kiln_h5data_shape *s) {
   return (uint64_t)s->dims[0] * (uint64_t)kiln_h5data_record_size(s);
 }
 
-static bool write_all(int fd, const void *p, size_t n) {
-  for (const char *c = p; n > 0;) {
-    ssize_t w = write(fd, c, n);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) return false;
-    c += w, n -= (size_t)w;
-  }
-  return true;
-}
-
-static bool read_all(int fd, void *p, size_t n) {
-  for (char *c = p; n > 0;) {
-    ssize_t r = read(fd, c, n);
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) return false;
-    c += r, n -= (size_t)r;
-  }
-  return true;
-}
-
 /* A worker: does the request and answers into `fd`, then ends. */
 static void worker(int fd, const request *q) {
   /* A crash must end the worker: handlers it inherited (a test harness's, a sanitizer's) would
@@ -101,9 +81,9 @@ static void worker(int fd, const request *q) {
     a.rc = kiln_h5data_inspect_here(q->path, q->n, q->names, q->limit, a.shapes, &a.bytes);
   const char *text = a.rc ? kiln_last_error() : NULL;
   a.text = text ? (uint32_t)strlen(text) : 0;
-  bool ok = write_all(fd, &a, sizeof a) && (!text || write_all(fd, text, a.text));
+  bool ok = kiln_fd_write_all(fd, &a, sizeof a) && (!text || kiln_fd_write_all(fd, text, a.text));
   for (int i = 0; ok && !a.rc && q->room && i < q->n; i++)
-    ok = write_all(fd, own[i], sizeof(float) * (size_t)values_of(&a.shapes[i]));
+    ok = kiln_fd_write_all(fd, own[i], sizeof(float) * (size_t)values_of(&a.shapes[i]));
   _exit(ok ? 0 : 3); /* no atexit handlers: they belong to the caller */
 }
 
@@ -274,10 +254,10 @@ static int isolated(const request *q, kiln_h5data_shape *shapes, uint64_t *bytes
   bool whole = false;
   int32_t status = -1;
   if (!rc) {
-    whole = read_all(fds[0], &a, sizeof a) && a.n == q->n;
+    whole = kiln_fd_read_all(fds[0], &a, sizeof a) && a.n == q->n;
     if (whole && a.rc) {
       const size_t t = a.text < sizeof text - 1 ? a.text : sizeof text - 1;
-      whole = read_all(fds[0], text, t);
+      whole = kiln_fd_read_all(fds[0], text, t);
       text[t] = '\0';
     } else if (whole && q->dst) {
       for (int i = 0; whole && i < q->n; i++) {
@@ -285,7 +265,7 @@ static int isolated(const request *q, kiln_h5data_shape *shapes, uint64_t *bytes
         /* the worker checked the room; a damaged answer must not overrun it here either */
         whole = a.shapes[i].naxes >= 1 && a.shapes[i].naxes <= KILN_MAX_AXES &&
                 count <= q->room[i] &&
-                read_all(fds[0], q->dst[i], sizeof(float) * (size_t)count);
+                kiln_fd_read_all(fds[0], q->dst[i], sizeof(float) * (size_t)count);
       }
     }
     close(fds[0]); /* a worker still writing ends on the broken pipe */

@@ -3,7 +3,7 @@
  * `kiln convert images --encoded`.
  *
  * Both libraries report a damaged file by calling an error function that must not return; their
- * defaults print and exit (libjpeg) or abort, which library code must never do. Each decoder
+ * defaults print and end the whole process, which library code must never do. Each decoder
  * installs its own that keeps the message and longjmps back to the setjmp in the one function
  * that drives the library: everything that function allocates lives in the kiln_image (or is
  * freed by the library's destroy call), so nothing leaks on the way out, and no local variable

@@ -516,16 +516,6 @@ typedef int (*image_reader)(const char *path, const void *image, size_t len,
                             ProtobufCMessage **out);
 
 #ifndef KILN_FUZZ_BUILD
-static bool write_all(int fd, const void *p, size_t n) {
-  for (const char *c = p; n > 0;) {
-    ssize_t w = write(fd, c, n);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) return false;
-    c += w, n -= (size_t)w;
-  }
-  return true;
-}
-
 /* The child: read, then send int32 status, uint64 length and the packed message (or the
  * error's text). */
 static void child_read(int fd, image_reader fn, const char *path, const void *image, size_t len) {
@@ -547,7 +537,8 @@ static void child_read(int fd, image_reader fn, const char *path, const void *im
     bytes = (uint8_t *)kiln_last_error();
     n = strlen((const char *)bytes);
   }
-  bool ok = write_all(fd, &rc, sizeof rc) && write_all(fd, &n, sizeof n) && write_all(fd, bytes, n);
+  bool ok = kiln_fd_write_all(fd, &rc, sizeof rc) && kiln_fd_write_all(fd, &n, sizeof n) &&
+            kiln_fd_write_all(fd, bytes, n);
   _exit(ok ? 0 : 3); /* no atexit handlers: they belong to the parent */
 }
 #endif
