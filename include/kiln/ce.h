@@ -65,6 +65,8 @@ typedef struct kiln_ce_series {
   int n, cap;
   int *iter;
   double *value; /* NaN where the event said null (kiln writes non-finite figures as null) */
+  double *time_s; /* each event's time_ms in seconds (since the solver was created); NaN where
+                   * the event has none */
 } kiln_ce_series;
 
 typedef struct kiln_ce_metrics {
