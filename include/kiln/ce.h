@@ -254,6 +254,8 @@ typedef struct kiln_ce_result {
   char machine_class[128];
   kiln_ce_machine machine;
   char report_dir[4096];
+  char baseline_dir[4096];      /* the suite's baselines (the report draws their curves); empty
+                                 * when unknown */
   kiln_ce_row *rows;
   int nrows, cap_rows;
   char **warnings;
@@ -313,6 +315,7 @@ int kiln_ce_history_count(kiln_ce_history *h, int64_t *runs, int64_t *rows);
 typedef struct kiln_ce_point {
   int64_t run_id;
   char time[32];
+  char git_commit[64]; /* of the run */
   double value;
   char verdict[16];
 } kiln_ce_point;
