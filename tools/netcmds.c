@@ -163,8 +163,9 @@ static bool read_as_second_operand(const kiln_net *net, const kiln_blob *b, int 
 
 /* Fills inputs that no data layer produces: N(0,1), or zeros where they may be labels (a random
  * real is no class index); a data layer's labels stay as it wrote them. Marks every layer for
- * backward so each one's time is measured, as `caffe time` does. */
-static void prepare_for_timing(kiln_net *net) {
+ * backward so each one's time is measured, as `caffe time` does, with the bottom gradients a
+ * training step computes (not the input's). */
+static int prepare_for_timing(kiln_net *net) {
   kiln_rng r;
   kiln_rng_seed(&r, 7, 7);
   for (int i = 0; i < net->nlayers; i++) {
@@ -175,10 +176,8 @@ static void prepare_for_timing(kiln_net *net) {
         for (int64_t k = 0; k < l->top[t]->count; k++)
           l->top[t]->data[k] = zeros ? 0.0f : kiln_rng_gaussian(&r, 0, 1);
       }
-    if (l->ops->is_data || !l->ops->backward) continue;
-    net->layer_need_backward[i] = true;
-    for (int b = 0; b < l->nbottom; b++) l->propagate_down[b] = kiln_layer_allows_gradient(l, b);
   }
+  return kiln_net_need_backward_everywhere(net);
 }
 
 int cmd_time(int argc, char **argv) {
@@ -196,7 +195,10 @@ int cmd_time(int argc, char **argv) {
     code = tool_fail("time");
     goto done;
   }
-  prepare_for_timing(net);
+  if (prepare_for_timing(net)) {
+    code = tool_fail("time");
+    goto done;
+  }
   int L = net->nlayers;
   fwd = calloc((size_t)L, sizeof(double));
   bwd = calloc((size_t)L, sizeof(double));
