@@ -74,6 +74,17 @@ int tool_load_net_edited(const char *model, int phase, const char *const *stages
                          ProtobufCMessage **msg);
 void tool_free_net(kiln_net *net, ProtobufCMessage *msg);
 
+/* kiln decode's work (decode.c), also run by `kiln test --decode`: decodes the sources of the
+ * pairs in `input` with the deploy net `model`, prints the token error rate and word accuracy,
+ * and writes them as a "decode" event. Returns the exit code. */
+typedef struct {
+  const char *model, *weights, *vocab, *target_vocab, *input, *output;
+  int beam; /* 0: greedy */
+  int max_len, limit;
+  uint64_t max_memory;
+} tool_decode_args;
+int tool_decode(const tool_decode_args *a, tool_metrics *m);
+
 /* The solver's event callback: metrics file plus human output on stderr. */
 void tool_on_event(const kiln_event *e, void *user);
 
