@@ -127,6 +127,8 @@ typedef enum kiln_ce_verdict {
   KILN_CE_IMPROVED,   /* better than the baseline by more than the tolerance (accept it?) */
   KILN_CE_NEW,        /* no baseline to compare with; the absolute checks passed */
   KILN_CE_SKIP,       /* not run, with the reason (no mpirun for a multi-worker entry) */
+  KILN_CE_NA,         /* measured but not judged, with the reason: a timing KPI of more workers
+                       * than the machine has cores ("n/a") */
   KILN_CE_REGRESSION, /* worse than the baseline by more than the tolerance */
   KILN_CE_ERROR,      /* the harness could not run this entry (missing data set, spawn failed) */
   KILN_CE_FAIL,       /* absolute failure: crash, timeout, NaN, under the floor, not learning */
@@ -178,6 +180,14 @@ bool kiln_ce_decode_failed(const kiln_ce_child *c, const kiln_ce_metrics *d, cha
 bool kiln_ce_kpi_failed(const kiln_ce_kpi_spec *k, double value, const kiln_ce_run_facts *f,
                         char *reason, size_t n);
 
+/* Whether a KPI of a configuration of `workers` workers can be judged on `cores` cores: a timing
+ * KPI (duration, throughput, speedup, efficiency) of more workers than cores measures how the
+ * workers share the cores, not kiln, so it is not judged. Returns true with the reason ("4
+ * workers on 2 cores: timing not judged") when it is not; accuracy, losses and memory always are.
+ */
+bool kiln_ce_kpi_not_applicable(const kiln_ce_kpi_info *k, int workers, int cores, char *reason,
+                                size_t n);
+
 /* Compares a value (median of its repeats, `spread` their standard deviation) with a baseline:
  * the allowed difference is max(rel_tolerance x |baseline|, abs_tolerance, noise_k x the larger
  * of the two spreads); worse by more is a regression, better by more an improvement. Fills the
@@ -207,6 +217,9 @@ void kiln_ce_machine_describe(kiln_ce_machine *m, const kiln_config *cfg);
 void kiln_ce_machine_class(const kiln_ce_machine *m, char *buf, size_t n);
 /* The machine as one JSON object (malloc'd), for the history and the JSON Lines report. */
 char *kiln_ce_machine_json(const kiln_ce_machine *m);
+/* The cores this process may run on (its CPU affinity, at most the online ones): what the
+ * workers of a run share. */
+int kiln_ce_usable_cores(void);
 /* `git describe --always --dirty` of the repository holding `dir`; "unknown" outside a
  * repository. (kiln_config.git_commit, KILN_GIT_COMMIT, overrides it in kiln_ce_run.) */
 void kiln_ce_git_commit(const char *dir, char *buf, size_t n);
@@ -350,6 +363,7 @@ typedef struct kiln_ce_options {
   const char *only_model;     /* NULL: every model of the suite */
   bool assume_mpi;            /* tests: launch N > 1 workers even when built without MPI */
   int repeats;                /* > 0: overrides the suite's */
+  int cores;                  /* > 0: the cores the workers share (tests); 0: kiln_ce_usable_cores */
   kiln_ce_progress_fn progress;
   void *user;
   /* When not NULL and set non-zero (by the caller's signal handler), the running training is
