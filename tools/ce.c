@@ -1,6 +1,7 @@
 /* kiln ce: continuous evaluation from the command line. `run` trains a suite and judges it,
  * `accept` turns a run's values into baselines, `stability` trains one model several times to
- * show how much its KPIs move. Exit codes: 0 pass, 1 regression, 2 absolute failure, 3 the
+ * show how much its KPIs move (`history` and `compare`, which read the history, are in
+ * cequery.c). Exit codes: 0 pass, 1 regression, 2 absolute failure, 3 the
  * harness could not run (bad suite, database, report folder, missing data). */
 #include <limits.h>
 #include <signal.h>
@@ -23,6 +24,9 @@ static void usage(FILE *f) {
           "                         [--model NAME] [--repeats N] [--mpirun PATH]\n"
           "       kiln ce accept SUITE|RUN_ID [--db F] [--baseline-dir D]\n"
           "       kiln ce stability MODEL [--times N] [--suite S] [--report-dir D]\n"
+          "       kiln ce history MODEL [KPI] [--db F] [--machine-class C|--all-classes]\n"
+          "                       [--workers N] [--last K] [--suite S] [--format table|tsv]\n"
+          "       kiln ce compare RUN_A RUN_B [--db F]\n"
           "\n"
           "run: trains every model of the suite on each worker count, compares the KPIs with the\n"
           "     baselines and records them in the history (default ~/.local/share/kiln/ce.db).\n"
@@ -32,7 +36,12 @@ static void usage(FILE *f) {
           "accept: writes baselines (per machine class) from the newest run of SUITE, or of\n"
           "     run RUN_ID.\n"
           "stability: trains one model of a suite (default ce/quick.prototxt) N times (default 5)\n"
-          "     and prints each KPI's spread, to choose tolerances.\n");
+          "     and prints each KPI's spread, to choose tolerances.\n"
+          "history: a model's KPIs run by run from the history (default: this machine class's;\n"
+          "     every KPI unless one is named; --last K: the newest K of each series).\n"
+          "compare: every KPI of two runs side by side with the change; a run is its id (as\n"
+          "     `kiln ce run` prints it), latest or latest~N.\n"
+          "     history and compare exit 1 when the history has no such model, KPI or run.\n");
 }
 
 typedef struct ce_args {
@@ -348,6 +357,8 @@ int cmd_ce(int argc, char **argv) {
     usage(argc < 2 ? stderr : stdout);
     return argc < 2 ? EXIT_HARNESS : 0;
   }
+  if (!strcmp(argv[1], "history")) return cmd_ce_history(argc, argv);
+  if (!strcmp(argv[1], "compare")) return cmd_ce_compare(argc, argv);
   ce_args a = {0};
   if (parse_args(argc, argv, &a)) {
     usage(stderr);

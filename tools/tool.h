@@ -17,6 +17,9 @@ int cmd_compute_mean(int argc, char **argv);
 int cmd_describe(int argc, char **argv);
 int cmd_compare_weights(int argc, char **argv);
 int cmd_ce(int argc, char **argv);
+/* kiln ce history, kiln ce compare (cequery.c); argv[1] is the subcommand. */
+int cmd_ce_history(int argc, char **argv);
+int cmd_ce_compare(int argc, char **argv);
 int cmd_upgrade(int argc, char **argv);
 int cmd_sample(int argc, char **argv);
 int cmd_decode(int argc, char **argv);

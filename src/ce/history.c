@@ -60,6 +60,9 @@ static const char *const schema =
     "  FROM kpis k JOIN runs r ON r.id = k.run_id;"
     "PRAGMA user_version = 1;";
 
+sqlite3 *ce_history_db(kiln_ce_history *h) { return h->db; }
+const char *ce_history_path(const kiln_ce_history *h) { return h->path; }
+
 static int db_error(kiln_ce_history *h, const char *what) {
   return kiln_errorf(KILN_ERR_IO, "%s: %s: %s", h->path, what, sqlite3_errmsg(h->db));
 }

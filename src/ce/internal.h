@@ -4,6 +4,7 @@
 #define KILN_CE_INTERNAL_H
 
 #include <signal.h>
+#include <sqlite3.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -27,6 +28,10 @@ void ce_fmt(char *buf, size_t n, const char *fmt, ...) __attribute__((format(pri
 
 /* Text with &, <, >, " and ' escaped for HTML. */
 void ce_html(kiln_strbuf *b, const char *text);
+
+/* history.c: the open database and its path, for the queries of query.c. */
+sqlite3 *ce_history_db(kiln_ce_history *h);
+const char *ce_history_path(const kiln_ce_history *h);
 
 /* child.c: the runner's trainings (and decodes) as child processes. */
 /* Seconds on the monotonic clock. */

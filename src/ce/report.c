@@ -10,7 +10,7 @@
 #include "ce/internal.h"
 #include "kiln/ce.h"
 
-static void fmt_value(char *buf, size_t n, double v, const char *unit) {
+void kiln_ce_format_value(char *buf, size_t n, double v, const char *unit) {
   if (!isfinite(v)) {
     snprintf(buf, n, "-");
     return;
@@ -53,8 +53,8 @@ char *kiln_ce_report_table(const kiln_ce_result *r, bool colour) {
   for (int i = 0; i < r->nrows; i++) {
     const kiln_ce_row *row = &r->rows[i];
     char value[48], base[48], change[24];
-    fmt_value(value, sizeof value, row->value, row->unit);
-    if (row->has_baseline) fmt_value(base, sizeof base, row->baseline, row->unit);
+    kiln_ce_format_value(value, sizeof value, row->value, row->unit);
+    if (row->has_baseline) kiln_ce_format_value(base, sizeof base, row->baseline, row->unit);
     else snprintf(base, sizeof base, "-");
     fmt_change(change, sizeof change, row);
     kiln_strbuf_printf(&b, "%-*s  %7d  %-*s  %16s  %16s  %8s  %s%s%s\n", wm, row->model, row->workers, wk,
@@ -466,8 +466,8 @@ int kiln_ce_report_html(const kiln_ce_result *r, kiln_ce_history *h, const char 
           continue;
         }
         char value[48], base[48], change[24];
-        fmt_value(value, sizeof value, row->value, row->unit);
-        fmt_value(base, sizeof base, row->baseline, row->unit);
+        kiln_ce_format_value(value, sizeof value, row->value, row->unit);
+        kiln_ce_format_value(base, sizeof base, row->baseline, row->unit);
         fmt_change(change, sizeof change, row);
         kiln_strbuf_printf(&b, "<td class=\"%s\" title=\"", verdict_class(row->verdict));
         ce_html(&b, row->reason);
