@@ -51,6 +51,23 @@ typedef struct ce_args {
   kiln_config config; /* the environment's (include/kiln/config.h) */
 } ce_args;
 
+int tool_ce_option_value(const char *what, int argc, char **argv, int *i, const char **slot,
+                         int *islot) {
+  const char *opt = argv[*i];
+  if (*i + 1 >= argc) {
+    fprintf(stderr, "%s: %s needs a value\n", what, opt);
+    return -1;
+  }
+  const char *v = argv[++*i];
+  if (slot) {
+    *slot = v;
+  } else if (!tool_parse_int(v, islot) || *islot < 1) {
+    fprintf(stderr, "%s: %s: '%s' is not a positive integer\n", what, opt, v);
+    return -1;
+  }
+  return 0;
+}
+
 static int parse_args(int argc, char **argv, ce_args *a) {
   for (int i = 2; i < argc; i++) {
     const char *s = argv[i];
@@ -71,17 +88,8 @@ static int parse_args(int argc, char **argv, ce_args *a) {
                         : !strcmp(s, "--model")         ? &a->model
                                                         : NULL;
     int *islot = !strcmp(s, "--repeats") ? &a->repeats : !strcmp(s, "--times") ? &a->times : NULL;
-    if ((slot || islot) && i + 1 >= argc) {
-      fprintf(stderr, "kiln ce: %s needs a value\n", s);
-      return -1;
-    }
-    if (slot) {
-      *slot = argv[++i];
-    } else if (islot) {
-      if (!tool_parse_int(argv[++i], islot) || *islot < 1) {
-        fprintf(stderr, "kiln ce: %s: '%s' is not a positive integer\n", s, argv[i]);
-        return -1;
-      }
+    if (slot || islot) {
+      if (tool_ce_option_value("kiln ce", argc, argv, &i, slot, islot)) return -1;
     } else if (s[0] == '-' && s[1]) {
       fprintf(stderr, "kiln ce: unknown option '%s'\n", s);
       return -1;

@@ -22,6 +22,8 @@ typedef struct query_args {
 } query_args;
 
 static int parse(const char *cmd, int argc, char **argv, query_args *a) {
+  char what[32];
+  snprintf(what, sizeof what, "kiln ce %s", cmd);
   for (int i = 2; i < argc; i++) {
     const char *s = argv[i];
     if (!strcmp(s, "--all-classes")) {
@@ -34,17 +36,8 @@ static int parse(const char *cmd, int argc, char **argv, query_args *a) {
                         : !strcmp(s, "--format")        ? &a->format
                                                         : NULL;
     int *islot = !strcmp(s, "--workers") ? &a->workers : !strcmp(s, "--last") ? &a->last : NULL;
-    if ((slot || islot) && i + 1 >= argc) {
-      fprintf(stderr, "kiln ce %s: %s needs a value\n", cmd, s);
-      return -1;
-    }
-    if (slot) {
-      *slot = argv[++i];
-    } else if (islot) {
-      if (!tool_parse_int(argv[++i], islot) || *islot < 1) {
-        fprintf(stderr, "kiln ce %s: %s: '%s' is not a positive integer\n", cmd, s, argv[i]);
-        return -1;
-      }
+    if (slot || islot) {
+      if (tool_ce_option_value(what, argc, argv, &i, slot, islot)) return -1;
     } else if (s[0] == '-' && s[1]) {
       fprintf(stderr, "kiln ce %s: unknown option '%s'\n", cmd, s);
       return -1;
@@ -66,9 +59,14 @@ static int parse(const char *cmd, int argc, char **argv, query_args *a) {
   return 0;
 }
 
-/* Opens the history the arguments name, which must exist: reading creates nothing. */
-static kiln_ce_history *open_history(const char *cmd, const query_args *a, const kiln_config *cfg,
+/* Reads the configuration and opens the history the arguments name, which must exist: reading
+ * creates nothing. NULL after printing why. */
+static kiln_ce_history *open_history(const char *cmd, const query_args *a, kiln_config *cfg,
                                      char *path, size_t n) {
+  if (kiln_config_from_env(cfg)) {
+    fprintf(stderr, "kiln ce %s: %s\n", cmd, kiln_last_error());
+    return NULL;
+  }
   if (a->db) snprintf(path, n, "%s", a->db);
   else if (kiln_ce_history_default_path(cfg, path, n)) {
     fprintf(stderr, "kiln ce %s: %s\n", cmd, kiln_last_error());
@@ -202,10 +200,6 @@ int cmd_ce_history(int argc, char **argv) {
     return EXIT_USAGE;
   }
   kiln_config cfg;
-  if (kiln_config_from_env(&cfg)) {
-    fprintf(stderr, "kiln ce history: %s\n", kiln_last_error());
-    return EXIT_USAGE;
-  }
   char path[4096], cls[128] = "";
   kiln_ce_history *h = open_history("history", &a, &cfg, path, sizeof path);
   if (!h) return EXIT_USAGE;
@@ -283,10 +277,6 @@ int cmd_ce_compare(int argc, char **argv) {
     return EXIT_USAGE;
   }
   kiln_config cfg;
-  if (kiln_config_from_env(&cfg)) {
-    fprintf(stderr, "kiln ce compare: %s\n", kiln_last_error());
-    return EXIT_USAGE;
-  }
   char path[4096];
   kiln_ce_history *h = open_history("compare", &a, &cfg, path, sizeof path);
   if (!h) return EXIT_USAGE;

@@ -17,15 +17,6 @@ static int query_error(kiln_ce_history *h) {
                      sqlite3_errmsg(ce_history_db(h)));
 }
 
-static double column_real(sqlite3_stmt *s, int i) {
-  return sqlite3_column_type(s, i) == SQLITE_NULL ? NAN : sqlite3_column_double(s, i);
-}
-
-static void column_text(sqlite3_stmt *s, int i, char *buf, size_t n) {
-  const unsigned char *t = sqlite3_column_text(s, i);
-  snprintf(buf, n, "%s", t ? (const char *)t : "");
-}
-
 static void bind_text_or_null(sqlite3_stmt *s, int i, const char *text) {
   if (text && *text) sqlite3_bind_text(s, i, text, -1, SQLITE_TRANSIENT);
   else sqlite3_bind_null(s, i);
@@ -162,21 +153,21 @@ int kiln_ce_history_query(kiln_ce_history *h, const kiln_ce_query *q, kiln_ce_hi
     kiln_ce_history_row *r = &k[count].row;
     memset(r, 0, sizeof *r);
     r->run_id = sqlite3_column_int64(s, 0);
-    column_text(s, 1, r->time, sizeof r->time);
-    column_text(s, 2, r->git_commit, sizeof r->git_commit);
-    column_text(s, 3, r->suite, sizeof r->suite);
-    column_text(s, 4, r->machine_class, sizeof r->machine_class);
-    column_text(s, 5, r->model, sizeof r->model);
+    ce_column_text(s, 1, r->time, sizeof r->time);
+    ce_column_text(s, 2, r->git_commit, sizeof r->git_commit);
+    ce_column_text(s, 3, r->suite, sizeof r->suite);
+    ce_column_text(s, 4, r->machine_class, sizeof r->machine_class);
+    ce_column_text(s, 5, r->model, sizeof r->model);
     r->workers = sqlite3_column_int(s, 6);
-    column_text(s, 7, r->kpi, sizeof r->kpi);
-    column_text(s, 8, r->unit, sizeof r->unit);
+    ce_column_text(s, 7, r->kpi, sizeof r->kpi);
+    ce_column_text(s, 8, r->unit, sizeof r->unit);
     r->higher_is_better = sqlite3_column_int(s, 9) != 0;
-    r->value = column_real(s, 10);
-    r->spread = column_real(s, 11);
-    r->baseline = column_real(s, 12);
-    r->change = column_real(s, 13);
-    column_text(s, 14, r->verdict, sizeof r->verdict);
-    column_text(s, 15, r->reason, sizeof r->reason);
+    r->value = ce_column_real(s, 10);
+    r->spread = ce_column_real(s, 11);
+    r->baseline = ce_column_real(s, 12);
+    r->change = ce_column_real(s, 13);
+    ce_column_text(s, 14, r->verdict, sizeof r->verdict);
+    ce_column_text(s, 15, r->reason, sizeof r->reason);
     int g = 0;
     while (g < nkpis && strcmp(kpis[g], r->kpi)) g++;
     if (g == nkpis) snprintf(kpis[nkpis++], sizeof kpis[0], "%s", r->kpi);

@@ -10,19 +10,8 @@ cd "$WORK"
 export NO_COLOR=1
 tiny_lmdb
 
-cat > net.prototxt <<NET
-name: "tiny1"
-layer { name: "d" type: "Data" top: "data" top: "label"
-  data_param { source: "$WORK/tiny_lmdb" batch_size: 8 backend: LMDB }
-  transform_param { scale: 0.00390625 } }
-layer { name: "ip" type: "InnerProduct" bottom: "data" top: "ip"
-  inner_product_param { num_output: 4 weight_filler { type: "xavier" } } }
-layer { name: "loss" type: "SoftmaxWithLoss" bottom: "ip" bottom: "label" top: "loss" }
-layer { name: "acc" type: "Accuracy" bottom: "ip" bottom: "label" top: "accuracy"
-  include { phase: TEST } }
-NET
-printf 'net: "net.prototxt"\nbase_lr: 0.1\nmomentum: 0.9\nlr_policy: "fixed"\nmax_iter: 100\ntest_iter: 8\ntest_interval: 100\nrandom_seed: 3\n' \
-  > solver.prototxt
+tiny_accuracy_net > net.prototxt
+tiny_accuracy_solver > solver.prototxt
 suite() {  # suite NAME MAX_ITER: baselines of its own (baselines-NAME)
   printf 'name: "%s"\nrepeats: 1\nbaseline_dir: "baselines-%s"\nmodel { name: "tiny" solver: "solver.prototxt" max_iter: %d test_interval: %d threads: 1\n  kpi { name: "accuracy" floor: 0 } kpi { name: "train_loss" } kpi { name: "duration_s" rel_tolerance: 100 } }\n' \
     "$1" "$1" "$2" "$2"

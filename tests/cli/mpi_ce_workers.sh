@@ -19,27 +19,8 @@ fi
 cs=s; [ "$cores" -eq 1 ] && cs=
 why="4 workers on $cores core$cs: timing not judged"
 
-cat > net.prototxt <<NET
-name: "tiny4"
-layer { name: "d" type: "Data" top: "data" top: "label"
-  data_param { source: "$WORK/tiny_lmdb" batch_size: 8 backend: LMDB }
-  transform_param { scale: 0.00390625 } }
-layer { name: "ip" type: "InnerProduct" bottom: "data" top: "ip"
-  inner_product_param { num_output: 4 weight_filler { type: "xavier" } } }
-layer { name: "loss" type: "SoftmaxWithLoss" bottom: "ip" bottom: "label" top: "loss" }
-layer { name: "acc" type: "Accuracy" bottom: "ip" bottom: "label" top: "accuracy"
-  include { phase: TEST } }
-NET
-cat > solver.prototxt <<SOLVER
-net: "net.prototxt"
-base_lr: 0.1
-momentum: 0.9
-lr_policy: "fixed"
-max_iter: 100
-test_iter: 8
-test_interval: 100
-random_seed: 3
-SOLVER
+tiny_accuracy_net > net.prototxt
+tiny_accuracy_solver > solver.prototxt
 cat > suite.prototxt <<SUITE
 name: "four"
 repeats: 1
