@@ -64,6 +64,7 @@ static void usage(FILE *f) {
           "        solver_type) in the current one; kiln also upgrades them on load\n"
           "  ce run SUITE [--db F] [--report-dir D] [--warn-only] [--machine-class C]\n"
           "  ce accept SUITE|RUN_ID      ce stability MODEL [--times N]\n"
+          "  ce history MODEL [KPI]      ce compare RUN_A RUN_B\n"
           "        continuous evaluation: train a suite of models, judge their KPIs against\n"
           "        baselines, keep the history; `kiln ce --help` (docs/ce.md)\n"
           "\n"
