@@ -1268,6 +1268,109 @@ static void test_runner_workers_and_failures(void **state) {
   kiln_ce_result_free(&r);
 }
 
+/* More workers than cores: the timing KPIs of that configuration are "n/a" with the reason (the
+ * workers measure how they share the cores, not kiln), even against a baseline they would fail;
+ * accuracy, losses and memory are judged as usual; accept leaves the timings out of the
+ * baseline. The machine is said to have 2 cores, whatever this one has. */
+static void test_runner_more_workers_than_cores(void **state) {
+  (void)state;
+  char why[128] = "";
+  const kiln_ce_kpi_info *sps = kiln_ce_kpi_lookup("samples_per_s");
+  assert_true(kiln_ce_kpi_not_applicable(sps, 4, 2, why, sizeof why));
+  assert_string_equal(why, "4 workers on 2 cores: timing not judged");
+  assert_true(kiln_ce_kpi_not_applicable(kiln_ce_kpi_lookup("speedup"), 3, 1, why, sizeof why));
+  assert_string_equal(why, "3 workers on 1 core: timing not judged");
+  assert_false(kiln_ce_kpi_not_applicable(sps, 2, 2, why, sizeof why));
+  const char *judged[] = {"accuracy", "train_loss", "test_loss", "peak_rss_mb", "perplexity"};
+  for (size_t i = 0; i < sizeof judged / sizeof judged[0]; i++)
+    assert_false(kiln_ce_kpi_not_applicable(kiln_ce_kpi_lookup(judged[i]), 4, 2, why, sizeof why));
+  const char *timed[] = {"duration_s", "samples_per_s", "speedup", "efficiency"};
+  for (size_t i = 0; i < sizeof timed / sizeof timed[0]; i++)
+    assert_true(kiln_ce_kpi_not_applicable(kiln_ce_kpi_lookup(timed[i]), 4, 2, why, sizeof why));
+
+  const char *suite =
+      "repeats: 1\nmodel { name: 'm' solver: 'solver.prototxt' workers: 1 workers: 4 threads: 1\n"
+      "  kpi { name: 'accuracy' } kpi { name: 'train_loss' } kpi { name: 'duration_s' }\n"
+      "  kpi { name: 'samples_per_s' } kpi { name: 'speedup' } kpi { name: 'efficiency' } }\n";
+  /* a 4-worker baseline whose throughput this run would miss by far, and whose accuracy it
+   * misses by more than the tolerance */
+  const char *baseline = "model: 'm' machine_class: 'test-1c'\n"
+                         "value { kpi: 'accuracy' workers: 4 value: 0.95 spread: 0 }\n"
+                         "value { kpi: 'samples_per_s' workers: 4 value: 90000 spread: 0 }\n";
+  runner_env e;
+  runner_setup(&e, "four", "10\n5\n", "", suite, baseline);
+  char report[200];
+  snprintf(report, sizeof report, "%s/report", e.root);
+  kiln_ce_options o = {.kiln_path = e.kiln, .report_dir = report, .machine_class = "test-1c",
+                       .mpirun = e.mpirun, .assume_mpi = true, .cores = 2,
+                       .config = kiln_test_config()};
+  kiln_ce_result r;
+  if (kiln_ce_run(e.suite, &o, &r)) fail_msg("%s", kiln_last_error());
+  for (size_t i = 0; i < sizeof timed / sizeof timed[0]; i++) {
+    const kiln_ce_row *row = row_of(&r, 4, timed[i]);
+    assert_int_equal(row->verdict, KILN_CE_NA);
+    assert_string_equal(row->reason, "4 workers on 2 cores: timing not judged");
+    assert_false(row->has_baseline);
+  }
+  /* measured all the same: 4 x 6400 samples in 5 s, 8 times the one worker's 640 */
+  assert_float_equal(row_of(&r, 4, "samples_per_s")->value, 5120, 1e-6);
+  assert_float_equal(row_of(&r, 4, "speedup")->value, 8, 1e-9);
+  assert_float_equal(row_of(&r, 4, "efficiency")->value, 2, 1e-9);
+  const kiln_ce_row *acc = row_of(&r, 4, "accuracy");
+  assert_int_equal(acc->verdict, KILN_CE_REGRESSION);
+  assert_float_equal(acc->baseline, 0.95, 0);
+  assert_int_equal(row_of(&r, 4, "train_loss")->verdict, KILN_CE_NEW);
+  assert_int_equal(row_of(&r, 1, "samples_per_s")->verdict, KILN_CE_NEW); /* 1 <= 2 cores */
+  assert_int_equal(row_of(&r, 1, "duration_s")->verdict, KILN_CE_NEW);
+  assert_string_equal(kiln_ce_verdict_name(KILN_CE_NA), "n/a");
+  assert_int_equal(kiln_ce_result_exit_code(&r), 1); /* the accuracy, not the timings */
+  char p[300], *text;
+  size_t len;
+  snprintf(p, sizeof p, "%s/argv", e.ctl);
+  assert_int_equal(kiln_read_file(p, &text, &len), KILN_OK);
+  assert_contains(text, "mpirun -np 4 --oversubscribe ");
+  free(text);
+  /* the table, JSON Lines and HTML say why */
+  char *table = kiln_ce_report_table(&r, false);
+  assert_contains(table, "n/a m x4 samples_per_s: 4 workers on 2 cores: timing not judged");
+  free(table);
+  snprintf(p, sizeof p, "%s/results.jsonl", e.root);
+  assert_int_equal(kiln_ce_report_jsonl(&r, p), KILN_OK);
+  assert_int_equal(kiln_read_file(p, &text, &len), KILN_OK);
+  assert_int_equal(count_of(text, "\"verdict\":\"n/a\",\"reason\":\"4 workers on 2 cores: timing "
+                                  "not judged\""), 4);
+  free(text);
+  snprintf(p, sizeof p, "%s/report.html", e.root);
+  assert_int_equal(kiln_ce_report_html(&r, NULL, p), KILN_OK);
+  assert_int_equal(kiln_read_file(p, &text, &len), KILN_OK);
+  assert_int_equal(count_of(text, "<td class=\"na\" title=\"4 workers on 2 cores: timing not "
+                                  "judged\">"), 4);
+  assert_contains(text, ".skip,.na{");
+  free(text);
+
+  /* accept: 4 workers' accuracy and loss go into the baseline, their timings do not */
+  char bdir[200];
+  snprintf(bdir, sizeof bdir, "%s/accepted", e.root);
+  r.run_id = 7;
+  for (int i = 0; i < r.nrows; i++) /* accept refuses a model with a failed row, not a regression */
+    assert_int_not_equal(r.rows[i].verdict, KILN_CE_FAIL);
+  int written = 0;
+  assert_int_equal(kiln_ce_accept(&r, bdir, &written), KILN_OK);
+  assert_int_equal(written, 1);
+  assert_int_equal(kiln_ce_baseline_path(bdir, "test-1c", "m", p, sizeof p), KILN_OK);
+  Caffe__CeBaseline *b;
+  assert_int_equal(kiln_ce_baseline_read(p, &b), KILN_OK);
+  assert_non_null(kiln_ce_baseline_find(b, "accuracy", 4));
+  assert_non_null(kiln_ce_baseline_find(b, "train_loss", 4));
+  assert_non_null(kiln_ce_baseline_find(b, "samples_per_s", 1));
+  assert_non_null(kiln_ce_baseline_find(b, "duration_s", 1));
+  for (size_t i = 0; i < sizeof timed / sizeof timed[0]; i++)
+    assert_null(kiln_ce_baseline_find(b, timed[i], 4));
+  assert_int_equal(b->n_value, 6); /* w1: accuracy, loss, duration, throughput; w4: the first two */
+  protobuf_c_message_free_unpacked(&b->base, NULL);
+  kiln_ce_result_free(&r);
+}
+
 /* A model with a decode entry: the training keeps its final weights, `kiln decode` runs on them
  * with the entry's settings (paths in the cache, the deploy net beside the suite), and its event
  * gives per and word_accuracy; a decode that fails, or writes no event, fails the run naming
@@ -1421,6 +1524,7 @@ int main(void) {
       cmocka_unit_test(test_repository_suites),
       cmocka_unit_test(test_runner_timing_noise),
       cmocka_unit_test(test_runner_workers_and_failures),
+      cmocka_unit_test(test_runner_more_workers_than_cores),
       cmocka_unit_test(test_runner_decode),
   };
   return cmocka_run_group_tests(tests, group_setup, group_teardown);

@@ -748,6 +748,67 @@ static void test_need_backward(void **state) {
   built_free(&b);
 }
 
+/* kiln time's marking: every layer with a backward pass runs it, but bottom gradients only where
+ * training computes them, so the net's input gradient is not timed (Caffe's bottom_need_backward)
+ * and a deploy net without a loss is timed as if it trained. */
+static void test_need_backward_everywhere(void **state) {
+  (void)state;
+  char text[4096];
+  built b, plain;
+  snprintf(text, sizeof text, needs_fmt, "");
+  build_ok(&b, text, NULL);
+  build_ok(&plain, text, NULL);
+  kiln_net *net = b.net;
+  assert_int_equal(kiln_net_need_backward_everywhere(net), KILN_OK);
+  assert_false(must_layer(net, "ip")->propagate_down[0]);   /* the input's gradient */
+  assert_true(must_layer(net, "side_relu")->propagate_down[0]);
+  assert_true(must_layer(net, "loss")->propagate_down[0]);
+  assert_false(must_layer(net, "loss")->propagate_down[1]); /* labels */
+  assert_true(net->layer_need_backward[layer_index(net, "side")]);
+  assert_true(net->layer_need_backward[layer_index(net, "side_relu")]);
+  assert_false(net->layer_need_backward[layer_index(net, "in")]);
+  assert_false(net->layer_need_backward[layer_index(net, "acc")]); /* no backward pass */
+  /* The gradients training computes come out bit for bit as the training net's. */
+  set_inputs(net, 2);
+  set_inputs(plain.net, 2);
+  float l1, l2;
+  forward_backward(net, &l1);
+  forward_backward(plain.net, &l2);
+  assert_true(l1 == l2);
+  const kiln_layer *ip = must_layer(net, "ip"), *ip_plain = must_layer(plain.net, "ip");
+  for (int p = 0; p < ip->nparam; p++)
+    assert_memory_equal(ip->param[p]->diff, ip_plain->param[p]->diff,
+                        (size_t)ip->param[p]->count * sizeof(float));
+  built_free(&b);
+  built_free(&plain);
+
+  /* A deploy net: nothing reaches a loss, so training's own marking runs no backward at all;
+   * timing marks what a training step of it would run. */
+  const char *deploy =
+      "%s\n"
+      "layer { name: 'in' type: 'Input' top: 'data' input_param { shape { dim: 4 dim: 5 } } }\n"
+      "layer { name: 'ip1' type: 'InnerProduct' bottom: 'data' top: 'h'\n"
+      "        inner_product_param { num_output: 3 } }\n"
+      "layer { name: 'relu' type: 'ReLU' bottom: 'h' top: 'h' }\n"
+      "layer { name: 'ip2' type: 'InnerProduct' bottom: 'h' top: 'out'\n"
+      "        inner_product_param { num_output: 2 } }\n";
+  snprintf(text, sizeof text, deploy, "");
+  build_ok(&b, text, NULL);
+  for (int i = 0; i < b.net->nlayers; i++) assert_false(b.net->layer_need_backward[i]);
+  assert_int_equal(kiln_net_need_backward_everywhere(b.net), KILN_OK);
+  assert_false(must_layer(b.net, "ip1")->propagate_down[0]);
+  assert_true(must_layer(b.net, "relu")->propagate_down[0]);
+  assert_true(must_layer(b.net, "ip2")->propagate_down[0]);
+  assert_true(b.net->layer_need_backward[layer_index(b.net, "ip1")]);
+  built_free(&b);
+  /* force_backward: the input's gradient is timed too. */
+  snprintf(text, sizeof text, deploy, "force_backward: true");
+  build_ok(&b, text, NULL);
+  assert_int_equal(kiln_net_need_backward_everywhere(b.net), KILN_OK);
+  assert_true(must_layer(b.net, "ip1")->propagate_down[0]);
+  built_free(&b);
+}
+
 /* ---- deploy headers -------------------------------------------------------------------------- */
 
 static void test_deploy_headers(void **state) {
@@ -1556,6 +1617,7 @@ int main(void) {
       cmocka_unit_test(test_lr_mult_decay_mult),
       cmocka_unit_test(test_param_sharing_by_name),
       cmocka_unit_test(test_need_backward),
+      cmocka_unit_test(test_need_backward_everywhere),
       cmocka_unit_test(test_deploy_headers),
       cmocka_unit_test(test_unknown_type_and_bottom_count),
       cmocka_unit_test(test_memory_plan),

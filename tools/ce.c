@@ -1,6 +1,7 @@
 /* kiln ce: continuous evaluation from the command line. `run` trains a suite and judges it,
  * `accept` turns a run's values into baselines, `stability` trains one model several times to
- * show how much its KPIs move. Exit codes: 0 pass, 1 regression, 2 absolute failure, 3 the
+ * show how much its KPIs move (`history` and `compare`, which read the history, are in
+ * cequery.c). Exit codes: 0 pass, 1 regression, 2 absolute failure, 3 the
  * harness could not run (bad suite, database, report folder, missing data). */
 #include <limits.h>
 #include <signal.h>
@@ -23,6 +24,9 @@ static void usage(FILE *f) {
           "                         [--model NAME] [--repeats N] [--mpirun PATH]\n"
           "       kiln ce accept SUITE|RUN_ID [--db F] [--baseline-dir D]\n"
           "       kiln ce stability MODEL [--times N] [--suite S] [--report-dir D]\n"
+          "       kiln ce history MODEL [KPI] [--db F] [--machine-class C|--all-classes]\n"
+          "                       [--workers N] [--last K] [--suite S] [--format table|tsv]\n"
+          "       kiln ce compare RUN_A RUN_B [--db F]\n"
           "\n"
           "run: trains every model of the suite on each worker count, compares the KPIs with the\n"
           "     baselines and records them in the history (default ~/.local/share/kiln/ce.db).\n"
@@ -32,7 +36,12 @@ static void usage(FILE *f) {
           "accept: writes baselines (per machine class) from the newest run of SUITE, or of\n"
           "     run RUN_ID.\n"
           "stability: trains one model of a suite (default ce/quick.prototxt) N times (default 5)\n"
-          "     and prints each KPI's spread, to choose tolerances.\n");
+          "     and prints each KPI's spread, to choose tolerances.\n"
+          "history: a model's KPIs run by run from the history (default: this machine class's;\n"
+          "     every KPI unless one is named; --last K: the newest K of each series).\n"
+          "compare: every KPI of two runs side by side with the change; a run is its id (as\n"
+          "     `kiln ce run` prints it), latest or latest~N.\n"
+          "     history and compare exit 1 when the history has no such model, KPI or run.\n");
 }
 
 typedef struct ce_args {
@@ -41,6 +50,23 @@ typedef struct ce_args {
   int repeats, times;
   kiln_config config; /* the environment's (include/kiln/config.h) */
 } ce_args;
+
+int tool_ce_option_value(const char *what, int argc, char **argv, int *i, const char **slot,
+                         int *islot) {
+  const char *opt = argv[*i];
+  if (*i + 1 >= argc) {
+    fprintf(stderr, "%s: %s needs a value\n", what, opt);
+    return -1;
+  }
+  const char *v = argv[++*i];
+  if (slot) {
+    *slot = v;
+  } else if (!tool_parse_int(v, islot) || *islot < 1) {
+    fprintf(stderr, "%s: %s: '%s' is not a positive integer\n", what, opt, v);
+    return -1;
+  }
+  return 0;
+}
 
 static int parse_args(int argc, char **argv, ce_args *a) {
   for (int i = 2; i < argc; i++) {
@@ -62,17 +88,8 @@ static int parse_args(int argc, char **argv, ce_args *a) {
                         : !strcmp(s, "--model")         ? &a->model
                                                         : NULL;
     int *islot = !strcmp(s, "--repeats") ? &a->repeats : !strcmp(s, "--times") ? &a->times : NULL;
-    if ((slot || islot) && i + 1 >= argc) {
-      fprintf(stderr, "kiln ce: %s needs a value\n", s);
-      return -1;
-    }
-    if (slot) {
-      *slot = argv[++i];
-    } else if (islot) {
-      if (!tool_parse_int(argv[++i], islot) || *islot < 1) {
-        fprintf(stderr, "kiln ce: %s: '%s' is not a positive integer\n", s, argv[i]);
-        return -1;
-      }
+    if (slot || islot) {
+      if (tool_ce_option_value("kiln ce", argc, argv, &i, slot, islot)) return -1;
     } else if (s[0] == '-' && s[1]) {
       fprintf(stderr, "kiln ce: unknown option '%s'\n", s);
       return -1;
@@ -348,6 +365,8 @@ int cmd_ce(int argc, char **argv) {
     usage(argc < 2 ? stderr : stdout);
     return argc < 2 ? EXIT_HARNESS : 0;
   }
+  if (!strcmp(argv[1], "history")) return cmd_ce_history(argc, argv);
+  if (!strcmp(argv[1], "compare")) return cmd_ce_compare(argc, argv);
   ce_args a = {0};
   if (parse_args(argc, argv, &a)) {
     usage(stderr);

@@ -12,9 +12,7 @@
 
 typedef struct {
   tool_common c;
-  const char *model, *weights, *vocab, *target_vocab, *input, *output;
-  int beam; /* 0: greedy */
-  int max_len, limit;
+  tool_decode_args d;
 } decode_args;
 
 /* A whole number >= lo for option o, or a message and false. */
@@ -26,30 +24,30 @@ static bool whole_option(const char *o, const char *v, int lo, int *out) {
 
 static int parse_decode_args(int argc, char **argv, decode_args *a) {
   memset(a, 0, sizeof *a);
-  a->max_len = 50;
+  a->d.max_len = 50;
   for (int i = 1; i < argc; i++) {
     const char *o, *v;
     int r = tool_option_value("decode", &a->c, argc, argv, &i, &o, &v);
     if (r < 0) return 2;
     if (r == 0) continue;
-    if (!strcmp(o, "--model")) a->model = v;
-    else if (!strcmp(o, "--weights")) a->weights = v;
-    else if (!strcmp(o, "--vocab")) a->vocab = v;
-    else if (!strcmp(o, "--target-vocab")) a->target_vocab = v;
-    else if (!strcmp(o, "--input")) a->input = v;
-    else if (!strcmp(o, "--output")) a->output = v;
+    if (!strcmp(o, "--model")) a->d.model = v;
+    else if (!strcmp(o, "--weights")) a->d.weights = v;
+    else if (!strcmp(o, "--vocab")) a->d.vocab = v;
+    else if (!strcmp(o, "--target-vocab")) a->d.target_vocab = v;
+    else if (!strcmp(o, "--input")) a->d.input = v;
+    else if (!strcmp(o, "--output")) a->d.output = v;
     else if (!strcmp(o, "--beam")) {
-      if (!whole_option(o, v, 1, &a->beam)) return 2;
+      if (!whole_option(o, v, 1, &a->d.beam)) return 2;
     } else if (!strcmp(o, "--max-len")) {
-      if (!whole_option(o, v, 1, &a->max_len)) return 2;
+      if (!whole_option(o, v, 1, &a->d.max_len)) return 2;
     } else if (!strcmp(o, "--limit")) {
-      if (!whole_option(o, v, 1, &a->limit)) return 2;
+      if (!whole_option(o, v, 1, &a->d.limit)) return 2;
     } else {
       fprintf(stderr, "kiln decode: unknown option '%s' (see kiln --help)\n", o);
       return 2;
     }
   }
-  if (!a->model || !a->weights || !a->vocab || !a->target_vocab || !a->input) {
+  if (!a->d.model || !a->d.weights || !a->d.vocab || !a->d.target_vocab || !a->d.input) {
     fprintf(stderr, "kiln decode: --model, --weights, --vocab, --target-vocab and --input are "
                     "required\n");
     return 2;
@@ -177,10 +175,7 @@ static void put_decoded(kiln_strbuf *b, const kiln_vocab *tv, const char *source
   kiln_strbuf_printf(b, "\n");
 }
 
-int cmd_decode(int argc, char **argv) {
-  decode_args a;
-  int r = parse_decode_args(argc, argv, &a);
-  if (r) return r;
+int tool_decode(const tool_decode_args *a, tool_metrics *m) {
   kiln_vocab *sv = NULL, *tv = NULL;
   kiln_net *net = NULL;
   ProtobufCMessage *msg = NULL;
@@ -189,13 +184,11 @@ int cmd_decode(int argc, char **argv) {
   int32_t *out = NULL;
   kiln_strbuf decoded = {0}; /* --output, written whole at the end */
   int code = 0;
-  tool_metrics m;
-  if (tool_metrics_open(&m, a.c.metrics)) return tool_fail("metrics");
   kiln_config cfg;
   char spath[4096], tpath[4096], ipath[4096];
-  if (kiln_config_from_env(&cfg) || kiln_data_source_path(&cfg, a.vocab, spath, sizeof spath) ||
-      kiln_data_source_path(&cfg, a.target_vocab, tpath, sizeof tpath) ||
-      kiln_data_source_path(&cfg, a.input, ipath, sizeof ipath) || kiln_vocab_read(spath, &sv) ||
+  if (kiln_config_from_env(&cfg) || kiln_data_source_path(&cfg, a->vocab, spath, sizeof spath) ||
+      kiln_data_source_path(&cfg, a->target_vocab, tpath, sizeof tpath) ||
+      kiln_data_source_path(&cfg, a->input, ipath, sizeof ipath) || kiln_vocab_read(spath, &sv) ||
       kiln_vocab_read(tpath, &tv)) {
     code = tool_fail("decode");
     goto done;
@@ -205,7 +198,7 @@ int cmd_decode(int argc, char **argv) {
     code = 2;
     goto done;
   }
-  rs = (records){.sv = sv, .tv = tv, .path = ipath, .limit = a.limit};
+  rs = (records){.sv = sv, .tv = tv, .path = ipath, .limit = a->limit};
   if (kiln_text_pairs(ipath, take_record, &rs)) {
     code = tool_fail("decode");
     goto done;
@@ -215,12 +208,12 @@ int cmd_decode(int argc, char **argv) {
     code = 1;
     goto done;
   }
-  plan_args p = {rs.longest, a.beam ? a.beam : 1, a.beam ? a.max_len : 1, a.model};
-  out = malloc((size_t)a.max_len * sizeof *out);
-  if (!out || tool_load_net_edited(a.model, CAFFE__PHASE__TEST, NULL, 0, a.c.max_memory, plan, &p,
+  plan_args p = {rs.longest, a->beam ? a->beam : 1, a->beam ? a->max_len : 1, a->model};
+  out = malloc((size_t)a->max_len * sizeof *out);
+  if (!out || tool_load_net_edited(a->model, CAFFE__PHASE__TEST, NULL, 0, a->max_memory, plan, &p,
                                    &net, &msg) ||
-      kiln_net_load_weights(net, a.weights) ||
-      kiln_seq2seq_open(net, kiln_vocab_size(tv), &marks, a.model, &dec)) {
+      kiln_net_load_weights(net, a->weights) ||
+      kiln_seq2seq_open(net, kiln_vocab_size(tv), &marks, a->model, &dec)) {
     code = tool_fail("decode");
     goto done;
   }
@@ -232,8 +225,8 @@ int cmd_decode(int argc, char **argv) {
     int S = (int)(rs.ref[k] - rs.src[k]), R = (int)(rs.src[k + 1] - rs.ref[k]), n = 0;
     double score;
     size_t d = 0;
-    int rc = a.beam ? kiln_seq2seq_beam(dec, src, S, a.beam, a.max_len, out, &n, &score)
-                    : kiln_seq2seq_greedy(dec, src, S, a.max_len, out, &n, &score);
+    int rc = a->beam ? kiln_seq2seq_beam(dec, src, S, a->beam, a->max_len, out, &n, &score)
+                    : kiln_seq2seq_greedy(dec, src, S, a->max_len, out, &n, &score);
     if (!rc) rc = kiln_edit_distance(out, (size_t)n, ref, (size_t)R, &d);
     if (rc) {
       code = tool_fail("decode");
@@ -242,11 +235,11 @@ int cmd_decode(int argc, char **argv) {
     edits += d;
     reference += (size_t)R;
     exact += d == 0;
-    if (a.output) put_decoded(&decoded, tv, rs.text[k], out, n);
+    if (a->output) put_decoded(&decoded, tv, rs.text[k], out, n);
   }
-  if (a.output) {
-    int rc = decoded.failed ? kiln_errorf(KILN_ERR_NOMEM, "out of memory for %s", a.output)
-                            : kiln_write_file_atomic(a.output, decoded.s, decoded.len);
+  if (a->output) {
+    int rc = decoded.failed ? kiln_errorf(KILN_ERR_NOMEM, "out of memory for %s", a->output)
+                            : kiln_write_file_atomic(a->output, decoded.s, decoded.len);
     if (rc) {
       code = tool_fail("decode: --output");
       goto done;
@@ -254,17 +247,17 @@ int cmd_decode(int argc, char **argv) {
   }
   double per = reference ? (double)edits / (double)reference : 0.0;
   double word_accuracy = (double)exact / rs.n;
-  printf("records = %d (%s)\n", rs.n, a.beam ? "beam search" : "greedy");
-  if (a.beam) printf("beam = %d\n", a.beam);
+  printf("records = %d (%s)\n", rs.n, a->beam ? "beam search" : "greedy");
+  if (a->beam) printf("beam = %d\n", a->beam);
   printf("per = %.6f (%zu edits / %zu reference tokens)\n", per, edits, reference);
   printf("word_accuracy = %.6f (%d / %d exactly right)\n", word_accuracy, exact, rs.n);
   if (fflush(stdout) != 0) code = 1;
   const kiln_metric_field fl[] = {{KILN_MF_PER, per, NULL},
                                   {KILN_MF_WORD_ACCURACY, word_accuracy, NULL},
                                   {KILN_MF_WORDS, rs.n, NULL},
-                                  {KILN_MF_BEAM, a.beam, NULL},
+                                  {KILN_MF_BEAM, a->beam, NULL},
                                   {KILN_MF_PEAK_RSS_MB, kiln_peak_rss_mb(), NULL}};
-  tool_metrics_write(&m, KILN_EV_DECODE, 0, kiln_now_ms() - start, 5, fl);
+  tool_metrics_write(m, KILN_EV_DECODE, 0, kiln_now_ms() - start, 5, fl);
 done:
   free(decoded.s);
   kiln_seq2seq_free(dec);
@@ -273,6 +266,17 @@ done:
   free_records(&rs);
   kiln_vocab_free(sv);
   kiln_vocab_free(tv);
+  return code;
+}
+
+int cmd_decode(int argc, char **argv) {
+  decode_args a;
+  int r = parse_decode_args(argc, argv, &a);
+  if (r) return r;
+  a.d.max_memory = a.c.max_memory;
+  tool_metrics m;
+  if (tool_metrics_open(&m, a.c.metrics)) return tool_fail("metrics");
+  int code = tool_decode(&a.d, &m);
   if (tool_metrics_close(&m) && !code) code = 1;
   return code;
 }

@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kiln/data.h"
 #include "tool.h"
 
 typedef struct {
@@ -11,6 +12,9 @@ typedef struct {
   int iterations, phase;
   const char *stages[16]; /* --stage, as Caffe's -stage: which layers a NetState rule selects */
   int nstages;
+  /* kiln test --decode DEPLOY [--beam K] [--max-len L] [--limit N]: the test pairs decoded */
+  const char *decode;
+  int beam, max_len, limit;
 } net_args;
 
 static int parse_net_args(const char *cmd, int argc, char **argv, net_args *a, int default_phase,
@@ -43,10 +47,24 @@ static int parse_net_args(const char *cmd, int argc, char **argv, net_args *a, i
         fprintf(stderr, "kiln %s: --phase must be TRAIN or TEST\n", cmd);
         return 2;
       }
+    } else if (!strcmp(cmd, "test") && !strcmp(o, "--decode")) {
+      a->decode = v;
+    } else if (!strcmp(cmd, "test") &&
+               (!strcmp(o, "--beam") || !strcmp(o, "--max-len") || !strcmp(o, "--limit"))) {
+      int *to = o[2] == 'b' ? &a->beam : o[2] == 'm' ? &a->max_len : &a->limit;
+      if (!tool_parse_int(v, to) || *to < 1) {
+        fprintf(stderr, "kiln %s: %s: '%s' is not a positive integer\n", cmd, o, v);
+        return 2;
+      }
     } else {
       fprintf(stderr, "kiln %s: unknown option '%s' (see kiln --help)\n", cmd, o);
       return 2;
     }
+  }
+  if (!a->decode && (a->beam || a->max_len || a->limit)) {
+    fprintf(stderr, "kiln %s: --beam, --max-len and --limit go with --decode DEPLOY.prototxt\n",
+            cmd);
+    return 2;
   }
   if (!a->model) {
     fprintf(stderr, "kiln %s: --model is required\n", cmd);
@@ -57,6 +75,55 @@ static int parse_net_args(const char *cmd, int argc, char **argv, net_args *a, i
 
 static int load_net(const net_args *a, kiln_net **net, ProtobufCMessage **msg) {
   return tool_load_net(a->model, a->phase, a->stages, a->nstages, a->c.max_memory, net, msg);
+}
+
+/* The test net's TextData layer of pairs (what --decode decodes), or NULL. */
+static const Caffe__TextDataParameter *test_pairs(const kiln_net *net, const char **layer) {
+  for (int i = 0; i < net->nlayers; i++) {
+    const Caffe__TextDataParameter *p = net->layers[i]->lp->text_data_param;
+    if (p && p->mode == CAFFE__TEXT_DATA_PARAMETER__MODE__PAIRS) {
+      *layer = net->layers[i]->name;
+      return p;
+    }
+  }
+  return NULL;
+}
+
+/* A vocabulary file as TextData finds it: the one given, or `name` beside the source. */
+static void vocab_path(const char *given, const char *source, const char *name, char *out,
+                       size_t n) {
+  const char *slash = strrchr(source, '/');
+  if (given && given[0]) snprintf(out, n, "%s", given);
+  else snprintf(out, n, "%.*s/%s", slash ? (int)(slash - source) : 1, slash ? source : ".", name);
+}
+
+/* --decode: the test pairs' sources decoded by the deploy net with the same weights, their
+ * token error rate (PER for a G2P model) and word accuracy printed and recorded. */
+static int decode_test_pairs(const net_args *a, const kiln_net *net, tool_metrics *m) {
+  const char *layer = NULL;
+  const Caffe__TextDataParameter *p = test_pairs(net, &layer);
+  if (!p) {
+    fprintf(stderr, "kiln test: --decode: %s has no TextData layer of mode PAIRS in phase TEST: "
+                    "nothing to decode\n", a->model);
+    return 2;
+  }
+  if (!a->weights) {
+    fprintf(stderr, "kiln test: --decode needs --weights\n");
+    return 2;
+  }
+  kiln_config cfg;
+  char source[4096], vocab[4096], target[4096];
+  if (kiln_config_from_env(&cfg) ||
+      kiln_data_source_path(&cfg, p->source ? p->source : "", source, sizeof source))
+    return tool_fail("test: --decode");
+  vocab_path(p->vocab, source, "vocab.txt", vocab, sizeof vocab);
+  vocab_path(p->target_vocab, source, "target_vocab.txt", target, sizeof target);
+  printf("decoding the pairs of layer '%s' (%s) with %s\n", layer, source, a->decode);
+  const tool_decode_args d = {.model = a->decode, .weights = a->weights, .vocab = vocab,
+                              .target_vocab = target, .input = source, .beam = a->beam,
+                              .max_len = a->max_len ? a->max_len : 50, .limit = a->limit,
+                              .max_memory = a->c.max_memory};
+  return tool_decode(&d, m);
 }
 
 int cmd_test(int argc, char **argv) {
@@ -121,6 +188,11 @@ int cmd_test(int argc, char **argv) {
             bad ? "output " : "the loss", bad ? bad : "", a.iterations, a.model);
     code = 1;
   }
+  const char *pairs_layer;
+  if (!code && a.decode) code = decode_test_pairs(&a, net, &m);
+  else if (!code && test_pairs(net, &pairs_layer))
+    printf("per: not computed (the token error rate needs decoding: give --decode "
+           "DEPLOY.prototxt)\n");
 done:
   free(sum);
   tool_free_net(net, msg);
@@ -163,8 +235,9 @@ static bool read_as_second_operand(const kiln_net *net, const kiln_blob *b, int 
 
 /* Fills inputs that no data layer produces: N(0,1), or zeros where they may be labels (a random
  * real is no class index); a data layer's labels stay as it wrote them. Marks every layer for
- * backward so each one's time is measured, as `caffe time` does. */
-static void prepare_for_timing(kiln_net *net) {
+ * backward so each one's time is measured, as `caffe time` does, with the bottom gradients a
+ * training step computes (not the input's). */
+static int prepare_for_timing(kiln_net *net) {
   kiln_rng r;
   kiln_rng_seed(&r, 7, 7);
   for (int i = 0; i < net->nlayers; i++) {
@@ -175,10 +248,8 @@ static void prepare_for_timing(kiln_net *net) {
         for (int64_t k = 0; k < l->top[t]->count; k++)
           l->top[t]->data[k] = zeros ? 0.0f : kiln_rng_gaussian(&r, 0, 1);
       }
-    if (l->ops->is_data || !l->ops->backward) continue;
-    net->layer_need_backward[i] = true;
-    for (int b = 0; b < l->nbottom; b++) l->propagate_down[b] = kiln_layer_allows_gradient(l, b);
   }
+  return kiln_net_need_backward_everywhere(net);
 }
 
 int cmd_time(int argc, char **argv) {
@@ -196,7 +267,10 @@ int cmd_time(int argc, char **argv) {
     code = tool_fail("time");
     goto done;
   }
-  prepare_for_timing(net);
+  if (prepare_for_timing(net)) {
+    code = tool_fail("time");
+    goto done;
+  }
   int L = net->nlayers;
   fwd = calloc((size_t)L, sizeof(double));
   bwd = calloc((size_t)L, sizeof(double));

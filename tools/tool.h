@@ -17,6 +17,13 @@ int cmd_compute_mean(int argc, char **argv);
 int cmd_describe(int argc, char **argv);
 int cmd_compare_weights(int argc, char **argv);
 int cmd_ce(int argc, char **argv);
+/* kiln ce history, kiln ce compare (cequery.c); argv[1] is the subcommand. */
+int cmd_ce_history(int argc, char **argv);
+int cmd_ce_compare(int argc, char **argv);
+/* The value of the `kiln ce` option argv[*i] (*i moves past it): the text into *slot, or else a
+ * positive integer into *islot. 0, or -1 after printing why ("WHAT: --last needs a value"). */
+int tool_ce_option_value(const char *what, int argc, char **argv, int *i, const char **slot,
+                         int *islot);
 int cmd_upgrade(int argc, char **argv);
 int cmd_sample(int argc, char **argv);
 int cmd_decode(int argc, char **argv);
@@ -73,6 +80,17 @@ int tool_load_net_edited(const char *model, int phase, const char *const *stages
                          uint64_t max_memory, tool_net_edit edit, void *user, kiln_net **net,
                          ProtobufCMessage **msg);
 void tool_free_net(kiln_net *net, ProtobufCMessage *msg);
+
+/* kiln decode's work (decode.c), also run by `kiln test --decode`: decodes the sources of the
+ * pairs in `input` with the deploy net `model`, prints the token error rate and word accuracy,
+ * and writes them as a "decode" event. Returns the exit code. */
+typedef struct {
+  const char *model, *weights, *vocab, *target_vocab, *input, *output;
+  int beam; /* 0: greedy */
+  int max_len, limit;
+  uint64_t max_memory;
+} tool_decode_args;
+int tool_decode(const tool_decode_args *a, tool_metrics *m);
 
 /* The solver's event callback: metrics file plus human output on stderr. */
 void tool_on_event(const kiln_event *e, void *user);

@@ -129,6 +129,8 @@ typedef enum kiln_ce_verdict {
   KILN_CE_IMPROVED,   /* better than the baseline by more than the tolerance (accept it?) */
   KILN_CE_NEW,        /* no baseline to compare with; the absolute checks passed */
   KILN_CE_SKIP,       /* not run, with the reason (no mpirun for a multi-worker entry) */
+  KILN_CE_NA,         /* measured but not judged, with the reason: a timing KPI of more workers
+                       * than the machine has cores ("n/a") */
   KILN_CE_REGRESSION, /* worse than the baseline by more than the tolerance */
   KILN_CE_ERROR,      /* the harness could not run this entry (missing data set, spawn failed) */
   KILN_CE_FAIL,       /* absolute failure: crash, timeout, NaN, under the floor, not learning */
@@ -180,6 +182,14 @@ bool kiln_ce_decode_failed(const kiln_ce_child *c, const kiln_ce_metrics *d, cha
 bool kiln_ce_kpi_failed(const kiln_ce_kpi_spec *k, double value, const kiln_ce_run_facts *f,
                         char *reason, size_t n);
 
+/* Whether a KPI of a configuration of `workers` workers can be judged on `cores` cores: a timing
+ * KPI (duration, throughput, speedup, efficiency) of more workers than cores measures how the
+ * workers share the cores, not kiln, so it is not judged. Returns true with the reason ("4
+ * workers on 2 cores: timing not judged") when it is not; accuracy, losses and memory always are.
+ */
+bool kiln_ce_kpi_not_applicable(const kiln_ce_kpi_info *k, int workers, int cores, char *reason,
+                                size_t n);
+
 /* Compares a value (median of its repeats, `spread` their standard deviation) with a baseline:
  * the allowed difference is max(rel_tolerance x |baseline|, abs_tolerance, noise_k x the larger
  * of the two spreads); worse by more is a regression, better by more an improvement. Fills the
@@ -209,6 +219,9 @@ void kiln_ce_machine_describe(kiln_ce_machine *m, const kiln_config *cfg);
 void kiln_ce_machine_class(const kiln_ce_machine *m, char *buf, size_t n);
 /* The machine as one JSON object (malloc'd), for the history and the JSON Lines report. */
 char *kiln_ce_machine_json(const kiln_ce_machine *m);
+/* The cores this process may run on (its CPU affinity, at most the online ones): what the
+ * workers of a run share. */
+int kiln_ce_usable_cores(void);
 /* `git describe --always --dirty` of the repository holding `dir`; "unknown" outside a
  * repository. (kiln_config.git_commit, KILN_GIT_COMMIT, overrides it in kiln_ce_run.) */
 void kiln_ce_git_commit(const char *dir, char *buf, size_t n);
@@ -324,7 +337,71 @@ int kiln_ce_history_series(kiln_ce_history *h, const char *model, int workers, c
                            const char *machine_class, int max_points, kiln_ce_point **out,
                            int *n);
 
+/* ---- history queries: `kiln ce history` and `kiln ce compare` (query.c) --------------------- */
+
+/* Which rows of the history: one model's, optionally narrowed. */
+typedef struct kiln_ce_query {
+  const char *model;         /* required */
+  const char *kpi;           /* NULL or "": every KPI of the model */
+  const char *machine_class; /* NULL or "": every machine class */
+  const char *suite;         /* NULL or "": every suite (by its name) */
+  int workers;               /* > 0: this worker count only */
+  int last;                  /* > 0: the newest `last` values of each KPI and worker count */
+} kiln_ce_query;
+
+/* One recorded value, with its run. NaN where the history has none. */
+typedef struct kiln_ce_history_row {
+  int64_t run_id;
+  char time[32];             /* the run's start, UTC, ISO 8601 */
+  char git_commit[64];
+  char suite[128];
+  char machine_class[128];
+  char model[64];
+  int workers;
+  char kpi[32];
+  char unit[16];
+  bool higher_is_better;
+  double value, spread, baseline, change;
+  char verdict[16];          /* as kiln_ce_verdict_name wrote it */
+  char reason[512];
+} kiln_ce_history_row;
+
+/* The matching rows (malloc'd), grouped by KPI in the order the newest run recorded them, then by
+ * worker count, each series oldest run first. No matching row is KILN_ERR_INVALID with a message
+ * naming what the history holds instead: the models (of the machine class, or the classes the
+ * model has history on), the model's KPIs, or the series' worker counts and suites. */
+int kiln_ce_history_query(kiln_ce_history *h, const kiln_ce_query *q, kiln_ce_history_row **out,
+                          int *n);
+
+/* A run named as `kiln ce run` prints it ("42"), or "latest", or "latest~N" (N runs before the
+ * newest). KILN_ERR_INVALID for anything else or a latest~N beyond the history; a plain id is not
+ * looked up here (kiln_ce_history_load_run says when there is no such run). */
+int kiln_ce_history_resolve_run(kiln_ce_history *h, const char *spec, int64_t *run_id);
+
+/* One model, worker count and KPI of two runs side by side. */
+typedef struct kiln_ce_pair {
+  char model[64];
+  int workers;
+  char kpi[32];
+  char unit[16];
+  bool higher_is_better;
+  bool in_a, in_b;            /* whether each run has the row */
+  double a, b;                /* the values; NaN when a run lacks the row or its value */
+  kiln_ce_verdict verdict_a, verdict_b; /* KILN_CE_VERDICT_COUNT when a run lacks the row */
+  double change;              /* (b - a) / |a|; NaN unless both are finite and a is not 0 */
+  int better;                 /* +1 when b is better than a by the KPI's direction, -1 worse, 0
+                               * the same or not comparable */
+} kiln_ce_pair;
+
+/* Every row of either run (a's in its order, then those only b has), as pairs (malloc'd). */
+int kiln_ce_compare_runs(const kiln_ce_result *a, const kiln_ce_result *b, kiln_ce_pair **out,
+                         int *n);
+
 /* ---- reports ------------------------------------------------------------------------------- */
+
+/* A KPI value as the reports write it: 4 significant digits (whole numbers from 1000), the unit
+ * after a space, "-" for NaN. */
+void kiln_ce_format_value(char *buf, size_t n, double v, const char *unit);
 
 /* The terminal table (model, workers, KPI, value, baseline, change, verdict), reasons below it;
  * ANSI colours when `colour`. Malloc'd; NULL when out of memory. */
@@ -355,6 +432,7 @@ typedef struct kiln_ce_options {
   const char *only_model;     /* NULL: every model of the suite */
   bool assume_mpi;            /* tests: launch N > 1 workers even when built without MPI */
   int repeats;                /* > 0: overrides the suite's */
+  int cores;                  /* > 0: the cores the workers share (tests); 0: kiln_ce_usable_cores */
   kiln_ce_progress_fn progress;
   void *user;
   /* When not NULL and set non-zero (by the caller's signal handler), the running training is

@@ -71,6 +71,15 @@ int kiln_write_file_atomic(const char *path, const void *data, size_t len);
  * EINTR: false on an error or, reading, an end before n bytes. */
 bool kiln_fd_write_all(int fd, const void *p, size_t n);
 bool kiln_fd_read_all(int fd, void *p, size_t n);
+/* Reading an untrusted file in a forked child (libhdf5 crashes on some damaged files). In the
+ * child: the fatal signals back to their default action, so that a crash ends it (handlers it
+ * inherited, a test harness's or a sanitizer's, would carry on in the parent's code). In the
+ * parent, for a child that gave no whole answer (its wait status, or -1 when unknown):
+ * KILN_ERR_PARSE naming the path and either the signal that `library` crashed on or the
+ * `reader`'s exit code; a child ended by SIGPIPE (its answer no longer wanted) counts as one
+ * that gave no answer. */
+void kiln_child_default_signals(void);
+int kiln_child_failed(const char *path, const char *library, const char *reader, int status);
 /* Removes what kiln_write_file_atomic leaves behind when its process is killed mid-write: files
  * named `<base>...tmp.<pid>` beside `path_prefix` (its folder, names starting with its last part)
  * whose process no longer runs. *removed (may be NULL) gets the count. A file of a live process

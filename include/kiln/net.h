@@ -41,6 +41,7 @@ typedef struct kiln_net {
   int nlayers;
   kiln_layer **layers;
   bool *layer_need_backward;
+  bool force_backward;        /* the NetParameter's */
   int nblobs;
   kiln_blob **blobs;          /* every activation blob, in creation order */
   /* Learnable parameters owned by this net, in layer order; shared ones appear once. */
@@ -84,6 +85,13 @@ int kiln_net_backward(kiln_net *net);
 int kiln_net_layer_forward(kiln_net *net, int i);
 int kiln_net_layer_backward(kiln_net *net, int i);
 void kiln_net_zero_param_diff(kiln_net *net);
+/* Marks the net for timing its backward pass as a training step runs it (kiln time), whether or
+ * not a loss reads its outputs (a deploy net has none): every layer with a backward pass runs it,
+ * and each bottom's gradient is computed only where training computes it, where a learning
+ * parameter lies below it or force_backward asks (Caffe's rule, without the pruning of what
+ * reaches no loss). So the gradient of the net's input is not timed, as `caffe time` does not
+ * time it. For nets built without share_diffs. Returns KILN_ERR_NOMEM or KILN_OK. */
+int kiln_net_need_backward_everywhere(kiln_net *net);
 /* Moves the parameter gradients (nparam_floats floats, 64-byte aligned) to `to`, memory the
  * caller owns and keeps for the net's life (the communicator's shared memory, where the workers'
  * sums read and write them in place); every parameter blob follows. Nets sharing this net's

@@ -217,7 +217,7 @@ static int accept_model(kiln_ce_result *r, const char *baseline_dir, const char 
   for (int i = 0; rc == KILN_OK && i < r->nrows; i++) {
     const kiln_ce_row *row = &r->rows[i];
     if (strcmp(row->model, model) || !strcmp(row->kpi, "run") || !isfinite(row->value) ||
-        row->verdict == KILN_CE_SKIP)
+        row->verdict == KILN_CE_SKIP || row->verdict == KILN_CE_NA)
       continue;
     if (row->config_hash[0]) rc = set_string(&b->config_hash, row->config_hash);
     Caffe__CeBaselineValue *v = new_value(row);
@@ -265,7 +265,8 @@ int kiln_ce_accept(kiln_ce_result *r, const char *baseline_dir, int *written) {
         if (!failed) why = row->reason;
         failed = true;
       }
-      any |= strcmp(row->kpi, "run") && isfinite(row->value) && row->verdict != KILN_CE_SKIP;
+      any |= strcmp(row->kpi, "run") && isfinite(row->value) && row->verdict != KILN_CE_SKIP &&
+             row->verdict != KILN_CE_NA;
     }
     if (failed) {
       kiln_ce_result_warn(r, "%s: not accepted, the run failed: %s", model, why);

@@ -60,6 +60,9 @@ static const char *const schema =
     "  FROM kpis k JOIN runs r ON r.id = k.run_id;"
     "PRAGMA user_version = 1;";
 
+sqlite3 *ce_history_db(kiln_ce_history *h) { return h->db; }
+const char *ce_history_path(const kiln_ce_history *h) { return h->path; }
+
 static int db_error(kiln_ce_history *h, const char *what) {
   return kiln_errorf(KILN_ERR_IO, "%s: %s: %s", h->path, what, sqlite3_errmsg(h->db));
 }
@@ -117,11 +120,11 @@ static void bind_real(sqlite3_stmt *s, int i, double v) {
   else sqlite3_bind_null(s, i);
 }
 
-static double column_real(sqlite3_stmt *s, int i) {
+double ce_column_real(sqlite3_stmt *s, int i) {
   return sqlite3_column_type(s, i) == SQLITE_NULL ? NAN : sqlite3_column_double(s, i);
 }
 
-static void column_text(sqlite3_stmt *s, int i, char *buf, size_t n) {
+void ce_column_text(sqlite3_stmt *s, int i, char *buf, size_t n) {
   const unsigned char *t = sqlite3_column_text(s, i);
   snprintf(buf, n, "%s", t ? (const char *)t : "");
 }
@@ -272,13 +275,13 @@ int kiln_ce_history_load_run(kiln_ce_history *h, int64_t run_id, kiln_ce_result 
   int step = sqlite3_step(s);
   if (step == SQLITE_ROW) {
     out->run_id = run_id;
-    column_text(s, 0, out->started_at, sizeof out->started_at);
-    column_text(s, 1, out->suite_name, sizeof out->suite_name);
-    column_text(s, 2, out->suite_path, sizeof out->suite_path);
-    column_text(s, 3, out->git_commit, sizeof out->git_commit);
-    column_text(s, 4, out->machine_class, sizeof out->machine_class);
-    column_text(s, 5, out->report_dir, sizeof out->report_dir);
-    out->duration_s = column_real(s, 6);
+    ce_column_text(s, 0, out->started_at, sizeof out->started_at);
+    ce_column_text(s, 1, out->suite_name, sizeof out->suite_name);
+    ce_column_text(s, 2, out->suite_path, sizeof out->suite_path);
+    ce_column_text(s, 3, out->git_commit, sizeof out->git_commit);
+    ce_column_text(s, 4, out->machine_class, sizeof out->machine_class);
+    ce_column_text(s, 5, out->report_dir, sizeof out->report_dir);
+    out->duration_s = ce_column_real(s, 6);
   }
   sqlite3_finalize(s);
   if (step == SQLITE_DONE)
@@ -297,28 +300,28 @@ int kiln_ce_history_load_run(kiln_ce_history *h, int64_t run_id, kiln_ce_result 
   while (rc == KILN_OK && (step = sqlite3_step(s)) == SQLITE_ROW) {
     kiln_ce_row row;
     memset(&row, 0, sizeof row);
-    column_text(s, 0, row.model, sizeof row.model);
+    ce_column_text(s, 0, row.model, sizeof row.model);
     row.workers = sqlite3_column_int(s, 1);
-    column_text(s, 2, row.kpi, sizeof row.kpi);
-    column_text(s, 3, row.unit, sizeof row.unit);
+    ce_column_text(s, 2, row.kpi, sizeof row.kpi);
+    ce_column_text(s, 3, row.unit, sizeof row.unit);
     row.higher_is_better = sqlite3_column_int(s, 4) != 0;
-    row.value = column_real(s, 5);
-    row.spread = column_real(s, 6);
+    row.value = ce_column_real(s, 5);
+    row.spread = ce_column_real(s, 6);
     row.busy = NAN; /* not kept in the history */
     parse_samples((const char *)sqlite3_column_text(s, 7), &row);
-    row.baseline = column_real(s, 8);
+    row.baseline = ce_column_real(s, 8);
     row.has_baseline = isfinite(row.baseline);
-    row.baseline_spread = column_real(s, 9);
-    row.change = column_real(s, 10);
-    row.tolerance = column_real(s, 11);
+    row.baseline_spread = ce_column_real(s, 9);
+    row.change = ce_column_real(s, 10);
+    row.tolerance = ce_column_real(s, 11);
     char verdict[32];
-    column_text(s, 12, verdict, sizeof verdict);
+    ce_column_text(s, 12, verdict, sizeof verdict);
     row.verdict = verdict_by_name(verdict);
-    column_text(s, 13, row.reason, sizeof row.reason);
+    ce_column_text(s, 13, row.reason, sizeof row.reason);
     row.seed = sqlite3_column_int64(s, 14);
     row.threads = sqlite3_column_int(s, 15);
     row.iterations = sqlite3_column_int(s, 16);
-    column_text(s, 17, row.config_hash, sizeof row.config_hash);
+    ce_column_text(s, 17, row.config_hash, sizeof row.config_hash);
     rc = kiln_ce_result_add_row(out, &row);
   }
   sqlite3_finalize(s);
@@ -369,10 +372,10 @@ int kiln_ce_history_series(kiln_ce_history *h, const char *model, int workers, c
   int count = 0, step;
   while (count < max_points && (step = sqlite3_step(s)) == SQLITE_ROW) {
     p[count].run_id = sqlite3_column_int64(s, 0);
-    column_text(s, 1, p[count].time, sizeof p[count].time);
-    p[count].value = column_real(s, 2);
-    column_text(s, 3, p[count].verdict, sizeof p[count].verdict);
-    column_text(s, 4, p[count].git_commit, sizeof p[count].git_commit);
+    ce_column_text(s, 1, p[count].time, sizeof p[count].time);
+    p[count].value = ce_column_real(s, 2);
+    ce_column_text(s, 3, p[count].verdict, sizeof p[count].verdict);
+    ce_column_text(s, 4, p[count].git_commit, sizeof p[count].git_commit);
     count++;
   }
   sqlite3_finalize(s);

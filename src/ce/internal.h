@@ -4,6 +4,7 @@
 #define KILN_CE_INTERNAL_H
 
 #include <signal.h>
+#include <sqlite3.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -27,6 +28,13 @@ void ce_fmt(char *buf, size_t n, const char *fmt, ...) __attribute__((format(pri
 
 /* Text with &, <, >, " and ' escaped for HTML. */
 void ce_html(kiln_strbuf *b, const char *text);
+
+/* history.c: the open database and its path, for the queries of query.c; a column of a result
+ * row as a number (NaN for NULL) or as text ("" for NULL). */
+sqlite3 *ce_history_db(kiln_ce_history *h);
+const char *ce_history_path(const kiln_ce_history *h);
+double ce_column_real(sqlite3_stmt *s, int i);
+void ce_column_text(sqlite3_stmt *s, int i, char *buf, size_t n);
 
 /* svg.c: what the report's SVG charts share. Red marks regressions and failures only; the
  * series' colours keep at least 40 degrees of hue away from it. */

@@ -132,6 +132,7 @@ const char *kiln_ce_verdict_name(kiln_ce_verdict v) {
   static const char *const names[] = {
       [KILN_CE_PASS] = "pass",         [KILN_CE_IMPROVED] = "improved",
       [KILN_CE_NEW] = "new",           [KILN_CE_SKIP] = "skipped",
+      [KILN_CE_NA] = "n/a",
       [KILN_CE_REGRESSION] = "regression", [KILN_CE_ERROR] = "error",
       [KILN_CE_FAIL] = "FAIL",
   };
@@ -242,6 +243,14 @@ bool kiln_ce_kpi_failed(const kiln_ce_kpi_spec *k, double value, const kiln_ce_r
     return true;
   }
   return false;
+}
+
+bool kiln_ce_kpi_not_applicable(const kiln_ce_kpi_info *k, int workers, int cores, char *reason,
+                                size_t n) {
+  if (!k->timing || cores < 1 || workers <= cores) return false;
+  snprintf(reason, n, "%d workers on %d core%s: timing not judged", workers, cores,
+           cores == 1 ? "" : "s");
+  return true;
 }
 
 kiln_ce_verdict kiln_ce_compare(const kiln_ce_kpi_spec *k, double value, double spread,

@@ -2,6 +2,7 @@
  * compiler, BLAS, threads) and a short class name that keys the baselines, because timings and
  * memory are only comparable between machines of one kind. Also the git commit of the code. */
 #include <ctype.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -70,6 +71,18 @@ void kiln_ce_machine_describe(kiln_ce_machine *m, const kiln_config *cfg) {
     snprintf(m->os, sizeof m->os, "%.30s %.40s %.20s", u.sysname, u.release, u.machine);
     ce_fmt(m->hostname, sizeof m->hostname, "%s", u.nodename);
   }
+}
+
+int kiln_ce_usable_cores(void) {
+  long online = sysconf(_SC_NPROCESSORS_ONLN);
+  int cores = online > 0 ? (int)online : 1;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) == 0) {
+    int allowed = CPU_COUNT(&set);
+    if (allowed > 0 && allowed < cores) cores = allowed;
+  }
+  return cores;
 }
 
 void kiln_ce_machine_class(const kiln_ce_machine *m, char *buf, size_t n) {

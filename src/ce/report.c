@@ -11,7 +11,7 @@
 #include "ce/internal.h"
 #include "kiln/ce.h"
 
-static void fmt_value(char *buf, size_t n, double v, const char *unit) {
+void kiln_ce_format_value(char *buf, size_t n, double v, const char *unit) {
   if (!isfinite(v)) {
     snprintf(buf, n, "-");
     return;
@@ -31,7 +31,8 @@ static const char *verdict_colour(kiln_ce_verdict v) {
   case KILN_CE_PASS: return "\033[32m";
   case KILN_CE_IMPROVED: return "\033[36m";
   case KILN_CE_NEW: return "\033[34m";
-  case KILN_CE_SKIP: return "\033[2m";
+  case KILN_CE_SKIP:
+  case KILN_CE_NA: return "\033[2m";
   case KILN_CE_REGRESSION: return "\033[1;33m";
   case KILN_CE_ERROR: return "\033[1;35m";
   default: return "\033[1;31m";
@@ -53,8 +54,8 @@ char *kiln_ce_report_table(const kiln_ce_result *r, bool colour) {
   for (int i = 0; i < r->nrows; i++) {
     const kiln_ce_row *row = &r->rows[i];
     char value[48], base[48], change[24];
-    fmt_value(value, sizeof value, row->value, row->unit);
-    if (row->has_baseline) fmt_value(base, sizeof base, row->baseline, row->unit);
+    kiln_ce_format_value(value, sizeof value, row->value, row->unit);
+    if (row->has_baseline) kiln_ce_format_value(base, sizeof base, row->baseline, row->unit);
     else snprintf(base, sizeof base, "-");
     fmt_change(change, sizeof change, row);
     kiln_strbuf_printf(&b, "%-*s  %7d  %-*s  %16s  %16s  %8s  %s%s%s\n", wm, row->model, row->workers, wk,
@@ -168,6 +169,7 @@ static const char *verdict_class(kiln_ce_verdict v) {
   case KILN_CE_IMPROVED: return "improved";
   case KILN_CE_NEW: return "new";
   case KILN_CE_SKIP: return "skip";
+  case KILN_CE_NA: return "na";
   case KILN_CE_REGRESSION: return "regression";
   case KILN_CE_ERROR: return "error";
   default: return "fail";
@@ -449,7 +451,7 @@ int kiln_ce_report_html(const kiln_ce_result *r, kiln_ce_history *h, const char 
             "table{border-collapse:collapse;margin:.5em 0}td,th{border:1px solid #ccc;"
             "padding:.3em .6em;text-align:right}th{background:#eee}td.name{text-align:left}"
             ".pass{background:#dff3df}.improved{background:#d8eefa}.new{background:#eef}"
-            ".skip{background:#f3f3f3;color:#777}.regression{background:#ffe9b3}"
+            ".skip,.na{background:#f3f3f3;color:#777}.regression{background:#ffe9b3}"
             ".error{background:#f2d7f2}.fail{background:#f8c8c8;font-weight:bold}"
             "small{color:#555}figure{display:inline-block;margin:.5em 1em .5em 0}"
             "figcaption{font-weight:bold}.outcome{font-size:1.2em}</style>\n</head><body>\n");
@@ -505,8 +507,8 @@ int kiln_ce_report_html(const kiln_ce_result *r, kiln_ce_history *h, const char 
           continue;
         }
         char value[48], base[48], change[24];
-        fmt_value(value, sizeof value, row->value, row->unit);
-        fmt_value(base, sizeof base, row->baseline, row->unit);
+        kiln_ce_format_value(value, sizeof value, row->value, row->unit);
+        kiln_ce_format_value(base, sizeof base, row->baseline, row->unit);
         fmt_change(change, sizeof change, row);
         kiln_strbuf_printf(&b, "<td class=\"%s\" title=\"", verdict_class(row->verdict));
         ce_html(&b, row->reason);

@@ -205,6 +205,7 @@ typedef struct ctx {
   char baseline_dir[4096];
   char mpirun[4096];
   bool have_mpirun;
+  int cores; /* what the workers share: timings of more workers than this are not judged */
 } ctx;
 
 static void progress(const ctx *x, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -547,6 +548,11 @@ static void judge(const ctx *x, kiln_ce_row *row, const kiln_ce_kpi_spec *spec,
              spec->info->name);
     return;
   }
+  if (kiln_ce_kpi_not_applicable(spec->info, row->workers, x->cores, row->reason,
+                                 sizeof row->reason)) {
+    row->verdict = KILN_CE_NA;
+    return;
+  }
   if (kiln_ce_kpi_failed(spec, row->value, facts, row->reason, sizeof row->reason)) {
     row->verdict = KILN_CE_FAIL;
     return;
@@ -635,7 +641,7 @@ static int run_model(const ctx *x, const Caffe__CeModel *m) {
     free(rows);
     return kiln_errorf(KILN_ERR_NOMEM, "out of memory");
   }
-  int cores = r->machine.cores > 0 ? r->machine.cores : 1;
+  int cores = x->cores;
   for (int w = 0; w < nw; w++) {
     cs[w].workers = m->n_workers ? m->workers[w] : 1;
     cs[w].threads = m->has_threads && m->threads > 0 ? m->threads
@@ -775,7 +781,8 @@ int kiln_ce_run(const char *suite_path, const kiln_ce_options *o, kiln_ce_result
   const kiln_fault fault = cfg->fault;
   Caffe__CeSuite *suite;
   KILN_TRY(kiln_ce_suite_load(suite_path, &suite));
-  ctx x = {.o = o, .cfg = cfg, .suite = suite, .r = out};
+  ctx x = {.o = o, .cfg = cfg, .suite = suite, .r = out,
+           .cores = o->cores > 0 ? o->cores : kiln_ce_usable_cores()};
   if (fault.kind != KILN_FAULT_NONE) {
     char what[256];
     kiln_ce_result_warn(out,

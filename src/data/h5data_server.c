@@ -67,10 +67,7 @@ static uint64_t values_of(const kiln_h5data_shape *s) {
 
 /* A worker: does the request and answers into `fd`, then ends. */
 static void worker(int fd, const request *q) {
-  /* A crash must end the worker: handlers it inherited (a test harness's, a sanitizer's) would
-   * carry on in the caller's code instead. */
-  static const int fatal[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT};
-  for (size_t i = 0; i < sizeof fatal / sizeof fatal[0]; i++) signal(fatal[i], SIG_DFL);
+  kiln_child_default_signals();
   answer a;
   memset(&a, 0, sizeof a);
   a.n = q->n;
@@ -279,13 +276,8 @@ static int isolated(const request *q, kiln_h5data_shape *shapes, uint64_t *bytes
   }
   pthread_mutex_unlock(&server.mu);
   if (!rc) {
-    if (status != -1 && WIFSIGNALED(status) && WTERMSIG(status) != SIGPIPE)
-      rc = kiln_errorf(KILN_ERR_PARSE, "%s: libhdf5 crashed reading it (signal %d, %s): the "
-                       "file is damaged", path, WTERMSIG(status), strsignal(WTERMSIG(status)));
-    else if (!whole || status == -1 || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
-      rc = kiln_errorf(KILN_ERR_PARSE, "%s: the HDF5 reader ended without an answer (exit %d): "
-                       "the file is damaged", path,
-                       status != -1 && WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+    if (!whole || status == -1 || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
+      rc = kiln_child_failed(path, "libhdf5", "the HDF5 reader", status);
     else if (a.rc)
       rc = kiln_errorf(a.rc, "%s", text);
   }

@@ -32,7 +32,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "data_layer.h"
 
@@ -42,7 +41,6 @@ static const Caffe__TransformationParameter transform_defaults =
 
 typedef kiln_data_state data_state;
 typedef kiln_data_mix_source mix_source;
-typedef kiln_data_batch batch_slot;
 
 /* Transforms one record into `out` (C x outH x outW); a crop is taken from the record's own
  * size, which may differ from the first record's (shape_fits). */
@@ -113,7 +111,7 @@ static int mix_read(data_state *s, uint64_t pos, kiln_datum *d, uint64_t *index)
 static int read_db(data_state *s, uint64_t pos, kiln_datum *d, uint64_t *index) {
   if (s->nmix) return mix_read(s, pos, d, index);
   KILN_TRY(kiln_record_order_index(&s->order, pos, index));
-  if (s->shuffle || s->nworkers > 1) return kiln_datum_db_read(s->db, *index, d);
+  if (s->shuffle || s->ring.nworkers > 1) return kiln_datum_db_read(s->db, *index, d);
   if (kiln_datum_db_position(s->db) != pos) KILN_TRY(kiln_datum_db_seek(s->db, pos));
   return kiln_datum_db_next(s->db, d);
 }
@@ -129,9 +127,9 @@ static bool shape_fits(const data_state *s, const kiln_datum *d) {
   return d->height == s->H && d->width == s->W;
 }
 
-static int fill_slot(data_state *s, batch_slot *slot) {
+static int fill_slot(void *owner, kiln_ring_slot *slot, uint64_t global) {
+  data_state *s = owner;
   int per = s->C * s->outH * s->outW;
-  uint64_t global = s->fill_k * (uint64_t)s->nworkers + (uint64_t)s->rank;
   uint64_t start = kiln_batch_stream_start(&s->stream, global, &slot->count);
   for (int j = 0; j < slot->count; j++) {
     uint64_t pos = start + (uint64_t)j, index = 0;
@@ -150,76 +148,10 @@ static int fill_slot(data_state *s, batch_slot *slot) {
                          : s->crop ? " (smaller than crop_size)"
                                    : " (give crop_size, or resize the images to one size)");
     }
-    KILN_TRY(transform_record(s, &d, pos, slot->data + (size_t)j * per));
-    slot->label[j] = (float)d.label;
+    KILN_TRY(transform_record(s, &d, pos, slot->top[0] + (size_t)j * per));
+    slot->top[1][j] = (float)d.label;
   }
-  s->fill_k++;
   return KILN_OK;
-}
-
-static void *producer(void *arg) {
-  data_state *s = arg;
-  pthread_mutex_lock(&s->mu);
-  for (;;) {
-    while (!s->stop && s->count == s->nslots) pthread_cond_wait(&s->cv, &s->mu);
-    if (s->stop) break;
-    batch_slot *slot = &s->slots[s->tail];
-    pthread_mutex_unlock(&s->mu);
-    const double t0 = s->slow_ms > 0 ? kiln_now_ms() : 0;
-    int rc = fill_slot(s, slot); /* the consumer never touches unfilled slots */
-    if (s->slow_ms > 0) { /* the whole batch, reading included, takes slow_ms */
-      const double left = s->slow_ms - (kiln_now_ms() - t0);
-      if (left > 0) usleep((useconds_t)(left * 1000));
-    }
-    pthread_mutex_lock(&s->mu);
-    if (rc != KILN_OK) {
-      s->failed = true;
-      s->fail_code = rc;
-      snprintf(s->fail_msg, sizeof s->fail_msg, "%s", kiln_last_error());
-      pthread_cond_broadcast(&s->cv);
-      break;
-    }
-    s->tail = (s->tail + 1) % s->nslots;
-    s->count++;
-    pthread_cond_broadcast(&s->cv);
-  }
-  pthread_mutex_unlock(&s->mu);
-  return NULL;
-}
-
-static int alloc_slots(kiln_layer *l, data_state *s);
-
-static int start_thread(kiln_layer *l) {
-  data_state *s = l->priv;
-  /* The share is fixed from the first batch on; TEST nets (rank 0's test passes) read it all. */
-  s->rank = 0;
-  s->nworkers = 1;
-  if (s->train && l->shard_count > 1) {
-    if (l->shard_rank < 0 || l->shard_rank >= l->shard_count)
-      return KILN_LAYER_ERROR(l, KILN_ERR_INVALID, "worker rank %d of %d", l->shard_rank,
-                              l->shard_count);
-    s->rank = l->shard_rank;
-    s->nworkers = l->shard_count;
-  }
-  if (!s->slots) KILN_TRY(alloc_slots(l, s));
-  s->stop = false;
-  s->failed = false;
-  s->head = s->tail = s->count = 0;
-  s->fill_k = s->taken_k; /* slots filled before a stop were dropped */
-  if (pthread_create(&s->thread, NULL, producer, s) != 0)
-    return KILN_LAYER_ERROR(l, KILN_ERR_INTERNAL, "cannot start the prefetch thread");
-  s->running = true;
-  return KILN_OK;
-}
-
-static void stop_thread(data_state *s) {
-  if (!s->running) return;
-  pthread_mutex_lock(&s->mu);
-  s->stop = true;
-  pthread_cond_broadcast(&s->cv);
-  pthread_mutex_unlock(&s->mu);
-  pthread_join(s->thread, NULL);
-  s->running = false;
 }
 
 static int load_mean_file(kiln_layer *l, data_state *s, const char *path) {
@@ -343,13 +275,10 @@ int kiln_data_layer_init(kiln_layer *l, data_state **out) {
   data_state *s = calloc(1, sizeof *s);
   if (!s) return kiln_errorf(KILN_ERR_NOMEM, "out of memory");
   l->priv = s;
-  pthread_mutex_init(&s->mu, NULL);
-  pthread_cond_init(&s->cv, NULL);
-  s->nworkers = 1;
+  kiln_batch_ring_init(&s->ring, l);
+  s->ring.fill = fill_slot;
+  s->ring.owner = s;
   s->seed = l->seed;
-  if (l->config && l->config->fault.kind == KILN_FAULT_SLOW_READ &&
-      !strcmp(l->config->fault.layer, l->name))
-    s->slow_ms = l->config->fault.ms;
   *out = s;
   return KILN_OK;
 }
@@ -369,7 +298,7 @@ static int data_setup(kiln_layer *l) {
   const Caffe__DataParameter *p = KILN_PARAM_OR(l->lp->data_param, data_defaults);
   const Caffe__TransformationParameter *t =
       KILN_PARAM_OR(l->lp->transform_param, transform_defaults);
-  data_state *s;
+  data_state *s = NULL;
   KILN_TRY(kiln_data_layer_init(l, &s));
   if (p->n_source == 0 || !p->source[0][0])
     return KILN_LAYER_ERROR(l, KILN_ERR_INVALID, "data_param.source is required");
@@ -432,36 +361,19 @@ int kiln_data_layer_finish(kiln_layer *l, data_state *s, const Caffe__Transforma
   if (prefetch > 64)
     return KILN_LAYER_ERROR(l, KILN_ERR_INVALID, "data_param.prefetch %u is more than 64 batches",
                             prefetch);
-  s->nslots = prefetch > 0 ? (int)prefetch : 1;
   /* The queue is only counted here (extra_bytes, in the net's memory plan, which refuses a net
-   * that would not fit before anything is allocated); it is allocated when the data starts
-   * flowing (alloc_slots). */
-  int64_t bytes = 0;
-  if (__builtin_mul_overflow((int64_t)s->C * s->outH * s->outW + 1, (int64_t)s->batch, &bytes) ||
-      __builtin_mul_overflow(bytes, (int64_t)s->nslots * (int64_t)sizeof(float), &bytes))
-    return KILN_LAYER_ERROR(l, KILN_ERR_INVALID,
-                            "%s.batch_size %d of %dx%dx%d records does not fit in memory",
-                            param, s->batch, s->C, s->outH, s->outW);
-  l->extra_bytes = bytes;
-  return KILN_OK;
+   * that would not fit before anything is allocated); it is allocated when the data start
+   * flowing. */
+  s->ring.nslots = prefetch > 0 ? (int)prefetch : 1;
+  s->ring.ntops = 2;
+  s->ring.batch = s->batch;
+  s->ring.per[0] = (int64_t)s->C * s->outH * s->outW;
+  s->ring.per[1] = 1;
+  char what[64];
+  snprintf(what, sizeof what, "%s.batch_size", param);
+  return kiln_batch_ring_bytes(&s->ring, l, what, &l->extra_bytes);
 }
 
-
-/* The prefetch queue: nslots batches of data and labels, allocated at the first forward. */
-static int alloc_slots(kiln_layer *l, data_state *s) {
-  s->slots = calloc((size_t)s->nslots, sizeof *s->slots);
-  if (!s->slots) return kiln_errorf(KILN_ERR_NOMEM, "out of memory");
-  size_t per = (size_t)s->C * s->outH * s->outW;
-  for (int i = 0; i < s->nslots; i++) {
-    s->slots[i].data = kiln_alloc(per * (size_t)s->batch * sizeof(float));
-    s->slots[i].label = kiln_alloc((size_t)s->batch * sizeof(float));
-    if (!s->slots[i].data || !s->slots[i].label)
-      return KILN_LAYER_ERROR(l, KILN_ERR_NOMEM,
-                              "out of memory for %d prefetched batches of %d records",
-                              s->nslots, s->batch);
-  }
-  return KILN_OK;
-}
 
 int kiln_data_layer_reshape(kiln_layer *l) {
   data_state *s = l->priv;
@@ -476,48 +388,30 @@ int kiln_data_layer_reshape(kiln_layer *l) {
 
 int kiln_data_layer_forward(kiln_layer *l) {
   data_state *s = l->priv;
-  if (!s->running) KILN_TRY(start_thread(l));
-  pthread_mutex_lock(&s->mu);
-  while (s->count == 0 && !s->failed) pthread_cond_wait(&s->cv, &s->mu);
-  if (s->count == 0 && s->failed) {
-    int code = s->fail_code;
-    pthread_mutex_unlock(&s->mu);
-    return kiln_error_context(kiln_errorf(code, "%s", s->fail_msg), "layer '%s' (%s): ", l->name,
-                              l->ops->type);
-  }
-  batch_slot *slot = &s->slots[s->head];
-  pthread_mutex_unlock(&s->mu);
+  const kiln_ring_slot *slot;
+  KILN_TRY(kiln_batch_ring_take(&s->ring, l, &slot));
   if (l->top[0]->shape[0] != slot->count) {
     int64_t shape[4] = {slot->count, s->C, s->outH, s->outW};
     KILN_TRY(kiln_blob_reshape(l->top[0], 4, shape));
     if (l->ntop > 1) KILN_TRY(kiln_blob_reshape(l->top[1], 1, shape));
     l->reshaped = true;
   }
-  memcpy(l->top[0]->data, slot->data, sizeof(float) * l->top[0]->count);
-  if (l->ntop > 1) memcpy(l->top[1]->data, slot->label, sizeof(float) * (size_t)slot->count);
-  pthread_mutex_lock(&s->mu);
-  s->taken_k++;
-  s->head = (s->head + 1) % s->nslots;
-  s->count--;
-  pthread_cond_broadcast(&s->cv);
-  pthread_mutex_unlock(&s->mu);
+  memcpy(l->top[0]->data, slot->top[0], sizeof(float) * l->top[0]->count);
+  if (l->ntop > 1) memcpy(l->top[1]->data, slot->top[1], sizeof(float) * (size_t)slot->count);
+  kiln_batch_ring_release(&s->ring);
   return KILN_OK;
 }
 
-/* Where the global stream stands after round taken_k: every worker has read its taken_k
- * batches, so global batches 0 .. taken_k * N - 1 are done. */
+/* Where the global stream stands once every worker has read as many batches as this one. */
 uint64_t kiln_data_layer_get_cursor(kiln_layer *l) {
   data_state *s = l->priv;
-  if (s->taken_k == 0) return s->stream.base;
-  return kiln_batch_stream_end(&s->stream, s->taken_k * (uint64_t)s->nworkers - 1);
+  return kiln_batch_ring_cursor(&s->ring, &s->stream);
 }
 
 int kiln_data_layer_set_cursor(kiln_layer *l, uint64_t cursor) {
   data_state *s = l->priv;
-  stop_thread(s);
-  s->head = s->tail = s->count = 0;
+  kiln_batch_ring_reset(&s->ring);
   s->stream.base = cursor;
-  s->fill_k = s->taken_k = 0;
   if (!s->db) return KILN_OK; /* a mix counts the draws up to the cursor at its next read */
   int rc = kiln_datum_db_seek(s->db, cursor);
   if (rc) return kiln_error_context(rc, "layer '%s' (Data): ", l->name);
@@ -532,7 +426,7 @@ enum { FINGERPRINT_SAMPLES = 64 };
  * other settings are in the net, which the workers compare already). */
 static int data_fingerprint(kiln_layer *l, uint8_t digest[32], char *what, size_t n) {
   data_state *s = l->priv;
-  if (s->running)
+  if (s->ring.running)
     return KILN_LAYER_ERROR(l, KILN_ERR_INVALID, "fingerprint asked for after the first forward");
   uint8_t db_digest[32];
   kiln_sha256_ctx h;
@@ -560,7 +454,7 @@ static int data_fingerprint(kiln_layer *l, uint8_t digest[32], char *what, size_
 void kiln_data_layer_destroy(kiln_layer *l) {
   data_state *s = l->priv;
   if (!s) return;
-  stop_thread(s);
+  kiln_batch_ring_destroy(&s->ring); /* its thread reads the databases */
   if (s->db) kiln_datum_db_close(s->db);
   for (int i = 0; s->mix && i < s->nmix; i++) {
     if (s->mix[i].db) kiln_datum_db_close(s->mix[i].db);
@@ -569,20 +463,12 @@ void kiln_data_layer_destroy(kiln_layer *l) {
   }
   free(s->mix);
   free(s->source);
-  if (s->slots)
-    for (int i = 0; i < s->nslots; i++) {
-      kiln_free(s->slots[i].data);
-      kiln_free(s->slots[i].label);
-    }
-  free(s->slots);
   free(s->mean);
   kiln_image_list_free(&s->list);
   kiln_image_free(&s->image);
   free(s->root);
   free(s->file);
   kiln_record_order_free(&s->order);
-  pthread_mutex_destroy(&s->mu);
-  pthread_cond_destroy(&s->cv);
   free(s);
 }
 

@@ -1,23 +1,15 @@
 /* What the Data and ImageData layers share (data.c): the state of a layer that reads records
  * from a source into an endless stream of positions, transforms them (crop, mirror, mean,
- * scale) on a prefetch thread filling a ring of batches, deals whole batches to data-parallel
- * workers and resumes from one cursor. A layer fills in its source (the `read` and `name`
+ * scale) on the prefetch thread of a ring of batches (batch_ring.h), deals whole batches to
+ * data-parallel workers and resumes from one cursor. A layer fills in its source (the `read` and `name`
  * hooks, the record shape and count), then calls kiln_data_layer_finish; the rest of its table
  * is the functions below. */
 #ifndef KILN_DATA_LAYER_H
 #define KILN_DATA_LAYER_H
 
-#include <pthread.h>
-
 #include "kiln/data.h"
+#include "batch_ring.h"
 #include "kiln/parallel.h"
-#include "layer_util.h"
-
-typedef struct {
-  float *data;
-  float *label;
-  int count; /* records in the batch (smaller than batch_size only for KEEP) */
-} kiln_data_batch;
 
 /* One database of a mixed stream (Data with several sources). */
 typedef struct {
@@ -61,23 +53,9 @@ struct kiln_data_state {
   int last_batch;
   uint64_t size;            /* records in the source */
   kiln_batch_stream stream; /* batch j -> records; base is the restored cursor */
-  int rank, nworkers;       /* this worker's share: global batches rank + k * nworkers */
   kiln_record_order order;  /* the records of stream positions */
   uint64_t seed;
-  int slow_ms; /* KILN_FAULT=slowread:LAYER:MS: each batch takes the reader this long */
-  /* the prefetch ring */
-  int nslots;
-  kiln_data_batch *slots;
-  int head, count; /* slots[head] is the next to consume; count are filled */
-  int tail;        /* next slot the producer fills */
-  uint64_t fill_k;  /* this worker's batches produced (the producer's next is fill_k) */
-  uint64_t taken_k; /* this worker's batches handed to the net */
-  bool running, stop, failed;
-  int fail_code;
-  char fail_msg[1024];
-  pthread_t thread;
-  pthread_mutex_t mu;
-  pthread_cond_t cv;
+  kiln_batch_ring ring; /* batches of data (top 0) and labels (top 1) */
 };
 
 /* Allocates the state as l->priv (freed by kiln_data_layer_destroy whatever happens next). */

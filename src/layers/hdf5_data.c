@@ -15,9 +15,9 @@
  * Set-up reads every file's metadata (its record count, and its records' shapes, checked against
  * the first file's), not its data. Data flow through two threads started at the first forward:
  *   - the loader reads whole files, one at a time, into the spare of two file buffers: while
- *     the producer makes batches from one file, the next file of the walk is loaded;
- *   - the producer fills the ring of `prefetch` batches from the current file, as the Data
- *     layer's does.
+ *     the ring's thread makes batches from one file, the next file of the walk is loaded;
+ *   - the ring's thread (batch_ring.h, shared with the Data layer) fills `prefetch` batches
+ *     from the current file.
  * The buffers are sized for the largest file when the data start flowing: nothing is allocated
  * per batch. */
 #include <pthread.h>
@@ -25,9 +25,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "batch_ring.h"
 #include "kiln/data.h"
-#include "kiln/parallel.h"
-#include "layer_util.h"
 
 static const Caffe__HDF5DataParameter hdf5_defaults = CAFFE__HDF5_DATA_PARAMETER__INIT;
 
@@ -36,6 +35,8 @@ static const Caffe__HDF5DataParameter hdf5_defaults = CAFFE__HDF5_DATA_PARAMETER
 #define ROW_SALT 0x683564726f77735fULL
 
 enum { MAX_TOPS = KILN_H5DATA_MAX_SETS, FINGERPRINT_SAMPLES = 16, NO_FILE = -1 };
+_Static_assert((int)MAX_TOPS <= (int)KILN_RING_MAX_TOPS && KILN_RING_MAX_SLOTS == 64,
+               "a batch of every dataset fits one ring slot; prefetch's limit is 64");
 
 typedef struct {
   char *path;
@@ -53,10 +54,6 @@ typedef struct {
 } file_buf;
 
 typedef struct {
-  float *top[MAX_TOPS];
-} batch_slot;
-
-typedef struct {
   char *list; /* the list's path, $KILN_DATA expanded */
   h5_file *files;
   int nfiles, ntop;
@@ -69,7 +66,6 @@ typedef struct {
   bool shuffle;
   uint64_t seed;
   kiln_batch_stream stream;
-  int rank, nworkers;
   /* the producer's walk: the file that the last record read came from */
   kiln_record_order file_order; /* pass p's k-th file: index p * nfiles + k */
   bool walked;
@@ -82,20 +78,10 @@ typedef struct {
   uint64_t want_pass;
   int failed_file, fail_load_code;
   char fail_load_msg[1024];
-  bool loader_running;
+  bool loader_running, buffers_ready;
   pthread_t loader;
-  pthread_cond_t lcv;
-  /* the prefetch ring, as the Data layer's */
-  int nslots;
-  batch_slot *slots;
-  int head, count, tail;
-  uint64_t fill_k, taken_k;
-  bool running, stop, failed;
-  int fail_code;
-  char fail_msg[1024];
-  pthread_t thread;
-  pthread_mutex_t mu;
-  pthread_cond_t cv;
+  pthread_cond_t lcv; /* with ring.mu */
+  kiln_batch_ring ring; /* batches, one array per top; its mutex guards the loader's fields */
 } h5_state;
 
 /* ---- the walk over files and rows ---------------------------------------------------------- */
@@ -175,19 +161,19 @@ static int load_file(h5_state *s, int f, uint64_t pass, file_buf *b) {
 /* Loads whatever file is wanted into the spare buffer, one at a time, until stopped. */
 static void *loader(void *arg) {
   h5_state *s = arg;
-  pthread_mutex_lock(&s->mu);
+  pthread_mutex_lock(&s->ring.mu);
   for (;;) {
-    while (!s->stop && (s->want_file == NO_FILE || s->buf[0].file == s->want_file ||
+    while (!s->ring.stop && (s->want_file == NO_FILE || s->buf[0].file == s->want_file ||
                         s->buf[1].file == s->want_file || s->failed_file == s->want_file))
-      pthread_cond_wait(&s->lcv, &s->mu);
-    if (s->stop) break;
+      pthread_cond_wait(&s->lcv, &s->ring.mu);
+    if (s->ring.stop) break;
     const int f = s->want_file;
     const uint64_t pass = s->want_pass;
     file_buf *b = &s->buf[1 - s->cur]; /* the producer swaps only to a loaded buffer */
     b->file = NO_FILE;
-    pthread_mutex_unlock(&s->mu);
+    pthread_mutex_unlock(&s->ring.mu);
     int rc = load_file(s, f, pass, b);
-    pthread_mutex_lock(&s->mu);
+    pthread_mutex_lock(&s->ring.mu);
     if (!rc) b->file = f;
     if (rc) {
       s->failed_file = f;
@@ -196,37 +182,37 @@ static void *loader(void *arg) {
     }
     pthread_cond_broadcast(&s->lcv);
   }
-  pthread_mutex_unlock(&s->mu);
+  pthread_mutex_unlock(&s->ring.mu);
   return NULL;
 }
 
 /* Asks the loader for file f (its rows drawn for `pass`) unless a buffer holds it already. */
 static void want(h5_state *s, int f, uint64_t pass) {
-  pthread_mutex_lock(&s->mu);
+  pthread_mutex_lock(&s->ring.mu);
   if (s->buf[s->cur].file != f && s->buf[1 - s->cur].file != f && s->want_file != f) {
     s->want_file = f;
     s->want_pass = pass;
     pthread_cond_broadcast(&s->lcv);
   }
-  pthread_mutex_unlock(&s->mu);
+  pthread_mutex_unlock(&s->ring.mu);
 }
 
 /* Makes file f, its rows in pass `pass`'s order, the current buffer: it is already, or the loader
  * has it or is asked for it and waited for. Then asks for the file after it in the walk.
- * KILN_ERR_INTERNAL with s->stop set: stopped while waiting. */
+ * KILN_ERR_INTERNAL with s->ring.stop set: stopped while waiting. */
 static int take_file(h5_state *s, int f, uint64_t pass) {
   if (s->buf[s->cur].file != f) {
     want(s, f, pass);
-    pthread_mutex_lock(&s->mu);
-    while (!s->stop && s->buf[1 - s->cur].file != f && s->failed_file != f)
-      pthread_cond_wait(&s->lcv, &s->mu);
+    pthread_mutex_lock(&s->ring.mu);
+    while (!s->ring.stop && s->buf[1 - s->cur].file != f && s->failed_file != f)
+      pthread_cond_wait(&s->lcv, &s->ring.mu);
     int rc = KILN_OK;
-    if (s->stop) rc = kiln_errorf(KILN_ERR_INTERNAL, "stopped");
+    if (s->ring.stop) rc = kiln_errorf(KILN_ERR_INTERNAL, "stopped");
     else if (s->buf[1 - s->cur].file != f)
       rc = kiln_errorf(s->fail_load_code, "%s", s->fail_load_msg);
     else s->cur = 1 - s->cur;
     if (!rc && s->want_file == f) s->want_file = NO_FILE; /* had, not to be loaded again */
-    pthread_mutex_unlock(&s->mu);
+    pthread_mutex_unlock(&s->ring.mu);
     KILN_TRY(rc);
   }
   file_buf *b = &s->buf[s->cur];
@@ -242,11 +228,10 @@ static int take_file(h5_state *s, int f, uint64_t pass) {
 
 /* ---- the producer -------------------------------------------------------------------------- */
 
-static int fill_slot(h5_state *s, batch_slot *slot) {
-  const uint64_t global = s->fill_k * (uint64_t)s->nworkers + (uint64_t)s->rank;
-  int count;
-  const uint64_t start = kiln_batch_stream_start(&s->stream, global, &count);
-  for (int j = 0; j < count; j++) {
+static int fill_slot(void *owner, kiln_ring_slot *slot, uint64_t global) {
+  h5_state *s = owner;
+  const uint64_t start = kiln_batch_stream_start(&s->stream, global, &slot->count);
+  for (int j = 0; j < slot->count; j++) {
     const uint64_t pos = start + (uint64_t)j;
     KILN_TRY(walk_to(s, pos));
     const file_buf *b = &s->buf[s->cur];
@@ -259,46 +244,12 @@ static int fill_slot(h5_state *s, batch_slot *slot) {
       memcpy(slot->top[t] + (size_t)j * (size_t)s->per[t], b->data[t] + row * (uint64_t)s->per[t],
              sizeof(float) * (size_t)s->per[t]);
   }
-  s->fill_k++;
   return KILN_OK;
 }
 
-static void *producer(void *arg) {
-  h5_state *s = arg;
-  pthread_mutex_lock(&s->mu);
-  for (;;) {
-    while (!s->stop && s->count == s->nslots) pthread_cond_wait(&s->cv, &s->mu);
-    if (s->stop) break;
-    batch_slot *slot = &s->slots[s->tail];
-    pthread_mutex_unlock(&s->mu);
-    int rc = fill_slot(s, slot); /* the consumer never touches unfilled slots */
-    pthread_mutex_lock(&s->mu);
-    if (rc != KILN_OK) {
-      if (s->stop) break; /* stopped while waiting for the loader */
-      s->failed = true;
-      s->fail_code = rc;
-      snprintf(s->fail_msg, sizeof s->fail_msg, "%s", kiln_last_error());
-      pthread_cond_broadcast(&s->cv);
-      break;
-    }
-    s->tail = (s->tail + 1) % s->nslots;
-    s->count++;
-    pthread_cond_broadcast(&s->cv);
-  }
-  pthread_mutex_unlock(&s->mu);
-  return NULL;
-}
-
-/* The ring and the two file buffers, allocated when the data start flowing (counted in the
- * net's memory plan at set-up: extra_bytes). */
+/* The two file buffers, allocated when the data start flowing (counted in the net's memory
+ * plan at set-up: extra_bytes), as the ring's slots are. */
 static int alloc_buffers(kiln_layer *l, h5_state *s) {
-  s->slots = calloc((size_t)s->nslots, sizeof *s->slots);
-  if (!s->slots) return kiln_errorf(KILN_ERR_NOMEM, "out of memory");
-  for (int i = 0; i < s->nslots; i++)
-    for (int t = 0; t < s->ntop; t++)
-      if (!(s->slots[i].top[t] = kiln_alloc(sizeof(float) * (size_t)s->per[t] * (size_t)s->batch)))
-        return KILN_LAYER_ERROR(l, KILN_ERR_NOMEM, "out of memory for %d prefetched batches of "
-                                "hdf5_data_param.batch_size %d", s->nslots, s->batch);
   for (int k = 0; k < 2; k++) {
     for (int t = 0; t < s->ntop; t++)
       if (!(s->buf[k].data[t] =
@@ -308,47 +259,38 @@ static int alloc_buffers(kiln_layer *l, h5_state *s) {
     if (s->shuffle && !(s->buf[k].order = malloc(sizeof(uint32_t) * (size_t)s->max_rows)))
       return KILN_LAYER_ERROR(l, KILN_ERR_NOMEM, "out of memory");
   }
+  s->buffers_ready = true;
   return KILN_OK;
 }
 
-static void stop_threads(h5_state *s) {
-  if (!s->running && !s->loader_running) return;
-  pthread_mutex_lock(&s->mu);
-  s->stop = true;
-  pthread_cond_broadcast(&s->cv);
+/* The ring's thread may wait for the loader: stopping it wakes the loader's waits too. */
+static void wake_loader(void *owner) {
+  h5_state *s = owner;
   pthread_cond_broadcast(&s->lcv);
-  pthread_mutex_unlock(&s->mu);
-  if (s->running) pthread_join(s->thread, NULL);
-  if (s->loader_running) pthread_join(s->loader, NULL); /* after the file it may be loading */
-  s->running = s->loader_running = false;
+}
+
+static void stop_threads(h5_state *s) {
+  kiln_batch_ring_stop(&s->ring); /* first: its fill may be waiting for a file */
+  if (!s->loader_running) return;
+  pthread_mutex_lock(&s->ring.mu);
+  s->ring.stop = true;
+  pthread_cond_broadcast(&s->lcv);
+  pthread_mutex_unlock(&s->ring.mu);
+  pthread_join(s->loader, NULL); /* after the file it may be loading */
+  s->loader_running = false;
 }
 
 static int start_threads(kiln_layer *l) {
   h5_state *s = l->priv;
-  /* The share is fixed from the first batch on; TEST nets (rank 0's test passes) read it all. */
-  s->rank = 0;
-  s->nworkers = 1;
-  if (l->phase == CAFFE__PHASE__TRAIN && l->shard_count > 1) {
-    if (l->shard_rank < 0 || l->shard_rank >= l->shard_count)
-      return KILN_LAYER_ERROR(l, KILN_ERR_INVALID, "worker rank %d of %d", l->shard_rank,
-                              l->shard_count);
-    s->rank = l->shard_rank;
-    s->nworkers = l->shard_count;
-  }
-  if (!s->slots) KILN_TRY(alloc_buffers(l, s));
-  s->stop = s->failed = false;
-  s->head = s->tail = s->count = 0;
-  s->fill_k = s->taken_k; /* slots filled before a stop were dropped */
+  if (!s->buffers_ready) KILN_TRY(alloc_buffers(l, s));
+  s->ring.stop = false;
   s->want_file = s->failed_file = NO_FILE; /* the buffers keep what they hold */
   if (pthread_create(&s->loader, NULL, loader, s) != 0)
     return KILN_LAYER_ERROR(l, KILN_ERR_INTERNAL, "cannot start the file loading thread");
   s->loader_running = true;
-  if (pthread_create(&s->thread, NULL, producer, s) != 0) {
-    stop_threads(s);
-    return KILN_LAYER_ERROR(l, KILN_ERR_INTERNAL, "cannot start the prefetch thread");
-  }
-  s->running = true;
-  return KILN_OK;
+  int rc = kiln_batch_ring_start(&s->ring, l);
+  if (rc) stop_threads(s);
+  return rc;
 }
 
 /* ---- set-up -------------------------------------------------------------------------------- */
@@ -451,8 +393,10 @@ static int hdf5_data_setup(kiln_layer *l) {
   h5_state *s = calloc(1, sizeof *s);
   if (!s) return kiln_errorf(KILN_ERR_NOMEM, "out of memory");
   l->priv = s;
-  pthread_mutex_init(&s->mu, NULL);
-  pthread_cond_init(&s->cv, NULL);
+  kiln_batch_ring_init(&s->ring, l);
+  s->ring.fill = fill_slot;
+  s->ring.on_stop = wake_loader;
+  s->ring.owner = s;
   pthread_cond_init(&s->lcv, NULL);
   s->buf[0].file = s->buf[1].file = NO_FILE;
   if (!p->source || !p->source[0])
@@ -475,8 +419,9 @@ static int hdf5_data_setup(kiln_layer *l) {
   s->batch = (int)p->batch_size;
   s->shuffle = p->shuffle;
   s->seed = l->seed;
-  s->nworkers = 1;
-  s->nslots = p->prefetch > 0 ? (int)p->prefetch : 1;
+  s->ring.nslots = p->prefetch > 0 ? (int)p->prefetch : 1;
+  s->ring.ntops = s->ntop;
+  s->ring.batch = s->batch;
   /* Two files are in memory at once, and a third's bytes while it loads: a quarter of what is
    * available keeps them, and the net, inside it. */
   s->limit = l->config->hdf5_file_limit ? l->config->hdf5_file_limit : kiln_mem_available() / 4;
@@ -492,8 +437,10 @@ static int hdf5_data_setup(kiln_layer *l) {
   /* Counted here (the net's memory plan refuses a net that would not fit, before anything is
    * allocated): the ring, the two file buffers, and the bytes of a file while it loads. */
   double per = 0;
-  for (int t = 0; t < s->ntop; t++) per += (double)s->per[t];
-  const double bytes = 4.0 * per * s->batch * s->nslots +
+  for (int t = 0; t < s->ntop; t++) per += (double)(s->ring.per[t] = s->per[t]);
+  int64_t ring_bytes;
+  KILN_TRY(kiln_batch_ring_bytes(&s->ring, l, "hdf5_data_param.batch_size", &ring_bytes));
+  const double bytes = (double)ring_bytes +
                        2.0 * (4.0 * per + (s->shuffle ? 4 : 0)) * (double)s->max_rows +
                        (double)max_bytes;
   if (bytes > 9e18)
@@ -516,41 +463,26 @@ static int hdf5_data_reshape(kiln_layer *l) {
 
 static int hdf5_data_forward(kiln_layer *l) {
   h5_state *s = l->priv;
-  if (!s->running) KILN_TRY(start_threads(l));
-  pthread_mutex_lock(&s->mu);
-  while (s->count == 0 && !s->failed) pthread_cond_wait(&s->cv, &s->mu);
-  if (s->count == 0 && s->failed) {
-    int code = s->fail_code;
-    pthread_mutex_unlock(&s->mu);
-    return kiln_error_context(kiln_errorf(code, "%s", s->fail_msg), "layer '%s' (HDF5Data): ",
-                              l->name);
-  }
-  batch_slot *slot = &s->slots[s->head];
-  pthread_mutex_unlock(&s->mu);
+  if (!s->ring.running) KILN_TRY(start_threads(l));
+  const kiln_ring_slot *slot;
+  KILN_TRY(kiln_batch_ring_take(&s->ring, l, &slot));
   for (int t = 0; t < s->ntop; t++)
     memcpy(l->top[t]->data, slot->top[t], sizeof(float) * (size_t)l->top[t]->count);
-  pthread_mutex_lock(&s->mu);
-  s->taken_k++;
-  s->head = (s->head + 1) % s->nslots;
-  s->count--;
-  pthread_cond_broadcast(&s->cv);
-  pthread_mutex_unlock(&s->mu);
+  kiln_batch_ring_release(&s->ring);
   return KILN_OK;
 }
 
 /* Where the global stream stands after round taken_k (as the Data layer's). */
 static uint64_t hdf5_data_get_cursor(kiln_layer *l) {
   h5_state *s = l->priv;
-  if (s->taken_k == 0) return s->stream.base;
-  return kiln_batch_stream_end(&s->stream, s->taken_k * (uint64_t)s->nworkers - 1);
+  return kiln_batch_ring_cursor(&s->ring, &s->stream);
 }
 
 static int hdf5_data_set_cursor(kiln_layer *l, uint64_t cursor) {
   h5_state *s = l->priv;
   stop_threads(s);
-  s->head = s->tail = s->count = 0;
+  kiln_batch_ring_reset(&s->ring);
   s->stream.base = cursor;
-  s->fill_k = s->taken_k = 0;
   s->walked = false;
   return KILN_OK;
 }
@@ -558,7 +490,7 @@ static int hdf5_data_set_cursor(kiln_layer *l, uint64_t cursor) {
 /* The files' sizes, record counts and FINGERPRINT_SAMPLES runs of bytes spread over each. */
 static int hdf5_data_fingerprint(kiln_layer *l, uint8_t digest[32], char *what, size_t n) {
   h5_state *s = l->priv;
-  if (s->running)
+  if (s->ring.running)
     return KILN_LAYER_ERROR(l, KILN_ERR_INVALID, "fingerprint asked for after the first forward");
   kiln_sha256_ctx h;
   kiln_sha256_init(&h);
@@ -583,17 +515,12 @@ static void hdf5_data_destroy(kiln_layer *l) {
   for (int i = 0; i < s->nfiles; i++) free(s->files[i].path);
   free(s->files);
   free(s->list);
-  if (s->slots)
-    for (int i = 0; i < s->nslots; i++)
-      for (int t = 0; t < s->ntop; t++) kiln_free(s->slots[i].top[t]);
-  free(s->slots);
   for (int k = 0; k < 2; k++) {
     for (int t = 0; t < s->ntop; t++) kiln_free(s->buf[k].data[t]);
     free(s->buf[k].order);
   }
   kiln_record_order_free(&s->file_order);
-  pthread_mutex_destroy(&s->mu);
-  pthread_cond_destroy(&s->cv);
+  kiln_batch_ring_destroy(&s->ring);
   pthread_cond_destroy(&s->lcv);
   free(s);
 }

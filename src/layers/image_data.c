@@ -123,7 +123,7 @@ enum { FINGERPRINT_IMAGES = 64 };
  * the mean file's values when there is one. */
 static int image_data_fingerprint(kiln_layer *l, uint8_t digest[32], char *what, size_t n) {
   kiln_data_state *s = l->priv;
-  if (s->running)
+  if (s->ring.running)
     return KILN_LAYER_ERROR(l, KILN_ERR_INVALID, "fingerprint asked for after the first forward");
   kiln_sha256_ctx h;
   kiln_sha256_init(&h);

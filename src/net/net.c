@@ -151,14 +151,11 @@ static int setup_params(kiln_net *net) {
 
 /* Per-blob flags and figures are arrays indexed by kiln_blob.id, so that each pass over the net
  * is linear in its size (nets of tens of thousands of layers build in seconds). */
-static void need_backward(kiln_net *net, const Caffe__NetParameter *np) {
-  /* Forward: which blobs carry gradients. */
-  bool *needs = calloc((size_t)net->nblobs + 1, sizeof *needs);
-  net->layer_need_backward = calloc((size_t)net->nlayers + 1, sizeof(bool));
-  if (!needs || !net->layer_need_backward) {
-    free(needs);
-    return;
-  }
+
+/* The forward half of Caffe's rule: a blob carries a gradient when a learning parameter lies
+ * below it; force_backward adds each bottom that allows one. Sets every layer's propagate_down
+ * and layer_need_backward from it, and `needs` per blob id. */
+static void forward_needs(kiln_net *net, bool force_backward, bool *needs) {
   net_internal *in = net->internal;
   int slot = 0;
   for (int i = 0; i < net->nlayers; i++) {
@@ -176,7 +173,7 @@ static void need_backward(kiln_net *net, const Caffe__NetParameter *np) {
     bool forced_any = false;
     for (int b = 0; b < l->nbottom; b++) {
       bool bn = needs[l->bottom[b]->id];
-      bool fb = np->force_backward && !l->ops->is_data && kiln_layer_allows_gradient(l, b);
+      bool fb = force_backward && !l->ops->is_data && kiln_layer_allows_gradient(l, b);
       if (b < (int)l->lp->n_propagate_down && !l->lp->propagate_down[b]) bn = fb = false;
       l->propagate_down[b] = bn || fb;
       need |= bn;
@@ -186,6 +183,17 @@ static void need_backward(kiln_net *net, const Caffe__NetParameter *np) {
     if (need)
       for (int t = 0; t < l->ntop; t++) needs[l->top[t]->id] = true;
   }
+}
+
+static void need_backward(kiln_net *net, const Caffe__NetParameter *np) {
+  bool *needs = calloc((size_t)net->nblobs + 1, sizeof *needs);
+  net->layer_need_backward = calloc((size_t)net->nlayers + 1, sizeof(bool));
+  if (!needs || !net->layer_need_backward) {
+    free(needs);
+    return;
+  }
+  net->force_backward = np->force_backward;
+  forward_needs(net, np->force_backward, needs);
   /* Backward: only what reaches a loss. */
   memset(needs, 0, sizeof *needs * (size_t)net->nblobs);
   for (int i = net->nlayers - 1; i >= 0; i--) {
@@ -203,6 +211,18 @@ static void need_backward(kiln_net *net, const Caffe__NetParameter *np) {
     }
   }
   free(needs);
+}
+
+int kiln_net_need_backward_everywhere(kiln_net *net) {
+  bool *needs = calloc((size_t)net->nblobs + 1, sizeof *needs);
+  if (!needs) return kiln_errorf(KILN_ERR_NOMEM, "out of memory");
+  forward_needs(net, net->force_backward, needs);
+  free(needs);
+  for (int i = 0; i < net->nlayers; i++) {
+    const kiln_layer *l = net->layers[i];
+    net->layer_need_backward[i] = !l->ops->is_data && l->ops->backward;
+  }
+  return KILN_OK;
 }
 
 /* Outputs: blobs no layer consumes (but in place), with the loss weight of the last layer that

@@ -519,10 +519,7 @@ typedef int (*image_reader)(const char *path, const void *image, size_t len,
 /* The child: read, then send int32 status, uint64 length and the packed message (or the
  * error's text). */
 static void child_read(int fd, image_reader fn, const char *path, const void *image, size_t len) {
-  /* A crash must end the child: handlers it inherited (a test harness's, a sanitizer's) would
-   * carry on in the parent's code instead. */
-  static const int fatal[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT};
-  for (size_t i = 0; i < sizeof fatal / sizeof fatal[0]; i++) signal(fatal[i], SIG_DFL);
+  kiln_child_default_signals();
   ProtobufCMessage *m = NULL;
   int32_t rc = fn(path, image, len, &m);
   uint8_t *bytes = NULL;
@@ -593,16 +590,8 @@ static int isolated(image_reader fn, const ProtobufCMessageDescriptor *d, const 
   int32_t child_rc = 0;
   uint64_t n = 0;
   const size_t head = sizeof child_rc + sizeof n;
-  if (!rc && (!WIFEXITED(status) || WEXITSTATUS(status) != 0 || got < head)) {
-    rc = WIFSIGNALED(status)
-             ? kiln_errorf(KILN_ERR_PARSE,
-                           "%s: libhdf5 crashed reading it (signal %d, %s): the file is damaged",
-                           path, WTERMSIG(status), strsignal(WTERMSIG(status)))
-             : kiln_errorf(KILN_ERR_PARSE,
-                           "%s: the HDF5 reader ended without an answer (exit %d): the file is "
-                           "damaged",
-                           path, WIFEXITED(status) ? WEXITSTATUS(status) : -1);
-  }
+  if (!rc && (!WIFEXITED(status) || WEXITSTATUS(status) != 0 || got < head))
+    rc = kiln_child_failed(path, "libhdf5", "the HDF5 reader", status);
   if (!rc) {
     memcpy(&child_rc, buf, sizeof child_rc);
     memcpy(&n, buf + sizeof child_rc, sizeof n);

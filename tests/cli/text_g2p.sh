@@ -3,7 +3,8 @@
 # PAIRS records through a bidirectional LSTM encoder, an LSTM decoder and attention learn them;
 # `kiln decode` then spells every word out exactly, greedily and with beam search (PER 0, every
 # word right, the decoded file the pairs file itself). A model stopped early shows that a beam of
-# one chooses what greedy does and that the printed PER is the decoded file's. Bad inputs are
+# one chooses what greedy does and that the printed PER is the decoded file's, and `kiln test
+# --decode` prints the same figures after the test net's. Bad inputs are
 # refused naming the file and line: a target vocabulary without <s>, a record without a tab, a
 # deploy net without the decoder's inputs. The zoo's seq2seq_g2p builds, trains and decodes on a
 # cache whose cmudict is these words.
@@ -125,6 +126,30 @@ assert int(m.group(2)) == edits and int(m.group(3)) == total == 146, (edits, tot
 assert abs(float(m.group(1)) - edits / total) < 1e-6 and int(w.group(2)) == right, text
 PY
 done
+
+# kiln test --decode: after the test net's figures, the test pairs decoded by the deploy net with
+# the same weights, greedy and with a beam: the figures kiln decode prints (the early model errs,
+# so they are not trivially equal), and a "decode" event after the "test" one. Without --decode
+# it says that the PER needs decoding; --decode without pairs to decode, or --beam without
+# --decode, is refused.
+t=$("$KILN" test --model net.prototxt --weights early_iter_60.caffemodel --iterations 5 \
+  --decode deploy.prototxt --metrics test.jsonl 2>&1)
+echo "$t" | grep -q "^accuracy = " && [ "$(echo "$t" | grep '^per = ')" = "$(echo "$g" | grep '^per = ')" ] \
+  && [ "$(echo "$t" | grep '^word_accuracy = ')" = "$(echo "$g" | grep '^word_accuracy = ')" ] \
+  && pass || fail "kiln test --decode: $t / kiln decode: $g"
+[ "$(grep -o '"event":"[a-z]*"' test.jsonl | tr '\n' ' ')" = '"event":"test" "event":"decode" ' ] \
+  && pass || fail "kiln test --decode events: $(cat test.jsonl)"
+t=$("$KILN" test --model net.prototxt --weights early_iter_60.caffemodel --iterations 5 \
+  --decode deploy.prototxt --beam 4 2>&1)
+[ "$(echo "$t" | grep '^per = ')" = "$(grep '^per = ' beam4.txt)" ] && pass \
+  || fail "kiln test --decode --beam 4: $t / $(cat beam4.txt)"
+t=$("$KILN" test --model net.prototxt --weights early_iter_60.caffemodel --iterations 5 2>&1)
+echo "$t" | grep -q "^per: not computed (the token error rate needs decoding: give --decode " \
+  && ! echo "$t" | grep -q "^per = " && pass || fail "kiln test without --decode: $t"
+expect_refusal "test: --beam without --decode" --code 2 --want "go with --decode" -- \
+  "$KILN" test --model net.prototxt --weights early_iter_60.caffemodel --beam 2
+expect_refusal "test: --decode of a deploy net" --code 2 --want "no TextData layer of mode PAIRS" -- \
+  "$KILN" test --model deploy.prototxt --weights early_iter_60.caffemodel --decode deploy.prototxt
 
 # Refused, naming the file (and the line): a target vocabulary without <s>, for decoding and for
 # training; a record without a tab; a net whose inputs are not the decoder's.

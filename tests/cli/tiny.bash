@@ -2,7 +2,11 @@
 #   - tiny_lmdb: tiny_lmdb, 64 records of 1x8x8 bytes (a fixed pseudo-random pattern) with labels
 #     0..3, written through hand-made IDX files;
 #   - tiny_net BATCH [EXTRA_DATA_PARAM]: a small conv net on it (Data, Convolution, ReLU,
-#     InnerProduct, SoftmaxWithLoss; 40 + 580 parameters), on standard output.
+#     InnerProduct, SoftmaxWithLoss; 40 + 580 parameters), on standard output;
+#   - tiny_accuracy_net: a linear classifier on it (batch 8) with an Accuracy layer in the TEST
+#     phase, as CE reads accuracy from the test passes; tiny_accuracy_solver: its solver
+#     (net.prototxt beside it, 100 iterations, a test pass of the 64 records at the end). Both on
+#     standard output.
 tiny_lmdb() {
   {
     printf '\x00\x00\x08\x03\x00\x00\x00\x40\x00\x00\x00\x08\x00\x00\x00\x08'
@@ -29,4 +33,23 @@ layer { name: "ip" type: "InnerProduct" bottom: "conv" top: "ip"
   inner_product_param { num_output: 4 weight_filler { type: "xavier" } } }
 layer { name: "loss" type: "SoftmaxWithLoss" bottom: "ip" bottom: "label" top: "loss" }
 NET
+}
+
+tiny_accuracy_net() {
+  cat <<NET
+name: "tiny_accuracy"
+layer { name: "d" type: "Data" top: "data" top: "label"
+  data_param { source: "$WORK/tiny_lmdb" batch_size: 8 backend: LMDB }
+  transform_param { scale: 0.00390625 } }
+layer { name: "ip" type: "InnerProduct" bottom: "data" top: "ip"
+  inner_product_param { num_output: 4 weight_filler { type: "xavier" } } }
+layer { name: "loss" type: "SoftmaxWithLoss" bottom: "ip" bottom: "label" top: "loss" }
+layer { name: "acc" type: "Accuracy" bottom: "ip" bottom: "label" top: "accuracy"
+  include { phase: TEST } }
+NET
+}
+
+tiny_accuracy_solver() {
+  printf 'net: "net.prototxt"\nbase_lr: 0.1\nmomentum: 0.9\nlr_policy: "fixed"\nmax_iter: 100\n'
+  printf 'test_iter: 8\ntest_interval: 100\nrandom_seed: 3\n'
 }

@@ -1,0 +1,157 @@
+/* The data layers' ring of prefetched batches (batch_ring.h). */
+#include "batch_ring.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+void kiln_batch_ring_init(kiln_batch_ring *r, const kiln_layer *l) {
+  pthread_mutex_init(&r->mu, NULL);
+  pthread_cond_init(&r->cv, NULL);
+  r->nworkers = 1;
+  if (l->config && l->config->fault.kind == KILN_FAULT_SLOW_READ &&
+      !strcmp(l->config->fault.layer, l->name))
+    r->slow_ms = l->config->fault.ms;
+}
+
+int kiln_batch_ring_bytes(const kiln_batch_ring *r, kiln_layer *l, const char *what,
+                          int64_t *bytes) {
+  if (r->nslots < 1 || r->nslots > KILN_RING_MAX_SLOTS || r->ntops < 1 ||
+      r->ntops > KILN_RING_MAX_TOPS)
+    return KILN_LAYER_ERROR(l, KILN_ERR_INTERNAL, "a ring of %d batches of %d tops", r->nslots,
+                            r->ntops);
+  int64_t per = 0, total = 0;
+  for (int t = 0; t < r->ntops; t++)
+    if (__builtin_add_overflow(per, r->per[t], &per))
+      return KILN_LAYER_ERROR(l, KILN_ERR_INVALID, "%s %d: records too large", what, r->batch);
+  if (__builtin_mul_overflow(per, (int64_t)r->batch, &total) ||
+      __builtin_mul_overflow(total, (int64_t)r->nslots * (int64_t)sizeof(float), &total))
+    return KILN_LAYER_ERROR(l, KILN_ERR_INVALID, "%s %d of these records does not fit in memory",
+                            what, r->batch);
+  *bytes = total;
+  return KILN_OK;
+}
+
+static void *fill_thread(void *arg) {
+  kiln_batch_ring *r = arg;
+  pthread_mutex_lock(&r->mu);
+  for (;;) {
+    while (!r->stop && r->count == r->nslots) pthread_cond_wait(&r->cv, &r->mu);
+    if (r->stop) break;
+    kiln_ring_slot *slot = &r->slots[r->tail];
+    const uint64_t global = r->fill_k * (uint64_t)r->nworkers + (uint64_t)r->rank;
+    pthread_mutex_unlock(&r->mu);
+    const double t0 = r->slow_ms > 0 ? kiln_now_ms() : 0;
+    int rc = r->fill(r->owner, slot, global); /* the net never touches unfilled slots */
+    if (rc == KILN_OK && r->slow_ms > 0) { /* the whole batch, reading included, takes slow_ms */
+      const double left = r->slow_ms - (kiln_now_ms() - t0);
+      if (left > 0) usleep((useconds_t)(left * 1000));
+    }
+    pthread_mutex_lock(&r->mu);
+    if (rc != KILN_OK) {
+      if (r->stop) break; /* stopped while the fill waited (for a file, say) */
+      r->failed = true;
+      r->fail_code = rc;
+      snprintf(r->fail_msg, sizeof r->fail_msg, "%s", kiln_last_error());
+      pthread_cond_broadcast(&r->cv);
+      break;
+    }
+    r->fill_k++;
+    r->tail = (r->tail + 1) % r->nslots;
+    r->count++;
+    pthread_cond_broadcast(&r->cv);
+  }
+  pthread_mutex_unlock(&r->mu);
+  return NULL;
+}
+
+static int alloc_slots(kiln_batch_ring *r, kiln_layer *l) {
+  r->slots = calloc((size_t)r->nslots, sizeof *r->slots);
+  if (!r->slots) return kiln_errorf(KILN_ERR_NOMEM, "out of memory");
+  for (int i = 0; i < r->nslots; i++)
+    for (int t = 0; t < r->ntops; t++)
+      if (!(r->slots[i].top[t] = kiln_alloc(sizeof(float) * (size_t)r->per[t] * (size_t)r->batch)))
+        return KILN_LAYER_ERROR(l, KILN_ERR_NOMEM,
+                                "out of memory for %d prefetched batches of %d records", r->nslots,
+                                r->batch);
+  return KILN_OK;
+}
+
+int kiln_batch_ring_start(kiln_batch_ring *r, kiln_layer *l) {
+  /* The share is fixed from the first batch on; TEST nets (rank 0's test passes) read it all. */
+  r->rank = 0;
+  r->nworkers = 1;
+  if (l->phase == CAFFE__PHASE__TRAIN && l->shard_count > 1) {
+    if (l->shard_rank < 0 || l->shard_rank >= l->shard_count)
+      return KILN_LAYER_ERROR(l, KILN_ERR_INVALID, "worker rank %d of %d", l->shard_rank,
+                              l->shard_count);
+    r->rank = l->shard_rank;
+    r->nworkers = l->shard_count;
+  }
+  if (!r->slots) KILN_TRY(alloc_slots(r, l));
+  r->stop = r->failed = false;
+  r->head = r->tail = r->count = 0;
+  r->fill_k = r->taken_k; /* slots filled before a stop were dropped */
+  if (pthread_create(&r->thread, NULL, fill_thread, r) != 0)
+    return KILN_LAYER_ERROR(l, KILN_ERR_INTERNAL, "cannot start the prefetch thread");
+  r->running = true;
+  return KILN_OK;
+}
+
+void kiln_batch_ring_stop(kiln_batch_ring *r) {
+  if (!r->running) return;
+  pthread_mutex_lock(&r->mu);
+  r->stop = true;
+  pthread_cond_broadcast(&r->cv);
+  if (r->on_stop) r->on_stop(r->owner);
+  pthread_mutex_unlock(&r->mu);
+  pthread_join(r->thread, NULL);
+  r->running = false;
+}
+
+int kiln_batch_ring_take(kiln_batch_ring *r, kiln_layer *l, const kiln_ring_slot **slot) {
+  if (!r->running) KILN_TRY(kiln_batch_ring_start(r, l));
+  pthread_mutex_lock(&r->mu);
+  while (r->count == 0 && !r->failed) pthread_cond_wait(&r->cv, &r->mu);
+  if (r->count == 0 && r->failed) {
+    int code = r->fail_code;
+    pthread_mutex_unlock(&r->mu);
+    return kiln_error_context(kiln_errorf(code, "%s", r->fail_msg), "layer '%s' (%s): ", l->name,
+                              l->ops->type);
+  }
+  *slot = &r->slots[r->head];
+  pthread_mutex_unlock(&r->mu);
+  return KILN_OK;
+}
+
+void kiln_batch_ring_release(kiln_batch_ring *r) {
+  pthread_mutex_lock(&r->mu);
+  r->taken_k++;
+  r->head = (r->head + 1) % r->nslots;
+  r->count--;
+  pthread_cond_broadcast(&r->cv);
+  pthread_mutex_unlock(&r->mu);
+}
+
+uint64_t kiln_batch_ring_cursor(const kiln_batch_ring *r, const kiln_batch_stream *stream) {
+  if (r->taken_k == 0) return stream->base;
+  return kiln_batch_stream_end(stream, r->taken_k * (uint64_t)r->nworkers - 1);
+}
+
+void kiln_batch_ring_reset(kiln_batch_ring *r) {
+  kiln_batch_ring_stop(r);
+  r->head = r->tail = r->count = 0;
+  r->fill_k = r->taken_k = 0;
+}
+
+void kiln_batch_ring_destroy(kiln_batch_ring *r) {
+  kiln_batch_ring_stop(r);
+  if (r->slots)
+    for (int i = 0; i < r->nslots; i++)
+      for (int t = 0; t < r->ntops; t++) kiln_free(r->slots[i].top[t]);
+  free(r->slots);
+  r->slots = NULL;
+  pthread_mutex_destroy(&r->mu);
+  pthread_cond_destroy(&r->cv);
+}
