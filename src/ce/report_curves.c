@@ -230,7 +230,7 @@ static void scaling_chart(kiln_strbuf *b, const kiln_ce_result *r, const char *m
   double one = NAN;
   for (int w = 0; w < mc->nw; w++) {
     double sps = mc->have[w] ? mc->m[w].samples_per_s : NAN;
-    for (int i = 0; i < r->nrows; i++) /* the judged median over the repeats, when there is one */
+    for (int i = 0; i < r->nrows; i++) /* the median over the repeats, when there is one */
       if (!strcmp(r->rows[i].model, model) && r->rows[i].workers == mc->workers[w] &&
           !strcmp(r->rows[i].kpi, "samples_per_s") && isfinite(r->rows[i].value))
         sps = r->rows[i].value;
