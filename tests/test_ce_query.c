@@ -15,31 +15,23 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "kiln/ce.h"
+#include "ce_support.h"
 #include "gradcheck.h"
+#include "kiln/ce.h"
 
 static char dir[64], db[128];
 
-static void assert_contains(const char *s, const char *want) {
-  if (!s || !strstr(s, want)) fail_msg("'%s' does not contain '%s'", s ? s : "(null)", want);
-}
-
+/* make_row's row with the KPI's unit and direction and one sample. */
 static kiln_ce_row row_of(const char *model, int workers, const char *kpi, double value,
                           kiln_ce_verdict v) {
-  kiln_ce_row r;
-  memset(&r, 0, sizeof r);
-  snprintf(r.model, sizeof r.model, "%s", model);
-  r.workers = workers;
-  snprintf(r.kpi, sizeof r.kpi, "%s", kpi);
+  kiln_ce_row r = make_row(model, workers, kpi, value, v);
   const kiln_ce_kpi_info *info = kiln_ce_kpi_lookup(kpi);
   snprintf(r.unit, sizeof r.unit, "%s", info ? info->unit : "");
   r.higher_is_better = info && info->higher_is_better;
-  r.value = value;
   r.spread = isfinite(value) ? 0.001 : NAN;
   r.nsamples = isfinite(value) ? 1 : 0;
   r.samples[0] = value;
-  r.baseline = r.baseline_spread = r.change = r.tolerance = r.busy = NAN;
-  r.verdict = v;
+  r.busy = NAN;
   return r;
 }
 

@@ -65,6 +65,8 @@ typedef struct kiln_ce_series {
   int n, cap;
   int *iter;
   double *value; /* NaN where the event said null (kiln writes non-finite figures as null) */
+  double *time_s; /* each event's time_ms in seconds (since the solver was created); NaN where
+                   * the event has none */
 } kiln_ce_series;
 
 typedef struct kiln_ce_metrics {
@@ -265,6 +267,8 @@ typedef struct kiln_ce_result {
   char machine_class[128];
   kiln_ce_machine machine;
   char report_dir[4096];
+  char baseline_dir[4096];      /* the suite's baselines (the report draws their curves); empty
+                                 * when unknown */
   kiln_ce_row *rows;
   int nrows, cap_rows;
   char **warnings;
@@ -324,6 +328,7 @@ int kiln_ce_history_count(kiln_ce_history *h, int64_t *runs, int64_t *rows);
 typedef struct kiln_ce_point {
   int64_t run_id;
   char time[32];
+  char git_commit[64]; /* of the run */
   double value;
   char verdict[16];
 } kiln_ce_point;

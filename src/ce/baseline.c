@@ -46,6 +46,7 @@ static int check_baseline(const char *path, const Caffe__CeBaseline *b) {
         return kiln_errorf(KILN_ERR_INVALID, "%s: KPI '%s' (%d workers) given twice", path, kpi,
                            v->workers);
   }
+  for (size_t i = 0; i < b->n_curve; i++) KILN_TRY(ce_curve_check(path, b->curve[i], i));
   return KILN_OK;
 }
 
@@ -243,6 +244,7 @@ static int accept_model(kiln_ce_result *r, const char *baseline_dir, const char 
       b->value[b->n_value++] = v;
     }
   }
+  if (!rc) rc = ce_curves_accept(b, r, model);
   if (!rc) rc = kiln_ce_baseline_write(path, b);
   protobuf_c_message_free_unpacked(&b->base, NULL);
   return rc;

@@ -352,8 +352,9 @@ int kiln_ce_history_series(kiln_ce_history *h, const char *model, int workers, c
   if (max_points <= 0) return KILN_OK;
   sqlite3_stmt *s;
   if (sqlite3_prepare_v2(h->db,
-                         "SELECT k.run_id, r.started_at, k.value, k.verdict FROM kpis k "
-                         "JOIN runs r ON r.id = k.run_id WHERE k.model = ? AND k.workers = ? "
+                         "SELECT k.run_id, r.started_at, k.value, k.verdict, r.git_commit "
+                         "FROM kpis k JOIN runs r ON r.id = k.run_id "
+                         "WHERE k.model = ? AND k.workers = ? "
                          "AND k.kpi = ? AND r.machine_class = ? AND k.value IS NOT NULL "
                          "ORDER BY k.run_id DESC LIMIT ?",
                          -1, &s, NULL) != SQLITE_OK)
@@ -374,6 +375,7 @@ int kiln_ce_history_series(kiln_ce_history *h, const char *model, int workers, c
     ce_column_text(s, 1, p[count].time, sizeof p[count].time);
     p[count].value = ce_column_real(s, 2);
     ce_column_text(s, 3, p[count].verdict, sizeof p[count].verdict);
+    ce_column_text(s, 4, p[count].git_commit, sizeof p[count].git_commit);
     count++;
   }
   sqlite3_finalize(s);

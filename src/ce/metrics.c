@@ -11,7 +11,7 @@
 #include "kiln/ce.h"
 #include "kiln/metrics.h"
 
-static int series_push(kiln_ce_series *s, int iter, double v) {
+static int series_push(kiln_ce_series *s, int iter, double time_s, double v) {
   if (s->n == s->cap) {
     int cap = s->cap ? 2 * s->cap : 32;
     int *ni = realloc(s->iter, (size_t)cap * sizeof *ni);
@@ -20,9 +20,13 @@ static int series_push(kiln_ce_series *s, int iter, double v) {
     double *nv = realloc(s->value, (size_t)cap * sizeof *nv);
     if (!nv) return kiln_errorf(KILN_ERR_NOMEM, "out of memory");
     s->value = nv;
+    double *nt = realloc(s->time_s, (size_t)cap * sizeof *nt);
+    if (!nt) return kiln_errorf(KILN_ERR_NOMEM, "out of memory");
+    s->time_s = nt;
     s->cap = cap;
   }
   s->iter[s->n] = iter;
+  s->time_s[s->n] = time_s;
   s->value[s->n++] = v;
   return KILN_OK;
 }
@@ -30,6 +34,7 @@ static int series_push(kiln_ce_series *s, int iter, double v) {
 static void series_free(kiln_ce_series *s) {
   free(s->iter);
   free(s->value);
+  free(s->time_s);
   memset(s, 0, sizeof *s);
 }
 
@@ -111,29 +116,30 @@ static int handle_event(kiln_ce_metrics *m, const cJSON *o, parse_state *st, con
       m->nonfinite_iter = iter;
   }
   if (rank != 0) return KILN_OK; /* the figures of the model come from rank 0 */
+  double time_ms = field(o, KILN_MF_TIME_MS, NULL), t = time_ms / 1e3; /* NaN when missing */
   if (train) {
     double loss = field(o, KILN_MF_LOSS, &have);
-    if (have) KILN_TRY(series_push(&m->train_loss, iter, loss));
+    if (have) KILN_TRY(series_push(&m->train_loss, iter, t, loss));
     double sps = field(o, KILN_MF_SAMPLES_PER_S, &have);
     if (have) {
-      KILN_TRY(series_push(&m->window_sps, iter, sps));
-      KILN_TRY(series_push(&m->window_time_ms, iter, field(o, KILN_MF_TIME_MS, NULL)));
-      KILN_TRY(series_push(&m->window_wait_ms, iter, field(o, KILN_MF_CPU_WAIT_MS, NULL)));
+      KILN_TRY(series_push(&m->window_sps, iter, t, sps));
+      KILN_TRY(series_push(&m->window_time_ms, iter, t, time_ms));
+      KILN_TRY(series_push(&m->window_wait_ms, iter, t, field(o, KILN_MF_CPU_WAIT_MS, NULL)));
     }
   } else if (test) {
     double net = field(o, KILN_MF_TEST_NET, &have);
     if (have && net != 0) return KILN_OK;
     double loss = field(o, KILN_MF_LOSS, &have);
     if (have) {
-      KILN_TRY(series_push(&m->test_loss, iter, loss));
+      KILN_TRY(series_push(&m->test_loss, iter, t, loss));
       bool hp;
       double ppl = field(o, KILN_MF_PERPLEXITY, &hp);
-      KILN_TRY(series_push(&m->perplexity, iter, hp ? ppl : exp(loss)));
+      KILN_TRY(series_push(&m->perplexity, iter, t, hp ? ppl : exp(loss)));
     }
     double acc = field(o, KILN_MF_ACCURACY, &have);
-    if (have) KILN_TRY(series_push(&m->accuracy, iter, acc));
+    if (have) KILN_TRY(series_push(&m->accuracy, iter, t, acc));
     double f1 = field(o, KILN_MF_F1, &have);
-    if (have) KILN_TRY(series_push(&m->f1, iter, f1));
+    if (have) KILN_TRY(series_push(&m->f1, iter, t, f1));
   } else if (!strcmp(event, KILN_EV_DECODE)) {
     int words;
     KILN_TRY(int_field(o, KILN_MF_WORDS, 0, name, line, &words));
@@ -143,8 +149,7 @@ static int handle_event(kiln_ce_metrics *m, const cJSON *o, parse_state *st, con
     m->decode_words = words;
   } else if (!strcmp(event, KILN_EV_DONE)) {
     m->done = true;
-    double t = field(o, KILN_MF_TIME_MS, &have);
-    m->duration_s = t / 1e3;
+    m->duration_s = t;
     m->cpu_wait_s = field(o, KILN_MF_CPU_WAIT_MS, NULL) / 1e3;
   }
   return KILN_OK;

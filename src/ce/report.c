@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "ce/internal.h"
 #include "kiln/ce.h"
@@ -175,14 +176,6 @@ static const char *verdict_class(kiln_ce_verdict v) {
   }
 }
 
-/* The caption reserves red for regressions and failures: their points are drawn in it over the
- * series' lines. A series in red (or in a colour read as red: tab10's red and brown were the
- * second and sixth colours here) would hide them, so the palette keeps away from it: hues at
- * least 40 degrees from red, or grey. Blue first: most KPIs have a single worker count. */
-#define REGRESSION_RED "#d00"
-static const char *const series_colours[] = {"#1f77b4", "#2ca02c", "#9467bd", "#e69f00",
-                                             "#17becf", "#7f7f7f", "#bcbd22", "#8c6d00"};
-
 /* The distinct values of a string field of the rows, in first-seen order. */
 static int distinct(const kiln_ce_result *r, size_t offset, const char **out, int max) {
   int n = 0;
@@ -204,52 +197,52 @@ static const kiln_ce_row *find_row(const kiln_ce_result *r, const char *model, i
   return NULL;
 }
 
-enum { MAX_SERIES = 8, MAX_POINTS = 60 };
-_Static_assert(sizeof series_colours / sizeof series_colours[0] >= MAX_SERIES,
-               "a colour per series: two series of one plot must not share one");
+enum { MAX_SERIES = CE_NCOLOURS, MAX_POINTS = 60 };
 
-/* The plots' text is 10 px. SVG text is not measured where it is written, so its width is
- * estimated from its length: 0.65 em a character is at least the advance of the digits, the
- * point and the suffixes in the sans-serif faces browsers fall back to (DejaVu Sans's digits:
- * 0.64 em), so a label given that room is not clipped. */
-#define FONT_PX 10.0
-static double text_px(const char *text) { return 0.65 * FONT_PX * (double)strlen(text); }
-
-/* A y-axis label: `digits` significant digits, with k, M, G or T for thousands and up (12019.4
- * is "12k" at 3 digits), so that it stays short whatever the KPI's scale; %g's exponent form
- * (1.202e+04) took 9 characters and overflowed the margin. */
-static void fmt_axis(char *buf, size_t n, double v, int digits) {
-  static const struct {
-    double scale;
-    const char *suffix;
-  } si[] = {{1, ""}, {1e3, "k"}, {1e6, "M"}, {1e9, "G"}, {1e12, "T"}};
-  const int nsi = (int)(sizeof si / sizeof si[0]);
-  if (v == 0 || !isfinite(v)) {
-    snprintf(buf, n, v == 0 ? "0" : "-");
-    return;
-  }
-  int k = 0;
-  while (k + 1 < nsi && fabs(v) >= si[k + 1].scale) k++;
-  snprintf(buf, n, "%.*g%s", digits, v / si[k].scale, si[k].suffix);
-  /* 999.7 at 3 digits rounds to 1e+03: the next suffix's "1k" says it */
-  if (strchr(buf, 'e') && fabs(v) >= 1 && k + 1 < nsi)
-    snprintf(buf, n, "%.*g%s", digits, v / si[k + 1].scale, si[k + 1].suffix);
-  /* tiny values keep the exponent, without its leading zero (1.2e-05 as 1.2e-5) */
-  char *e = strstr(buf, "e-0");
-  if (!e) e = strstr(buf, "e+0");
-  if (e) memmove(e + 2, e + 3, strlen(e + 3) + 1);
+/* A commit as the x axis shows it: the hash of `git describe` (after its "-g"), 7 characters,
+ * "+" when the tree was dirty. */
+static void short_commit(const char *commit, char *buf, size_t n) {
+  const char *g = strstr(commit, "-g"), *h = commit;
+  for (; g; g = strstr(g + 2, "-g")) h = g + 2;
+  size_t k = 0;
+  while (k < 7 && h[k] && h[k] != '-') k++;
+  snprintf(buf, n, "%.*s%s", (int)k, h, strstr(commit, "-dirty") ? "+" : "");
 }
 
-/* The y labels of a plot from ymin to ymax: as few digits as keep the two apart (from 3 on). */
-static void axis_labels(double ymin, double ymax, char *lo, char *hi, size_t n) {
-  for (int digits = 3; digits <= 7; digits++) {
-    fmt_axis(lo, n, ymin, digits);
-    fmt_axis(hi, n, ymax, digits);
-    if (strcmp(lo, hi)) return;
+/* One run on a trend plot's x axis: its place, date ("12-01") and short commit. */
+typedef struct {
+  int64_t id;
+  char date[8], commit[16];
+  bool shown;
+} run_tick;
+
+static int cmp_tick(const void *a, const void *b) {
+  int64_t x = ((const run_tick *)a)->id, y = ((const run_tick *)b)->id;
+  return (x > y) - (x < y);
+}
+
+/* Which runs get their date and commit under the axis: from the left, each whose two lines
+ * clear the previous label by 6 px; the newest always (the label before it gives way). */
+static void thin_ticks(run_tick *t, int n, const double *cx, double w) {
+  int last = -1;
+  for (int i = 0; i < n; i++) {
+    bool last_one = i == n - 1;
+    while (last_one && last >= 0 && cx[last] + w / 2 + 6 > cx[i] - w / 2) {
+      t[last].shown = false;
+      last = -1;
+      for (int k = i - 1; k >= 0 && last < 0; k--)
+        if (t[k].shown) last = k;
+    }
+    if (last < 0 || cx[last] + w / 2 + 6 <= cx[i] - w / 2) {
+      t[i].shown = true;
+      last = i;
+    }
   }
 }
 
-/* One plot: every worker count of a model's KPI over the history, the baseline dashed. */
+/* One plot: every worker count of a model's KPI over the history, the baseline dashed; each run
+ * labelled by date and commit under the axis, every point with a tooltip (value, verdict,
+ * commit, date), a legend below. */
 static int svg_plot(kiln_strbuf *b, const kiln_ce_result *r, kiln_ce_history *h, const char *model,
                     const char *kpi) {
   int workers[MAX_SERIES], nseries = 0;
@@ -276,75 +269,71 @@ static int svg_plot(kiln_strbuf *b, const kiln_ce_result *r, kiln_ce_history *h,
         pts[s][0].run_id = r->run_id;
         pts[s][0].value = rows[s]->value;
         snprintf(pts[s][0].time, sizeof pts[s][0].time, "%s", r->started_at);
+        snprintf(pts[s][0].git_commit, sizeof pts[s][0].git_commit, "%s", r->git_commit);
         snprintf(pts[s][0].verdict, sizeof pts[s][0].verdict, "%s",
                  kiln_ce_verdict_name(rows[s]->verdict));
         npts[s] = 1;
       }
     }
   }
-  /* x: run ids across all series; y: values and baselines */
-  int64_t xmin = INT64_MAX, xmax = INT64_MIN;
+  /* x: the runs of all series; y: values and baselines */
+  run_tick ticks[MAX_SERIES * MAX_POINTS];
+  int nticks = 0;
   double ymin = INFINITY, ymax = -INFINITY;
+  bool any_bad = false, any_baseline = false;
   for (int s = 0; s < nseries; s++) {
     for (int k = 0; k < npts[s]; k++) {
-      if (pts[s][k].run_id < xmin) xmin = pts[s][k].run_id;
-      if (pts[s][k].run_id > xmax) xmax = pts[s][k].run_id;
-      ymin = fmin(ymin, pts[s][k].value);
-      ymax = fmax(ymax, pts[s][k].value);
+      const kiln_ce_point *p = &pts[s][k];
+      int t = 0;
+      while (t < nticks && ticks[t].id != p->run_id) t++;
+      if (t == nticks) {
+        run_tick *nt = &ticks[nticks++];
+        nt->id = p->run_id;
+        nt->shown = false;
+        snprintf(nt->date, sizeof nt->date, "%.5s", strlen(p->time) >= 10 ? p->time + 5 : "?");
+        short_commit(p->git_commit, nt->commit, sizeof nt->commit);
+      }
+      ymin = fmin(ymin, p->value);
+      ymax = fmax(ymax, p->value);
+      any_bad |= !strcmp(p->verdict, "regression") || !strcmp(p->verdict, "FAIL");
     }
     if (rows[s]->has_baseline && isfinite(rows[s]->baseline)) {
       ymin = fmin(ymin, rows[s]->baseline);
       ymax = fmax(ymax, rows[s]->baseline);
+      any_baseline = true;
     }
   }
+  if (nticks > 1) qsort(ticks, (size_t)nticks, sizeof *ticks, cmp_tick);
   /* y labels first: the left margin fits the longer one (with 4 px each side) */
   char ylo[32] = "", yhi[32] = "";
   if (isfinite(ymin)) {
-    if (ymax - ymin < 1e-12 * fmax(1, fabs(ymax))) {
-      double pad = fabs(ymax) > 0 ? 0.05 * fabs(ymax) : 1;
-      ymin -= pad;
-      ymax += pad;
-    } else {
-      double pad = 0.08 * (ymax - ymin);
-      ymin -= pad;
-      ymax += pad;
-    }
-    axis_labels(ymin, ymax, ylo, yhi, sizeof ylo);
+    ce_pad_range(&ymin, &ymax);
+    ce_axis_labels(ymin, ymax, ylo, yhi, sizeof ylo);
   }
-  const double W = 360, R = 10, T = 10, B = 24;
-  const double L = fmax(40, 8 + fmax(text_px(ylo), text_px(yhi)));
-  /* The legend follows the first run label under the plot and wraps to rows of its own when
-   * the entries do not fit before the last run label. */
-  char first_run[32] = "", last_run[32] = "";
-  double legend_x[MAX_SERIES] = {0}, legend_row[MAX_SERIES] = {0};
-  if (isfinite(ymin)) { /* with no values, no labels and no legend */
-    snprintf(first_run, sizeof first_run, "run %lld", (long long)xmin);
-    snprintf(last_run, sizeof last_run, "run %lld", (long long)xmax);
-    double x = L + text_px(first_run) + 12, right = W - R - text_px(last_run) - 12;
-    int row = 0;
-    for (int s = 0; s < nseries; s++) {
-      char entry[32];
-      snprintf(entry, sizeof entry, "%d worker%s", workers[s], workers[s] == 1 ? "" : "s");
-      if (x + text_px(entry) > right && x > L) {
-        row++;
-        x = L;
-        right = W - R;
-      }
-      legend_x[s] = x;
-      legend_row[s] = row;
-      x += text_px(entry) + 12;
-    }
+  const double W = 360, R = 10, T = 10, PB = 126; /* PB: the plot area's bottom */
+  const double L = fmax(40, 8 + fmax(ce_text_px(ylo), ce_text_px(yhi)));
+  /* Under the axis: the runs' dates and commits (two lines), then the legend's rows. */
+  const char *entries[MAX_SERIES + 2];
+  char names[MAX_SERIES][32];
+  int nentries = 0;
+  for (int s = 0; s < nseries; s++) {
+    snprintf(names[s], sizeof names[s], "%d worker%s", workers[s], workers[s] == 1 ? "" : "s");
+    entries[nentries++] = names[s];
   }
-  const double H = 150 + 12 * (nseries ? legend_row[nseries - 1] : 0);
+  if (any_baseline) entries[nentries++] = "baseline";
+  if (any_bad) entries[nentries++] = "regression";
+  double legend_x[MAX_SERIES + 2];
+  int legend_row[MAX_SERIES + 2];
+  int nrows = ce_legend_layout(entries, nentries, 16, L, W - R, L, W - R, legend_x, legend_row);
+  const double LY = PB + 40; /* the legend's first row */
+  const double H = LY + 12 * (nrows > 0 ? nrows - 1 : 0) + 6;
   kiln_strbuf_printf(b, "<figure><figcaption>");
   ce_html(b, model);
   kiln_strbuf_printf(b, " &middot; ");
   ce_html(b, kpi);
-  kiln_strbuf_printf(b, "</figcaption>\n<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" "
-               "height=\"%.0f\" viewBox=\"0 0 %.0f %.0f\" role=\"img\">\n",
-            W, H, W, H);
-  /* the plot area keeps its 150 px layout; legend rows below it add to the height */
-  const double PB = 150 - B; /* the plot area's bottom */
+  kiln_strbuf_printf(b, "</figcaption>\n<svg class=\"trend\" xmlns=\"http://www.w3.org/2000/svg\" "
+                        "width=\"%.0f\" height=\"%.0f\" viewBox=\"0 0 %.0f %.0f\" role=\"img\">\n",
+                     W, H, W, H);
   kiln_strbuf_printf(b, "<rect x=\"%.0f\" y=\"%.0f\" width=\"%.0f\" height=\"%.0f\" fill=\"#fafafa\" "
                "stroke=\"#ccc\"/>\n",
             L, T, W - L - R, PB - T);
@@ -352,41 +341,74 @@ static int svg_plot(kiln_strbuf *b, const kiln_ce_result *r, kiln_ce_history *h,
     kiln_strbuf_printf(b, "<text x=\"%.0f\" y=\"%.0f\" font-size=\"12\" fill=\"#888\">no values</text>\n",
               L + 10, (T + PB) / 2);
   } else {
-    double xspan = xmax > xmin ? (double)(xmax - xmin) : 1;
-#define PX(id) (L + (xmax > xmin ? ((double)((id) - xmin)) / xspan : 0.5) * (W - L - R))
+    /* runs evenly spaced, oldest left */
+#define PX(t) (L + (nticks > 1 ? (double)(t) / (nticks - 1) : 0.5) * (W - L - R))
 #define PY(v) (T + (1 - ((v) - ymin) / (ymax - ymin)) * (PB - T))
     kiln_strbuf_printf(b, "<text x=\"%.0f\" y=\"%.0f\" font-size=\"10\" text-anchor=\"end\">%s</text>\n",
               L - 4, T + 8, yhi);
     kiln_strbuf_printf(b, "<text x=\"%.0f\" y=\"%.0f\" font-size=\"10\" text-anchor=\"end\">%s</text>\n",
               L - 4, PB, ylo);
-    kiln_strbuf_printf(b, "<text x=\"%.0f\" y=\"%.0f\" font-size=\"10\">%s</text>\n", L, PB + 16,
-              first_run);
-    kiln_strbuf_printf(b,
-              "<text x=\"%.0f\" y=\"%.0f\" font-size=\"10\" text-anchor=\"end\">%s</text>\n",
-              W - R, PB + 16, last_run);
+    double cx[MAX_SERIES * MAX_POINTS], tw = ce_text_px("12-01");
+    for (int t = 0; t < nticks; t++) tw = fmax(tw, ce_text_px(ticks[t].commit));
+    for (int t = 0; t < nticks; t++)
+      cx[t] = fmin(fmax(PX(t), L + tw / 2), W - R - tw / 2);
+    thin_ticks(ticks, nticks, cx, tw);
+    for (int t = 0; t < nticks; t++) {
+      if (!ticks[t].shown) continue;
+      kiln_strbuf_printf(b, "<line x1=\"%.1f\" x2=\"%.1f\" y1=\"%.0f\" y2=\"%.0f\" "
+                            "stroke=\"#999999\"/>\n",
+                         PX(t), PX(t), PB, PB + 3);
+      kiln_strbuf_printf(b, "<text class=\"run\" x=\"%.1f\" y=\"%.0f\" font-size=\"10\" "
+                            "text-anchor=\"middle\">%s</text>\n", cx[t], PB + 14, ticks[t].date);
+      kiln_strbuf_printf(b, "<text class=\"run\" x=\"%.1f\" y=\"%.0f\" font-size=\"10\" "
+                            "text-anchor=\"middle\" fill=\"#555555\">", cx[t], PB + 26);
+      ce_html(b, ticks[t].commit);
+      kiln_strbuf_printf(b, "</text>\n");
+    }
     for (int s = 0; s < nseries; s++) {
-      const char *c = series_colours[s];
+      const char *c = ce_series_colour(s);
       if (rows[s]->has_baseline && isfinite(rows[s]->baseline))
         kiln_strbuf_printf(b, "<line x1=\"%.1f\" x2=\"%.1f\" y1=\"%.1f\" y2=\"%.1f\" stroke=\"%s\" "
                      "stroke-dasharray=\"4 3\"><title>baseline %.6g (%d worker%s)</title></line>\n",
                   L, W - R, PY(rows[s]->baseline), PY(rows[s]->baseline), c, rows[s]->baseline,
                   workers[s], workers[s] == 1 ? "" : "s");
+      int at[MAX_POINTS];
+      for (int k = 0; k < npts[s]; k++) {
+        at[k] = 0;
+        while (ticks[at[k]].id != pts[s][k].run_id) at[k]++;
+      }
       if (npts[s] > 1) {
         kiln_strbuf_printf(b, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"1.5\" points=\"", c);
         for (int k = 0; k < npts[s]; k++)
-          kiln_strbuf_printf(b, "%s%.1f,%.1f", k ? " " : "", PX(pts[s][k].run_id), PY(pts[s][k].value));
+          kiln_strbuf_printf(b, "%s%.1f,%.1f", k ? " " : "", PX(at[k]), PY(pts[s][k].value));
         kiln_strbuf_printf(b, "\"/>\n");
       }
       for (int k = 0; k < npts[s]; k++) {
-        bool bad = !strcmp(pts[s][k].verdict, "regression") || !strcmp(pts[s][k].verdict, "FAIL");
-        kiln_strbuf_printf(b, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3\" fill=\"%s\"><title>run %lld %s: "
-                     "%.6g (%s, %d worker%s)</title></circle>\n",
-                  PX(pts[s][k].run_id), PY(pts[s][k].value), bad ? REGRESSION_RED : c,
-                  (long long)pts[s][k].run_id, pts[s][k].time, pts[s][k].value, pts[s][k].verdict,
-                  workers[s], workers[s] == 1 ? "" : "s");
+        const kiln_ce_point *p = &pts[s][k];
+        bool bad = !strcmp(p->verdict, "regression") || !strcmp(p->verdict, "FAIL");
+        kiln_strbuf_printf(b, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3\" fill=\"%s\"><title>"
+                              "%.6g (%s, %d worker%s), commit ",
+                           PX(at[k]), PY(p->value), bad ? CE_REGRESSION_RED : c, p->value,
+                           p->verdict, workers[s], workers[s] == 1 ? "" : "s");
+        ce_html(b, p->git_commit[0] ? p->git_commit : "unknown");
+        kiln_strbuf_printf(b, ", %s, run %lld</title></circle>\n", p->time, (long long)p->run_id);
       }
-      kiln_strbuf_printf(b, "<text x=\"%.0f\" y=\"%.0f\" font-size=\"10\" fill=\"%s\">%d worker%s</text>\n",
-                legend_x[s], PB + 16 + 12 * legend_row[s], c, workers[s], workers[s] == 1 ? "" : "s");
+    }
+    /* the legend: a swatch and the entry's text */
+    for (int e = 0; e < nentries; e++) {
+      double x = legend_x[e], y = LY + 12 * legend_row[e];
+      const char *fill = e < nseries ? ce_series_colour(e) : "#555555";
+      bool baseline_entry = e == nseries && any_baseline;
+      if (e < nseries || baseline_entry)
+        kiln_strbuf_printf(b, "<line x1=\"%.1f\" x2=\"%.1f\" y1=\"%.1f\" y2=\"%.1f\" "
+                              "stroke=\"%s\"%s/>\n",
+                           x, x + 12, y - 3.5, y - 3.5, e < nseries ? fill : "#7f7f7f",
+                           e < nseries ? " stroke-width=\"1.5\"" : " stroke-dasharray=\"4 3\"");
+      else
+        kiln_strbuf_printf(b, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3\" fill=\"%s\"/>\n", x + 6,
+                           y - 3.5, CE_REGRESSION_RED);
+      kiln_strbuf_printf(b, "<text class=\"legend\" x=\"%.1f\" y=\"%.0f\" font-size=\"10\" "
+                            "fill=\"%s\">%s</text>\n", x + 16, y, fill, entries[e]);
     }
 #undef PX
 #undef PY
@@ -394,6 +416,25 @@ static int svg_plot(kiln_strbuf *b, const kiln_ce_result *r, kiln_ce_history *h,
   kiln_strbuf_printf(b, "</svg></figure>\n");
   for (int s = 0; s < nseries; s++) free(pts[s]);
   return rc;
+}
+
+/* The grid row's last cell: links (relative to report.html) to the first repeat's training log
+ * and metrics, where its run folder has them. */
+static void run_links(kiln_strbuf *b, const kiln_ce_result *r, const char *model, int workers) {
+  static const char *const files[][2] = {{"train.log", "log"}, {"metrics.jsonl", "metrics"}};
+  kiln_strbuf_printf(b, "<td class=\"name\">");
+  for (size_t i = 0, shown = 0; i < sizeof files / sizeof files[0]; i++) {
+    char path[4096];
+    if (ce_run_file(r->report_dir, model, workers, files[i][0], path, sizeof path) ||
+        access(path, R_OK)) {
+      kiln_clear_error();
+      continue;
+    }
+    kiln_strbuf_printf(b, "%s<a href=\"runs/", shown++ ? " &middot; " : "");
+    ce_html(b, model);
+    kiln_strbuf_printf(b, "-w%d-r1/%s\">%s</a>", workers, files[i][0], files[i][1]);
+  }
+  kiln_strbuf_printf(b, "</td>");
 }
 
 int kiln_ce_report_html(const kiln_ce_result *r, kiln_ce_history *h, const char *path) {
@@ -446,7 +487,7 @@ int kiln_ce_report_html(const kiln_ce_result *r, kiln_ce_history *h, const char 
     ce_html(&b, kpis[k]);
     kiln_strbuf_printf(&b, "</th>");
   }
-  kiln_strbuf_printf(&b, "</tr>\n");
+  kiln_strbuf_printf(&b, "<th>first run</th></tr>\n");
   for (int m = 0; m < nm; m++) {
     int ws[64], nw = 0;
     for (int i = 0; i < r->nrows && nw < 64; i++) {
@@ -475,6 +516,7 @@ int kiln_ce_report_html(const kiln_ce_result *r, kiln_ce_history *h, const char 
         if (row->has_baseline) kiln_strbuf_printf(&b, " &middot; base %s (%s)", base, change);
         kiln_strbuf_printf(&b, "</small></td>");
       }
+      run_links(&b, r, models[m], ws[w]);
       kiln_strbuf_printf(&b, "</tr>\n");
     }
   }
@@ -506,10 +548,15 @@ int kiln_ce_report_html(const kiln_ce_result *r, kiln_ce_history *h, const char 
     kiln_strbuf_printf(&b, "</ul>\n");
   }
 
+  kiln_strbuf_printf(&b, "<h2>Convergence</h2>\n<p><small>Each worker count's first repeat; "
+                        "dashed in the same colour: the baseline's curves (against seconds only "
+                        "from a baseline of this machine class); grey dashed: ideal scaling."
+                        "</small></p>\n");
+  int rc = KILN_OK;
+  for (int m = 0; m < nm && rc == KILN_OK; m++) rc = ce_report_curves(&b, r, models[m]);
   kiln_strbuf_printf(&b, "<h2>Trends</h2>\n<p><small>History on machine class ");
   ce_html(&b, r->machine_class);
   kiln_strbuf_printf(&b, "; dashed: the baseline; red points: regressions and failures.</small></p>\n");
-  int rc = KILN_OK;
   for (int m = 0; m < nm && rc == KILN_OK; m++)
     for (int k = 0; k < nk && rc == KILN_OK; k++) {
       if (!strcmp(kpis[k], "run")) continue;

@@ -803,6 +803,7 @@ int kiln_ce_run(const char *suite_path, const kiln_ce_options *o, kiln_ce_result
     if (dot && dot != out->suite_name) *dot = '\0';
   }
   kiln_ce_suite_baseline_dir(suite, out->suite_path, x.baseline_dir, sizeof x.baseline_dir);
+  snprintf(out->baseline_dir, sizeof out->baseline_dir, "%s", x.baseline_dir);
   ce_utc_now(out->started_at, sizeof out->started_at, 0);
   kiln_ce_machine_describe(&out->machine, cfg);
   if (o->machine_class && *o->machine_class)

@@ -36,7 +36,10 @@ for want in "model" "workers" "KPI" "baseline" "verdict" "accuracy" "samples_per
   case "$out" in *"$want"*) pass ;; *) fail "table lacks '$want': $out" ;; esac
 done
 [ -s r1/report.html ] && grep -q '<table class="grid">' r1/report.html && pass || fail "report.html"
-[ "$(grep -c '<svg' r1/report.html)" -eq 6 ] && pass || fail "one plot per KPI: $(grep -c '<svg' r1/report.html)"
+[ "$(grep -c '<svg class="trend"' r1/report.html)" -eq 6 ] && pass \
+  || fail "one trend plot per KPI: $(grep -c '<svg class="trend"' r1/report.html)"
+[ "$(grep -c '<svg class="curves"' r1/report.html)" -eq 4 ] && pass \
+  || fail "four convergence charts: $(grep -c '<svg class="curves"' r1/report.html)"
 [ "$(wc -l < r1/results.jsonl)" -eq 7 ] && pass || fail "results.jsonl: $(cat r1/results.jsonl)"
 grep -q '"kpi":"accuracy".*"verdict":"new"' r1/results.jsonl && pass || fail "accuracy row"
 [ -s r1/runs/lenet-w1-r1/metrics.jsonl ] && [ -s r1/runs/lenet-w1-r1/solver.prototxt ] && pass \

@@ -70,7 +70,9 @@ fi
 # accept: the 4-worker timings stay out of the baseline
 "$KILN" ce accept suite.prototxt --db "$WORK/ce.db" > acc.txt 2>&1 && pass || fail "accept: $(cat acc.txt)"
 base=baselines/test-2c/tiny.prototxt
-got=$(awk '/^  kpi:/ { k = $2 } /^  workers:/ { print k, $2 }' "$base" 2>/dev/null | sort | tr '\n' ';')
+# (the value blocks' KPIs and worker counts; the curve blocks after them have workers too)
+got=$(awk '/^value \{/ { v = 1 } /^curve \{/ { v = 0 } v && /^  kpi:/ { k = $2 } v && /^  workers:/ { print k, $2 }' \
+  "$base" 2>/dev/null | sort | tr '\n' ';')
 want='"accuracy" 1;"accuracy" 4;"duration_s" 1;"samples_per_s" 1;"train_loss" 1;"train_loss" 4;'
 [ "$got" = "$want" ] && pass || fail "baseline values: $got ($(cat "$base" 2>&1))"
 
