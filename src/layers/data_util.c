@@ -1,5 +1,5 @@
-/* What the data layers share (layer_util.h): the order of the records in the stream, and data
- * set paths in the cache. */
+/* What the data layers share (layer_util.h): the order of the records in the stream, and the
+ * share of the batch stream a layer reading on the net's thread takes. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,4 +41,34 @@ void kiln_record_order_free(kiln_record_order *o) {
   free(o->epoch[0].perm);
   free(o->epoch[1].perm);
   o->epoch[0].perm = o->epoch[1].perm = NULL;
+}
+
+int kiln_batch_share_next(kiln_layer *l, kiln_batch_share *s, uint64_t *first, int *count) {
+  if (!s->started) {
+    s->rank = 0;
+    s->nworkers = 1;
+    if (l->phase == CAFFE__PHASE__TRAIN && l->shard_count > 1) {
+      if (l->shard_rank < 0 || l->shard_rank >= l->shard_count)
+        return KILN_LAYER_ERROR(l, KILN_ERR_INVALID, "worker rank %d of %d", l->shard_rank,
+                                l->shard_count);
+      s->rank = l->shard_rank;
+      s->nworkers = l->shard_count;
+    }
+    s->started = true;
+  }
+  uint64_t global = s->taken_k * (uint64_t)s->nworkers + (uint64_t)s->rank;
+  *first = kiln_batch_stream_start(&s->stream, global, count);
+  s->taken_k++;
+  return KILN_OK;
+}
+
+uint64_t kiln_batch_share_cursor(const kiln_batch_share *s) {
+  if (s->taken_k == 0) return s->stream.base;
+  return kiln_batch_stream_end(&s->stream,
+                               s->taken_k * (uint64_t)(s->nworkers ? s->nworkers : 1) - 1);
+}
+
+void kiln_batch_share_set_cursor(kiln_batch_share *s, uint64_t cursor) {
+  s->stream.base = cursor;
+  s->taken_k = 0;
 }
