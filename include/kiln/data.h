@@ -352,6 +352,13 @@ int kiln_libsvm_parse(const char *text, size_t len, const char *name, int64_t di
 int kiln_libsvm_read(const char *path, int64_t dim, kiln_libsvm *out);
 void kiln_libsvm_free(kiln_libsvm *s);
 
+/* Caches CACHE/spam-bow from the cached spam-assassin (KILN_ERR_INVALID when it is not there):
+ * its train, valid and test splits as train.svm, valid.svm, test.svm (libsvm rows: feature i is
+ * word id i - 1 of its vocab.txt, copied beside them; binary presence scaled to unit length),
+ * SHA256SUMS, and READY last, with concurrent callers serialised by a lock file; with READY
+ * there nothing is done (*already true; may be NULL). src/data/bow_sets.c. */
+int kiln_data_fetch_spam_bow(const char *cache_dir, bool *already);
+
 /* ---- tokens and vocabularies --------------------------------------------------------------- */
 
 /* Characters (UTF-8 code points) or words (runs of letters and digits with inner apostrophes;
