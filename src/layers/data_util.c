@@ -43,17 +43,22 @@ void kiln_record_order_free(kiln_record_order *o) {
   o->epoch[0].perm = o->epoch[1].perm = NULL;
 }
 
+int kiln_data_worker_share(kiln_layer *l, int *rank, int *nworkers) {
+  *rank = 0;
+  *nworkers = 1;
+  if (l->phase == CAFFE__PHASE__TRAIN && l->shard_count > 1) {
+    if (l->shard_rank < 0 || l->shard_rank >= l->shard_count)
+      return KILN_LAYER_ERROR(l, KILN_ERR_INVALID, "worker rank %d of %d", l->shard_rank,
+                              l->shard_count);
+    *rank = l->shard_rank;
+    *nworkers = l->shard_count;
+  }
+  return KILN_OK;
+}
+
 int kiln_batch_share_next(kiln_layer *l, kiln_batch_share *s, uint64_t *first, int *count) {
   if (!s->started) {
-    s->rank = 0;
-    s->nworkers = 1;
-    if (l->phase == CAFFE__PHASE__TRAIN && l->shard_count > 1) {
-      if (l->shard_rank < 0 || l->shard_rank >= l->shard_count)
-        return KILN_LAYER_ERROR(l, KILN_ERR_INVALID, "worker rank %d of %d", l->shard_rank,
-                                l->shard_count);
-      s->rank = l->shard_rank;
-      s->nworkers = l->shard_count;
-    }
+    KILN_TRY(kiln_data_worker_share(l, &s->rank, &s->nworkers));
     s->started = true;
   }
   uint64_t global = s->taken_k * (uint64_t)s->nworkers + (uint64_t)s->rank;
@@ -62,10 +67,14 @@ int kiln_batch_share_next(kiln_layer *l, kiln_batch_share *s, uint64_t *first, i
   return KILN_OK;
 }
 
+uint64_t kiln_data_stream_cursor(const kiln_batch_stream *stream, uint64_t taken_k,
+                                 int nworkers) {
+  if (taken_k == 0) return stream->base;
+  return kiln_batch_stream_end(stream, taken_k * (uint64_t)(nworkers > 0 ? nworkers : 1) - 1);
+}
+
 uint64_t kiln_batch_share_cursor(const kiln_batch_share *s) {
-  if (s->taken_k == 0) return s->stream.base;
-  return kiln_batch_stream_end(&s->stream,
-                               s->taken_k * (uint64_t)(s->nworkers ? s->nworkers : 1) - 1);
+  return kiln_data_stream_cursor(&s->stream, s->taken_k, s->nworkers);
 }
 
 void kiln_batch_share_set_cursor(kiln_batch_share *s, uint64_t cursor) {

@@ -143,6 +143,15 @@ typedef struct kiln_record_order {
 int kiln_record_order_index(kiln_record_order *o, uint64_t q, uint64_t *index);
 void kiln_record_order_free(kiln_record_order *o);
 
+/* This worker's rank and the number of workers a data layer deals batches to: a TRAIN net's
+ * are the layer's shard (a rank outside it is KILN_ERR_INVALID), a TEST net (rank 0's test
+ * passes) reads every batch (0 of 1). */
+int kiln_data_worker_share(kiln_layer *l, int *rank, int *nworkers);
+/* Where the global stream stands once each of `nworkers` workers has taken `taken_k` batches:
+ * global batches 0 .. taken_k x nworkers - 1 are done (the same on every rank). */
+uint64_t kiln_data_stream_cursor(const kiln_batch_stream *stream, uint64_t taken_k,
+                                 int nworkers);
+
 /* A data layer's share of its batch stream when it reads on the net's thread (TextData,
  * LibSVMData): the worker's rank and count are fixed at the first batch (a TRAIN net's are the
  * layer's shard; a TEST net reads every batch), this worker reads global batches rank + k x
