@@ -49,7 +49,8 @@ static int ip_reshape(kiln_layer *l) {
   int64_t shape[KILN_MAX_AXES];
   for (int i = 0; i < s->axis; i++) shape[i] = x->shape[i];
   shape[s->axis] = s->N;
-  /* a sparse bottom: a multiply-add per entry and output, for the fullest batch */
+  /* a sparse bottom: a multiply-add per entry and output; the fullest batch's until a forward
+   * pass counts its own */
   l->flops = 2.0 * s->N * (s->sparse ? (double)x->csr->nnz_cap : (double)s->M * s->K);
   return kiln_blob_reshape(l->top[0], s->axis + 1, shape);
 }

@@ -27,6 +27,7 @@ int kiln_ip_sparse_forward(kiln_layer *l) {
   float *y = l->top[0]->data;
   const int64_t M = s->M, N = s->N, K = s->K;
   const bool tr = s->transpose;
+  l->flops = 2.0 * (double)N * (double)x->nnz;
 #pragma omp parallel for schedule(static) num_threads(l->nthreads > 0 ? l->nthreads : 1)
   for (int64_t m = 0; m < M; m++) {
     float *ym = y + m * N;
