@@ -434,7 +434,8 @@ static void test_sparse_net_trains(void **state) {
     assert_int_equal(kiln_net_forward(net, &loss), KILN_OK);
     if (it == 0) first = loss;
     assert_int_equal(kiln_net_backward(net), KILN_OK);
-    for (int64_t i = 0; i < net->nparam_floats; i++) net->param_data[i] -= 0.5f * net->param_diff[i];
+    for (int64_t i = 0; i < net->nparam_floats; i++)
+      net->param_data[i] -= 0.5f * net->param_diff[i];
   }
   assert_true(fabsf(first - logf(3)) < 1e-5f); /* zero weights: uniform over 3 classes */
   assert_true(loss < 0.5f * first);

@@ -475,8 +475,8 @@ int cmd_data(int argc, char **argv) {
   if (!strcmp(argv[2], "spam-bow")) return fetch_spam_bow(&cfg, argc, argv);
   const kiln_text_set_info *set = kiln_text_set_find(argv[2]);
   if (!set) {
-    fprintf(stderr, "kiln data: unknown data set '%s' (known: fashion-mnist, %s, spam-bow, cifar10, "
-            "cifar100; kiln data list)\n", argv[2], kiln_text_set_names());
+    fprintf(stderr, "kiln data: unknown data set '%s' (known: fashion-mnist, %s, spam-bow, "
+            "cifar10, cifar100; kiln data list)\n", argv[2], kiln_text_set_names());
     return 2;
   }
   const char *from = NULL;
