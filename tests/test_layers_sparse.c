@@ -174,6 +174,40 @@ static void test_sparse_inner_product_matches_dense(void **state) {
   sparse_matches_dense("transpose: true");
 }
 
+/* A batch large enough for threads gives the same bits on 1 and 3 threads, forward and backward
+ * (each output's sum keeps one order). */
+static void same_bits_on_threads(const char *params) {
+  kiln_rng rng;
+  kiln_rng_seed(&rng, 9, 4);
+  kiln_blob *xs;
+  random_rows(64, 20000, 300, &rng, &xs, NULL); /* 64 x 300 entries x 16 outputs > 2^18 */
+  char text[256];
+  snprintf(text, sizeof text,
+           "name: 'ip' type: 'InnerProduct' inner_product_param { num_output: 16 %s "
+           "weight_filler { type: 'gaussian' std: 0.5 } bias_filler { type: 'uniform' } }",
+           params);
+  built b[2] = {build(text, TRAIN, &xs, 1, 1), build(text, TRAIN, &xs, 1, 1)};
+  b[0].l->nthreads = 1;
+  b[1].l->nthreads = 3;
+  for (int k = 0; k < 2; k++) {
+    forward(&b[k]);
+    for (int64_t i = 0; i < b[k].top[0]->count; i++) b[k].top[0]->diff[i] = (float)(i % 7) - 3;
+    b[k].l->propagate_down[0] = false;
+    backward(&b[k]);
+  }
+  assert_memory_equal(b[0].top[0]->data, b[1].top[0]->data, sizeof(float) * 64 * 16);
+  assert_memory_equal(b[0].l->param[0]->diff, b[1].l->param[0]->diff, sizeof(float) * 16 * 20000);
+  unbuild(&b[0]);
+  unbuild(&b[1]);
+  kiln_blob_free(xs);
+}
+
+static void test_sparse_inner_product_threads(void **state) {
+  (void)state;
+  same_bits_on_threads("");
+  same_bits_on_threads("transpose: true");
+}
+
 /* Finite differences of the weights and bias, plain and transposed (the sparse bottom itself
  * takes no gradient). */
 static void test_sparse_inner_product_gradient(void **state) {
@@ -501,6 +535,7 @@ int main(void) {
       cmocka_unit_test(test_libsvm_records),
       cmocka_unit_test(test_libsvm_bad_input),
       cmocka_unit_test(test_sparse_inner_product_matches_dense),
+      cmocka_unit_test(test_sparse_inner_product_threads),
       cmocka_unit_test(test_sparse_inner_product_gradient),
       cmocka_unit_test(test_sparse_inner_product_refusals),
       cmocka_unit_test(test_libsvm_data_batches),
