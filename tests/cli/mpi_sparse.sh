@@ -30,17 +30,7 @@ rows() {
 rows 512 1 > cache/spam-bow/train.svm
 echo "test" > cache/spam-bow/READY
 
-zoo="$SRC/models/spam_bow"
-solver() {  # solver NAME ITER_SIZE MAX_ITER [EXTRA]: the zoo's solver, short, no tests
-  sed -e "s|^net: .*|net: \"$zoo/spam_bow_mlp_train_test.prototxt\"|" -e '/^test_/d' \
-      -e "s|^max_iter: .*|max_iter: $3|" -e '/^snapshot: /d' -e '/^display: /d' \
-      -e "s|^snapshot_prefix: .*|snapshot_prefix: \"$WORK/$1\"|" "$zoo/spam_bow_mlp_solver.prototxt"
-  printf 'iter_size: %s\ndisplay: 1\n%s' "$2" "${4:-}"
-}
-same() {
-  if [ ! -f "$1" ] || [ ! -f "$2" ]; then fail "$3: missing $1 or $2"; return; fi
-  cmp -s "$1" "$2" && pass || fail "$3: $1 and $2 differ: $("$KILN" compare-weights "$1" "$2" | head -n 2)"
-}
+solver() { mpi_zoo_solver spam_bow/spam_bow_mlp "$@"; }  # solver NAME ITER_SIZE MAX_ITER [EXTRA]
 
 solver ref 2 6 > ref.prototxt
 solver w2 1 6 'snapshot: 3
@@ -49,9 +39,9 @@ solver w2r 1 6 > w2r.prototxt
 "$KILN" train --solver ref.prototxt > ref.log 2>&1 || fail "1 worker, iter_size 2: $(tail -n 3 ref.log)"
 mpi 2 "$KILN" train --solver w2.prototxt --deterministic > w2.log 2>&1 \
   || fail "2 workers: $(tail -n 5 w2.log)"
-same ref_iter_6.caffemodel w2_iter_6.caffemodel "spam_bow_mlp: 2 workers --deterministic vs iter_size 2"
+mpi_same ref_iter_6.caffemodel w2_iter_6.caffemodel "spam_bow_mlp: 2 workers --deterministic vs iter_size 2"
 mpi 2 "$KILN" train --solver w2r.prototxt --deterministic --snapshot w2_iter_3.solverstate \
   > w2r.log 2>&1 || fail "2 workers resumed: $(tail -n 5 w2r.log)"
-same w2_iter_6.caffemodel w2r_iter_6.caffemodel "spam_bow_mlp: 2 workers resumed at 3"
+mpi_same w2_iter_6.caffemodel w2r_iter_6.caffemodel "spam_bow_mlp: 2 workers resumed at 3"
 cmp -s w2_iter_3.caffemodel w2_iter_6.caffemodel && fail "weights did not change" || pass
 finish
