@@ -430,6 +430,8 @@ static int fetch_spam_bow(const kiln_config *cfg, int argc, char **argv) {
   if (access(ready, F_OK) != 0) {
     int rc = fetch_text(cfg, kiln_text_set_find("spam-assassin"), from);
     if (rc) return rc;
+  } else if (kiln_data_fetch_text("spam-assassin", NULL, dir, NULL)) {
+    return tool_fail("data fetch"); /* a cache filled before gets the vocabulary it lacks */
   }
   bool already = false;
   if (kiln_data_fetch_spam_bow(dir, &already)) return tool_fail("data fetch");
