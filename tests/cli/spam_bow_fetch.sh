@@ -2,7 +2,8 @@
 # libsvm rows over the entry's vocabulary (the words a mail holds, 1/sqrt(distinct words) each,
 # feature i = word id i - 1, unknown words as <unk>), the vocabulary beside them, SHA256SUMS and
 # READY; listed by `kiln data list`; a second fetch changes nothing; a damaged file is found and
-# rebuilt; and LibSVMData reads the rows.
+# rebuilt; a spam-assassin entry without its vocabulary gets one first; and LibSVMData reads the
+# rows.
 source "$(dirname "$0")/lib.bash"
 cd "$WORK"
 export KILN_DATA="$WORK/cache"
@@ -41,6 +42,17 @@ echo "1 1:1" > cache/spam-bow/train.svm
 out=$("$KILN" data fetch spam-bow 2>&1) && echo "$out" | grep -q "spam-bow: damaged" && pass \
   || fail "damaged entry: $out"
 cmp -s want-train.svm cache/spam-bow/train.svm && pass || fail "not rebuilt: $(cat cache/spam-bow/train.svm)"
+
+# a spam-assassin entry cached before the sets had vocabularies gets its vocab.txt first
+mkdir -p old/spam-assassin
+for i in 1 2 3 4 5; do printf '1\tbuy now\n0\thello\n'; done > old/spam-assassin/train.tsv
+: > old/spam-assassin/valid.tsv
+: > old/spam-assassin/test.tsv
+echo "spam-assassin" > old/spam-assassin/READY
+out=$(KILN_DATA="$WORK/old" "$KILN" data fetch spam-bow 2>&1) && [ -f old/spam-assassin/vocab.txt ] \
+  && cmp -s old/spam-assassin/vocab.txt old/spam-bow/vocab.txt && grep -q "^dim 5$" old/spam-bow/READY \
+  && [ "$(wc -l < old/spam-bow/train.svm)" = 10 ] && pass \
+  || fail "older spam-assassin: $out; READY: $(cat old/spam-bow/READY 2>&1)"
 
 # the rows through LibSVMData (dim from READY) into logistic regression, one step
 cat > net.prototxt <<'NET'
