@@ -55,6 +55,7 @@ static void usage(FILE *f) {
           "  compute-mean DB_LMDB OUT.binaryproto\n"
           "        the mean record of an LMDB (Caffe's compute_image_mean), for mean_file\n"
           "  data fetch fashion-mnist | moby-dick | sotu | spam-assassin | cmudict [--from TARBALL]\n"
+          "  data fetch spam-bow [--from SPAM_ASSASSIN_TARBALL]\n"
           "  data fetch cifar10 | cifar100 --from ARCHIVE\n"
           "        fill the data set cache ($KILN_DATA, default ~/.cache/kiln/datasets)\n"
           "  data list | verify [NAME...] | dir\n"

@@ -103,8 +103,28 @@ void kiln_sleep_ms(double ms); /* sleeps (through signals) */
 
 #define KILN_MAX_AXES 8
 
+/* A sparse matrix in compressed sparse rows: row r's entries are col[k], val[k] for k in
+ * row_ptr[r] .. row_ptr[r + 1), columns 0-based and increasing within a row. Capacities only
+ * grow (kiln_csr_reserve), so refilling a matrix no larger than one seen before allocates
+ * nothing. */
+typedef struct kiln_csr {
+  int64_t rows, cols, nnz;
+  int64_t *row_ptr; /* rows + 1 */
+  int32_t *col;
+  float *val;
+  int64_t row_cap, nnz_cap; /* allocated rows (row_ptr holds row_cap + 1) and entries */
+} kiln_csr;
+
+/* Room for `rows` rows and `nnz` entries (contents kept); KILN_ERR_NOMEM when it cannot. */
+int kiln_csr_reserve(kiln_csr *m, int64_t rows, int64_t nnz);
+void kiln_csr_free(kiln_csr *m);
+/* Bytes the matrix holds allocated. */
+int64_t kiln_csr_bytes(const kiln_csr *m);
+
 /* A blob is an N-d float tensor with a gradient of the same shape (Caffe's Blob). Activations own
- * their memory; parameter blobs are views into the net's flat parameter and gradient buffers. */
+ * their memory; parameter blobs are views into the net's flat parameter and gradient buffers.
+ * A sparse blob (csr non-NULL, kiln_blob_make_sparse) holds its values in that CSR matrix: its
+ * shape (N x dim) is nominal, and it has no dense data or diff. */
 typedef struct kiln_blob {
   char *name;
   int naxes;
@@ -122,6 +142,7 @@ typedef struct kiln_blob {
   const struct kiln_blob *data_of; /* non-NULL: the data is that blob's (a Split's top reading
                                       its bottom's); only the diff is this blob's own */
   int id;                /* its index in its net's activation blobs; -1 for any other blob */
+  kiln_csr *csr; /* non-NULL: a sparse blob; only layers whose table sets sparse_bottom read it */
 } kiln_blob;
 
 /* Activation layouts. PLAIN is Caffe's row-major N x C x H x W (and every blob that is not 4-D).
@@ -142,6 +163,8 @@ int kiln_blob_reshape(kiln_blob *b, int naxes, const int64_t *shape);
 int kiln_blob_reshape_like(kiln_blob *b, const kiln_blob *other);
 /* Allocates an owned blob's storage for its current shape (clears defer_alloc). */
 int kiln_blob_alloc(kiln_blob *b);
+/* Makes `b` a sparse blob (csr attached, empty; no dense data or diff ever allocated). */
+int kiln_blob_make_sparse(kiln_blob *b);
 /* Makes an owned blob's diff a borrowed buffer of `floats` (>= count) floats. */
 void kiln_blob_borrow_diff(kiln_blob *b, float *diff, int64_t floats);
 /* Makes `b` a view (no ownership) onto external data/diff. */

@@ -327,6 +327,38 @@ int kiln_text_set_convert(const kiln_text_set_info *set, const char *tarball, co
 int kiln_data_fetch_text(const char *name, const char *tarball, const char *cache_dir,
                          bool *already);
 
+/* ---- libsvm (svmlight) files: sparse rows (src/data/libsvm.c; docs/formats.md, "libsvm") ---- */
+
+/* Feature indices are 1-based in the file and at most this (they are held as 0-based int32). */
+#define KILN_LIBSVM_MAX_DIM INT32_MAX
+
+typedef struct kiln_libsvm {
+  kiln_csr x;       /* one row per record; x.cols: `dim` when given, else the largest index */
+  float *label;     /* x.rows labels, as written */
+  int64_t max_row_nnz; /* entries of the fullest row */
+} kiln_libsvm;
+
+/* Parses libsvm text text[0 .. len) (`name` is the file's name in messages): a record per line,
+ * `LABEL INDEX:VALUE ...` with indices 1-based and strictly increasing within the line, white
+ * space of spaces and tabs, `#` to the end of the line a comment, blank lines skipped. dim > 0:
+ * an index above it is refused; 0: any up to KILN_LIBSVM_MAX_DIM. KILN_ERR_PARSE naming the
+ * file, the line and the token for index 0, a non-increasing index, an index past `dim`, a
+ * `qid:` token (not supported), a label or value that is not a finite number, and anything
+ * else that is not INDEX:VALUE. Memory is proportional to the entries. On failure *out is
+ * zeroed. */
+int kiln_libsvm_parse(const char *text, size_t len, const char *name, int64_t dim,
+                      kiln_libsvm *out);
+/* kiln_libsvm_parse on the whole file at `path` (KILN_ERR_IO when it cannot be read). */
+int kiln_libsvm_read(const char *path, int64_t dim, kiln_libsvm *out);
+void kiln_libsvm_free(kiln_libsvm *s);
+
+/* Caches CACHE/spam-bow from the cached spam-assassin (KILN_ERR_INVALID when it is not there):
+ * its train, valid and test splits as train.svm, valid.svm, test.svm (libsvm rows: feature i is
+ * word id i - 1 of its vocab.txt, copied beside them; binary presence scaled to unit length),
+ * SHA256SUMS, and READY last, with concurrent callers serialised by a lock file; with READY
+ * there nothing is done (*already true; may be NULL). src/data/bow_sets.c. */
+int kiln_data_fetch_spam_bow(const char *cache_dir, bool *already);
+
 /* ---- tokens and vocabularies --------------------------------------------------------------- */
 
 /* Characters (UTF-8 code points) or words (runs of letters and digits with inner apostrophes;

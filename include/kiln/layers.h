@@ -63,6 +63,10 @@ typedef struct kiln_layer_ops {
    * when they overwrite their input (element-wise layers that keep what backward needs). The net
    * refuses a prototxt that puts any other layer in place. */
   bool in_place;
+  /* Its bottom 0 may be a sparse blob (kiln_blob.csr: CSR rows, no dense data; InnerProduct).
+   * The net refuses a sparse blob as the bottom of any other layer, naming that layer, and never
+   * asks a gradient of one (the layer's allows_gradient says no). */
+  bool sparse_bottom;
   /* Check the layer's parameters and bottoms' axes, declare parameter blobs (add_param). */
   int (*setup)(kiln_layer *l);
   /* Size the tops (and internal buffers, workspace) from the bottoms; set l->flops. */

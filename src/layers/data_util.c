@@ -1,5 +1,5 @@
-/* What the data layers share (layer_util.h): the order of the records in the stream, and data
- * set paths in the cache. */
+/* What the data layers share (layer_util.h): the order of the records in the stream, and the
+ * share of the batch stream a layer reading on the net's thread takes. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,4 +41,43 @@ void kiln_record_order_free(kiln_record_order *o) {
   free(o->epoch[0].perm);
   free(o->epoch[1].perm);
   o->epoch[0].perm = o->epoch[1].perm = NULL;
+}
+
+int kiln_data_worker_share(kiln_layer *l, int *rank, int *nworkers) {
+  *rank = 0;
+  *nworkers = 1;
+  if (l->phase == CAFFE__PHASE__TRAIN && l->shard_count > 1) {
+    if (l->shard_rank < 0 || l->shard_rank >= l->shard_count)
+      return KILN_LAYER_ERROR(l, KILN_ERR_INVALID, "worker rank %d of %d", l->shard_rank,
+                              l->shard_count);
+    *rank = l->shard_rank;
+    *nworkers = l->shard_count;
+  }
+  return KILN_OK;
+}
+
+int kiln_batch_share_next(kiln_layer *l, kiln_batch_share *s, uint64_t *first, int *count) {
+  if (!s->started) {
+    KILN_TRY(kiln_data_worker_share(l, &s->rank, &s->nworkers));
+    s->started = true;
+  }
+  uint64_t global = s->taken_k * (uint64_t)s->nworkers + (uint64_t)s->rank;
+  *first = kiln_batch_stream_start(&s->stream, global, count);
+  s->taken_k++;
+  return KILN_OK;
+}
+
+uint64_t kiln_data_stream_cursor(const kiln_batch_stream *stream, uint64_t taken_k,
+                                 int nworkers) {
+  if (taken_k == 0) return stream->base;
+  return kiln_batch_stream_end(stream, taken_k * (uint64_t)(nworkers > 0 ? nworkers : 1) - 1);
+}
+
+uint64_t kiln_batch_share_cursor(const kiln_batch_share *s) {
+  return kiln_data_stream_cursor(&s->stream, s->taken_k, s->nworkers);
+}
+
+void kiln_batch_share_set_cursor(kiln_batch_share *s, uint64_t cursor) {
+  s->stream.base = cursor;
+  s->taken_k = 0;
 }

@@ -1,17 +1,13 @@
 /* InnerProduct (fully connected): top (M, N) = bottom (M, K) x W^T + b, where the bottom is
- * flattened from `axis`; W is (N, K), or (K, N) with transpose. GEMM through CBLAS. */
+ * flattened from `axis`; W is (N, K), or (K, N) with transpose. GEMM through kiln_sgemm; a
+ * sparse bottom (M x K rows in CSR, kiln_blob.csr) through loops over its entries
+ * (inner_product_sparse.c). */
 #include <stdlib.h>
 
+#include "inner_product.h"
 #include "kiln/ops.h"
-#include "layer_util.h"
 
 static const Caffe__InnerProductParameter ip_defaults = CAFFE__INNER_PRODUCT_PARAMETER__INIT;
-
-typedef struct {
-  int axis;
-  int64_t M, K, N;
-  bool bias, transpose;
-} ip_state;
 
 static int ip_setup(kiln_layer *l) {
   const Caffe__InnerProductParameter *p = KILN_PARAM_OR(l->lp->inner_product_param, ip_defaults);
@@ -21,6 +17,11 @@ static int ip_setup(kiln_layer *l) {
   if (!s) return kiln_errorf(KILN_ERR_NOMEM, "out of memory");
   l->priv = s;
   KILN_TRY(kiln_blob_canonical_axis(l->bottom[0], p->axis, &s->axis));
+  s->sparse = l->bottom[0]->csr != NULL;
+  if (s->sparse && (s->axis != 1 || l->bottom[0]->naxes != 2))
+    return KILN_LAYER_ERROR(l, KILN_ERR_INVALID,
+                            "a sparse bottom ('%s') is N x features: axis must be 1, not %d",
+                            l->bottom[0]->name, p->axis);
   s->N = p->num_output;
   s->K = kiln_count(l->bottom[0], s->axis, l->bottom[0]->naxes);
   s->bias = p->bias_term;
@@ -48,12 +49,15 @@ static int ip_reshape(kiln_layer *l) {
   int64_t shape[KILN_MAX_AXES];
   for (int i = 0; i < s->axis; i++) shape[i] = x->shape[i];
   shape[s->axis] = s->N;
-  l->flops = 2.0 * s->M * s->N * s->K;
+  /* a sparse bottom: a multiply-add per entry and output; the fullest batch's until a forward
+   * pass counts its own */
+  l->flops = 2.0 * s->N * (s->sparse ? (double)x->csr->nnz_cap : (double)s->M * s->K);
   return kiln_blob_reshape(l->top[0], s->axis + 1, shape);
 }
 
 static int ip_forward(kiln_layer *l) {
   ip_state *s = l->priv;
+  if (s->sparse) return kiln_ip_sparse_forward(l);
   const float *x = l->bottom[0]->data, *w = l->param[0]->data;
   float *y = l->top[0]->data;
   kiln_sgemm(l->config, false, !s->transpose, s->M, s->N, s->K, 1.0f, x, s->K, w,
@@ -68,6 +72,7 @@ static int ip_forward(kiln_layer *l) {
 
 static int ip_backward(kiln_layer *l) {
   ip_state *s = l->priv;
+  if (s->sparse) return kiln_ip_sparse_backward(l);
   const float *x = l->bottom[0]->data, *dy = l->top[0]->diff, *w = l->param[0]->data;
   float *dw = l->param[0]->diff;
   int M = (int)s->M, N = (int)s->N, K = (int)s->K;
@@ -91,8 +96,11 @@ static int ip_backward(kiln_layer *l) {
 
 static void ip_destroy(kiln_layer *l) { free(l->priv); }
 
+/* A sparse bottom takes no gradient (its values are data, and it has no dense diff). */
+static bool ip_allows_gradient(const kiln_layer *l, int b) { return !l->bottom[b]->csr; }
+
 const kiln_layer_ops kiln_layer_inner_product = {
     .type = "InnerProduct", .min_bottoms = 1, .max_bottoms = 1, .min_tops = 1, .max_tops = 1,
     .setup = ip_setup, .reshape = ip_reshape, .forward = ip_forward, .backward = ip_backward,
-    .destroy = ip_destroy,
+    .destroy = ip_destroy, .allows_gradient = ip_allows_gradient, .sparse_bottom = true,
 };

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "kiln/layers.h"
+#include "kiln/parallel.h"
 
 /* The layer's sub-message, or `defaults` (a file-scope instance made with the type's INIT macro,
  * which carries Caffe's defaults) when the block is absent. */
@@ -141,6 +142,32 @@ typedef struct kiln_record_order {
 } kiln_record_order;
 int kiln_record_order_index(kiln_record_order *o, uint64_t q, uint64_t *index);
 void kiln_record_order_free(kiln_record_order *o);
+
+/* This worker's rank and the number of workers a data layer deals batches to: a TRAIN net's
+ * are the layer's shard (a rank outside it is KILN_ERR_INVALID), a TEST net (rank 0's test
+ * passes) reads every batch (0 of 1). */
+int kiln_data_worker_share(kiln_layer *l, int *rank, int *nworkers);
+/* Where the global stream stands once each of `nworkers` workers has taken `taken_k` batches:
+ * global batches 0 .. taken_k x nworkers - 1 are done (the same on every rank). */
+uint64_t kiln_data_stream_cursor(const kiln_batch_stream *stream, uint64_t taken_k,
+                                 int nworkers);
+
+/* A data layer's share of its batch stream when it reads on the net's thread (TextData,
+ * LibSVMData): the worker's rank and count are fixed at the first batch (a TRAIN net's are the
+ * layer's shard; a TEST net reads every batch), this worker reads global batches rank + k x
+ * nworkers, and the cursor is where the global stream stands once every worker has read as many
+ * batches as this one. Zero-initialise, then set `stream`. */
+typedef struct kiln_batch_share {
+  kiln_batch_stream stream;
+  int rank, nworkers;
+  uint64_t taken_k; /* this worker's batches so far */
+  bool started;
+} kiln_batch_share;
+/* The stream position of this worker's next batch in *first and its record count in *count
+ * (KILN_ERR_INVALID for a rank outside the shard); counts the batch as taken. */
+int kiln_batch_share_next(kiln_layer *l, kiln_batch_share *s, uint64_t *first, int *count);
+uint64_t kiln_batch_share_cursor(const kiln_batch_share *s);
+void kiln_batch_share_set_cursor(kiln_batch_share *s, uint64_t cursor);
 
 /* exp, the logistic function and tanh in float, written so that a loop of them vectorizes (no
  * calls into libm, no branches): the recurrent layers evaluate several per state element and

@@ -52,7 +52,7 @@ typedef struct {
 } side;
 
 typedef struct {
-  bool windows, tagged, pairs, shuffle, truncate, train;
+  bool windows, tagged, pairs, shuffle, truncate;
   int batch, T;
   int target_len;     /* PAIRS: the most target steps */
   int32_t pad_label;  /* TAGGED, PAIRS: the label of padding steps */
@@ -67,11 +67,8 @@ typedef struct {
   int64_t nrecords, rcap;
   int32_t *sorted; /* SEQUENCES, TAGGED, PAIRS: record ids by (source) length */
   uint64_t units;  /* windows or buckets */
-  kiln_batch_stream stream;
+  kiln_batch_share share;
   kiln_record_order order;
-  int rank, nworkers;
-  uint64_t taken_k; /* this worker's batches so far */
-  bool started;
 } text_state;
 
 /* ---- reading ------------------------------------------------------------------------------- */
@@ -328,7 +325,6 @@ static int text_setup(kiln_layer *l) {
                             s->batch, s->T >= s->target_len ? "seq_len" : "target_len", longest);
   s->truncate = p->truncate;
   s->shuffle = p->shuffle;
-  s->train = l->phase == CAFFE__PHASE__TRAIN;
   KILN_TRY(kiln_data_source_path(l->config, p->source, s->source, sizeof s->source));
   if (s->pairs) {
     s->text.what = "source";
@@ -366,11 +362,10 @@ static int text_setup(kiln_layer *l) {
   if (s->shuffle && s->units > UINT32_MAX)
     return KILN_LAYER_ERROR(l, KILN_ERR_UNSUPPORTED, "shuffle of more than 2^32 %s",
                             s->windows ? "windows" : "buckets");
-  s->stream = (kiln_batch_stream){.base = 0, .size = s->units,
+  s->share.stream = (kiln_batch_stream){.base = 0, .size = s->units,
                                   .batch = s->windows ? s->batch : 1,
                                   .last_batch = KILN_LAST_BATCH_WRAP};
   s->order = (kiln_record_order){.seed = l->seed, .size = s->units, .shuffle = s->shuffle};
-  s->nworkers = 1;
   return KILN_OK;
 }
 
@@ -391,21 +386,6 @@ static int shape_tops(kiln_layer *l, int S, int T, int N) {
 static int text_reshape(kiln_layer *l) {
   text_state *s = l->priv;
   return shape_tops(l, s->T, s->target_len, s->batch);
-}
-
-/* The share is fixed from the first batch on; TEST nets (rank 0's test passes) read it all. */
-static int start(kiln_layer *l, text_state *s) {
-  s->rank = 0;
-  s->nworkers = 1;
-  if (s->train && l->shard_count > 1) {
-    if (l->shard_rank < 0 || l->shard_rank >= l->shard_count)
-      return KILN_LAYER_ERROR(l, KILN_ERR_INVALID, "worker rank %d of %d", l->shard_rank,
-                              l->shard_count);
-    s->rank = l->shard_rank;
-    s->nworkers = l->shard_count;
-  }
-  s->started = true;
-  return KILN_OK;
 }
 
 static void set(kiln_blob *b, int64_t i, float v) {
@@ -462,10 +442,9 @@ static void fill_bucket(kiln_layer *l, int64_t lo, int N, int S, int T) {
 
 static int text_forward(kiln_layer *l) {
   text_state *s = l->priv;
-  if (!s->started) KILN_TRY(start(l, s));
-  uint64_t global = s->taken_k * (uint64_t)s->nworkers + (uint64_t)s->rank;
   int count = 0;
-  uint64_t first = kiln_batch_stream_start(&s->stream, global, &count);
+  uint64_t first = 0;
+  KILN_TRY(kiln_batch_share_next(l, &s->share, &first, &count));
   if (s->windows) {
     kiln_blob *data = l->top[0], *label = top(l, 1), *cont = top(l, 2);
     int N = s->batch, T = s->T;
@@ -499,21 +478,17 @@ static int text_forward(kiln_layer *l) {
     }
     fill_bucket(l, lo, N, S, T);
   }
-  s->taken_k++;
   return KILN_OK;
 }
 
-/* Where the global stream stands once every worker has read as many batches as this one. */
 static uint64_t text_get_cursor(kiln_layer *l) {
   text_state *s = l->priv;
-  if (s->taken_k == 0) return s->stream.base;
-  return kiln_batch_stream_end(&s->stream, s->taken_k * (uint64_t)(s->nworkers ? s->nworkers : 1) - 1);
+  return kiln_batch_share_cursor(&s->share);
 }
 
 static int text_set_cursor(kiln_layer *l, uint64_t cursor) {
   text_state *s = l->priv;
-  s->stream.base = cursor;
-  s->taken_k = 0;
+  kiln_batch_share_set_cursor(&s->share, cursor);
   return KILN_OK;
 }
 

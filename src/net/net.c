@@ -254,6 +254,28 @@ static int find_outputs(kiln_net *net) {
   return KILN_OK;
 }
 
+/* A sparse blob (kiln_blob.csr) has no dense values: only bottom 0 of a layer that reads CSR
+ * rows (kiln_layer_ops.sparse_bottom) may take it, and something must, since the net's
+ * outputs are read densely. */
+static int check_sparse(const kiln_net *net) {
+  for (int i = 0; i < net->nlayers; i++) {
+    const kiln_layer *l = net->layers[i];
+    for (int b = 0; b < l->nbottom; b++)
+      if (l->bottom[b]->csr && !(b == 0 && l->ops->sparse_bottom))
+        return kiln_errorf(KILN_ERR_INVALID,
+                           "layer '%s' (%s): its bottom '%s' is sparse (CSR rows without dense "
+                           "values), which only InnerProduct reads, as its only bottom%s",
+                           l->name, l->ops->type, l->bottom[b]->name,
+                           l->ops->passes_through ? " (a sparse blob cannot feed two layers)" : "");
+  }
+  for (int o = 0; o < net->noutputs; o++)
+    if (net->outputs[o]->csr)
+      return kiln_errorf(KILN_ERR_INVALID,
+                         "blob '%s' is sparse and no layer reads it (an InnerProduct must)",
+                         net->outputs[o]->name);
+  return KILN_OK;
+}
+
 static int build(kiln_net *net, const Caffe__NetParameter *np, const kiln_net_options *opt) {
   net_internal *in = net->internal;
   KILN_TRY(kiln_net_plan_layers(in, np, opt));
@@ -316,6 +338,7 @@ static int build(kiln_net *net, const Caffe__NetParameter *np, const kiln_net_op
   KILN_TRY(setup_params(net));
   need_backward(net, np);
   KILN_TRY(find_outputs(net));
+  KILN_TRY(check_sparse(net));
   KILN_TRY(kiln_net_plan_memory(net, opt));
   if (net->config.fault.kind == KILN_FAULT_SLEEP)
     for (int i = 0; i < net->nlayers; i++)

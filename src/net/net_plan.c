@@ -230,9 +230,14 @@ int kiln_net_plan_memory(kiln_net *net, const kiln_net_options *opt) {
   m->history = m->params * opt->history_per_param;
   KILN_TRY(plan_diff_sharing(net, opt));
   net_internal *in = net->internal;
-  for (int i = 0; i < net->nblobs; i++)
-    m->activations += net->blobs[i]->count * ((net->blobs[i]->data_of ? 0 : 4) +
-                                              (in->diff_slot && in->diff_slot[i] >= 0 ? 0 : 4));
+  for (int i = 0; i < net->nblobs; i++) {
+    const kiln_blob *b = net->blobs[i];
+    if (b->csr) /* a sparse blob: its CSR matrix, sized by its data layer */
+      m->activations += kiln_csr_bytes(b->csr);
+    else
+      m->activations +=
+          b->count * ((b->data_of ? 0 : 4) + (in->diff_slot && in->diff_slot[i] >= 0 ? 0 : 4));
+  }
   for (int k = 0; k < in->ndiff_pool; k++) m->activations += in->diff_pool_floats[k] * 4;
   for (int i = 0; i < net->nlayers; i++) {
     kiln_layer *l = net->layers[i];

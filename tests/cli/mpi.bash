@@ -5,6 +5,9 @@
 #   - one OpenMP thread per worker (a small machine runs several ranks), and `mpi NP ARGS...`;
 #   - mpi_tiny_lmdb, mpi_tiny_net: tiny.bash's tiny_lmdb and tiny_net (a tiny LMDB, a small conv net);
 #   - mpi_wide_net: an MLP on it whose 607,854 parameters span several gradient buckets;
+#   - mpi_same A B WHAT: the weight files A and B both there and bit-identical;
+#   - mpi_zoo_solver MODEL NAME ITER_SIZE MAX_ITER [EXTRA]: a zoo model's solver, short and
+#     without tests, snapshots under $WORK/NAME;
 #   - mpi_await_rank ROOT R LOG [VAR]: once the job under ROOT has rank R running (VAR in its
 #     environment: OMPI_COMM_WORLD_RANK, or PMI_RANK for MPICH) and LOG shows a training line,
 #     the rank's pid; nothing if the job ended or 60 s passed first.
@@ -29,6 +32,22 @@ mpi() {
   shift
   timeout -k 5 60 mpirun -np "$np" --oversubscribe --allow-run-as-root --bind-to none \
     -x OMP_NUM_THREADS=1 "${FORWARD[@]}" "$@"
+}
+
+mpi_same() {
+  if [ ! -f "$1" ] || [ ! -f "$2" ]; then fail "$3: missing $1 or $2"; return; fi
+  cmp -s "$1" "$2" && pass || fail "$3: $1 and $2 differ: $("$KILN" compare-weights "$1" "$2" | head -n 2)"
+}
+
+# The zoo's MODEL_solver.prototxt on MODEL_train_test.prototxt (MODEL: a folder of models/ named
+# like its net, or FOLDER/NET), with max_iter MAX_ITER, no test passes, no snapshots but the
+# last, a display every iteration, iter_size ITER_SIZE and EXTRA.
+mpi_zoo_solver() {
+  local zoo="$SRC/models/${1%/*}" net=${1#*/}
+  sed -e "s|^net: .*|net: \"$zoo/${net}_train_test.prototxt\"|" -e '/^test_/d' \
+      -e "s|^max_iter: .*|max_iter: $4|" -e '/^snapshot: /d' -e '/^display: /d' \
+      -e "s|^snapshot_prefix: .*|snapshot_prefix: \"$WORK/$2\"|" "$zoo/${net}_solver.prototxt"
+  printf 'iter_size: %s\ndisplay: 1\n%s' "$3" "${5:-}"
 }
 
 source "$(dirname "${BASH_SOURCE[0]}")/tiny.bash"

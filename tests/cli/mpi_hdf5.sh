@@ -34,10 +34,6 @@ solver() {  # solver NAME NET ITER_SIZE [EXTRA]
   printf 'net: "%s"\nbase_lr: 0.05\nlr_policy: "fixed"\nmomentum: 0.9\nmax_iter: 12\n' "$2"
   printf 'iter_size: %s\ndisplay: 0\nrandom_seed: 5\nsnapshot_prefix: "%s"\n%s' "$3" "$WORK/$1" "${4:-}"
 }
-same() {  # same A B WHAT
-  if [ ! -f "$1" ] || [ ! -f "$2" ]; then fail "$3: missing $1 or $2"; return; fi
-  cmp -s "$1" "$2" && pass || fail "$3: $1 and $2 differ: $("$KILN" compare-weights "$1" "$2" | head -n 2)"
-}
 for kind in net shuffle_net; do
   solver "ref_$kind" "$kind.prototxt" 2 > "ref_$kind.prototxt"
   solver "w2_$kind" "$kind.prototxt" 1 'snapshot: 6
@@ -46,10 +42,10 @@ for kind in net shuffle_net; do
   "$KILN" train --solver "ref_$kind.prototxt" > "ref_$kind.log" 2>&1 || fail "$kind: one worker: $(tail -n 3 "ref_$kind.log")"
   mpi 2 "$KILN" train --solver "w2_$kind.prototxt" --deterministic > "w2_$kind.log" 2>&1 \
     || fail "$kind: 2 workers: $(tail -n 5 "w2_$kind.log")"
-  same "ref_${kind}_iter_12.caffemodel" "w2_${kind}_iter_12.caffemodel" "$kind: 2 workers vs iter_size 2"
+  mpi_same "ref_${kind}_iter_12.caffemodel" "w2_${kind}_iter_12.caffemodel" "$kind: 2 workers vs iter_size 2"
   "$KILN" train --solver "re_$kind.prototxt" --snapshot "$WORK/w2_${kind}_iter_6.solverstate" > "re_$kind.log" 2>&1 \
     || fail "$kind: resumed on one worker: $(tail -n 3 "re_$kind.log")"
-  same "ref_${kind}_iter_12.caffemodel" "re_${kind}_iter_12.caffemodel" "$kind: 2-worker snapshot resumed on one"
+  mpi_same "ref_${kind}_iter_12.caffemodel" "re_${kind}_iter_12.caffemodel" "$kind: 2-worker snapshot resumed on one"
 done
 
 # rank 1 reads other files under the same path: each rank starts in a folder of its own, where

@@ -26,17 +26,7 @@ PY
 need "vocabulary" -- "$KILN" convert text cache/moby-dick/train.txt cache/moby-dick/vocab.txt --level char
 echo "test" > cache/moby-dick/READY
 
-zoo="$SRC/models/char_lm"
-solver() {  # solver NAME ITER_SIZE MAX_ITER [EXTRA]: the zoo's solver, short, no tests
-  sed -e "s|^net: .*|net: \"$zoo/char_lm_train_test.prototxt\"|" -e '/^test_/d' \
-      -e "s|^max_iter: .*|max_iter: $3|" -e '/^snapshot: /d' -e '/^display: /d' \
-      -e "s|^snapshot_prefix: .*|snapshot_prefix: \"$WORK/$1\"|" "$zoo/char_lm_solver.prototxt"
-  printf 'iter_size: %s\ndisplay: 1\n%s' "$2" "${4:-}"
-}
-same() {
-  if [ ! -f "$1" ] || [ ! -f "$2" ]; then fail "$3: missing $1 or $2"; return; fi
-  cmp -s "$1" "$2" && pass || fail "$3: $1 and $2 differ: $("$KILN" compare-weights "$1" "$2" | head -n 2)"
-}
+solver() { mpi_zoo_solver char_lm "$@"; }  # solver NAME ITER_SIZE MAX_ITER [EXTRA]
 
 # (a)
 solver ref 2 4 > ref.prototxt
@@ -44,7 +34,7 @@ solver w2 1 4 > w2.prototxt
 "$KILN" train --solver ref.prototxt > ref.log 2>&1 || fail "1 worker, iter_size 2: $(tail -n 3 ref.log)"
 mpi 2 "$KILN" train --solver w2.prototxt --deterministic > w2.log 2>&1 \
   || fail "2 workers: $(tail -n 5 w2.log)"
-same ref_iter_4.caffemodel w2_iter_4.caffemodel "char_lm: 2 workers --deterministic vs iter_size 2"
+mpi_same ref_iter_4.caffemodel w2_iter_4.caffemodel "char_lm: 2 workers --deterministic vs iter_size 2"
 
 # (b)
 for mode in "model:2" "time:0.2"; do

@@ -96,13 +96,16 @@ int gradcheck_layer(const char *layer_text, kiln_blob **bottoms, int nbottom, in
   objective(&c);
   for (int t = 0; t < ntop; t++) memcpy(tops[t]->diff, R[t], sizeof(float) * (size_t)tops[t]->count);
   for (int p = 0; p < l->nparam; p++) memset(l->param[p]->diff, 0, sizeof(float) * (size_t)l->param[p]->count);
-  for (int b = 0; b < nbottom; b++) l->propagate_down[b] = !o.bottom_mask || (o.bottom_mask >> b & 1);
+  for (int b = 0; b < nbottom; b++)
+    l->propagate_down[b] = !bottoms[b]->csr && (!o.bottom_mask || (o.bottom_mask >> b & 1));
   if (l->ops->backward && l->ops->backward(l)) {
     fprintf(stderr, "gradcheck: backward failed: %s\n", kiln_last_error());
     abort();
   }
   float *bgrad[16], *pgrad[KILN_MAX_LAYER_PARAMS];
   for (int b = 0; b < nbottom; b++) {
+    bgrad[b] = NULL;
+    if (bottoms[b]->csr) continue; /* sparse: no dense values, no gradient, never checked */
     bgrad[b] = malloc(sizeof(float) * (size_t)(bottoms[b]->count + 1));
     memcpy(bgrad[b], bottoms[b]->diff, sizeof(float) * (size_t)bottoms[b]->count);
   }
@@ -112,7 +115,7 @@ int gradcheck_layer(const char *layer_text, kiln_blob **bottoms, int nbottom, in
   }
   int failures = 0, shown = 0;
   for (int b = 0; b < nbottom; b++) {
-    if (o.bottom_mask && !(o.bottom_mask >> b & 1)) continue;
+    if ((o.bottom_mask && !(o.bottom_mask >> b & 1)) || bottoms[b]->csr) continue;
     float *x = bottoms[b]->data;
     for (int64_t i = 0; i < bottoms[b]->count; i++) {
       float keep = x[i];
