@@ -1,7 +1,8 @@
 # scripts/caffe-sweep on a small folder of Caffe-style prototxt files written here: a V1 net
 # (`layers`, a DATA layer with the old data_param fields, a loss without a top), a net with a
 # Python layer, a WindowData net, a net reading HDF5Data, ImageData and Data sources (one phase
-# or stage each), a solver with `solver_type`, and a solver whose net is not in the folder. The
+# or stage each), a solver with `solver_type`, one with its net inside (whose data the sweep
+# makes too), and a solver whose net is not in the folder. The
 # table must say built, refused or read for each with its reason, the exit status 0; a net that
 # cannot build makes a FAIL row naming the cause and exit status 1; the folder swept is left as
 # it was. Then `kiln train --check` directly: it reads and builds, trains and writes nothing, and
@@ -64,6 +65,18 @@ lr_policy: "fixed"
 max_iter: 10
 solver_type: NESTEROV
 EOF
+cat > caffe/examples/toy/inline_solver.prototxt <<'EOF'
+base_lr: 0.1
+lr_policy: "fixed"
+type: "AdaDelta"
+net_param {
+  name: "Inline"
+  layer { name: "d" type: "Data" top: "data" top: "label"
+    data_param { source: "examples/toy/inline_only_lmdb" backend: LMDB batch_size: 2 } }
+  layer { name: "fc" type: "InnerProduct" bottom: "data" top: "fc" inner_product_param { num_output: 2 } }
+  layer { name: "loss" type: "SoftmaxWithLoss" bottom: "fc" bottom: "label" }
+}
+EOF
 cat > caffe/models/toy/lost_solver.prototxt <<'EOF'
 net: "models/toy/not_here.prototxt"
 base_lr: 0.1
@@ -91,8 +104,9 @@ row models/toy/sources.prototxt TRAIN built "total: "
 row models/toy/sources.prototxt TEST:images built "total: "
 row models/toy/sources.prototxt TEST:lmdb built "total: "
 row examples/toy/solver.prototxt solver built "read (Nesterov), train net and 1 test net built"
+row examples/toy/inline_solver.prototxt solver built "read (AdaDelta), train net and 0 test nets built"
 row models/toy/lost_solver.prototxt solver read "models/toy/not_here.prototxt is not in the folder"
-grep -q "^6 files (4 nets, 2 solvers): 6 built, 1 read, 2 refused, 0 failed$" table.txt && pass \
+grep -q "^7 files (4 nets, 3 solvers): 7 built, 1 read, 2 refused, 0 failed$" table.txt && pass \
   || fail "summary: $(tail -n 1 table.txt)"
 find caffe -type f | LC_ALL=C sort | xargs cksum | cmp -s - before.txt && pass \
   || fail "the swept folder changed"
