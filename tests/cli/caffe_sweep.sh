@@ -1,8 +1,9 @@
 # scripts/caffe-sweep on a small folder of Caffe-style prototxt files written here: a V1 net
 # (`layers`, a DATA layer with the old data_param fields, a loss without a top), a net with a
 # Python layer, a WindowData net, a net reading HDF5Data, ImageData and Data sources (one phase
-# or stage each), a solver with `solver_type`, one with its net inside (whose data the sweep
-# makes too), and a solver whose net is not in the folder. The
+# or stage each), a net with absolute sources and a gray image list under a root folder, a
+# solver with `solver_type`, one with its net inside (whose data the sweep makes too), and a
+# solver whose net is not in the folder. The
 # table must say built, refused or read for each with its reason, the exit status 0; a net that
 # cannot build makes a FAIL row naming the cause and exit status 1; the folder swept is left as
 # it was. Then `kiln train --check` directly: it reads and builds, trains and writes nothing, and
@@ -55,6 +56,18 @@ layer { name: "db" type: "Data" top: "data" top: "label" include { phase: TEST s
 layer { name: "fc" type: "InnerProduct" bottom: "data" top: "fc" inner_product_param { num_output: 2 } }
 layer { name: "loss" type: "SoftmaxWithLoss" bottom: "fc" bottom: "label" top: "loss" }
 EOF
+# an absolute source and mean file (made under the work copy, the line rewritten there), and an
+# image list under a root folder, gray
+cat > caffe/models/toy/places.prototxt <<EOF
+name: "ToyPlaces"
+layer { name: "db" type: "Data" top: "data" top: "label" include { phase: TRAIN }
+  data_param { source: "$WORK/elsewhere/cifar_abs_lmdb" backend: LMDB batch_size: 2 }
+  transform_param { mean_file: "$WORK/elsewhere/mean.binaryproto" } }
+layer { name: "img" type: "ImageData" top: "data" top: "label" include { phase: TEST }
+  image_data_param { source: "models/toy/gray.txt" root_folder: "pictures/" batch_size: 2 is_color: false } }
+layer { name: "fc" type: "InnerProduct" bottom: "data" top: "fc" inner_product_param { num_output: 2 } }
+layer { name: "loss" type: "SoftmaxWithLoss" bottom: "fc" bottom: "label" }
+EOF
 cat > caffe/examples/toy/solver.prototxt <<'EOF'
 net: "examples/toy/v1_train_test.prototxt"
 test_iter: 1
@@ -103,10 +116,13 @@ row examples/toy/windows.prototxt read refused "the parameter block of Caffe's W
 row models/toy/sources.prototxt TRAIN built "total: "
 row models/toy/sources.prototxt TEST:images built "total: "
 row models/toy/sources.prototxt TEST:lmdb built "total: "
+row models/toy/places.prototxt TRAIN built "total: 6146 parameters"
+row models/toy/places.prototxt TEST built "total: 514 parameters"
+[ ! -e "$WORK/elsewhere" ] && pass || fail "the sweep wrote outside its copy: $(ls -R "$WORK/elsewhere")"
 row examples/toy/solver.prototxt solver built "read (Nesterov), train net and 1 test net built"
 row examples/toy/inline_solver.prototxt solver built "read (AdaDelta), train net and 0 test nets built"
 row models/toy/lost_solver.prototxt solver read "models/toy/not_here.prototxt is not in the folder"
-grep -q "^7 files (4 nets, 3 solvers): 7 built, 1 read, 2 refused, 0 failed$" table.txt && pass \
+grep -q "^8 files (5 nets, 3 solvers): 9 built, 1 read, 2 refused, 0 failed$" table.txt && pass \
   || fail "summary: $(tail -n 1 table.txt)"
 find caffe -type f | LC_ALL=C sort | xargs cksum | cmp -s - before.txt && pass \
   || fail "the swept folder changed"
