@@ -380,7 +380,14 @@ static void test_leveldb_and_missing_source(void **state) {
   kiln_layer *l;
   assert_int_equal(kiln_layer_create(lp, 0, NULL, 0, &top, 1, 1, kiln_test_config(), &l),
                    KILN_ERR_UNSUPPORTED);
-  assert_non_null(strstr(kiln_last_error(), "LEVELDB"));
+  expect_message("layer 'd' (Data)", "data_param names no backend, which in Caffe means LEVELDB",
+                 "set 'backend: LMDB'");
+  protobuf_c_message_free_unpacked(&lp->base, NULL);
+  lp = gc_layer_param("name: 'd' type: 'Data' top: 'data' data_param { source: 'x' batch_size: 2 "
+                      "backend: LEVELDB }");
+  assert_int_equal(kiln_layer_create(lp, 0, NULL, 0, &top, 1, 1, kiln_test_config(), &l),
+                   KILN_ERR_UNSUPPORTED);
+  expect_message("layer 'd' (Data)", "backend LEVELDB is not supported", "kiln reads LMDB only");
   protobuf_c_message_free_unpacked(&lp->base, NULL);
   lp = gc_layer_param("name: 'd' type: 'Data' top: 'data' data_param { source: '/nonexistent/db' "
                       "batch_size: 2 backend: LMDB }");
