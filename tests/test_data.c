@@ -401,6 +401,51 @@ static void test_convert_errors(void **state) {
   assert_false(exists(other));
 }
 
+/* An images IDX of 4 dimensions is N x C x H x W: each record gets C channels, its planes in
+ * the file's order, in the LMDB and in an HDF5 data file alike; 2 dimensions are refused. */
+static void test_convert_channels(void **state) {
+  tmpdir_fixture *f = *state;
+  enum { N = 3, C = 2, H = 2, W = 3 };
+  uint8_t pixels[N * C * H * W], buf[256], lab[N] = {1, 0, 2};
+  for (size_t i = 0; i < sizeof pixels; i++) pixels[i] = (uint8_t)(7 * i + 1);
+  char img[256], labp[256], out[256], h5[256];
+  const uint32_t idims[4] = {N, C, H, W}, ldims[1] = {N};
+  write_plain(path_in(f, "img4", img, sizeof img), buf,
+              make_idx(buf, 0x08, 4, idims, pixels, sizeof pixels));
+  write_plain(path_in(f, "lab3", labp, sizeof labp), buf, make_idx(buf, 0x08, 1, ldims, lab, N));
+  uint64_t n = 0;
+  assert_int_equal(kiln_convert_idx_to_lmdb(img, labp, path_in(f, "db4", out, sizeof out), &n),
+                   KILN_OK);
+  assert_int_equal(n, N);
+  kiln_datum_db *db;
+  assert_int_equal(kiln_datum_db_open(out, &db), KILN_OK);
+  for (int i = 0; i < N; i++) {
+    kiln_datum d;
+    assert_int_equal(kiln_datum_db_next(db, &d), KILN_OK);
+    assert_int_equal(d.channels, C);
+    assert_int_equal(d.height, H);
+    assert_int_equal(d.width, W);
+    assert_int_equal(d.label, lab[i]);
+    assert_memory_equal(d.u8, pixels + i * C * H * W, C * H * W);
+  }
+  kiln_datum_db_close(db);
+  assert_int_equal(kiln_convert_idx_to_h5(img, labp, path_in(f, "c.h5", h5, sizeof h5), &n),
+                   KILN_OK);
+  const char *const names[2] = {"data", "label"};
+  kiln_h5data_shape shapes[2];
+  assert_int_equal(kiln_h5data_inspect(h5, 2, names, 0, shapes, NULL), KILN_OK);
+  assert_int_equal(shapes[0].naxes, 4);
+  const int64_t want[4] = {N, C, H, W};
+  for (int a = 0; a < 4; a++) assert_int_equal(shapes[0].dims[a], want[a]);
+
+  const uint32_t flat[2] = {N, 4};
+  write_plain(img, buf, make_idx(buf, 0x08, 2, flat, pixels, N * 4));
+  assert_int_equal(kiln_convert_idx_to_lmdb(img, labp, path_in(f, "db2", out, sizeof out), &n),
+                   KILN_ERR_DATA);
+  assert_non_null(strstr(kiln_last_error(), "N x C x H x W"));
+  assert_false(exists(out));
+}
+
 static void test_writer_float_and_growth(void **state) {
   tmpdir_fixture *f = *state;
   char out[256];
@@ -720,6 +765,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_idx_errors, setup_dir, tmpdir_teardown),
       cmocka_unit_test_setup_teardown(test_convert_and_read, setup_dir, tmpdir_teardown),
       cmocka_unit_test_setup_teardown(test_convert_errors, setup_dir, tmpdir_teardown),
+      cmocka_unit_test_setup_teardown(test_convert_channels, setup_dir, tmpdir_teardown),
       cmocka_unit_test_setup_teardown(test_writer_float_and_growth, setup_dir, tmpdir_teardown),
       cmocka_unit_test_setup_teardown(test_fingerprint, setup_dir, tmpdir_teardown),
       cmocka_unit_test_setup_teardown(test_compute_mean, setup_dir, tmpdir_teardown),

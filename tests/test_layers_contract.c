@@ -1,6 +1,7 @@
 /* What every layer owes: a line in src/layers/layer_list.h that the registry serves, a test in
- * the tests/test_layers_<family>.c file of its family, and the gradient convention (bottom diffs
- * OVERWRITTEN, parameter diffs ACCUMULATED). CTest also runs this file with KILN_ENGINE=ref. */
+ * the tests/test_layers_<family>.c file of its family, its state in docs/caffe-layers.md, and
+ * the gradient convention (bottom diffs OVERWRITTEN, parameter diffs ACCUMULATED). CTest also
+ * runs this file with KILN_ENGINE=ref. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -391,6 +392,64 @@ static void test_caffe_missing_layers(void **state) {
   protobuf_c_message_free_unpacked(msg, NULL);
 }
 
+/* docs/caffe-layers.md is the one list of Caffe's layer types and their state in kiln, and it
+ * stays true: in its first table, a row marked yes is a registered type (so the test above finds a test that builds
+ * it), a row marked no or never is one the list of missing types refuses by name, every missing
+ * type has its row, and every registered type is named in the file (in a row, or among kiln's
+ * own types below the table). */
+static void test_docs_list_matches(void **state) {
+  (void)state;
+  const char *root = getenv("KILN_SOURCE_DIR");
+  assert_non_null(root);
+  char path[4096], *text = NULL;
+  size_t size;
+  snprintf(path, sizeof path, "%s/docs/caffe-layers.md", root);
+  if (kiln_read_file(path, &text, &size)) fail_msg("%s", kiln_last_error());
+  int rows = 0, bad = 0;
+  for (char *line = text; line && *line;) {
+    char *nl = strchr(line, '\n');
+    if (nl) *nl = '\0';
+    char type[64], state[16];
+    if (rows > 0 && line[0] != '|') { /* the end of the table (the file's first) */
+      if (nl) *nl = '\n';
+      break;
+    }
+    if (sscanf(line, "| %63[A-Za-z0-9] | %15[a-z] |", type, state) == 2 && strcmp(type, "Caffe")) {
+      rows++;
+      const bool yes = !strcmp(state, "yes"), missing = kiln_caffe_missing_by_type(type) != NULL;
+      if (yes != (kiln_layer_find(type) != NULL) || yes == missing ||
+          (!yes && strcmp(state, "no") && strcmp(state, "never"))) {
+        print_error("docs/caffe-layers.md: '%s' is marked '%s', but kiln %s it%s\n", type, state,
+                    kiln_layer_find(type) ? "registers" : "does not register",
+                    missing ? " and lists it as missing" : "");
+        bad++;
+      }
+    }
+    line = nl ? nl + 1 : NULL;
+    if (nl) *nl = '\n';
+  }
+  for (const kiln_caffe_missing_layer *m = kiln_caffe_missing_layers(); m->type; m++) {
+    char row[128];
+    snprintf(row, sizeof row, "\n| %s | ", m->type);
+    if (!strstr(text, row)) {
+      print_error("docs/caffe-layers.md has no row for the missing type '%s'\n", m->type);
+      bad++;
+    }
+  }
+  for (int i = 0; i < NLISTED; i++) {
+    char row[128], named[128];
+    snprintf(row, sizeof row, "\n| %s | ", listed[i]);
+    snprintf(named, sizeof named, "`%s`", listed[i]);
+    if (!strstr(text, row) && !strstr(text, named)) {
+      print_error("docs/caffe-layers.md does not name the registered type '%s'\n", listed[i]);
+      bad++;
+    }
+  }
+  free(text);
+  assert_true(rows >= 60);
+  assert_int_equal(bad, 0);
+}
+
 /* The same for the sequence layers on time-major T x N x D bottoms: PositionalEncoding, and
  * MultiHeadAttention with its key/value input and padding mask (whose diff, asked for, comes out
  * 0 every time). */
@@ -468,6 +527,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_every_listed_layer_registered_and_tested),
       cmocka_unit_test(test_caffe_missing_layers),
+      cmocka_unit_test(test_docs_list_matches),
       cmocka_unit_test(test_backward_contract_one_bottom),
       cmocka_unit_test(test_backward_contract_second_bottoms),
       cmocka_unit_test(test_backward_contract_sequences),

@@ -2,7 +2,8 @@
  * others refilled each pass from the net's generator), its bad parameters. Data: batches in key
  * order with wrap-around, the transform ((x - mean) * scale, centre crop in TEST, random crop and
  * mirror in TRAIN), exact cursors for resume, its parameter errors, and the share each
- * data-parallel worker reads. ImageData: a batch from a list of PNG files. */
+ * data-parallel worker reads. ImageData: a batch from a list of PNG files. MemoryData: Caffe's
+ * shapes, tops the caller writes, its bad parameters, a V1 net's MEMORY_DATA. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -125,6 +126,63 @@ static void test_dummy_data_bad_parameters(void **state) {
   expect_create_fails("name: 'd8' type: 'DummyData' dummy_data_param { shape { dim: 2 } }", TRAIN,
                       &x, 1, 1, KILN_ERR_INVALID, "layer 'd8' (DummyData)", "bottom");
   kiln_blob_free(x);
+}
+
+/* ---- MemoryData ---------------------------------------------------------------------------- */
+
+/* The tops take memory_data_param's shapes (data N x C x H x W, label N), and a forward pass
+ * leaves what the caller wrote in them; the tools that feed made-up data know it as theirs. */
+static void test_memory_data_tops_fed_by_caller(void **state) {
+  (void)state;
+  built a = build("name: 'm' type: 'MemoryData' memory_data_param { batch_size: 2 channels: 3 "
+                  "height: 4 width: 5 }",
+                  TRAIN, NULL, 0, 2);
+  assert_true(a.l->ops->is_data);
+  assert_true(a.l->ops->fed_by_caller);
+  expect_shape(a.top[0], 4, SHAPE(2, 3, 4, 5));
+  expect_shape(a.top[1], 1, SHAPE(2));
+  for (int64_t i = 0; i < a.top[0]->count; i++) a.top[0]->data[i] = (float)i * 0.5f;
+  a.top[1]->data[0] = 7, a.top[1]->data[1] = 3;
+  forward(&a);
+  for (int64_t i = 0; i < a.top[0]->count; i++) assert_true(a.top[0]->data[i] == (float)i * 0.5f);
+  assert_true(a.top[1]->data[0] == 7 && a.top[1]->data[1] == 3);
+  unbuild(&a);
+
+  /* in a V1 net, upgraded on load, feeding a layer */
+  const char *v1 = "name: 'n'\n"
+                   "layers { name: 'm' type: MEMORY_DATA top: 'data' top: 'label'\n"
+                   "  memory_data_param { batch_size: 4 channels: 1 height: 2 width: 3 } }\n"
+                   "layers { name: 'ip' type: INNER_PRODUCT bottom: 'data' top: 'ip'\n"
+                   "  inner_product_param { num_output: 2 } }\n"
+                   "layers { name: 'loss' type: SOFTMAX_LOSS bottom: 'ip' bottom: 'label' }\n";
+  Caffe__NetParameter *np = NULL;
+  assert_int_equal(kiln_net_param_from_text(v1, "v1.prototxt", &np), KILN_OK);
+  kiln_net_options o = {.phase = TRAIN, .seed = 1, .config = kiln_test_config()};
+  kiln_net *net = NULL;
+  assert_int_equal(kiln_net_create(np, &o, &net), KILN_OK);
+  expect_shape(kiln_net_blob(net, "data"), 4, SHAPE(4, 1, 2, 3));
+  expect_shape(kiln_net_blob(net, "label"), 1, SHAPE(4));
+  assert_int_equal(net->layers[0]->ntop, 2);
+  assert_string_equal(net->layers[0]->ops->type, "MemoryData");
+  kiln_net_free(net);
+  protobuf_c_message_free_unpacked(&np->base, NULL);
+}
+
+static void test_memory_data_bad_parameters(void **state) {
+  (void)state;
+  expect_create_fails("name: 'm1' type: 'MemoryData'", TRAIN, NULL, 0, 2, KILN_ERR_INVALID,
+                      "layer 'm1' (MemoryData)", "memory_data_param is required");
+  expect_create_fails("name: 'm2' type: 'MemoryData' memory_data_param { batch_size: 2 "
+                      "height: 4 width: 5 }",
+                      TRAIN, NULL, 0, 2, KILN_ERR_INVALID, "layer 'm2' (MemoryData)",
+                      "memory_data_param.channels is 0");
+  expect_create_fails("name: 'm3' type: 'MemoryData' memory_data_param { batch_size: 2 "
+                      "channels: 1 height: 4 width: 5 } transform_param { scale: 0.5 }",
+                      TRAIN, NULL, 0, 2, KILN_ERR_UNSUPPORTED, "layer 'm3' (MemoryData)",
+                      "transform_param is not applied");
+  expect_create_fails("name: 'm4' type: 'MemoryData' memory_data_param { batch_size: 2 "
+                      "channels: 1 height: 4 width: 5 }",
+                      TRAIN, NULL, 0, 1, KILN_ERR_INVALID, "MemoryData", "2 to 2 top(s), got 1");
 }
 
 /* ---- Data -------------------------------------------------------------------------------- */
@@ -322,7 +380,14 @@ static void test_leveldb_and_missing_source(void **state) {
   kiln_layer *l;
   assert_int_equal(kiln_layer_create(lp, 0, NULL, 0, &top, 1, 1, kiln_test_config(), &l),
                    KILN_ERR_UNSUPPORTED);
-  assert_non_null(strstr(kiln_last_error(), "LEVELDB"));
+  expect_message("layer 'd' (Data)", "data_param names no backend, which in Caffe means LEVELDB",
+                 "set 'backend: LMDB'");
+  protobuf_c_message_free_unpacked(&lp->base, NULL);
+  lp = gc_layer_param("name: 'd' type: 'Data' top: 'data' data_param { source: 'x' batch_size: 2 "
+                      "backend: LEVELDB }");
+  assert_int_equal(kiln_layer_create(lp, 0, NULL, 0, &top, 1, 1, kiln_test_config(), &l),
+                   KILN_ERR_UNSUPPORTED);
+  expect_message("layer 'd' (Data)", "backend LEVELDB is not supported", "kiln reads LMDB only");
   protobuf_c_message_free_unpacked(&lp->base, NULL);
   lp = gc_layer_param("name: 'd' type: 'Data' top: 'data' data_param { source: '/nonexistent/db' "
                       "batch_size: 2 backend: LMDB }");
@@ -739,12 +804,15 @@ static void test_image_data_reads_a_list(void **state) {
   unbuild(&b);
 }
 
-/* Two groups: the Data tests share a database made once (make_db), DummyData needs none. */
+/* Two groups: the Data tests share a database made once (make_db); DummyData and MemoryData
+ * need none. */
 int main(void) {
   const struct CMUnitTest dummy_tests[] = {
       cmocka_unit_test(test_dummy_data_shapes_and_constants),
       cmocka_unit_test(test_dummy_data_refill),
       cmocka_unit_test(test_dummy_data_bad_parameters),
+      cmocka_unit_test(test_memory_data_tops_fed_by_caller),
+      cmocka_unit_test(test_memory_data_bad_parameters),
   };
   const struct CMUnitTest data_tests[] = {
       cmocka_unit_test(test_batches_transform_and_wrap),

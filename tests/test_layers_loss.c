@@ -3,7 +3,7 @@
  * indices) against values worked out by hand, backward passes against hand values and finite
  * differences (tests/support/gradcheck.c), ignored labels and normalisation modes, and the
  * errors that bad parameters, labels and shapes give (a status and a message naming the
- * layer). */
+ * layer). In a net: a loss layer that names no top gets one, as in Caffe. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -734,6 +734,43 @@ static void test_f1_bad_parameters(void **state) {
   kiln_blob_free(x);
 }
 
+/* ---- a loss without a top ---------------------------------------------------------------- */
+
+/* Caffe gives a loss layer that names no top one of its own (AutoTopBlobs, "(automatic)"):
+ * the same net with and without named tops has the same outputs, with the same loss weights
+ * (1, or the loss_weight given), and two such tops stay apart. */
+static void test_loss_without_top_gets_one(void **state) {
+  (void)state;
+  const char *head = "layer { name: 'in' type: 'Input' top: 'x' top: 'y' top: 'z' input_param {\n"
+                     "  shape { dim: 4 dim: 3 } shape { dim: 4 } shape { dim: 4 dim: 3 } } }\n";
+  char named[1024], unnamed[1024];
+  snprintf(named, sizeof named,
+           "%slayer { name: 'sm' type: 'SoftmaxWithLoss' bottom: 'x' bottom: 'y' top: 'a' }\n"
+           "layer { name: 'l2' type: 'EuclideanLoss' bottom: 'x' bottom: 'z' top: 'b'\n"
+           "  loss_weight: 0.5 }\n",
+           head);
+  snprintf(unnamed, sizeof unnamed,
+           "%slayer { name: 'sm' type: 'SoftmaxWithLoss' bottom: 'x' bottom: 'y' }\n"
+           "layer { name: 'l2' type: 'EuclideanLoss' bottom: 'x' bottom: 'z' loss_weight: 0.5 }\n",
+           head);
+  Caffe__NetParameter *npa, *npb;
+  kiln_net *a = net_run(named, &npa), *b = net_run(unnamed, &npb);
+  assert_int_equal(b->noutputs, 2);
+  const char *want[2] = {"sm (automatic)", "l2 (automatic)"}, *had[2] = {"a", "b"};
+  for (int o = 0; o < 2; o++) {
+    kiln_blob *got = kiln_net_blob(b, want[o]), *ref = kiln_net_blob(a, had[o]);
+    assert_non_null(got);
+    assert_non_null(ref);
+    assert_string_equal(b->outputs[o]->name, want[o]);
+    assert_true(b->output_loss_weight[o] == (o == 0 ? 1.0f : 0.5f));
+    assert_true(got->data[0] > 0 && got->data[0] == ref->data[0]);
+  }
+  kiln_net_free(a);
+  kiln_net_free(b);
+  protobuf_c_message_free_unpacked(&npa->base, NULL);
+  protobuf_c_message_free_unpacked(&npb->base, NULL);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_softmax_forward_hand),
@@ -758,6 +795,7 @@ int main(void) {
       cmocka_unit_test(test_sigmoid_ce_stable),
       cmocka_unit_test(test_sigmoid_ce_gradients),
       cmocka_unit_test(test_sigmoid_ce_errors),
+      cmocka_unit_test(test_loss_without_top_gets_one),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -142,7 +142,7 @@ int cmd_train(int argc, char **argv) {
   int slow_rank = 0;
   double slow_ms = 0;
   double comm_timeout = KILN_COMM_DEFAULT_TIMEOUT_S;
-  bool no_overlap = false;
+  bool no_overlap = false, check = false;
   for (int i = 1; i < argc; i++) {
     int r = tool_common_option(&c, argc, argv, &i);
     if (r < 0) return 2;
@@ -150,6 +150,10 @@ int cmd_train(int argc, char **argv) {
     const char *a = argv[i];
     if (!strcmp(a, "--deterministic")) {
       sync.deterministic = true;
+      continue;
+    }
+    if (!strcmp(a, "--check")) {
+      check = true;
       continue;
     }
     if (!strcmp(a, "--no-overlap")) {
@@ -265,6 +269,16 @@ int cmd_train(int argc, char **argv) {
     }
   }
   int rc = KILN_OK;
+  if (check) { /* read and built: say so, and train nothing */
+    if (rank == 0)
+      printf("%s: read (%s), train net and %d test net%s built; not trained (--check)\n", solver,
+             kiln_solver_type_name(kiln_solver_type_of(s)), kiln_solver_test_net_count(s),
+             kiln_solver_test_net_count(s) == 1 ? "" : "s");
+    kiln_solver_free(s);
+    tool_metrics_close(&m);
+    kiln_comm_free(comm);
+    return 0;
+  }
   if (snapshot) rc = kiln_solver_restore(s, snapshot);
   else if (weights) rc = load_weight_list(s, weights);
   if (!rc) rc = kiln_solver_solve(s);

@@ -25,8 +25,10 @@ static int read_idx_pair(const char *images_path, const char *labels_path, const
     kiln_idx_free(images);
     return rc;
   }
-  if (images->ndims != 3) {
-    rc = kiln_errorf(KILN_ERR_DATA, "%s: an images IDX needs 3 dimensions (N x H x W), found %d",
+  if (images->ndims != 3 && images->ndims != 4) {
+    rc = kiln_errorf(KILN_ERR_DATA,
+                     "%s: an images IDX needs 3 dimensions (N x H x W) or 4 (N x C x H x W), "
+                     "found %d",
                      images_path, images->ndims);
   } else if (labels->ndims != 1) {
     rc = kiln_errorf(KILN_ERR_DATA, "%s: a labels IDX needs 1 dimension (N), found %d", labels_path,
@@ -36,9 +38,14 @@ static int read_idx_pair(const char *images_path, const char *labels_path, const
                      (unsigned)images->dims[0], labels_path, (unsigned)labels->dims[0]);
   } else if (images->dims[0] == 0) { /* a data set of no records is one the data layers refuse */
     rc = kiln_errorf(KILN_ERR_DATA, "%s: holds no images (its first dimension is 0)", images_path);
-  } else if (images->dims[1] == 0 || images->dims[2] == 0) {
-    rc = kiln_errorf(KILN_ERR_DATA, "%s: images of %ux%u pixels", images_path,
-                     (unsigned)images->dims[1], (unsigned)images->dims[2]);
+  } else if (images->dims[1] == 0 || images->dims[2] == 0 ||
+             (images->ndims == 4 && images->dims[3] == 0)) {
+    rc = images->ndims == 3
+             ? kiln_errorf(KILN_ERR_DATA, "%s: images of %ux%u pixels", images_path,
+                           (unsigned)images->dims[1], (unsigned)images->dims[2])
+             : kiln_errorf(KILN_ERR_DATA, "%s: images of %u channels of %ux%u pixels",
+                           images_path, (unsigned)images->dims[1], (unsigned)images->dims[2],
+                           (unsigned)images->dims[3]);
   }
   if (rc) {
     kiln_idx_free(images);
@@ -52,9 +59,11 @@ int kiln_convert_idx_to_lmdb(const char *images_path, const char *labels_path, c
   if (n_written) *n_written = 0;
   kiln_idx images, labels;
   KILN_TRY(read_idx_pair(images_path, labels_path, out_path, &images, &labels));
-  uint32_t n = images.dims[0], height = images.dims[1], width = images.dims[2];
-  int rc = kiln_data_write_images(out_path, images_path, n, 8, 1, (int)height, (int)width,
-                                  images.data, labels.data);
+  const bool planes = images.ndims == 4; /* N x C x H x W; else N x H x W, one channel */
+  uint32_t n = images.dims[0], channels = planes ? images.dims[1] : 1;
+  uint32_t height = images.dims[planes ? 2 : 1], width = images.dims[planes ? 3 : 2];
+  int rc = kiln_data_write_images(out_path, images_path, n, 8, (int)channels, (int)height,
+                                  (int)width, images.data, labels.data);
   if (rc == KILN_OK && n_written) *n_written = n;
   kiln_idx_free(&images);
   kiln_idx_free(&labels);
@@ -76,8 +85,12 @@ int kiln_convert_idx_to_h5(const char *images_path, const char *labels_path, con
     for (size_t i = 0; i < images.count; i++) pixels[i] = (float)images.data[i];
     for (uint32_t i = 0; i < n; i++) label[i] = (float)labels.data[i];
     const char *const names[2] = {"data", "label"};
+    const bool planes = images.ndims == 4;
     const kiln_h5data_shape shapes[2] = {
-        {.naxes = 4, .dims = {n, 1, images.dims[1], images.dims[2]}}, {.naxes = 1, .dims = {n}}};
+        {.naxes = 4,
+         .dims = {n, planes ? images.dims[1] : 1, images.dims[planes ? 2 : 1],
+                  images.dims[planes ? 3 : 2]}},
+        {.naxes = 1, .dims = {n}}};
     const float *const data[2] = {pixels, label};
     rc = kiln_h5data_write(out_path, 2, names, shapes, data);
   }

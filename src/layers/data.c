@@ -302,10 +302,15 @@ static int data_setup(kiln_layer *l) {
   KILN_TRY(kiln_data_layer_init(l, &s));
   if (p->n_source == 0 || !p->source[0][0])
     return KILN_LAYER_ERROR(l, KILN_ERR_INVALID, "data_param.source is required");
+  /* Caffe's default backend is LevelDB, so a data_param that names none (its examples' siamese
+   * net, nets of 2014) means LevelDB: the message says so rather than name a line not there. */
   if (p->backend != CAFFE__DATA_PARAMETER__DB__LMDB)
     return KILN_LAYER_ERROR(l, KILN_ERR_UNSUPPORTED,
-                            "backend LEVELDB is not supported; convert the data to LMDB and set "
-                            "'backend: LMDB'");
+                            "%s; kiln reads LMDB only: convert the data to an LMDB (kiln convert) "
+                            "and set 'backend: LMDB'",
+                            p->has_backend ? "backend LEVELDB is not supported"
+                                           : "data_param names no backend, which in Caffe means "
+                                             "LEVELDB");
   if (!p->has_batch_size || p->batch_size == 0)
     return KILN_LAYER_ERROR(l, KILN_ERR_INVALID, "data_param.batch_size must be set and > 0");
   s->batch = (int)p->batch_size;

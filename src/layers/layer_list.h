@@ -7,6 +7,7 @@
  * No include guard: an includer defines KILN_LAYER(type, ops) to what it wants of each line,
  * includes this file, and undefines it. */
 KILN_LAYER("Input", kiln_layer_input)
+KILN_LAYER("MemoryData", kiln_layer_memory_data)
 KILN_LAYER("Data", kiln_layer_data)
 KILN_LAYER("ImageData", kiln_layer_image_data)
 KILN_LAYER("HDF5Data", kiln_layer_hdf5_data)

@@ -1,5 +1,6 @@
-/* Layers that move data without arithmetic: Input (blobs fed from outside), Flatten, Split (the
- * net inserts it where one blob feeds several layers, so their gradients add up). */
+/* Layers that move data without arithmetic: Input and MemoryData (blobs fed from outside),
+ * Flatten, Split (the net inserts it where one blob feeds several layers, so their gradients add
+ * up). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -41,6 +42,48 @@ const kiln_layer_ops kiln_layer_input = {
     .type = "Input", .min_bottoms = 0, .max_bottoms = 0, .min_tops = 1, .max_tops = -1,
     .is_data = true, .fed_by_caller = true, .setup = input_setup, .reshape = input_reshape,
     .forward = nothing,
+};
+
+/* ---- MemoryData -------------------------------------------------------------------------- */
+
+/* Caffe's MemoryData is filled by C++ or Python code that links Caffe (Reset, AddDatumVector).
+ * kiln's is an Input with Caffe's shapes: the program driving the net writes the data top
+ * (batch_size x channels x height x width) and the label top (batch_size) before each forward
+ * pass, with the values the net is to see. */
+static int memory_data_setup(kiln_layer *l) {
+  const Caffe__MemoryDataParameter *p = l->lp->memory_data_param;
+  if (!p)
+    return KILN_LAYER_ERROR(l, KILN_ERR_INVALID,
+                            "memory_data_param is required (batch_size, channels, height, width)");
+  const struct {
+    const char *name;
+    uint32_t value;
+  } dims[] = {{"batch_size", p->batch_size}, {"channels", p->channels}, {"height", p->height},
+              {"width", p->width}};
+  for (size_t i = 0; i < 4; i++)
+    if (dims[i].value == 0 || dims[i].value > INT32_MAX)
+      return KILN_LAYER_ERROR(l, KILN_ERR_INVALID,
+                              "memory_data_param.%s is %u; it must be positive (at most %d)",
+                              dims[i].name, (unsigned)dims[i].value, INT32_MAX);
+  if (l->lp->transform_param)
+    return KILN_LAYER_ERROR(l, KILN_ERR_UNSUPPORTED,
+                            "transform_param is not applied by MemoryData in kiln: the program "
+                            "feeding the net writes the values the net sees; transform them "
+                            "before writing, or read the data through Data or ImageData");
+  return KILN_OK;
+}
+
+static int memory_data_reshape(kiln_layer *l) {
+  const Caffe__MemoryDataParameter *p = l->lp->memory_data_param;
+  int64_t shape[4] = {p->batch_size, p->channels, p->height, p->width};
+  KILN_TRY(kiln_blob_reshape(l->top[0], 4, shape));
+  return kiln_blob_reshape(l->top[1], 1, shape);
+}
+
+const kiln_layer_ops kiln_layer_memory_data = {
+    .type = "MemoryData", .min_bottoms = 0, .max_bottoms = 0, .min_tops = 2, .max_tops = 2,
+    .is_data = true, .fed_by_caller = true, .setup = memory_data_setup,
+    .reshape = memory_data_reshape, .forward = nothing,
 };
 
 /* ---- Flatten --------------------------------------------------------------------------- */

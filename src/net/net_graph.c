@@ -199,13 +199,22 @@ static int plan_add(plan *p, const Caffe__LayerParameter *lp) {
   KILN_TRY(find_type(lp, &l->ops));
   char path[512] = "";
   KILN_TRY(finite_settings(&lp->base, l->name, l->ops->type, path, 0, sizeof path));
-  KILN_TRY(plan_layer_alloc(l, (int)lp->n_bottom, (int)lp->n_top));
+  /* A loss layer that names no top gets one, as Caffe's AutoTopBlobs gives it (Caffe calls it
+   * "(automatic)"; the layer's name is added here, so that two such tops stay apart). */
+  const bool automatic = lp->n_top == 0 && l->ops->is_loss;
+  const size_t ntop = automatic ? 1 : lp->n_top;
+  KILN_TRY(plan_layer_alloc(l, (int)lp->n_bottom, (int)ntop));
   for (size_t i = 0; i < lp->n_bottom; i++) l->bottom[i] = xstrdup(lp->bottom[i]);
   for (size_t i = 0; i < lp->n_top; i++) l->top[i] = xstrdup(lp->top[i]);
-  if (lp->n_loss_weight && lp->n_loss_weight != lp->n_top)
+  if (automatic) {
+    char name[512];
+    snprintf(name, sizeof name, "%s (automatic)", l->name);
+    l->top[0] = xstrdup(name);
+  }
+  if (lp->n_loss_weight && lp->n_loss_weight != ntop)
     return kiln_errorf(KILN_ERR_INVALID, "layer '%s': %zu loss_weight values for %zu tops", l->name,
-                       lp->n_loss_weight, lp->n_top);
-  for (size_t i = 0; i < lp->n_top; i++)
+                       lp->n_loss_weight, ntop);
+  for (size_t i = 0; i < ntop; i++)
     l->loss_weight[i] = lp->n_loss_weight ? lp->loss_weight[i] : (l->ops->is_loss && i == 0);
   return KILN_OK;
 }

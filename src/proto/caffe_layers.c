@@ -8,9 +8,6 @@
 #include "kiln/proto.h"
 
 static const kiln_caffe_missing_layer missing[] = {
-    {"MemoryData", "memory_data_param",
-     "it is fed from C++ or Python code that links Caffe; with kiln, an Input layer takes data "
-     "from the program that drives the net"},
     {"Python", "python_param",
      "kiln runs no Python layers: a Python layer's code lives outside the net file, and kiln is C "
      "with no Python interpreter inside; write the layer in C (docs/adding-a-layer.md)"},

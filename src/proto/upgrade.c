@@ -322,6 +322,7 @@ static int v1_to_layer(Caffe__V1LayerParameter *v, Caffe__LayerParameter **out, 
   MOVE(l->image_data_param, v->image_data_param);
   MOVE(l->inner_product_param, v->inner_product_param);
   MOVE(l->lrn_param, v->lrn_param);
+  MOVE(l->memory_data_param, v->memory_data_param);
   MOVE(l->pooling_param, v->pooling_param);
   MOVE(l->power_param, v->power_param);
   MOVE(l->relu_param, v->relu_param);
