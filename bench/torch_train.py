@@ -136,6 +136,133 @@ class Transformer(nn.Module):
         return self.cls(self.ln_f(x))
 
 
+# The big ImageNet nets of `make bench` (their kiln side: models/<name>/deploy.prototxt made
+# trainable by bench/run), written here as those deploy nets are: Caffe's pooling rounds up
+# (ceil_mode), LRN is across channels with alpha over the window as Caffe's, dropout as in the
+# deploy nets. No torchvision: Debian's python3-torch comes without it.
+
+
+def pool(x, k, s, pad=0, avg=False):
+    f = F.avg_pool2d if avg else F.max_pool2d
+    return f(x, k, s, pad, ceil_mode=True)
+
+
+class AlexNet(nn.Module):
+    """CaffeNet-style AlexNet: grouped conv2, conv4, conv5; LRN after conv1 and conv2."""
+
+    def __init__(self):
+        super().__init__()
+        self.c = nn.ModuleList([nn.Conv2d(3, 96, 11, 4), nn.Conv2d(96, 256, 5, 1, 2, groups=2),
+                                nn.Conv2d(256, 384, 3, 1, 1), nn.Conv2d(384, 384, 3, 1, 1, groups=2),
+                                nn.Conv2d(384, 256, 3, 1, 1, groups=2)])
+        self.lrn = nn.LocalResponseNorm(5, 1e-4, 0.75, 1.0)
+        self.fc6, self.fc7, self.fc8 = nn.Linear(9216, 4096), nn.Linear(4096, 4096), nn.Linear(4096, 1000)
+
+    def forward(self, x):
+        x = pool(self.lrn(F.relu(self.c[0](x))), 3, 2)
+        x = pool(self.lrn(F.relu(self.c[1](x))), 3, 2)
+        x = F.relu(self.c[4](F.relu(self.c[3](F.relu(self.c[2](x))))))
+        x = pool(x, 3, 2).flatten(1)
+        x = F.dropout(F.relu(self.fc6(x)), 0.5, self.training)
+        x = F.dropout(F.relu(self.fc7(x)), 0.5, self.training)
+        return self.fc8(x)
+
+
+class VGG16(nn.Module):
+    """Configuration D: thirteen 3x3 convolutions, five 2x2 max pools, three fully connected."""
+
+    def __init__(self):
+        super().__init__()
+        cfg, layers, cin = (64, 64, "M", 128, 128, "M", 256, 256, 256, "M", 512, 512, 512, "M",
+                            512, 512, 512, "M"), [], 3
+        for v in cfg:
+            if v == "M":
+                layers.append(nn.MaxPool2d(2, 2, ceil_mode=True))
+            else:
+                layers += [nn.Conv2d(cin, v, 3, 1, 1), nn.ReLU(inplace=True)]
+                cin = v
+        self.features = nn.Sequential(*layers)
+        self.fc6, self.fc7, self.fc8 = nn.Linear(25088, 4096), nn.Linear(4096, 4096), nn.Linear(4096, 1000)
+
+    def forward(self, x):
+        x = self.features(x).flatten(1)
+        x = F.dropout(F.relu(self.fc6(x)), 0.5, self.training)
+        x = F.dropout(F.relu(self.fc7(x)), 0.5, self.training)
+        return self.fc8(x)
+
+
+class Inception(nn.Module):
+    def __init__(self, cin, c1, r3, c3, r5, c5, cp):
+        super().__init__()
+        self.b1 = nn.Conv2d(cin, c1, 1)
+        self.b3 = nn.Sequential(nn.Conv2d(cin, r3, 1), nn.ReLU(inplace=True), nn.Conv2d(r3, c3, 3, 1, 1))
+        self.b5 = nn.Sequential(nn.Conv2d(cin, r5, 1), nn.ReLU(inplace=True), nn.Conv2d(r5, c5, 5, 1, 2))
+        self.bp = nn.Conv2d(cin, cp, 1)
+
+    def forward(self, x):
+        return torch.cat([F.relu(self.b1(x)), F.relu(self.b3(x)), F.relu(self.b5(x)),
+                          F.relu(self.bp(pool(x, 3, 1, 1)))], 1)
+
+
+class GoogLeNet(nn.Module):
+    """Inception v1 as models/googlenet's deploy net: LRN after pool1 and conv2, no auxiliary
+    classifiers (the deploy net has none)."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, 64, 7, 2, 3)
+        self.conv2r, self.conv2 = nn.Conv2d(64, 64, 1), nn.Conv2d(64, 192, 3, 1, 1)
+        self.lrn = nn.LocalResponseNorm(5, 1e-4, 0.75, 1.0)
+        cfg = {"3a": (192, 64, 96, 128, 16, 32, 32), "3b": (256, 128, 128, 192, 32, 96, 64),
+               "4a": (480, 192, 96, 208, 16, 48, 64), "4b": (512, 160, 112, 224, 24, 64, 64),
+               "4c": (512, 128, 128, 256, 24, 64, 64), "4d": (512, 112, 144, 288, 32, 64, 64),
+               "4e": (528, 256, 160, 320, 32, 128, 128), "5a": (832, 256, 160, 320, 32, 128, 128),
+               "5b": (832, 384, 192, 384, 48, 128, 128)}
+        self.inc = nn.ModuleDict({k: Inception(*v) for k, v in cfg.items()})
+        self.fc = nn.Linear(1024, 1000)
+
+    def forward(self, x):
+        x = self.lrn(pool(F.relu(self.conv1(x)), 3, 2))
+        x = pool(self.lrn(F.relu(self.conv2(F.relu(self.conv2r(x))))), 3, 2)
+        for k in ("3a", "3b", "P", "4a", "4b", "4c", "4d", "4e", "P", "5a", "5b"):
+            x = pool(x, 3, 2) if k == "P" else self.inc[k](x)
+        x = F.dropout(pool(x, 7, 1, avg=True).flatten(1), 0.4, self.training)
+        return self.fc(x)
+
+
+class Bottleneck(nn.Module):
+    def __init__(self, cin, width, stride):
+        super().__init__()
+        self.a = nn.Sequential(nn.Conv2d(cin, width, 1, stride, bias=False), nn.BatchNorm2d(width), nn.ReLU(inplace=True),
+                               nn.Conv2d(width, width, 3, 1, 1, bias=False), nn.BatchNorm2d(width), nn.ReLU(inplace=True),
+                               nn.Conv2d(width, width * 4, 1, bias=False), nn.BatchNorm2d(width * 4))
+        self.short = None
+        if stride != 1 or cin != width * 4:
+            self.short = nn.Sequential(nn.Conv2d(cin, width * 4, 1, stride, bias=False), nn.BatchNorm2d(width * 4))
+
+    def forward(self, x):
+        return F.relu(self.a(x) + (self.short(x) if self.short is not None else x))
+
+
+class ResNet50(nn.Module):
+    """As models/resnet50's deploy net: the stride in each stage's first 1x1 convolution."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv1, self.bn1 = nn.Conv2d(3, 64, 7, 2, 3, bias=False), nn.BatchNorm2d(64)
+        blocks, cin = [], 64
+        for stage, (n, width) in enumerate(((3, 64), (4, 128), (6, 256), (3, 512))):
+            for i in range(n):
+                blocks.append(Bottleneck(cin, width, 2 if (i == 0 and stage > 0) else 1))
+                cin = width * 4
+        self.blocks = nn.Sequential(*blocks)
+        self.fc = nn.Linear(2048, 1000)
+
+    def forward(self, x):
+        x = pool(F.relu(self.bn1(self.conv1(x))), 3, 2)
+        return self.fc(pool(self.blocks(x), 7, 1, avg=True).flatten(1))
+
+
 # case: (module, input shape, label shape); a sample is a label, so for the sequence cases a
 # sample is one step of one sequence (T x N per iteration) and samples/s are tokens/s
 CASES = {
@@ -145,6 +272,10 @@ CASES = {
     "mlp": (MLP, (256, 784), (256,)),
     "lstm": (LSTM, (SEQ_T, SEQ_N, SEQ_D), (SEQ_T, SEQ_N)),
     "transformer": (Transformer, (SEQ_T, SEQ_N, SEQ_D), (SEQ_T, SEQ_N)),
+    "alexnet": (AlexNet, (64, 3, 227, 227), (64,)),
+    "vgg16": (VGG16, (16, 3, 224, 224), (16,)),
+    "googlenet": (GoogLeNet, (32, 3, 224, 224), (32,)),
+    "resnet50": (ResNet50, (32, 3, 224, 224), (32,)),
 }
 
 
@@ -154,6 +285,9 @@ def main():
     torch.manual_seed(1)
     make, shape, label_shape = CASES[case]
     model = make()
+    if len(sys.argv) > 4 and sys.argv[4] == "--params":  # the parameter count, to check the nets
+        print(sum(p.numel() for p in model.parameters()))
+        return
     x = torch.rand(shape)
     y = torch.full(label_shape, 3, dtype=torch.long).flatten()
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, weight_decay=5e-4)
