@@ -515,7 +515,7 @@ int cmd_data(int argc, char **argv) {
 /* kiln compute-mean DB OUT: Caffe's compute_image_mean. */
 int cmd_compute_mean(int argc, char **argv) {
   if (argc != 3) {
-    fprintf(stderr, "usage: kiln compute-mean DB_LMDB OUT.binaryproto\n");
+    fprintf(stderr, "usage: kiln compute-mean DB OUT.binaryproto\n");
     return 2;
   }
   uint64_t n = 0;

@@ -197,8 +197,8 @@ int kiln_convert_idx_to_lmdb(const char *images_path, const char *labels_path, c
 int kiln_convert_idx_to_db(const char *images_path, const char *labels_path, const char *out_path,
                            kiln_db_backend backend, uint64_t *n_written);
 
-/* Caffe's compute_image_mean: the mean of every record of an LMDB, pixel by pixel (C x H x W,
- * summed in double), written to out_path as a binaryproto BlobProto with the legacy 1 x C x H x W
+/* Caffe's compute_image_mean: the mean of every record of an LMDB or LevelDB, pixel by pixel
+ * (C x H x W, summed in double), written to out_path as a binaryproto BlobProto with the legacy 1 x C x H x W
  * header (a temporary name, then a rename). Records of different shapes are KILN_ERR_DATA naming
  * the record's key (the reader's check). `n_records` may be NULL. */
 int kiln_compute_mean(const char *db_path, const char *out_path, uint64_t *n_records);

@@ -843,7 +843,7 @@ void kiln_datum_writer_abort(kiln_datum_writer *w) {
   if (!w) return;
   if (w->txn) mdb_txn_abort(w->txn);
   if (w->env) mdb_env_close(w->env);
-  if (w->ldb) kiln_ldb_writer_abort(w->ldb);
+  if (w->ldb) kiln_ldb_writer_discard(w->ldb);
   if (w->leveldb)
     (void)kiln_ldb_destroy(w->tmp_path);
   else

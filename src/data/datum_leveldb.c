@@ -327,7 +327,7 @@ int kiln_ldb_writer_finish(kiln_ldb_writer *w) {
   return rc;
 }
 
-void kiln_ldb_writer_abort(kiln_ldb_writer *w) {
+void kiln_ldb_writer_discard(kiln_ldb_writer *w) {
   if (!w) return;
   char *path = kiln_strdup(w->path);
   writer_free(w);

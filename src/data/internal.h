@@ -46,13 +46,13 @@ int kiln_ldb_record(kiln_ldb *d, int which, uint64_t index, kiln_ldb_rec *r);
 void kiln_ldb_close(kiln_ldb *d);
 
 /* A new LevelDB at `path` (which must not exist), filled in batches; finish compacts it into
- * sorted tables and closes it, abort removes it. Both free `w`. */
+ * sorted tables and closes it, discard removes it. Both free `w`. */
 typedef struct kiln_ldb_writer kiln_ldb_writer;
 int kiln_ldb_writer_open(const char *path, kiln_ldb_writer **out);
 int kiln_ldb_writer_put(kiln_ldb_writer *w, const void *key, size_t key_len, const void *value,
                         size_t value_len);
 int kiln_ldb_writer_finish(kiln_ldb_writer *w);
-void kiln_ldb_writer_abort(kiln_ldb_writer *w);
+void kiln_ldb_writer_discard(kiln_ldb_writer *w);
 /* Removes a LevelDB directory (LevelDB's files, then the directory); a missing one is fine. */
 int kiln_ldb_destroy(const char *path);
 
