@@ -493,21 +493,25 @@ static void test_last_batch_drop_and_keep(void **state) {
   expect_fail("batch_size: 11 last_batch: DROP }", "drop everything");
 }
 
+/* Streams of one source in every last_batch mode, with and without shuffle (and crop and mirror). */
+enum { N_STREAM_CASES = 5 };
+static const char *const stream_cases[N_STREAM_CASES] = {
+    "batch_size: 4 }",
+    "batch_size: 3 last_batch: DROP }",
+    "batch_size: 4 last_batch: KEEP }",
+    "batch_size: 3 shuffle: true last_batch: KEEP } transform_param { crop_size: 3 mirror: true }",
+    "batch_size: 4 shuffle: true }",
+};
+
 /* Data-parallel: worker r of N reads global batches r, r + N, ... of the one-worker stream, whole
  * batches, in every last_batch mode and with shuffle; every worker reports the same cursor, the
  * one-worker cursor after all their batches; and a resume from it continues the global stream,
  * with the same N or another. */
 static void test_sharded_workers_deal_whole_batches(void **state) {
   (void)state;
-  const char *cases[] = {
-      "batch_size: 4 }",
-      "batch_size: 3 last_batch: DROP }",
-      "batch_size: 4 last_batch: KEEP }",
-      "batch_size: 3 shuffle: true last_batch: KEEP } transform_param { crop_size: 3 mirror: true }",
-      "batch_size: 4 shuffle: true }",
-  };
+  const char *const *cases = stream_cases;
   enum { ROUNDS = 7, MAXN = 3 };
-  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
+  for (size_t c = 0; c < N_STREAM_CASES; c++)
     for (int n = 2; n <= MAXN; n++) {
       /* the one-worker stream: ROUNDS * n + n batches, and its cursor after each */
       int total = (ROUNDS + 1) * n;
@@ -869,16 +873,10 @@ static int back_to_lmdb(void **state) {
 static void test_leveldb_gives_lmdb_batches(void **state) {
   (void)state;
   char mix[512];
-  const char *cases[] = {
-      "batch_size: 4 }",
-      "batch_size: 3 last_batch: DROP }",
-      "batch_size: 4 last_batch: KEEP }",
-      "batch_size: 3 shuffle: true last_batch: KEEP } transform_param { crop_size: 3 mirror: true }",
-      "batch_size: 4 shuffle: true }",
-      NULL, /* db (or ldb) and db2 (or ldb2) mixed */
-  };
+  const char *cases[N_STREAM_CASES + 1] = {NULL}; /* the last: db (or ldb) and db2 (or ldb2) mixed */
+  memcpy(cases, stream_cases, sizeof stream_cases);
   static batches want, got;
-  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
+  for (size_t c = 0; c < N_STREAM_CASES + 1; c++)
     for (int n = 1; n <= 2; n++) {
       const char *extra = with_sources(cases[c], "backend: LMDB", mix, sizeof mix);
       read_batches(extra, n, &want);
