@@ -3,7 +3,7 @@
  * wrapping, by seek and by index, with the database's files byte for byte as they were and two
  * handles open at once; kiln's LevelDB writer against its LMDB writer (the same records, the
  * same fingerprint); damaged, missing and empty databases, bad records and a backend that is not
- * what the path holds, refused naming the path. */
+ * what the path holds (to the reader and to the Data layer), refused naming the path. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "files.h"
+#include "layer_test.h"
 #include "kiln/core.h"
 #include "kiln/data.h"
 #include "kiln/proto.h"
@@ -350,11 +351,45 @@ static void test_refusals(void **state) {
   kiln_datum_db_close(db);
 }
 
+/* The Data layer: a backend that is not what the source holds is refused naming the layer, the
+ * path and both; no backend is Caffe's default, LEVELDB, and the message says so. */
+static void expect_layer_refused(const char *source, const char *backend, const char *a,
+                                 const char *b) {
+  char text[600];
+  snprintf(text, sizeof text,
+           "name: 'd' type: 'Data' top: 'data' data_param { source: '%s' batch_size: 2 %s }",
+           source, backend);
+  Caffe__LayerParameter *lp = gc_layer_param(text);
+  kiln_blob *top = kiln_blob_new("data");
+  kiln_layer *l = NULL;
+  assert_int_equal(kiln_layer_create(lp, 0, NULL, 0, &top, 1, 1, kiln_test_config(), &l),
+                   KILN_ERR_DATA);
+  assert_null(l);
+  expect_message(source, a, b);
+  assert_non_null(strstr(kiln_last_error(), "layer 'd' (Data)"));
+  protobuf_c_message_free_unpacked(&lp->base, NULL);
+  kiln_blob_free(top);
+}
+
+static void test_data_layer_backend_mismatch(void **state) {
+  tmpdir_fixture *f = *state;
+  char ldb[256], lmdb[256];
+  write_with_kiln(path_in(f, "ldb", ldb, sizeof ldb), KILN_DB_LEVELDB, 3);
+  write_with_kiln(path_in(f, "lmdb", lmdb, sizeof lmdb), KILN_DB_LMDB, 3);
+  expect_layer_refused(lmdb, "", "data_param names no backend, which in Caffe means LEVELDB",
+                       "holds an LMDB database (data.mdb), but backend LEVELDB was asked for");
+  expect_layer_refused(lmdb, "backend: LEVELDB", "holds an LMDB database (data.mdb)",
+                       "but backend LEVELDB was asked for");
+  expect_layer_refused(ldb, "backend: LMDB", "holds a LevelDB database (CURRENT, no data.mdb)",
+                       "but backend LMDB was asked for");
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_reads_caffe_like_database, setup_dir, tmpdir_teardown),
       cmocka_unit_test_setup_teardown(test_writer_matches_lmdb, setup_dir, tmpdir_teardown),
       cmocka_unit_test_setup_teardown(test_refusals, setup_dir, tmpdir_teardown),
+      cmocka_unit_test_setup_teardown(test_data_layer_backend_mismatch, setup_dir, tmpdir_teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
