@@ -191,13 +191,15 @@ enum { NREC = 10, C = 2, H = 4, W = 4 };
 /* db: NREC records labelled 0..NREC-1; db2 (for mixing): NREC2 records labelled 100 + r, the
  * same shape; db3: records of another shape. */
 enum { NREC2 = 7, LABEL2 = 100 };
-static char dir[256], db_path[300], db2_path[300], db3_path[300];
+static char dir[256], db_path[300], db2_path[300], db3_path[300], ldb_path[300], ldb2_path[300];
+/* What open_layer and mixed read: the LMDBs, or the LevelDB copies of db and db2 */
+static const char *src1 = db_path, *src2 = db2_path, *backend = "backend: LMDB";
 
 static uint8_t pixel(int rec, int c, int h, int w) { return (uint8_t)(rec * 16 + c * 7 + h * 4 + w); }
 
-static int write_db(const char *path, int n, int label0, int channels) {
+static int write_db(const char *path, kiln_db_backend b, int n, int label0, int channels) {
   kiln_datum_writer *w;
-  if (kiln_datum_writer_open(path, &w)) return -1;
+  if (kiln_datum_writer_open_as(path, b, &w)) return -1;
   for (int r = 0; r < n; r++) {
     uint8_t px[C * H * W];
     for (int c = 0; c < channels; c++)
@@ -218,8 +220,13 @@ static int make_db(void **state) {
   snprintf(db_path, sizeof db_path, "%s/db", dir);
   snprintf(db2_path, sizeof db2_path, "%s/db2", dir);
   snprintf(db3_path, sizeof db3_path, "%s/db3", dir);
-  return write_db(db_path, NREC, 0, C) || write_db(db2_path, NREC2, LABEL2, C) ||
-                 write_db(db3_path, 3, 200, 1)
+  snprintf(ldb_path, sizeof ldb_path, "%s/ldb", dir);
+  snprintf(ldb2_path, sizeof ldb2_path, "%s/ldb2", dir);
+  return write_db(db_path, KILN_DB_LMDB, NREC, 0, C) ||
+                 write_db(db2_path, KILN_DB_LMDB, NREC2, LABEL2, C) ||
+                 write_db(db3_path, KILN_DB_LMDB, 3, 200, 1) ||
+                 write_db(ldb_path, KILN_DB_LEVELDB, NREC, 0, C) ||
+                 write_db(ldb2_path, KILN_DB_LEVELDB, NREC2, LABEL2, C)
              ? -1
              : 0;
 }
@@ -240,9 +247,8 @@ typedef struct {
 static int open_layer(data_layer *d, const char *extra, int phase, uint64_t seed) {
   char text[1024];
   snprintf(text, sizeof text,
-           "name: 'd' type: 'Data' top: 'data' top: 'label' data_param { source: '%s' "
-           "backend: LMDB %s",
-           db_path, extra);
+           "name: 'd' type: 'Data' top: 'data' top: 'label' data_param { source: '%s' %s %s",
+           src1, backend, extra);
   d->lp = gc_layer_param(text);
   d->top[0] = kiln_blob_new("data");
   d->top[1] = kiln_blob_new("label");
@@ -372,24 +378,13 @@ static void test_errors(void **state) {
               "/nonexistent/mean.binaryproto");
 }
 
-static void test_leveldb_and_missing_source(void **state) {
+/* A source that is not there is refused naming it (a backend that does not match what the
+ * source holds: test_datum_leveldb.c). */
+static void test_missing_source(void **state) {
   (void)state;
-  Caffe__LayerParameter *lp =
-      gc_layer_param("name: 'd' type: 'Data' top: 'data' data_param { source: 'x' batch_size: 2 }");
   kiln_blob *top = kiln_blob_new("data");
   kiln_layer *l;
-  assert_int_equal(kiln_layer_create(lp, 0, NULL, 0, &top, 1, 1, kiln_test_config(), &l),
-                   KILN_ERR_UNSUPPORTED);
-  expect_message("layer 'd' (Data)", "data_param names no backend, which in Caffe means LEVELDB",
-                 "set 'backend: LMDB'");
-  protobuf_c_message_free_unpacked(&lp->base, NULL);
-  lp = gc_layer_param("name: 'd' type: 'Data' top: 'data' data_param { source: 'x' batch_size: 2 "
-                      "backend: LEVELDB }");
-  assert_int_equal(kiln_layer_create(lp, 0, NULL, 0, &top, 1, 1, kiln_test_config(), &l),
-                   KILN_ERR_UNSUPPORTED);
-  expect_message("layer 'd' (Data)", "backend LEVELDB is not supported", "kiln reads LMDB only");
-  protobuf_c_message_free_unpacked(&lp->base, NULL);
-  lp = gc_layer_param("name: 'd' type: 'Data' top: 'data' data_param { source: '/nonexistent/db' "
+  Caffe__LayerParameter *lp = gc_layer_param("name: 'd' type: 'Data' top: 'data' data_param { source: '/nonexistent/db' "
                       "batch_size: 2 backend: LMDB }");
   assert_int_not_equal(kiln_layer_create(lp, 0, NULL, 0, &top, 1, 1, kiln_test_config(), &l), KILN_OK);
   assert_non_null(strstr(kiln_last_error(), "/nonexistent/db"));
@@ -477,21 +472,25 @@ static void test_last_batch_drop_and_keep(void **state) {
   expect_fail("batch_size: 11 last_batch: DROP }", "drop everything");
 }
 
+/* Streams of one source in every last_batch mode, with and without shuffle (and crop and mirror). */
+enum { N_STREAM_CASES = 5 };
+static const char *const stream_cases[N_STREAM_CASES] = {
+    "batch_size: 4 }",
+    "batch_size: 3 last_batch: DROP }",
+    "batch_size: 4 last_batch: KEEP }",
+    "batch_size: 3 shuffle: true last_batch: KEEP } transform_param { crop_size: 3 mirror: true }",
+    "batch_size: 4 shuffle: true }",
+};
+
 /* Data-parallel: worker r of N reads global batches r, r + N, ... of the one-worker stream, whole
  * batches, in every last_batch mode and with shuffle; every worker reports the same cursor, the
  * one-worker cursor after all their batches; and a resume from it continues the global stream,
  * with the same N or another. */
 static void test_sharded_workers_deal_whole_batches(void **state) {
   (void)state;
-  const char *cases[] = {
-      "batch_size: 4 }",
-      "batch_size: 3 last_batch: DROP }",
-      "batch_size: 4 last_batch: KEEP }",
-      "batch_size: 3 shuffle: true last_batch: KEEP } transform_param { crop_size: 3 mirror: true }",
-      "batch_size: 4 shuffle: true }",
-  };
+  const char *const *cases = stream_cases;
   enum { ROUNDS = 7, MAXN = 3 };
-  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
+  for (size_t c = 0; c < N_STREAM_CASES; c++)
     for (int n = 2; n <= MAXN; n++) {
       /* the one-worker stream: ROUNDS * n + n batches, and its cursor after each */
       int total = (ROUNDS + 1) * n;
@@ -566,7 +565,7 @@ static void test_sharded_workers_deal_whole_batches(void **state) {
 
 /* The extra text of a layer reading db (weight w1) and db2 (weight w2). */
 static const char *mixed(char *buf, size_t n, double w1, double w2, const char *rest) {
-  snprintf(buf, n, "source: '%s' source_weight: %g source_weight: %g %s", db2_path, w1, w2, rest);
+  snprintf(buf, n, "source: '%s' source_weight: %g source_weight: %g %s", src2, w1, w2, rest);
   return buf;
 }
 
@@ -804,6 +803,69 @@ static void test_image_data_reads_a_list(void **state) {
   unbuild(&b);
 }
 
+/* The batches (data and labels) of `n` layers on `extra`, `rank` of `n` workers each (n = 1:
+ * one stream), round after round, and the cursor after them. */
+enum { CMP_BATCHES = 12, CMP_MAX = 4 * C * H * W };
+typedef struct {
+  int count[CMP_BATCHES];
+  float label[CMP_BATCHES][4], data[CMP_BATCHES][CMP_MAX];
+  uint64_t cursor;
+} batches;
+static void read_batches(const char *extra, int n, batches *out) {
+  data_layer w[2];
+  memset(out, 0, sizeof *out);
+  for (int r = 0; r < n; r++) {
+    if (open_layer(&w[r], extra, CAFFE__PHASE__TRAIN, 5))
+      fail_msg("'%s' on %s: %s", extra, src1, kiln_last_error());
+    w[r].l->shard_rank = r;
+    w[r].l->shard_count = n;
+  }
+  for (int j = 0; j < CMP_BATCHES; j++) {
+    data_layer *d = &w[j % n];
+    assert_int_equal(d->l->ops->forward(d->l), KILN_OK);
+    out->count[j] = (int)d->top[1]->shape[0];
+    memcpy(out->label[j], d->top[1]->data, sizeof(float) * (size_t)out->count[j]);
+    memcpy(out->data[j], d->top[0]->data, sizeof(float) * (size_t)d->top[0]->count);
+  }
+  out->cursor = w[0].l->ops->get_cursor(w[0].l);
+  for (int r = 0; r < n; r++) close_layer(&w[r]);
+}
+
+/* Layers read the LMDBs (`which`: "backend: LMDB") or the LevelDBs; the case (NULL: the mix). */
+static const char *with_sources(const char *lmdb_case, const char *which, char *mix, size_t n) {
+  const bool leveldb = strcmp(which, "backend: LMDB") != 0;
+  src1 = leveldb ? ldb_path : db_path, src2 = leveldb ? ldb2_path : db2_path, backend = which;
+  return lmdb_case ? lmdb_case : mixed(mix, n, 0.6, 0.4, "batch_size: 4 shuffle: true }");
+}
+static int back_to_lmdb(void **state) {
+  (void)state;
+  return !with_sources("", "backend: LMDB", NULL, 0);
+}
+
+/* The LevelDB copies give the LMDBs' batches bit for bit: in order, shuffled, cropped and
+ * mirrored, the last batch dropped or kept, two sources mixed, dealt to 2 workers; with backend
+ * LEVELDB and with no backend (Caffe's default). The cursor they end at too (a resume from it on
+ * a LevelDB: tests/cli/leveldb_data.sh). */
+static void test_leveldb_gives_lmdb_batches(void **state) {
+  (void)state;
+  char mix[512];
+  const char *cases[N_STREAM_CASES + 1] = {NULL}; /* the last: db (or ldb) and db2 (or ldb2) mixed */
+  memcpy(cases, stream_cases, sizeof stream_cases);
+  static batches want, got;
+  for (size_t c = 0; c < N_STREAM_CASES + 1; c++)
+    for (int n = 1; n <= 2; n++) {
+      const char *extra = with_sources(cases[c], "backend: LMDB", mix, sizeof mix);
+      read_batches(extra, n, &want);
+      for (int v = 0; v < 2; v++) {
+        extra = with_sources(cases[c], v ? "" : "backend: LEVELDB", mix, sizeof mix);
+        read_batches(extra, n, &got);
+        if (memcmp(&want, &got, sizeof want))
+          fail_msg("case '%s' on %d worker(s), %s: the LevelDB's batches differ", extra, n,
+                   v ? "no backend" : "backend LEVELDB");
+      }
+    }
+}
+
 /* Two groups: the Data tests share a database made once (make_db); DummyData and MemoryData
  * need none. */
 int main(void) {
@@ -819,7 +881,8 @@ int main(void) {
       cmocka_unit_test(test_cursor_resumes_exactly),
       cmocka_unit_test(test_crop_and_mirror),
       cmocka_unit_test(test_errors),
-      cmocka_unit_test(test_leveldb_and_missing_source),
+      cmocka_unit_test(test_missing_source),
+      cmocka_unit_test_teardown(test_leveldb_gives_lmdb_batches, back_to_lmdb),
       cmocka_unit_test(test_mixed_sources_shares_and_order),
       cmocka_unit_test(test_mixed_sources_shuffle_and_resume),
       cmocka_unit_test(test_mixed_sources_sharded),

@@ -11,7 +11,7 @@
 #include "tool.h"
 
 static int convert_usage(void) {
-  fprintf(stderr, "usage: kiln convert idx IMAGES LABELS OUT_LMDB|OUT.h5\n"
+  fprintf(stderr, "usage: kiln convert idx IMAGES LABELS OUT_LMDB|OUT.h5 [--backend lmdb|leveldb]\n"
                   "       kiln convert text TEXT... OUT_VOCAB [--level char|word] [--lowercase]\n"
                   "                         [--min-count K] [--max-size V] [--pairs source|target]\n"
                   "       kiln convert cifar10 ARCHIVE_OR_DIR OUT_LMDB [--test]\n"
@@ -229,14 +229,39 @@ int cmd_convert(int argc, char **argv) {
   if (argc >= 2 && !strcmp(argv[1], "images")) return convert_images(argc, argv);
   if (argc >= 2 && (!strcmp(argv[1], "cifar10") || !strcmp(argv[1], "cifar100")))
     return convert_cifar(argc, argv);
-  if (argc != 5 || strcmp(argv[1], "idx") != 0) return convert_usage();
+  if (argc < 2 || strcmp(argv[1], "idx") != 0) return convert_usage();
+  /* kiln convert idx IMAGES LABELS OUT [--backend lmdb|leveldb], the option anywhere after idx */
+  const char *pos[3];
+  int npos = 0;
+  kiln_db_backend backend = KILN_DB_ANY;
+  for (int i = 2; i < argc; i++) {
+    if (!strcmp(argv[i], "--backend") && i + 1 < argc && backend == KILN_DB_ANY) {
+      const char *b = argv[++i];
+      if (strcmp(b, "lmdb") && strcmp(b, "leveldb")) {
+        fprintf(stderr, "kiln convert idx: --backend takes lmdb or leveldb, not '%s'\n", b);
+        return 2;
+      }
+      backend = !strcmp(b, "lmdb") ? KILN_DB_LMDB : KILN_DB_LEVELDB;
+    } else if (argv[i][0] == '-' || npos == 3) {
+      return convert_usage();
+    } else {
+      pos[npos++] = argv[i];
+    }
+  }
+  if (npos != 3) return convert_usage();
   uint64_t n = 0;
-  /* an output named *.h5 is an HDF5 data file (HDF5Data), anything else an LMDB (Data) */
-  const size_t len = strlen(argv[4]);
-  const bool h5 = len > 3 && !strcmp(argv[4] + len - 3, ".h5");
-  if ((h5 ? kiln_convert_idx_to_h5 : kiln_convert_idx_to_lmdb)(argv[2], argv[3], argv[4], &n))
+  /* an output named *.h5 is an HDF5 data file (HDF5Data), anything else a database (Data) */
+  const size_t len = strlen(pos[2]);
+  const bool h5 = len > 3 && !strcmp(pos[2] + len - 3, ".h5");
+  if (h5 && backend != KILN_DB_ANY) {
+    fprintf(stderr, "kiln convert idx: %s is an HDF5 data file (*.h5): --backend is for an "
+                    "LMDB or LevelDB\n", pos[2]);
+    return 2;
+  }
+  if (h5 ? kiln_convert_idx_to_h5(pos[0], pos[1], pos[2], &n)
+         : kiln_convert_idx_to_db(pos[0], pos[1], pos[2], backend, &n))
     return tool_fail("convert");
-  printf("wrote %llu records to %s\n", (unsigned long long)n, argv[4]);
+  printf("wrote %llu records to %s\n", (unsigned long long)n, pos[2]);
   return 0;
 }
 
@@ -490,7 +515,7 @@ int cmd_data(int argc, char **argv) {
 /* kiln compute-mean DB OUT: Caffe's compute_image_mean. */
 int cmd_compute_mean(int argc, char **argv) {
   if (argc != 3) {
-    fprintf(stderr, "usage: kiln compute-mean DB_LMDB OUT.binaryproto\n");
+    fprintf(stderr, "usage: kiln compute-mean DB OUT.binaryproto\n");
     return 2;
   }
   uint64_t n = 0;

@@ -112,7 +112,11 @@ typedef struct kiln_convert_images_opts {
 int kiln_convert_images_to_lmdb(const char *list_path, const char *root, const char *out_path,
                                 const kiln_convert_images_opts *opts, uint64_t *n_written);
 
-/* ---- Datum records in LMDB (Caffe's Data layer source) ----------------------------------- */
+/* ---- Datum records in LMDB or LevelDB (Caffe's Data layer source) ------------------------- */
+
+/* Which database: what the path holds (a LevelDB is a directory with CURRENT and no data.mdb;
+ * anything else is read as an LMDB), or one of the two, refusing the other. */
+typedef enum kiln_db_backend { KILN_DB_ANY, KILN_DB_LMDB, KILN_DB_LEVELDB } kiln_db_backend;
 
 typedef struct kiln_datum {
   int channels, height, width, label;
@@ -126,9 +130,13 @@ typedef struct kiln_datum_db kiln_datum_db;
  * reader decodes them and hands out the decoded bytes, with the image's own shape. */
 
 /* Opens an LMDB (a directory holding data.mdb, or a single file) read-only, with a read
- * transaction held until close; the handle may be used from any one thread at a time. Errors:
- * KILN_ERR_IO (path missing or unreadable), KILN_ERR_DATA (not an LMDB, corrupt, or empty). */
+ * transaction held until close, or a LevelDB (a directory holding CURRENT) through a private view
+ * that leaves the database as it is (src/data/datum_leveldb.c; opening reads every record once,
+ * checksums checked); the handle may be used from any one thread at a time. Errors: KILN_ERR_IO
+ * (path missing or unreadable), KILN_ERR_DATA (not a database, corrupt, empty, or not the
+ * `backend` asked for: the message names both). */
 int kiln_datum_db_open(const char *path, kiln_datum_db **out);
+int kiln_datum_db_open_as(const char *path, kiln_db_backend backend, kiln_datum_db **out);
 uint64_t kiln_datum_db_size(const kiln_datum_db *db);
 /* `position` counts records consumed since the start; the cursor moves to record
  * (position % size) in key order. Cost is linear in the distance walked. */
@@ -162,6 +170,10 @@ void kiln_datum_db_close(kiln_datum_db *db);
  * the map grows as needed. A record with an existing key replaces it. */
 typedef struct kiln_datum_writer kiln_datum_writer;
 int kiln_datum_writer_open(const char *final_path, kiln_datum_writer **out);
+/* The same for a LevelDB (KILN_DB_LEVELDB: written in batches and compacted into sorted tables
+ * before the rename) or an LMDB (KILN_DB_LMDB or KILN_DB_ANY). */
+int kiln_datum_writer_open_as(const char *final_path, kiln_db_backend backend,
+                              kiln_datum_writer **out);
 /* `d` must hold exactly one of u8 / f32 (channels*height*width values). */
 int kiln_datum_writer_put(kiln_datum_writer *w, const char *key, const kiln_datum *d);
 /* An encoded record: `bytes` (a PNG or JPEG file) with `encoded: true` and the label, as Caffe's
@@ -180,9 +192,13 @@ void kiln_datum_writer_abort(kiln_datum_writer *w);
  * `n_written` may be NULL. */
 int kiln_convert_idx_to_lmdb(const char *images_path, const char *labels_path, const char *out_path,
                              uint64_t *n_written);
+/* The same into a LevelDB (KILN_DB_LEVELDB), as Caffe's converters write with -backend leveldb,
+ * or an LMDB. */
+int kiln_convert_idx_to_db(const char *images_path, const char *labels_path, const char *out_path,
+                           kiln_db_backend backend, uint64_t *n_written);
 
-/* Caffe's compute_image_mean: the mean of every record of an LMDB, pixel by pixel (C x H x W,
- * summed in double), written to out_path as a binaryproto BlobProto with the legacy 1 x C x H x W
+/* Caffe's compute_image_mean: the mean of every record of an LMDB or LevelDB, pixel by pixel
+ * (C x H x W, summed in double), written to out_path as a binaryproto BlobProto with the legacy 1 x C x H x W
  * header (a temporary name, then a rename). Records of different shapes are KILN_ERR_DATA naming
  * the record's key (the reader's check). `n_records` may be NULL. */
 int kiln_compute_mean(const char *db_path, const char *out_path, uint64_t *n_records);

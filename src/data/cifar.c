@@ -595,8 +595,8 @@ int kiln_convert_cifar_to_lmdb(const char *source, kiln_cifar_kind kind, bool tr
                      source, (unsigned)set.n);
     goto done;
   }
-  rc = kiln_data_write_images(out_path, source, set.n, 5, KILN_CIFAR_CHANNELS, KILN_CIFAR_SIZE,
-                              KILN_CIFAR_SIZE, set.pixels, set.labels);
+  rc = kiln_data_write_images(out_path, KILN_DB_LMDB, source, set.n, 5, KILN_CIFAR_CHANNELS,
+                              KILN_CIFAR_SIZE, KILN_CIFAR_SIZE, set.pixels, set.labels);
   if (rc == KILN_OK && n_written) *n_written = set.n;
 done:
   kiln_cifar_free(&set);

@@ -56,14 +56,19 @@ static int read_idx_pair(const char *images_path, const char *labels_path, const
 
 int kiln_convert_idx_to_lmdb(const char *images_path, const char *labels_path, const char *out_path,
                              uint64_t *n_written) {
+  return kiln_convert_idx_to_db(images_path, labels_path, out_path, KILN_DB_LMDB, n_written);
+}
+
+int kiln_convert_idx_to_db(const char *images_path, const char *labels_path, const char *out_path,
+                           kiln_db_backend backend, uint64_t *n_written) {
   if (n_written) *n_written = 0;
   kiln_idx images, labels;
   KILN_TRY(read_idx_pair(images_path, labels_path, out_path, &images, &labels));
   const bool planes = images.ndims == 4; /* N x C x H x W; else N x H x W, one channel */
   uint32_t n = images.dims[0], channels = planes ? images.dims[1] : 1;
   uint32_t height = images.dims[planes ? 2 : 1], width = images.dims[planes ? 3 : 2];
-  int rc = kiln_data_write_images(out_path, images_path, n, 8, (int)channels, (int)height,
-                                  (int)width, images.data, labels.data);
+  int rc = kiln_data_write_images(out_path, backend, images_path, n, 8, (int)channels,
+                                  (int)height, (int)width, images.data, labels.data);
   if (rc == KILN_OK && n_written) *n_written = n;
   kiln_idx_free(&images);
   kiln_idx_free(&labels);

@@ -1,6 +1,7 @@
-/* LMDB databases of Caffe Datum records: the sequential, wrapping reader behind the Data layer
- * (which decodes encoded records, PNG or JPEG, through image.c) and the writer that builds new
- * databases atomically (into PATH.tmp, renamed on commit). */
+/* LMDB and LevelDB databases of Caffe Datum records: the sequential, wrapping reader behind the
+ * Data layer (which decodes encoded records, PNG or JPEG, through image.c) and the writer that
+ * builds new databases atomically (into PATH.tmp, renamed on commit). LMDB is read here; a
+ * LevelDB's raw records come from datum_leveldb.c, and both are decoded and checked here. */
 #include <errno.h>
 #include <fcntl.h>
 #include <lmdb.h>
@@ -18,7 +19,7 @@
 #define DATUM_MAX_VALUES ((uint64_t)1 << 31)
 
 /* Keys are printed as text when they are printable, else in hex, and cut short when long. */
-static const char *key_string(const void *key, size_t len, char *buf, size_t n) {
+const char *kiln_data_key_string(const void *key, size_t len, char *buf, size_t n) {
   const unsigned char *k = key;
   bool printable = len > 0;
   for (size_t i = 0; i < len && printable; i++) printable = k[i] >= 0x20 && k[i] < 0x7f;
@@ -65,6 +66,7 @@ int kiln_data_remove_lmdb_dir(const char *dir) {
 
 struct kiln_datum_db {
   char *path;
+  kiln_ldb *ldb; /* a LevelDB; else the LMDB fields below */
   MDB_env *env;
   MDB_txn *txn; /* one read-only snapshot for the life of the handle */
   MDB_cursor *cursor;
@@ -88,8 +90,57 @@ static int mdb_failure(const kiln_datum_db *db, int rc, const char *what) {
   return kiln_errorf(code, "%s: %s: %s", db->path, what, mdb_strerror(rc));
 }
 
+/* Whether `dir`/`name` exists (errno is left as stat set it). */
+static bool has_file(const char *dir, const char *name) {
+  char p[4200];
+  struct stat st;
+  return (size_t)snprintf(p, sizeof p, "%s/%s", dir, name) < sizeof p && stat(p, &st) == 0;
+}
+
+static int open_leveldb(const char *path, kiln_datum_db **out) {
+  kiln_datum_db *db = calloc(1, sizeof *db);
+  if (!db || !(db->path = kiln_strdup(path))) {
+    free(db);
+    return kiln_errorf(KILN_ERR_NOMEM, "%s: out of memory", path);
+  }
+  int rc = kiln_ldb_open(path, &db->ldb, &db->size);
+  if (rc) {
+    kiln_datum_db_close(db);
+    return rc;
+  }
+  *out = db;
+  return KILN_OK;
+}
+
+static int open_lmdb(const char *path, kiln_datum_db **out);
+
 int kiln_datum_db_open(const char *path, kiln_datum_db **out) {
+  return kiln_datum_db_open_as(path, KILN_DB_ANY, out);
+}
+
+int kiln_datum_db_open_as(const char *path, kiln_db_backend backend, kiln_datum_db **out) {
   *out = NULL;
+  struct stat st;
+  if (stat(path, &st) != 0)
+    return kiln_errorf(KILN_ERR_IO, "%s: cannot open %s: %s", path,
+                       backend == KILN_DB_LEVELDB ? "LevelDB" : "LMDB", strerror(errno));
+  const bool dir = S_ISDIR(st.st_mode), mdb = !dir || has_file(path, "data.mdb");
+  const bool leveldb = dir && !mdb && has_file(path, "CURRENT");
+  if (backend == KILN_DB_LMDB && leveldb)
+    return kiln_errorf(KILN_ERR_DATA,
+                       "%s: holds a LevelDB database (CURRENT, no data.mdb), but backend LMDB was "
+                       "asked for",
+                       path);
+  if (backend == KILN_DB_LEVELDB && !leveldb)
+    return kiln_errorf(KILN_ERR_DATA, "%s: %s, but backend LEVELDB was asked for", path,
+                       S_ISREG(st.st_mode) ? "a file, so an LMDB database"
+                       : mdb               ? "holds an LMDB database (data.mdb)"
+                       : dir ? "not a LevelDB database (no CURRENT inside)"
+                             : "not a LevelDB database (not a directory)");
+  return leveldb ? open_leveldb(path, out) : open_lmdb(path, out);
+}
+
+static int open_lmdb(const char *path, kiln_datum_db **out) {
   struct stat st;
   if (stat(path, &st) != 0)
     return kiln_errorf(KILN_ERR_IO, "%s: cannot open LMDB: %s", path, strerror(errno));
@@ -214,6 +265,11 @@ static int cursor_walk(kiln_datum_db *db, MDB_cursor_op op, uint64_t steps) {
 
 int kiln_datum_db_seek(kiln_datum_db *db, uint64_t position) {
   uint64_t target = position % db->size, here = db->index;
+  if (db->ldb) { /* the iterator moves to it on the next read */
+    db->index = target;
+    db->position = position;
+    return KILN_OK;
+  }
   /* Walk from whichever of the current record, the first or the last is nearest. */
   uint64_t from_first = target, from_last = db->size - 1 - target;
   uint64_t from_here = target >= here ? target - here : here - target;
@@ -298,10 +354,11 @@ static int check_datum(kiln_datum_db *db, const Caffe__Datum *m, const char *key
 
 /* Decodes and checks the record (k, v); on success it becomes db->current and its key
  * db->last_key. */
-static int decode_record(kiln_datum_db *db, const MDB_val *k, const MDB_val *v, kiln_datum *out) {
+static int decode_record(kiln_datum_db *db, const void *k, size_t k_len, const void *v,
+                         size_t v_len, kiln_datum *out) {
   char key[160];
-  key_string(k->mv_data, k->mv_size, key, sizeof key);
-  Caffe__Datum *m = caffe__datum__unpack(NULL, v->mv_size, v->mv_data);
+  kiln_data_key_string(k, k_len, key, sizeof key);
+  Caffe__Datum *m = caffe__datum__unpack(NULL, v_len, v);
   if (!m) return kiln_errorf(KILN_ERR_DATA, "%s: record %s: not a Datum", db->path, key);
   kiln_datum d;
   int rc = check_datum(db, m, key, &d);
@@ -309,17 +366,17 @@ static int decode_record(kiln_datum_db *db, const MDB_val *k, const MDB_val *v, 
     caffe__datum__free_unpacked(m, NULL);
     return rc;
   }
-  if (db->last_key_cap < k->mv_size + 1) {
-    char *grown = realloc(db->last_key, k->mv_size + 1);
+  if (db->last_key_cap < k_len + 1) {
+    char *grown = realloc(db->last_key, k_len + 1);
     if (!grown) {
       caffe__datum__free_unpacked(m, NULL);
       return kiln_errorf(KILN_ERR_NOMEM, "%s: out of memory", db->path);
     }
     db->last_key = grown;
-    db->last_key_cap = k->mv_size + 1;
+    db->last_key_cap = k_len + 1;
   }
-  memcpy(db->last_key, k->mv_data, k->mv_size);
-  db->last_key[k->mv_size] = '\0';
+  memcpy(db->last_key, k, k_len);
+  db->last_key[k_len] = '\0';
   if (db->current) caffe__datum__free_unpacked(db->current, NULL);
   db->current = m;
   if (!db->have_shape && !(m->has_encoded && m->encoded)) {
@@ -333,12 +390,19 @@ static int decode_record(kiln_datum_db *db, const MDB_val *k, const MDB_val *v, 
 }
 
 int kiln_datum_db_next(kiln_datum_db *db, kiln_datum *out) {
-  MDB_val k, v;
-  int rc = mdb_cursor_get(db->cursor, &k, &v, MDB_GET_CURRENT);
-  if (rc) return mdb_failure(db, rc, "cannot read a record");
-  KILN_TRY(decode_record(db, &k, &v, out)); /* on error the cursor has not moved */
-  rc = mdb_cursor_get(db->cursor, &k, &v, db->index + 1 < db->size ? MDB_NEXT : MDB_FIRST);
-  if (rc) return mdb_failure(db, rc, "cannot advance the cursor");
+  if (db->ldb) {
+    kiln_ldb_rec r;
+    KILN_TRY(kiln_ldb_record(db->ldb, KILN_LDB_SEQUENTIAL, db->index, &r));
+    KILN_TRY(decode_record(db, r.key, r.key_len, r.value, r.value_len, out));
+  } else {
+    MDB_val k, v;
+    int rc = mdb_cursor_get(db->cursor, &k, &v, MDB_GET_CURRENT);
+    if (rc) return mdb_failure(db, rc, "cannot read a record");
+    KILN_TRY(decode_record(db, k.mv_data, k.mv_size, v.mv_data, v.mv_size, out));
+    /* on error the cursor has not moved */
+    rc = mdb_cursor_get(db->cursor, &k, &v, db->index + 1 < db->size ? MDB_NEXT : MDB_FIRST);
+    if (rc) return mdb_failure(db, rc, "cannot advance the cursor");
+  }
   db->index = db->index + 1 < db->size ? db->index + 1 : 0;
   db->position++;
   return KILN_OK;
@@ -370,19 +434,29 @@ static int build_key_index(kiln_datum_db *db) {
   return KILN_OK;
 }
 
-int kiln_datum_db_read(kiln_datum_db *db, uint64_t index, kiln_datum *out) {
-  if (index >= db->size)
-    return kiln_errorf(KILN_ERR_INVALID, "%s: record index %llu out of range (%llu records)",
-                       db->path, (unsigned long long)index, (unsigned long long)db->size);
+/* The raw key and value of record `index` (< size) in key order, without moving the sequential
+ * cursor; valid until the next random read. */
+static int raw_record(kiln_datum_db *db, uint64_t index, kiln_ldb_rec *r) {
+  if (db->ldb) return kiln_ldb_record(db->ldb, KILN_LDB_RANDOM, index, r);
   KILN_TRY(build_key_index(db));
   MDB_val k = db->keys[index], v;
   int rc = mdb_get(db->txn, db->dbi, &k, &v);
   if (rc) return mdb_failure(db, rc, "cannot read a record");
-  return decode_record(db, &k, &v, out);
+  *r = (kiln_ldb_rec){.key = k.mv_data, .key_len = k.mv_size, .value = v.mv_data,
+                      .value_len = v.mv_size};
+  return KILN_OK;
+}
+
+int kiln_datum_db_read(kiln_datum_db *db, uint64_t index, kiln_datum *out) {
+  if (index >= db->size)
+    return kiln_errorf(KILN_ERR_INVALID, "%s: record index %llu out of range (%llu records)",
+                       db->path, (unsigned long long)index, (unsigned long long)db->size);
+  kiln_ldb_rec r;
+  KILN_TRY(raw_record(db, index, &r));
+  return decode_record(db, r.key, r.key_len, r.value, r.value_len, out);
 }
 
 int kiln_datum_db_fingerprint(kiln_datum_db *db, int samples, uint8_t digest[32]) {
-  KILN_TRY(build_key_index(db));
   kiln_sha256_ctx h;
   kiln_sha256_init(&h);
   uint64_t size = db->size;
@@ -391,13 +465,12 @@ int kiln_datum_db_fingerprint(kiln_datum_db *db, int samples, uint8_t digest[32]
   for (uint64_t i = 0; i < n; i++) {
     /* evenly spread, the first and the last record among them */
     uint64_t index = n > 1 ? i * (size - 1) / (n - 1) : 0;
-    MDB_val k = db->keys[index], v;
-    int rc = mdb_get(db->txn, db->dbi, &k, &v);
-    if (rc) return mdb_failure(db, rc, "cannot read a record");
-    uint64_t len[2] = {k.mv_size, v.mv_size};
+    kiln_ldb_rec r;
+    KILN_TRY(raw_record(db, index, &r));
+    uint64_t len[2] = {r.key_len, r.value_len};
     kiln_sha256_update(&h, len, sizeof len);
-    kiln_sha256_update(&h, k.mv_data, k.mv_size);
-    kiln_sha256_update(&h, v.mv_data, v.mv_size);
+    kiln_sha256_update(&h, r.key, r.key_len);
+    kiln_sha256_update(&h, r.value, r.value_len);
   }
   kiln_sha256_final(&h, digest);
   return KILN_OK;
@@ -408,6 +481,7 @@ void kiln_datum_db_close(kiln_datum_db *db) {
   if (db->current) caffe__datum__free_unpacked(db->current, NULL);
   kiln_image_free(&db->image);
   free(db->keys);
+  kiln_ldb_close(db->ldb);
   if (db->cursor) mdb_cursor_close(db->cursor);
   if (db->txn) mdb_txn_abort(db->txn);
   if (db->env) mdb_env_close(db->env);
@@ -431,6 +505,8 @@ typedef struct pending_record {
 
 struct kiln_datum_writer {
   char *final_path, *tmp_path;
+  bool leveldb;         /* writing a LevelDB; else the LMDB fields below */
+  kiln_ldb_writer *ldb; /* until it is finished */
   MDB_env *env;
   MDB_txn *txn; /* NULL between chunks */
   MDB_dbi dbi;
@@ -523,9 +599,16 @@ static int writer_flush(kiln_datum_writer *w) {
 }
 
 int kiln_datum_writer_open(const char *final_path, kiln_datum_writer **out) {
+  return kiln_datum_writer_open_as(final_path, KILN_DB_LMDB, out);
+}
+
+int kiln_datum_writer_open_as(const char *final_path, kiln_db_backend backend,
+                              kiln_datum_writer **out) {
   *out = NULL;
+  const bool leveldb = backend == KILN_DB_LEVELDB;
   if (!final_path || !final_path[0])
-    return kiln_errorf(KILN_ERR_INVALID, "the output path is empty; name the LMDB to write");
+    return kiln_errorf(KILN_ERR_INVALID, "the output path is empty; name the %s to write",
+                       leveldb ? "LevelDB" : "LMDB");
   struct stat st;
   if (stat(final_path, &st) == 0)
     return kiln_errorf(KILN_ERR_INVALID,
@@ -539,6 +622,13 @@ int kiln_datum_writer_open(const char *final_path, kiln_datum_writer **out) {
     return kiln_errorf(KILN_ERR_NOMEM, "%s: out of memory", final_path);
   }
   snprintf(w->tmp_path, len, "%s.tmp", final_path);
+  if ((w->leveldb = leveldb)) {
+    int rc = kiln_ldb_destroy(w->tmp_path); /* left by an interrupted run */
+    if (!rc) rc = kiln_ldb_writer_open(w->tmp_path, &w->ldb);
+    if (rc) writer_free(w);
+    else *out = w;
+    return rc;
+  }
   int e = kiln_data_remove_lmdb_dir(w->tmp_path); /* left by an interrupted run */
   if (e) {
     int rc = kiln_errorf(KILN_ERR_IO, "%s: cannot remove the leftover temporary database: %s",
@@ -593,11 +683,22 @@ static int arena_reserve(kiln_datum_writer *w, size_t more) {
 static int writer_put_message(kiln_datum_writer *w, const char *key, size_t key_len,
                               const Caffe__Datum *m);
 
-int kiln_datum_writer_put(kiln_datum_writer *w, const char *key, const kiln_datum *d) {
-  size_t key_len = strlen(key);
-  if (key_len == 0 || key_len > (size_t)mdb_env_get_maxkeysize(w->env))
+/* A key the database takes: LMDB's are 1 to its maximum bytes, LevelDB's any but empty. */
+static int check_key(const kiln_datum_writer *w, const char *key, size_t *key_len) {
+  *key_len = strlen(key);
+  if (w->leveldb) {
+    if (*key_len == 0) return kiln_errorf(KILN_ERR_INVALID, "%s: empty key", w->final_path);
+    return KILN_OK;
+  }
+  if (*key_len == 0 || *key_len > (size_t)mdb_env_get_maxkeysize(w->env))
     return kiln_errorf(KILN_ERR_INVALID, "%s: key of %zu bytes; LMDB takes 1 to %d", w->final_path,
-                       key_len, mdb_env_get_maxkeysize(w->env));
+                       *key_len, mdb_env_get_maxkeysize(w->env));
+  return KILN_OK;
+}
+
+int kiln_datum_writer_put(kiln_datum_writer *w, const char *key, const kiln_datum *d) {
+  size_t key_len;
+  KILN_TRY(check_key(w, key, &key_len));
   uint64_t n = shape_count(d->channels, d->height, d->width);
   if (n == 0)
     return kiln_errorf(KILN_ERR_INVALID, "%s: record '%s': invalid shape %dx%dx%d", w->final_path,
@@ -624,10 +725,8 @@ int kiln_datum_writer_put(kiln_datum_writer *w, const char *key, const kiln_datu
 
 int kiln_datum_writer_put_encoded(kiln_datum_writer *w, const char *key, const void *bytes,
                                   size_t n, int label) {
-  size_t key_len = strlen(key);
-  if (key_len == 0 || key_len > (size_t)mdb_env_get_maxkeysize(w->env))
-    return kiln_errorf(KILN_ERR_INVALID, "%s: key of %zu bytes; LMDB takes 1 to %d", w->final_path,
-                       key_len, mdb_env_get_maxkeysize(w->env));
+  size_t key_len;
+  KILN_TRY(check_key(w, key, &key_len));
   if (n == 0)
     return kiln_errorf(KILN_ERR_INVALID, "%s: record '%s': no image bytes", w->final_path, key);
   Caffe__Datum m = CAFFE__DATUM__INIT;
@@ -643,6 +742,12 @@ int kiln_datum_writer_put_encoded(kiln_datum_writer *w, const char *key, const v
 static int writer_put_message(kiln_datum_writer *w, const char *key, size_t key_len,
                               const Caffe__Datum *m) {
   size_t val_len = caffe__datum__get_packed_size(m);
+  if (w->leveldb) { /* the batch keeps its own copy */
+    w->arena_len = 0;
+    KILN_TRY(arena_reserve(w, val_len));
+    return kiln_ldb_writer_put(w->ldb, key, key_len, w->arena,
+                               caffe__datum__pack(m, w->arena));
+  }
   KILN_TRY(arena_reserve(w, key_len + val_len));
   if (w->n_pending == w->pending_cap) {
     size_t cap = w->pending_cap ? 2 * w->pending_cap : 256;
@@ -694,18 +799,27 @@ static void sync_parent_dir(const char *path) {
 }
 
 int kiln_datum_writer_commit(kiln_datum_writer *w) {
-  int rc = writer_flush(w);
-  if (rc) {
-    kiln_datum_writer_abort(w);
-    return rc;
+  int rc;
+  if (w->leveldb) {
+    rc = kiln_ldb_writer_finish(w->ldb); /* frees it */
+    w->ldb = NULL;
+    if (rc) {
+      kiln_datum_writer_abort(w);
+      return rc;
+    }
+  } else {
+    if ((rc = writer_flush(w))) {
+      kiln_datum_writer_abort(w);
+      return rc;
+    }
+    if ((rc = mdb_env_sync(w->env, 1))) {
+      rc = writer_mdb_failure(w, rc, "cannot sync");
+      kiln_datum_writer_abort(w);
+      return rc;
+    }
+    mdb_env_close(w->env);
+    w->env = NULL;
   }
-  if ((rc = mdb_env_sync(w->env, 1))) {
-    rc = writer_mdb_failure(w, rc, "cannot sync");
-    kiln_datum_writer_abort(w);
-    return rc;
-  }
-  mdb_env_close(w->env);
-  w->env = NULL;
   struct stat st;
   if (stat(w->final_path, &st) == 0) {
     rc = kiln_errorf(KILN_ERR_INVALID,
@@ -729,15 +843,19 @@ void kiln_datum_writer_abort(kiln_datum_writer *w) {
   if (!w) return;
   if (w->txn) mdb_txn_abort(w->txn);
   if (w->env) mdb_env_close(w->env);
-  (void)kiln_data_remove_lmdb_dir(w->tmp_path);
+  if (w->ldb) kiln_ldb_writer_discard(w->ldb);
+  if (w->leveldb)
+    (void)kiln_ldb_destroy(w->tmp_path);
+  else
+    (void)kiln_data_remove_lmdb_dir(w->tmp_path);
   writer_free(w);
 }
 
-int kiln_data_write_images(const char *out_path, const char *source, uint32_t n, int key_digits,
-                           int channels, int height, int width, const uint8_t *pixels,
-                           const uint8_t *labels) {
+int kiln_data_write_images(const char *out_path, kiln_db_backend backend, const char *source,
+                           uint32_t n, int key_digits, int channels, int height, int width,
+                           const uint8_t *pixels, const uint8_t *labels) {
   kiln_datum_writer *w = NULL;
-  KILN_TRY(kiln_datum_writer_open(out_path, &w));
+  KILN_TRY(kiln_datum_writer_open_as(out_path, backend, &w));
   const size_t bytes = (size_t)channels * (size_t)height * (size_t)width;
   for (uint32_t i = 0; i < n; i++) {
     char key[16];

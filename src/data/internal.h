@@ -19,12 +19,42 @@ int kiln_data_lock_entry(const char *lock, int *fd);
 
 
 /* Writes n images of channels x height x width bytes (record after record in `pixels`) with
- * their labels as a new LMDB of Datum records at out_path, keyed by the index in `key_digits`
- * zero-padded digits, as Caffe's converters key them. Nothing is left at out_path on failure;
+ * their labels as a new LMDB or LevelDB (`backend`) of Datum records at out_path, keyed by the
+ * index in `key_digits` zero-padded digits, as Caffe's converters key them. Nothing is left at out_path on failure;
  * messages name `source`. */
-int kiln_data_write_images(const char *out_path, const char *source, uint32_t n, int key_digits,
-                           int channels, int height, int width, const uint8_t *pixels,
-                           const uint8_t *labels);
+int kiln_data_write_images(const char *out_path, kiln_db_backend backend, const char *source,
+                           uint32_t n, int key_digits, int channels, int height, int width,
+                           const uint8_t *pixels, const uint8_t *labels);
+
+/* A key as text for messages: itself when printable, else hex, cut short when long
+ * (src/data/datum_db.c). */
+const char *kiln_data_key_string(const void *key, size_t len, char *buf, size_t n);
+
+/* LevelDB databases of Datum records, the raw records behind kiln_datum_db
+ * (src/data/datum_leveldb.c). Opening reads the path through a private view, counts the records
+ * and indexes their keys; kiln_ldb_record positions iterator `which` (KILN_LDB_SEQUENTIAL, which
+ * steps forward cheaply, or KILN_LDB_RANDOM) on record `index` (< size) in key order, the
+ * record's bytes being valid until that iterator's next move. Errors name the path and the key. */
+typedef struct kiln_ldb kiln_ldb;
+typedef struct kiln_ldb_rec {
+  const void *key, *value;
+  size_t key_len, value_len;
+} kiln_ldb_rec;
+enum { KILN_LDB_SEQUENTIAL = 0, KILN_LDB_RANDOM = 1 };
+int kiln_ldb_open(const char *path, kiln_ldb **out, uint64_t *size);
+int kiln_ldb_record(kiln_ldb *d, int which, uint64_t index, kiln_ldb_rec *r);
+void kiln_ldb_close(kiln_ldb *d);
+
+/* A new LevelDB at `path` (which must not exist), filled in batches; finish compacts it into
+ * sorted tables and closes it, discard removes it. Both free `w`. */
+typedef struct kiln_ldb_writer kiln_ldb_writer;
+int kiln_ldb_writer_open(const char *path, kiln_ldb_writer **out);
+int kiln_ldb_writer_put(kiln_ldb_writer *w, const void *key, size_t key_len, const void *value,
+                        size_t value_len);
+int kiln_ldb_writer_finish(kiln_ldb_writer *w);
+void kiln_ldb_writer_discard(kiln_ldb_writer *w);
+/* Removes a LevelDB directory (LevelDB's files, then the directory); a missing one is fine. */
+int kiln_ldb_destroy(const char *path);
 
 /* Decodes an escaped line in place (\\ \t \n \r; with `vocab`, also \s for a space and \0):
  * the decoded length, or -1 at a bad escape (src/data/text_records.c). */

@@ -186,11 +186,18 @@ static int open_db(kiln_layer *l, const char *given, char **path, kiln_datum_db 
   KILN_TRY(kiln_data_source_path(l->config, given, source, sizeof source));
   *path = strdup(source);
   if (!*path) return kiln_errorf(KILN_ERR_NOMEM, "out of memory");
-  int rc = kiln_datum_db_open(source, db);
+  const kiln_data_state *s = l->priv;
+  int rc = kiln_datum_db_open_as(source, s->backend, db);
   kiln_datum d;
-  if (!rc) kiln_datum_db_set_color(*db, ((data_state *)l->priv)->color);
+  if (!rc) kiln_datum_db_set_color(*db, s->color);
   if (!rc) rc = kiln_datum_db_next(*db, &d);
   if (!rc) rc = kiln_datum_db_seek(*db, 0);
+  /* Caffe's default backend is LevelDB: a data_param that names none (its examples' siamese
+   * net, nets of 2014) reads a LevelDB, and the message says so when the path holds an LMDB */
+  const Caffe__DataParameter *p = KILN_PARAM_OR(l->lp->data_param, data_defaults);
+  if (rc && !p->has_backend && s->backend == KILN_DB_LEVELDB)
+    return kiln_error_context(rc, "layer '%s' (Data): data_param names no backend, which in Caffe "
+                              "means LEVELDB: ", l->name);
   if (rc) return kiln_error_context(rc, "layer '%s' (Data): ", l->name);
   chw[0] = d.channels, chw[1] = d.height, chw[2] = d.width;
   return KILN_OK;
@@ -302,15 +309,7 @@ static int data_setup(kiln_layer *l) {
   KILN_TRY(kiln_data_layer_init(l, &s));
   if (p->n_source == 0 || !p->source[0][0])
     return KILN_LAYER_ERROR(l, KILN_ERR_INVALID, "data_param.source is required");
-  /* Caffe's default backend is LevelDB, so a data_param that names none (its examples' siamese
-   * net, nets of 2014) means LevelDB: the message says so rather than name a line not there. */
-  if (p->backend != CAFFE__DATA_PARAMETER__DB__LMDB)
-    return KILN_LAYER_ERROR(l, KILN_ERR_UNSUPPORTED,
-                            "%s; kiln reads LMDB only: convert the data to an LMDB (kiln convert) "
-                            "and set 'backend: LMDB'",
-                            p->has_backend ? "backend LEVELDB is not supported"
-                                           : "data_param names no backend, which in Caffe means "
-                                             "LEVELDB");
+  s->backend = p->backend == CAFFE__DATA_PARAMETER__DB__LMDB ? KILN_DB_LMDB : KILN_DB_LEVELDB;
   if (!p->has_batch_size || p->batch_size == 0)
     return KILN_LAYER_ERROR(l, KILN_ERR_INVALID, "data_param.batch_size must be set and > 0");
   s->batch = (int)p->batch_size;

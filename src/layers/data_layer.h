@@ -42,6 +42,7 @@ struct kiln_data_state {
   size_t file_cap;
   kiln_image image;     /* the last image read */
   kiln_image_color color;
+  kiln_db_backend backend; /* what data_param asks for (Data only) */
   int new_height, new_width;
   /* the records and the transform */
   int batch, C, H, W, outH, outW, crop;

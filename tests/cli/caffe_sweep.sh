@@ -2,6 +2,8 @@
 # (`layers`, a DATA layer with the old data_param fields, a loss without a top), a net with a
 # Python layer, a WindowData net, a net reading HDF5Data, ImageData and Data sources (one phase
 # or stage each), a net with absolute sources and a gray image list under a root folder, a
+# net reading LevelDB (Caffe's default backend, named or not, and a mean file of it: the sweep
+# makes LevelDBs for them, as Caffe's siamese example needs), a
 # solver with `solver_type`, one with its net inside (whose data the sweep makes too), and a
 # solver whose net is not in the folder. The
 # table must say built, refused or read for each with its reason, the exit status 0; a net that
@@ -68,6 +70,17 @@ layer { name: "img" type: "ImageData" top: "data" top: "label" include { phase: 
 layer { name: "fc" type: "InnerProduct" bottom: "data" top: "fc" inner_product_param { num_output: 2 } }
 layer { name: "loss" type: "SoftmaxWithLoss" bottom: "fc" bottom: "label" }
 EOF
+# Caffe's default backend (LevelDB) in TRAIN, named in TEST with a mean file; pairs: 2x28x28
+cat > caffe/examples/toy/siamese_train_test.prototxt <<'EOF'
+name: "ToySiamese"
+layer { name: "pairs" type: "Data" top: "pair_data" top: "sim" include { phase: TRAIN }
+  data_param { source: "examples/toy/toy_siamese_train_leveldb" batch_size: 4 } }
+layer { name: "pairs" type: "Data" top: "pair_data" top: "sim" include { phase: TEST }
+  transform_param { mean_file: "examples/toy/toy_siamese_mean.binaryproto" }
+  data_param { source: "examples/toy/toy_siamese_test_leveldb" batch_size: 2 backend: LEVELDB } }
+layer { name: "fc" type: "InnerProduct" bottom: "pair_data" top: "fc" inner_product_param { num_output: 2 } }
+layer { name: "loss" type: "SoftmaxWithLoss" bottom: "fc" bottom: "sim" }
+EOF
 cat > caffe/examples/toy/solver.prototxt <<'EOF'
 net: "examples/toy/v1_train_test.prototxt"
 test_iter: 1
@@ -119,10 +132,12 @@ row models/toy/sources.prototxt TEST:lmdb built "total: "
 row models/toy/places.prototxt TRAIN built "total: 6146 parameters"
 row models/toy/places.prototxt TEST built "total: 514 parameters"
 [ ! -e "$WORK/elsewhere" ] && pass || fail "the sweep wrote outside its copy: $(ls -R "$WORK/elsewhere")"
+row examples/toy/siamese_train_test.prototxt TRAIN built "total: 3138 parameters"
+row examples/toy/siamese_train_test.prototxt TEST built "total: 3138 parameters"
 row examples/toy/solver.prototxt solver built "read (Nesterov), train net and 1 test net built"
 row examples/toy/inline_solver.prototxt solver built "read (AdaDelta), train net and 0 test nets built"
 row models/toy/lost_solver.prototxt solver read "models/toy/not_here.prototxt is not in the folder"
-grep -q "^8 files (5 nets, 3 solvers): 9 built, 1 read, 2 refused, 0 failed$" table.txt && pass \
+grep -q "^9 files (6 nets, 3 solvers): 11 built, 1 read, 2 refused, 0 failed$" table.txt && pass \
   || fail "summary: $(tail -n 1 table.txt)"
 find caffe -type f | LC_ALL=C sort | xargs cksum | cmp -s - before.txt && pass \
   || fail "the swept folder changed"

@@ -130,7 +130,10 @@ data_case() {
 }
 data_case "batch_size 0" 'data_param { source: "ok_lmdb" batch_size: 0 backend: LMDB }' "batch_size"
 data_case "no source" 'data_param { batch_size: 2 backend: LMDB }' "data_param.source is required"
-data_case "LEVELDB" 'data_param { source: "ok_lmdb" batch_size: 2 backend: LEVELDB }' "LEVELDB"
+data_case "backend LEVELDB on an LMDB" 'data_param { source: "ok_lmdb" batch_size: 2 backend: LEVELDB }' \
+  "ok_lmdb: holds an LMDB database (data.mdb), but backend LEVELDB was asked for"
+data_case "no backend (LEVELDB) on an LMDB" 'data_param { source: "ok_lmdb" batch_size: 2 }' \
+  "data_param names no backend, which in Caffe means LEVELDB" "ok_lmdb: holds an LMDB database"
 data_case "a crop larger than the images" 'transform_param { crop_size: 5 } data_param { source: "ok_lmdb" batch_size: 2 backend: LMDB }' "crop_size 5"
 data_case "a NaN scale" 'transform_param { scale: nan } data_param { source: "ok_lmdb" batch_size: 2 backend: LMDB }' "transform_param.scale is nan"
 data_case "two mean values for one channel" 'transform_param { mean_value: 1 mean_value: 2 } data_param { source: "ok_lmdb" batch_size: 2 backend: LMDB }' "mean_value"
