@@ -1,7 +1,9 @@
 /* Recomputation in backward (src/net/net_recompute.c), the memory-efficient DenseNet technique:
  * a small DenseNet-BC gives the plain plan's losses and parameter gradients, bit for bit, over
  * three SGD steps, with the BatchNorm-Scale-ReLU outputs that only feed a convolution (and
- * BatchNorm's normalised copies) kept in two shared scratch buffers and recomputed in backward. */
+ * BatchNorm's normalised copies) kept in two shared scratch buffers and recomputed in backward,
+ * and each block's Concat tops but the last in two more, copied back in backward from the start
+ * of the last. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -169,6 +171,17 @@ static void check_depth(int L, int N, bool plain_layouts) {
     }
   }
   assert_int_equal(recomputed, 3 * L + 2 + 1);
+  /* A block's Concat tops are not kept but for its last. */
+  for (int blk = 1; blk <= 3; blk++)
+    for (int i = 1; i <= L; i++) {
+      char name[64];
+      snprintf(name, sizeof name, "b%d_%d_concat", blk, i);
+      if (i < L)
+        assert_non_null(blob(r.net, name)->data_of);
+      else
+        assert_null(blob(r.net, name)->data_of);
+      assert_null(blob(p.net, name)->data_of);
+    }
   assert_true(r.net->memory.activations < p.net->memory.activations);
   assert_true(r.net->memory.buffers < p.net->memory.buffers);
   check_same_steps(p.net, r.net);
@@ -187,10 +200,16 @@ static void test_densenet16_recompute_matches_plain(void **state) {
   check_depth(2, 5, true);
 }
 
+static void test_densenet22_recompute_matches_plain(void **state) {
+  (void)state;
+  check_depth(3, 3, false);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_densenet10_recompute_matches_plain),
       cmocka_unit_test(test_densenet16_recompute_matches_plain),
+      cmocka_unit_test(test_densenet22_recompute_matches_plain),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

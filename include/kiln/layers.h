@@ -115,6 +115,10 @@ typedef struct kiln_layer_ops {
    * recomputes them before that layer's backward. NULL: never. */
   bool (*recomputable)(const kiln_layer *l);
   int (*recompute)(kiln_layer *l);
+  /* The axis along which the layer's first bottom is, unchanged, the start of its (single) top
+   * (Concat: its axis), its backward reading no data; -1 or NULL: none. The net then need not
+   * keep the bottom for a layer that recomputes from it: the start of the top holds it. */
+  int (*prefix_axis)(const kiln_layer *l);
   /* Data layers: records consumed, and repositioning, for exact resume. */
   uint64_t (*get_cursor)(kiln_layer *l);
   int (*set_cursor)(kiln_layer *l, uint64_t cursor);

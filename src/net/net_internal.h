@@ -47,6 +47,11 @@ typedef struct {
    * outputs share. */
   int *recompute_before;
   kiln_blob *scratch_top, *scratch_kept;
+  /* Prefix layers (Concat) whose top is not kept: per layer, the one whose top to refill before
+   * its backward (-1: none), and per such layer the kept top of its chain to refill it from;
+   * their tops share two scratch buffers, alternating along a chain. */
+  int *refill_before, *refill_from;
+  kiln_blob *scratch_prefix[2];
   int fault_layer;              /* the layer whose forward sleeps (config.fault); -1: none */
   int blobs_cap;                /* room in net->blobs */
 } net_internal;

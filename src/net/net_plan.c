@@ -241,6 +241,8 @@ int kiln_net_plan_memory(kiln_net *net, const kiln_net_options *opt) {
   for (int k = 0; k < in->ndiff_pool; k++) m->activations += in->diff_pool_floats[k] * 4;
   if (in->recompute_before) {
     m->activations += in->scratch_top->count * 4;
+    for (int p = 0; p < 2; p++)
+      if (in->scratch_prefix[p]) m->activations += in->scratch_prefix[p]->count * 4;
     m->buffers += in->scratch_kept->count * 4;
   }
   for (int i = 0; i < net->nlayers; i++) {

@@ -18,7 +18,7 @@ for pat in '^b1_6_concat +Concat +64x96x28x28 ' '^trans1_pool +Pooling +64x48x14
   echo "$out" | grep -Eq "$pat" && pass || fail "densenet40: no line matching '$pat'"
 done
 out=$("$KILN" describe --model "$SRC/bench/nets/densenet40.prototxt") || fail "describe densenet40"
-echo "$out" | grep -Eq '^memory: 410.4 MiB = .* activations 290.7 MiB \+ buffers 90.7 MiB \+ workspace 27.6 MiB' &&
+echo "$out" | grep -Eq '^memory: 359.3 MiB = .* activations 239.6 MiB \+ buffers 90.7 MiB \+ workspace 27.6 MiB' &&
   pass || fail "densenet40 with recomputation: $(echo "$out" | tail -1)"
 plan() {  # plan DEPTH PATTERN [KILN_RECOMPUTE value]
   local msg
@@ -27,6 +27,6 @@ plan() {  # plan DEPTH PATTERN [KILN_RECOMPUTE value]
 }
 plan 100 "needs 2.41 GiB .* activations: 1.57 GiB" 0
 plan 160 "needs 5.35 GiB .* activations: 3.50 GiB" 0
-plan 100 "needs 1.31 GiB .* activations: 1.01 GiB"
-plan 160 "needs 2.59 GiB .* activations: 2.12 GiB"
+plan 100 "needs 884.6 MiB .* activations: 582.0 MiB"
+plan 160 "needs 1.38 GiB .* activations: 924.4 MiB"
 finish
