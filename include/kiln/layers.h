@@ -108,6 +108,17 @@ typedef struct kiln_layer_ops {
    * never absorbed. */
   bool (*absorbable)(const kiln_layer *l, kiln_absorb_kind kind, const kiln_blob *blob,
                      kiln_absorb *offer);
+  /* Recomputation in backward (kiln_config.no_recompute unset, a training net): whether this
+   * layer, as built and fused, can run its forward again with the same bits and no other effect
+   * (recompute: its top and its kept output from its bottom, statistics untouched). The net then
+   * keeps neither between forward and backward when only the next layer reads the top, and
+   * recomputes them before that layer's backward. NULL: never. */
+  bool (*recomputable)(const kiln_layer *l);
+  int (*recompute)(kiln_layer *l);
+  /* The axis along which the layer's first bottom is, unchanged, the start of its (single) top
+   * (Concat: its axis), its backward reading no data; -1 or NULL: none. The net then need not
+   * keep the bottom for a layer that recomputes from it: the start of the top holds it. */
+  int (*prefix_axis)(const kiln_layer *l);
   /* Data layers: records consumed, and repositioning, for exact resume. */
   uint64_t (*get_cursor)(kiln_layer *l);
   int (*set_cursor)(kiln_layer *l, uint64_t cursor);

@@ -17,7 +17,8 @@ typedef struct {
   float maf, eps; /* moving_average_fraction, eps */
   int64_t N, C, S; /* batch, channels, spatial (everything after the channel axis) */
   /* Blocked layout: per-channel sums in double over chunks of BN_CHUNK images (2 per chunk and
-   * channel), and two per-channel floats (shift and scale), sized at reshape. */
+   * channel), and two per-channel floats (shift and scale), sized at reshape; after those, the
+   * plain layout's batch means as forward used them (for bn_recompute). */
   double *part;
   float *chan;
   int64_t part_cap, chan_cap;
@@ -96,7 +97,7 @@ static int bn_reshape(kiln_layer *l) {
   const int64_t nchunks = (s->N + BN_CHUNK - 1) / BN_CHUNK;
   /* partial sums (2 x 16 per chunk and block), then the blocks' means (16 each) */
   const int64_t blocks = (s->C + 15) / 16, part = blocks * nchunks * 32 + blocks * 16;
-  const int64_t chan = 2 * s->C;
+  const int64_t chan = 3 * s->C; /* backward's two per-channel means; forward's batch means */
   if (part > s->part_cap) {
     double *p = realloc(s->part, sizeof(double) * (size_t)part);
     if (!p) return kiln_errorf(KILN_ERR_NOMEM, "out of memory");
@@ -330,6 +331,7 @@ static int bn_forward(kiln_layer *l) {
       double var = m ? sq / (double)m : 0.0; /* biased, as Caffe normalises with */
       float is = (float)(1.0 / sqrt(var + s->eps)), mf = (float)mean;
       inv[c] = is;
+      s->chan[2 * C + c] = mf;
       plain_normalise(y, xn, x, mf, is, gam, bet, s->slope, c, N, C, S);
       mean_sum[c] = s->maf * mean_sum[c] + (float)mean;
       var_sum[c] = s->maf * var_sum[c] + (float)(correction * var);
@@ -536,6 +538,29 @@ static void bn_destroy(kiln_layer *l) {
   free(l->priv);
 }
 
+/* Forward again on the same bottom, from the means and inverse deviations forward stored: the
+ * same expressions on the same values, so the top and x_norm get the bits forward gave them. The
+ * stored statistics are not touched. */
+static int bn_recompute(kiln_layer *l) {
+  bn_state *s = l->priv;
+  const float *x = l->bottom[0]->data;
+  float *y = l->top[0]->data, *xn = l->buffer[BN_XNORM]->data;
+  const float *inv = l->buffer[BN_INVSTD]->data, *mean = s->chan + 2 * s->C;
+  const float *gam = s->gamma ? s->gamma->data : NULL;
+  const float *bet = s->gamma ? s->beta->data : NULL;
+  const int64_t N = s->N, C = s->C, S = s->S;
+#pragma omp parallel for schedule(static) num_threads(l->nthreads) if (N * C * S > 32768)
+  for (int64_t c = 0; c < C; c++)
+    plain_normalise(y, xn, x, mean[c], inv[c], gam, bet, s->slope, c, N, C, S);
+  return KILN_OK;
+}
+
+/* Batch statistics in the plain layout, the top not the bottom (which recompute reads). */
+static bool bn_recomputable(const kiln_layer *l) {
+  const bn_state *s = l->priv;
+  return !s->global && l->bottom[0] != l->top[0] && l->bottom[0]->layout != KILN_LAYOUT_BLOCKED16;
+}
+
 /* The top is a copy of x_norm, which only this layer's forward writes. */
 static const kiln_blob *bn_kept_output(const kiln_layer *l) { return l->buffer[BN_XNORM]; }
 
@@ -569,5 +594,5 @@ const kiln_layer_ops kiln_layer_batch_norm = {
     .in_place = true,
     .setup = bn_setup, .reshape = bn_reshape, .forward = bn_forward, .backward = bn_backward,
     .destroy = bn_destroy, .layout_role = bn_layout_role, .kept_output = bn_kept_output,
-    .fuse = bn_fuse,
+    .fuse = bn_fuse, .recomputable = bn_recomputable, .recompute = bn_recompute,
 };

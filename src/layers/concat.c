@@ -105,8 +105,13 @@ static int concat_backward(kiln_layer *l) {
 
 static void concat_destroy(kiln_layer *l) { free(l->priv); }
 
+/* The first bottom is the start of the top along the axis; backward copies diffs only. */
+static int concat_prefix_axis(const kiln_layer *l) {
+  return ((const concat_state *)l->priv)->axis;
+}
+
 const kiln_layer_ops kiln_layer_concat = {
     .type = "Concat", .min_bottoms = 1, .max_bottoms = -1, .min_tops = 1, .max_tops = 1,
     .setup = concat_setup, .reshape = concat_reshape, .forward = concat_forward,
-    .backward = concat_backward, .destroy = concat_destroy,
+    .backward = concat_backward, .destroy = concat_destroy, .prefix_axis = concat_prefix_axis,
 };

@@ -339,6 +339,7 @@ static int build(kiln_net *net, const Caffe__NetParameter *np, const kiln_net_op
   need_backward(net, np);
   KILN_TRY(find_outputs(net));
   KILN_TRY(check_sparse(net));
+  KILN_TRY(kiln_net_plan_recompute(net, opt));
   KILN_TRY(kiln_net_plan_memory(net, opt));
   if (net->config.fault.kind == KILN_FAULT_SLEEP)
     for (int i = 0; i < net->nlayers; i++)
@@ -346,6 +347,7 @@ static int build(kiln_net *net, const Caffe__NetParameter *np, const kiln_net_op
         in->fault_layer = i;
         break;
       }
+  KILN_TRY(kiln_net_alloc_recompute(net));
   return kiln_net_allocate_and_fill(net);
 }
 
@@ -394,6 +396,7 @@ void kiln_net_free(kiln_net *net) {
     free(in->diff_pool);
     free(in->diff_pool_floats);
     free(in->diff_slot);
+    kiln_net_free_recompute(in);
     free(in);
   }
   free(net->layers);
@@ -446,6 +449,7 @@ static int no_gradient(const kiln_layer *l) {
 
 int kiln_net_layer_backward(kiln_net *net, int i) {
   kiln_layer *l = net->layers[i];
+  KILN_TRY(kiln_net_recompute_for(net, i));
   if (l->fused) return KILN_OK; /* done at the group's last layer */
   if (!l->fused_into) {
     if (!net->layer_need_backward[i]) return KILN_OK;

@@ -42,6 +42,16 @@ typedef struct {
   int ndiff_pool;
   int64_t *diff_pool_floats;
   float **diff_pool;
+  /* Recomputation (net_recompute.c): per layer, the layer to run again before its backward (-1:
+   * none; NULL: no layer recomputes), and the scratch buffers the recomputed tops and kept
+   * outputs share. */
+  int *recompute_before;
+  kiln_blob *scratch_top, *scratch_kept;
+  /* Prefix layers (Concat) whose top is not kept: per layer, the one whose top to refill before
+   * its backward (-1: none), and per such layer the kept top of its chain to refill it from;
+   * their tops share two scratch buffers, alternating along a chain. */
+  int *refill_before, *refill_from;
+  kiln_blob *scratch_prefix[2];
   int fault_layer;              /* the layer whose forward sleeps (config.fault); -1: none */
   int blobs_cap;                /* room in net->blobs */
 } net_internal;
@@ -64,6 +74,17 @@ void kiln_net_share_split_data(kiln_net *net);
  * memory limit. */
 int kiln_net_plan_memory(kiln_net *net, const kiln_net_options *opt);
 int kiln_net_allocate_and_fill(kiln_net *net);
+
+/* ---- net_recompute.c: recomputation in backward -------------------------------------------- */
+
+/* Decides which layers recompute (their tops and kept outputs then share scratch data). After
+ * fusion and Split sharing, before the memory plan. */
+int kiln_net_plan_recompute(kiln_net *net, const kiln_net_options *opt);
+/* Allocates the scratch buffers: before kiln_net_allocate_and_fill. */
+int kiln_net_alloc_recompute(kiln_net *net);
+/* Before layer i's backward: recomputes the layer that needs it. */
+int kiln_net_recompute_for(kiln_net *net, int i);
+void kiln_net_free_recompute(net_internal *in);
 
 /* ---- layer.c ------------------------------------------------------------------------------ */
 

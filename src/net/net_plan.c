@@ -239,9 +239,16 @@ int kiln_net_plan_memory(kiln_net *net, const kiln_net_options *opt) {
           b->count * ((b->data_of ? 0 : 4) + (in->diff_slot && in->diff_slot[i] >= 0 ? 0 : 4));
   }
   for (int k = 0; k < in->ndiff_pool; k++) m->activations += in->diff_pool_floats[k] * 4;
+  if (in->recompute_before) {
+    m->activations += in->scratch_top->count * 4;
+    for (int p = 0; p < 2; p++)
+      if (in->scratch_prefix[p]) m->activations += in->scratch_prefix[p]->count * 4;
+    m->buffers += in->scratch_kept->count * 4;
+  }
   for (int i = 0; i < net->nlayers; i++) {
     kiln_layer *l = net->layers[i];
-    for (int b = 0; b < l->nbuffer; b++) m->buffers += l->buffer[b]->count * 4; /* data only */
+    for (int b = 0; b < l->nbuffer; b++) /* data only; a recomputed one's is the scratch's */
+      if (!l->buffer[b]->data_of) m->buffers += l->buffer[b]->count * 4;
     if (l->workspace_floats > net->workspace_floats) net->workspace_floats = l->workspace_floats;
     m->data_queues += l->extra_bytes;
   }
