@@ -1144,6 +1144,44 @@ static void check_blocked_net(const char *residual_net) {
   built_free(&b);
 }
 
+/* A convolution whose output cannot be blocked (12 channels) reads its input plain: oneDNN has
+ * no optimised kernel from blocked to such an output. The convolution before it still works
+ * blocked; and with 16 output channels (a plain output, for the classifier, of whole blocks)
+ * the input stays blocked. */
+static void test_plain_output_makes_plain_input(void **state) {
+  (void)state;
+  const char *engine = getenv("KILN_ENGINE");
+  if (!kiln_dnnl_available() || (engine && !strcmp(engine, "ref"))) skip(); /* no oneDNN: plain */
+  const char *fmt =
+      "layer { name: 'in' type: 'Input' top: 'data' top: 'label'\n"
+      "        input_param { shape { dim: 2 dim: 3 dim: 8 dim: 8 } shape { dim: 2 } } }\n"
+      "layer { name: 'conv0' type: 'Convolution' bottom: 'data' top: 'c0'\n"
+      "        convolution_param { num_output: 32 kernel_size: 3 pad: 1 } }\n"
+      "layer { name: 'relu0' type: 'ReLU' bottom: 'c0' top: 'c0' }\n"
+      "layer { name: 'conv1' type: 'Convolution' bottom: 'c0' top: 'c1'\n"
+      "        convolution_param { num_output: 32 kernel_size: 3 pad: 1 } }\n"
+      "layer { name: 'conv2' type: 'Convolution' bottom: 'c1' top: 'c2'\n"
+      "        convolution_param { num_output: %d kernel_size: 3 pad: 1 } }\n"
+      "layer { name: 'pool' type: 'Pooling' bottom: 'c2' top: 'pool'\n"
+      "        pooling_param { pool: MAX kernel_size: 2 stride: 2 } }\n"
+      "layer { name: 'ip' type: 'InnerProduct' bottom: 'pool' top: 'ip'\n"
+      "        inner_product_param { num_output: 3 } }\n"
+      "layer { name: 'loss' type: 'SoftmaxWithLoss' bottom: 'ip' bottom: 'label' top: 'loss' }\n";
+  char text[2048];
+  built b;
+  snprintf(text, sizeof text, fmt, 16);
+  build_ok(&b, text, NULL);
+  assert_int_equal(kiln_net_blob(b.net, "c0")->layout, KILN_LAYOUT_BLOCKED16);
+  assert_int_equal(kiln_net_blob(b.net, "c1")->layout, KILN_LAYOUT_BLOCKED16);
+  built_free(&b);
+  snprintf(text, sizeof text, fmt, 12);
+  build_ok(&b, text, NULL);
+  assert_int_equal(kiln_net_blob(b.net, "c2")->layout, KILN_LAYOUT_PLAIN);
+  assert_int_equal(kiln_net_blob(b.net, "c1")->layout, KILN_LAYOUT_PLAIN);
+  assert_int_equal(kiln_net_blob(b.net, "c0")->layout, KILN_LAYOUT_BLOCKED16);
+  built_free(&b);
+}
+
 static void test_blocked_layouts_match_plain(void **state) {
   (void)state;
   const char *engine = getenv("KILN_ENGINE");
@@ -1623,6 +1661,7 @@ int main(void) {
       cmocka_unit_test(test_memory_plan),
       cmocka_unit_test(test_shared_diffs_match_own_diffs),
       cmocka_unit_test(test_blocked_layouts_match_plain),
+      cmocka_unit_test(test_plain_output_makes_plain_input),
       cmocka_unit_test(test_scale_after_batchnorm_reads_its_copy),
       cmocka_unit_test(test_fused_batchnorm_matches_unfused),
       cmocka_unit_test(test_weights_round_trip),

@@ -40,7 +40,8 @@ static int merge_block(int a, int b) { return !a ? b : !b || a == b ? a : -1; }
  * layout for (kiln_layer_ops.block_channels: 16 for nChw16c), each of its blobs is 4-D with
  * channels a multiple of that block, every layer touching it reads blocked, and none of its
  * blobs leaves the net (outputs stay plain for whoever reads them); blobs of 1x1 cells are
- * exempt from the last two (the bytes are the same). Then every layer is reshaped again, which
+ * exempt from the last two (the bytes are the same); and a convolution whose output channels
+ * are not whole blocks reads plain. Then every layer is reshaped again, which
  * remakes the convolutions' primitives for their new layouts. */
 int kiln_net_plan_layouts(kiln_net *net) {
   if (net->config.plain_layouts || net->nblobs == 0) return KILN_OK;
@@ -91,6 +92,25 @@ int kiln_net_plan_layouts(kiln_net *net) {
     const bool same_bytes = fits && b->shape[2] * b->shape[3] == 1;
     if (!fits || (!same_bytes && (plain[i] || !consumed[i])))
       root_plain[uf_find(parent, i)] = true;
+  }
+  /* A converting layer (convolution on oneDNN) whose output channels are not a multiple of the
+   * block reads plain: oneDNN has no optimised kernel from a blocked input to such an output
+   * and runs its reference one (a dense block's 48 -> 12 channel convolution took 200 times as
+   * long). A plain output of whole blocks (a convolution before a classifier) is fine. */
+  for (int li = 0; li < net->nlayers; li++) {
+    const kiln_layer *l = net->layers[li];
+    const int role = l->ops->layout_role ? l->ops->layout_role(l) : KILN_LAYOUT_ROLE_NONE;
+    if (!(role & KILN_LAYOUT_ROLE_BOTTOM) || !(role & KILN_LAYOUT_ROLE_TOP) ||
+        !l->ops->block_channels)
+      continue;
+    const int block = l->ops->block_channels(l);
+    bool partial = false;
+    for (int t = 0; t < l->ntop; t++)
+      partial |= block > 0 && l->top[t]->naxes == 4 && l->top[t]->shape[1] % block != 0;
+    for (int b = 0; partial && b < l->nbottom; b++) {
+      const int bi = blob_index(net, l->bottom[b]);
+      if (bi >= 0) root_plain[uf_find(parent, bi)] = true;
+    }
   }
   bool any = false;
   for (int i = 0; i < n; i++) {
