@@ -8,7 +8,7 @@
  * under P_tmpdir holding a symbolic link to each of the database's files but LOCK and LOG, and
  * opens that. LevelDB writes its new files, lock and log into the view and unlinks the links it
  * no longer needs; the database's files are only read (LevelDB never writes to a file it did not
- * create in this session). Every process and every layer has its own view, so any number may
+ * create since it was opened). Every process and every layer has its own view, so any number may
  * read one database at once. Opening reads every record once (with the block checksums checked)
  * to count them and index their keys: LevelDB keeps no count. */
 #include <dirent.h>
