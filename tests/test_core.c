@@ -106,19 +106,32 @@ static void test_fault_parse(void **state) {
   assert_int_equal(kiln_fault_parse("sleep:conv1:20", &f), KILN_OK);
   assert_int_equal(f.kind, KILN_FAULT_SLEEP);
   assert_string_equal(f.layer, "conv1");
-  assert_int_equal(f.ms, 20);
+  assert_int_equal(f.us, 20000);
   /* a layer name may hold colons: MS is after the last one */
   assert_int_equal(kiln_fault_parse("sleep:block:1/conv:5", &f), KILN_OK);
   assert_string_equal(f.layer, "block:1/conv");
-  assert_int_equal(f.ms, 5);
+  assert_int_equal(f.us, 5000);
   assert_int_equal(kiln_fault_parse("slowread:data:40", &f), KILN_OK);
   assert_int_equal(f.kind, KILN_FAULT_SLOW_READ);
   assert_string_equal(f.layer, "data");
-  assert_int_equal(f.ms, 40);
+  assert_int_equal(f.us, 40000);
+  char buf[128];
+  assert_string_equal(kiln_fault_describe(&f, buf, sizeof buf),
+                      "data layer 'data' reads a batch in 40 ms");
+  /* a step is rarely whole milliseconds: up to three decimals */
+  assert_int_equal(kiln_fault_parse("slowread:data:4.7", &f), KILN_OK);
+  assert_int_equal(f.us, 4700);
+  assert_string_equal(kiln_fault_describe(&f, buf, sizeof buf),
+                      "data layer 'data' reads a batch in 4.7 ms");
+  assert_int_equal(kiln_fault_parse("sleep:conv1:0.125", &f), KILN_OK);
+  assert_int_equal(f.us, 125);
+  assert_string_equal(kiln_fault_describe(&f, buf, sizeof buf),
+                      "sleep 0.125 ms in every forward of layer 'conv1'");
+  assert_int_equal(kiln_fault_parse("sleep:conv1:60000.000", &f), KILN_OK);
+  assert_int_equal(f.us, 60000000);
   assert_int_equal(kiln_fault_parse("leak:1024", &f), KILN_OK);
   assert_int_equal(f.kind, KILN_FAULT_LEAK);
   assert_int_equal(f.kb, 1024);
-  char buf[128];
   assert_string_equal(kiln_fault_describe(&f, buf, sizeof buf),
                       "leak 1024 KB every training iteration");
 
@@ -128,11 +141,16 @@ static void test_fault_parse(void **state) {
   assert_parse_error("sleep", "expected sleep:LAYER:MS");
   assert_parse_error("sleep:conv1", "expected sleep:LAYER:MS");
   assert_parse_error("sleep::5", "no layer name");
-  assert_parse_error("sleep:conv1:", "'' is not a whole number of milliseconds");
-  assert_parse_error("sleep:conv1:0", "'0' is not a whole number of milliseconds in 1..60000");
-  assert_parse_error("sleep:conv1:60001", "in 1..60000");
-  assert_parse_error("sleep:conv1:2.5", "'2.5' is not a whole number");
-  assert_parse_error("sleep:conv1: 5", "' 5' is not a whole number");
+  assert_parse_error("sleep:conv1:", "'' is not a number of milliseconds");
+  assert_parse_error("sleep:conv1:0", "'0' is not a number of milliseconds in 0.001..60000");
+  assert_parse_error("sleep:conv1:0.000", "in 0.001..60000");
+  assert_parse_error("sleep:conv1:60000.001", "in 0.001..60000");
+  assert_parse_error("sleep:conv1:60001", "in 0.001..60000");
+  assert_parse_error("sleep:conv1:2.5001", "at most 3 decimals");
+  assert_parse_error("sleep:conv1:2.", "'2.' is not a number");
+  assert_parse_error("sleep:conv1:.5", "'.5' is not a number");
+  assert_parse_error("sleep:conv1:1e3", "'1e3' is not a number");
+  assert_parse_error("sleep:conv1: 5", "' 5' is not a number");
   assert_parse_error("leak", "expected sleep:LAYER:MS");
   assert_parse_error("leak:-1", "'-1' is not a whole number of kilobytes in 1..1048576");
   assert_parse_error("leak:1048577", "in 1..1048576");

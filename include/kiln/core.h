@@ -228,8 +228,10 @@ int kiln_get_num_threads(void);
 
 /* Deliberate faults that let tests plant a real regression in an unchanged trainer (the CE
  * harness's end-to-end tests; docs/ce.md). The environment variable KILN_FAULT chooses one:
- *   sleep:LAYER:MS   every forward of layer LAYER sleeps MS milliseconds (1..60000)
- *   slowread:LAYER:MS  data layer LAYER's reader (its prefetch thread) takes MS milliseconds
+ *   sleep:LAYER:MS   every forward of layer LAYER sleeps MS milliseconds (0.001..60000, at most
+ *                    three decimals)
+ *   slowread:LAYER:MS  data layer LAYER's reader (its prefetch thread) takes MS milliseconds (as
+ *                    for sleep)
  *                    for each batch, reading included (it sleeps the rest): a slow disk, for
  *                    the prefetch measurement (bench/prefetch)
  *   leak:KB          every training iteration allocates and touches KB kilobytes (1..1048576)
@@ -252,7 +254,7 @@ typedef enum {
 typedef struct kiln_fault {
   kiln_fault_kind kind;
   char layer[128]; /* sleep, slowread: the layer's name */
-  int ms;          /* sleep: per forward; slowread: per batch read */
+  int64_t us;      /* sleep: per forward; slowread: per batch read (MS given to 0.001) */
   int64_t kb;      /* leak: per training iteration */
   char stage[8];   /* stop: "start", "init" or "setup" */
   int rank;        /* stop: the worker that stops */

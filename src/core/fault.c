@@ -16,7 +16,8 @@
 enum { MAX_SLEEP_MS = 60000, MAX_LEAK_KB = 1 << 20 };
 
 static const char syntax[] =
-    "expected sleep:LAYER:MS (every forward of layer LAYER sleeps MS milliseconds), "
+    "expected sleep:LAYER:MS (every forward of layer LAYER sleeps MS milliseconds, up to 3 "
+    "decimals), "
     "slowread:LAYER:MS (data layer LAYER's reader takes MS milliseconds a batch), or leak:KB "
     "(every training iteration leaks KB kilobytes) or stop:STAGE:RANK (rank RANK stops itself at "
     "STAGE start, init or setup of the MPI start-up)";
@@ -32,6 +33,33 @@ static bool parse_count(const char *s, size_t len, long lo, long hi, long *out) 
   if (v < lo || v > hi) return false;
   *out = v;
   return true;
+}
+
+/* Milliseconds with up to three decimals ("4.7", "20"), as whole microseconds in
+ * [1, MAX_SLEEP_MS * 1000]: a bench slows a reader to one training step, which is rarely a whole
+ * number of milliseconds, and a reader a fraction slower than the step would empty the ring. */
+static bool parse_ms(const char *s, size_t len, int64_t *us) {
+  const char *dot = memchr(s, '.', len);
+  size_t whole = dot ? (size_t)(dot - s) : len, frac = dot ? len - whole - 1 : 0;
+  long ms = 0, part = 0;
+  if (whole == 0 || !parse_count(s, whole, 0, MAX_SLEEP_MS, &ms)) return false;
+  if (dot && (frac == 0 || frac > 3 || !parse_count(dot + 1, frac, 0, 999, &part))) return false;
+  for (size_t i = frac; i < 3; i++) part *= 10;
+  const int64_t v = (int64_t)ms * 1000 + part;
+  if (v < 1 || v > (int64_t)MAX_SLEEP_MS * 1000) return false;
+  *us = v;
+  return true;
+}
+
+/* "20", "4.7", "0.125": microseconds as the milliseconds they were given in */
+static const char *ms_text(int64_t us, char *buf, size_t n) {
+  if (us % 1000 == 0)
+    snprintf(buf, n, "%lld", (long long)(us / 1000));
+  else {
+    snprintf(buf, n, "%lld.%03lld", (long long)(us / 1000), (long long)(us % 1000));
+    for (char *end = buf + strlen(buf) - 1; *end == '0'; end--) *end = '\0';
+  }
+  return buf;
 }
 
 int kiln_fault_parse(const char *text, kiln_fault *out) {
@@ -53,15 +81,16 @@ int kiln_fault_parse(const char *text, kiln_fault *out) {
     if (name_len >= sizeof out->layer)
       return kiln_errorf(KILN_ERR_INVALID, "%s='%s': the layer name is longer than %zu characters",
                          KILN_FAULT_ENV, text, sizeof out->layer - 1);
-    long ms;
-    if (!parse_count(last + 1, strlen(last + 1), 1, MAX_SLEEP_MS, &ms))
+    int64_t us;
+    if (!parse_ms(last + 1, strlen(last + 1), &us))
       return kiln_errorf(KILN_ERR_INVALID,
-                         "%s='%s': '%s' is not a whole number of milliseconds in 1..%d",
+                         "%s='%s': '%s' is not a number of milliseconds in 0.001..%d (at most 3 "
+                         "decimals)",
                          KILN_FAULT_ENV, text, last + 1, MAX_SLEEP_MS);
     out->kind = sleep ? KILN_FAULT_SLEEP : KILN_FAULT_SLOW_READ;
     memcpy(out->layer, colon + 1, name_len);
     out->layer[name_len] = '\0';
-    out->ms = (int)ms;
+    out->us = us;
     return KILN_OK;
   }
   if (kind_len == 4 && !strncmp(text, "leak", 4)) {
@@ -103,9 +132,15 @@ int kiln_fault_parse(const char *text, kiln_fault *out) {
 }
 
 const char *kiln_fault_describe(const kiln_fault *f, char *buf, size_t n) {
+  char ms[32];
   switch (f->kind) {
   case KILN_FAULT_SLEEP:
-    snprintf(buf, n, "sleep %d ms in every forward of layer '%s'", f->ms, f->layer);
+    snprintf(buf, n, "sleep %s ms in every forward of layer '%s'", ms_text(f->us, ms, sizeof ms),
+             f->layer);
+    break;
+  case KILN_FAULT_SLOW_READ:
+    snprintf(buf, n, "data layer '%s' reads a batch in %s ms", f->layer,
+             ms_text(f->us, ms, sizeof ms));
     break;
   case KILN_FAULT_LEAK:
     snprintf(buf, n, "leak %lld KB every training iteration", (long long)f->kb);
@@ -124,7 +159,7 @@ void kiln_fault_stop(const kiln_fault *f, const char *stage, int rank) {
 
 void kiln_fault_sleep(const kiln_fault *f) {
   if (f->kind != KILN_FAULT_SLEEP) return;
-  struct timespec ts = {f->ms / 1000, (long)(f->ms % 1000) * 1000000L};
+  struct timespec ts = {(time_t)(f->us / 1000000), (long)(f->us % 1000000) * 1000L};
   while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
   }
 }

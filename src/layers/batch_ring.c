@@ -12,7 +12,7 @@ void kiln_batch_ring_init(kiln_batch_ring *r, const kiln_layer *l) {
   r->nworkers = 1;
   if (l->config && l->config->fault.kind == KILN_FAULT_SLOW_READ &&
       !strcmp(l->config->fault.layer, l->name))
-    r->slow_ms = l->config->fault.ms;
+    r->slow_ms = (double)l->config->fault.us / 1000.0;
 }
 
 int kiln_batch_ring_bytes(const kiln_batch_ring *r, kiln_layer *l, const char *what,

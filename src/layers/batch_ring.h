@@ -34,7 +34,7 @@ typedef struct kiln_batch_ring {
   void *owner;
   int nslots, ntops, batch;
   int64_t per[KILN_RING_MAX_TOPS]; /* floats of one record of each top */
-  int slow_ms; /* KILN_FAULT=slowread:LAYER:MS: each batch takes the reader this long */
+  double slow_ms; /* KILN_FAULT=slowread:LAYER:MS: each batch takes the reader this long */
   /* This worker's share, from kiln_batch_ring_start. */
   int rank, nworkers;
   /* The ring, under mu. The layer may wait on cv with mu held for its own conditions too. */

@@ -275,10 +275,11 @@ static int check_fault(kiln_solver *s) {
     for (int i = 0; i < s->net->nlayers && used < sizeof names; i++)
       used += (size_t)snprintf(names + used, sizeof names - used, "%s%s", i ? ", " : "",
                                s->net->layers[i]->name);
-    return kiln_errorf(KILN_ERR_INVALID, "%s=%s:%s:%d: the train net '%s' has no layer '%s' "
+    return kiln_errorf(KILN_ERR_INVALID, "%s=%s:%s:%g: the train net '%s' has no layer '%s' "
                        "(its layers: %s)",
                        KILN_FAULT_ENV, s->fault.kind == KILN_FAULT_SLEEP ? "sleep" : "slowread",
-                       s->fault.layer, s->fault.ms, s->net->name, s->fault.layer, names);
+                       s->fault.layer, (double)s->fault.us / 1000.0, s->net->name,
+                       s->fault.layer, names);
   }
   char what[256];
   kiln_log(KILN_LOG_WARN, "%s is set: injecting a fault: %s", KILN_FAULT_ENV,
