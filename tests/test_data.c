@@ -692,6 +692,20 @@ static void test_cache_dir(void **state) {
   /* the defaults know no cache: the message says which variables would give one */
   assert_int_equal(kiln_data_cache_dir(NULL, got, sizeof got), KILN_ERR_INVALID);
   assert_non_null(strstr(kiln_last_error(), "set KILN_DATA (or HOME)"));
+  /* a text source's vocabulary: the one named (resolved as sources are), else beside the source */
+  char vocab[512], want_vocab[512];
+  assert_int_equal(kiln_data_vocab_path(&cfg, "$KILN_DATA/v.txt", "/x/y/train.txt", "vocab.txt",
+                                        vocab, sizeof vocab), KILN_OK);
+  snprintf(want_vocab, sizeof want_vocab, "%s/v.txt", want);
+  assert_string_equal(vocab, want_vocab);
+  assert_int_equal(kiln_data_vocab_path(&cfg, "", "/x/y/train.txt", "target_vocab.txt", vocab,
+                                        sizeof vocab), KILN_OK);
+  assert_string_equal(vocab, "/x/y/target_vocab.txt");
+  assert_int_equal(kiln_data_vocab_path(&cfg, NULL, "train.txt", "vocab.txt", vocab,
+                                        sizeof vocab), KILN_OK);
+  assert_string_equal(vocab, "./vocab.txt");
+  assert_int_equal(kiln_data_vocab_path(&cfg, NULL, "/x/y/train.txt", "vocab.txt", vocab, 12),
+                   KILN_ERR_INVALID);
   if (saved) {
     setenv("KILN_DATA", saved, 1);
     free(saved);

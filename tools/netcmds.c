@@ -89,14 +89,6 @@ static const Caffe__TextDataParameter *test_pairs(const kiln_net *net, const cha
   return NULL;
 }
 
-/* A vocabulary file as TextData finds it: the one given, or `name` beside the source. */
-static void vocab_path(const char *given, const char *source, const char *name, char *out,
-                       size_t n) {
-  const char *slash = strrchr(source, '/');
-  if (given && given[0]) snprintf(out, n, "%s", given);
-  else snprintf(out, n, "%.*s/%s", slash ? (int)(slash - source) : 1, slash ? source : ".", name);
-}
-
 /* --decode: the test pairs' sources decoded by the deploy net with the same weights, their
  * token error rate (PER for a G2P model) and word accuracy printed and recorded. */
 static int decode_test_pairs(const net_args *a, const kiln_net *net, tool_metrics *m) {
@@ -114,10 +106,11 @@ static int decode_test_pairs(const net_args *a, const kiln_net *net, tool_metric
   kiln_config cfg;
   char source[4096], vocab[4096], target[4096];
   if (kiln_config_from_env(&cfg) ||
-      kiln_data_source_path(&cfg, p->source ? p->source : "", source, sizeof source))
+      kiln_data_source_path(&cfg, p->source ? p->source : "", source, sizeof source) ||
+      kiln_data_vocab_path(&cfg, p->vocab, source, "vocab.txt", vocab, sizeof vocab) ||
+      kiln_data_vocab_path(&cfg, p->target_vocab, source, "target_vocab.txt", target,
+                           sizeof target))
     return tool_fail("test: --decode");
-  vocab_path(p->vocab, source, "vocab.txt", vocab, sizeof vocab);
-  vocab_path(p->target_vocab, source, "target_vocab.txt", target, sizeof target);
   printf("decoding the pairs of layer '%s' (%s) with %s\n", layer, source, a->decode);
   const tool_decode_args d = {.model = a->decode, .weights = a->weights, .vocab = vocab,
                               .target_vocab = target, .input = source, .beam = a->beam,

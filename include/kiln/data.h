@@ -272,6 +272,11 @@ int kiln_data_cache_dir(const kiln_config *cfg, char *buf, size_t n);
 /* `$KILN_DATA/...` (or `${KILN_DATA}/...`) names a file in the data set cache, so nets in the zoo
  * need no absolute paths; any other path is copied as it is. */
 int kiln_data_source_path(const kiln_config *cfg, const char *src, char *out, size_t n);
+/* A text source's vocabulary file: `given` resolved as a source is when the net names one, else
+ * the file `name` ("vocab.txt", "target_vocab.txt") beside the resolved `source`, as TextData and
+ * `kiln test --decode` both look for it. */
+int kiln_data_vocab_path(const kiln_config *cfg, const char *given, const char *source,
+                         const char *name, char *out, size_t n);
 
 /* Where Debian's dataset-fashion-mnist package puts the files. */
 #define KILN_FASHION_MNIST_SYSTEM_DIR "/usr/share/datasets/fashion-mnist"

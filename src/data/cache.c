@@ -196,3 +196,13 @@ int kiln_data_source_path(const kiln_config *cfg, const char *src, char *out, si
     return kiln_errorf(KILN_ERR_INVALID, "data source path too long: %s", src);
   return KILN_OK;
 }
+
+int kiln_data_vocab_path(const kiln_config *cfg, const char *given, const char *source,
+                         const char *name, char *out, size_t n) {
+  if (given && given[0]) return kiln_data_source_path(cfg, given, out, n);
+  const char *slash = strrchr(source, '/');
+  if ((size_t)snprintf(out, n, "%.*s/%s", slash ? (int)(slash - source) : 1,
+                       slash ? source : ".", name) >= n)
+    return kiln_errorf(KILN_ERR_INVALID, "vocabulary path too long: beside %.64s...", source);
+  return KILN_OK;
+}

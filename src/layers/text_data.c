@@ -242,13 +242,8 @@ static int by_length(const void *a, const void *b) {
  * pads needs its <pad>. */
 static int read_vocab(kiln_layer *l, text_state *s, side *d, const char *given, const char *name,
                       const char *field) {
-  if (given && given[0]) {
-    KILN_TRY(kiln_data_source_path(l->config, given, d->vocab_path, sizeof d->vocab_path));
-  } else {
-    const char *slash = strrchr(s->source, '/');
-    int dir = slash ? (int)(slash - s->source) : 1;
-    snprintf(d->vocab_path, sizeof d->vocab_path, "%.*s/%s", dir, slash ? s->source : ".", name);
-  }
+  KILN_TRY(kiln_data_vocab_path(l->config, given, s->source, name, d->vocab_path,
+                                sizeof d->vocab_path));
   int rc = kiln_vocab_read(d->vocab_path, &d->vocab);
   if (rc) return kiln_error_context(rc, "layer '%s' (TextData): %s: ", l->name, field);
   if (!s->windows && kiln_vocab_pad_id(d->vocab) < 0)
