@@ -609,6 +609,41 @@ static void test_reader_conversions_and_images(void **state) {
       for (int k = 0; k < PER; k++) assert_true(data[r * PER + k] == (float)value(20 + r, k));
     }
   }
+  /* into a region, as HDF5Data loads: a shared memory file the worker fills in place, and the
+   * plain memory used where there is none (through the pipe); the values land at their offsets
+   * and the rest of the region is untouched */
+  for (int shared = 1; shared >= 0; shared--) {
+    kiln_h5data_region r;
+    assert_int_equal(kiln_h5data_region_new(sizeof(float) * 64, &r), KILN_OK);
+    if (shared) {
+      assert_true(r.fd >= 0); /* Linux has memfd_create */
+    } else {
+      kiln_h5data_region_free(&r);
+      r.base = kiln_alloc(sizeof(float) * 64);
+      r.bytes = sizeof(float) * 64;
+      r.fd = -1;
+    }
+    for (int i = 0; i < 64; i++) r.base[i] = -7;
+    const uint64_t offset[3] = {16, 0, 48};
+    assert_int_equal(kiln_h5data_load_region(at("c.h5"), 3, names, 0, shapes, &r, offset, room),
+                     KILN_OK);
+    for (int row = 0; row < NC; row++) {
+      assert_true(r.base[row] == 20 + row && r.base[48 + row] == 2 * (20 + row));
+      for (int k = 0; k < PER; k++)
+        assert_true(r.base[16 + row * PER + k] == (float)value(20 + row, k));
+    }
+    assert_true(r.base[NC] == -7 && r.base[16 + NC * PER] == -7 && r.base[48 + NC] == -7);
+    /* a dataset placed past the region's end is refused before anything is read */
+    const uint64_t past[3] = {16, 0, 64 - NC + 1};
+    assert_int_equal(kiln_h5data_load_region(at("c.h5"), 3, names, 0, shapes, &r, past, room),
+                     KILN_ERR_INVALID);
+    expect_message(at("c.h5"), "dataset 'idx' placed past the end of its buffer", NULL);
+    if (shared) {
+      kiln_h5data_region_free(&r);
+    } else {
+      kiln_free(r.base);
+    }
+  }
   /* too little room: refused, not overrun */
   const uint64_t small[3] = {NC * PER - 1, NC, NC};
   assert_int_equal(kiln_h5data_load(at("c.h5"), 3, names, 0, shapes, dst, small), KILN_ERR_DATA);

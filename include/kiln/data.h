@@ -244,6 +244,21 @@ int kiln_h5data_inspect_image(const void *image, size_t len, const char *name, i
  * they are read. */
 int kiln_h5data_load(const char *path, int n, const char *const *names, uint64_t limit,
                      kiln_h5data_shape *shapes, float *const *dst, const uint64_t *room);
+/* Memory that the reader's worker process fills in place: HDF5Data's file buffers. A shared
+ * mapping of a memory file (fd >= 0) where the system gives one, so a file's values reach the
+ * caller without a copy through a pipe; else plain memory (fd -1), filled through the pipe. */
+typedef struct kiln_h5data_region {
+  float *base;
+  size_t bytes;
+  int fd;
+} kiln_h5data_region;
+int kiln_h5data_region_new(size_t bytes, kiln_h5data_region *r);
+void kiln_h5data_region_free(kiln_h5data_region *r);
+/* kiln_h5data_load into a region: dataset i at base + offset[i] (values), room[i] values there;
+ * each must lie inside the region (KILN_ERR_INVALID). */
+int kiln_h5data_load_region(const char *path, int n, const char *const *names, uint64_t limit,
+                            kiln_h5data_shape *shapes, const kiln_h5data_region *r,
+                            const uint64_t *offset, const uint64_t *room);
 /* The same on a file image in memory, which is only read (in place, not copied). */
 int kiln_h5data_load_image(const void *image, size_t len, const char *name, int n,
                            const char *const *names, uint64_t limit, kiln_h5data_shape *shapes,

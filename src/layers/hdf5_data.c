@@ -49,7 +49,9 @@ typedef struct {
 typedef struct {
   int file;                 /* index in files; NO_FILE: empty */
   uint64_t pass;            /* the pass `order` is drawn for */
-  float *data[MAX_TOPS];    /* rows x per[t] values each */
+  kiln_h5data_region mem;   /* every top's values, which the reader's worker fills in place */
+  float *data[MAX_TOPS];    /* rows x per[t] values each, in mem at offset[t] */
+  uint64_t offset[MAX_TOPS];
   uint32_t *order;          /* shuffle: the file's row at each place in the pass; else NULL */
 } file_buf;
 
@@ -143,7 +145,8 @@ static int load_file(h5_state *s, int f, uint64_t pass, file_buf *b) {
   uint64_t room[MAX_TOPS];
   for (int t = 0; t < s->ntop; t++) room[t] = s->max_rows * (uint64_t)s->per[t];
   const h5_file *hf = &s->files[f];
-  KILN_TRY(kiln_h5data_load(hf->path, s->ntop, s->names, s->limit, shapes, b->data, room));
+  KILN_TRY(kiln_h5data_load_region(hf->path, s->ntop, s->names, s->limit, shapes, &b->mem,
+                                   b->offset, room));
   /* set-up's counts and shapes are what the cursor and the buffers stand on */
   for (int t = 0; t < s->ntop; t++) {
     bool same = shapes[t].naxes == s->shape[t].naxes && (uint64_t)shapes[t].dims[0] == hf->rows;
@@ -251,11 +254,16 @@ static int fill_slot(void *owner, kiln_ring_slot *slot, uint64_t global) {
  * plan at set-up: extra_bytes), as the ring's slots are. */
 static int alloc_buffers(kiln_layer *l, h5_state *s) {
   for (int k = 0; k < 2; k++) {
-    for (int t = 0; t < s->ntop; t++)
-      if (!(s->buf[k].data[t] =
-                kiln_alloc(sizeof(float) * (size_t)s->per[t] * (size_t)s->max_rows)))
-        return KILN_LAYER_ERROR(l, KILN_ERR_NOMEM, "out of memory for two files of %llu records",
-                                (unsigned long long)s->max_rows);
+    file_buf *b = &s->buf[k];
+    uint64_t values = 0;
+    for (int t = 0; t < s->ntop; t++) { /* each top's start on a 64-byte line */
+      b->offset[t] = values;
+      values += ((uint64_t)s->per[t] * s->max_rows + 15) / 16 * 16;
+    }
+    if (kiln_h5data_region_new(sizeof(float) * (size_t)values, &b->mem))
+      return KILN_LAYER_ERROR(l, KILN_ERR_NOMEM, "out of memory for two files of %llu records",
+                              (unsigned long long)s->max_rows);
+    for (int t = 0; t < s->ntop; t++) b->data[t] = b->mem.base + b->offset[t];
     if (s->shuffle && !(s->buf[k].order = malloc(sizeof(uint32_t) * (size_t)s->max_rows)))
       return KILN_LAYER_ERROR(l, KILN_ERR_NOMEM, "out of memory");
   }
@@ -516,7 +524,7 @@ static void hdf5_data_destroy(kiln_layer *l) {
   free(s->files);
   free(s->list);
   for (int k = 0; k < 2; k++) {
-    for (int t = 0; t < s->ntop; t++) kiln_free(s->buf[k].data[t]);
+    kiln_h5data_region_free(&s->buf[k].mem);
     free(s->buf[k].order);
   }
   kiln_record_order_free(&s->file_order);
