@@ -1182,6 +1182,55 @@ static void test_fault_injection(void **state) {
   kiln_solver_free(s);
 }
 
+static void on_event_lr(const kiln_event *e, void *user) {
+  if (!strcmp(e->event, "progress")) *(float *)user = e->lr;
+}
+
+/* KILN_FAULT=lr:0.5 halves the rate the solver applies: one plain SGD step (no momentum, no
+ * decay: w -= lr x lr_mult x g) from the same weights and data moves every parameter half as
+ * far as without the fault, and the events report the halved rate. */
+static void test_fault_lr_factor(void **state) {
+  (void)state;
+  const char *body = "base_lr: 0.1 lr_policy: 'step' gamma: 0.5 stepsize: 1 max_iter: 5 "
+                     "random_seed: 7 display: 0\n";
+  float *moved[2];
+  float lr[2] = {-1, -1};
+  int64_t n = 0;
+  for (int faulted = 0; faulted < 2; faulted++) {
+    kiln_config fc;
+    if (faulted) setenv("KILN_FAULT", "lr:0.5", 1);
+    else unsetenv("KILN_FAULT");
+    assert_int_equal(kiln_config_from_env(&fc), KILN_OK);
+    kiln_solver_options fo = {.config = &fc, .on_event = on_event_lr, .user = &lr[faulted]};
+    kiln_solver *s = make_solver(tiny_net, body, &fo);
+    kiln_net *net = kiln_solver_net(s);
+    set_tiny_inputs(net);
+    n = net->nparam_floats;
+    moved[faulted] = snapshot_params(net);
+    /* the rate of the second iteration: the step policy's 0.05, times the factor */
+    s->iter = 1;
+    assert_true(close_to(kiln_solver_learning_rate(s), faulted ? 0.025 : 0.05, 1e-7));
+    s->iter = 0;
+    assert_int_equal(kiln_solver_step(s, 1), KILN_OK);
+    for (int64_t i = 0; i < n; i++) moved[faulted][i] = net->param_data[i] - moved[faulted][i];
+    kiln_solver_free(s);
+  }
+  unsetenv("KILN_FAULT");
+  assert_true(close_to(lr[0], 0.1, 1e-7));
+  assert_true(close_to(lr[1], 0.05, 1e-7));
+  /* the differences are of float weights near 1: a few ulps of 1 is the tolerance */
+  double largest = 0;
+  for (int64_t i = 0; i < n; i++) {
+    largest = fmax(largest, fabs(moved[0][i]));
+    if (fabs(moved[1][i] - 0.5 * moved[0][i]) > 1e-6)
+      fail_msg("param %lld moved %.9g with lr:0.5, %.9g without", (long long)i, moved[1][i],
+               moved[0][i]);
+  }
+  assert_true(largest > 1e-3); /* the clean step really moved the weights, by far more than that */
+  free(moved[0]);
+  free(moved[1]);
+}
+
 /* ---- figures derived from a test pass ------------------------------------------------------- */
 
 /* The outputs of the last test event, by name. */
@@ -1280,6 +1329,7 @@ int main(void) {
       cmocka_unit_test(test_divergence_is_numeric_error),
       cmocka_unit_test(test_divergence_of_a_finite_loss),
       cmocka_unit_test(test_fault_injection),
+      cmocka_unit_test(test_fault_lr_factor),
   };
   return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
