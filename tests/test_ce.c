@@ -69,15 +69,17 @@ static const char metrics_text[] =
     "{\"event\":\"train\",\"iter\":0,\"time_ms\":20,\"rank\":0,\"loss\":2.3,\"lr\":0.01,"
     "\"samples_per_s\":10,\"peak_rss_mb\":51}\n"
     "{\"event\":\"train\",\"iter\":100,\"time_ms\":1000,\"rank\":0,\"loss\":0.9,\"lr\":0.01,"
-    "\"samples_per_s\":1000,\"peak_rss_mb\":60}\n"
+    "\"samples_per_s\":1000,\"peak_rss_mb\":60,\"accuracy\":0.5}\n"
     "{\"event\":\"train\",\"iter\":200,\"time_ms\":2000,\"rank\":0,\"loss\":0.7,\"lr\":0.01,"
-    "\"samples_per_s\":1200,\"peak_rss_mb\":61}\n"
+    "\"samples_per_s\":1200,\"peak_rss_mb\":61,\"accuracy\":0.75}\n"
+    "{\"event\":\"train\",\"iter\":200,\"time_ms\":2000,\"rank\":1,\"loss\":0.7,\"lr\":0.01,"
+    "\"accuracy\":0.01}\n"
     "{\"event\":\"test\",\"iter\":200,\"time_ms\":2100,\"rank\":0,\"loss\":0.6,\"test_net\":0,"
     "\"accuracy\":0.8,\"f1\":0.75,\"peak_rss_mb\":62}\n"
     "{\"event\":\"test\",\"iter\":200,\"time_ms\":2100,\"rank\":0,\"loss\":9,\"test_net\":1,"
     "\"accuracy\":0.01,\"f1\":0.01}\n"
     "{\"event\":\"train\",\"iter\":300,\"time_ms\":3000,\"rank\":0,\"loss\":0.5,\"lr\":0.01,"
-    "\"samples_per_s\":1100,\"peak_rss_mb\":63}\n"
+    "\"samples_per_s\":1100,\"peak_rss_mb\":63,\"accuracy\":0.875}\n"
     "\n"
     "{\"event\":\"test\",\"iter\":400,\"time_ms\":4000,\"rank\":0,\"loss\":0.4,\"test_net\":0,"
     "\"accuracy\":0.85,\"f1\":0.7,\"peak_rss_mb\":64}\n"
@@ -93,8 +95,15 @@ static void test_metrics_extraction(void **state) {
   assert_int_equal(rc, KILN_OK);
   assert_int_equal(m.train_loss.n, 4);
   assert_int_equal(m.test_loss.n, 3); /* test net 1 is not the model's figure */
-  assert_int_equal(m.accuracy.n, 3);
+  assert_int_equal(m.accuracy.n, 3); /* the test events' only: train accuracy is apart */
   assert_float_equal(m.accuracy.value[2], 0.85, 1e-12);
+  /* the train events of rank 0 that report an accuracy (the first has none; rank 1's is not
+   * the model's figure) */
+  assert_int_equal(m.train_accuracy.n, 3);
+  assert_int_equal(m.train_accuracy.iter[0], 100);
+  assert_float_equal(m.train_accuracy.value[0], 0.5, 1e-12);
+  assert_float_equal(m.train_accuracy.value[1], 0.75, 1e-12);
+  assert_float_equal(m.train_accuracy.value[2], 0.875, 1e-12);
   assert_int_equal(m.accuracy.iter[2], 400);
   assert_float_equal(m.perplexity.value[0], exp(2.3), 1e-9);
   /* f1 where the test events of test net 0 have it */
@@ -120,6 +129,10 @@ static void test_metrics_extraction(void **state) {
   assert_float_equal(kiln_ce_kpi_value(&m, &best), 0.4, 1e-12);
   kiln_ce_kpi_spec mean = spec_of("name: 'train_loss' reduction: MEAN_LAST mean_last_n: 2");
   assert_float_equal(kiln_ce_kpi_value(&m, &mean), 0.6, 1e-12);
+  kiln_ce_kpi_spec ta = spec_of("name: 'train_accuracy'");
+  assert_float_equal(kiln_ce_kpi_value(&m, &ta), 0.875, 1e-12);
+  kiln_ce_kpi_spec ta_mean = spec_of("name: 'train_accuracy' reduction: MEAN_LAST mean_last_n: 2");
+  assert_float_equal(kiln_ce_kpi_value(&m, &ta_mean), (0.75 + 0.875) / 2, 1e-12);
   kiln_ce_kpi_spec dur = spec_of("name: 'duration_s'");
   assert_float_equal(kiln_ce_kpi_value(&m, &dur), 4.2, 1e-12);
   kiln_ce_kpi_spec rss = spec_of("name: 'peak_rss_mb'");
@@ -308,6 +321,14 @@ static void test_kpi_defaults(void **state) {
   assert_float_equal(own.abs_tolerance, 0, 0); /* declared tolerances replace both defaults */
   assert_float_equal(own.floor, 0.8, 0);
   assert_false(kiln_ce_kpi_lookup("accuracy")->machine_dependent);
+  /* train accuracy: higher is better, machine-independent, no floor unless declared */
+  kiln_ce_kpi_spec ta = spec_of("name: 'train_accuracy'");
+  assert_true(ta.higher_is_better);
+  assert_false(ta.info->machine_dependent || ta.info->timing || ta.info->multi_worker ||
+               ta.info->decoded);
+  assert_true(isnan(ta.floor) && isnan(ta.ceiling));
+  assert_true(ta.abs_tolerance > 0);
+  assert_contains(kiln_ce_kpi_names(), "train_accuracy");
   kiln_ce_kpi_spec f = spec_of("name: 'f1'");
   assert_true(f.higher_is_better);
   assert_false(f.info->machine_dependent || f.info->timing);
@@ -1053,9 +1074,10 @@ static const char fake_kiln[] =
     "ms=$(awk -v d=\"$d\" 'BEGIN { print d * 1000 }')\n"
     "echo '{\"event\":\"test\",\"iter\":0,\"time_ms\":1,\"rank\":0,\"loss\":2.3,\"test_net\":0,"
     "\"accuracy\":0.1,\"peak_rss_mb\":50}' > \"$M\"\n"
+    "ta=; [ \"$mode\" = trainacc ] && ta=',\"accuracy\":0.8'\n"
     "for i in 0 10 20 30 40 50 60 70 80 90; do\n"
     "  echo \"{\\\"event\\\":\\\"train\\\",\\\"iter\\\":$i,\\\"time_ms\\\":$i,\\\"rank\\\":0,"
-    "\\\"loss\\\":0.5,\\\"samples_per_s\\\":$sps,\\\"peak_rss_mb\\\":60}\" >> \"$M\"\n"
+    "\\\"loss\\\":0.5,\\\"samples_per_s\\\":$sps,\\\"peak_rss_mb\\\":60$ta}\" >> \"$M\"\n"
     "done\n"
     "case \"$mode\" in\n"
     "  crash) kill -SEGV $$ ;;\n"
@@ -1258,6 +1280,25 @@ static void test_runner_workers_and_failures(void **state) {
     assert_int_equal(atoi(text), 1);
     free(text);
   }
+
+  /* train accuracy: the train events' accuracy where the train net reports one; where it
+   * reports none, the row says so (exit 3: nothing was judged), and the rest is judged */
+  const char *ta = "repeats: 1\nmodel { name: 'm' solver: 'solver.prototxt'\n"
+                   "  kpi { name: 'accuracy' } kpi { name: 'train_accuracy' floor: 0.7 } }\n";
+  runner_setup(&e, "trainacc", "10\n", "trainacc", ta, NULL);
+  if (runner_run(&e, &r)) fail_msg("%s", kiln_last_error());
+  assert_int_equal(row_of(&r, 1, "train_accuracy")->verdict, KILN_CE_NEW);
+  assert_float_equal(row_of(&r, 1, "train_accuracy")->value, 0.8, 1e-12);
+  assert_int_equal(kiln_ce_result_exit_code(&r), 0);
+  kiln_ce_result_free(&r);
+  runner_setup(&e, "notrainacc", "10\n", "", ta, NULL);
+  if (runner_run(&e, &r)) fail_msg("%s", kiln_last_error());
+  assert_int_equal(row_of(&r, 1, "accuracy")->verdict, KILN_CE_NEW);
+  assert_int_equal(row_of(&r, 1, "train_accuracy")->verdict, KILN_CE_ERROR);
+  assert_contains(row_of(&r, 1, "train_accuracy")->reason,
+                  "the train net reports no accuracy (it needs an Accuracy layer in phase TRAIN");
+  assert_int_equal(kiln_ce_result_exit_code(&r), 3);
+  kiln_ce_result_free(&r);
 
   /* the kiln to run is missing: the harness could not run it (exit 3) */
   runner_setup(&e, "missing", "10\n", "", one, NULL);
