@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "kiln/data.h"
+#include "kiln/metrics.h"
 #include "kiln/solver.h"
 #include "gradcheck.h"
 /* The private state, for what has no accessor: the lr policy and resume checks set the iteration
@@ -1231,6 +1232,50 @@ static void test_fault_lr_factor(void **state) {
   free(moved[1]);
 }
 
+static void write_metrics(const kiln_event *e, void *user) {
+  assert_int_equal(kiln_metrics_write_event(user, e), KILN_OK);
+}
+
+/* The train events record the train net's outputs: an Accuracy layer computed in training too
+ * gives every train line an "accuracy" (CE's train_accuracy), while "loss" stays the smoothed
+ * loss the event reports, not the loss output of the iteration. */
+static void test_train_event_records_outputs(void **state) {
+  (void)state;
+  char net[4096], path[256];
+  snprintf(net, sizeof net, "%s%s", tiny_net,
+           "layer { name: 'accuracy' type: 'Accuracy' bottom: 'ip' bottom: 'label' "
+           "top: 'accuracy' }\n");
+  path_in("train_outputs.jsonl", path, sizeof path);
+  kiln_metrics_file *m;
+  assert_int_equal(kiln_metrics_open(path, &m), KILN_OK);
+  kiln_solver_options o = {.on_event = write_metrics, .user = m};
+  kiln_solver *s = make_solver(net, "base_lr: 0.1 lr_policy: 'fixed' max_iter: 4 display: 1 "
+                                    "average_loss: 4\n", &o);
+  set_tiny_inputs(kiln_solver_net(s));
+  assert_int_equal(kiln_solver_solve(s), KILN_OK);
+  kiln_solver_free(s);
+  assert_int_equal(kiln_metrics_close(m), KILN_OK);
+  char *text;
+  size_t len;
+  assert_int_equal(kiln_read_file(path, &text, &len), KILN_OK);
+  int lines = 0;
+  for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
+    if (!strstr(line, "\"event\":\"train\"")) continue;
+    lines++;
+    /* one key each: the output named loss does not repeat it */
+    char *loss = strstr(line, "\"loss\":");
+    assert_non_null(loss);
+    assert_null(strstr(loss + 1, "\"loss\":"));
+    char *acc = strstr(line, "\"accuracy\":");
+    if (!acc) fail_msg("no accuracy in '%s'", line);
+    double a = atof(acc + strlen("\"accuracy\":"));
+    /* four samples: a multiple of a quarter */
+    assert_true(a >= 0 && a <= 1 && fabs(a * 4 - round(a * 4)) < 1e-6);
+  }
+  assert_int_equal(lines, 4);
+  free(text);
+}
+
 /* ---- figures derived from a test pass ------------------------------------------------------- */
 
 /* The outputs of the last test event, by name. */
@@ -1330,6 +1375,7 @@ int main(void) {
       cmocka_unit_test(test_divergence_of_a_finite_loss),
       cmocka_unit_test(test_fault_injection),
       cmocka_unit_test(test_fault_lr_factor),
+      cmocka_unit_test(test_train_event_records_outputs),
   };
   return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
