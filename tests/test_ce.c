@@ -1537,7 +1537,8 @@ static void check_full_suite(const char *root, const Caffe__CeSuite *s) {
       fail_msg("full suite: model '%s' needs threads: 1 and a max_iter", e->name);
     bool bounded = has_bound(e, "accuracy", true) || has_bound(e, "f1", true) ||
                    has_bound(e, "perplexity", false) || has_bound(e, "per", false);
-    if (!bounded) fail_msg("full suite: model '%s' has no floor or ceiling on its quality", e->name);
+    if (!bounded)
+      fail_msg("full suite: model '%s' has no floor or ceiling on its quality", e->name);
     if (!has_kpi(e, "speedup")) fail_msg("full suite: model '%s' has no speedup", e->name);
     bool train_acc = strstr(e->solver, "/cifar10_full/") || strstr(e->solver, "/vgg/") ||
                      strstr(e->solver, "/resnet20/") || strstr(e->solver, "/densenet/");

@@ -38,8 +38,8 @@ const kiln_ce_kpi_info *kiln_ce_kpi_lookup(const char *name) {
 }
 
 const char *kiln_ce_kpi_names(void) {
-  return "accuracy, f1, perplexity, train_loss, train_accuracy, test_loss, peak_rss_mb, duration_s, "
-         "samples_per_s, speedup, efficiency, per, word_accuracy";
+  return "accuracy, f1, perplexity, train_loss, train_accuracy, test_loss, peak_rss_mb, "
+         "duration_s, samples_per_s, speedup, efficiency, per, word_accuracy";
 }
 
 int kiln_ce_kpi_resolve(const Caffe__CeKpi *k, kiln_ce_kpi_spec *out) {

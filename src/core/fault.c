@@ -1,8 +1,8 @@
 /* Fault injection: a deliberate slowdown, memory leak or scaled learning rate, switched on by the
  * KILN_FAULT environment variable, so a test can plant a real throughput, peak-memory or accuracy
- * regression in an unchanged trainer (the CE harness's tests); or a worker that stops during the MPI start-up (the
- * stall detection's tests). kiln_config_from_env parses the variable
- * with kiln_fault_parse; the solver applies the fault of its configuration to its nets. */
+ * regression in an unchanged trainer (the CE harness's tests); or a worker that stops during the
+ * MPI start-up (the stall detection's tests). kiln_config_from_env parses the variable with
+ * kiln_fault_parse; the solver applies the fault of its configuration to its nets and rates. */
 #include <errno.h>
 #include <math.h>
 #include <signal.h>
