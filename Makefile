@@ -8,7 +8,7 @@ FUZZ_BUILD ?= build-fuzz
 FUZZ_SECONDS ?= 60
 JOBS ?= $(shell nproc)
 
-.PHONY: all deps build build-asan build-mpich build-clang build-fuzz fuzz test test-fast test-asan run run-lenet bench bench-seq data data-text ce-text clean
+.PHONY: all deps build build-asan build-mpich build-clang build-fuzz fuzz test test-fast test-asan run run-lenet bench bench-seq data data-text ce-text ce-full clean
 
 all: build
 
@@ -77,6 +77,15 @@ ce-text: build data-text
 	@$(BUILD)/kiln data fetch spam-assassin
 	@$(BUILD)/kiln data fetch cmudict
 	@$(BUILD)/kiln ce run ce/text.prototxt $(CE_FLAGS)
+
+# The nightly suite: every trainable model of the zoo, image and text, on 1 and 2 workers, at
+# short budgets (about half an hour on a quiet 2-core machine; docs/ce.md).
+ce-full: build data data-text
+	@$(BUILD)/kiln data fetch sotu
+	@$(BUILD)/kiln data fetch spam-assassin
+	@$(BUILD)/kiln data fetch spam-bow
+	@$(BUILD)/kiln data fetch cmudict
+	@$(BUILD)/kiln ce run ce/full.prototxt $(CE_FLAGS)
 
 # The former `make run`: LeNet's full 10,000 iterations and its final test accuracy.
 run-lenet: build data

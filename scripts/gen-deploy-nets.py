@@ -315,7 +315,9 @@ def data_layers(n, batch):
 
 def head(n, x, classes=10):
     x = n.fc("fc", x, classes)
-    n.layer("accuracy", "Accuracy", [x, "label"], ["accuracy"], "include { phase: TEST }")
+    # In both phases: in TRAIN it reports the accuracy of each display iteration's batch, which
+    # CE reads as the train_accuracy KPI (docs/ce.md); it has no backward and costs one argmax.
+    n.layer("accuracy", "Accuracy", [x, "label"], ["accuracy"])
     n.layer("loss", "SoftmaxWithLoss", [x, "label"], ["loss"])
 
 

@@ -10,6 +10,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <dirent.h>
 #include <ftw.h>
 #include <math.h>
 #include <signal.h>
@@ -69,15 +70,17 @@ static const char metrics_text[] =
     "{\"event\":\"train\",\"iter\":0,\"time_ms\":20,\"rank\":0,\"loss\":2.3,\"lr\":0.01,"
     "\"samples_per_s\":10,\"peak_rss_mb\":51}\n"
     "{\"event\":\"train\",\"iter\":100,\"time_ms\":1000,\"rank\":0,\"loss\":0.9,\"lr\":0.01,"
-    "\"samples_per_s\":1000,\"peak_rss_mb\":60}\n"
+    "\"samples_per_s\":1000,\"peak_rss_mb\":60,\"accuracy\":0.5}\n"
     "{\"event\":\"train\",\"iter\":200,\"time_ms\":2000,\"rank\":0,\"loss\":0.7,\"lr\":0.01,"
-    "\"samples_per_s\":1200,\"peak_rss_mb\":61}\n"
+    "\"samples_per_s\":1200,\"peak_rss_mb\":61,\"accuracy\":0.75}\n"
+    "{\"event\":\"train\",\"iter\":200,\"time_ms\":2000,\"rank\":1,\"loss\":0.7,\"lr\":0.01,"
+    "\"accuracy\":0.01}\n"
     "{\"event\":\"test\",\"iter\":200,\"time_ms\":2100,\"rank\":0,\"loss\":0.6,\"test_net\":0,"
     "\"accuracy\":0.8,\"f1\":0.75,\"peak_rss_mb\":62}\n"
     "{\"event\":\"test\",\"iter\":200,\"time_ms\":2100,\"rank\":0,\"loss\":9,\"test_net\":1,"
     "\"accuracy\":0.01,\"f1\":0.01}\n"
     "{\"event\":\"train\",\"iter\":300,\"time_ms\":3000,\"rank\":0,\"loss\":0.5,\"lr\":0.01,"
-    "\"samples_per_s\":1100,\"peak_rss_mb\":63}\n"
+    "\"samples_per_s\":1100,\"peak_rss_mb\":63,\"accuracy\":0.875}\n"
     "\n"
     "{\"event\":\"test\",\"iter\":400,\"time_ms\":4000,\"rank\":0,\"loss\":0.4,\"test_net\":0,"
     "\"accuracy\":0.85,\"f1\":0.7,\"peak_rss_mb\":64}\n"
@@ -93,8 +96,15 @@ static void test_metrics_extraction(void **state) {
   assert_int_equal(rc, KILN_OK);
   assert_int_equal(m.train_loss.n, 4);
   assert_int_equal(m.test_loss.n, 3); /* test net 1 is not the model's figure */
-  assert_int_equal(m.accuracy.n, 3);
+  assert_int_equal(m.accuracy.n, 3); /* the test events' only: train accuracy is apart */
   assert_float_equal(m.accuracy.value[2], 0.85, 1e-12);
+  /* the train events of rank 0 that report an accuracy (the first has none; rank 1's is not
+   * the model's figure) */
+  assert_int_equal(m.train_accuracy.n, 3);
+  assert_int_equal(m.train_accuracy.iter[0], 100);
+  assert_float_equal(m.train_accuracy.value[0], 0.5, 1e-12);
+  assert_float_equal(m.train_accuracy.value[1], 0.75, 1e-12);
+  assert_float_equal(m.train_accuracy.value[2], 0.875, 1e-12);
   assert_int_equal(m.accuracy.iter[2], 400);
   assert_float_equal(m.perplexity.value[0], exp(2.3), 1e-9);
   /* f1 where the test events of test net 0 have it */
@@ -120,6 +130,10 @@ static void test_metrics_extraction(void **state) {
   assert_float_equal(kiln_ce_kpi_value(&m, &best), 0.4, 1e-12);
   kiln_ce_kpi_spec mean = spec_of("name: 'train_loss' reduction: MEAN_LAST mean_last_n: 2");
   assert_float_equal(kiln_ce_kpi_value(&m, &mean), 0.6, 1e-12);
+  kiln_ce_kpi_spec ta = spec_of("name: 'train_accuracy'");
+  assert_float_equal(kiln_ce_kpi_value(&m, &ta), 0.875, 1e-12);
+  kiln_ce_kpi_spec ta_mean = spec_of("name: 'train_accuracy' reduction: MEAN_LAST mean_last_n: 2");
+  assert_float_equal(kiln_ce_kpi_value(&m, &ta_mean), (0.75 + 0.875) / 2, 1e-12);
   kiln_ce_kpi_spec dur = spec_of("name: 'duration_s'");
   assert_float_equal(kiln_ce_kpi_value(&m, &dur), 4.2, 1e-12);
   kiln_ce_kpi_spec rss = spec_of("name: 'peak_rss_mb'");
@@ -308,6 +322,14 @@ static void test_kpi_defaults(void **state) {
   assert_float_equal(own.abs_tolerance, 0, 0); /* declared tolerances replace both defaults */
   assert_float_equal(own.floor, 0.8, 0);
   assert_false(kiln_ce_kpi_lookup("accuracy")->machine_dependent);
+  /* train accuracy: higher is better, machine-independent, no floor unless declared */
+  kiln_ce_kpi_spec ta = spec_of("name: 'train_accuracy'");
+  assert_true(ta.higher_is_better);
+  assert_false(ta.info->machine_dependent || ta.info->timing || ta.info->multi_worker ||
+               ta.info->decoded);
+  assert_true(isnan(ta.floor) && isnan(ta.ceiling));
+  assert_true(ta.abs_tolerance > 0);
+  assert_contains(kiln_ce_kpi_names(), "train_accuracy");
   kiln_ce_kpi_spec f = spec_of("name: 'f1'");
   assert_true(f.higher_is_better);
   assert_false(f.info->machine_dependent || f.info->timing);
@@ -1053,9 +1075,10 @@ static const char fake_kiln[] =
     "ms=$(awk -v d=\"$d\" 'BEGIN { print d * 1000 }')\n"
     "echo '{\"event\":\"test\",\"iter\":0,\"time_ms\":1,\"rank\":0,\"loss\":2.3,\"test_net\":0,"
     "\"accuracy\":0.1,\"peak_rss_mb\":50}' > \"$M\"\n"
+    "ta=; [ \"$mode\" = trainacc ] && ta=',\"accuracy\":0.8'\n"
     "for i in 0 10 20 30 40 50 60 70 80 90; do\n"
     "  echo \"{\\\"event\\\":\\\"train\\\",\\\"iter\\\":$i,\\\"time_ms\\\":$i,\\\"rank\\\":0,"
-    "\\\"loss\\\":0.5,\\\"samples_per_s\\\":$sps,\\\"peak_rss_mb\\\":60}\" >> \"$M\"\n"
+    "\\\"loss\\\":0.5,\\\"samples_per_s\\\":$sps,\\\"peak_rss_mb\\\":60$ta}\" >> \"$M\"\n"
     "done\n"
     "case \"$mode\" in\n"
     "  crash) kill -SEGV $$ ;;\n"
@@ -1258,6 +1281,25 @@ static void test_runner_workers_and_failures(void **state) {
     assert_int_equal(atoi(text), 1);
     free(text);
   }
+
+  /* train accuracy: the train events' accuracy where the train net reports one; where it
+   * reports none, the row says so (exit 3: nothing was judged), and the rest is judged */
+  const char *ta = "repeats: 1\nmodel { name: 'm' solver: 'solver.prototxt'\n"
+                   "  kpi { name: 'accuracy' } kpi { name: 'train_accuracy' floor: 0.7 } }\n";
+  runner_setup(&e, "trainacc", "10\n", "trainacc", ta, NULL);
+  if (runner_run(&e, &r)) fail_msg("%s", kiln_last_error());
+  assert_int_equal(row_of(&r, 1, "train_accuracy")->verdict, KILN_CE_NEW);
+  assert_float_equal(row_of(&r, 1, "train_accuracy")->value, 0.8, 1e-12);
+  assert_int_equal(kiln_ce_result_exit_code(&r), 0);
+  kiln_ce_result_free(&r);
+  runner_setup(&e, "notrainacc", "10\n", "", ta, NULL);
+  if (runner_run(&e, &r)) fail_msg("%s", kiln_last_error());
+  assert_int_equal(row_of(&r, 1, "accuracy")->verdict, KILN_CE_NEW);
+  assert_int_equal(row_of(&r, 1, "train_accuracy")->verdict, KILN_CE_ERROR);
+  assert_contains(row_of(&r, 1, "train_accuracy")->reason,
+                  "the train net reports no accuracy (it needs an Accuracy layer in phase TRAIN");
+  assert_int_equal(kiln_ce_result_exit_code(&r), 3);
+  kiln_ce_result_free(&r);
 
   /* the kiln to run is missing: the harness could not run it (exit 3) */
   runner_setup(&e, "missing", "10\n", "", one, NULL);
@@ -1467,9 +1509,75 @@ static void test_runner_decode(void **state) {
   assert_int_not_equal(access(p, F_OK), 0);
 }
 
+/* Whether a suite model declares KPI `name` with a floor (floor true) or a ceiling. */
+static bool has_bound(const Caffe__CeModel *m, const char *name, bool floor) {
+  for (size_t k = 0; k < m->n_kpi; k++)
+    if (!strcmp(m->kpi[k]->name, name) && (floor ? m->kpi[k]->has_floor : m->kpi[k]->has_ceiling))
+      return true;
+  return false;
+}
+
+static bool has_kpi(const Caffe__CeModel *m, const char *name) {
+  for (size_t k = 0; k < m->n_kpi; k++)
+    if (!strcmp(m->kpi[k]->name, name)) return true;
+  return false;
+}
+
+/* The full suite trains every trainable model of models/: each solver file there but the
+ * ImageNet nets' (their data cannot be fetched) is some entry's, on 1 and 2 workers at one
+ * thread, once, judged by a bounded quality KPI (an accuracy or F1 floor, a perplexity or PER
+ * ceiling), by train_accuracy where the train net reports one, and on 2 workers by speedup. */
+static void check_full_suite(const char *root, const Caffe__CeSuite *s) {
+  assert_true(s->has_repeats && s->repeats == 1);
+  for (size_t m = 0; m < s->n_model; m++) {
+    const Caffe__CeModel *e = s->model[m];
+    if (e->n_workers != 2 || e->workers[0] != 1 || e->workers[1] != 2)
+      fail_msg("full suite: model '%s' is not on 1 and 2 workers", e->name);
+    if (!e->has_threads || e->threads != 1 || !e->has_max_iter)
+      fail_msg("full suite: model '%s' needs threads: 1 and a max_iter", e->name);
+    bool bounded = has_bound(e, "accuracy", true) || has_bound(e, "f1", true) ||
+                   has_bound(e, "perplexity", false) || has_bound(e, "per", false);
+    if (!bounded)
+      fail_msg("full suite: model '%s' has no floor or ceiling on its quality", e->name);
+    if (!has_kpi(e, "speedup")) fail_msg("full suite: model '%s' has no speedup", e->name);
+    bool train_acc = strstr(e->solver, "/cifar10_full/") || strstr(e->solver, "/vgg/") ||
+                     strstr(e->solver, "/resnet20/") || strstr(e->solver, "/densenet/");
+    if (train_acc != has_kpi(e, "train_accuracy"))
+      fail_msg("full suite: model '%s': train_accuracy %s", e->name,
+               train_acc ? "missing" : "asked of a net that does not report it");
+  }
+  char models[4096];
+  snprintf(models, sizeof models, "%s/models", root);
+  DIR *d = opendir(models);
+  assert_non_null(d);
+  int solvers = 0;
+  for (struct dirent *de; (de = readdir(d));) {
+    if (de->d_name[0] == '.' || !strcmp(de->d_name, "alexnet") ||
+        !strcmp(de->d_name, "googlenet") || !strcmp(de->d_name, "resnet50"))
+      continue;
+    char sub[4600];
+    snprintf(sub, sizeof sub, "%s/%s", models, de->d_name);
+    DIR *md = opendir(sub);
+    if (!md) continue; /* README.md */
+    for (struct dirent *f; (f = readdir(md));) {
+      size_t n = strlen(f->d_name), suffix = strlen("solver.prototxt");
+      if (n < suffix || strcmp(f->d_name + n - suffix, "solver.prototxt")) continue;
+      char want[600];
+      snprintf(want, sizeof want, "../models/%s/%s", de->d_name, f->d_name);
+      bool found = false;
+      for (size_t m = 0; m < s->n_model; m++) found |= !strcmp(s->model[m]->solver, want);
+      if (!found) fail_msg("full suite: no entry trains %s", want);
+      solvers++;
+    }
+    closedir(md);
+  }
+  closedir(d);
+  assert_int_equal(solvers, 14);
+}
+
 /* The repository's own suites load: every model's solver exists and every KPI is known; the full
  * and text suites keep their baselines apart from the quick one's (the same models at other
- * budgets), and the full suite holds the zoo's accuracy targets. */
+ * budgets), and the full suite trains the whole zoo (check_full_suite). */
 static void test_repository_suites(void **state) {
   (void)state;
   const char *root = getenv("KILN_SOURCE_DIR"); /* the repository root, set by CTest */
@@ -1479,7 +1587,7 @@ static void test_repository_suites(void **state) {
     size_t models;
     const char *baselines;
   } suites[] = {{"quick.prototxt", 3, "/ce/baselines"},
-                {"full.prototxt", 5, "/ce/baselines-full"},
+                {"full.prototxt", 14, "/ce/baselines-full"},
                 {"text.prototxt", 6, "/ce/baselines-text"}};
   for (size_t i = 0; i < sizeof suites / sizeof suites[0]; i++) {
     char path[4096];
@@ -1490,15 +1598,7 @@ static void test_repository_suites(void **state) {
     char bdir[4096];
     kiln_ce_suite_baseline_dir(s, path, bdir, sizeof bdir);
     assert_contains(bdir, suites[i].baselines);
-    if (i == 1)
-      for (size_t m = 0; m < s->n_model; m++) {
-        bool floor = false;
-        for (size_t k = 0; k < s->model[m]->n_kpi; k++)
-          if (!strcmp(s->model[m]->kpi[k]->name, "accuracy") && s->model[m]->kpi[k]->has_floor &&
-              s->model[m]->kpi[k]->floor >= 0.85)
-            floor = true;
-        if (!floor) fail_msg("full suite: model '%s' has no zoo accuracy floor", s->model[m]->name);
-      }
+    if (i == 1) check_full_suite(root, s);
     protobuf_c_message_free_unpacked(&s->base, NULL);
   }
 }

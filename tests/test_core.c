@@ -156,6 +156,31 @@ static void test_fault_parse(void **state) {
   assert_parse_error("leak:1048577", "in 1..1048576");
   assert_parse_error("leak:12k", "'12k' is not a whole number of kilobytes");
   assert_parse_error("LEAK:12", "unknown fault 'LEAK'");
+  assert_int_equal(kiln_fault_parse("lr:0.1", &f), KILN_OK);
+  assert_int_equal(f.kind, KILN_FAULT_LR);
+  assert_true(f.lr_factor == 0.1);
+  assert_string_equal(kiln_fault_describe(&f, buf, sizeof buf),
+                      "every learning rate multiplied by 0.1");
+  assert_int_equal(kiln_fault_parse("lr:1000", &f), KILN_OK);
+  assert_true(f.lr_factor == 1000);
+  assert_int_equal(kiln_fault_parse("lr:.5", &f), KILN_OK);
+  assert_true(f.lr_factor == 0.5);
+  assert_int_equal(kiln_fault_parse("lr:1e-3", &f), KILN_OK);
+  assert_true(f.lr_factor == 1e-3);
+  assert_parse_error("lr", "lr:FACTOR");
+  assert_parse_error("lr:", "'' is not a decimal factor in (0, 1000]");
+  assert_parse_error("lr:0", "'0' is not a decimal factor in (0, 1000]");
+  assert_parse_error("lr:0.0", "'0.0' is not a decimal factor");
+  assert_parse_error("lr:-0.5", "'-0.5' is not a decimal factor");
+  assert_parse_error("lr:+0.5", "'+0.5' is not a decimal factor");
+  assert_parse_error("lr:1000.5", "'1000.5' is not a decimal factor in (0, 1000]");
+  assert_parse_error("lr:1e9", "'1e9' is not a decimal factor");
+  assert_parse_error("lr:half", "'half' is not a decimal factor");
+  assert_parse_error("lr:0.1x", "'0.1x' is not a decimal factor");
+  assert_parse_error("lr: 0.1", "' 0.1' is not a decimal factor");
+  assert_parse_error("lr:nan", "'nan' is not a decimal factor");
+  assert_parse_error("lr:inf", "'inf' is not a decimal factor");
+  assert_parse_error("lr:1e-400", "'1e-400' is not a decimal factor"); /* underflows to 0 */
   assert_int_equal(kiln_fault_parse("stop:init:3", &f), KILN_OK);
   assert_int_equal(f.kind, KILN_FAULT_STOP);
   assert_string_equal(f.stage, "init");

@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "kiln/data.h"
+#include "kiln/metrics.h"
 #include "kiln/solver.h"
 #include "gradcheck.h"
 /* The private state, for what has no accessor: the lr policy and resume checks set the iteration
@@ -1182,6 +1183,99 @@ static void test_fault_injection(void **state) {
   kiln_solver_free(s);
 }
 
+static void on_event_lr(const kiln_event *e, void *user) {
+  if (!strcmp(e->event, "progress")) *(float *)user = e->lr;
+}
+
+/* KILN_FAULT=lr:0.5 halves the rate the solver applies: one plain SGD step (no momentum, no
+ * decay: w -= lr x lr_mult x g) from the same weights and data moves every parameter half as
+ * far as without the fault, and the events report the halved rate. */
+static void test_fault_lr_factor(void **state) {
+  (void)state;
+  const char *body = "base_lr: 0.1 lr_policy: 'step' gamma: 0.5 stepsize: 1 max_iter: 5 "
+                     "random_seed: 7 display: 0\n";
+  float *moved[2];
+  float lr[2] = {-1, -1};
+  int64_t n = 0;
+  for (int faulted = 0; faulted < 2; faulted++) {
+    kiln_config fc;
+    if (faulted) setenv("KILN_FAULT", "lr:0.5", 1);
+    else unsetenv("KILN_FAULT");
+    assert_int_equal(kiln_config_from_env(&fc), KILN_OK);
+    kiln_solver_options fo = {.config = &fc, .on_event = on_event_lr, .user = &lr[faulted]};
+    kiln_solver *s = make_solver(tiny_net, body, &fo);
+    kiln_net *net = kiln_solver_net(s);
+    set_tiny_inputs(net);
+    n = net->nparam_floats;
+    moved[faulted] = snapshot_params(net);
+    /* the rate of the second iteration: the step policy's 0.05, times the factor */
+    s->iter = 1;
+    assert_true(close_to(kiln_solver_learning_rate(s), faulted ? 0.025 : 0.05, 1e-7));
+    s->iter = 0;
+    assert_int_equal(kiln_solver_step(s, 1), KILN_OK);
+    for (int64_t i = 0; i < n; i++) moved[faulted][i] = net->param_data[i] - moved[faulted][i];
+    kiln_solver_free(s);
+  }
+  unsetenv("KILN_FAULT");
+  assert_true(close_to(lr[0], 0.1, 1e-7));
+  assert_true(close_to(lr[1], 0.05, 1e-7));
+  /* the differences are of float weights near 1: a few ulps of 1 is the tolerance */
+  double largest = 0;
+  for (int64_t i = 0; i < n; i++) {
+    largest = fmax(largest, fabs(moved[0][i]));
+    if (fabs(moved[1][i] - 0.5 * moved[0][i]) > 1e-6)
+      fail_msg("param %lld moved %.9g with lr:0.5, %.9g without", (long long)i, moved[1][i],
+               moved[0][i]);
+  }
+  assert_true(largest > 1e-3); /* the clean step really moved the weights, by far more than that */
+  free(moved[0]);
+  free(moved[1]);
+}
+
+static void write_metrics(const kiln_event *e, void *user) {
+  assert_int_equal(kiln_metrics_write_event(user, e), KILN_OK);
+}
+
+/* The train events record the train net's outputs: an Accuracy layer computed in training too
+ * gives every train line an "accuracy" (CE's train_accuracy), while "loss" stays the smoothed
+ * loss the event reports, not the loss output of the iteration. */
+static void test_train_event_records_outputs(void **state) {
+  (void)state;
+  char net[4096], path[256];
+  snprintf(net, sizeof net, "%s%s", tiny_net,
+           "layer { name: 'accuracy' type: 'Accuracy' bottom: 'ip' bottom: 'label' "
+           "top: 'accuracy' }\n");
+  path_in("train_outputs.jsonl", path, sizeof path);
+  kiln_metrics_file *m;
+  assert_int_equal(kiln_metrics_open(path, &m), KILN_OK);
+  kiln_solver_options o = {.on_event = write_metrics, .user = m};
+  kiln_solver *s = make_solver(net, "base_lr: 0.1 lr_policy: 'fixed' max_iter: 4 display: 1 "
+                                    "average_loss: 4\n", &o);
+  set_tiny_inputs(kiln_solver_net(s));
+  assert_int_equal(kiln_solver_solve(s), KILN_OK);
+  kiln_solver_free(s);
+  assert_int_equal(kiln_metrics_close(m), KILN_OK);
+  char *text;
+  size_t len;
+  assert_int_equal(kiln_read_file(path, &text, &len), KILN_OK);
+  int lines = 0;
+  for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
+    if (!strstr(line, "\"event\":\"train\"")) continue;
+    lines++;
+    /* one key each: the output named loss does not repeat it */
+    char *loss = strstr(line, "\"loss\":");
+    assert_non_null(loss);
+    assert_null(strstr(loss + 1, "\"loss\":"));
+    char *acc = strstr(line, "\"accuracy\":");
+    if (!acc) fail_msg("no accuracy in '%s'", line);
+    double a = atof(acc + strlen("\"accuracy\":"));
+    /* four samples: a multiple of a quarter */
+    assert_true(a >= 0 && a <= 1 && fabs(a * 4 - round(a * 4)) < 1e-6);
+  }
+  assert_int_equal(lines, 4);
+  free(text);
+}
+
 /* ---- figures derived from a test pass ------------------------------------------------------- */
 
 /* The outputs of the last test event, by name. */
@@ -1280,6 +1374,8 @@ int main(void) {
       cmocka_unit_test(test_divergence_is_numeric_error),
       cmocka_unit_test(test_divergence_of_a_finite_loss),
       cmocka_unit_test(test_fault_injection),
+      cmocka_unit_test(test_fault_lr_factor),
+      cmocka_unit_test(test_train_event_records_outputs),
   };
   return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

@@ -71,6 +71,8 @@ typedef struct kiln_ce_series {
 
 typedef struct kiln_ce_metrics {
   kiln_ce_series train_loss;  /* "train" events of rank 0 */
+  kiln_ce_series train_accuracy; /* the same events' "accuracy": a train net's Accuracy output
+                                  * (phase TRAIN), on the batch of the display iteration */
   kiln_ce_series test_loss;   /* "test" events of rank 0, test net 0 */
   kiln_ce_series accuracy;    /* the same events' "accuracy" */
   kiln_ce_series f1;          /* their "f1" (an F1 layer's, derived over the whole pass) */

@@ -236,6 +236,8 @@ int kiln_get_num_threads(void);
  *                    the prefetch measurement (bench/prefetch)
  *   leak:KB          every training iteration allocates and touches KB kilobytes (1..1048576)
  *                    that stay allocated (reachable, so LeakSanitizer stays quiet) until exit
+ *   lr:FACTOR        every learning rate the solver applies is the lr_policy's times FACTOR
+ *                    (a decimal number, 0 < FACTOR <= 1000): a planted accuracy drop
  *   stop:STAGE:RANK  the worker of rank RANK stops itself (SIGSTOP) at a point of the MPI start-up:
  *                    STAGE `start` (before MPI_Init), `init` (after it, before kiln's
  *                    communicators) or `setup` (before the first collective): a rank that stops
@@ -248,7 +250,8 @@ typedef enum {
   KILN_FAULT_SLEEP,
   KILN_FAULT_LEAK,
   KILN_FAULT_STOP,
-  KILN_FAULT_SLOW_READ
+  KILN_FAULT_SLOW_READ,
+  KILN_FAULT_LR
 } kiln_fault_kind;
 
 typedef struct kiln_fault {
@@ -258,6 +261,7 @@ typedef struct kiln_fault {
   int64_t kb;      /* leak: per training iteration */
   char stage[8];   /* stop: "start", "init" or "setup" */
   int rank;        /* stop: the worker that stops */
+  double lr_factor; /* lr: what every learning rate is multiplied by */
 } kiln_fault;
 
 /* Parses a KILN_FAULT value; a malformed one is KILN_ERR_INVALID with a message naming the

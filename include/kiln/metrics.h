@@ -31,7 +31,7 @@
 #define KILN_MF_PEAK_RSS_MB "peak_rss_mb"
 #define KILN_MF_CPU_WAIT_MS "cpu_wait_ms"
 #define KILN_MF_TEST_NET "test_net"
-#define KILN_MF_ACCURACY "accuracy"     /* a test net's output of that name */
+#define KILN_MF_ACCURACY "accuracy"     /* a test (or train) net's output of that name */
 #define KILN_MF_PERPLEXITY "perplexity" /* likewise, or derived: kiln/net.h's KILN_NET_PERPLEXITY */
 #define KILN_MF_F1 "f1" /* derived from an F1 layer's counts: kiln/net.h's KILN_NET_F1 */
 #define KILN_MF_SYNC_MS "sync_ms"
@@ -96,8 +96,9 @@ int kiln_metrics_open(const char *path, kiln_metrics_file **out);
  * write is remembered: this and every later call return KILN_ERR_IO naming the file. */
 int kiln_metrics_write(kiln_metrics_file *m, const char *event, int iter, double time_ms,
                        int rank, int nfields, const kiln_metric_field *fields);
-/* A solver event with its figures under the names above (test nets' outputs under their own
- * names); "progress" events are not recorded. */
+/* A solver event with its figures under the names above (the train net's and test nets' outputs
+ * under their own names, after the event's own figures, which win a clash of names: a train
+ * event's "loss" is the smoothed loss); "progress" events are not recorded. */
 int kiln_metrics_write_event(kiln_metrics_file *m, const kiln_event *e);
 /* Flushes and closes; KILN_ERR_IO naming the file when any write or the close failed (a full
  * disk), so a cut file is never taken for a whole one. A file that open created and no event

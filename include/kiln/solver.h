@@ -85,7 +85,8 @@ int kiln_solver_restore(kiln_solver *s, const char *solverstate_path);
 /* Starts from a .caffemodel (Caffe's --weights); broadcast from rank 0 before the first step. */
 int kiln_solver_load_weights(kiln_solver *s, const char *caffemodel_path);
 
-/* The learning rate at the current iteration under the solver's lr_policy. */
+/* The learning rate the solver applies at the current iteration: the lr_policy's, times the
+ * factor of a KILN_FAULT=lr:FACTOR (include/kiln/core.h). */
 float kiln_solver_learning_rate(kiln_solver *s);
 const char *kiln_solver_type_name(kiln_solver_type t);
 

@@ -18,6 +18,8 @@ static const kiln_ce_kpi_info kpis[] = {
     {"f1", "", true, false, false, false, false, 0, 0.01},
     {"perplexity", "", false, false, false, false, false, 0.05, 0},
     {"train_loss", "", false, false, false, false, false, 0.10, 0.01},
+    /* one batch's figure at each display: noisier than a test pass over many batches */
+    {"train_accuracy", "", true, false, false, false, false, 0, 0.02},
     {"test_loss", "", false, false, false, false, false, 0.05, 0.01},
     {"peak_rss_mb", "MB", false, true, false, false, false, 0.10, 8},
     {"duration_s", "s", false, true, true, false, false, 0.15, 0},
@@ -36,8 +38,8 @@ const kiln_ce_kpi_info *kiln_ce_kpi_lookup(const char *name) {
 }
 
 const char *kiln_ce_kpi_names(void) {
-  return "accuracy, f1, perplexity, train_loss, test_loss, peak_rss_mb, duration_s, "
-         "samples_per_s, speedup, efficiency, per, word_accuracy";
+  return "accuracy, f1, perplexity, train_loss, train_accuracy, test_loss, peak_rss_mb, "
+         "duration_s, samples_per_s, speedup, efficiency, per, word_accuracy";
 }
 
 int kiln_ce_kpi_resolve(const Caffe__CeKpi *k, kiln_ce_kpi_spec *out) {

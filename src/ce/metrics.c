@@ -40,6 +40,7 @@ static void series_free(kiln_ce_series *s) {
 
 void kiln_ce_metrics_free(kiln_ce_metrics *m) {
   series_free(&m->train_loss);
+  series_free(&m->train_accuracy);
   series_free(&m->test_loss);
   series_free(&m->accuracy);
   series_free(&m->f1);
@@ -120,6 +121,8 @@ static int handle_event(kiln_ce_metrics *m, const cJSON *o, parse_state *st, con
   if (train) {
     double loss = field(o, KILN_MF_LOSS, &have);
     if (have) KILN_TRY(series_push(&m->train_loss, iter, t, loss));
+    double acc = field(o, KILN_MF_ACCURACY, &have);
+    if (have) KILN_TRY(series_push(&m->train_accuracy, iter, t, acc));
     double sps = field(o, KILN_MF_SAMPLES_PER_S, &have);
     if (have) {
       KILN_TRY(series_push(&m->window_sps, iter, t, sps));
@@ -251,6 +254,7 @@ double kiln_ce_kpi_value(const kiln_ce_metrics *m, const kiln_ce_kpi_spec *k) {
                             : !strcmp(name, "f1")         ? &m->f1
                             : !strcmp(name, "perplexity") ? &m->perplexity
                             : !strcmp(name, "train_loss") ? &m->train_loss
+                            : !strcmp(name, "train_accuracy") ? &m->train_accuracy
                             : !strcmp(name, "test_loss")  ? &m->test_loss
                                                           : NULL;
   if (s) return kiln_ce_reduce(s->value, s->n, k->reduction, k->mean_last_n, k->higher_is_better);

@@ -451,6 +451,7 @@ static bool run_once(const ctx *x, const Caffe__CeModel *m, const prepared *p,
                      ((!strcmp(name, "test_loss") || !strcmp(name, "perplexity")) &&
                       met.test_loss.n == 0) ||
                      (!strcmp(name, "train_loss") && met.train_loss.n == 0) ||
+                     (!strcmp(name, "train_accuracy") && met.train_accuracy.n == 0) ||
                      (!strcmp(name, "samples_per_s") && isnan(met.samples_per_s)) ||
                      (!strcmp(name, "peak_rss_mb") && isnan(met.peak_rss_mb)) ||
                      (specs[k].info->decoded && !met.decoded);
@@ -542,10 +543,15 @@ static void judge(const ctx *x, kiln_ce_row *row, const kiln_ce_kpi_spec *spec,
     if (!isfinite(row->samples[i])) row->value = NAN; /* a NaN in any repeat counts */
   if (missing) {
     row->verdict = KILN_CE_ERROR;
-    snprintf(row->reason, sizeof row->reason,
-             "the metrics have no %s figure (for accuracy the net needs an Accuracy layer, for f1 "
-             "an F1 layer, and a test pass at the end: test_interval dividing max_iter)",
-             spec->info->name);
+    if (!strcmp(spec->info->name, "train_accuracy"))
+      snprintf(row->reason, sizeof row->reason,
+               "the metrics have no train_accuracy figure: the train net reports no accuracy (it "
+               "needs an Accuracy layer in phase TRAIN whose top is named accuracy)");
+    else
+      snprintf(row->reason, sizeof row->reason,
+               "the metrics have no %s figure (for accuracy the net needs an Accuracy layer, for "
+               "f1 an F1 layer, and a test pass at the end: test_interval dividing max_iter)",
+               spec->info->name);
     return;
   }
   if (kiln_ce_kpi_not_applicable(spec->info, row->workers, x->cores, row->reason,

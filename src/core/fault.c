@@ -1,9 +1,10 @@
-/* Fault injection: a deliberate slowdown or memory leak, switched on by the KILN_FAULT
- * environment variable, so a test can plant a real throughput or peak-memory regression in an
- * unchanged trainer (the CE harness's tests); or a worker that stops during the MPI start-up (the
- * stall detection's tests). kiln_config_from_env parses the variable
- * with kiln_fault_parse; the solver applies the fault of its configuration to its nets. */
+/* Fault injection: a deliberate slowdown, memory leak or scaled learning rate, switched on by the
+ * KILN_FAULT environment variable, so a test can plant a real throughput, peak-memory or accuracy
+ * regression in an unchanged trainer (the CE harness's tests); or a worker that stops during the
+ * MPI start-up (the stall detection's tests). kiln_config_from_env parses the variable with
+ * kiln_fault_parse; the solver applies the fault of its configuration to its nets and rates. */
 #include <errno.h>
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,13 +14,13 @@
 
 #include "kiln/core.h"
 
-enum { MAX_SLEEP_MS = 60000, MAX_LEAK_KB = 1 << 20 };
+enum { MAX_SLEEP_MS = 60000, MAX_LEAK_KB = 1 << 20, MAX_LR_FACTOR = 1000 };
 
 static const char syntax[] =
     "expected sleep:LAYER:MS (every forward of layer LAYER sleeps MS milliseconds, up to 3 "
-    "decimals), "
-    "slowread:LAYER:MS (data layer LAYER's reader takes MS milliseconds a batch), or leak:KB "
-    "(every training iteration leaks KB kilobytes) or stop:STAGE:RANK (rank RANK stops itself at "
+    "decimals), slowread:LAYER:MS (data layer LAYER's reader takes MS milliseconds a batch), "
+    "leak:KB (every training iteration leaks KB kilobytes), lr:FACTOR (every learning rate is "
+    "multiplied by FACTOR) or stop:STAGE:RANK (rank RANK stops itself at "
     "STAGE start, init or setup of the MPI start-up)";
 
 /* A whole decimal number in [lo, hi], nothing else (no sign, no spaces, no suffix). */
@@ -60,6 +61,19 @@ static const char *ms_text(int64_t us, char *buf, size_t n) {
     for (char *end = buf + strlen(buf) - 1; *end == '0'; end--) *end = '\0';
   }
   return buf;
+}
+
+/* A plain decimal number in (0, hi]: digits with at most one point, an exponent allowed (1e-2);
+ * no sign, no spaces, no suffix, no inf or nan. */
+static bool parse_factor(const char *s, double hi, double *out) {
+  if (!((*s >= '0' && *s <= '9') || *s == '.')) return false;
+  char *end;
+  errno = 0;
+  double v = strtod(s, &end);
+  if (end == s || *end != '\0' || errno == ERANGE || !isfinite(v) || v <= 0 || v > hi)
+    return false;
+  *out = v;
+  return true;
 }
 
 int kiln_fault_parse(const char *text, kiln_fault *out) {
@@ -105,6 +119,18 @@ int kiln_fault_parse(const char *text, kiln_fault *out) {
     out->kb = kb;
     return KILN_OK;
   }
+  if (kind_len == 2 && !strncmp(text, "lr", 2)) {
+    if (!colon)
+      return kiln_errorf(KILN_ERR_INVALID, "%s='%s': %s", KILN_FAULT_ENV, text, syntax);
+    double factor;
+    if (!parse_factor(colon + 1, MAX_LR_FACTOR, &factor))
+      return kiln_errorf(KILN_ERR_INVALID,
+                         "%s='%s': '%s' is not a decimal factor in (0, %d] (e.g. 0.1)",
+                         KILN_FAULT_ENV, text, colon + 1, MAX_LR_FACTOR);
+    out->kind = KILN_FAULT_LR;
+    out->lr_factor = factor;
+    return KILN_OK;
+  }
   if (kind_len == 4 && !strncmp(text, "stop", 4)) {
     const char *last = strrchr(text, ':');
     if (!colon || last == colon)
@@ -144,6 +170,9 @@ const char *kiln_fault_describe(const kiln_fault *f, char *buf, size_t n) {
     break;
   case KILN_FAULT_LEAK:
     snprintf(buf, n, "leak %lld KB every training iteration", (long long)f->kb);
+    break;
+  case KILN_FAULT_LR:
+    snprintf(buf, n, "every learning rate multiplied by %g", f->lr_factor);
     break;
   case KILN_FAULT_STOP:
     snprintf(buf, n, "rank %d stops at the '%s' stage of the MPI start-up", f->rank, f->stage);

@@ -97,6 +97,10 @@ int kiln_metrics_write_event(kiln_metrics_file *m, const kiln_event *e) {
     FIELD(KILN_MF_SAMPLES_PER_S, e->samples_per_s);
     FIELD(KILN_MF_PEAK_RSS_MB, e->peak_rss_mb);
     FIELD(KILN_MF_CPU_WAIT_MS, e->cpu_wait_ms);
+    /* the train net's outputs on this iteration's batch (an Accuracy layer's, for CE's
+     * train_accuracy); its "loss" output is left out, behind the smoothed loss above */
+    for (int i = 0; i < e->noutputs && n < MAX_FIELDS - 1; i++)
+      FIELD(e->output_names[i], e->output_values[i]);
   } else if (!strcmp(e->event, KILN_EV_TEST)) {
     FIELD(KILN_MF_LOSS, e->loss);
     FIELD(KILN_MF_TEST_NET, e->test_net);

@@ -49,25 +49,34 @@ int update_history_count(kiln_solver_type t) {
 
 /* ---- learning rate --------------------------------------------------------------------------- */
 
-float kiln_solver_learning_rate(kiln_solver *s) {
+/* The lr_policy's rate at the current iteration. */
+static double policy_rate(kiln_solver *s) {
   const Caffe__SolverParameter *p = s->param;
   const char *pol = p->lr_policy;
   double base = p->base_lr, g = p->gamma, it = s->iter;
-  if (strcmp(pol, "fixed") == 0) return (float)base;
-  if (strcmp(pol, "step") == 0) return (float)(base * pow(g, floor(it / p->stepsize)));
-  if (strcmp(pol, "exp") == 0) return (float)(base * pow(g, it));
-  if (strcmp(pol, "inv") == 0) return (float)(base * pow(1.0 + g * it, -(double)p->power));
+  if (strcmp(pol, "fixed") == 0) return base;
+  if (strcmp(pol, "step") == 0) return base * pow(g, floor(it / p->stepsize));
+  if (strcmp(pol, "exp") == 0) return base * pow(g, it);
+  if (strcmp(pol, "inv") == 0) return base * pow(1.0 + g * it, -(double)p->power);
   if (strcmp(pol, "multistep") == 0) {
     while ((size_t)s->current_step < p->n_stepvalue && s->iter >= p->stepvalue[s->current_step])
       s->current_step++;
-    return (float)(base * pow(g, s->current_step));
+    return base * pow(g, s->current_step);
   }
   if (strcmp(pol, "poly") == 0) {
     double frac = s->max_iter > 0 ? it / s->max_iter : 0;
-    return (float)(base * pow(1.0 - frac, p->power));
+    return base * pow(1.0 - frac, p->power);
   }
   /* sigmoid */
-  return (float)(base * (1.0 / (1.0 + exp(-g * (it - p->stepsize)))));
+  return base * (1.0 / (1.0 + exp(-g * (it - p->stepsize))));
+}
+
+/* A KILN_FAULT=lr:FACTOR scales the rate here, so the update and the events (which report the
+ * rate applied) see the same value. */
+float kiln_solver_learning_rate(kiln_solver *s) {
+  double rate = policy_rate(s);
+  if (s->fault.kind == KILN_FAULT_LR) rate *= s->fault.lr_factor;
+  return (float)rate;
 }
 
 /* ---- update ---------------------------------------------------------------------------------- */

@@ -1,8 +1,9 @@
-# Planted timing and memory regressions caught by kiln ce run end to end, through the KILN_FAULT
-# switch (docs/ce.md): a clean run of a small suite (LeNet, 200 iterations, 1 worker, 1 thread,
-# 3 repeats) becomes the baseline; then the same suite with a layer that sleeps must be a
-# throughput and duration regression confirmed on a re-run (exit 1), and with a leak a peak
-# memory regression (exit 1). Malformed KILN_FAULT values are clear errors. The faults are sized
+# Planted timing, memory and accuracy regressions caught by kiln ce run end to end, through the
+# KILN_FAULT switch (docs/ce.md): a clean run of a small suite (LeNet, 200 iterations, 1 worker,
+# 1 thread, 3 repeats) becomes the baseline; then the same suite with a layer that sleeps must be
+# a throughput and duration regression confirmed on a re-run (exit 1), with a leak a peak memory
+# regression (exit 1), and one run with every learning rate scaled by 0.05 an accuracy
+# regression (exit 1). Malformed KILN_FAULT values are clear errors. The faults are sized
 # from the clean run (a sleep twice as long as an iteration took, a leak at least the whole
 # peak), so the test holds on a slow (sanitizer) build as on a fast one.
 source "$(dirname "$0")/lib.bash"
@@ -26,6 +27,9 @@ model {
   test_iter: 2
   threads: 1
   dataset: "fashion-mnist"
+  # 0.83 on the 200 test images here; lr:0.05 gives 0.69. The floor is under both: the planted
+  # drop must show as a regression against the baseline, not as an absolute failure.
+  kpi { name: "accuracy" floor: 0.3 abs_tolerance: 0.03 }
   kpi { name: "peak_rss_mb" }
   kpi { name: "duration_s" }
   kpi { name: "samples_per_s" }
@@ -47,6 +51,10 @@ bad 'sleep:conv1:abc' "KILN_FAULT='sleep:conv1:abc': 'abc' is not a number of mi
 bad 'sleep:conv1:0' "'0' is not a number of milliseconds"
 bad 'leak:-5' "KILN_FAULT='leak:-5': '-5' is not a whole number of kilobytes in 1..1048576"
 bad 'leak:12kb' "'12kb' is not a whole number of kilobytes"
+bad 'lr:0' "KILN_FAULT='lr:0': '0' is not a decimal factor in (0, 1000] (e.g. 0.1)"
+bad 'lr:-0.1' "'-0.1' is not a decimal factor"
+bad 'lr:fast' "'fast' is not a decimal factor"
+bad 'lr:5000' "'5000' is not a decimal factor in (0, 1000]"
 bad 'sleep:conv9:5' "KILN_FAULT=sleep:conv9:5: the train net 'LeNet' has no layer 'conv9' (its layers: mnist, conv1,"
 # a well-formed fault trains, and the log says so
 out=$(KILN_FAULT=leak:64 "$KILN" train --solver tiny_solver.prototxt --threads 1 2>&1 >/dev/null)
@@ -93,6 +101,7 @@ for kpi in samples_per_s duration_s; do
     && pass || fail "sleep: $kpi not confirmed on a re-run: $out"
 done
 echo "$out" | grep -Eq '^lenet +1 +peak_rss_mb .* pass$' && pass || fail "sleep: memory must pass: $out"
+echo "$out" | grep -Eq '^lenet +1 +accuracy .* pass$' && pass || fail "sleep: accuracy must pass: $out"
 grep -q "lenet x1: a timing KPI looks slower; re-running to confirm" err.txt && pass || fail "no re-run: $(cat err.txt)"
 echo "$out" | grep -q "^warning: KILN_FAULT is set: every training of this run has an injected fault (sleep $sleep_ms ms in every forward of layer 'conv1')" \
   && pass || fail "sleep: no fault warning: $out"
@@ -117,4 +126,23 @@ echo "$out" | grep -q "^regression lenet x1 peak_rss_mb: peak_rss_mb .* is worse
 leaked=$(value leak/results.jsonl peak_rss_mb)
 awk -v a="$leaked" -v b="$peak" 'BEGIN { exit !(a > 1.8 * b) }' && pass \
   || fail "leak: peak $leaked MB should be about twice the clean $peak MB"
+
+# ---- every learning rate scaled down: accuracy regresses. One run is enough (a fixed seed
+# gives the same accuracy every time), so a suite of one repeat with the accuracy KPI alone,
+# judged against the same baseline.
+sed -e 's/^repeats: 3/repeats: 1/' -e '/name: "peak_rss_mb"/d' -e '/name: "duration_s"/d' \
+  -e '/name: "samples_per_s"/d' suite.prototxt > suite_lr.prototxt
+t0=$SECONDS
+out=$(KILN_FAULT=lr:0.05 "$KILN" ce run suite_lr.prototxt --db "$WORK/ce.db" \
+        --report-dir "$WORK/lr" --machine-class "$CLASS" 2>err.txt)
+rc=$?
+echo "lr run: $((SECONDS - t0)) s"
+[ $rc -eq 1 ] && pass || fail "lr: exit $rc, expected 1: $out $(cat err.txt)"
+echo "$out" | grep -Eq '^lenet +1 +accuracy .* regression$' && pass || fail "lr: accuracy row: $out"
+echo "$out" | grep -q "^regression lenet x1 accuracy: accuracy .* is worse than the baseline" \
+  && pass || fail "lr: reason: $out"
+echo "$out" | grep -q "^warning: KILN_FAULT is set: every training of this run has an injected fault (every learning rate multiplied by 0.05)" \
+  && pass || fail "lr: no fault warning: $out"
+grep -q "KILN_FAULT is set: injecting a fault: every learning rate multiplied by 0.05" lr/runs/lenet-w1-r1/train.log \
+  && pass || fail "lr: the run without the fault: $(tail -n 3 lr/runs/lenet-w1-r1/train.log 2>&1)"
 finish
