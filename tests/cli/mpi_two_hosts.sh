@@ -15,86 +15,39 @@
 #   (e) shared memory alone cannot join two hosts: a clear error, no hang.
 # Skips (exit 77, a CTest skip) when not root, without `ip netns` (no CAP_SYS_ADMIN, e.g. in a container),
 # without mpirun, or when kiln was built without MPI. Otherwise a failure fails.
-# The namespaces are removed on every exit path (a trap); every mpirun runs under a timeout.
+# The namespaces are removed on every exit path (a trap); every mpirun runs under a timeout. The
+# hosts and mpirun's options are tests/support/netns-hosts.bash's, which bench/mpi shares.
 source "$(dirname "$0")/lib.bash"
 cd "$WORK"
-if [ "$(id -u)" -ne 0 ]; then
-  echo "SKIP: not root (creating network namespaces needs it)"
-  exit 77
-fi
 source "$(dirname "$0")/mpi.bash"
-if ! command -v ip >/dev/null 2>&1; then
-  echo "SKIP: ip not found (scripts/install-deps installs iproute2)"
-  exit 77
-fi
-
-NS1=kiln-h1-$$
-NS2=kiln-h2-$$
-NET=10.213.7
-IP1=$NET.1
-IP2=$NET.2
-IF=kiln0  # the veth's name in both namespaces (it never exists outside them)
+# The hosts, the agent and mpirun's options: tests/support/netns-hosts.bash.
+source "$SRC/tests/support/netns-hosts.bash"
+NET=$NETNS_NET
+IP1=$NETNS_IP1
+IP2=$NETNS_IP2
+IF=$NETNS_IF
 cleanup() {
-  local ns pid
-  for ns in "$NS1" "$NS2"; do
-    if [ -e "/var/run/netns/$ns" ]; then
-      # Processes this test started there (a daemon left over after a timeout) keep the
-      # namespace alive after its name is gone; deleting it also removes the veth.
-      for pid in $(ip netns pids "$ns" 2>/dev/null); do kill -9 "$pid" 2>/dev/null; done
-      ip netns del "$ns" 2>/dev/null
-    fi
-  done
+  netns_hosts_down
   rm -rf "$WORK"
 }
 trap cleanup EXIT
 # A signal ends the test at once (the runs below are waited for in the background, so that the
 # trap does not wait for them), through cleanup.
 trap 'exit 1' INT TERM HUP
-# Namespaces of runs killed without a chance to clean up (SIGKILL): the test process is gone.
-for ns in $(ip netns list 2>/dev/null | awk '$1 ~ /^kiln-h[12]-[0-9]+$/ { print $1 }'); do
-  kill -0 "${ns##*-}" 2>/dev/null || ip netns del "$ns" 2>/dev/null
-done
-
-if ! err=$(ip netns add "$NS1" 2>&1); then
-  echo "SKIP: cannot create a network namespace (ip netns add: $err)"
-  exit 77
-fi
-setup() {
-  ip netns add "$NS2" &&
-    ip link add "$IF" netns "$NS1" type veth peer name "$IF" netns "$NS2" &&
-    ip -n "$NS1" addr add "$IP1/24" dev "$IF" &&
-    ip -n "$NS2" addr add "$IP2/24" dev "$IF" &&
-    for ns in "$NS1" "$NS2"; do
-      ip -n "$ns" link set lo up && ip -n "$ns" link set "$IF" up || return 1
-    done
-}
-if ! err=$(setup 2>&1); then
-  fail "setting up the two hosts: $err"
+if ! netns_hosts_up "$WORK"; then
+  if [ "$NETNS_SKIP" = 1 ]; then
+    echo "SKIP: $NETNS_ERR"
+    exit 77
+  fi
+  fail "$NETNS_ERR"
   finish
   exit 1
 fi
-# The agent as a file of its own, executable whatever the checkout did with its mode.
-cp "$SRC/tests/support/netns-agent.sh" agent.sh && chmod +x agent.sh
-# How the agent finds a host's namespace and name; mpirun's environment reaches it.
-export KILN_NETNS_HOSTS="$IP1=$NS1:kiln-host1 $IP2=$NS2:kiln-host2"
-printf '%s slots=1\n%s slots=1\n' "$IP1" "$IP2" > hostfile
 
 # on_hosts [MPIRUN OPTIONS...] COMMAND...: mpirun in the first namespace (under the name
 # kiln-host1, as the agent names the second), one rank per host, TCP only, on the veth subnet.
-on_hosts() {
-  timeout -k 5 120 ip netns exec "$NS1" unshare --uts \
-    bash -c 'hostname kiln-host1 && exec "$@"' - \
-    mpirun -np 2 --hostfile hostfile --mca plm_rsh_agent "$WORK/agent.sh" \
-    --mca pml ob1 --mca btl "${BTL:-self,tcp}" \
-    --mca btl_tcp_if_include "$NET.0/24" --mca oob_tcp_if_include "$NET.0/24" \
-    --allow-run-as-root --oversubscribe --bind-to none \
-    -x OMP_NUM_THREADS "${FORWARD[@]}" "$@" &
-  wait $!
-}
-# veth byte counters of the second host: "RX TX"
-counters() {
-  ip netns exec "$NS2" cat /sys/class/net/$IF/statistics/rx_bytes /sys/class/net/$IF/statistics/tx_bytes | paste -sd ' '
-}
+on_hosts() { netns_on_hosts -x OMP_NUM_THREADS "${FORWARD[@]}" "$@"; }
+counters() { netns_counters; }
 
 # (a) where the ranks run. Each prints its rank, host name, network namespace and address.
 on_hosts bash -c 'echo "$OMPI_COMM_WORLD_RANK $(hostname) $(readlink /proc/self/ns/net) $(ip -o -4 addr show dev '$IF' | awk "{print \$4}")"' \
