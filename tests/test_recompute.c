@@ -90,7 +90,7 @@ typedef struct {
   kiln_net *net;
 } built;
 
-static void build(built *b, const char *text, const kiln_config *cfg) {
+static void build(built *b, const char *text, const kiln_config *cfg, bool share_data) {
   memset(b, 0, sizeof *b);
   assert_int_equal(kiln_net_param_from_text(text, "<test>", &b->np), KILN_OK);
   kiln_net_options o = {0};
@@ -99,6 +99,7 @@ static void build(built *b, const char *text, const kiln_config *cfg) {
   o.nthreads = 2;
   o.config = cfg;
   o.share_diffs = true;
+  o.share_data = share_data;
   int rc = kiln_net_create(b->np, &o, &b->net);
   if (rc) fprintf(stderr, "build: %s\n", kiln_last_error());
   assert_int_equal(rc, KILN_OK);
@@ -117,8 +118,9 @@ static kiln_blob *blob(kiln_net *net, const char *name) {
 }
 
 /* Both nets get the same inputs (a fixed pseudo-random sequence) and take three steps of plain
- * SGD; their losses and parameter gradients must be the same bits at every step. */
-static void check_same_steps(kiln_net *p, kiln_net *r) {
+ * SGD; their losses and parameter gradients must be the same bits at every step. `spoil`: r's
+ * shared activation data is overwritten with NaN between its forward and its backward. */
+static void check_same_steps(kiln_net *p, kiln_net *r, bool spoil) {
   assert_int_equal(p->nparam_floats, r->nparam_floats);
   assert_memory_equal(p->param_data, r->param_data, (size_t)p->nparam_floats * sizeof(float));
   uint32_t seed = 12345;
@@ -135,6 +137,7 @@ static void check_same_steps(kiln_net *p, kiln_net *r) {
     kiln_net_zero_param_diff(r);
     assert_int_equal(kiln_net_forward(p, &loss_p), KILN_OK);
     assert_int_equal(kiln_net_forward(r, &loss_r), KILN_OK);
+    if (spoil) assert_true(kiln_test_spoil_shared_data(r) > 0);
     assert_int_equal(kiln_net_backward(p), KILN_OK);
     assert_int_equal(kiln_net_backward(r), KILN_OK);
     assert_memory_equal(&loss_p, &loss_r, sizeof loss_p);
@@ -155,8 +158,8 @@ static void check_depth(int L, int N, bool plain_layouts) {
   rc.no_recompute = false;
   if (plain_layouts) pc.plain_layouts = rc.plain_layouts = true;
   built p, r;
-  build(&p, text, &pc);
-  build(&r, text, &rc);
+  build(&p, text, &pc, false);
+  build(&r, text, &rc, false);
   /* The first BatchNorm of each bottleneck and transition, and the final one (its reader is the
    * pooling), recompute: their tops' data is the scratch's. The in-place ones do not. */
   int recomputed = 0;
@@ -184,9 +187,40 @@ static void check_depth(int L, int N, bool plain_layouts) {
     }
   assert_true(r.net->memory.activations < p.net->memory.activations);
   assert_true(r.net->memory.buffers < p.net->memory.buffers);
-  check_same_steps(p.net, r.net);
+  check_same_steps(p.net, r.net, false);
   built_free(&p);
   built_free(&r);
+  free(text);
+}
+
+/* With activation data shared by lifetime as well (kiln_net_options.share_data): the features
+ * each 3x3 convolution adds, once copied into its block's Concat, and the transitions' and the
+ * classifier's outputs are read by no backward, so they share memory, even with the recomputed
+ * tops and the Concat chains in scratch buffers; the plain net's steps, bit for bit, with that
+ * memory spoiled between forward and backward. */
+static void check_shared_data(int L, int N, bool plain_layouts) {
+  char *text = densenet_text(L, N);
+  kiln_config pc = *kiln_test_config(), rc = *kiln_test_config();
+  pc.no_recompute = true;
+  rc.no_recompute = false;
+  if (plain_layouts) pc.plain_layouts = rc.plain_layouts = true;
+  built p, r, k;
+  build(&p, text, &pc, false);
+  build(&r, text, &rc, true);
+  build(&k, text, &rc, false);
+  for (int blk = 1; blk <= 3; blk++)
+    for (int i = 1; i <= L; i++) {
+      char name[64];
+      snprintf(name, sizeof name, "b%d_%d_conv2", blk, i);
+      assert_true(kiln_test_data_shared(blob(r.net, name)));
+      assert_false(kiln_test_data_shared(blob(k.net, name)));
+    }
+  assert_true(kiln_test_data_shared(blob(r.net, "fc")));
+  assert_true(r.net->memory.activations < k.net->memory.activations);
+  check_same_steps(p.net, r.net, true);
+  built_free(&p);
+  built_free(&r);
+  built_free(&k);
   free(text);
 }
 
@@ -205,11 +239,23 @@ static void test_densenet22_recompute_matches_plain(void **state) {
   check_depth(3, 3, false);
 }
 
+static void test_densenet16_shared_data_matches_plain(void **state) {
+  (void)state;
+  check_shared_data(2, 5, false);
+}
+
+static void test_densenet22_shared_data_matches_plain_layouts(void **state) {
+  (void)state;
+  check_shared_data(3, 3, true);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_densenet10_recompute_matches_plain),
       cmocka_unit_test(test_densenet16_recompute_matches_plain),
       cmocka_unit_test(test_densenet22_recompute_matches_plain),
+      cmocka_unit_test(test_densenet16_shared_data_matches_plain),
+      cmocka_unit_test(test_densenet22_shared_data_matches_plain_layouts),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -156,13 +156,14 @@ void tool_on_event(const kiln_event *e, void *user) {
 }
 
 int tool_load_net(const char *model, int phase, const char *const *stages, int nstages,
-                  uint64_t max_memory, kiln_net **net, ProtobufCMessage **msg) {
-  return tool_load_net_edited(model, phase, stages, nstages, max_memory, NULL, NULL, net, msg);
+                  uint64_t max_memory, bool share_data, kiln_net **net, ProtobufCMessage **msg) {
+  return tool_load_net_edited(model, phase, stages, nstages, max_memory, share_data, NULL, NULL,
+                              net, msg);
 }
 
 int tool_load_net_edited(const char *model, int phase, const char *const *stages, int nstages,
-                         uint64_t max_memory, tool_net_edit edit, void *user, kiln_net **net,
-                         ProtobufCMessage **msg) {
+                         uint64_t max_memory, bool share_data, tool_net_edit edit, void *user,
+                         kiln_net **net, ProtobufCMessage **msg) {
   kiln_config cfg; /* copied into the net */
   *net = NULL;
   *msg = NULL;
@@ -172,7 +173,8 @@ int tool_load_net_edited(const char *model, int phase, const char *const *stages
   if (!rc && edit) rc = edit((Caffe__NetParameter *)*msg, user);
   if (!rc) {
     kiln_net_options o = {.phase = phase, .seed = 1701, .max_memory = max_memory,
-                          .source = model, .share_diffs = true, .config = &cfg,
+                          .source = model, .share_diffs = true, .share_data = share_data,
+                          .config = &cfg,
                           .stages = stages, .nstages = nstages};
     rc = kiln_net_create((Caffe__NetParameter *)*msg, &o, net);
   }

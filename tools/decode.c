@@ -210,8 +210,9 @@ int tool_decode(const tool_decode_args *a, tool_metrics *m) {
   }
   plan_args p = {rs.longest, a->beam ? a->beam : 1, a->beam ? a->max_len : 1, a->model};
   out = malloc((size_t)a->max_len * sizeof *out);
-  if (!out || tool_load_net_edited(a->model, CAFFE__PHASE__TEST, NULL, 0, a->max_memory, plan, &p,
-                                   &net, &msg) ||
+  if (!out ||
+      tool_load_net_edited(a->model, CAFFE__PHASE__TEST, NULL, 0, a->max_memory, true, plan, &p,
+                           &net, &msg) ||
       kiln_net_load_weights(net, a->weights) ||
       kiln_seq2seq_open(net, kiln_vocab_size(tv), &marks, a->model, &dec)) {
     code = tool_fail("decode");

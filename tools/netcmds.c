@@ -73,8 +73,10 @@ static int parse_net_args(const char *cmd, int argc, char **argv, net_args *a, i
   return 0;
 }
 
-static int load_net(const net_args *a, kiln_net **net, ProtobufCMessage **msg) {
-  return tool_load_net(a->model, a->phase, a->stages, a->nstages, a->c.max_memory, net, msg);
+/* share_data: off for kiln time, which runs backward passes training would not. */
+static int load_net(const net_args *a, bool share_data, kiln_net **net, ProtobufCMessage **msg) {
+  return tool_load_net(a->model, a->phase, a->stages, a->nstages, a->c.max_memory, share_data, net,
+                       msg);
 }
 
 /* The test net's TextData layer of pairs (what --decode decodes), or NULL. */
@@ -130,7 +132,7 @@ int cmd_test(int argc, char **argv) {
   ProtobufCMessage *msg = NULL;
   double *sum = NULL;
   int code = 0;
-  if (load_net(&a, &net, &msg) || (a.weights && kiln_net_load_weights(net, a.weights))) {
+  if (load_net(&a, true, &net, &msg) || (a.weights && kiln_net_load_weights(net, a.weights))) {
     code = tool_fail("test");
     goto done;
   }
@@ -199,7 +201,7 @@ int cmd_describe(int argc, char **argv) {
   if (r) return r;
   kiln_net *net;
   ProtobufCMessage *msg;
-  if (load_net(&a, &net, &msg)) return tool_fail("describe");
+  if (load_net(&a, true, &net, &msg)) return tool_fail("describe");
   char *t = kiln_net_describe(net);
   if (t) fputs(t, stdout);
   free(t);
@@ -256,7 +258,7 @@ int cmd_time(int argc, char **argv) {
   double *fwd = NULL, *bwd = NULL;
   bool *runs_fwd = NULL, *runs_bwd = NULL;
   int code = 0;
-  if (load_net(&a, &net, &msg)) {
+  if (load_net(&a, false, &net, &msg)) {
     code = tool_fail("time");
     goto done;
   }

@@ -218,7 +218,7 @@ int cmd_sample(int argc, char **argv) {
     goto done;
   }
   lm_io io;
-  if (tool_load_net(a.model, CAFFE__PHASE__TEST, NULL, 0, a.c.max_memory, &net, &msg) ||
+  if (tool_load_net(a.model, CAFFE__PHASE__TEST, NULL, 0, a.c.max_memory, true, &net, &msg) ||
       kiln_net_load_weights(net, a.weights) || find_io(net, V, a.model, &io)) {
     code = tool_fail("sample");
     goto done;

@@ -69,16 +69,18 @@ int tool_metrics_close(tool_metrics *m);
 void tool_metrics_write(tool_metrics *m, const char *event, int iter, double time_ms,
                         int nfields, const kiln_metric_field *fields);
 /* The net of a model prototxt (upgraded from Caffe's old formats) in `phase` with the given
- * stages (Caffe's NetState), under the environment's configuration. The net keeps pointers into
- * *msg: free both with tool_free_net, the net first. */
+ * stages (Caffe's NetState), under the environment's configuration; `share_data`:
+ * kiln_net_options.share_data (a tool that gives the net backward passes of its own, as kiln
+ * time does, leaves it off). The net keeps pointers into *msg: free both with tool_free_net, the
+ * net first. */
 int tool_load_net(const char *model, int phase, const char *const *stages, int nstages,
-                  uint64_t max_memory, kiln_net **net, ProtobufCMessage **msg);
+                  uint64_t max_memory, bool share_data, kiln_net **net, ProtobufCMessage **msg);
 /* tool_load_net with `edit` (when not NULL) run on the upgraded message before the net is built
  * (kiln decode plans its inputs' largest shapes). */
 typedef int (*tool_net_edit)(Caffe__NetParameter *np, void *user);
 int tool_load_net_edited(const char *model, int phase, const char *const *stages, int nstages,
-                         uint64_t max_memory, tool_net_edit edit, void *user, kiln_net **net,
-                         ProtobufCMessage **msg);
+                         uint64_t max_memory, bool share_data, tool_net_edit edit, void *user,
+                         kiln_net **net, ProtobufCMessage **msg);
 void tool_free_net(kiln_net *net, ProtobufCMessage *msg);
 
 /* kiln decode's work (decode.c), also run by `kiln test --decode`: decodes the sources of the

@@ -33,13 +33,15 @@ enum { KILN_CONFIG_PATH_MAX = 4096 };
 #define KILN_COMM_DEFAULT_TIMEOUT_S 300.0
 
 typedef struct kiln_config {
-  /* computation (KILN_ENGINE, KILN_LAYOUT, KILN_FUSE, KILN_RECOMPUTE, KILN_CONV_ALGO,
-   * KILN_DNNL_LAYOUT) */
+  /* computation (KILN_ENGINE, KILN_LAYOUT, KILN_FUSE, KILN_RECOMPUTE, KILN_SHARE_DATA,
+   * KILN_CONV_ALGO, KILN_DNNL_LAYOUT) */
   bool ref_engine;        /* kiln's plain im2col + GEMM kernels only: results do not depend on
                              the thread count */
   bool plain_layouts;     /* every activation in Caffe's plain layout */
   bool unfused;           /* every layer on its own (no kiln_layer_ops.fuse) */
   bool no_recompute;      /* every activation kept for backward (no kiln_layer_ops.recompute) */
+  bool no_share_data;     /* every activation keeps its own data (no sharing by lifetime,
+                             kiln_net_options.share_data) */
   bool conv_direct;       /* no Winograd for 3x3 convolutions */
   kiln_dnnl_layout dnnl_layout;
   /* workers (KILN_COMM_THREAD, KILN_COMM_SHM, and what the MPI launcher announces) */

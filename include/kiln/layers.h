@@ -119,6 +119,14 @@ typedef struct kiln_layer_ops {
    * (Concat: its axis), its backward reading no data; -1 or NULL: none. The net then need not
    * keep the bottom for a layer that recomputes from it: the start of the top holds it. */
   int (*prefix_axis)(const kiln_layer *l);
+  /* Which activation data its backward reads, as KILN_READS_BOTTOM(b) | KILN_READS_TOP(t) bits
+   * (0: none; a bottom or top past the 16th counts as read unless the answer is 0), asked once
+   * the net is fused, so that the net need not keep the rest from forward to backward
+   * (kiln_net_options.share_data). A layer that sets it also promises that its forward writes
+   * every element of its tops from its bottoms, parameters and own state, never reading what a
+   * top held before (in place: what its bottom put there), so a top's memory may hold other
+   * blobs' data between passes. NULL: the net keeps every blob the layer reads or writes. */
+  unsigned (*backward_reads)(const kiln_layer *l);
   /* Data layers: records consumed, and repositioning, for exact resume. */
   uint64_t (*get_cursor)(kiln_layer *l);
   int (*set_cursor)(kiln_layer *l, uint64_t cursor);
@@ -173,6 +181,10 @@ struct kiln_layer {
   kiln_layer *fused_into;
   void *priv;
 };
+
+/* kiln_layer_ops.backward_reads bits. */
+#define KILN_READS_BOTTOM(b) (1u << (b))
+#define KILN_READS_TOP(t) (1u << (16 + (t)))
 
 /* Whether bottom `b` of `l` takes a gradient at all (kiln_layer_ops.allows_gradient). */
 static inline bool kiln_layer_allows_gradient(const kiln_layer *l, int b) {

@@ -20,6 +20,13 @@ typedef struct kiln_net_options {
   bool share_diffs;        /* activation gradients share buffers by lifetime (much less memory);
                               a blob's diff is then valid only during backward. The solver's
                               train net uses it; off, every blob keeps its gradient */
+  /* Activation data share buffers by lifetime (kiln_config.no_share_data unset): a blob's data
+   * holds from the layer that writes it until the last that reads it, in forward, or in
+   * backward where that backward reads it (kiln_layer_ops.backward_reads), so after forward
+   * only the net's outputs, and the inputs a caller fills, may be read. A TEST net built so is
+   * forward-only: no layer needs backward, and kiln_net_backward refuses it. The solver's nets
+   * and the tools that only run forward use it; off, every blob keeps its data. */
+  bool share_data;
   int shard_rank, shard_count; /* data-parallel worker rank and count (0: one worker); passed to
                                   every layer, used by train-phase Data layers */
   /* The runtime configuration (NULL: kiln_config_defaults()), copied into the net and seen by
@@ -30,6 +37,10 @@ typedef struct kiln_net_options {
    * forward of the layer it names (a net without the layer ignores it). */
   const kiln_config *config;
 } kiln_net_options;
+
+/* The name of the blobs that hold the shared activation data (kiln_net_options.share_data): a
+ * blob whose data_of leads to one shares it with others. */
+#define KILN_NET_SHARED_DATA "shared activation data"
 
 typedef struct kiln_memory_plan {
   int64_t params, grads, history, activations, buffers, workspace, data_queues, total;
@@ -42,6 +53,8 @@ typedef struct kiln_net {
   kiln_layer **layers;
   bool *layer_need_backward;
   bool force_backward;        /* the NetParameter's */
+  bool share_data;            /* built with kiln_net_options.share_data */
+  bool forward_only;          /* a TEST net built with share_data: backward is refused */
   int nblobs;
   kiln_blob **blobs;          /* every activation blob, in creation order */
   /* Learnable parameters owned by this net, in layer order; shared ones appear once. */

@@ -32,8 +32,9 @@ typedef struct kiln_solver_options {
    * and debug_slow_rank / debug_slow_ms (that rank sleeps after each of its iterations: a slow
    * or busy machine, for TIME mode). Must outlive the solver. */
   const kiln_config *config;
-  /* Every activation of the train net keeps its own gradient, readable after backward (for
-   * tests and inspection). Off (the default): gradients share buffers by lifetime. */
+  /* Every activation keeps its own data and, in the train net, its own gradient, readable
+   * after forward and backward (for tests and inspection). Off (the default): both share
+   * buffers by lifetime (kiln_net_options.share_diffs, share_data). */
   bool keep_diffs;
   /* GRADIENT mode sums the whole gradient after backward instead of bucket by bucket during it
    * (for measuring what the overlap gives). */

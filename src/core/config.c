@@ -73,6 +73,7 @@ int kiln_config_from_env(kiln_config *c) {
   c->plain_layouts = is(env("KILN_LAYOUT"), "plain");
   c->unfused = is(env("KILN_FUSE"), "0");
   c->no_recompute = is(env("KILN_RECOMPUTE"), "0");
+  c->no_share_data = is(env("KILN_SHARE_DATA"), "0");
   c->conv_direct = is(env("KILN_CONV_ALGO"), "direct");
   const char *dl = env("KILN_DNNL_LAYOUT");
   c->dnnl_layout = is(dl, "any")    ? KILN_DNNL_LAYOUT_ANY

@@ -595,4 +595,5 @@ const kiln_layer_ops kiln_layer_batch_norm = {
     .setup = bn_setup, .reshape = bn_reshape, .forward = bn_forward, .backward = bn_backward,
     .destroy = bn_destroy, .layout_role = bn_layout_role, .kept_output = bn_kept_output,
     .fuse = bn_fuse, .recomputable = bn_recomputable, .recompute = bn_recompute,
+    .backward_reads = kiln_reads_none, /* the normalised output and 1/std are buffers */
 };

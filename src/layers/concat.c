@@ -114,4 +114,5 @@ const kiln_layer_ops kiln_layer_concat = {
     .type = "Concat", .min_bottoms = 1, .max_bottoms = -1, .min_tops = 1, .max_tops = 1,
     .setup = concat_setup, .reshape = concat_reshape, .forward = concat_forward,
     .backward = concat_backward, .destroy = concat_destroy, .prefix_axis = concat_prefix_axis,
+    .backward_reads = kiln_reads_none,
 };

@@ -272,5 +272,5 @@ const kiln_layer_ops kiln_layer_convolution = {
     .type = "Convolution", .min_bottoms = 1, .max_bottoms = 1, .min_tops = 1, .max_tops = 1,
     .setup = conv_setup, .reshape = conv_reshape, .forward = conv_forward,
     .backward = conv_backward, .destroy = conv_destroy, .layout_role = conv_layout_role,
-    .block_channels = conv_block_channels,
+    .block_channels = conv_block_channels, .backward_reads = kiln_reads_bottom0,
 };

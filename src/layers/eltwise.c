@@ -164,6 +164,15 @@ static void sum_relu_backward(kiln_layer *l, const eltwise_state *s) {
   }
 }
 
+/* SUM reads nothing (fused with a ReLU, its top for the mask), MAX its winners (a buffer), PROD
+ * every bottom, and its top unless stable_prod_grad. */
+static unsigned eltwise_backward_reads(const kiln_layer *l) {
+  const eltwise_state *s = l->priv;
+  if (s->op == OP_SUM) return s->relu ? KILN_READS_TOP(0) : 0;
+  if (s->op == OP_MAX) return 0;
+  return 0xffffu | (s->stable_prod_grad ? 0 : KILN_READS_TOP(0));
+}
+
 /* Bottom 0 last: in place its diff is the top's. */
 static int eltwise_backward(kiln_layer *l) {
   eltwise_state *s = l->priv;
@@ -234,5 +243,5 @@ const kiln_layer_ops kiln_layer_eltwise = {
     .in_place = true,
     .setup = eltwise_setup, .reshape = eltwise_reshape, .forward = eltwise_forward,
     .backward = eltwise_backward, .destroy = eltwise_destroy, .layout_role = kiln_layout_any,
-    .fuse = eltwise_fuse,
+    .fuse = eltwise_fuse, .backward_reads = eltwise_backward_reads,
 };

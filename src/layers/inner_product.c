@@ -103,4 +103,5 @@ const kiln_layer_ops kiln_layer_inner_product = {
     .type = "InnerProduct", .min_bottoms = 1, .max_bottoms = 1, .min_tops = 1, .max_tops = 1,
     .setup = ip_setup, .reshape = ip_reshape, .forward = ip_forward, .backward = ip_backward,
     .destroy = ip_destroy, .allows_gradient = ip_allows_gradient, .sparse_bottom = true,
+    .backward_reads = kiln_reads_bottom0, /* the weight gradient's */
 };

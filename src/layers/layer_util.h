@@ -21,6 +21,22 @@ static inline int kiln_layout_any(const kiln_layer *l) {
   return KILN_LAYOUT_ROLE_SAME;
 }
 
+/* kiln_layer_ops.backward_reads for layers whose backward reads no activation data (it reads
+ * gradients and its own buffers only), and for those whose backward reads their first bottom's
+ * or their first top's. */
+static inline unsigned kiln_reads_none(const kiln_layer *l) {
+  (void)l;
+  return 0;
+}
+static inline unsigned kiln_reads_bottom0(const kiln_layer *l) {
+  (void)l;
+  return KILN_READS_BOTTOM(0);
+}
+static inline unsigned kiln_reads_top0(const kiln_layer *l) {
+  (void)l;
+  return KILN_READS_TOP(0);
+}
+
 /* Per-channel sums over a BLOCKED16 (nChw16c) tensor of N images, C channels and S = H*W: for
  * the 16 channels of block cb, sum[k] = sum over n, i of a(n, 16 cb + k, i) (times b's when b is
  * not NULL), in double, in a fixed order. */

@@ -153,7 +153,13 @@ static int lrn_backward(kiln_layer *l) {
   return KILN_OK;
 }
 
+/* The input, unless a buffer keeps a copy of it. */
+static unsigned lrn_backward_reads(const kiln_layer *l) {
+  return l->nbuffer > LRN_INPUT ? 0 : KILN_READS_BOTTOM(0);
+}
+
 const kiln_layer_ops kiln_layer_lrn = {
     .type = "LRN", .min_bottoms = 1, .max_bottoms = 1, .min_tops = 1, .max_tops = 1,
     .setup = lrn_setup, .reshape = lrn_reshape, .forward = lrn_forward, .backward = lrn_backward,
+    .backward_reads = lrn_backward_reads,
 };

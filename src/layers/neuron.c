@@ -50,6 +50,11 @@ static bool relu_absorbable(const kiln_layer *l, kiln_absorb_kind kind, const ki
   return offer->slope >= 0;
 }
 
+/* The sign backward reads: the top's in place, the bottom's otherwise. */
+static unsigned relu_backward_reads(const kiln_layer *l) {
+  return l->bottom[0] == l->top[0] ? KILN_READS_TOP(0) : KILN_READS_BOTTOM(0);
+}
+
 static int relu_setup(kiln_layer *l) {
   float slope = KILN_PARAM_OR(l->lp->relu_param, relu_defaults)->negative_slope;
   if (slope < 0 && l->bottom[0] == l->top[0])
@@ -63,6 +68,7 @@ const kiln_layer_ops kiln_layer_relu = {
     .in_place = true,
     .setup = relu_setup, .reshape = neuron_reshape, .forward = relu_forward,
     .backward = relu_backward, .layout_role = kiln_layout_any, .absorbable = relu_absorbable,
+    .backward_reads = relu_backward_reads,
 };
 
 /* ---- Sigmoid --------------------------------------------------------------------------- */
@@ -90,6 +96,7 @@ const kiln_layer_ops kiln_layer_sigmoid = {
     .type = "Sigmoid", .min_bottoms = 1, .max_bottoms = 1, .min_tops = 1, .max_tops = 1,
     .in_place = true,
     .reshape = neuron_reshape, .forward = sigmoid_forward, .backward = sigmoid_backward,
+    .backward_reads = kiln_reads_top0,
 };
 
 /* ---- TanH ------------------------------------------------------------------------------ */
@@ -117,6 +124,7 @@ const kiln_layer_ops kiln_layer_tanh = {
     .type = "TanH", .min_bottoms = 1, .max_bottoms = 1, .min_tops = 1, .max_tops = 1,
     .in_place = true,
     .reshape = neuron_reshape, .forward = tanh_forward, .backward = tanh_backward,
+    .backward_reads = kiln_reads_top0,
 };
 
 /* ---- Dropout --------------------------------------------------------------------------- */
@@ -173,5 +181,5 @@ const kiln_layer_ops kiln_layer_dropout = {
     .type = "Dropout", .min_bottoms = 1, .max_bottoms = 1, .min_tops = 1, .max_tops = 1,
     .in_place = true,
     .setup = dropout_setup, .reshape = dropout_reshape, .forward = dropout_forward,
-    .backward = dropout_backward,
+    .backward = dropout_backward, .backward_reads = kiln_reads_none, /* the mask is a buffer */
 };

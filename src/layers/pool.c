@@ -140,4 +140,5 @@ const kiln_layer_ops kiln_layer_pooling = {
     .type = "Pooling", .min_bottoms = 1, .max_bottoms = 1, .min_tops = 1, .max_tops = 1,
     .setup = pool_setup, .reshape = pool_reshape, .forward = pool_forward,
     .backward = pool_backward, .destroy = pool_destroy, .layout_role = pool_layout_role,
+    .backward_reads = kiln_reads_none, /* MAX's winners are a buffer */
 };

@@ -114,5 +114,5 @@ static int reshape_backward(kiln_layer *l) {
 const kiln_layer_ops kiln_layer_reshape = {
     .type = "Reshape", .min_bottoms = 1, .max_bottoms = 1, .min_tops = 1, .max_tops = 1,
     .setup = reshape_setup, .reshape = reshape_reshape, .forward = reshape_forward,
-    .backward = reshape_backward,
+    .backward = reshape_backward, .backward_reads = kiln_reads_none,
 };

@@ -139,6 +139,13 @@ static int scale_forward(kiln_layer *l) {
   return KILN_OK;
 }
 
+/* The input for gamma's gradient (in place a copy of it, a buffer or the kept output of the
+ * layer before), and a gamma given as the second bottom. */
+static unsigned scale_backward_reads(const kiln_layer *l) {
+  const scale_state *s = l->priv;
+  return (s->in_place ? 0 : KILN_READS_BOTTOM(0)) | (s->from_bottom ? KILN_READS_BOTTOM(1) : 0);
+}
+
 /* gamma and beta gradients are taken before the input's, which in place overwrites dy. */
 static int scale_backward(kiln_layer *l) {
   scale_state *s = l->priv;
@@ -244,5 +251,5 @@ const kiln_layer_ops kiln_layer_scale = {
     .in_place = true,
     .setup = scale_setup, .reshape = scale_reshape, .forward = scale_forward,
     .backward = scale_backward, .destroy = scale_destroy, .layout_role = scale_layout_role,
-    .absorbable = scale_absorbable,
+    .absorbable = scale_absorbable, .backward_reads = scale_backward_reads,
 };

@@ -120,6 +120,7 @@ static int copy_backward(kiln_layer *l) {
 const kiln_layer_ops kiln_layer_flatten = {
     .type = "Flatten", .min_bottoms = 1, .max_bottoms = 1, .min_tops = 1, .max_tops = 1,
     .reshape = flatten_reshape, .forward = copy_forward, .backward = copy_backward,
+    .backward_reads = kiln_reads_none,
 };
 
 /* ---- Split ----------------------------------------------------------------------------- */
@@ -165,5 +166,5 @@ static int split_backward(kiln_layer *l) {
 const kiln_layer_ops kiln_layer_split = {
     .type = "Split", .min_bottoms = 1, .max_bottoms = 1, .min_tops = 1, .max_tops = -1,
     .passes_through = true, .reshape = split_reshape, .forward = split_forward,
-    .backward = split_backward, .layout_role = kiln_layout_any,
+    .backward = split_backward, .layout_role = kiln_layout_any, .backward_reads = kiln_reads_none,
 };

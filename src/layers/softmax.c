@@ -93,7 +93,7 @@ static int softmax_backward(kiln_layer *l) {
 const kiln_layer_ops kiln_layer_softmax = {
     .type = "Softmax", .min_bottoms = 1, .max_bottoms = 1, .min_tops = 1, .max_tops = 1,
     .reshape = softmax_reshape, .forward = softmax_forward, .backward = softmax_backward,
-    .destroy = free_priv,
+    .destroy = free_priv, .backward_reads = kiln_reads_top0,
 };
 
 /* ---- SoftmaxWithLoss ------------------------------------------------------------------- */
@@ -155,6 +155,11 @@ static int loss_forward(kiln_layer *l) {
   return KILN_OK;
 }
 
+static unsigned loss_backward_reads(const kiln_layer *l) {
+  (void)l;
+  return KILN_READS_BOTTOM(1);
+}
+
 static int loss_backward(kiln_layer *l) {
   if (l->nbottom > 1 && l->propagate_down[1])
     return KILN_LAYER_ERROR(l, KILN_ERR_INVALID, "cannot backpropagate to the label input");
@@ -184,6 +189,7 @@ const kiln_layer_ops kiln_layer_softmax_loss = {
     .type = "SoftmaxWithLoss", .min_bottoms = 2, .max_bottoms = 2, .min_tops = 1, .max_tops = 2,
     .is_loss = true, .setup = loss_setup, .reshape = loss_reshape, .forward = loss_forward,
     .backward = loss_backward, .destroy = free_priv,
+    .backward_reads = loss_backward_reads, /* the labels; the probabilities are a buffer */
 };
 
 /* ---- Accuracy -------------------------------------------------------------------------- */
@@ -250,7 +256,7 @@ static int accuracy_forward(kiln_layer *l) {
 const kiln_layer_ops kiln_layer_accuracy = {
     .type = "Accuracy", .min_bottoms = 2, .max_bottoms = 2, .min_tops = 1, .max_tops = 2,
     .setup = accuracy_setup, .reshape = accuracy_reshape, .forward = accuracy_forward,
-    .destroy = free_priv,
+    .destroy = free_priv, .backward_reads = kiln_reads_none, /* no backward */
 };
 
 bool kiln_layer_is_token_xent(const kiln_layer *l) {
@@ -310,6 +316,7 @@ static int f1_forward(kiln_layer *l) {
 const kiln_layer_ops kiln_layer_f1 = {
     .type = "F1", .min_bottoms = 2, .max_bottoms = 2, .min_tops = 3, .max_tops = 3,
     .reshape = f1_reshape, .forward = f1_forward, .destroy = free_priv,
+    .backward_reads = kiln_reads_none, /* no backward */
 };
 
 bool kiln_layer_is_f1(const kiln_layer *l) {

@@ -214,6 +214,10 @@ static void need_backward(kiln_net *net, const Caffe__NetParameter *np) {
 }
 
 int kiln_net_need_backward_everywhere(kiln_net *net) {
+  if (net->share_data) /* its memory plan frees what no planned backward reads */
+    return kiln_errorf(KILN_ERR_INVALID,
+                       "net '%s': built with shared activation data, it cannot be given more "
+                       "backward passes than planned", net->name);
   bool *needs = calloc((size_t)net->nblobs + 1, sizeof *needs);
   if (!needs) return kiln_errorf(KILN_ERR_NOMEM, "out of memory");
   forward_needs(net, net->force_backward, needs);
@@ -337,6 +341,14 @@ static int build(kiln_net *net, const Caffe__NetParameter *np, const kiln_net_op
   KILN_TRY(check_param_layer_names(net));
   KILN_TRY(setup_params(net));
   need_backward(net, np);
+  net->share_data = opt->share_data && !net->config.no_share_data;
+  if (net->share_data && net->phase == CAFFE__PHASE__TEST) { /* forward only */
+    net->forward_only = true;
+    for (int i = 0; i < net->nlayers; i++) {
+      net->layer_need_backward[i] = false;
+      for (int b = 0; b < net->layers[i]->nbottom; b++) net->layers[i]->propagate_down[b] = false;
+    }
+  }
   KILN_TRY(find_outputs(net));
   KILN_TRY(check_sparse(net));
   KILN_TRY(kiln_net_plan_recompute(net, opt));
@@ -396,6 +408,8 @@ void kiln_net_free(kiln_net *net) {
     free(in->diff_pool);
     free(in->diff_pool_floats);
     free(in->diff_slot);
+    for (int k = 0; k < in->ndata_pool; k++) kiln_blob_free(in->data_pool[k]);
+    free(in->data_pool);
     kiln_net_free_recompute(in);
     free(in);
   }
@@ -447,8 +461,16 @@ static int no_gradient(const kiln_layer *l) {
   return KILN_OK;
 }
 
+/* A TEST net built with shared data has no gradients to write. */
+static int refuse_forward_only(const kiln_net *net) {
+  return kiln_errorf(KILN_ERR_INVALID,
+                     "net '%s' (TEST) was built to run forward only (shared activation data)",
+                     net->name);
+}
+
 int kiln_net_layer_backward(kiln_net *net, int i) {
   kiln_layer *l = net->layers[i];
+  if (net->forward_only) return refuse_forward_only(net);
   KILN_TRY(kiln_net_recompute_for(net, i));
   if (l->fused) return KILN_OK; /* done at the group's last layer */
   if (!l->fused_into) {
@@ -494,6 +516,7 @@ int kiln_net_forward(kiln_net *net, float *loss) {
 }
 
 int kiln_net_backward(kiln_net *net) {
+  if (net->forward_only) return refuse_forward_only(net);
   for (int i = 0; i < net->nlayers; i++) {
     kiln_layer *l = net->layers[i];
     for (int t = 0; t < l->ntop; t++)

@@ -42,6 +42,10 @@ typedef struct {
   int ndiff_pool;
   int64_t *diff_pool_floats;
   float **diff_pool;
+  /* Activation data sharing buffers by lifetime (kiln_net_options.share_data): the pool's
+   * buffers, which the blobs that share them read through data_of. */
+  int ndata_pool;
+  kiln_blob **data_pool;
   /* Recomputation (net_recompute.c): per layer, the layer to run again before its backward (-1:
    * none; NULL: no layer recomputes), and the scratch buffers the recomputed tops and kept
    * outputs share. */

@@ -242,6 +242,157 @@ static int plan_diff_sharing(kiln_net *net, const kiln_net_options *opt) {
   return KILN_OK;
 }
 
+/* The net blob whose memory b's data is (b itself, or the blob a Split top reads), or -1 when it
+ * is no activation's (a recomputed top's scratch). */
+static int data_root(const kiln_net *net, const kiln_blob *b) {
+  while (b->data_of) b = b->data_of;
+  return blob_index(net, b);
+}
+
+/* Whether layer j's backward runs: at a fused group's head, for the whole group. */
+static bool backward_runs(const kiln_net *net, int j) {
+  const kiln_layer *l = net->layers[j];
+  if (net->forward_only || l->fused_into) return false;
+  bool need = false;
+  for (int k = j; k <= j + l->fused && k < net->nlayers; k++) need |= net->layer_need_backward[k];
+  return need;
+}
+
+/* qsort's comparison for plan_data_sharing: `first` ascending, then index ascending (the
+ * building thread's array, as for by_last_desc). */
+static _Thread_local const int *sort_first;
+static int by_first(const void *pa, const void *pb) {
+  const int a = *(const int *)pa, b = *(const int *)pb;
+  if (sort_first[a] != sort_first[b]) return sort_first[a] > sort_first[b] ? 1 : -1;
+  return (a > b) - (a < b);
+}
+
+/* Which activations' data may share buffers (kiln_net_options.share_data). Blob i's data lives
+ * from the first layer that writes it to the last that reads it in forward; to the end of the
+ * step when a backward that runs reads it (kiln_layer_ops.backward_reads), a layer recomputes
+ * from it or a refill copies from it in backward, a loss reads it, or it is an output of the
+ * net. A Split top that reads its bottom's data counts as its bottom. Only blobs that every
+ * layer touching them describes (backward_reads set) take part, and none a data layer or the
+ * caller fills; blobs that live to the end keep their own memory. In a forward-only net the
+ * buffers of described layers take part too, each living through its layer's forward alone
+ * (what they keep serves backward, and such a layer keeps nothing in them from one forward to
+ * the next). Then, in forward order, each goes to the best-fitting free buffer of a pool (the
+ * smallest that fits, else the largest, which grows least), free again once its last reader has
+ * run. */
+static int plan_data_sharing(kiln_net *net) {
+  net_internal *in = net->internal;
+  const int n = net->nblobs, L = net->nlayers, END = L;
+  if (!net->share_data || n == 0) return KILN_OK;
+  int nitems = n;
+  for (int j = 0; net->forward_only && j < L; j++) nitems += net->layers[j]->nbuffer;
+  kiln_blob **item = malloc(sizeof(kiln_blob *) * (size_t)nitems);
+  int *first = malloc(sizeof(int) * (size_t)nitems), *last = malloc(sizeof(int) * (size_t)nitems);
+  int *order = malloc(sizeof(int) * (size_t)nitems);
+  int *busy_until = malloc(sizeof(int) * (size_t)nitems);
+  int *slot_of = malloc(sizeof(int) * (size_t)nitems);
+  int64_t *floats = calloc((size_t)nitems, sizeof(int64_t));
+  bool *ok = malloc(sizeof(bool) * (size_t)nitems);
+  int rc = KILN_OK;
+  if (!item || !first || !last || !order || !busy_until || !slot_of || !floats || !ok) {
+    rc = kiln_errorf(KILN_ERR_NOMEM, "out of memory");
+    goto done;
+  }
+  for (int i = 0; i < n; i++) item[i] = net->blobs[i];
+  for (int j = 0, k = n; k < nitems; j++)
+    for (int b = 0; b < net->layers[j]->nbuffer; b++, k++) {
+      const kiln_layer *l = net->layers[j];
+      item[k] = l->buffer[b];
+      first[k] = last[k] = j;
+      ok[k] = l->ops->backward_reads != NULL && !l->buffer[b]->data_of && l->buffer[b]->count > 0;
+    }
+  for (int i = 0; i < n; i++) {
+    const kiln_blob *b = net->blobs[i];
+    first[i] = INT32_MAX, last[i] = -1;
+    ok[i] = !b->data_of && !b->csr && b->count > 0;
+  }
+  for (int j = 0; j < L; j++) {
+    const kiln_layer *l = net->layers[j];
+    const bool described = l->ops->backward_reads != NULL;
+    const unsigned reads = !backward_runs(net, j) ? 0 : described ? l->ops->backward_reads(l) : ~0u;
+    for (int k = 0; k < l->nbottom + l->ntop; k++) {
+      const bool top = k >= l->nbottom;
+      const int idx = top ? k - l->nbottom : k;
+      const int r = data_root(net, top ? l->top[idx] : l->bottom[idx]);
+      if (r < 0) continue;
+      if (!described || (top && (l->ops->is_data || l->ops->fed_by_caller))) ok[r] = false;
+      if (top && j < first[r]) first[r] = j;
+      if (j > last[r]) last[r] = j;
+      const unsigned bit = idx >= 16 ? 0 : top ? KILN_READS_TOP(idx) : KILN_READS_BOTTOM(idx);
+      if (reads && (!bit || (reads & bit))) last[r] = END;
+      if (top && l->loss_weight[idx] != 0) last[r] = END;
+    }
+  }
+  for (int o = 0; o < net->noutputs; o++) {
+    const int r = data_root(net, net->outputs[o]);
+    if (r >= 0) last[r] = END;
+  }
+  for (int c = 0; in->recompute_before && c < L; c++) {
+    const int j = in->recompute_before[c];
+    if (j < 0) continue;
+    const int r = data_root(net, net->layers[j]->bottom[0]);
+    if (r >= 0) last[r] = END;
+    if (in->refill_from && in->refill_from[c] >= 0) {
+      const int e = data_root(net, net->layers[in->refill_from[c]]->top[0]);
+      if (e >= 0) last[e] = END;
+    }
+  }
+  int m = 0;
+  for (int i = 0; i < nitems; i++)
+    if (ok[i] && last[i] < END && first[i] <= last[i]) order[m++] = i;
+  sort_first = first;
+  qsort(order, (size_t)m, sizeof *order, by_first);
+  int slots = 0;
+  for (int i = 0; i < nitems; i++) slot_of[i] = -1;
+  for (int a = 0; a < m; a++) {
+    const int i = order[a];
+    const int64_t need = item[i]->count;
+    int best = -1;
+    for (int k = 0; k < slots; k++) {
+      if (busy_until[k] >= first[i]) continue; /* its blob is still read when this one is written */
+      if (best < 0) {
+        best = k;
+        continue;
+      }
+      const int64_t have = floats[k], bh = floats[best];
+      if ((have >= need && (bh < need || have < bh)) || (bh < need && have > bh)) best = k;
+    }
+    if (best < 0) best = slots++;
+    if (floats[best] < need) floats[best] = need;
+    busy_until[best] = last[i];
+    slot_of[i] = best;
+  }
+  if (slots) {
+    in->data_pool = calloc((size_t)slots, sizeof(kiln_blob *));
+    if (!in->data_pool) {
+      rc = kiln_errorf(KILN_ERR_NOMEM, "out of memory");
+      goto done;
+    }
+    in->ndata_pool = slots;
+    for (int k = 0; k < slots && !rc; k++) {
+      kiln_blob *p = kiln_blob_new(KILN_NET_SHARED_DATA);
+      if (!p) {
+        rc = kiln_errorf(KILN_ERR_NOMEM, "out of memory");
+        break;
+      }
+      in->data_pool[k] = p;
+      p->defer_alloc = true;
+      p->no_diff = true;
+      rc = kiln_blob_reshape(p, 1, (const int64_t[]){floats[k]});
+    }
+    for (int i = 0; i < nitems && !rc; i++)
+      if (slot_of[i] >= 0) item[i]->data_of = in->data_pool[slot_of[i]];
+  }
+done:
+  free(item), free(first), free(last), free(order), free(busy_until), free(slot_of), free(floats),
+      free(ok);
+  return rc;
+}
+
 int kiln_net_plan_memory(kiln_net *net, const kiln_net_options *opt) {
   kiln_memory_plan *m = &net->memory;
   memset(m, 0, sizeof *m);
@@ -249,16 +400,20 @@ int kiln_net_plan_memory(kiln_net *net, const kiln_net_options *opt) {
   m->grads = m->params;
   m->history = m->params * opt->history_per_param;
   KILN_TRY(plan_diff_sharing(net, opt));
+  KILN_TRY(plan_data_sharing(net));
   net_internal *in = net->internal;
   for (int i = 0; i < net->nblobs; i++) {
     const kiln_blob *b = net->blobs[i];
     if (b->csr) /* a sparse blob: its CSR matrix, sized by its data layer */
       m->activations += kiln_csr_bytes(b->csr);
     else
-      m->activations +=
-          b->count * ((b->data_of ? 0 : 4) + (in->diff_slot && in->diff_slot[i] >= 0 ? 0 : 4));
+      m->activations += b->count * ((b->data_of ? 0 : 4) + (net->forward_only ? 0
+                                                            : in->diff_slot && in->diff_slot[i] >= 0
+                                                                ? 0
+                                                                : 4));
   }
   for (int k = 0; k < in->ndiff_pool; k++) m->activations += in->diff_pool_floats[k] * 4;
+  for (int k = 0; k < in->ndata_pool; k++) m->activations += in->data_pool[k]->count * 4;
   if (in->recompute_before) {
     m->activations += in->scratch_top->count * 4;
     for (int p = 0; p < 2; p++)
@@ -302,6 +457,8 @@ int kiln_net_plan_memory(kiln_net *net, const kiln_net_options *opt) {
 
 int kiln_net_allocate_and_fill(kiln_net *net) {
   net_internal *in = net->internal;
+  /* first the shared data, which blobs and buffers point into as they are allocated */
+  for (int k = 0; k < in->ndata_pool; k++) KILN_TRY(kiln_blob_alloc(in->data_pool[k]));
   int64_t total = 0;
   for (int k = 0; k < net->nlearnable; k++) {
     net->learnable_offset[k] = total;
@@ -342,7 +499,10 @@ int kiln_net_allocate_and_fill(kiln_net *net) {
   for (int i = 0; i < net->nblobs; i++) {
     kiln_blob *b = net->blobs[i];
     int k = in->diff_slot ? in->diff_slot[i] : -1;
-    if (k >= 0) {
+    if (net->forward_only) { /* no gradient is ever asked */
+      b->no_diff = true;
+      KILN_TRY(kiln_blob_alloc(b));
+    } else if (k >= 0) {
       b->no_diff = true; /* data only; the diff is the pool's */
       KILN_TRY(kiln_blob_alloc(b));
       kiln_blob_borrow_diff(b, in->diff_pool[k], in->diff_pool_floats[k]);

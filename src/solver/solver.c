@@ -80,6 +80,7 @@ static int make_net(kiln_solver *s, const Caffe__NetParameter *np, int phase,
   o.max_memory = s->opt.max_memory;
   o.history_per_param = phase == CAFFE__PHASE__TRAIN ? s->history_per_param : 0;
   o.share_diffs = phase == CAFFE__PHASE__TRAIN && !s->opt.keep_diffs;
+  o.share_data = !s->opt.keep_diffs;
   o.source = source;
   o.config = s->opt.config;
   if (phase == CAFFE__PHASE__TRAIN) {

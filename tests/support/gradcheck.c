@@ -19,6 +19,22 @@ const kiln_config *kiln_test_config(void) {
   return &cfg;
 }
 
+bool kiln_test_data_shared(const kiln_blob *b) {
+  while (b->data_of) b = b->data_of;
+  return !strcmp(b->name, KILN_NET_SHARED_DATA);
+}
+
+int kiln_test_spoil_shared_data(kiln_net *net) {
+  int n = 0;
+  for (int i = 0; i < net->nblobs; i++) {
+    kiln_blob *b = net->blobs[i];
+    if (!kiln_test_data_shared(b)) continue;
+    for (int64_t k = 0; k < b->count; k++) b->data[k] = NAN;
+    n++;
+  }
+  return n;
+}
+
 Caffe__LayerParameter *gc_layer_param(const char *text) {
   ProtobufCMessage *m = NULL;
   if (kiln_text_parse(text, strlen(text), "<test>", &caffe__layer_parameter__descriptor, &m)) {

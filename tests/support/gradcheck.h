@@ -10,6 +10,13 @@
  * CTest's reruns with KILN_ENGINE=ref run the reference kernels. A malformed value aborts. */
 const kiln_config *kiln_test_config(void);
 
+/* Whether b's data lies in a net's shared activation data (kiln_net_options.share_data),
+ * directly or as a Split top reading such a blob. */
+bool kiln_test_data_shared(const kiln_blob *b);
+/* NaN over the data of every blob of `net` that lies in shared activation data: after a training
+ * net's forward, no backward may read any of it. Returns how many blobs it spoiled. */
+int kiln_test_spoil_shared_data(kiln_net *net);
+
 typedef struct gradcheck_opts {
   double step;          /* default 1e-2 */
   double threshold;     /* default 1e-3 */
