@@ -338,6 +338,75 @@ static void test_conv_matches_direct_reference(void **state) {
   for (size_t i = 0; i < sizeof conv_cases / sizeof conv_cases[0]; i++) run_conv_case(&conv_cases[i], &r);
 }
 
+/* A Winograd convolution whose scratchpad for the whole batch would be larger than its output
+ * runs in chunks of the batch (conv_dnnl.c), and keeps the contract with garbage workspace: the
+ * output and input gradient against the double-precision reference as in run_dnnl_case, the
+ * weight and bias gradients of the chunks added (+=) to the starting values, the same bits when
+ * run again. On this shape oneDNN's schedule transforms the whole batch at once. A weight's
+ * gradient sums N x 64 x 64 = 131,072 products, which Winograd's fp32 transforms round more
+ * than a direct sum: they are held to 1e-4 of the sums' typical size, sqrt(131,072). */
+static void test_dnnl_conv_in_chunks(void **state) {
+  (void)state;
+  if (!kiln_dnnl_available()) skip();
+  const conv_case c = {32, 16, 64, 64, 32, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1};
+  const kiln_conv_geom g = geom_of(&c);
+  kiln_dnnl_conv *dn = NULL;
+  assert_int_equal(kiln_dnnl_conv_create(&dn, c.N, c.M, 1, &g, true, true, KILN_LAYOUT_PLAIN,
+                                         KILN_LAYOUT_PLAIN, NULL),
+                   KILN_OK);
+  if (kiln_dnnl_conv_chunks(dn) < 2)
+    fail_msg("N%d C%d %dx%d M%d runs in %d chunk: oneDNN's Winograd schedule for this shape "
+             "changed (pick a shape whose scratchpad grows with the batch)",
+             c.N, c.C, c.H, c.W, c.M, kiln_dnnl_conv_chunks(dn));
+  const int64_t nin = (int64_t)c.N * c.C * c.H * c.W;
+  const int64_t nout = (int64_t)c.N * c.M * g.out_h * g.out_w;
+  const int64_t nw = (int64_t)c.M * c.C * c.kh * c.kw;
+  kiln_rng r;
+  kiln_rng_seed(&r, 13, 3);
+  float *in = fbuf(nin), *w = fbuf(nw), *bias = fbuf(c.M), *dout = fbuf(nout);
+  float *dw0 = fbuf(nw), *db0 = fbuf(c.M);
+  fill_uniform(&r, in, nin, -1, 1);
+  fill_uniform(&r, w, nw, -1, 1);
+  fill_uniform(&r, bias, c.M, -1, 1);
+  fill_uniform(&r, dout, nout, -1, 1);
+  fill_uniform(&r, dw0, nw, -1, 1);
+  fill_uniform(&r, db0, c.M, -1, 1);
+  double *ref_out = dbuf(nout), *ref_din = dbuf(nin), *ref_dw = dbuf(nw), *ref_db = dbuf(c.M);
+  ref_conv_forward(ref_out, in, w, bias, &c, &g);
+  ref_conv_backward(ref_din, ref_dw, ref_db, dout, in, w, &c, &g);
+  for (int64_t i = 0; i < nw; i++) ref_dw[i] += dw0[i];
+  for (int i = 0; i < c.M; i++) ref_db[i] += db0[i];
+  const int64_t nws = kiln_dnnl_conv_workspace(dn);
+  float *ws = kiln_alloc(sizeof(float) * (size_t)nws);
+  assert_non_null(ws);
+  float *out[2], *din[2], *dw[2], *db[2];
+  for (int t = 0; t < 2; t++) {
+    out[t] = fbuf(nout), din[t] = fbuf(nin), dw[t] = fbuf(nw), db[t] = fbuf(c.M);
+    fill_const(out[t], nout, NAN);
+    fill_const(din[t], nin, 777.0f);
+    memcpy(dw[t], dw0, sizeof(float) * (size_t)nw);
+    memcpy(db[t], db0, sizeof(float) * (size_t)c.M);
+    fill_const(ws, nws, NAN);
+    assert_int_equal(kiln_dnnl_conv_forward(dn, out[t], in, w, bias, ws), KILN_OK);
+    fill_const(ws, nws, NAN);
+    assert_int_equal(kiln_dnnl_conv_backward(dn, din[t], dw[t], db[t], dout, in, w, ws), KILN_OK);
+  }
+  const double sums = sqrt((double)c.N * g.out_h * g.out_w);
+  expect_close_d("chunked out", out[0], ref_out, nout, 1e-4, 1e-4);
+  expect_close_d("chunked din", din[0], ref_din, nin, 1e-4, 1e-4);
+  expect_close_d("chunked dw", dw[0], ref_dw, nw, 1e-4 * sums, 1e-4);
+  expect_close_d("chunked dbias", db[0], ref_db, c.M, 1e-4 * sums, 1e-4);
+  assert_memory_equal(out[1], out[0], sizeof(float) * (size_t)nout);
+  assert_memory_equal(din[1], din[0], sizeof(float) * (size_t)nin);
+  assert_memory_equal(dw[1], dw[0], sizeof(float) * (size_t)nw);
+  assert_memory_equal(db[1], db[0], sizeof(float) * (size_t)c.M);
+  for (int t = 0; t < 2; t++) free(out[t]), free(din[t]), free(dw[t]), free(db[t]);
+  free(in), free(w), free(bias), free(dout), free(dw0), free(db0);
+  free(ref_out), free(ref_din), free(ref_dw), free(ref_db);
+  kiln_free(ws);
+  kiln_dnnl_conv_destroy(dn);
+}
+
 /* A bigger batch than threads and random shapes, still checked against the reference. */
 static void test_conv_random_shapes(void **state) {
   (void)state;
@@ -1057,6 +1126,7 @@ int main(void) {
       cmocka_unit_test(test_conv_hand_computed),
       cmocka_unit_test(test_im2col_col2im_roundtrip),
       cmocka_unit_test(test_conv_matches_direct_reference),
+      cmocka_unit_test(test_dnnl_conv_in_chunks),
       cmocka_unit_test(test_conv_random_shapes),
       cmocka_unit_test(test_conv_random_stride1_wide_padding),
       cmocka_unit_test(test_conv_backward_optional_outputs),

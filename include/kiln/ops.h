@@ -110,6 +110,9 @@ int kiln_dnnl_conv_create(kiln_dnnl_conv **out, int N, int M, int group, const k
                           bool bias, bool backward, int x_layout, int y_layout,
                           const kiln_config *cfg);
 int64_t kiln_dnnl_conv_workspace(const kiln_dnnl_conv *c);
+/* How many chunks of the batch each call runs in turn (1: the whole batch at once; more where a
+ * Winograd scratchpad for the whole batch would be larger than the output, conv_dnnl.c). */
+int kiln_dnnl_conv_chunks(const kiln_dnnl_conv *c);
 /* The implementation oneDNN chose: 0 forward, 1 backward data, 2 backward weights. */
 const char *kiln_dnnl_conv_impl(const kiln_dnnl_conv *c, int which);
 int kiln_dnnl_conv_forward(kiln_dnnl_conv *c, float *out, const float *in, const float *w,

@@ -52,6 +52,12 @@ struct kiln_dnnl_conv {
   /* backward weights: x in, dy in, dw out (+=), db out (+=) */
   reorder x_in_w, dy_in_w, dw_out, db_out;
   bool share_dy; /* both backward primitives take dy in the same blocked layout: reorder once */
+  /* The primitives are made for a batch of N / chunks images and run once per chunk (a
+   * Winograd scratchpad that would be larger than the layer's output otherwise); x_chunk and
+   * y_chunk are the floats of one chunk's input and output, in either layout (the batch is
+   * the outermost axis of both). */
+  int chunks;
+  int64_t x_chunk, y_chunk;
   /* workspace offsets in floats */
   int64_t ws_floats;
   char impl[3][64];
@@ -323,11 +329,25 @@ fail:
 #undef TRYD
 }
 
+static int64_t largest_scratch(const kiln_dnnl_conv *c) {
+  return max64(floats_of(&c->fwd.scratch),
+               max64(floats_of(&c->bwd_data.scratch), floats_of(&c->bwd_weights.scratch)));
+}
+
 /* 3x3 kernels at stride 1 go through Winograd's F(4x4, 3x3) where oneDNN has it for the shape
  * (its kernels need 16 | channels): four times fewer multiplications, at the price of fp32
  * rounding that differs from the direct sum (tested against the same double-precision reference
  * and tolerance). kiln_config.conv_direct (KILN_CONV_ALGO=direct) turns it off. Everything
- * else, and any shape Winograd refuses, is direct. */
+ * else, and any shape Winograd refuses, is direct.
+ *
+ * Some of oneDNN's Winograd schedules transform the whole batch at once, into a scratchpad
+ * several times the layer's output (VGG-16's conv2_2 at batch 16: 471 MB against its 103 MB
+ * output), and the net's shared workspace is as large as its largest. Such a convolution runs
+ * in chunks of the batch: halved while its scratchpad is larger than its output and halving
+ * takes at least 40% off it. Past that the scratchpad's fixed part (transformed weights,
+ * per-thread sums) dominates, and smaller chunks would only cost time (VGG-16's conv5 layers
+ * ran 5 times slower one image at a time for 22% less scratchpad). The chunks' weight
+ * gradients add up as the contract's += does. */
 int kiln_dnnl_conv_create(kiln_dnnl_conv **out, int N, int M, int group, const kiln_conv_geom *g,
                           bool bias, bool backward, int x_layout, int y_layout,
                           const kiln_config *cfg) {
@@ -335,14 +355,41 @@ int kiln_dnnl_conv_create(kiln_dnnl_conv **out, int N, int M, int group, const k
   const bool wino = !cfg->conv_direct && g->kernel_h == 3 && g->kernel_w == 3 &&
                     g->stride_h == 1 && g->stride_w == 1 && g->dilation_h == 1 &&
                     g->dilation_w == 1 && group == 1 && g->channels % 16 == 0 && M % 16 == 0;
-  if (wino && conv_create(out, N, M, group, g, bias, backward, x_layout, y_layout,
-                          dnnl_convolution_winograd, cfg->dnnl_layout) == KILN_OK)
+  const int64_t x_image = (int64_t)g->channels * g->height * g->width;
+  const int64_t y_image = (int64_t)M * g->out_h * g->out_w;
+  kiln_dnnl_conv *c = NULL;
+  int k = 1;
+  if (wino && conv_create(&c, N, M, group, g, bias, backward, x_layout, y_layout,
+                          dnnl_convolution_winograd, cfg->dnnl_layout) == KILN_OK) {
+    while (largest_scratch(c) > (int64_t)N * y_image && N % (2 * k) == 0) {
+      kiln_dnnl_conv *half;
+      if (conv_create(&half, N / (2 * k), M, group, g, bias, backward, x_layout, y_layout,
+                      dnnl_convolution_winograd, cfg->dnnl_layout) != KILN_OK)
+        break;
+      if (largest_scratch(half) * 5 > largest_scratch(c) * 3) {
+        kiln_dnnl_conv_destroy(half);
+        break;
+      }
+      kiln_dnnl_conv_destroy(c);
+      c = half;
+      k *= 2;
+    }
+    c->chunks = k;
+    c->x_chunk = (int64_t)(N / k) * x_image;
+    c->y_chunk = (int64_t)(N / k) * y_image;
+    *out = c;
     return KILN_OK;
-  return conv_create(out, N, M, group, g, bias, backward, x_layout, y_layout,
-                     dnnl_convolution_direct, cfg->dnnl_layout);
+  }
+  KILN_TRY(conv_create(out, N, M, group, g, bias, backward, x_layout, y_layout,
+                       dnnl_convolution_direct, cfg->dnnl_layout));
+  (*out)->chunks = 1;
+  (*out)->x_chunk = (int64_t)N * x_image;
+  (*out)->y_chunk = (int64_t)N * y_image;
+  return KILN_OK;
 }
 
 int64_t kiln_dnnl_conv_workspace(const kiln_dnnl_conv *c) { return c->ws_floats; }
+int kiln_dnnl_conv_chunks(const kiln_dnnl_conv *c) { return c->chunks; }
 
 const char *kiln_dnnl_conv_impl(const kiln_dnnl_conv *c, int which) {
   return which >= 0 && which < 3 ? c->impl[which] : "";
@@ -380,8 +427,8 @@ static int run_prim(conv_prim *p, const void *src, const void *wei, const void *
   return KILN_OK;
 }
 
-int kiln_dnnl_conv_forward(kiln_dnnl_conv *c, float *out, const float *in, const float *w,
-                           const float *bias, float *ws) {
+static int forward_chunk(kiln_dnnl_conv *c, float *out, const float *in, const float *w,
+                         const float *bias, float *ws) {
   conv_prim *p = &c->fwd;
   float *at = ws;
   const float *x = c->x_in.prim ? carve(&at, &p->src) : in;
@@ -390,13 +437,19 @@ int kiln_dnnl_conv_forward(kiln_dnnl_conv *c, float *out, const float *in, const
   KILN_TRY(reorder_run(&c->x_in, in, (void *)x));
   KILN_TRY(reorder_run(&c->w_in, w, (void *)wb));
   KILN_TRY(run_prim(p, x, wb, c->bias ? bias : NULL, y, at));
-  KILN_TRY(reorder_run(&c->y_out, y, out));
+  return reorder_run(&c->y_out, y, out);
+}
+
+int kiln_dnnl_conv_forward(kiln_dnnl_conv *c, float *out, const float *in, const float *w,
+                           const float *bias, float *ws) {
+  for (int k = 0; k < c->chunks; k++)
+    KILN_TRY(forward_chunk(c, out + k * c->y_chunk, in + k * c->x_chunk, w, bias, ws));
   DN(dnnl_stream_wait(g_stream));
   return KILN_OK;
 }
 
-int kiln_dnnl_conv_backward(kiln_dnnl_conv *c, float *din, float *dw, float *dbias,
-                            const float *dout, const float *in, const float *w, float *ws) {
+static int backward_chunk(kiln_dnnl_conv *c, float *din, float *dw, float *dbias,
+                          const float *dout, const float *in, const float *w, float *ws) {
   /* dy in the blocked layout both primitives read, made once when both run. */
   float *base = ws, *dy_both = NULL;
   if (c->share_dy && din && (dw || dbias)) {
@@ -427,6 +480,14 @@ int kiln_dnnl_conv_backward(kiln_dnnl_conv *c, float *din, float *dw, float *dbi
     if (dw) KILN_TRY(reorder_run(&c->dw_out, dwb, dw));
     if (dbias && c->bias) KILN_TRY(reorder_run(&c->db_out, dbb, dbias));
   }
+  return KILN_OK;
+}
+
+int kiln_dnnl_conv_backward(kiln_dnnl_conv *c, float *din, float *dw, float *dbias,
+                            const float *dout, const float *in, const float *w, float *ws) {
+  for (int k = 0; k < c->chunks; k++)
+    KILN_TRY(backward_chunk(c, din ? din + k * c->x_chunk : NULL, dw, dbias,
+                            dout + k * c->y_chunk, in + k * c->x_chunk, w, ws));
   DN(dnnl_stream_wait(g_stream));
   return KILN_OK;
 }
@@ -447,6 +508,7 @@ int kiln_dnnl_conv_create(kiln_dnnl_conv **out, int N, int M, int group, const k
   return kiln_errorf(KILN_ERR_UNSUPPORTED, "this build has no oneDNN");
 }
 int64_t kiln_dnnl_conv_workspace(const kiln_dnnl_conv *c) { (void)c; return 0; }
+int kiln_dnnl_conv_chunks(const kiln_dnnl_conv *c) { (void)c; return 1; }
 const char *kiln_dnnl_conv_impl(const kiln_dnnl_conv *c, int which) { (void)c, (void)which; return ""; }
 int kiln_dnnl_conv_forward(kiln_dnnl_conv *c, float *out, const float *in, const float *w,
                            const float *bias, float *ws) {
