@@ -336,10 +336,12 @@ static int plan_data_sharing(kiln_net *net) {
     if (j < 0) continue;
     const int r = data_root(net, net->layers[j]->bottom[0]);
     if (r >= 0) last[r] = END;
-    if (in->refill_from && in->refill_from[c] >= 0) {
-      const int e = data_root(net, net->layers[in->refill_from[c]]->top[0]);
-      if (e >= 0) last[e] = END;
-    }
+  }
+  /* the kept last top of each prefix chain, which backward's refills copy from */
+  for (int k = 0; in->refill_from && k < L; k++) {
+    if (in->refill_from[k] < 0) continue;
+    const int e = data_root(net, net->layers[in->refill_from[k]]->top[0]);
+    if (e >= 0) last[e] = END;
   }
   int m = 0;
   for (int i = 0; i < nitems; i++)
