@@ -929,6 +929,36 @@ static void test_memory_plan(void **state) {
   built_free(&ok);
 }
 
+/* Inputs given a larger shape than the net was built with (kiln_net_reshape_inputs): the
+ * convolution then asks for more workspace than planned, and the net's shared workspace grows
+ * to it instead of being overrun (the sanitizer build would see an overrun). */
+static void test_workspace_grows_past_the_plan(void **state) {
+  (void)state;
+  const char *text = "name: 'grow'\n"
+                     "layer { name: 'in' type: 'Input' top: 'data'\n"
+                     "  input_param { shape { dim: 1 dim: 3 dim: 8 dim: 8 } } }\n"
+                     "layer { name: 'c' type: 'Convolution' bottom: 'data' top: 'c'\n"
+                     "  convolution_param { num_output: 4 kernel_size: 3 pad: 1\n"
+                     "    weight_filler { type: 'gaussian' std: 0.1 } } }\n";
+  kiln_net_options o = train_opts();
+  o.phase = CAFFE__PHASE__TEST;
+  built b;
+  build_ok(&b, text, &o);
+  const int64_t planned = b.net->workspace_floats;
+  kiln_blob *x = kiln_net_blob(b.net, "data");
+  assert_int_equal(kiln_blob_reshape(x, 4, (const int64_t[]){2, 3, 40, 40}), KILN_OK);
+  for (int64_t i = 0; i < x->count; i++) x->data[i] = (float)(i % 7) - 3.0f;
+  assert_int_equal(kiln_net_reshape_inputs(b.net), KILN_OK);
+  assert_true(b.net->workspace_floats > planned);
+  for (int i = 0; i < b.net->nlayers; i++)
+    assert_ptr_equal(b.net->layers[i]->workspace, b.net->workspace);
+  assert_int_equal(kiln_net_forward(b.net, NULL), KILN_OK);
+  const kiln_blob *y = kiln_net_blob(b.net, "c");
+  assert_int_equal(y->count, 2 * 4 * 40 * 40);
+  for (int64_t i = 0; i < y->count; i++) assert_true(isfinite(y->data[i]));
+  built_free(&b);
+}
+
 /* ---- shared activation gradients ------------------------------------------------------------ */
 
 /* A net with every kind of lifetime: in-place chains (BatchNorm, Scale, ReLU), a residual fork
@@ -1659,6 +1689,7 @@ int main(void) {
       cmocka_unit_test(test_deploy_headers),
       cmocka_unit_test(test_unknown_type_and_bottom_count),
       cmocka_unit_test(test_memory_plan),
+      cmocka_unit_test(test_workspace_grows_past_the_plan),
       cmocka_unit_test(test_shared_diffs_match_own_diffs),
       cmocka_unit_test(test_blocked_layouts_match_plain),
       cmocka_unit_test(test_plain_output_makes_plain_input),

@@ -100,7 +100,11 @@ void kiln_conv2d_backward(float *din, float *dw, float *dbias, const float *dout
  * forward only. x_layout and y_layout (KILN_LAYOUT_*) say how the caller holds the input and
  * the output (and their gradients); BLOCKED16 needs group 1 and 16 | channels. `cfg` (NULL:
  * defaults) may turn Winograd off (conv_direct) or force the plain side's layout (dnnl_layout).
- * Creation fails with KILN_ERR_UNSUPPORTED when oneDNN has no kernel for a shape. */
+ * `max_images` > 0 caps the images each call runs at once (kiln_dnnl_conv_chunks): a layer that
+ * made its primitives for its planned batch passes that creation's N / chunks when it remakes
+ * them for another batch, so that no batch asks for more workspace than the planned one; 0: the
+ * chunks are chosen for N alone. Creation fails with KILN_ERR_UNSUPPORTED when oneDNN has no
+ * kernel for a shape. */
 typedef struct kiln_dnnl_conv kiln_dnnl_conv;
 bool kiln_dnnl_available(void);
 /* The channel block of the blocked activation layout the primitives read and write directly
@@ -108,7 +112,7 @@ bool kiln_dnnl_available(void);
 int kiln_dnnl_block_channels(void);
 int kiln_dnnl_conv_create(kiln_dnnl_conv **out, int N, int M, int group, const kiln_conv_geom *g,
                           bool bias, bool backward, int x_layout, int y_layout,
-                          const kiln_config *cfg);
+                          const kiln_config *cfg, int max_images);
 int64_t kiln_dnnl_conv_workspace(const kiln_dnnl_conv *c);
 /* How many chunks of the batch each call runs in turn (1: the whole batch at once; more where a
  * Winograd scratchpad for the whole batch would be larger than the output, conv_dnnl.c). */

@@ -18,6 +18,11 @@ typedef struct {
   int64_t dn_n;       /* batch the primitives were made for */
   int dn_h, dn_w;
   int dn_xl, dn_yl;   /* the layouts of input and output they were made for */
+  /* The largest batch primitives were made for (the planned one) and the images each of their
+   * calls ran (kiln_dnnl_conv_chunks): primitives for a smaller batch run no more at once, so
+   * they need no more workspace than the net planned. */
+  int64_t dn_planned_n;
+  int dn_call_images;
   bool plain_din;     /* with oneDNN: the input gradient still on the plain route */
   bool shift;         /* the shifted-row direct kernels (kiln_conv_shift_*) */
 } conv_state;
@@ -172,9 +177,14 @@ static int conv_reshape(kiln_layer *l) {
          s->dn_xl != xl || s->dn_yl != yl)) {
       kiln_dnnl_conv_destroy(s->dn);
       s->dn = NULL;
+      const bool planned = x->shape[0] >= s->dn_planned_n;
       int rc = kiln_dnnl_conv_create(&s->dn, (int)x->shape[0], s->M, s->group, g, s->bias, true,
-                                     xl, yl, l->config);
+                                     xl, yl, l->config, planned ? 0 : s->dn_call_images);
       if (rc == KILN_OK) {
+        if (planned) {
+          s->dn_planned_n = x->shape[0];
+          s->dn_call_images = (int)(x->shape[0] / kiln_dnnl_conv_chunks(s->dn));
+        }
         s->dn_n = x->shape[0];
         s->dn_h = g->height;
         s->dn_w = g->width;

@@ -432,6 +432,24 @@ void kiln_net_free(kiln_net *net) {
 
 /* ---- running ------------------------------------------------------------------------------- */
 
+/* After layers were reshaped at run time: the shared workspace grows if one of them now asks
+ * more than the planned maximum (a shape the plan did not foresee), instead of being overrun. */
+static int fit_workspace(kiln_net *net) {
+  int64_t need = net->workspace_floats;
+  for (int i = 0; i < net->nlayers; i++)
+    if (net->layers[i]->workspace_floats > need) need = net->layers[i]->workspace_floats;
+  if (need == net->workspace_floats) return KILN_OK;
+  float *w = kiln_alloc((size_t)need * sizeof(float));
+  if (!w)
+    return kiln_errorf(KILN_ERR_NOMEM, "net '%s': cannot grow the workspace to %lld floats",
+                       net->name, (long long)need);
+  kiln_free(net->workspace);
+  net->workspace = w;
+  net->workspace_floats = need;
+  for (int i = 0; i < net->nlayers; i++) net->layers[i]->workspace = w;
+  return KILN_OK;
+}
+
 /* A forward that changed its tops' shapes (a data layer's smaller last batch, Filter's
  * selection) has the layers after it reshaped, whoever runs the layers (kiln time runs them one
  * by one). Shrinking, or growing back to the planned size, never allocates. */
@@ -442,6 +460,7 @@ int kiln_net_layer_forward(kiln_net *net, int i) {
   if (l->reshaped) {
     l->reshaped = false;
     for (int j = i + 1; j < net->nlayers; j++) KILN_TRY(net->layers[j]->ops->reshape(net->layers[j]));
+    KILN_TRY(fit_workspace(net));
   }
   return KILN_OK;
 }
@@ -492,7 +511,7 @@ int kiln_net_reshape_inputs(kiln_net *net) {
     /* an Input layer's reshape would put back the prototxt's shapes */
     if (!l->ops->fed_by_caller) KILN_TRY(l->ops->reshape(l));
   }
-  return KILN_OK;
+  return fit_workspace(net);
 }
 
 int kiln_net_forward(kiln_net *net, float *loss) {

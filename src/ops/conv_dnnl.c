@@ -350,7 +350,7 @@ static int64_t largest_scratch(const kiln_dnnl_conv *c) {
  * gradients add up as the contract's += does. */
 int kiln_dnnl_conv_create(kiln_dnnl_conv **out, int N, int M, int group, const kiln_conv_geom *g,
                           bool bias, bool backward, int x_layout, int y_layout,
-                          const kiln_config *cfg) {
+                          const kiln_config *cfg, int max_images) {
   if (!cfg) cfg = kiln_config_defaults();
   const bool wino = !cfg->conv_direct && g->kernel_h == 3 && g->kernel_w == 3 &&
                     g->stride_h == 1 && g->stride_w == 1 && g->dilation_h == 1 &&
@@ -359,9 +359,13 @@ int kiln_dnnl_conv_create(kiln_dnnl_conv **out, int N, int M, int group, const k
   const int64_t y_image = (int64_t)M * g->out_h * g->out_w;
   kiln_dnnl_conv *c = NULL;
   int k = 1;
-  if (wino && conv_create(&c, N, M, group, g, bias, backward, x_layout, y_layout,
+  /* A cap (another batch than the planned one): the fewest chunks of at most max_images each
+   * that divide N (one image each for a prime N past the cap). */
+  if (max_images > 0)
+    while (N / k > max_images || N % k) k++;
+  if (wino && conv_create(&c, N / k, M, group, g, bias, backward, x_layout, y_layout,
                           dnnl_convolution_winograd, cfg->dnnl_layout) == KILN_OK) {
-    while (largest_scratch(c) > (int64_t)N * y_image && N % (2 * k) == 0) {
+    while (max_images <= 0 && largest_scratch(c) > (int64_t)N * y_image && N % (2 * k) == 0) {
       kiln_dnnl_conv *half;
       if (conv_create(&half, N / (2 * k), M, group, g, bias, backward, x_layout, y_layout,
                       dnnl_convolution_winograd, cfg->dnnl_layout) != KILN_OK)
@@ -501,9 +505,9 @@ bool kiln_dnnl_available(void) { return false; }
 int kiln_dnnl_block_channels(void) { return 0; }
 int kiln_dnnl_conv_create(kiln_dnnl_conv **out, int N, int M, int group, const kiln_conv_geom *g,
                           bool bias, bool backward, int x_layout, int y_layout,
-                          const kiln_config *cfg) {
+                          const kiln_config *cfg, int max_images) {
   (void)N, (void)M, (void)group, (void)g, (void)bias, (void)backward, (void)x_layout,
-      (void)y_layout, (void)cfg;
+      (void)y_layout, (void)cfg, (void)max_images;
   *out = NULL;
   return kiln_errorf(KILN_ERR_UNSUPPORTED, "this build has no oneDNN");
 }
