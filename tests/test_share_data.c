@@ -25,7 +25,7 @@
 /* A bottleneck block with a projection shortcut and an identity block, as ResNet-50 has them,
  * then max pooling; LRN, Scale out of place, Sigmoid and TanH joined by Eltwise MAX and PROD
  * (both gradients), Concat, average pooling, Flatten, Dropout, InnerProduct, Reshape, ReLU and
- * Softmax out of place, and a loss with Accuracy on labels passed through a Reshape. */
+ * Softmax out of place, and a loss with Accuracy and F1 on labels passed through a Reshape. */
 static const char *net_text =
     "name: 'shared'\n"
     "layer { name: 'in' type: 'Input' top: 'data' top: 'label'\n"
@@ -84,6 +84,7 @@ static const char *net_text =
     "layer { name: 'lab' type: 'Reshape' bottom: 'label' top: 'lab'\n"
     "  reshape_param { shape { dim: -1 } } }\n"
     "layer { name: 'acc' type: 'Accuracy' bottom: 'ip2' bottom: 'lab' top: 'acc' }\n"
+    "layer { name: 'f1' type: 'F1' bottom: 'ip2' bottom: 'lab' top: 'tp' top: 'fp' top: 'fn' }\n"
     "layer { name: 'loss' type: 'SoftmaxWithLoss' bottom: 'ip2' bottom: 'lab' top: 'loss' }\n";
 #undef CONV
 #undef BN_SCALE
@@ -185,7 +186,10 @@ static void check_test_nets(kiln_net *trained, const kiln_config *cfg) {
     assert_int_equal(kiln_net_forward(sh.net, &ls), KILN_OK);
     assert_true(isfinite(lo));
     assert_memory_equal(&lo, &ls, sizeof lo);
-    assert_memory_equal(blob(own.net, "acc")->data, blob(sh.net, "acc")->data, sizeof(float));
+    for (int k = 0; k < 4; k++) {
+      const char *out = (const char *[]){"acc", "tp", "fp", "fn"}[k];
+      assert_memory_equal(blob(own.net, out)->data, blob(sh.net, out)->data, sizeof(float));
+    }
   }
   assert_int_equal(kiln_net_backward(sh.net), KILN_ERR_INVALID);
   assert_non_null(strstr(kiln_last_error(), "forward only"));

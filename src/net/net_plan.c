@@ -168,6 +168,29 @@ static const char *human_bytes(int64_t b, char *buf, size_t n) {
   return buf;
 }
 
+/* The buffer of a pool for a blob of `need` floats live from time `start` to `release`, blobs
+ * placed in order of start: among the buffers whose last blob was released before `start`, the
+ * smallest that fits, else the largest (it grows least); a new one when none is free. The buffer
+ * grows to fit and is busy until `release`. Gradients (backward time) and activation data
+ * (forward time) share this rule. */
+static int pool_slot(int64_t need, int start, int release, int64_t *floats, int *busy_until,
+                     int *slots) {
+  int best = -1;
+  for (int k = 0; k < *slots; k++) {
+    if (busy_until[k] >= start) continue; /* its blob is still live when this one starts */
+    if (best < 0) {
+      best = k;
+      continue;
+    }
+    const int64_t have = floats[k], bh = floats[best];
+    if ((have >= need && (bh < need || have < bh)) || (bh < need && have > bh)) best = k;
+  }
+  if (best < 0) best = (*slots)++;
+  if (floats[best] < need) floats[best] = need;
+  busy_until[best] = release;
+  return best;
+}
+
 /* Which activation gradients may share a buffer. In backward (layers in reverse order) a blob's
  * diff is first written by the last layer that reads the blob in forward and last read by the
  * first layer that writes it (its producer): it lives over the layer interval [first, last]
@@ -218,24 +241,11 @@ static int plan_diff_sharing(kiln_net *net, const kiln_net_options *opt) {
   sort_last = last;
   qsort(order, (size_t)m, sizeof *order, by_last_desc);
   int slots = 0;
+  const int end = net->nlayers; /* backward time: end - layer index */
   for (int a = 0; a < m; a++) {
-    int i = order[a];
-    int64_t need = net->blobs[i]->count;
-    int best = -1;
-    for (int k = 0; k < slots; k++) {
-      if (busy_until[k] <= last[i]) continue; /* its blob is still live when this one starts */
-      if (best < 0) {
-        best = k;
-        continue;
-      }
-      int64_t have = in->diff_pool_floats[k], bh = in->diff_pool_floats[best];
-      /* the smallest that fits, else the largest (it grows least) */
-      if ((have >= need && (bh < need || have < bh)) || (bh < need && have > bh)) best = k;
-    }
-    if (best < 0) best = slots++;
-    if (in->diff_pool_floats[best] < need) in->diff_pool_floats[best] = need;
-    busy_until[best] = first[i];
-    in->diff_slot[i] = best;
+    const int i = order[a];
+    in->diff_slot[i] = pool_slot(net->blobs[i]->count, end - last[i], end - first[i],
+                                 in->diff_pool_floats, busy_until, &slots);
   }
   in->ndiff_pool = slots;
   free(first), free(last), free(order), free(busy_until), free(ok);
@@ -352,21 +362,7 @@ static int plan_data_sharing(kiln_net *net) {
   for (int i = 0; i < nitems; i++) slot_of[i] = -1;
   for (int a = 0; a < m; a++) {
     const int i = order[a];
-    const int64_t need = item[i]->count;
-    int best = -1;
-    for (int k = 0; k < slots; k++) {
-      if (busy_until[k] >= first[i]) continue; /* its blob is still read when this one is written */
-      if (best < 0) {
-        best = k;
-        continue;
-      }
-      const int64_t have = floats[k], bh = floats[best];
-      if ((have >= need && (bh < need || have < bh)) || (bh < need && have > bh)) best = k;
-    }
-    if (best < 0) best = slots++;
-    if (floats[best] < need) floats[best] = need;
-    busy_until[best] = last[i];
-    slot_of[i] = best;
+    slot_of[i] = pool_slot(item[i]->count, first[i], last[i], floats, busy_until, &slots);
   }
   if (slots) {
     in->data_pool = calloc((size_t)slots, sizeof(kiln_blob *));
@@ -408,11 +404,10 @@ int kiln_net_plan_memory(kiln_net *net, const kiln_net_options *opt) {
     const kiln_blob *b = net->blobs[i];
     if (b->csr) /* a sparse blob: its CSR matrix, sized by its data layer */
       m->activations += kiln_csr_bytes(b->csr);
-    else
-      m->activations += b->count * ((b->data_of ? 0 : 4) + (net->forward_only ? 0
-                                                            : in->diff_slot && in->diff_slot[i] >= 0
-                                                                ? 0
-                                                                : 4));
+    else {
+      const bool own_diff = !net->forward_only && !(in->diff_slot && in->diff_slot[i] >= 0);
+      m->activations += b->count * ((b->data_of ? 0 : 4) + (own_diff ? 4 : 0));
+    }
   }
   for (int k = 0; k < in->ndiff_pool; k++) m->activations += in->diff_pool_floats[k] * 4;
   for (int k = 0; k < in->ndata_pool; k++) m->activations += in->data_pool[k]->count * 4;
