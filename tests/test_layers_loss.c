@@ -96,6 +96,15 @@ static void test_softmax_loss_forward_hand(void **state) {
   assert_float_equal(loss_of("", b1), 2.40760596f, 1e-6);
   kiln_blob_free(x1);
   kiln_blob_free(l1);
+  /* Caffe clamps the probability at FLT_MIN, so no prediction costs more than -log(FLT_MIN) =
+   * 87.3365 (docs/sequence.md): p = e^-200 is 0 in float, e^-100 a denormal below FLT_MIN, and
+   * both cost 87.3365 (PyTorch's cross_entropy: 200 and 100). */
+  kiln_blob *xc = blob_of("xc", 2, SHAPE(2, 3), (const float[]){0, 200, 0, 0, 100, 0});
+  kiln_blob *lc = blob_of("lc", 1, SHAPE(2), (const float[]){0, 2});
+  kiln_blob *bc[2] = {xc, lc};
+  assert_float_equal(loss_of("", bc), 87.3365448f, 1e-4);
+  kiln_blob_free(xc);
+  kiln_blob_free(lc);
 
   kiln_blob *x = loss_input();
   kiln_blob *lab = blob_of("label", 3, SHAPE(2, 1, 2), (const float[]){2, 0, 1, 5});
