@@ -41,7 +41,72 @@ static void usage(FILE *f) {
           "     every KPI unless one is named; --last K: the newest K of each series).\n"
           "compare: every KPI of two runs side by side with the change; a run is its id (as\n"
           "     `kiln ce run` prints it), latest or latest~N.\n"
-          "     history and compare exit 1 when the history has no such model, KPI or run.\n");
+          "     history and compare exit 1 when the history has no such model, KPI or run.\n"
+          "`kiln ce COMMAND --help` prints each one's options.\n");
+}
+
+#define CE_DB_OPTION                                                                             \
+  "  --db FILE              the history (default $XDG_DATA_HOME/kiln/ce.db, else\n"              \
+  "                         ~/.local/share/kiln/ce.db)\n"
+
+static void run_usage(FILE *f) {
+  fprintf(f,
+          "usage: kiln ce run SUITE [options]\n"
+          "\n"
+          "Trains every model of the suite (a CeSuite prototxt, e.g. ce/quick.prototxt) on each\n"
+          "of its worker counts, judges the KPIs against the baselines and floors, records them\n"
+          "in the history and writes a report (docs/ce.md). Exit 0 pass, 1 regression, 2 absolute\n"
+          "failure, 3 the harness could not run.\n"
+          "\n"
+          "options:\n" CE_DB_OPTION
+          "  --report-dir DIR       the run's folder and report (default: ce-runs/SUITE-TIME beside\n"
+          "                         the history)\n"
+          "  --warn-only            exit 0 whatever the verdicts (3 still when the harness could\n"
+          "                         not run)\n"
+          "  --machine-class C      judge against class C's baselines (default: this machine's)\n"
+          "  --model NAME           run only this model of the suite\n"
+          "  --repeats N            train each model N times (default: the suite's repeats)\n"
+          "  --mpirun PATH          the MPI launcher for several workers (default: mpirun on PATH)\n");
+  tool_help_usage(f);
+}
+
+static void accept_usage(FILE *f) {
+  fprintf(f,
+          "usage: kiln ce accept SUITE|RUN_ID [options]\n"
+          "\n"
+          "Writes the baselines (one file per model, under the run's machine class) from the\n"
+          "newest run of SUITE, or from run RUN_ID of the history. Exit 0 when it wrote some, 1\n"
+          "when none, 3 when it could not.\n"
+          "\n"
+          "options:\n" CE_DB_OPTION
+          "  --baseline-dir DIR     write under DIR (default: the suite's baseline folder)\n");
+  tool_help_usage(f);
+}
+
+static void stability_usage(FILE *f) {
+  fprintf(f,
+          "usage: kiln ce stability MODEL [options]\n"
+          "\n"
+          "Trains one model of a suite several times and prints each KPI's median, min, max,\n"
+          "standard deviation and relative spread, to choose tolerances (nothing is recorded).\n"
+          "\n"
+          "options:\n"
+          "  --times N              the trainings (default 5)\n"
+          "  --suite FILE           the suite the model is in (default ce/quick.prototxt)\n"
+          "  --report-dir DIR       the runs' folder and report (default: ce-runs/stability-TIME\n"
+          "                         beside the history)\n"
+          "  --db FILE              the history whose folder holds the default report folder\n"
+          "  --machine-class C      judge against class C's baselines (default: this machine's)\n"
+          "  --mpirun PATH          the MPI launcher for several workers (default: mpirun on PATH)\n");
+  tool_help_usage(f);
+}
+
+/* The usage of `kiln ce SUB` (all of kiln ce's for a subcommand it does not know). */
+static void (*sub_usage(const char *sub))(FILE *f) {
+  return !strcmp(sub, "run")         ? run_usage
+         : !strcmp(sub, "accept")    ? accept_usage
+         : !strcmp(sub, "stability") ? stability_usage
+                                     : usage;
 }
 
 typedef struct ce_args {
@@ -75,10 +140,7 @@ static int parse_args(int argc, char **argv, ce_args *a) {
       a->warn_only = true;
       continue;
     }
-    if (!strcmp(s, "-h") || !strcmp(s, "--help")) {
-      usage(stdout);
-      exit(0);
-    }
+    if (tool_is_help(s)) tool_help(sub_usage(argv[1]));
     const char **slot = !strcmp(s, "--db")              ? &a->db
                         : !strcmp(s, "--report-dir")    ? &a->report_dir
                         : !strcmp(s, "--machine-class") ? &a->machine_class
@@ -200,7 +262,7 @@ static int finish_run(kiln_ce_result *r, kiln_ce_history *h, const char *db, boo
 
 static int ce_run(const ce_args *a, const char *only_model, int repeats, bool record) {
   if (!a->target) {
-    usage(stderr);
+    run_usage(stderr);
     return EXIT_HARNESS;
   }
   char self[PATH_MAX], dbbuf[4096], report[4096];
@@ -246,7 +308,7 @@ static bool all_digits(const char *s) {
 
 static int ce_accept(const ce_args *a) {
   if (!a->target) {
-    usage(stderr);
+    accept_usage(stderr);
     return EXIT_HARNESS;
   }
   char dbbuf[4096];
@@ -308,7 +370,7 @@ static int ce_accept(const ce_args *a) {
 
 static int ce_stability(ce_args *a) {
   if (!a->target) {
-    usage(stderr);
+    stability_usage(stderr);
     return EXIT_HARNESS;
   }
   const char *model = a->target;
@@ -369,7 +431,7 @@ int cmd_ce(int argc, char **argv) {
   if (!strcmp(argv[1], "compare")) return cmd_ce_compare(argc, argv);
   ce_args a = {0};
   if (parse_args(argc, argv, &a)) {
-    usage(stderr);
+    sub_usage(argv[1])(stderr);
     return EXIT_HARNESS;
   }
   /* A malformed KILN_FAULT would fail every training: the harness stops before any. */

@@ -21,11 +21,49 @@ typedef struct query_args {
   int workers, last;
 } query_args;
 
+static void history_usage(FILE *f) {
+  fprintf(f,
+          "usage: kiln ce history MODEL [KPI] [options]\n"
+          "\n"
+          "A model's KPIs run by run from the CE history, one table per KPI (every KPI unless one\n"
+          "is named), of this machine class's runs unless told otherwise. Exit 1 when the history\n"
+          "has no such model, KPI or rows (the message names what it has), 3 for bad usage or no\n"
+          "usable history.\n"
+          "\n"
+          "options:\n"
+          "  --db FILE              the history (default $XDG_DATA_HOME/kiln/ce.db, else\n"
+          "                         ~/.local/share/kiln/ce.db)\n"
+          "  --machine-class C      the runs of machine class C\n"
+          "  --all-classes          the runs of every machine class, in a column of their own\n"
+          "  --workers N            only the rows of N workers\n"
+          "  --last K               the newest K rows of each KPI and worker count\n"
+          "  --suite S              only the runs of suite S (by its name)\n"
+          "  --format table|tsv     tables (the default), or one tab-separated line per row with\n"
+          "                         every field as stored, for scripts\n");
+  tool_help_usage(f);
+}
+
+static void compare_usage(FILE *f) {
+  fprintf(f,
+          "usage: kiln ce compare RUN_A RUN_B [--db F]\n"
+          "\n"
+          "Every KPI of two runs of the CE history side by side, with the change and both\n"
+          "verdicts. A run is its id (as kiln ce run prints it), latest or latest~N (the Nth\n"
+          "before the latest). Exit 1 when there is no such run, 3 for bad usage or no usable\n"
+          "history.\n"
+          "\n"
+          "options:\n"
+          "  --db FILE              the history (default $XDG_DATA_HOME/kiln/ce.db, else\n"
+          "                         ~/.local/share/kiln/ce.db)\n");
+  tool_help_usage(f);
+}
+
 static int parse(const char *cmd, int argc, char **argv, query_args *a) {
   char what[32];
   snprintf(what, sizeof what, "kiln ce %s", cmd);
   for (int i = 2; i < argc; i++) {
     const char *s = argv[i];
+    if (tool_is_help(s)) tool_help(!strcmp(cmd, "history") ? history_usage : compare_usage);
     if (!strcmp(s, "--all-classes")) {
       a->all_classes = true;
       continue;
@@ -195,8 +233,7 @@ int cmd_ce_history(int argc, char **argv) {
   query_args a = {0};
   if (parse("history", argc, argv, &a)) return EXIT_USAGE;
   if (a.npos < 1) {
-    fprintf(stderr, "usage: kiln ce history MODEL [KPI] [--db F] [--machine-class C|--all-classes]"
-                    " [--workers N] [--last K] [--suite S] [--format table|tsv]\n");
+    history_usage(stderr);
     return EXIT_USAGE;
   }
   kiln_config cfg;
@@ -272,8 +309,7 @@ int cmd_ce_compare(int argc, char **argv) {
   if (parse("compare", argc, argv, &a)) return EXIT_USAGE;
   if (a.npos != 2 || a.machine_class || a.all_classes || a.suite || a.workers || a.last ||
       a.format) {
-    fprintf(stderr, "usage: kiln ce compare RUN_A RUN_B [--db F]   (a run: its id, latest or "
-                    "latest~N)\n");
+    compare_usage(stderr);
     return EXIT_USAGE;
   }
   kiln_config cfg;

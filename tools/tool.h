@@ -36,6 +36,17 @@ int tool_caffe_args(int argc, char **argv, char ***out);
 /* Caffe's -gpu value ("0", "0,1", "all") when one was given, else NULL. */
 extern const char *tool_caffe_gpu;
 
+/* --help and -h: a request for a command's usage (only where an option may stand, never as the
+ * value of another option). */
+bool tool_is_help(const char *arg);
+/* A command's usage on stdout for --help, then exit 0 (1 when stdout would not take it). */
+_Noreturn void tool_help(void (*usage)(FILE *f));
+/* The lines of --help text for the options tool_common_option takes (`metrics`: the events the
+ * command writes to --metrics, e.g. "test, decode"; NULL: a command that takes no --metrics),
+ * and the line for -h, --help itself. */
+void tool_common_usage(FILE *f, const char *metrics);
+void tool_help_usage(FILE *f);
+
 /* Prints "kiln: <what>: <kiln_last_error()>" to stderr and returns exit code 1. */
 int tool_fail(const char *what);
 /* Parses "512M", "2G", "1048576"; false if malformed. */
@@ -49,10 +60,13 @@ typedef struct {
   int threads;
 } tool_common;
 int tool_common_option(tool_common *c, int argc, char **argv, int *i);
-/* A command's option at argv[*i] taken as `--name value` (*opt, *val; *i moves past the value):
- * 1; 0 for a common option, taken; -1 after printing why (a missing value, a bad common one). */
-int tool_option_value(const char *cmd, tool_common *c, int argc, char **argv, int *i,
-                      const char **opt, const char **val);
+/* A command's option at argv[*i] taken as `--name value` (*opt, *val; *i moves past the value),
+ * `names` (NULL-terminated) being the command's own options, each taking a value: 1; 0 for a
+ * common option, taken; -1 after printing why (an unknown option, a missing value, a bad common
+ * one). --help or -h there prints `usage` (tool_help). */
+int tool_option_value(const char *cmd, const char *const *names, void (*usage)(FILE *f),
+                      tool_common *c, int argc, char **argv, int *i, const char **opt,
+                      const char **val);
 
 /* The metrics file (include/kiln/metrics.h; none without --metrics) and the human output. */
 typedef struct {

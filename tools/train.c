@@ -15,12 +15,39 @@
 
 #include "tool.h"
 
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: kiln train --solver S.prototxt [--snapshot X.solverstate | --weights W.caffemodel]\n"
+          "                  [options]\n"
+          "\n"
+          "Trains the net the solver names, with its test nets and snapshots. Under `mpirun -np N`\n"
+          "every process is one worker of a data-parallel run (docs/distributed.md). Caffe's\n"
+          "spellings work too: -solver F, -solver=F, --solver=F, and -gpu N (kiln runs on the CPU).\n"
+          "\n"
+          "options:\n"
+          "  --solver FILE          the solver prototxt (required)\n"
+          "  --snapshot FILE        resume from a .solverstate, continuing the run exactly\n"
+          "  --weights A[,B...]     start from the weights of .caffemodel files, loaded in turn (a\n"
+          "                         layer in several takes the last one's); not with --snapshot\n"
+          "  --check                read the solver and build its nets, then stop without training\n"
+          "  --sync MODE            how workers combine: grad (sum the gradients every iteration,\n"
+          "                         the default), model:K[:W] (average the weights every K\n"
+          "                         iterations, after W in grad mode) or time:T[:W] (every T\n"
+          "                         seconds); replaces the solver file's sync settings\n"
+          "  --deterministic        every sum over workers in rank order: the bits of one worker\n"
+          "                         with iter_size N\n"
+          "  --no-overlap           sum the whole gradient after backward, not bucket by bucket\n"
+          "                         during it\n"
+          "  --comm-timeout S       a worker waiting longer than S seconds for the others ends the\n"
+          "                         job, from the MPI start-up on (default 300; 0 waits forever)\n"
+          "  --debug-slow-rank R:MS rank R sleeps MS milliseconds after each iteration (tests)\n");
+  tool_common_usage(f, "train, test, snapshot, worker, done");
+  tool_help_usage(f);
+}
+
 static int usage_error(const char *why, const char *a) {
-  fprintf(stderr,
-          "kiln train: %s '%s'\nusage: kiln train --solver S [--snapshot X | --weights W] "
-          "[--sync grad|model:K[:W]|time:T[:W]] [--deterministic] [--no-overlap] [--comm-timeout S] "
-          "[--metrics F] [--threads N] [--max-memory SIZE] [--debug-slow-rank R:MS]\n",
-          why, a);
+  fprintf(stderr, "kiln train: %s '%s'\n", why, a);
+  usage(stderr);
   return 2;
 }
 
@@ -144,6 +171,7 @@ int cmd_train(int argc, char **argv) {
   double comm_timeout = KILN_COMM_DEFAULT_TIMEOUT_S;
   bool no_overlap = false, check = false;
   for (int i = 1; i < argc; i++) {
+    if (tool_is_help(argv[i])) tool_help(usage);
     int r = tool_common_option(&c, argc, argv, &i);
     if (r < 0) return 2;
     if (r > 0) continue;

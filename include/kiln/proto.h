@@ -29,6 +29,9 @@ int kiln_text_parse_file(const char *path, const ProtobufCMessageDescriptor *des
  * messages indented by two spaces, unset optional fields left out, reals in the shortest form
  * that reads back exactly. *out is malloc'd (caller frees). */
 int kiln_text_format(const ProtobufCMessage *msg, char **out);
+/* How many bytes protobuf-c gives one value of type t in a message (one element of a repeated
+ * field's array). */
+size_t kiln_proto_value_size(ProtobufCType t);
 
 /* Caffe 1.0's layer types that kiln does not have (src/proto/caffe_layers.c): the type, its
  * parameter block in Caffe's LayerParameter (NULL: none), and a note on why or what instead (NULL:
@@ -39,6 +42,64 @@ typedef struct kiln_caffe_missing_layer {
 const kiln_caffe_missing_layer *kiln_caffe_missing_layers(void);
 const kiln_caffe_missing_layer *kiln_caffe_missing_by_type(const char *type);
 const kiln_caffe_missing_layer *kiln_caffe_missing_by_field(const char *field, size_t len);
+
+/* Files for Caffe 1.0 (src/proto/caffe_compat.c). Protobuf's binary reader skips fields it does
+ * not know, but its text reader (Caffe's, OpenCV's readNetFromCaffe) refuses them, so a prototxt
+ * that sets a field of kiln's own is unreadable there. Every field of one of Caffe's messages
+ * that Caffe 1.0's caffe.proto lacks is in one table, with what becomes of it: */
+typedef enum {
+  KILN_CAFFE_DROP,         /* dropped: Caffe 1.0 builds the same net without it */
+  KILN_CAFFE_DROP_DEFAULT, /* dropped at its default value; any other value has no Caffe 1.0
+                              equivalent (other shapes or weights), and the file is refused */
+  KILN_CAFFE_ONE_VALUE,    /* Caffe's singular field that kiln reads as repeated: one value
+                              passes unchanged, more are refused */
+} kiln_caffe_rule;
+typedef struct kiln_caffe_field {
+  const ProtobufCMessageDescriptor *message; /* NULL ends the table */
+  const char *name;
+  unsigned number;
+  kiln_caffe_rule rule;
+  const char *origin; /* "kiln only", "Caffe's after 1.0" */
+  const char *note;   /* what Caffe 1.0 does without it, or why it cannot */
+} kiln_caffe_field;
+const kiln_caffe_field *kiln_caffe_fields(void);
+const kiln_caffe_field *kiln_caffe_field_find(const ProtobufCMessageDescriptor *message,
+                                              unsigned number);
+/* Caffe 1.0's layer types (its layer registry), ending with NULL; and kiln's types that Caffe 1.0
+ * lacks, with their origin, ending with a NULL type. */
+const char *const *kiln_caffe10_layer_types(void);
+bool kiln_caffe10_has_layer_type(const char *type);
+typedef struct kiln_caffe_extra_layer {
+  const char *type, *origin;
+} kiln_caffe_extra_layer;
+const kiln_caffe_extra_layer *kiln_caffe_extra_layers(void);
+const kiln_caffe_extra_layer *kiln_caffe_extra_layer_find(const char *type);
+
+/* What kiln_*_to_caffe10 dropped: `where` is "layer 'data'" (a solver's inline net:
+ * "train_net_param: layer 'data'"; "" for a field of the file's top message), `field` the path
+ * from there ("data_param.shuffle"), `entry` its row of the table. */
+typedef struct kiln_caffe_drop {
+  char *where, *field;
+  const kiln_caffe_field *entry;
+} kiln_caffe_drop;
+typedef struct kiln_caffe_drops {
+  kiln_caffe_drop *v;
+  size_t n;
+} kiln_caffe_drops;
+void kiln_caffe_drops_free(kiln_caffe_drops *d);
+/* Rewrites a net or solver in the current format (kiln_net_param_upgrade first) for Caffe 1.0:
+ * every field of the table that is set is cleared and listed in *dropped (caller frees). A layer
+ * whose type Caffe 1.0 lacks, or a field whose value Caffe 1.0 cannot express, is
+ * KILN_ERR_UNSUPPORTED naming `source`, the layer and the type or field, and the message is left
+ * as it was. */
+int kiln_net_param_to_caffe10(Caffe__NetParameter *np, const char *source,
+                              kiln_caffe_drops *dropped);
+int kiln_solver_param_to_caffe10(Caffe__SolverParameter *sp, const char *source,
+                                 kiln_caffe_drops *dropped);
+/* Whether `out` may be written with what was read from `in`: KILN_ERR_INVALID naming it when it
+ * is `in` itself (the same device and inode, by any name or link) or exists as anything but a
+ * regular file (a folder, a device, a FIFO, a socket), which an atomic write would replace. */
+int kiln_proto_check_output(const char *in, const char *out);
 
 /* Caffe's old formats brought to the current one in place, as Caffe does on load
  * (src/proto/upgrade.c): V0 and V1 layers (`layers`) to `layer`, data_param's old transformation

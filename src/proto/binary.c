@@ -32,3 +32,28 @@ int kiln_proto_write_binary(const char *path, const ProtobufCMessage *msg) {
   free(buf);
   return rc;
 }
+
+/* How many bytes protobuf-c gives one value of type t in a message (one element of a repeated
+ * field's array). */
+size_t kiln_proto_value_size(ProtobufCType t) {
+  switch (t) {
+  case PROTOBUF_C_TYPE_INT32:
+  case PROTOBUF_C_TYPE_SINT32:
+  case PROTOBUF_C_TYPE_SFIXED32: return sizeof(int32_t);
+  case PROTOBUF_C_TYPE_UINT32:
+  case PROTOBUF_C_TYPE_FIXED32: return sizeof(uint32_t);
+  case PROTOBUF_C_TYPE_INT64:
+  case PROTOBUF_C_TYPE_SINT64:
+  case PROTOBUF_C_TYPE_SFIXED64: return sizeof(int64_t);
+  case PROTOBUF_C_TYPE_UINT64:
+  case PROTOBUF_C_TYPE_FIXED64: return sizeof(uint64_t);
+  case PROTOBUF_C_TYPE_FLOAT: return sizeof(float);
+  case PROTOBUF_C_TYPE_DOUBLE: return sizeof(double);
+  case PROTOBUF_C_TYPE_BOOL: return sizeof(protobuf_c_boolean);
+  case PROTOBUF_C_TYPE_ENUM: return sizeof(int); /* protobuf-c forces enums to int size */
+  case PROTOBUF_C_TYPE_STRING: return sizeof(char *);
+  case PROTOBUF_C_TYPE_BYTES: return sizeof(ProtobufCBinaryData);
+  case PROTOBUF_C_TYPE_MESSAGE: return sizeof(ProtobufCMessage *);
+  }
+  return 0;
+}

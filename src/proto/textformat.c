@@ -528,29 +528,6 @@ static int decode_string(parser *P) {
 
 /* ---- storing into messages ---------------------------------------------------------------- */
 
-static size_t elem_size(ProtobufCType t) {
-  switch (t) {
-  case PROTOBUF_C_TYPE_INT32:
-  case PROTOBUF_C_TYPE_SINT32:
-  case PROTOBUF_C_TYPE_SFIXED32: return sizeof(int32_t);
-  case PROTOBUF_C_TYPE_UINT32:
-  case PROTOBUF_C_TYPE_FIXED32: return sizeof(uint32_t);
-  case PROTOBUF_C_TYPE_INT64:
-  case PROTOBUF_C_TYPE_SINT64:
-  case PROTOBUF_C_TYPE_SFIXED64: return sizeof(int64_t);
-  case PROTOBUF_C_TYPE_UINT64:
-  case PROTOBUF_C_TYPE_FIXED64: return sizeof(uint64_t);
-  case PROTOBUF_C_TYPE_FLOAT: return sizeof(float);
-  case PROTOBUF_C_TYPE_DOUBLE: return sizeof(double);
-  case PROTOBUF_C_TYPE_BOOL: return sizeof(protobuf_c_boolean);
-  case PROTOBUF_C_TYPE_ENUM: return sizeof(int); /* protobuf-c forces enums to int size */
-  case PROTOBUF_C_TYPE_STRING: return sizeof(char *);
-  case PROTOBUF_C_TYPE_BYTES: return sizeof(ProtobufCBinaryData);
-  case PROTOBUF_C_TYPE_MESSAGE: return sizeof(ProtobufCMessage *);
-  }
-  return 0;
-}
-
 static void *member(ProtobufCMessage *m, unsigned offset) { return (char *)m + offset; }
 
 static void free_value(ProtobufCType t, value *v) {
@@ -585,7 +562,7 @@ static void select_oneof(ProtobufCMessage *m, const ProtobufCFieldDescriptor *f)
   const ProtobufCFieldDescriptor *other =
       *which ? protobuf_c_message_descriptor_get_field(m->descriptor, *which) : NULL;
   if (other) release_singular(m, other);
-  memset(member(m, f->offset), 0, elem_size(f->type));
+  memset(member(m, f->offset), 0, kiln_proto_value_size(f->type));
   *which = f->id;
 }
 
@@ -595,7 +572,7 @@ static void *append_slot(const parser *P, ProtobufCMessage *m, const ProtobufCFi
                          void **slot_out) {
   size_t *count = member(m, f->quantifier_offset);
   void **array = member(m, f->offset);
-  size_t n = *count, es = elem_size(f->type);
+  size_t n = *count, es = kiln_proto_value_size(f->type);
   if (n == 0 || (n & (n - 1)) == 0) {
     size_t cap = n ? 2 * n : 1;
     if (cap > SIZE_MAX / 2 / es) {
@@ -623,7 +600,7 @@ static ProtobufCMessage *new_message(const ProtobufCMessageDescriptor *d) {
 
 static int store_scalar(const parser *P, ProtobufCMessage *m, const ProtobufCFieldDescriptor *f,
                         value *v) {
-  size_t es = elem_size(f->type);
+  size_t es = kiln_proto_value_size(f->type);
   if (f->label == PROTOBUF_C_LABEL_REPEATED) {
     void *slot;
     if (!append_slot(P, m, f, &slot)) {
@@ -703,7 +680,7 @@ static int parse_integer(parser *P, const ProtobufCMessageDescriptor *md,
   if (!fits || mag > max + (uint64_t)(neg && is_signed))
     return perr(P, vstart, "value %s is out of range for field '%s' (%s) in %s", lit, f->name,
                 type_name(f->type), md->short_name);
-  if (elem_size(f->type) == 4) {
+  if (kiln_proto_value_size(f->type) == 4) {
     if (is_signed)
       v->i32 = neg ? (int32_t)(-(int64_t)mag) : (int32_t)mag;
     else

@@ -88,23 +88,6 @@ static void write_value(kiln_strbuf *b, const ProtobufCFieldDescriptor *f, const
   }
 }
 
-static size_t type_size(ProtobufCType t) {
-  switch (t) {
-  case PROTOBUF_C_TYPE_INT64:
-  case PROTOBUF_C_TYPE_SINT64:
-  case PROTOBUF_C_TYPE_SFIXED64:
-  case PROTOBUF_C_TYPE_UINT64:
-  case PROTOBUF_C_TYPE_FIXED64: return 8;
-  case PROTOBUF_C_TYPE_DOUBLE: return sizeof(double);
-  case PROTOBUF_C_TYPE_BOOL: return sizeof(protobuf_c_boolean);
-  case PROTOBUF_C_TYPE_ENUM: return sizeof(int);
-  case PROTOBUF_C_TYPE_STRING: return sizeof(char *);
-  case PROTOBUF_C_TYPE_BYTES: return sizeof(ProtobufCBinaryData);
-  case PROTOBUF_C_TYPE_MESSAGE: return sizeof(ProtobufCMessage *);
-  default: return 4;
-  }
-}
-
 /* Whether a singular field is set: protobuf-c keeps a has_ flag for optional scalars, a NULL (or
  * the static default) for strings and messages, and the member number for oneofs. */
 static int is_set(const ProtobufCMessage *m, const ProtobufCFieldDescriptor *f) {
@@ -120,7 +103,7 @@ static int is_set(const ProtobufCMessage *m, const ProtobufCFieldDescriptor *f) 
     return *(const protobuf_c_boolean *)(base + f->quantifier_offset) != 0;
   /* proto3 singular scalars: set when not zero */
   const unsigned char *p = (const unsigned char *)(base + f->offset);
-  for (size_t i = 0; i < type_size(f->type); i++)
+  for (size_t i = 0; i < kiln_proto_value_size(f->type); i++)
     if (p[i]) return 1;
   return 0;
 }
@@ -138,7 +121,7 @@ static void write_message(kiln_strbuf *b, const ProtobufCMessage *m, int depth) 
       for (size_t i = 0; i < n; i++) {
         indent(b, depth);
         kiln_strbuf_printf(b, "%s%s", f->name, sep);
-        write_value(b, f, arr + i * type_size(f->type), depth);
+        write_value(b, f, arr + i * kiln_proto_value_size(f->type), depth);
         kiln_strbuf_printf(b, "\n");
       }
     } else if (is_set(m, f)) {
