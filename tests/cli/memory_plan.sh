@@ -19,10 +19,18 @@ plan r50.prototxt TEST "needs 650.8 MiB .* activations: 312.4 MiB"
 plan r50.prototxt TEST "needs 3.88 GiB .* activations: 2.27 GiB" 0
 plan "$SRC/bench/nets/densenet40.prototxt" TEST "needs 84.3 MiB .* activations: 55.3 MiB"
 # VGG-16's training net at batch 16: its Winograd convolutions at 112x112 run in chunks of the
-# batch, which takes the shared workspace from 449.8 to 235.3 MiB (src/ops/conv_dnnl.c)
+# batch, which takes the shared workspace from 449.8 to 235.3 MiB on the AMD EPYC host
+# (src/ops/conv_dnnl.c). The scratchpad's size is oneDNN's and depends on the CPU's kernels
+# (167.1 MiB chunked on the Intel Xeon host of 2026-12-03), so the total is held to a range: at
+# least the parameters, gradients, activations and buffers (2.42 GiB), at most those with the
+# AMD host's chunked scratchpad (2.65 GiB); unchunked it would be 2.86.
 python3 "$SRC/bench/trainable-net" "$SRC/models/vgg16/deploy.prototxt" 16 > vgg16.prototxt ||
   fail "bench/trainable-net vgg16"
-plan vgg16.prototxt TRAIN "needs 2.65 GiB .* activations: 1.30 GiB"
+plan vgg16.prototxt TRAIN "needs 2\.[0-9]+ GiB .* activations: 1.30 GiB"
+vgg=$("$KILN" describe --max-memory 1M --model vgg16.prototxt --phase TRAIN 2>&1 |
+  sed -n 's/.* needs \([0-9.]*\) GiB .*/\1/p')
+awk -v g="$vgg" 'BEGIN { exit !(g >= 2.42 && g <= 2.65) }' && pass \
+  || fail "vgg16 (TRAIN): needs '$vgg' GiB, expected 2.42 to 2.65"
 plan "$SRC/bench/nets/densenet40.prototxt" TEST "needs 606.8 MiB .* activations: 388.9 MiB" 0
 # kiln time runs backward passes training would not, so it builds with every blob's own data
 # (the TEST net above would refuse them): it times the TEST phase of a small net
