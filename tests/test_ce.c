@@ -528,38 +528,6 @@ static void test_exit_codes(void **state) {
   kiln_ce_result_free(&r);
 }
 
-/* ---- machines ------------------------------------------------------------------------------ */
-
-static void test_machine_class(void **state) {
-  (void)state;
-  kiln_ce_machine m;
-  memset(&m, 0, sizeof m);
-  char cls[128];
-  snprintf(m.cpu, sizeof m.cpu, "Intel(R) Xeon(R) CPU E5-2680 v4 @ 2.40GHz");
-  m.cores = 16;
-  kiln_ce_machine_class(&m, cls, sizeof cls);
-  assert_string_equal(cls, "intel-xeon-e5-2680-v4-16c");
-  snprintf(m.cpu, sizeof m.cpu, "AMD EPYC");
-  m.cores = 2;
-  kiln_ce_machine_class(&m, cls, sizeof cls);
-  assert_string_equal(cls, "amd-epyc-2c");
-  snprintf(m.cpu, sizeof m.cpu, "AMD Ryzen 9 7950X 16-Core Processor");
-  m.cores = 32;
-  kiln_ce_machine_class(&m, cls, sizeof cls);
-  assert_string_equal(cls, "amd-ryzen-9-7950x-16-core-32c");
-
-  kiln_ce_machine here;
-  kiln_ce_machine_describe(&here, kiln_test_config());
-  assert_true(here.cores >= 1);
-  assert_true(here.mem_gib > 0);
-  assert_true(here.compiler[0] && here.blas[0]);
-  char *json = kiln_ce_machine_json(&here);
-  assert_non_null(json);
-  assert_contains(json, "\"cores\":");
-  assert_contains(json, "\"blas\":");
-  free(json);
-}
-
 /* ---- text format writer ---------------------------------------------------------------------- */
 
 static void test_text_format_round_trip(void **state) {
@@ -1615,7 +1583,6 @@ int main(void) {
       cmocka_unit_test(test_compare_tolerances_and_noise),
       cmocka_unit_test(test_absolute_checks),
       cmocka_unit_test(test_exit_codes),
-      cmocka_unit_test(test_machine_class),
       cmocka_unit_test(test_text_format_round_trip),
       cmocka_unit_test(test_baseline_round_trip_and_accept),
       cmocka_unit_test(test_history),

@@ -57,7 +57,7 @@ static void add(kiln_ce_result *r, kiln_ce_row row) {
   assert_int_equal(kiln_ce_result_add_row(r, &row), KILN_OK);
 }
 
-/* Run 1 and 2 (quick, amd-epyc-2c), 3 (nightly, big-16c, with cifar), 4 (quick, amd-epyc-2c:
+/* Run 1 and 2 (quick, amd-f25m17-avx2rate-2c), 3 (nightly, big-16c, with cifar), 4 (quick, amd-f25m17-avx2rate-2c:
  * accuracy regressed, 2 workers skipped). */
 static int group_setup(void **state) {
   (void)state;
@@ -69,14 +69,14 @@ static int group_setup(void **state) {
   kiln_ce_result r;
   kiln_ce_row x;
 
-  start(&r, "2026-11-01T10:00:00Z", "aaa1111", "quick", "amd-epyc-2c");
+  start(&r, "2026-11-01T10:00:00Z", "aaa1111", "quick", "amd-f25m17-avx2rate-2c");
   add(&r, row_of("lenet", 1, "accuracy", 0.85, KILN_CE_NEW));
   add(&r, row_of("lenet", 1, "duration_s", 30, KILN_CE_NEW));
   add(&r, row_of("lenet", 2, "accuracy", 0.84, KILN_CE_NEW));
   if (kiln_ce_history_record(h, &r)) return -1;
   kiln_ce_result_free(&r);
 
-  start(&r, "2026-11-02T10:00:00Z", "bbb2222-dirty", "quick", "amd-epyc-2c");
+  start(&r, "2026-11-02T10:00:00Z", "bbb2222-dirty", "quick", "amd-f25m17-avx2rate-2c");
   x = row_of("lenet", 1, "accuracy", 0.86, KILN_CE_PASS);
   with_baseline(&x, 0.85);
   add(&r, x);
@@ -93,7 +93,7 @@ static int group_setup(void **state) {
   if (kiln_ce_history_record(h, &r)) return -1;
   kiln_ce_result_free(&r);
 
-  start(&r, "2026-11-04T10:00:00Z", "ddd4444", "quick", "amd-epyc-2c");
+  start(&r, "2026-11-04T10:00:00Z", "ddd4444", "quick", "amd-f25m17-avx2rate-2c");
   x = row_of("lenet", 1, "accuracy", 0.83, KILN_CE_REGRESSION);
   with_baseline(&x, 0.85);
   snprintf(x.reason, sizeof x.reason, "accuracy 0.83 is worse than the baseline 0.85");
@@ -143,7 +143,7 @@ static void query_words(kiln_ce_history *h, const kiln_ce_query *q, char *buf, s
 static void test_history_series(void **state) {
   (void)state;
   kiln_ce_history *h = open_db();
-  kiln_ce_query q = {.model = "lenet", .kpi = "accuracy", .machine_class = "amd-epyc-2c"};
+  kiln_ce_query q = {.model = "lenet", .kpi = "accuracy", .machine_class = "amd-f25m17-avx2rate-2c"};
   kiln_ce_history_row *rows;
   int n;
   assert_int_equal(kiln_ce_history_query(h, &q, &rows, &n), KILN_OK);
@@ -153,7 +153,7 @@ static void test_history_series(void **state) {
   assert_string_equal(rows[0].time, "2026-11-01T10:00:00Z");
   assert_string_equal(rows[0].git_commit, "aaa1111");
   assert_string_equal(rows[0].suite, "quick");
-  assert_string_equal(rows[0].machine_class, "amd-epyc-2c");
+  assert_string_equal(rows[0].machine_class, "amd-f25m17-avx2rate-2c");
   assert_string_equal(rows[0].model, "lenet");
   assert_int_equal(rows[0].workers, 1);
   assert_true(rows[0].value == 0.85);
@@ -229,19 +229,19 @@ static void test_history_nothing_matches(void **state) {
     const char *want;
   } cases[] = {
       /* a misspelt model: the models of the class */
-      {{.model = "lenett", .machine_class = "amd-epyc-2c"},
-       "no model 'lenett' in the history on machine class amd-epyc-2c (models: lenet)"},
+      {{.model = "lenett", .machine_class = "amd-f25m17-avx2rate-2c"},
+       "no model 'lenett' in the history on machine class amd-f25m17-avx2rate-2c (models: lenet)"},
       {{.model = "lenett"}, "no model 'lenett' in the history (models: cifar, lenet)"},
       /* a model of another class: where it has history */
-      {{.model = "cifar", .machine_class = "amd-epyc-2c"},
-       "model 'cifar' has no history on machine class amd-epyc-2c; it has on machine class "
+      {{.model = "cifar", .machine_class = "amd-f25m17-avx2rate-2c"},
+       "model 'cifar' has no history on machine class amd-f25m17-avx2rate-2c; it has on machine class "
        "big-16c"},
       /* a misspelt KPI: the model's KPIs */
-      {{.model = "lenet", .kpi = "acuracy", .machine_class = "amd-epyc-2c"},
-       "model 'lenet' has no KPI 'acuracy' in the history on machine class amd-epyc-2c (its "
+      {{.model = "lenet", .kpi = "acuracy", .machine_class = "amd-f25m17-avx2rate-2c"},
+       "model 'lenet' has no KPI 'acuracy' in the history on machine class amd-f25m17-avx2rate-2c (its "
        "KPIs: accuracy, duration_s, run)"},
       /* filters that leave nothing: what the series has */
-      {{.model = "lenet", .kpi = "accuracy", .machine_class = "amd-epyc-2c", .workers = 4},
+      {{.model = "lenet", .kpi = "accuracy", .machine_class = "amd-f25m17-avx2rate-2c", .workers = 4},
        "no history of model 'lenet' KPI 'accuracy' with 4 workers (recorded: workers 1, 2; "
        "suites quick)"},
       {{.model = "lenet", .suite = "text"},

@@ -204,8 +204,22 @@ kiln_ce_verdict kiln_ce_compare(const kiln_ce_kpi_spec *k, double value, double 
 /* ---- machines ----------------------------------------------------------------------------- */
 
 typedef struct kiln_ce_machine {
-  char cpu[128];       /* /proc/cpuinfo "model name" */
+  char cpu[128];       /* /proc/cpuinfo "model name" (hypervisors often shorten it) */
+  char vendor[16];     /* "intel", "amd", "arm", ...: from vendor_id (x86) or the CPU
+                        * implementer (Arm); "" when unknown */
+  int family, model, stepping; /* x86: cpu family, model, stepping; Arm: the architecture, the
+                                * part number and the revision; -1 when unknown */
+  char flags[160];     /* the flags that matter for speed, as /proc/cpuinfo spells them, those
+                        * the CPU has, space-separated: avx2 fma avx512f avx512_bf16 amx_bf16
+                        * amx_tile (Arm: asimd sve sve2 bf16) */
+  double fma_gflops[2]; /* one thread's FMA peak: [0] AVX2, [1] AVX-512 (kiln/cpu.h); 0 where
+                         * the CPU has no such loop, NaN when not measured */
+  char vector_rate[16]; /* the widest FMA that runs at full rate: "avx512rate" (512-bit FMAs
+                         * at least 1.5 x the FLOP rate of 256-bit ones), "avx2rate",
+                         * "sserate" (no AVX2 FMA); "" when not measured */
+  bool peaks_cached;   /* the peaks came from this boot's cache (kiln_config.machine_cache) */
   int cores;           /* online */
+  int usable_cores;    /* those this process may run on (kiln_ce_usable_cores) */
   double mem_gib;      /* MemTotal */
   char compiler[64];   /* the compiler that built this kiln */
   char blas[192];      /* OpenBLAS's configuration string */
@@ -214,11 +228,26 @@ typedef struct kiln_ce_machine {
   char hostname[64];
 } kiln_ce_machine;
 
-/* `cfg` (NULL: defaults) gives the thread count OMP_NUM_THREADS set (omp_threads). */
+/* Everything but the FMA peaks from this machine; then the peaks, from this boot's cache
+ * (`cfg`->machine_cache, rewritten when missing, stale or of another CPU) or measured (a
+ * fraction of a second). `cfg` (NULL: defaults) also gives the thread count OMP_NUM_THREADS
+ * set (omp_threads). */
 void kiln_ce_machine_describe(kiln_ce_machine *m, const kiln_config *cfg);
-/* "<cpu model slug>-<cores>c", e.g. "amd-epyc-2c": machines of one class give comparable
- * timings. */
+/* The CPU fields (cpu, vendor, family, model, stepping, flags) from the text of /proc/cpuinfo
+ * (its first processor's block); what the text lacks stays unknown. */
+void kiln_ce_machine_parse_cpuinfo(kiln_ce_machine *m, const char *text);
+/* The one-thread FMA peaks (GFLOP/s; 0: no such loop on this CPU) and the vector_rate they
+ * give. */
+void kiln_ce_machine_set_peaks(kiln_ce_machine *m, double avx2_gflops, double avx512_gflops);
+/* What identifies how fast the machine runs kiln, short and readable:
+ * "<vendor>-f<family>m<model>-<vector rate>-<usable cores>c", e.g. "amd-f25m17-avx2rate-2c"
+ * (the rate left out where it was not measured). A CPU without vendor, family and model falls
+ * back on its model name as a slug ("ibm-power9-8c"). Machines of one class give comparable
+ * timings; the stepping and the flags are in the description, not the class. */
 void kiln_ce_machine_class(const kiln_ce_machine *m, char *buf, size_t n);
+/* The description in words for the table and the report: the CPU, its family, model, stepping
+ * and flags, the FMA peaks, the cores. */
+void kiln_ce_machine_summary(const kiln_ce_machine *m, char *buf, size_t n);
 /* The machine as one JSON object (malloc'd), for the history and the JSON Lines report. */
 char *kiln_ce_machine_json(const kiln_ce_machine *m);
 /* The cores this process may run on (its CPU affinity, at most the online ones): what the

@@ -61,9 +61,13 @@ typedef struct kiln_config {
   uint64_t hdf5_file_limit; /* bytes one HDF5 data file may take in memory (its bytes and its
                                values as floats); 0: a quarter of the memory available when the
                                layer is set up (docs/formats.md, HDF5 data files) */
-  /* places (KILN_DATA or HOME; XDG_DATA_HOME or HOME; KILN_GIT_COMMIT; PATH) */
+  /* places (KILN_DATA or HOME; XDG_DATA_HOME or HOME; XDG_CACHE_HOME or HOME;
+   * KILN_GIT_COMMIT; PATH) */
   char data_dir[KILN_CONFIG_PATH_MAX]; /* the data set cache; "" when neither variable is set */
   char ce_db[KILN_CONFIG_PATH_MAX];    /* CE history's default database; "" as above */
+  char machine_cache[KILN_CONFIG_PATH_MAX]; /* this boot's measured FMA peaks, which CE's
+                                               machine class needs; "" as above (measured
+                                               every time) */
   char git_commit[64];                 /* overrides what git says of the sources ("" none) */
   char search_path[KILN_CONFIG_PATH_MAX]; /* PATH, where the CE runner looks for mpirun */
 } kiln_config;

@@ -51,6 +51,8 @@ char *kiln_ce_report_table(const kiln_ce_result *r, bool colour) {
             "model", "workers", wk, "KPI", "value", "baseline", "change", "verdict",
             colour ? "\033[0m" : "");
   bool any_reason = false;
+  char machine[700] = "";
+  if (r->machine.cores) kiln_ce_machine_summary(&r->machine, machine, sizeof machine);
   for (int i = 0; i < r->nrows; i++) {
     const kiln_ce_row *row = &r->rows[i];
     char value[48], base[48], change[24];
@@ -74,6 +76,9 @@ char *kiln_ce_report_table(const kiln_ce_result *r, bool colour) {
     }
   }
   for (int i = 0; i < r->nwarnings; i++) kiln_strbuf_printf(&b, "warning: %s\n", r->warnings[i]);
+  /* timings are judged against baselines of this class only */
+  kiln_strbuf_printf(&b, "\nmachine class %s%s%s%s\n", r->machine_class, machine[0] ? " (" : "",
+                     machine, machine[0] ? ")" : "");
   if (b.failed) {
     free(b.s);
     return NULL;
@@ -467,9 +472,10 @@ int kiln_ce_report_html(const kiln_ce_result *r, kiln_ce_history *h, const char 
   ce_html(&b, r->machine_class);
   kiln_strbuf_printf(&b, "</code>");
   if (r->machine.cores) {
-    char desc[700];
-    snprintf(desc, sizeof desc, " (%s, %d cores, %.1f GiB, %s, %s)", r->machine.cpu,
-             r->machine.cores, r->machine.mem_gib, r->machine.compiler, r->machine.blas);
+    char summary[700], desc[1200];
+    kiln_ce_machine_summary(&r->machine, summary, sizeof summary);
+    snprintf(desc, sizeof desc, " (%s, %.1f GiB, %s, %s)", summary, r->machine.mem_gib,
+             r->machine.compiler, r->machine.blas);
     ce_html(&b, desc);
   }
   kiln_strbuf_printf(&b, "; suite <code>");

@@ -565,18 +565,19 @@ static void judge(const ctx *x, kiln_ce_row *row, const kiln_ce_kpi_spec *spec,
   }
   const Caffe__CeBaselineValue *bv = kiln_ce_baseline_find(base, row->kpi, row->workers);
   bool other_class = base_class && strcmp(base_class, x->r->machine_class) != 0;
-  if (!bv) {
-    row->verdict = KILN_CE_NEW;
-    if (base)
-      snprintf(row->reason, sizeof row->reason, "the baseline has no %s for %d worker%s",
-               row->kpi, row->workers, row->workers == 1 ? "" : "s");
-    return;
-  }
-  if (other_class && spec->info->machine_dependent) {
+  if (!base || (other_class && spec->info->machine_dependent)) {
+    /* Timings and memory of another machine say nothing about this one's. */
+    /* (the run's warnings name the other class whose machine-independent values judged) */
     row->verdict = KILN_CE_NEW;
     snprintf(row->reason, sizeof row->reason,
-             "not compared: machine-dependent, and the baseline is from machine class %s",
-             base_class);
+             "no baseline for machine class %s; `kiln ce accept` records one",
+             x->r->machine_class);
+    return;
+  }
+  if (!bv) {
+    row->verdict = KILN_CE_NEW;
+    snprintf(row->reason, sizeof row->reason, "the baseline has no %s for %d worker%s", row->kpi,
+             row->workers, row->workers == 1 ? "" : "s");
     return;
   }
   row->has_baseline = true;

@@ -124,6 +124,12 @@ int kiln_config_from_env(kiln_config *c) {
     KILN_TRY(place(c->ce_db, sizeof c->ce_db, "XDG_DATA_HOME", v, "/kiln/ce.db"));
   else if (home)
     KILN_TRY(place(c->ce_db, sizeof c->ce_db, "HOME", home, "/.local/share/kiln/ce.db"));
+  if ((v = env("XDG_CACHE_HOME")))
+    KILN_TRY(place(c->machine_cache, sizeof c->machine_cache, "XDG_CACHE_HOME", v,
+                   "/kiln/machine.txt"));
+  else if (home)
+    KILN_TRY(place(c->machine_cache, sizeof c->machine_cache, "HOME", home,
+                   "/.cache/kiln/machine.txt"));
   if ((v = env("KILN_GIT_COMMIT")))
     KILN_TRY(place(c->git_commit, sizeof c->git_commit, "KILN_GIT_COMMIT", v, NULL));
   /* A PATH too long to keep only means mpirun is not looked for there. */

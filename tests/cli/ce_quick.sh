@@ -1,6 +1,7 @@
 # kiln ce end to end on a tiny suite (LeNet, 200 iterations, 1 worker): the table, the reports
 # and the history of a first run; accept writing a baseline; a run on another machine class
-# comparing only the machine-independent KPIs; a doctored baseline caught as a regression.
+# comparing only the machine-independent KPIs (the timings and memory `new`, with the reason),
+# and catching a planted accuracy drop there; a doctored baseline caught as a regression.
 source "$(dirname "$0")/lib.bash"
 cd "$WORK"
 export NO_COLOR=1
@@ -59,8 +60,21 @@ rc=$?
 [ $rc -eq 0 ] && pass || fail "second run: exit $rc: $out"
 echo "$out" | grep -Eq '^lenet +1 +accuracy .* pass$' && pass || fail "accuracy not compared: $out"
 echo "$out" | grep -q "warning: lenet: no baseline for machine class other-1c" && pass || fail "class warning: $out"
-echo "$out" | grep -q "not compared: machine-dependent, and the baseline is from machine class $class" \
+echo "$out" | grep -q "^new lenet x1 duration_s: no baseline for machine class other-1c; \`kiln ce accept\` records one$" \
   && pass || fail "timing compared across classes: $out"
+echo "$out" | grep -Eq '^lenet +1 +duration_s .* new$' && pass || fail "duration not new: $out"
+echo "$out" | grep -Eq '^lenet +1 +peak_rss_mb .* new$' && pass || fail "memory not new: $out"
+# the table's last lines name the class the run was judged as
+echo "$out" | grep -q "suite tiny: pass (exit 0) in .* s on other-1c" && pass || fail "class in the summary: $out"
+
+# on that class with a planted accuracy drop: still caught (timings stay new)
+out=$(KILN_FAULT=lr:0.05 "$KILN" ce run suite.prototxt --db "$WORK/ce.db" --report-dir "$WORK/r2f" \
+  --machine-class other-1c 2>/dev/null)
+rc=$?
+[ $rc -eq 1 ] || [ $rc -eq 2 ] && pass || fail "planted accuracy drop on another class: exit $rc: $out"
+echo "$out" | grep -Eq '^lenet +1 +accuracy .* (regression|FAIL)$' && pass \
+  || fail "accuracy drop not caught on another class: $out"
+echo "$out" | grep -Eq '^lenet +1 +duration_s .* new$' && pass || fail "duration judged: $out"
 
 # a baseline doctored to expect more accuracy: a regression (exit 1), with the reason
 sed -i '/kpi: "accuracy"/,/}/s/value: .*/value: 0.99/' "$base"
