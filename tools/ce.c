@@ -27,6 +27,7 @@ static void usage(FILE *f) {
           "       kiln ce history MODEL [KPI] [--db F] [--machine-class C|--all-classes]\n"
           "                       [--workers N] [--last K] [--suite S] [--format table|tsv]\n"
           "       kiln ce compare RUN_A RUN_B [--db F]\n"
+          "       kiln ce bisect MODEL KPI GOOD BAD [--suite S] [--workers N] [--build CMD]\n"
           "\n"
           "run: trains every model of the suite on each worker count, compares the KPIs with the\n"
           "     baselines and records them in the history (default ~/.local/share/kiln/ce.db).\n"
@@ -42,6 +43,9 @@ static void usage(FILE *f) {
           "compare: every KPI of two runs side by side with the change; a run is its id (as\n"
           "     `kiln ce run` prints it), latest or latest~N.\n"
           "     history and compare exit 1 when the history has no such model, KPI or run.\n"
+          "bisect: builds the commits between GOOD and BAD in a scratch git worktree, runs the\n"
+          "     model's case of the suite on each and names the first whose KPI is worse than\n"
+          "     GOOD's by more than the suite's tolerance (`kiln ce bisect --help`).\n"
           "`kiln ce COMMAND --help` prints each one's options.\n");
 }
 
@@ -429,6 +433,7 @@ int cmd_ce(int argc, char **argv) {
   }
   if (!strcmp(argv[1], "history")) return cmd_ce_history(argc, argv);
   if (!strcmp(argv[1], "compare")) return cmd_ce_compare(argc, argv);
+  if (!strcmp(argv[1], "bisect")) return cmd_ce_bisect(argc, argv);
   ce_args a = {0};
   if (parse_args(argc, argv, &a)) {
     sub_usage(argv[1])(stderr);

@@ -20,6 +20,8 @@ int cmd_ce(int argc, char **argv);
 /* kiln ce history, kiln ce compare (cequery.c); argv[1] is the subcommand. */
 int cmd_ce_history(int argc, char **argv);
 int cmd_ce_compare(int argc, char **argv);
+/* kiln ce bisect (cebisect.c); argv[1] is "bisect". */
+int cmd_ce_bisect(int argc, char **argv);
 /* The value of the `kiln ce` option argv[*i] (*i moves past it): the text into *slot, or else a
  * positive integer into *islot. 0, or -1 after printing why ("WHAT: --last needs a value"). */
 int tool_ce_option_value(const char *what, int argc, char **argv, int *i, const char **slot,

@@ -461,6 +461,9 @@ typedef struct kiln_ce_options {
   const char *machine_class;  /* NULL: this machine's */
   const char *mpirun;         /* NULL: "mpirun" from PATH when there */
   const char *only_model;     /* NULL: every model of the suite */
+  int only_workers;           /* > 0: only that worker count of the model (and 1 worker beside
+                               * it where a speedup or efficiency KPI needs one); 0: every one */
+  const char *baseline_dir;   /* NULL: the suite's (kiln_ce_suite_baseline_dir) */
   bool assume_mpi;            /* tests: launch N > 1 workers even when built without MPI */
   int repeats;                /* > 0: overrides the suite's */
   int cores;                  /* > 0: the cores the workers share (tests); 0: kiln_ce_usable_cores */
@@ -477,5 +480,74 @@ typedef struct kiln_ce_options {
 /* Runs a suite and fills `out` (rows, warnings, machine, commit). A failure status means the
  * harness could not run at all (bad suite, report folder); training failures are rows. */
 int kiln_ce_run(const char *suite_path, const kiln_ce_options *o, kiln_ce_result *out);
+
+/* ---- bisection: the commit that regressed ---------------------------------------------------- */
+
+enum { KILN_CE_BISECT_MAX_STEPS = 96 };
+
+typedef struct kiln_ce_bisect_options {
+  const char *repo;          /* a folder of the git repository (required) */
+  const char *good, *bad;    /* commits (anything `git rev-parse` takes); GOOD an ancestor of BAD */
+  const char *suite;         /* the suite file, in the repository: its tolerances judge, and each
+                              * commit's own copy of it (same path in its tree) is what that
+                              * commit runs, so solvers and nets are the commit's */
+  const char *model, *kpi;   /* a model of the suite and a KPI it declares */
+  int workers;               /* the worker count whose KPI is followed; 0: the model's first */
+  const char *build_command; /* run by /bin/sh in the commit's tree; NULL: CMake's release build
+                              * of kiln into build/ */
+  const char *kiln_path;     /* the built kiln, relative to the tree; NULL: "build/kiln" */
+  double build_timeout_s;    /* per build; 0: an hour */
+  const char *work_dir;      /* scratch (created; the worktree, logs and run folders go there);
+                              * required */
+  bool keep_worktree;        /* leave the worktree registered (else removed at the end) */
+  int repeats;               /* > 0: instead of the suite's */
+  const char *machine_class, *mpirun; /* as kiln_ce_options */
+  kiln_ce_progress_fn progress;
+  void *user;
+  const volatile sig_atomic_t *cancel;
+  const kiln_config *config;
+} kiln_ce_bisect_options;
+
+typedef enum {
+  KILN_CE_STEP_GOOD,         /* not worse than GOOD's value by more than the tolerance */
+  KILN_CE_STEP_BAD,          /* worse by more */
+  KILN_CE_STEP_SKIP          /* untestable: its build failed, or its run gave no value */
+} kiln_ce_step_verdict;
+
+typedef struct kiln_ce_bisect_step {
+  char commit[41];
+  char subject[160];
+  int position;              /* 0: GOOD, 1..n: the commits after it up to BAD, oldest first */
+  double value, spread;      /* median over the repeats, their standard deviation */
+  double change;             /* relative to GOOD's value; NaN for GOOD itself or a skip */
+  kiln_ce_step_verdict verdict;
+  char reason[512];          /* a skip's cause (with its log), or the comparison in words */
+} kiln_ce_bisect_step;
+
+typedef struct kiln_ce_bisect_result {
+  char good[41], bad[41];    /* the commits, resolved */
+  int commits;               /* after GOOD up to BAD, first-parent */
+  char kpi[32], unit[16];
+  bool higher_is_better;
+  int workers;
+  double tolerance;          /* the effective one of BAD's comparison with GOOD */
+  bool reproduced;           /* BAD is worse than GOOD by more than the tolerance */
+  kiln_ce_bisect_step steps[KILN_CE_BISECT_MAX_STEPS]; /* in the order they ran */
+  int nsteps;
+  int first_bad;             /* index into steps, -1 when not found */
+  /* when skipped commits lie just before the first bad one, any of them may be it: their
+   * positions are [ambiguous_from, first bad]; ambiguous_from is -1 otherwise */
+  int ambiguous_from;
+  char worktree[4096];       /* where the commits were built (kept when keep_worktree) */
+} kiln_ce_bisect_result;
+
+/* Builds commits between GOOD and BAD in a scratch worktree of the repository (`git worktree`;
+ * the user's tree, index and HEAD are never touched), runs the suite's case of the model on each
+ * with the suite's repeats, and finds the first commit whose KPI is worse than GOOD's by more
+ * than the suite's tolerance (with the noise rule of kiln_ce_compare), by binary search over the
+ * first-parent history. GOOD and BAD are measured first: a regression that does not reproduce
+ * between them ends the search (reproduced false, KILN_OK). A failure status means the search
+ * could not run (bad arguments, not a repository, GOOD or BAD untestable). */
+int kiln_ce_bisect(const kiln_ce_bisect_options *o, kiln_ce_bisect_result *out);
 
 #endif

@@ -649,8 +649,25 @@ static int run_model(const ctx *x, const Caffe__CeModel *m) {
     return kiln_errorf(KILN_ERR_NOMEM, "out of memory");
   }
   int cores = x->cores;
+  /* only_workers: that count alone, and one worker beside it when a speedup needs it */
+  bool needs_one = false;
+  for (size_t k = 0; k < m->n_kpi; k++) needs_one |= specs[k].info->multi_worker;
+  int kept = 0;
   for (int w = 0; w < nw; w++) {
-    cs[w].workers = m->n_workers ? m->workers[w] : 1;
+    int workers = m->n_workers ? m->workers[w] : 1;
+    if (x->o->only_workers > 0 && workers != x->o->only_workers &&
+        !(workers == 1 && needs_one && x->o->only_workers > 1))
+      continue;
+    cs[kept++].workers = workers;
+  }
+  if (kept == 0) {
+    free(cs);
+    free(rows);
+    return kiln_errorf(KILN_ERR_INVALID, "model '%s' has no run on %d worker%s in the suite",
+                       m->name, x->o->only_workers, x->o->only_workers == 1 ? "" : "s");
+  }
+  nw = kept;
+  for (int w = 0; w < nw; w++) {
     cs[w].threads = m->has_threads && m->threads > 0 ? m->threads
                     : cores / cs[w].workers > 0      ? cores / cs[w].workers
                                                      : 1;
@@ -809,7 +826,10 @@ int kiln_ce_run(const char *suite_path, const kiln_ce_options *o, kiln_ce_result
     char *dot = strrchr(out->suite_name, '.');
     if (dot && dot != out->suite_name) *dot = '\0';
   }
-  kiln_ce_suite_baseline_dir(suite, out->suite_path, x.baseline_dir, sizeof x.baseline_dir);
+  if (o->baseline_dir && *o->baseline_dir)
+    ce_fmt(x.baseline_dir, sizeof x.baseline_dir, "%s", o->baseline_dir);
+  else
+    kiln_ce_suite_baseline_dir(suite, out->suite_path, x.baseline_dir, sizeof x.baseline_dir);
   snprintf(out->baseline_dir, sizeof out->baseline_dir, "%s", x.baseline_dir);
   ce_utc_now(out->started_at, sizeof out->started_at, 0);
   kiln_ce_machine_describe(&out->machine, cfg);
