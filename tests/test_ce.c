@@ -952,7 +952,13 @@ static void test_suite_load(void **state) {
       {"model { name: 'a' solver: 's.prototxt' kpi { name: 'accuracy' floor: 0.9 ceiling: 0.5 } }",
        "floor 0.9 is above ceiling 0.5"},
       {"model { name: 'a' solver: 's.prototxt' kpi { name: 'accuracy' rel_tolerance: inf } }",
-       "must be finite"},
+       "KPI 'accuracy': rel_tolerance inf is not a finite number"},
+      {"model { name: 'a' solver: 's.prototxt' kpi { name: 'accuracy' rel_tolerance: nan } }",
+       "KPI 'accuracy': rel_tolerance nan is not a finite number"},
+      {"model { name: 'a' solver: 's.prototxt' kpi { name: 'accuracy' abs_tolerance: -1 } }",
+       "KPI 'accuracy': abs_tolerance -1 is negative"},
+      {"model { name: '.a' solver: 's.prototxt' kpi { name: 'accuracy' } }",
+       "name '.a' must be 1 to 63 letters, digits, '_', '-' or '.', not starting with '.'"},
       /* a model judged by decoding */
       {"model { name: 'a' solver: 's.prototxt' kpi { name: 'per' ceiling: 0.5 }\n"
        "  kpi { name: 'word_accuracy' }\n"

@@ -273,12 +273,14 @@ static void test_resolve_run(void **state) {
     if (kiln_ce_history_resolve_run(h, good[i].spec, &id)) fail_msg("%s", kiln_last_error());
     assert_int_equal(id, good[i].id);
   }
+  /* malformed names are bad usage (PARSE), not a run that is missing */
   const char *bad[] = {"latest~", "latest~x", "latest~-1", "latest1", "newest", "0", "-3", "2x",
-                       ""};
+                       "", "0x1", "+2", " 2", "99999999999999999999", "latest~99999999999999999999"};
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     int64_t id = -1;
-    assert_int_equal(kiln_ce_history_resolve_run(h, bad[i], &id), KILN_ERR_INVALID);
-    assert_contains(kiln_last_error(), "expected a run id, latest or latest~N");
+    assert_int_equal(kiln_ce_history_resolve_run(h, bad[i], &id), KILN_ERR_PARSE);
+    assert_contains(kiln_last_error(), "expected a run id (1 to 9223372036854775807, as `kiln ce "
+                                       "run` prints it), latest or latest~N");
     assert_int_equal(id, -1);
   }
   int64_t id = -1;

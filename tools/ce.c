@@ -264,6 +264,23 @@ static int finish_run(kiln_ce_result *r, kiln_ce_history *h, const char *db, boo
   return code;
 }
 
+/* Whether two paths name one place: the same file when both exist, else the same folder and
+ * name (a path that does not exist yet, spelt ./x or x). */
+static bool same_path(const char *a, const char *b) {
+  struct stat sa, sb;
+  if (stat(a, &sa) == 0 && stat(b, &sb) == 0) return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+  char ra[PATH_MAX], rb[PATH_MAX], da[PATH_MAX], db[PATH_MAX];
+  snprintf(da, sizeof da, "%s", a);
+  snprintf(db, sizeof db, "%s", b);
+  const char *na = strrchr(a, '/'), *nb = strrchr(b, '/');
+  char *sla = strrchr(da, '/'), *slb = strrchr(db, '/');
+  if (sla) *sla = '\0';
+  if (slb) *slb = '\0';
+  if (!realpath(sla ? (da[0] ? da : "/") : ".", ra) || !realpath(slb ? (db[0] ? db : "/") : ".", rb))
+    return false;
+  return !strcmp(ra, rb) && !strcmp(na ? na + 1 : a, nb ? nb + 1 : b);
+}
+
 static int ce_run(const ce_args *a, const char *only_model, int repeats, bool record) {
   if (!a->target) {
     run_usage(stderr);
@@ -279,13 +296,25 @@ static int ce_run(const ce_args *a, const char *only_model, int repeats, bool re
     fprintf(stderr, "kiln ce: %s\n", kiln_last_error());
     return EXIT_HARNESS;
   }
+  if (a->report_dir) snprintf(report, sizeof report, "%s", a->report_dir);
+  else default_report_dir(db, a->target, report, sizeof report);
+  /* The report folder first: one that cannot be made (or that is the history itself) stops the
+   * run before a history is created. */
+  if (same_path(report, db)) {
+    fprintf(stderr, "kiln ce: --report-dir %s and the history %s are the same path\n", report, db);
+    return EXIT_HARNESS;
+  }
+  const bool made_report = access(report, F_OK) != 0;
+  if (kiln_mkdir_p(report)) {
+    fprintf(stderr, "kiln ce: report folder: %s\n", kiln_last_error());
+    return EXIT_HARNESS;
+  }
   kiln_ce_history *h = NULL;
   if (kiln_ce_history_open(db, &h)) {
     fprintf(stderr, "kiln ce: %s\n", kiln_last_error());
+    if (made_report) rmdir(report);
     return EXIT_HARNESS;
   }
-  if (a->report_dir) snprintf(report, sizeof report, "%s", a->report_dir);
-  else default_report_dir(db, a->target, report, sizeof report);
   kiln_ce_options o = {.kiln_path = self, .report_dir = report, .machine_class = a->machine_class,
                        .mpirun = a->mpirun, .only_model = only_model, .repeats = repeats,
                        .progress = on_progress, .cancel = &interrupted, .config = &a->config};
@@ -295,6 +324,7 @@ static int ce_run(const ce_args *a, const char *only_model, int repeats, bool re
     fprintf(stderr, "kiln ce: %s%s\n", kiln_last_error(),
             interrupted ? " (nothing recorded in the history)" : "");
     kiln_ce_history_close(h);
+    if (made_report) rmdir(report); /* when nothing went into it */
     return EXIT_HARNESS;
   }
   int code = finish_run(&r, h, db, a->warn_only, record);
@@ -318,14 +348,15 @@ static int ce_accept(const ce_args *a) {
   char dbbuf[4096];
   const char *db = db_path(a, dbbuf, sizeof dbbuf);
   kiln_ce_history *h = NULL;
-  if (!db || kiln_ce_history_open(db, &h)) {
+  /* accept reads the history and writes baselines only: a missing history is not created */
+  if (!db || kiln_ce_history_open_existing(db, &h)) {
     fprintf(stderr, "kiln ce accept: %s\n", kiln_last_error());
     return EXIT_HARNESS;
   }
   int64_t run_id = 0;
   int rc = KILN_OK;
-  if (all_digits(a->target)) {
-    run_id = strtoll(a->target, NULL, 10);
+  if (all_digits(a->target) || !strncmp(a->target, "latest", 6)) {
+    rc = kiln_ce_history_resolve_run(h, a->target, &run_id);
   } else {
     char real[PATH_MAX];
     if (!realpath(a->target, real)) {

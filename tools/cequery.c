@@ -110,13 +110,8 @@ static kiln_ce_history *open_history(const char *cmd, const query_args *a, kiln_
     fprintf(stderr, "kiln ce %s: %s\n", cmd, kiln_last_error());
     return NULL;
   }
-  if (access(path, R_OK) != 0) {
-    fprintf(stderr, "kiln ce %s: %s: no CE history there (`kiln ce run` writes it; --db F reads "
-            "another)\n", cmd, path);
-    return NULL;
-  }
   kiln_ce_history *h = NULL;
-  if (kiln_ce_history_open(path, &h)) {
+  if (kiln_ce_history_open_existing(path, &h)) {
     fprintf(stderr, "kiln ce %s: %s\n", cmd, kiln_last_error());
     return NULL;
   }
@@ -332,7 +327,7 @@ int cmd_ce_compare(int argc, char **argv) {
     fprintf(stderr, "kiln ce compare: %s\n", kiln_last_error());
     kiln_ce_result_free(&r[0]);
     kiln_ce_result_free(&r[1]);
-    return rc == KILN_ERR_INVALID ? EXIT_NOT_FOUND : EXIT_USAGE;
+    return rc == KILN_ERR_INVALID ? EXIT_NOT_FOUND : EXIT_USAGE; /* a malformed name: PARSE */
   }
   print_run_header("A", &r[0]);
   print_run_header("B", &r[1]);

@@ -341,6 +341,10 @@ typedef struct kiln_ce_history kiln_ce_history;
 int kiln_ce_history_default_path(const kiln_config *cfg, char *buf, size_t n);
 /* Opens (creating the folders, the file and the schema) in WAL mode. */
 int kiln_ce_history_open(const char *path, kiln_ce_history **out);
+/* An existing history, read-only (for history, compare and accept, which read it): a missing
+ * path, one that is not a regular file, or a database without kiln's tables is KILN_ERR_IO
+ * ("not a CE history"), and the file is left as it was. Writing through it fails. */
+int kiln_ce_history_open_existing(const char *path, kiln_ce_history **out);
 void kiln_ce_history_close(kiln_ce_history *h); /* an open transaction is rolled back */
 /* One transaction per run: begin inserts the run (setting r->run_id), add_row one KPI row,
  * commit makes them visible together. A process killed before commit leaves the database as it
@@ -405,8 +409,9 @@ int kiln_ce_history_query(kiln_ce_history *h, const kiln_ce_query *q, kiln_ce_hi
                           int *n);
 
 /* A run named as `kiln ce run` prints it ("42"), or "latest", or "latest~N" (N runs before the
- * newest). KILN_ERR_INVALID for anything else or a latest~N beyond the history; a plain id is not
- * looked up here (kiln_ce_history_load_run says when there is no such run). */
+ * newest). KILN_ERR_PARSE for anything else (a sign, hex, an id past 2^63 - 1: bad usage);
+ * KILN_ERR_INVALID for a latest~N beyond the history; a plain id is not looked up here
+ * (kiln_ce_history_load_run says when there is no such run). */
 int kiln_ce_history_resolve_run(kiln_ce_history *h, const char *spec, int64_t *run_id);
 
 /* One model, worker count and KPI of two runs side by side. */

@@ -15,6 +15,16 @@
 
 int kiln_ce_baseline_path(const char *dir, const char *machine_class, const char *model,
                           char *buf, size_t n) {
+  if (!ce_valid_name(machine_class))
+    return kiln_errorf(KILN_ERR_INVALID,
+                       "machine class '%s' must be 1 to 63 letters, digits, '_', '-' or '.', not "
+                       "starting with '.' (it names a folder of the baselines)",
+                       machine_class ? machine_class : "");
+  if (!ce_valid_name(model))
+    return kiln_errorf(KILN_ERR_INVALID,
+                       "model '%s' must be 1 to 63 letters, digits, '_', '-' or '.', not starting "
+                       "with '.' (it names a baseline file)",
+                       model ? model : "");
   if (snprintf(buf, n, "%s/%s/%s.prototxt", dir, machine_class, model) >= (int)n)
     return kiln_errorf(KILN_ERR_INVALID, "%s: baseline path too long", dir);
   return KILN_OK;

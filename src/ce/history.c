@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "ce/internal.h"
 #include "kiln/ce.h"
@@ -101,6 +102,51 @@ int kiln_ce_history_open(const char *path, kiln_ce_history **out) {
       sqlite3_exec(h->db, schema, NULL, NULL, &err) != SQLITE_OK) {
     rc = kiln_errorf(KILN_ERR_IO, "%s: not a usable CE history: %s", path, err ? err : "?");
     sqlite3_free(err);
+    kiln_ce_history_close(h);
+    return rc;
+  }
+  *out = h;
+  return KILN_OK;
+}
+
+int kiln_ce_history_open_existing(const char *path, kiln_ce_history **out) {
+  *out = NULL;
+  struct stat st;
+  if (stat(path, &st) != 0)
+    return kiln_errorf(KILN_ERR_IO,
+                       "%s: no CE history there (`kiln ce run` writes it; --db F reads another)",
+                       path);
+  if (!S_ISREG(st.st_mode))
+    return kiln_errorf(KILN_ERR_IO, "%s: not a CE history (not a regular file)", path);
+  kiln_ce_history *h = calloc(1, sizeof *h);
+  if (!h) return kiln_errorf(KILN_ERR_NOMEM, "out of memory");
+  snprintf(h->path, sizeof h->path, "%s", path);
+  /* Read-only: a file that is not a history stays exactly as it was (no tables created in it,
+   * no journal mode changed). */
+  if (sqlite3_open_v2(path, &h->db, SQLITE_OPEN_READONLY, NULL) != SQLITE_OK) {
+    int rc = db_error(h, "cannot open");
+    kiln_ce_history_close(h);
+    return rc;
+  }
+  sqlite3_busy_timeout(h->db, 10000);
+  sqlite3_stmt *s = NULL;
+  int tables = -1;
+  if (sqlite3_prepare_v2(h->db,
+                         "SELECT count(*) FROM sqlite_master WHERE (type = 'table' AND name IN "
+                         "('runs', 'kpis')) OR (type = 'view' AND name = 'kpi_history')",
+                         -1, &s, NULL) == SQLITE_OK &&
+      sqlite3_step(s) == SQLITE_ROW)
+    tables = sqlite3_column_int(s, 0);
+  const char *why = tables < 0 ? sqlite3_errmsg(h->db) : NULL;
+  char msg[256];
+  snprintf(msg, sizeof msg, "%s", why ? why : "");
+  sqlite3_finalize(s);
+  if (tables != 3) {
+    int rc = tables < 0 ? kiln_errorf(KILN_ERR_IO, "%s: not a CE history: %s", path, msg)
+                        : kiln_errorf(KILN_ERR_IO,
+                                      "%s: not a CE history (it has no runs and kpis tables of "
+                                      "kiln ce)",
+                                      path);
     kiln_ce_history_close(h);
     return rc;
   }

@@ -26,6 +26,16 @@ void ce_utc_now(char *buf, size_t n, int compact);
  * paths use the return value instead). */
 void ce_fmt(char *buf, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
+/* A model's or a machine class's name: 1 to 63 letters, digits, '_', '-' or '.', not starting
+ * with '.'. Both name a file or folder under the baselines, so nothing else may reach a path. */
+bool ce_valid_name(const char *s);
+
+/* Replaces every byte of `b` that is not part of well-formed UTF-8 (a folder or file name in
+ * another encoding, a model name of a CPU) by `replacement`: "\\ufffd" in JSON, whose strings
+ * are the only place such bytes can be, or U+FFFD itself in HTML. So the reports stay valid JSON
+ * and UTF-8 whatever the names they quote. */
+int ce_utf8_repair(kiln_strbuf *b, const char *replacement);
+
 /* Text with &, <, >, " and ' escaped for HTML. */
 void ce_html(kiln_strbuf *b, const char *text);
 

@@ -55,9 +55,22 @@ int kiln_ce_kpi_resolve(const Caffe__CeKpi *k, kiln_ce_kpi_spec *out) {
   out->mean_last_n = k->mean_last_n;
   if (out->mean_last_n < 1)
     return kiln_errorf(KILN_ERR_INVALID, "KPI '%s': mean_last_n must be at least 1", k->name);
-  if ((k->has_rel_tolerance && !(k->rel_tolerance >= 0)) ||
-      (k->has_abs_tolerance && !(k->abs_tolerance >= 0)))
-    return kiln_errorf(KILN_ERR_INVALID, "KPI '%s': tolerances cannot be negative", k->name);
+  const struct {
+    bool has;
+    double v;
+    const char *field;
+  } nums[] = {{k->has_floor, k->floor, "floor"},
+              {k->has_ceiling, k->ceiling, "ceiling"},
+              {k->has_rel_tolerance, k->rel_tolerance, "rel_tolerance"},
+              {k->has_abs_tolerance, k->abs_tolerance, "abs_tolerance"}};
+  for (size_t i = 0; i < sizeof nums / sizeof nums[0]; i++) {
+    if (nums[i].has && !isfinite(nums[i].v))
+      return kiln_errorf(KILN_ERR_INVALID, "KPI '%s': %s %g is not a finite number", k->name,
+                         nums[i].field, nums[i].v);
+    if (nums[i].has && i >= 2 && nums[i].v < 0)
+      return kiln_errorf(KILN_ERR_INVALID, "KPI '%s': %s %g is negative (a tolerance is >= 0)",
+                         k->name, nums[i].field, nums[i].v);
+  }
   if (k->has_rel_tolerance || k->has_abs_tolerance) {
     out->rel_tolerance = k->has_rel_tolerance ? k->rel_tolerance : 0;
     out->abs_tolerance = k->has_abs_tolerance ? k->abs_tolerance : 0;
@@ -65,11 +78,6 @@ int kiln_ce_kpi_resolve(const Caffe__CeKpi *k, kiln_ce_kpi_spec *out) {
     out->rel_tolerance = info->default_rel_tolerance;
     out->abs_tolerance = info->default_abs_tolerance;
   }
-  if ((k->has_floor && !isfinite(k->floor)) || (k->has_ceiling && !isfinite(k->ceiling)) ||
-      (k->has_rel_tolerance && !isfinite(k->rel_tolerance)) ||
-      (k->has_abs_tolerance && !isfinite(k->abs_tolerance)))
-    return kiln_errorf(KILN_ERR_INVALID, "KPI '%s': floor, ceiling and tolerances must be finite",
-                       k->name);
   out->floor = k->has_floor ? k->floor : !strcmp(info->name, "accuracy") ? 0.5 : NAN;
   out->ceiling = k->has_ceiling ? k->ceiling : NAN;
   if (out->floor > out->ceiling) /* false when either is NaN (not set) */

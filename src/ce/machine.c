@@ -353,7 +353,7 @@ void kiln_ce_machine_class(const kiln_ce_machine *m, char *buf, size_t n) {
              m->vector_rate[0] ? "-" : "", m->vector_rate, cores);
     return;
   }
-  char slug[sizeof m->cpu];
+  char slug[48]; /* a class is a folder name of at most 63 characters (ce_valid_name) */
   model_slug(!strcmp(m->cpu, "unknown CPU") ? "" : m->cpu, slug, sizeof slug);
   snprintf(buf, n, "%s%s%s-%dc", slug[0] ? slug : "unknown-cpu", m->vector_rate[0] ? "-" : "",
            m->vector_rate, cores);

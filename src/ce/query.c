@@ -3,6 +3,7 @@
  * by side (`kiln ce compare`). Rows come back as data; the `kiln` command prints them. When
  * nothing matches, the message says what the history does hold, so that a misspelt model or KPI
  * is answered with the names there are. */
+#include <errno.h>
 #include <math.h>
 #include <sqlite3.h>
 #include <stdio.h>
@@ -208,22 +209,30 @@ int kiln_ce_history_query(kiln_ce_history *h, const kiln_ce_query *q, kiln_ce_hi
 
 /* ---- runs ------------------------------------------------------------------------------------ */
 
+/* A whole number of decimal digits only, at most 2^63 - 1; false otherwise. */
+static bool run_number(const char *p, long long *out) {
+  if (*p < '0' || *p > '9') return false;
+  errno = 0;
+  char *end;
+  *out = strtoll(p, &end, 10);
+  return !*end && errno != ERANGE;
+}
+
+static int bad_run_name(const char *spec) {
+  return kiln_errorf(KILN_ERR_PARSE,
+                     "run '%s': expected a run id (1 to 9223372036854775807, as `kiln ce run` "
+                     "prints it), latest or latest~N (N runs before it)",
+                     spec);
+}
+
 int kiln_ce_history_resolve_run(kiln_ce_history *h, const char *spec, int64_t *run_id) {
   const char *p = spec;
   long long back = -1;
-  char *end = NULL;
   if (!strncmp(p, "latest", 6)) {
     back = 0;
-    if (p[6] == '~') {
-      back = strtoll(p + 7, &end, 10);
-      if (p[7] < '0' || p[7] > '9' || *end) back = -1;
-    } else if (p[6]) {
-      back = -1;
-    }
-    if (back < 0)
-      return kiln_errorf(KILN_ERR_INVALID,
-                         "run '%s': expected a run id, latest or latest~N (N runs before it)",
-                         spec);
+    if (p[6] == '~' && !run_number(p + 7, &back)) back = -1;
+    else if (p[6] && p[6] != '~') back = -1;
+    if (back < 0) return bad_run_name(spec);
     sqlite3_stmt *s;
     if (sqlite3_prepare_v2(ce_history_db(h), "SELECT id FROM runs ORDER BY id DESC LIMIT 1 OFFSET ?",
                            -1, &s, NULL) != SQLITE_OK)
@@ -239,10 +248,8 @@ int kiln_ce_history_resolve_run(kiln_ce_history *h, const char *spec, int64_t *r
     return kiln_errorf(KILN_ERR_INVALID, "%s: run '%s': the history has %lld run%s",
                        ce_history_path(h), spec, (long long)runs, runs == 1 ? "" : "s");
   }
-  long long id = *p >= '0' && *p <= '9' ? strtoll(p, &end, 10) : 0;
-  if (id <= 0 || *end)
-    return kiln_errorf(KILN_ERR_INVALID,
-                       "run '%s': expected a run id, latest or latest~N (N runs before it)", spec);
+  long long id = 0;
+  if (!run_number(p, &id) || id <= 0) return bad_run_name(spec);
   *run_id = id;
   return KILN_OK;
 }

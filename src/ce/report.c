@@ -161,7 +161,8 @@ int kiln_ce_report_jsonl(const kiln_ce_result *r, const char *path) {
     free(b.s);
     return kiln_errorf(KILN_ERR_NOMEM, "out of memory");
   }
-  int rc = kiln_write_file_atomic(path, b.s ? b.s : "", b.len);
+  int rc = ce_utf8_repair(&b, "\\ufffd");
+  if (rc == KILN_OK) rc = kiln_write_file_atomic(path, b.s ? b.s : "", b.len);
   free(b.s);
   return rc;
 }
@@ -574,6 +575,7 @@ int kiln_ce_report_html(const kiln_ce_result *r, kiln_ce_history *h, const char 
   kiln_strbuf_printf(&b, "<p><small>Written by <code>kiln ce run</code>; see docs/ce.md.</small></p>\n"
                 "</body></html>\n");
   if (rc == KILN_OK && b.failed) rc = kiln_errorf(KILN_ERR_NOMEM, "out of memory");
+  if (rc == KILN_OK) rc = ce_utf8_repair(&b, "\xef\xbf\xbd"); /* U+FFFD */
   if (rc == KILN_OK) rc = kiln_write_file_atomic(path, b.s, b.len);
   free(b.s);
   return rc;

@@ -831,6 +831,20 @@ int kiln_ce_run(const char *suite_path, const kiln_ce_options *o, kiln_ce_result
   else
     kiln_ce_suite_baseline_dir(suite, out->suite_path, x.baseline_dir, sizeof x.baseline_dir);
   snprintf(out->baseline_dir, sizeof out->baseline_dir, "%s", x.baseline_dir);
+  /* A folder that is not one would read as "no baselines" and pass every KPI as new. */
+  struct stat bst;
+  if (stat(x.baseline_dir, &bst) == 0 && !S_ISDIR(bst.st_mode)) {
+    protobuf_c_message_free_unpacked(&suite->base, NULL);
+    return kiln_errorf(KILN_ERR_INVALID, "%s: baseline_dir %s is not a folder", suite_path,
+                       x.baseline_dir);
+  }
+  if (o->machine_class && *o->machine_class && !ce_valid_name(o->machine_class)) {
+    protobuf_c_message_free_unpacked(&suite->base, NULL);
+    return kiln_errorf(KILN_ERR_INVALID,
+                       "machine class '%s' must be 1 to 63 letters, digits, '_', '-' or '.', not "
+                       "starting with '.' (it names a folder of the baselines)",
+                       o->machine_class);
+  }
   ce_utc_now(out->started_at, sizeof out->started_at, 0);
   kiln_ce_machine_describe(&out->machine, cfg);
   if (o->machine_class && *o->machine_class)

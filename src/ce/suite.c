@@ -11,15 +11,6 @@
 
 enum { MAX_WORKER_COUNTS = 8 };
 
-static bool valid_name(const char *s) {
-  if (!s || !*s || strlen(s) >= sizeof(((kiln_ce_row *)0)->model)) return false;
-  for (; *s; s++)
-    if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || (*s >= '0' && *s <= '9') ||
-          *s == '_' || *s == '-' || *s == '.'))
-      return false;
-  return true;
-}
-
 /* A model's decode entry: the deploy net exists (relative to the suite's folder); the data files
  * are named (they are in the cache, which may be filled only when the model runs). */
 static int check_decode(const char *path, const char *dir, const Caffe__CeModel *m) {
@@ -49,10 +40,10 @@ static int check_decode(const char *path, const char *dir, const Caffe__CeModel 
 }
 
 static int check_model(const char *path, const char *dir, const Caffe__CeModel *m, int index) {
-  if (!valid_name(m->name))
+  if (!ce_valid_name(m->name))
     return kiln_errorf(KILN_ERR_INVALID,
-                       "%s: model %d: name '%s' must be 1 to 63 letters, digits, '_', '-' or '.' "
-                       "(it names the baseline file)",
+                       "%s: model %d: name '%s' must be 1 to 63 letters, digits, '_', '-' or '.', "
+                       "not starting with '.' (it names the baseline file)",
                        path, index + 1, m->name ? m->name : "");
   if (!m->solver || !*m->solver)
     return kiln_errorf(KILN_ERR_INVALID, "%s: model '%s': no solver", path, m->name);

@@ -148,7 +148,9 @@ out=$(c 2 7)
 echo "$out" | grep -Eq '^tiny +1 +test_loss +- +[0-9.]+ +- +- +new$' && pass || fail "dash for a missing KPI: $out"
 expect_code run 1 "no run 99" -- c 1 99
 expect_code latest 1 "run 'latest~7': the history has 7 runs" -- c latest~7 latest
-expect_code name 1 "run 'newest': expected a run id, latest or latest~N" -- c newest 1
+expect_code name 3 "run 'newest': expected a run id (1 to 9223372036854775807" -- c newest 1
+expect_code hex 3 "run '0x1': expected a run id" -- c 0x1 1
+expect_code huge 3 "run '99999999999999999999': expected a run id" -- c 1 99999999999999999999
 expect_code one 3 "usage: kiln ce compare RUN_A RUN_B" -- c 1
 expect_code flag 3 "usage: kiln ce compare RUN_A RUN_B" -- c 1 2 --workers 2
 expect_code cnodb 3 "no CE history there" -- "$KILN" ce compare 1 2 --db "$WORK/none.db"

@@ -53,7 +53,7 @@ suite_case "min_epochs_learning -1" '' '  min_epochs_learning: -1' "min_epochs_l
 suite_case "model repeats 0" '' '  repeats: 0' "model 'm': repeats must be in"
 suite_case "an unknown KPI" '' '  kpi { name: "acuracy" }' "unknown KPI 'acuracy'"
 suite_case "a KPI given twice" '' '  kpi { name: "train_loss" }' "KPI 'train_loss' given twice"
-suite_case "a negative tolerance" '' '  kpi { name: "accuracy" rel_tolerance: -0.1 }' "tolerances cannot be negative"
+suite_case "a negative tolerance" '' '  kpi { name: "accuracy" rel_tolerance: -0.1 }' "rel_tolerance -0.1 is negative"
 suite_case "floor above ceiling" '' '  kpi { name: "accuracy" floor: 0.9 ceiling: 0.1 }' "floor 0.9 is above ceiling 0.1"
 suite_case "mean_last_n 0" '' '  kpi { name: "test_loss" reduction: MEAN_LAST mean_last_n: 0 }' "mean_last_n"
 suite_case "an unknown reduction" '' '  kpi { name: "test_loss" reduction: MEDIAN }' "s22.prototxt:7:" "'reduction'"
@@ -166,4 +166,67 @@ suite failing.prototxt 'repeats: 1' '  kpi { name: "test_loss" }'
 "$KILN" ce run failing.prototxt "${DB[@]}" --report-dir "$WORK/r_fail" --machine-class hc >/dev/null 2>&1
 expect_refusal "accept a run that failed" --code 1 --want "m: not accepted" --gone nbfail/hc/m.prototxt -- \
   "$KILN" ce accept failing.prototxt "${DB[@]}" --baseline-dir nbfail
+# ---- CE keeps to its own files ----------------------------------------------------------------
+rm -rf baselines
+# a machine class that would climb out of the baselines: refused by the run, and by accept when
+# a history (written by an older kiln) holds one
+expect_refusal "ce: a machine class with ../" --code 3 --want "machine class '../../ESCAPED' must be" \
+  --gone r_esc -- "$KILN" ce run good.prototxt "${DB[@]}" --report-dir r_esc --machine-class ../../ESCAPED
+PY=/usr/bin/python3
+[ -x "$PY" ] || PY=python3
+cp ce.db esc.db
+"$PY" -c 'import sqlite3, sys
+c = sqlite3.connect(sys.argv[1]); c.execute("UPDATE runs SET machine_class = ?", ("../../ESCAPED",)); c.commit()' esc.db
+mkdir -p escb/x
+expect_refusal "accept: a recorded class with ../" --code 3 --want "machine class '../../ESCAPED' must be" \
+  --gone ESCAPED --gone escb/ESCAPED -- "$KILN" ce accept good.prototxt --db esc.db --baseline-dir escb/x/y
+# history, compare and accept read a history and create nothing in any file given as --db
+"$PY" -c 'import sqlite3, sys
+c = sqlite3.connect(sys.argv[1]); c.execute("CREATE TABLE t(x)"); c.execute("INSERT INTO t VALUES (1)"); c.commit()' other.db
+: > empty.db
+for cmd in "history m" "compare 1 2" "accept good.prototxt"; do
+  for db in other.db empty.db; do
+    expect_refusal "ce $cmd: --db $db, no history" --code 3 --want "$db: not a CE history" --same "$db" \
+      --gone "$db-wal" --gone "$db-shm" -- "$KILN" ce $cmd --db "$db"
+  done
+  expect_refusal "ce $cmd: --db missing.db" --code 3 --want "missing.db: no CE history there" \
+    --gone missing.db -- "$KILN" ce $cmd --db missing.db
+done
+expect_refusal "ce run: --report-dir and --db the same" --code 3 --want "are the same path" \
+  --gone X.db -- "$KILN" ce run good.prototxt --db X.db --report-dir X.db
+expect_refusal "ce run: --report-dir and --db the same, spelt apart" --code 3 --want "are the same path" \
+  --gone X.db -- "$KILN" ce run good.prototxt --db ./X.db --report-dir "$WORK/X.db"
+expect_refusal "ce run: a report folder that cannot be made leaves no history" --code 3 \
+  --want "plainfile/r: cannot create folder" --gone fresh.db -- \
+  "$KILN" ce run good.prototxt --db fresh.db --report-dir plainfile/r
+# a suite whose baseline_dir is a file would read as "no baselines" and pass everything as new
+suite basefile.prototxt 'repeats: 1
+baseline_dir: "plainfile"' ''
+expect_refusal "suite: baseline_dir a regular file" --code 3 --want "baseline_dir" \
+  --want "plainfile is not a folder" --gone r_bf -- \
+  "$KILN" ce run basefile.prototxt "${DB[@]}" --report-dir r_bf
+# run names: bad usage (3), not a run that is missing (1)
+expect_refusal "accept: a run id past 2^63" --code 3 --want "run '99999999999999999999': expected a run id" -- \
+  "$KILN" ce accept 99999999999999999999 "${DB[@]}" --baseline-dir nbhuge
+expect_refusal "compare: a hex run id" --code 3 --want "run '0x1': expected a run id" -- \
+  "$KILN" ce compare 0x1 1 "${DB[@]}"
+# a report folder whose name is not UTF-8: results.jsonl is still JSON, report.html UTF-8
+# (the suite, its solver and net in that folder: their paths are in both reports)
+bad=$(printf 'r_\xff\xfe')
+mkdir "$bad" && cp good.prototxt solver.prototxt net.prototxt "$bad/"
+need "a run into a non-UTF-8 folder" -- "$KILN" ce run "$bad/good.prototxt" "${DB[@]}" \
+  --report-dir "$WORK/$bad/r" --machine-class hu
+"$PY" - "$WORK/$bad/r" <<'CHECK' && pass || fail "non-UTF-8 folder: reports not valid"
+import json, sys, os
+d = os.fsencode(sys.argv[1])
+lines = open(os.path.join(d, b"results.jsonl"), "rb").read().decode("utf-8").splitlines()
+run = json.loads(lines[0])
+assert run["suite_path"].endswith("/r_\ufffd\ufffd/good.prototxt"), run["suite_path"]
+for l in lines[1:]: json.loads(l)
+html = open(os.path.join(d, b"report.html"), "rb").read().decode("utf-8")
+assert "r_\ufffd\ufffd" in html
+CHECK
+# a run named latest is accepted (the newest: the one above)
+"$KILN" ce accept latest "${DB[@]}" --baseline-dir nblatest >/dev/null 2>&1 && [ -s nblatest/hu/m.prototxt ] \
+  && pass || fail "accept latest"
 finish
