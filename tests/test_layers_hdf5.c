@@ -113,6 +113,9 @@ typedef struct {
   kiln_config cfg;
 } h5layer;
 
+/* The allowance of HDF5 data the layers opened get (KILN_HDF5_FILE_LIMIT); 0: the default. */
+static uint64_t file_limit;
+
 /* An HDF5Data layer on `list` with tops data, label (and idx when ntop is 3). */
 static int open_h5(h5layer *d, const char *list, const char *extra, int ntop, uint64_t seed) {
   char text[2048];
@@ -125,7 +128,7 @@ static int open_h5(h5layer *d, const char *list, const char *extra, int ntop, ui
   for (int t = 0; t < ntop; t++)
     d->top[t] = kiln_blob_new(t == 0 ? "data" : t == 1 ? "label" : "idx");
   d->cfg = *kiln_test_config();
-  d->cfg.hdf5_file_limit = 0;
+  d->cfg.hdf5_file_limit = file_limit;
   return kiln_layer_create(d->lp, TRAIN, NULL, 0, d->top, ntop, seed, &d->cfg, &d->l);
 }
 
@@ -366,6 +369,65 @@ static void test_many_files_through_the_loader(void **state) {
   read_ids(&d, 20, 3, y);
   close_h5(&d);
   assert_memory_equal(z, y, sizeof z);
+}
+
+/* Three files that fit in memory together stay there once loaded: moved away after the first
+ * pass, they still give the second and third passes. With an allowance that holds two files'
+ * buffers but not three, the layer keeps two and loads the third again when the walk reaches it,
+ * which then fails naming the file that is gone. */
+static void test_small_files_stay_resident(void **state) {
+  (void)state;
+  write_records(at("r1.h5"), 4, 40, H5T_IEEE_F32LE, H5T_IEEE_F32LE, H5T_STD_I32LE);
+  write_records(at("r2.h5"), 4, 50, H5T_IEEE_F32LE, H5T_IEEE_F32LE, H5T_STD_I32LE);
+  write_records(at("r3.h5"), 4, 60, H5T_IEEE_F32LE, H5T_IEEE_F32LE, H5T_STD_I32LE);
+  char list[1024];
+  snprintf(list, sizeof list, "%s\n%s\n%s\n", at("r1.h5"), at("r2.h5"), at("r3.h5"));
+  write_text(at("r.txt"), list);
+  struct stat st;
+  uint64_t largest = 0;
+  for (int i = 1; i <= 3; i++) {
+    char name[16];
+    snprintf(name, sizeof name, "r%d.h5", i);
+    assert_int_equal(stat(at(name), &st), 0);
+    if ((uint64_t)st.st_size > largest) largest = (uint64_t)st.st_size;
+  }
+  for (int mode = 0; mode < 2; mode++) {
+    /* a buffer: 4 records of 6 + 1 + 1 floats = 128 bytes; two fit below 3 x 128 */
+    file_limit = mode == 0 ? 0 : largest + 2 * 128 + 64;
+    h5layer d;
+    assert_int_equal(open_h5(&d, at("r.txt"), "batch_size: 4 prefetch: 1", 3, 1), KILN_OK);
+    int ids[4];
+    for (int b = 0; b < 3; b++) { /* the first pass: every file loaded */
+      assert_int_equal(next_ids(&d, ids), 4);
+      assert_int_equal(ids[0], 40 + 10 * b);
+    }
+    for (int i = 1; i <= 3; i++) {
+      char from[16], to[16];
+      snprintf(from, sizeof from, "r%d.h5", i);
+      snprintf(to, sizeof to, "gone%d.h5", i);
+      assert_int_equal(rename(at(from), at(to)), 0);
+    }
+    if (mode == 0) {
+      for (int b = 0; b < 6; b++) {
+        assert_int_equal(next_ids(&d, ids), 4);
+        assert_int_equal(ids[0], 40 + 10 * (b % 3));
+        assert_int_equal(ids[3], 43 + 10 * (b % 3));
+      }
+    } else {
+      int rc = KILN_OK;
+      for (int b = 0; b < 6 && rc == KILN_OK; b++) rc = d.l->ops->forward(d.l);
+      assert_int_not_equal(rc, KILN_OK);
+      assert_non_null(strstr(kiln_last_error(), "r1.h5"));
+    }
+    close_h5(&d);
+    for (int i = 1; i <= 3; i++) {
+      char from[16], to[16];
+      snprintf(from, sizeof from, "gone%d.h5", i);
+      snprintf(to, sizeof to, "r%d.h5", i);
+      assert_int_equal(rename(at(from), at(to)), 0);
+    }
+  }
+  file_limit = 0;
 }
 
 /* The same files give the same fingerprint; a changed byte, another. */
@@ -944,6 +1006,7 @@ int main(void) {
       cmocka_unit_test(test_resume_mid_file),
       cmocka_unit_test(test_sharded_workers_deal_whole_batches),
       cmocka_unit_test(test_many_files_through_the_loader),
+      cmocka_unit_test(test_small_files_stay_resident),
       cmocka_unit_test(test_fingerprint),
       cmocka_unit_test(test_bad_input_named),
       cmocka_unit_test(test_bad_values_refused_when_loaded),

@@ -19,7 +19,10 @@
  *   - the ring's thread (batch_ring.h, shared with the Data layer) fills `prefetch` batches
  *     from the current file.
  * The buffers are sized for the largest file when the data start flowing: nothing is allocated
- * per batch. */
+ * per batch. When every file fits in memory at once (a few small files, within the allowance
+ * of HDF5 data, KILN_HDF5_FILE_LIMIT) each file has a buffer of its own and stays there once
+ * loaded: with two buffers, three files of one batch each were loaded again at every iteration
+ * (a millisecond a load against 0.01 ms for a step of the file in memory). */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,7 +37,8 @@ static const Caffe__HDF5DataParameter hdf5_defaults = CAFFE__HDF5_DATA_PARAMETER
 #define FILE_SALT 0x6835666966696c65ULL
 #define ROW_SALT 0x683564726f77735fULL
 
-enum { MAX_TOPS = KILN_H5DATA_MAX_SETS, FINGERPRINT_SAMPLES = 16, NO_FILE = -1 };
+enum { MAX_TOPS = KILN_H5DATA_MAX_SETS, FINGERPRINT_SAMPLES = 16, NO_FILE = -1,
+       MAX_RESIDENT = 16 /* files kept in memory together, at most */ };
 _Static_assert((int)MAX_TOPS <= (int)KILN_RING_MAX_TOPS && KILN_RING_MAX_SLOTS == 64,
                "a batch of every dataset fits one ring slot; prefetch's limit is 64");
 
@@ -73,8 +77,11 @@ typedef struct {
   bool walked;
   uint64_t walk_pass, walk_start; /* walk_start: the stream position of the file's first row */
   int walk_k, walk_file;
-  /* the two file buffers: files[cur] is the producer's, the other the loader's */
-  file_buf buf[2];
+  /* the file buffers: buf[cur] is the producer's. Two, the other the loader's; or (resident)
+   * one per file, buf[f] holding file f once loaded */
+  file_buf buf[MAX_RESIDENT];
+  int nbuf;
+  bool resident;
   int cur;
   int want_file;            /* what the loader is asked to load next (NO_FILE: nothing) */
   uint64_t want_pass;
@@ -140,6 +147,15 @@ static int walk_to(h5_state *s, uint64_t pos) {
 
 /* ---- the loader ---------------------------------------------------------------------------- */
 
+/* The buffer file f is loaded into: its own (resident), else the one the producer is not
+ * reading. */
+static int slot_of(const h5_state *s, int f) { return s->resident ? f : 1 - s->cur; }
+
+/* Whether a buffer holds file f. */
+static bool held(const h5_state *s, int f) {
+  return s->resident ? s->buf[f].file == f : s->buf[0].file == f || s->buf[1].file == f;
+}
+
 static int load_file(h5_state *s, int f, uint64_t pass, file_buf *b) {
   kiln_h5data_shape shapes[MAX_TOPS];
   uint64_t room[MAX_TOPS];
@@ -166,13 +182,13 @@ static void *loader(void *arg) {
   h5_state *s = arg;
   pthread_mutex_lock(&s->ring.mu);
   for (;;) {
-    while (!s->ring.stop && (s->want_file == NO_FILE || s->buf[0].file == s->want_file ||
-                        s->buf[1].file == s->want_file || s->failed_file == s->want_file))
+    while (!s->ring.stop && (s->want_file == NO_FILE || held(s, s->want_file) ||
+                             s->failed_file == s->want_file))
       pthread_cond_wait(&s->lcv, &s->ring.mu);
     if (s->ring.stop) break;
     const int f = s->want_file;
     const uint64_t pass = s->want_pass;
-    file_buf *b = &s->buf[1 - s->cur]; /* the producer swaps only to a loaded buffer */
+    file_buf *b = &s->buf[slot_of(s, f)]; /* the producer swaps only to a loaded buffer */
     b->file = NO_FILE;
     pthread_mutex_unlock(&s->ring.mu);
     int rc = load_file(s, f, pass, b);
@@ -192,7 +208,7 @@ static void *loader(void *arg) {
 /* Asks the loader for file f (its rows drawn for `pass`) unless a buffer holds it already. */
 static void want(h5_state *s, int f, uint64_t pass) {
   pthread_mutex_lock(&s->ring.mu);
-  if (s->buf[s->cur].file != f && s->buf[1 - s->cur].file != f && s->want_file != f) {
+  if (!held(s, f) && s->want_file != f) {
     s->want_file = f;
     s->want_pass = pass;
     pthread_cond_broadcast(&s->lcv);
@@ -207,13 +223,13 @@ static int take_file(h5_state *s, int f, uint64_t pass) {
   if (s->buf[s->cur].file != f) {
     want(s, f, pass);
     pthread_mutex_lock(&s->ring.mu);
-    while (!s->ring.stop && s->buf[1 - s->cur].file != f && s->failed_file != f)
+    while (!s->ring.stop && s->buf[slot_of(s, f)].file != f && s->failed_file != f)
       pthread_cond_wait(&s->lcv, &s->ring.mu);
     int rc = KILN_OK;
     if (s->ring.stop) rc = kiln_errorf(KILN_ERR_INTERNAL, "stopped");
-    else if (s->buf[1 - s->cur].file != f)
+    else if (s->buf[slot_of(s, f)].file != f)
       rc = kiln_errorf(s->fail_load_code, "%s", s->fail_load_msg);
-    else s->cur = 1 - s->cur;
+    else s->cur = slot_of(s, f);
     if (!rc && s->want_file == f) s->want_file = NO_FILE; /* had, not to be loaded again */
     pthread_mutex_unlock(&s->ring.mu);
     KILN_TRY(rc);
@@ -250,10 +266,10 @@ static int fill_slot(void *owner, kiln_ring_slot *slot, uint64_t global) {
   return KILN_OK;
 }
 
-/* The two file buffers, allocated when the data start flowing (counted in the net's memory
- * plan at set-up: extra_bytes), as the ring's slots are. */
+/* The file buffers, allocated when the data start flowing (counted in the net's memory plan at
+ * set-up: extra_bytes), as the ring's slots are. */
 static int alloc_buffers(kiln_layer *l, h5_state *s) {
-  for (int k = 0; k < 2; k++) {
+  for (int k = 0; k < s->nbuf; k++) {
     file_buf *b = &s->buf[k];
     uint64_t values = 0;
     for (int t = 0; t < s->ntop; t++) { /* each top's start on a 64-byte line */
@@ -261,8 +277,8 @@ static int alloc_buffers(kiln_layer *l, h5_state *s) {
       values += ((uint64_t)s->per[t] * s->max_rows + 15) / 16 * 16;
     }
     if (kiln_h5data_region_new(sizeof(float) * (size_t)values, &b->mem))
-      return KILN_LAYER_ERROR(l, KILN_ERR_NOMEM, "out of memory for two files of %llu records",
-                              (unsigned long long)s->max_rows);
+      return KILN_LAYER_ERROR(l, KILN_ERR_NOMEM, "out of memory for %d files of %llu records",
+                              s->nbuf, (unsigned long long)s->max_rows);
     for (int t = 0; t < s->ntop; t++) b->data[t] = b->mem.base + b->offset[t];
     if (s->shuffle && !(s->buf[k].order = malloc(sizeof(uint32_t) * (size_t)s->max_rows)))
       return KILN_LAYER_ERROR(l, KILN_ERR_NOMEM, "out of memory");
@@ -406,7 +422,7 @@ static int hdf5_data_setup(kiln_layer *l) {
   s->ring.on_stop = wake_loader;
   s->ring.owner = s;
   pthread_cond_init(&s->lcv, NULL);
-  s->buf[0].file = s->buf[1].file = NO_FILE;
+  for (int k = 0; k < MAX_RESIDENT; k++) s->buf[k].file = NO_FILE;
   if (!p->source || !p->source[0])
     return KILN_LAYER_ERROR(l, KILN_ERR_INVALID, "hdf5_data_param.source is required (a text file "
                             "naming the HDF5 files)");
@@ -443,14 +459,17 @@ static int hdf5_data_setup(kiln_layer *l) {
   s->file_order = (kiln_record_order){.seed = s->seed ^ FILE_SALT, .size = (uint64_t)s->nfiles,
                                       .shuffle = s->shuffle};
   /* Counted here (the net's memory plan refuses a net that would not fit, before anything is
-   * allocated): the ring, the two file buffers, and the bytes of a file while it loads. */
+   * allocated): the ring, the file buffers, and the bytes of a file while it loads. Every file
+   * has a buffer of its own when all of them fit the allowance of one (s->limit) together. */
   double per = 0;
   for (int t = 0; t < s->ntop; t++) per += (double)(s->ring.per[t] = s->per[t]);
   int64_t ring_bytes;
   KILN_TRY(kiln_batch_ring_bytes(&s->ring, l, "hdf5_data_param.batch_size", &ring_bytes));
-  const double bytes = (double)ring_bytes +
-                       2.0 * (4.0 * per + (s->shuffle ? 4 : 0)) * (double)s->max_rows +
-                       (double)max_bytes;
+  const double one = (4.0 * per + (s->shuffle ? 4 : 0)) * (double)s->max_rows;
+  s->resident = s->nfiles > 2 && s->nfiles <= MAX_RESIDENT &&
+                one * s->nfiles + (double)max_bytes <= (double)s->limit;
+  s->nbuf = s->resident ? s->nfiles : 2;
+  const double bytes = (double)ring_bytes + s->nbuf * one + (double)max_bytes;
   if (bytes > 9e18)
     return KILN_LAYER_ERROR(l, KILN_ERR_INVALID, "hdf5_data_param.batch_size %d of these records "
                             "does not fit in memory", s->batch);
@@ -523,7 +542,7 @@ static void hdf5_data_destroy(kiln_layer *l) {
   for (int i = 0; i < s->nfiles; i++) free(s->files[i].path);
   free(s->files);
   free(s->list);
-  for (int k = 0; k < 2; k++) {
+  for (int k = 0; k < s->nbuf; k++) {
     kiln_h5data_region_free(&s->buf[k].mem);
     free(s->buf[k].order);
   }
