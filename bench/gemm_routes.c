@@ -53,7 +53,7 @@ int main(int argc, char **argv) {
   for (int64_t i = 0; i < M * N; i++) c[i] = 0;
   kiln_config ref;
   kiln_config_init(&ref);
-  ref.ref_engine = true;
+  ref.engine = KILN_ENGINE_REF;
   double gflop = 2.0 * (double)M * (double)N * (double)K * 1e-9;
   double t_blas = best_ms(&ref, false, reps, ta, tb, M, N, K, a, b, beta, c);
   double t_dnnl = best_ms(NULL, true, reps, ta, tb, M, N, K, a, b, beta, c);

@@ -218,7 +218,8 @@ static const char *const config_vars[] = {
     "KILN_COMM_THREAD", "KILN_COMM_SHM", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE",
     "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK",
     "OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "OMP_NUM_THREADS", "KILN_DATA",
-    "XDG_DATA_HOME", "KILN_GIT_COMMIT", "HOME", "KILN_FAULT", "KILN_HDF5_FILE_LIMIT"};
+    "XDG_DATA_HOME", "XDG_CACHE_HOME", "KILN_GIT_COMMIT", "HOME", "KILN_FAULT",
+    "KILN_HDF5_FILE_LIMIT"};
 enum { NCONFIG_VARS = sizeof config_vars / sizeof config_vars[0] };
 
 static void test_config_from_env(void **state) {
@@ -232,7 +233,8 @@ static void test_config_from_env(void **state) {
   kiln_config c;
   assert_int_equal(kiln_config_from_env(&c), KILN_OK);
   assert_memory_equal(&c, kiln_config_defaults(), offsetof(kiln_config, search_path));
-  assert_false(c.ref_engine || c.plain_layouts || c.unfused || c.conv_direct);
+  assert_int_equal(c.engine, KILN_ENGINE_CPU);
+  assert_false(c.plain_layouts || c.unfused || c.conv_direct);
   assert_int_equal(c.comm_shm, KILN_COMM_SHM_ON);
   assert_string_equal(c.data_dir, "");
   assert_string_equal(c.ce_db, "");
@@ -253,7 +255,8 @@ static void test_config_from_env(void **state) {
   setenv("KILN_HDF5_FILE_LIMIT", "1.5GiB", 1);
   assert_int_equal(kiln_config_from_env(&c), KILN_OK);
   assert_true(c.hdf5_file_limit == 3ull << 29);
-  assert_true(c.ref_engine && c.plain_layouts && c.unfused && c.conv_direct);
+  assert_int_equal(c.engine, KILN_ENGINE_REF);
+  assert_true(c.plain_layouts && c.unfused && c.conv_direct);
   assert_int_equal(c.dnnl_layout, KILN_DNNL_LAYOUT_NHWC);
   assert_int_equal(c.comm_thread_us, 50);
   assert_int_equal(c.comm_shm, KILN_COMM_SHM_COPY);
@@ -263,6 +266,7 @@ static void test_config_from_env(void **state) {
   assert_int_equal(c.omp_threads, 4);
   assert_string_equal(c.data_dir, "/home/k/.cache/kiln/datasets");
   assert_string_equal(c.ce_db, "/home/k/.local/share/kiln/ce.db");
+  assert_string_equal(c.machine_cache, "/home/k/.cache/kiln/machine.txt");
   assert_string_equal(c.git_commit, "abc1234");
 
   /* the specific variables win over HOME; other values of the switches are the defaults */
@@ -276,7 +280,8 @@ static void test_config_from_env(void **state) {
   setenv("OMPI_COMM_WORLD_SIZE", "4", 1);
   setenv("OMPI_COMM_WORLD_RANK", "0", 1);
   assert_int_equal(kiln_config_from_env(&c), KILN_OK);
-  assert_false(c.ref_engine || c.unfused);
+  assert_int_equal(c.engine, KILN_ENGINE_CPU);
+  assert_false(c.unfused);
   assert_int_equal(c.dnnl_layout, KILN_DNNL_LAYOUT_ANY);
   assert_int_equal(c.comm_thread_us, 0);
   assert_int_equal(c.comm_shm, KILN_COMM_SHM_OFF);

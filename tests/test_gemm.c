@@ -97,7 +97,7 @@ static void test_sgemm_matches_double_reference(void **state) {
   (void)state;
   kiln_config ref;
   kiln_config_init(&ref);
-  ref.ref_engine = true;
+  ref.engine = KILN_ENGINE_REF;
   const int64_t sizes[][3] = {{5, 7, 3}, {32, 256, 64}, {33, 130, 200}, {64, 300, 96}};
   const float alphas[] = {1.0f, -0.5f}, betas[] = {0.0f, 1.0f, 0.25f};
   int cases = 0;

@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "kiln/core.h"
+#include "kiln/device.h"
 
 /* How oneDNN's convolutions lay out plain-side activations (for kiln-conv-routes, which times
  * each route): kiln's rule, oneDNN's choice, or channels-last. */
@@ -20,6 +21,11 @@ typedef enum {
   KILN_DNNL_LAYOUT_ANY,
   KILN_DNNL_LAYOUT_NHWC
 } kiln_dnnl_layout;
+
+/* The kernels a net runs (include/kiln/backend.h): the optimised CPU ones, or the plain C
+ * reference (kiln's im2col + GEMM convolutions and serial loops; results do not depend on the
+ * thread count), which the optimised ones are tested against. */
+typedef enum { KILN_ENGINE_CPU = 0, KILN_ENGINE_REF = 1 } kiln_engine;
 
 /* Sums of several workers on one host: through MPI's shared-memory window, gradients summed
  * where they lie (ON); through the window with copies in and out (COPY, for measurements); or
@@ -33,10 +39,11 @@ enum { KILN_CONFIG_PATH_MAX = 4096 };
 #define KILN_COMM_DEFAULT_TIMEOUT_S 300.0
 
 typedef struct kiln_config {
-  /* computation (KILN_ENGINE, KILN_LAYOUT, KILN_FUSE, KILN_RECOMPUTE, KILN_SHARE_DATA,
+  /* computation (KILN_ENGINE, KILN_DEVICE, KILN_LAYOUT, KILN_FUSE, KILN_RECOMPUTE, KILN_SHARE_DATA,
    * KILN_CONV_ALGO, KILN_DNNL_LAYOUT) */
-  bool ref_engine;        /* kiln's plain im2col + GEMM kernels only: results do not depend on
-                             the thread count */
+  kiln_engine engine;     /* which kernels run (KILN_ENGINE=ref: the reference) */
+  kiln_device_kind device; /* where nets keep their tensors (KILN_DEVICE=hostsim: the host behind
+                              a device's walls, for tests; include/kiln/device.h) */
   bool plain_layouts;     /* every activation in Caffe's plain layout */
   bool unfused;           /* every layer on its own (no kiln_layer_ops.fuse) */
   bool no_recompute;      /* every activation kept for backward (no kiln_layer_ops.recompute) */

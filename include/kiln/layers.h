@@ -7,6 +7,7 @@
 #ifndef KILN_LAYERS_H
 #define KILN_LAYERS_H
 
+#include "kiln/backend.h"
 #include "kiln/config.h"
 #include "kiln/core.h"
 #include "kiln/proto.h"
@@ -67,6 +68,10 @@ typedef struct kiln_layer_ops {
    * The net refuses a sparse blob as the bottom of any other layer, naming that layer, and never
    * asks a gradient of one (the layer's allows_gradient says no). */
   bool sparse_bottom;
+  /* The ops its forward and backward call through kiln_layer.backend (KILN_KERNELS(...)):
+   * the net refuses the layer on a backend that lacks one, naming both. NULL: the layer's
+   * arithmetic is still its own host code, so it runs only on a host backend. */
+  const int *kernels;
   /* Check the layer's parameters and bottoms' axes, declare parameter blobs (add_param). */
   int (*setup)(kiln_layer *l);
   /* Size the tops (and internal buffers, workspace) from the bottoms; set l->flops. */
@@ -165,6 +170,7 @@ struct kiln_layer {
                                 batch): the net reshapes the layers after it */
   int nthreads;
   const kiln_config *config; /* the net's runtime configuration (never NULL) */
+  const kiln_backend *backend; /* the kernels it runs (kiln_layer_choose_backend) */
   kiln_rng *rng;             /* the net's generator (dropout) */
   uint64_t seed;             /* the net's seed, for layers with their own streams */
   /* Data-parallel training: this worker's rank and the number of workers (0 or 1: one). A
@@ -191,6 +197,17 @@ static inline bool kiln_layer_allows_gradient(const kiln_layer *l, int b) {
   if (b < 32 && (l->ops->no_gradient_bottoms >> b & 1)) return false; /* never, whatever the shape */
   return l->ops->allows_gradient ? l->ops->allows_gradient(l, b) : !(l->ops->is_loss && b > 0);
 }
+
+/* Runs op `op` of the layer's backend on the layer's threads, configuration and device: an int
+ * status (KILN_OK). */
+#define KILN_OP(l, op, ...)                                                                     \
+  ((l)->backend->op(&(kiln_op_ctx){(l)->nthreads, (l)->config, (l)->backend->device},          \
+                    __VA_ARGS__))
+
+/* The backend of the layer's configuration (its device and engine) into l->backend, refusing a
+ * backend that lacks one of the layer's kernels, or a layer with no kernel list on a device
+ * other than the host, naming the layer, the op and the backend. */
+int kiln_layer_choose_backend(kiln_layer *l);
 
 /* For setup: declares a parameter blob of the given shape filled by `filler` (NULL: constant
  * `default_value`). Returns the (storage-less until the net assigns it) blob. */

@@ -69,7 +69,8 @@ static int place(char *buf, size_t n, const char *var, const char *a, const char
 
 int kiln_config_from_env(kiln_config *c) {
   kiln_config_init(c);
-  c->ref_engine = is(env("KILN_ENGINE"), "ref");
+  c->engine = is(env("KILN_ENGINE"), "ref") ? KILN_ENGINE_REF : KILN_ENGINE_CPU;
+  c->device = is(env("KILN_DEVICE"), "hostsim") ? KILN_DEVICE_HOSTSIM : KILN_DEVICE_HOST;
   c->plain_layouts = is(env("KILN_LAYOUT"), "plain");
   c->unfused = is(env("KILN_FUSE"), "0");
   c->no_recompute = is(env("KILN_RECOMPUTE"), "0");

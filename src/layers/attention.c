@@ -177,7 +177,7 @@ enum { WHOLE_MACS = 1 << 19 };
 static void gemm_rows(const kiln_config *cfg, int team, bool ta, bool tb, int M, int Nc, int K,
                       float alpha, const float *A, int lda, const float *B, int ldb, float beta,
                       float *C, int ldc) {
-  if (!(cfg && cfg->ref_engine) && (double)M * Nc * K >= WHOLE_MACS) {
+  if (!(cfg && cfg->engine == KILN_ENGINE_REF) && (double)M * Nc * K >= WHOLE_MACS) {
     kiln_sgemm(cfg, ta, tb, M, Nc, K, alpha, A, lda, B, ldb, beta, C, ldc);
     return;
   }

@@ -1,7 +1,7 @@
 /* Convolution (2-D, Caffe's parameters: kernel/pad/stride/dilation as a single value or h/w
  * pair, group, bias) over the kernels in src/ops, by the route measured fastest for the shape:
  * shifted rows (conv_shift.c), oneDNN (conv_dnnl.c), or im2col + GEMM (conv.c, the reference,
- * and the only route under kiln_config.ref_engine, KILN_ENGINE=ref). */
+ * and the only route under kiln_config.engine KILN_ENGINE_REF, KILN_ENGINE=ref). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -28,11 +28,11 @@ typedef struct {
 } conv_state;
 
 /* oneDNN unless the build lacks it or the configuration asks for the plain C reference
- * (ref_engine), or the shape gains nothing there: a few input channels into a count off
+ * (KILN_ENGINE_REF), or the shape gains nothing there: a few input channels into a count off
  * oneDNN's 16-blocks (LeNet's conv1, 1 -> 20) runs no faster on oneDNN (`kiln-conv-routes`),
  * whose padded 32-channel copies cost megabytes of workspace. */
 static bool want_dnnl(const conv_state *s, const kiln_layer *l) {
-  if (!kiln_dnnl_available() || l->config->ref_engine) return false;
+  if (!kiln_dnnl_available() || l->config->engine == KILN_ENGINE_REF) return false;
   return !(s->g.channels / s->group < 16 && (s->M / s->group) % 16 != 0);
 }
 
@@ -44,7 +44,7 @@ static bool want_dnnl(const conv_state *s, const kiln_layer *l) {
  * Per-image shifted planes over 512 KiB would leave the caches: not taken. Only in a build with
  * AVX-512 (kiln_conv_shift_fast). */
 static bool want_shift(const conv_state *s, const kiln_layer *l) {
-  if (l->config->ref_engine) return false;
+  if (l->config->engine == KILN_ENGINE_REF) return false;
   /* It reads and writes Caffe's layout only (a blocked neighbour means oneDNN was chosen at
    * the first reshape; a later reshape keeps that route). */
   if (l->bottom[0]->layout != KILN_LAYOUT_PLAIN || l->top[0]->layout != KILN_LAYOUT_PLAIN)

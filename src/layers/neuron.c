@@ -1,7 +1,5 @@
 /* Element-wise layers: ReLU (with negative_slope), Sigmoid, TanH, Dropout. All may run in place
  * (top == bottom). */
-#include <math.h>
-
 #include "layer_util.h"
 
 static int neuron_reshape(kiln_layer *l) {
@@ -14,32 +12,17 @@ static int neuron_reshape(kiln_layer *l) {
 static const Caffe__ReLUParameter relu_defaults = CAFFE__RE_LUPARAMETER__INIT;
 
 static int relu_forward(kiln_layer *l) {
-  const float *x = l->bottom[0]->data;
-  float *y = l->top[0]->data;
   float slope = KILN_PARAM_OR(l->lp->relu_param, relu_defaults)->negative_slope;
-  int64_t n = l->bottom[0]->count;
-  /* `simd`: vectorised, the select becomes a blend. Without it (gcc -O2) the loop stays scalar and
-   * branches on random signs, an order of magnitude slower. (fmaxf would be a libm call per
-   * element.) The `if` names `parallel`: an `if` without a modifier on a combined construct also
-   * applies to `simd` (OpenMP 5.0) and would turn vectorisation off for every blob under the
-   * threshold (`kiln time` on LeNet shows relu1's time). */
-#pragma omp parallel for simd schedule(static) num_threads(l->nthreads) if (parallel: n > 32768)
-  for (int64_t i = 0; i < n; i++) y[i] = x[i] > 0 ? x[i] : slope * x[i];
-  return KILN_OK;
+  return KILN_OP(l, relu_fwd, l->top[0]->data, l->bottom[0]->data, l->bottom[0]->count, slope);
 }
 
 /* In place, bottom data has been overwritten by the output; the sign is unchanged for slope >= 0,
  * so the mask can be read from the top. */
 static int relu_backward(kiln_layer *l) {
   if (!l->propagate_down[0]) return KILN_OK;
-  const float *y = l->top[0]->data, *dy = l->top[0]->diff;
-  float *dx = l->bottom[0]->diff;
   float slope = KILN_PARAM_OR(l->lp->relu_param, relu_defaults)->negative_slope;
-  const float *v = l->bottom[0] == l->top[0] ? y : l->bottom[0]->data;
-  int64_t n = l->bottom[0]->count;
-#pragma omp parallel for simd schedule(static) num_threads(l->nthreads) if (parallel: n > 32768)
-  for (int64_t i = 0; i < n; i++) dx[i] = v[i] > 0 ? dy[i] : slope * dy[i];
-  return KILN_OK;
+  const float *v = l->bottom[0] == l->top[0] ? l->top[0]->data : l->bottom[0]->data;
+  return KILN_OP(l, relu_bwd, l->bottom[0]->diff, l->top[0]->diff, v, l->bottom[0]->count, slope);
 }
 
 /* In place with negative_slope >= 0, the layer before may apply it (BatchNorm, Eltwise SUM). */
@@ -69,27 +52,19 @@ const kiln_layer_ops kiln_layer_relu = {
     .setup = relu_setup, .reshape = neuron_reshape, .forward = relu_forward,
     .backward = relu_backward, .layout_role = kiln_layout_any, .absorbable = relu_absorbable,
     .backward_reads = relu_backward_reads,
+    .kernels = KILN_KERNELS(KILN_OP_relu_fwd, KILN_OP_relu_bwd),
 };
 
 /* ---- Sigmoid --------------------------------------------------------------------------- */
 
 static int sigmoid_forward(kiln_layer *l) {
-  const float *x = l->bottom[0]->data;
-  float *y = l->top[0]->data;
-  int64_t n = l->bottom[0]->count;
-#pragma omp parallel for schedule(static) num_threads(l->nthreads) if (n > 32768)
-  for (int64_t i = 0; i < n; i++) y[i] = 0.5f * tanhf(0.5f * x[i]) + 0.5f;
-  return KILN_OK;
+  return KILN_OP(l, sigmoid_fwd, l->top[0]->data, l->bottom[0]->data, l->bottom[0]->count);
 }
 
 static int sigmoid_backward(kiln_layer *l) {
   if (!l->propagate_down[0]) return KILN_OK;
-  const float *y = l->top[0]->data, *dy = l->top[0]->diff;
-  float *dx = l->bottom[0]->diff;
-  int64_t n = l->bottom[0]->count;
-#pragma omp parallel for schedule(static) num_threads(l->nthreads) if (n > 32768)
-  for (int64_t i = 0; i < n; i++) dx[i] = dy[i] * y[i] * (1 - y[i]);
-  return KILN_OK;
+  return KILN_OP(l, sigmoid_bwd, l->bottom[0]->diff, l->top[0]->diff, l->top[0]->data,
+                 l->bottom[0]->count);
 }
 
 const kiln_layer_ops kiln_layer_sigmoid = {
@@ -97,27 +72,19 @@ const kiln_layer_ops kiln_layer_sigmoid = {
     .in_place = true,
     .reshape = neuron_reshape, .forward = sigmoid_forward, .backward = sigmoid_backward,
     .backward_reads = kiln_reads_top0,
+    .kernels = KILN_KERNELS(KILN_OP_sigmoid_fwd, KILN_OP_sigmoid_bwd),
 };
 
 /* ---- TanH ------------------------------------------------------------------------------ */
 
 static int tanh_forward(kiln_layer *l) {
-  const float *x = l->bottom[0]->data;
-  float *y = l->top[0]->data;
-  int64_t n = l->bottom[0]->count;
-#pragma omp parallel for schedule(static) num_threads(l->nthreads) if (n > 32768)
-  for (int64_t i = 0; i < n; i++) y[i] = tanhf(x[i]);
-  return KILN_OK;
+  return KILN_OP(l, tanh_fwd, l->top[0]->data, l->bottom[0]->data, l->bottom[0]->count);
 }
 
 static int tanh_backward(kiln_layer *l) {
   if (!l->propagate_down[0]) return KILN_OK;
-  const float *y = l->top[0]->data, *dy = l->top[0]->diff;
-  float *dx = l->bottom[0]->diff;
-  int64_t n = l->bottom[0]->count;
-#pragma omp parallel for schedule(static) num_threads(l->nthreads) if (n > 32768)
-  for (int64_t i = 0; i < n; i++) dx[i] = dy[i] * (1 - y[i] * y[i]);
-  return KILN_OK;
+  return KILN_OP(l, tanh_bwd, l->bottom[0]->diff, l->top[0]->diff, l->top[0]->data,
+                 l->bottom[0]->count);
 }
 
 const kiln_layer_ops kiln_layer_tanh = {
@@ -125,6 +92,7 @@ const kiln_layer_ops kiln_layer_tanh = {
     .in_place = true,
     .reshape = neuron_reshape, .forward = tanh_forward, .backward = tanh_backward,
     .backward_reads = kiln_reads_top0,
+    .kernels = KILN_KERNELS(KILN_OP_tanh_fwd, KILN_OP_tanh_bwd),
 };
 
 /* ---- Dropout --------------------------------------------------------------------------- */
@@ -151,30 +119,19 @@ static int dropout_forward(kiln_layer *l) {
   const float *x = l->bottom[0]->data;
   float *y = l->top[0]->data, *mask = l->buffer[0]->data;
   int64_t n = l->bottom[0]->count;
-  if (l->phase != CAFFE__PHASE__TRAIN) {
-    if (y != x)
-      for (int64_t i = 0; i < n; i++) y[i] = x[i];
-    return KILN_OK;
-  }
+  if (l->phase != CAFFE__PHASE__TRAIN) return KILN_OP(l, copy, y, x, n);
   float r = KILN_PARAM_OR(l->lp->dropout_param, dropout_defaults)->dropout_ratio;
-  float scale = 1.0f / (1.0f - r);
-  for (int64_t i = 0; i < n; i++) mask[i] = kiln_rng_uniform(l->rng, 0, 1) >= r ? scale : 0.0f;
-  for (int64_t i = 0; i < n; i++) y[i] = x[i] * mask[i];
-  return KILN_OK;
+  KILN_TRY(KILN_OP(l, dropout_mask, mask, n, r, 1.0f / (1.0f - r), l->rng));
+  return KILN_OP(l, mul, y, x, mask, n);
 }
 
 static int dropout_backward(kiln_layer *l) {
   if (!l->propagate_down[0]) return KILN_OK;
-  const float *dy = l->top[0]->diff, *mask = l->buffer[0]->data;
+  const float *dy = l->top[0]->diff;
   float *dx = l->bottom[0]->diff;
   int64_t n = l->bottom[0]->count;
-  if (l->phase != CAFFE__PHASE__TRAIN) {
-    if (dx != dy)
-      for (int64_t i = 0; i < n; i++) dx[i] = dy[i];
-    return KILN_OK;
-  }
-  for (int64_t i = 0; i < n; i++) dx[i] = dy[i] * mask[i];
-  return KILN_OK;
+  if (l->phase != CAFFE__PHASE__TRAIN) return KILN_OP(l, copy, dx, dy, n);
+  return KILN_OP(l, mul, dx, dy, l->buffer[0]->data, n);
 }
 
 const kiln_layer_ops kiln_layer_dropout = {
@@ -182,4 +139,5 @@ const kiln_layer_ops kiln_layer_dropout = {
     .in_place = true,
     .setup = dropout_setup, .reshape = dropout_reshape, .forward = dropout_forward,
     .backward = dropout_backward, .backward_reads = kiln_reads_none, /* the mask is a buffer */
+    .kernels = KILN_KERNELS(KILN_OP_copy, KILN_OP_dropout_mask, KILN_OP_mul),
 };

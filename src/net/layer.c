@@ -37,6 +37,26 @@ int kiln_layer_wire(kiln_layer *l, const Caffe__LayerParameter *lp, const kiln_l
   return KILN_OK;
 }
 
+int kiln_layer_choose_backend(kiln_layer *l) {
+  const kiln_device *d = l->config->device == KILN_DEVICE_HOSTSIM ? kiln_device_hostsim()
+                                                                  : kiln_device_host();
+  const kiln_backend *b = kiln_backend_for(d, l->config->engine);
+  if (!b)
+    return kiln_errorf(KILN_ERR_UNSUPPORTED, "layer '%s' (%s): no backend for device %s", l->name,
+                       l->ops->type, d->name);
+  if (!l->ops->kernels && !kiln_device_is_host(b->device))
+    return kiln_errorf(KILN_ERR_UNSUPPORTED,
+                       "layer '%s' (%s): no kernels for device %s (the layer's arithmetic is host "
+                       "code)",
+                       l->name, l->ops->type, d->name);
+  for (const int *k = l->ops->kernels; k && *k != KILN_KERNELS_END; k++)
+    if (!kiln_backend_has(b, *k))
+      return kiln_errorf(KILN_ERR_UNSUPPORTED, "layer '%s' (%s): backend %s has no kernel %s",
+                         l->name, l->ops->type, b->name, kiln_op_name(*k));
+  l->backend = b;
+  return KILN_OK;
+}
+
 void kiln_layer_release(kiln_layer *l) {
   if (!l) return;
   if (l->ops && l->ops->destroy) l->ops->destroy(l);
@@ -67,6 +87,7 @@ int kiln_layer_create(const Caffe__LayerParameter *lp, int phase, kiln_blob **bo
                            tops, ntop);
   s->config = cfg ? *cfg : *kiln_config_defaults();
   l->config = &s->config;
+  if (!rc) rc = kiln_layer_choose_backend(l);
   kiln_rng *rng = calloc(1, sizeof *rng);
   l->rng = rng; /* owned by the layer from here, so every failure path frees it */
   if (!rc && !rng) rc = kiln_errorf(KILN_ERR_NOMEM, "out of memory");

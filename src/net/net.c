@@ -313,6 +313,7 @@ static int build(kiln_net *net, const Caffe__NetParameter *np, const kiln_net_op
                              pl->ntop));
     l->nthreads = net->nthreads;
     l->config = &net->config;
+    KILN_TRY(kiln_layer_choose_backend(l));
     l->rng = &net->rng;
     l->seed = net->seed;
     l->shard_rank = opt->shard_rank;

@@ -170,7 +170,7 @@ static void blas_kernel_once(void) {
 }
 
 static bool use_dnnl(const kiln_config *cfg, bool ta, int64_t M, int64_t N, int64_t K) {
-  if (cfg && cfg->ref_engine) return false;
+  if (cfg && cfg->engine == KILN_ENGINE_REF) return false;
   if (ta) {
     pthread_once(&g_blas_once, blas_kernel_once);
     if (g_blas_avx512) return false;

@@ -1,0 +1,81 @@
+/* The backend tables (include/kiln/backend.h): ref from every op's reference kernel, cpu from
+ * ref with its faster kernels in their place, hostsim as cpu's kernels run between the hostsim
+ * device's enter and leave. */
+#include <pthread.h>
+#include <stddef.h>
+
+#include "ops/kernels.h"
+
+#define REF_ENTRY_(name, params, args) .name = kiln_ref_##name,
+static const kiln_backend ref = {
+    .name = "ref", .device = NULL, /* the host */
+    KILN_OP_LIST(REF_ENTRY_)};
+#undef REF_ENTRY_
+
+static kiln_backend cpu;
+static pthread_once_t cpu_once = PTHREAD_ONCE_INIT;
+
+static void make_cpu(void) {
+  cpu = ref;
+  cpu.name = "cpu";
+  /* (ops whose optimised kernel differs from the reference's are set here) */
+}
+
+/* hostsim: every op is cpu's, with the device's walls opened for the call. */
+#define SIM_WRAP_(name, params, args)                                 \
+  static int sim_##name params {                                      \
+    const kiln_backend *kiln_cpu_ = kiln_backend_cpu();               \
+    kiln_device_enter(c->device);                                      \
+    int rc = kiln_cpu_->name args;                                     \
+    kiln_device_leave(c->device);                                      \
+    return rc;                                                         \
+  }
+KILN_OP_LIST(SIM_WRAP_)
+#undef SIM_WRAP_
+
+#define SIM_ENTRY_(name, params, args) .name = sim_##name,
+static const kiln_backend hostsim = {
+    .name = "hostsim", .device = NULL, /* set by kiln_backend_hostsim: not a constant */
+    KILN_OP_LIST(SIM_ENTRY_)};
+#undef SIM_ENTRY_
+
+static kiln_backend sim;
+static pthread_once_t sim_once = PTHREAD_ONCE_INIT;
+static void make_sim(void) {
+  sim = hostsim;
+  sim.device = kiln_device_hostsim();
+}
+
+const kiln_backend *kiln_backend_ref(void) { return &ref; }
+
+const kiln_backend *kiln_backend_cpu(void) {
+  pthread_once(&cpu_once, make_cpu);
+  return &cpu;
+}
+
+const kiln_backend *kiln_backend_hostsim(void) {
+  pthread_once(&sim_once, make_sim);
+  return &sim;
+}
+
+const kiln_backend *kiln_backend_for(const kiln_device *d, kiln_engine e) {
+  if (kiln_device_is_host(d)) return e == KILN_ENGINE_REF ? kiln_backend_ref() : kiln_backend_cpu();
+  if (d->kind == KILN_DEVICE_HOSTSIM) return kiln_backend_hostsim();
+  return NULL;
+}
+
+#define OP_NAME_(name, params, args) #name,
+static const char *const op_names[] = {KILN_OP_LIST(OP_NAME_)};
+#undef OP_NAME_
+
+#define OP_OFFSET_(name, params, args) offsetof(kiln_backend, name),
+static const size_t op_offsets[] = {KILN_OP_LIST(OP_OFFSET_)};
+#undef OP_OFFSET_
+
+const char *kiln_op_name(int op) { return op >= 0 && op < KILN_OP_COUNT ? op_names[op] : NULL; }
+
+bool kiln_backend_has(const kiln_backend *b, int op) {
+  if (!b || op < 0 || op >= KILN_OP_COUNT) return false;
+  void *const *slot = (void *const *)((const char *)b + op_offsets[op]);
+  return *slot != NULL;
+}

@@ -1,0 +1,17 @@
+/* The kernels behind the backend tables (include/kiln/backend.h), for src/ops only: every op's
+ * reference kernel is kiln_ref_<op>; the cpu backend's table starts from them and replaces
+ * those it has a faster form of (backend.c). */
+#ifndef KILN_OPS_KERNELS_H
+#define KILN_OPS_KERNELS_H
+
+#include "kiln/backend.h"
+
+#define KILN_REF_DECL_(name, params, args) int kiln_ref_##name params;
+KILN_OP_LIST(KILN_REF_DECL_)
+#undef KILN_REF_DECL_
+
+/* Element-wise loops run on the op's threads from this many elements up: below it a parallel
+ * region costs more than it saves. */
+#define KILN_PARALLEL_FROM 32768
+
+#endif
