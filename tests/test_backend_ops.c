@@ -210,6 +210,170 @@ static double case_dropout_mask(const kiln_backend *b, const kiln_op_ctx *c, int
   return e;
 }
 
+/* ---- matmul cases ---- */
+
+/* Shapes the products are tried at (M, N, K): tiny, odd, and one large enough for oneDNN. */
+static const int64_t mm_shapes[][3] = {{1, 1, 1}, {7, 5, 3}, {33, 17, 65}, {64, 130, 96},
+                                       {256, 256, 256}};
+
+/* C = alpha op(A) op(B) + beta C with ta, tb from p's two bits, shape mm_shapes[n]; every
+ * element against the sum in double. */
+static double case_gemm(const kiln_backend *b, const kiln_op_ctx *c, int64_t n, float p,
+                        kiln_rng *r) {
+  const int64_t M = mm_shapes[n][0], N = mm_shapes[n][1], K = mm_shapes[n][2];
+  const bool ta = (int)p & 1, tb = (int)p & 2;
+  const float alpha = 0.5f, beta = 0.75f;
+  tensor A = input(c, M * K, -1, 1, 0, r), B = input(c, K * N, -1, 1, 0, r);
+  tensor C = input(c, M * N, -1, 1, 0, r);
+  const int64_t lda = ta ? M : K, ldb = tb ? K : N;
+  assert_int_equal(b->gemm(c, C.d, N, A.d, lda, B.d, ldb, ta, tb, M, N, K, alpha, beta), KILN_OK);
+  double *want = malloc(sizeof(double) * (size_t)(M * N));
+  for (int64_t i = 0; i < M; i++)
+    for (int64_t j = 0; j < N; j++) {
+      double acc = 0;
+      for (int64_t k = 0; k < K; k++)
+        acc += (double)(ta ? A.h[k * lda + i] : A.h[i * lda + k]) *
+               (tb ? B.h[j * ldb + k] : B.h[k * ldb + j]);
+      want[i * N + j] = alpha * acc + beta * (double)C.h[i * N + j];
+    }
+  fetch(&C);
+  double e = error_of(C.h, want, M * N) / sqrt((double)K); /* rounding grows with the sum */
+  free(want);
+  drop(&A);
+  drop(&B);
+  drop(&C);
+  return e;
+}
+
+/* y[m][n] += b[n] (add_bias_rows), or db[n] += sum of dy[m][n] (sum_rows_into); n rows of 13. */
+static double case_bias_rows(int op, const kiln_backend *b, const kiln_op_ctx *c, int64_t n,
+                             kiln_rng *r) {
+  const int64_t M = n, N = 13;
+  tensor y = input(c, M * N, -2, 2, 0, r), v = input(c, N, -2, 2, 0, r);
+  double *want = malloc(sizeof(double) * (size_t)(M * N));
+  if (op == KILN_OP_add_bias_rows) {
+    assert_int_equal(b->add_bias_rows(c, y.d, v.d, M, N), KILN_OK);
+    for (int64_t i = 0; i < M * N; i++) want[i] = (double)y.h[i] + v.h[i % N];
+    fetch(&y);
+    double e = error_of(y.h, want, M * N);
+    free(want);
+    drop(&y);
+    drop(&v);
+    return e;
+  }
+  assert_int_equal(b->sum_rows_into(c, v.d, y.d, M, N), KILN_OK);
+  for (int64_t j = 0; j < N; j++) {
+    want[j] = v.h[j];
+    for (int64_t i = 0; i < M; i++) want[j] += y.h[i * N + j];
+  }
+  fetch(&v);
+  double e = error_of(v.h, want, N);
+  free(want);
+  drop(&y);
+  drop(&v);
+  return e;
+}
+static double case_add_bias_rows(const kiln_backend *b, const kiln_op_ctx *c, int64_t n,
+                                 float p, kiln_rng *r) {
+  (void)p;
+  return case_bias_rows(KILN_OP_add_bias_rows, b, c, n, r);
+}
+static double case_sum_rows_into(const kiln_backend *b, const kiln_op_ctx *c, int64_t n,
+                                 float p, kiln_rng *r) {
+  (void)p;
+  return case_bias_rows(KILN_OP_sum_rows_into, b, c, n, r);
+}
+
+/* A random CSR matrix of M rows over K columns, about `per` entries a row (some rows empty),
+ * columns increasing, and the same as a dense M x K array. Its arrays stay host memory: the
+ * matrix is the host-side description a sparse blob carries. */
+static void random_csr(kiln_csr *x, double *dense, int64_t M, int64_t K, int per, kiln_rng *r) {
+  memset(x, 0, sizeof *x);
+  assert_int_equal(kiln_csr_reserve(x, M, M * K), KILN_OK);
+  x->rows = M;
+  x->cols = K;
+  int64_t nnz = 0;
+  for (int64_t m = 0; m < M; m++) {
+    x->row_ptr[m] = nnz;
+    for (int64_t k = 0; k < K; k++) {
+      dense[m * K + k] = 0;
+      if (kiln_rng_uniform(r, 0, 1) * K < per) {
+        x->col[nnz] = (int32_t)k;
+        x->val[nnz] = kiln_rng_uniform(r, -1, 1);
+        dense[m * K + k] = x->val[nnz++];
+      }
+    }
+  }
+  x->row_ptr[M] = nnz;
+  x->nnz = nnz;
+}
+
+/* y = X op(W) + b and dW += ..., X sparse, against the dense products in double; p: transposed
+ * weights; n: the rows (K 300 columns, N 9 outputs; 700 rows reach the parallel size). */
+static double case_csr(int op, const kiln_backend *b, const kiln_op_ctx *c, int64_t M, bool tr,
+                       kiln_rng *r) {
+  const int64_t K = 300, N = op == KILN_OP_csr_matmul ? 9 : 400;
+  kiln_csr x;
+  double *dense = malloc(sizeof(double) * (size_t)(M * K));
+  random_csr(&x, dense, M, K, 5, r);
+  tensor w = input(c, N * K, -1, 1, 0, r), bias = input(c, N, -1, 1, 0, r);
+  double e;
+  if (op == KILN_OP_csr_matmul) {
+    tensor y = make(c, M * N);
+    assert_int_equal(b->csr_matmul(c, y.d, &x, w.d, bias.d, M, N, K, tr), KILN_OK);
+    double *want = malloc(sizeof(double) * (size_t)(M * N));
+    for (int64_t m = 0; m < M; m++)
+      for (int64_t j = 0; j < N; j++) {
+        double acc = bias.h[j];
+        for (int64_t k = 0; k < K; k++) acc += dense[m * K + k] * (tr ? w.h[k * N + j] : w.h[j * K + k]);
+        want[m * N + j] = acc;
+      }
+    fetch(&y);
+    e = error_of(y.h, want, M * N);
+    free(want);
+    drop(&y);
+  } else {
+    tensor dy = input(c, M * N, -1, 1, 0, r);
+    assert_int_equal(b->csr_weight_grad(c, w.d, &x, dy.d, M, N, K, tr), KILN_OK);
+    double *want = malloc(sizeof(double) * (size_t)(N * K));
+    for (int64_t j = 0; j < N; j++)
+      for (int64_t k = 0; k < K; k++) {
+        double acc = tr ? w.h[k * N + j] : w.h[j * K + k];
+        for (int64_t m = 0; m < M; m++) acc += dy.h[m * N + j] * dense[m * K + k];
+        want[tr ? k * N + j : j * K + k] = acc;
+      }
+    fetch(&w);
+    e = error_of(w.h, want, N * K);
+    free(want);
+    drop(&dy);
+  }
+  free(dense);
+  kiln_csr_free(&x);
+  drop(&w);
+  drop(&bias);
+  return e;
+}
+static double case_csr_matmul(const kiln_backend *b, const kiln_op_ctx *c, int64_t n, float p,
+                              kiln_rng *r) {
+  return case_csr(KILN_OP_csr_matmul, b, c, n, p != 0, r);
+}
+static double case_csr_weight_grad(const kiln_backend *b, const kiln_op_ctx *c, int64_t n,
+                                   float p, kiln_rng *r) {
+  return case_csr(KILN_OP_csr_weight_grad, b, c, n, p != 0, r);
+}
+
+/* ---- neuron cases ---- */
+
+/* ---- norm cases ---- */
+
+/* ---- loss cases ---- */
+
+/* ---- arrange cases ---- */
+
+/* ---- sequence cases ---- */
+
+/* ---- solver cases ---- */
+
 /* ---- the table ------------------------------------------------------------------------------ */
 
 typedef struct {
@@ -239,6 +403,27 @@ static const op_row rows[] = {
     SIZES(KILN_OP_mul, case_mul, 0, 1e-7),
     SIZES(KILN_OP_dropout_mask, case_dropout_mask, 0.3f, 0),
     SIZES(KILN_OP_dropout_mask, case_dropout_mask, 0, 0),
+    /* ---- matmul (src/ops/matmul.c); gemm's n picks a shape, p the transposes ---- */
+    {KILN_OP_gemm, case_gemm, 0, 0, 1e-6}, {KILN_OP_gemm, case_gemm, 1, 0, 1e-6},
+    {KILN_OP_gemm, case_gemm, 2, 1, 1e-6}, {KILN_OP_gemm, case_gemm, 3, 2, 1e-6},
+    {KILN_OP_gemm, case_gemm, 4, 3, 1e-6}, {KILN_OP_gemm, case_gemm, 4, 0, 1e-6},
+    {KILN_OP_gemm, case_gemm, 3, 1, 1e-6},
+    {KILN_OP_add_bias_rows, case_add_bias_rows, 1, 0, 1e-7},
+    {KILN_OP_add_bias_rows, case_add_bias_rows, 37, 0, 1e-7},
+    {KILN_OP_sum_rows_into, case_sum_rows_into, 1, 0, 1e-6},
+    {KILN_OP_sum_rows_into, case_sum_rows_into, 300, 0, 1e-5},
+    {KILN_OP_csr_matmul, case_csr_matmul, 1, 0, 1e-6},
+    {KILN_OP_csr_matmul, case_csr_matmul, 37, 1, 1e-6},
+    {KILN_OP_csr_matmul, case_csr_matmul, 7000, 0, 1e-6},
+    {KILN_OP_csr_weight_grad, case_csr_weight_grad, 3, 0, 1e-6},
+    {KILN_OP_csr_weight_grad, case_csr_weight_grad, 200, 1, 1e-5},
+    {KILN_OP_csr_weight_grad, case_csr_weight_grad, 200, 0, 1e-5},
+    /* ---- neuron (src/ops/neuron.c) ---- */
+    /* ---- norm (src/ops/norm.c) ---- */
+    /* ---- loss (src/ops/loss.c) ---- */
+    /* ---- arrange (src/ops/arrange.c) ---- */
+    /* ---- sequence (src/ops/sequence.c) ---- */
+    /* ---- solver (src/ops/solver.c) ---- */
 };
 enum { NROWS = sizeof rows / sizeof rows[0] };
 

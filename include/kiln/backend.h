@@ -36,8 +36,20 @@ typedef struct kiln_op_ctx {
 } kiln_op_ctx;
 
 /* Every op: X(name, parameters, arguments). The arguments repeat the parameters' names, so that
- * a wrapper (hostsim's) can pass a call on. */
+ * a wrapper (hostsim's) can pass a call on. The list is kept in families, each one macro, in the
+ * order of the files in src/ops that hold them. */
 #define KILN_OP_LIST(X)                                                                         \
+  KILN_OPS_ELEMENTWISE(X)                                                                      \
+  KILN_OPS_MATMUL(X)                                                                           \
+  KILN_OPS_NEURON(X)                                                                           \
+  KILN_OPS_NORM(X)                                                                             \
+  KILN_OPS_LOSS(X)                                                                             \
+  KILN_OPS_ARRANGE(X)                                                                          \
+  KILN_OPS_SEQUENCE(X)                                                                         \
+  KILN_OPS_SOLVER(X)
+
+/* src/ops/elementwise.c: copies, products, ReLU, Sigmoid, TanH, dropout's mask. */
+#define KILN_OPS_ELEMENTWISE(X)                                                                 \
   /* y = x (n floats; y may be x) */                                                           \
   X(copy, (const kiln_op_ctx *c, float *y, const float *x, int64_t n), (c, y, x, n))           \
   /* y = x > 0 ? x : slope x */                                                                \
@@ -64,6 +76,51 @@ typedef struct kiln_op_ctx {
   /* y = a * b element by element (y may be a or b) */                                         \
   X(mul, (const kiln_op_ctx *c, float *y, const float *a, const float *b, int64_t n),          \
     (c, y, a, b, n))
+
+/* src/ops/matmul.c: products and the bias rows of dense layers. */
+#define KILN_OPS_MATMUL(X)                                                                      \
+  /* C (M x N, ldc apart) = alpha op(A) op(B) + beta C, row-major; op(A) is M x K, op(B) K x N */ \
+  X(gemm,                                                                                      \
+    (const kiln_op_ctx *c, float *C, int64_t ldc, const float *A, int64_t lda, const float *B, \
+     int64_t ldb, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, float beta),  \
+    (c, C, ldc, A, lda, B, ldb, ta, tb, M, N, K, alpha, beta))                                  \
+  /* y[m][n] += b[n] for M rows of N */                                                        \
+  X(add_bias_rows, (const kiln_op_ctx *c, float *y, const float *b, int64_t M, int64_t N),      \
+    (c, y, b, M, N))                                                                           \
+  /* db[n] += sum over m of dy[m][n], rows in order */                                         \
+  X(sum_rows_into, (const kiln_op_ctx *c, float *db, const float *dy, int64_t M, int64_t N),    \
+    (c, db, dy, M, N))                                                                         \
+  /* y (M x N) = X op(W) + b (b may be NULL) for X the M x K rows of a CSR matrix; W is N x K,  \
+   * or K x N when transposed */                                                               \
+  X(csr_matmul,                                                                                \
+    (const kiln_op_ctx *c, float *y, const kiln_csr *x, const float *w, const float *b,        \
+     int64_t M, int64_t N, int64_t K, bool transposed),                                        \
+    (c, y, x, w, b, M, N, K, transposed))                                                      \
+  /* dW += dY^T X (W N x K), or X^T dY (transposed, W K x N), over X's entries */               \
+  X(csr_weight_grad,                                                                           \
+    (const kiln_op_ctx *c, float *dw, const kiln_csr *x, const float *dy, int64_t M,           \
+     int64_t N, int64_t K, bool transposed),                                                   \
+    (c, dw, x, dy, M, N, K, transposed))
+
+/* src/ops/neuron.c: the other element-wise functions of one input (AbsVal, ELU, BNLL, Threshold,
+ * Exp, Log, Power, PReLU, Swish, GELU) and their gradients. */
+#define KILN_OPS_NEURON(X)
+
+/* src/ops/norm.c: BatchNorm, Scale, Bias, LayerNorm, LRN, MVN and Reduction. */
+#define KILN_OPS_NORM(X)
+
+/* src/ops/loss.c: softmax and the loss and metric layers' arithmetic. */
+#define KILN_OPS_LOSS(X)
+
+/* src/ops/arrange.c: Eltwise, Concat, Slice, Embed, Tile, ArgMax and the other layers that
+ * move, gather or combine values. */
+#define KILN_OPS_ARRANGE(X)
+
+/* src/ops/sequence.c: the recurrent and transformer layers' arithmetic besides GEMM. */
+#define KILN_OPS_SEQUENCE(X)
+
+/* src/ops/solver.c: the update rules, gradient clipping, the workers' accumulation. */
+#define KILN_OPS_SOLVER(X)
 
 #define KILN_OP_FIELD_(name, params, args) int(*name) params;
 typedef struct kiln_backend {

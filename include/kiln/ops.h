@@ -57,6 +57,10 @@ void kiln_blas_serial_end(int prev);
 void kiln_sgemm(const kiln_config *cfg, bool ta, bool tb, int64_t M, int64_t N, int64_t K,
                 float alpha, const float *A, int64_t lda, const float *B, int64_t ldb, float beta,
                 float *C, int64_t ldc);
+/* The same product through OpenBLAS alone: the reference backend's GEMM. */
+void kiln_sgemm_blas(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
+                     const float *A, int64_t lda, const float *B, int64_t ldb, float beta, float *C,
+                     int64_t ldc);
 /* The same product through oneDNN's matmul whatever the shape, for measurements and tests:
  * false (C untouched) when the build has no oneDNN or oneDNN has no fast kernel for it. */
 bool kiln_sgemm_onednn(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,

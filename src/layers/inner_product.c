@@ -1,11 +1,17 @@
 /* InnerProduct (fully connected): top (M, N) = bottom (M, K) x W^T + b, where the bottom is
- * flattened from `axis`; W is (N, K), or (K, N) with transpose. GEMM through kiln_sgemm; a
- * sparse bottom (M x K rows in CSR, kiln_blob.csr) through loops over its entries
- * (inner_product_sparse.c). */
+ * flattened from `axis`; W is (N, K), or (K, N) with transpose. A dense bottom through the gemm
+ * op; a sparse bottom (M x K rows in CSR, kiln_blob.csr) through the ops that loop over its
+ * entries, so nothing of size M x K is formed and it takes no gradient. */
 #include <stdlib.h>
 
-#include "inner_product.h"
-#include "kiln/ops.h"
+#include "layer_util.h"
+
+typedef struct {
+  int axis;
+  int64_t M, K, N;
+  bool bias, transpose;
+  bool sparse; /* bottom 0 is a sparse blob (kiln_blob.csr) */
+} ip_state;
 
 static const Caffe__InnerProductParameter ip_defaults = CAFFE__INNER_PRODUCT_PARAMETER__INIT;
 
@@ -55,42 +61,69 @@ static int ip_reshape(kiln_layer *l) {
   return kiln_blob_reshape(l->top[0], s->axis + 1, shape);
 }
 
+/* The matrix a sparse bottom holds, checked against the layer's shape. */
+static int rows_of(kiln_layer *l, const kiln_csr **out) {
+  const ip_state *s = l->priv;
+  const kiln_csr *x = l->bottom[0]->csr;
+  if (x->rows != s->M || x->cols != s->K)
+    return KILN_LAYER_ERROR(l, KILN_ERR_SHAPE,
+                            "sparse bottom '%s' holds %lld x %lld, the layer expects %lld x %lld",
+                            l->bottom[0]->name, (long long)x->rows, (long long)x->cols,
+                            (long long)s->M, (long long)s->K);
+  *out = x;
+  return KILN_OK;
+}
+
+static int sparse_forward(kiln_layer *l) {
+  const ip_state *s = l->priv;
+  const kiln_csr *x;
+  KILN_TRY(rows_of(l, &x));
+  l->flops = 2.0 * (double)s->N * (double)x->nnz;
+  return KILN_OP(l, csr_matmul, l->top[0]->data, x, l->param[0]->data,
+                 s->bias ? l->param[1]->data : NULL, s->M, s->N, s->K, s->transpose);
+}
+
+static int sparse_backward(kiln_layer *l) {
+  const ip_state *s = l->priv;
+  if (l->propagate_down[0])
+    return KILN_LAYER_ERROR(l, KILN_ERR_UNSUPPORTED,
+                            "its bottom '%s' is sparse and takes no gradient; set "
+                            "propagate_down: false for it",
+                            l->bottom[0]->name);
+  const kiln_csr *x;
+  KILN_TRY(rows_of(l, &x));
+  KILN_TRY(KILN_OP(l, csr_weight_grad, l->param[0]->diff, x, l->top[0]->diff, s->M, s->N, s->K,
+                   s->transpose));
+  if (s->bias) KILN_TRY(KILN_OP(l, sum_rows_into, l->param[1]->diff, l->top[0]->diff, s->M, s->N));
+  return KILN_OK;
+}
+
 static int ip_forward(kiln_layer *l) {
   ip_state *s = l->priv;
-  if (s->sparse) return kiln_ip_sparse_forward(l);
+  if (s->sparse) return sparse_forward(l);
   const float *x = l->bottom[0]->data, *w = l->param[0]->data;
   float *y = l->top[0]->data;
-  kiln_sgemm(l->config, false, !s->transpose, s->M, s->N, s->K, 1.0f, x, s->K, w,
-             s->transpose ? s->N : s->K, 0.0f, y, s->N);
-  if (s->bias) {
-    const float *b = l->param[1]->data;
-    for (int64_t m = 0; m < s->M; m++)
-      for (int64_t n = 0; n < s->N; n++) y[m * s->N + n] += b[n];
-  }
+  KILN_TRY(KILN_OP(l, gemm, y, s->N, x, s->K, w, s->transpose ? s->N : s->K, false, !s->transpose,
+                   s->M, s->N, s->K, 1.0f, 0.0f));
+  if (s->bias) KILN_TRY(KILN_OP(l, add_bias_rows, y, l->param[1]->data, s->M, s->N));
   return KILN_OK;
 }
 
 static int ip_backward(kiln_layer *l) {
   ip_state *s = l->priv;
-  if (s->sparse) return kiln_ip_sparse_backward(l);
+  if (s->sparse) return sparse_backward(l);
   const float *x = l->bottom[0]->data, *dy = l->top[0]->diff, *w = l->param[0]->data;
   float *dw = l->param[0]->diff;
-  int M = (int)s->M, N = (int)s->N, K = (int)s->K;
+  const int64_t M = s->M, N = s->N, K = s->K;
   /* dW (N, K) += dy^T (N, M) x (M, K); transposed weights: dW (K, N) += x^T dy. */
   if (s->transpose)
-    kiln_sgemm(l->config, true, false, K, N, M, 1.0f, x, K, dy, N, 1.0f, dw, N);
+    KILN_TRY(KILN_OP(l, gemm, dw, N, x, K, dy, N, true, false, K, N, M, 1.0f, 1.0f));
   else
-    kiln_sgemm(l->config, true, false, N, K, M, 1.0f, dy, N, x, K, 1.0f, dw, K);
-  if (s->bias) {
-    float *db = l->param[1]->diff;
-    for (int64_t m = 0; m < s->M; m++)
-      for (int64_t n = 0; n < s->N; n++) db[n] += dy[m * s->N + n];
-  }
-  if (l->propagate_down[0]) {
-    float *dx = l->bottom[0]->diff;
-    kiln_sgemm(l->config, false, s->transpose, M, K, N, 1.0f, dy, N, w, s->transpose ? N : K, 0.0f,
-               dx, K);
-  }
+    KILN_TRY(KILN_OP(l, gemm, dw, K, dy, N, x, K, true, false, N, K, M, 1.0f, 1.0f));
+  if (s->bias) KILN_TRY(KILN_OP(l, sum_rows_into, l->param[1]->diff, dy, M, N));
+  if (l->propagate_down[0])
+    KILN_TRY(KILN_OP(l, gemm, l->bottom[0]->diff, K, dy, N, w, s->transpose ? N : K, false,
+                     s->transpose, M, K, N, 1.0f, 0.0f));
   return KILN_OK;
 }
 
@@ -104,4 +137,6 @@ const kiln_layer_ops kiln_layer_inner_product = {
     .setup = ip_setup, .reshape = ip_reshape, .forward = ip_forward, .backward = ip_backward,
     .destroy = ip_destroy, .allows_gradient = ip_allows_gradient, .sparse_bottom = true,
     .backward_reads = kiln_reads_bottom0, /* the weight gradient's */
+    .kernels = KILN_KERNELS(KILN_OP_gemm, KILN_OP_add_bias_rows, KILN_OP_sum_rows_into,
+                            KILN_OP_csr_matmul, KILN_OP_csr_weight_grad),
 };

@@ -190,6 +190,13 @@ bool kiln_sgemm_onednn(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float 
 }
 #endif
 
+void kiln_sgemm_blas(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
+                     const float *A, int64_t lda, const float *B, int64_t ldb, float beta, float *C,
+                     int64_t ldc) {
+  if (M <= 0 || N <= 0) return;
+  blas(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
 void kiln_sgemm(const kiln_config *cfg, bool ta, bool tb, int64_t M, int64_t N, int64_t K,
                 float alpha, const float *A, int64_t lda, const float *B, int64_t ldb, float beta,
                 float *C, int64_t ldc) {

@@ -10,6 +10,11 @@
 KILN_OP_LIST(KILN_REF_DECL_)
 #undef KILN_REF_DECL_
 
+/* The cpu backend's own kernels, where they differ from the reference's. */
+int kiln_cpu_gemm(const kiln_op_ctx *c, float *C, int64_t ldc, const float *A, int64_t lda,
+                  const float *B, int64_t ldb, bool ta, bool tb, int64_t M, int64_t N, int64_t K,
+                  float alpha, float beta);
+
 /* Element-wise loops run on the op's threads from this many elements up: below it a parallel
  * region costs more than it saves. */
 #define KILN_PARALLEL_FROM 32768
