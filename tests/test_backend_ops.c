@@ -370,6 +370,441 @@ static double case_csr_weight_grad(const kiln_backend *b, const kiln_op_ctx *c, 
 
 /* ---- arrange cases ---- */
 
+/* ---- arrange cases ---- */
+
+/* fill, scale, add, acc: y against the same in double. */
+static double case_simple(int op, const kiln_backend *b, const kiln_op_ctx *c, int64_t n, float p,
+                          kiln_rng *r) {
+  tensor x = input(c, n, -3, 3, 0, r), w = input(c, n, -3, 3, 0, r), y = input(c, n, -3, 3, 0, r);
+  double *want = malloc(sizeof(double) * (size_t)n);
+  for (int64_t i = 0; i < n; i++)
+    want[i] = op == KILN_OP_fill    ? p
+              : op == KILN_OP_scale ? (double)p * x.h[i]
+              : op == KILN_OP_add   ? (double)x.h[i] + w.h[i]
+                                    : (double)y.h[i] + x.h[i];
+  int rc = op == KILN_OP_fill    ? b->fill(c, y.d, p, n)
+           : op == KILN_OP_scale ? b->scale(c, y.d, x.d, p, n)
+           : op == KILN_OP_add   ? b->add(c, y.d, x.d, w.d, n)
+                                 : b->acc(c, y.d, x.d, n);
+  assert_int_equal(rc, KILN_OK);
+  fetch(&y);
+  double e = error_of(y.h, want, n);
+  free(want);
+  drop(&x);
+  drop(&w);
+  drop(&y);
+  return e;
+}
+#define SIMPLE_CASE(name)                                                                      \
+  static double case_##name(const kiln_backend *b, const kiln_op_ctx *c, int64_t n, float p,   \
+                            kiln_rng *r) {                                                     \
+    return case_simple(KILN_OP_##name, b, c, n, p, r);                                         \
+  }
+SIMPLE_CASE(fill)
+SIMPLE_CASE(scale)
+SIMPLE_CASE(add)
+SIMPLE_CASE(acc)
+
+static double d_sel(double z, double slope) { return z > 0 ? z : slope * z; }
+
+/* Eltwise SUM of two bottoms, then a third accumulated, each with a coefficient and the select of
+ * a fused ReLU (p: its slope; 1 none). */
+static double case_eltwise_sum(int op, const kiln_backend *b, const kiln_op_ctx *c, int64_t n,
+                               float p, kiln_rng *r) {
+  tensor x0 = input(c, n, -3, 3, 0, r), x1 = input(c, n, -3, 3, 0, r), y = input(c, n, -3, 3, 0, r);
+  const float c0 = 0.5f, c1 = -1.25f;
+  double *want = malloc(sizeof(double) * (size_t)n);
+  for (int64_t i = 0; i < n; i++)
+    want[i] = op == KILN_OP_eltwise_sum2 ? d_sel((double)c0 * x0.h[i] + (double)c1 * x1.h[i], p)
+                                         : d_sel((double)y.h[i] + (double)c1 * x1.h[i], p);
+  int rc = op == KILN_OP_eltwise_sum2 ? b->eltwise_sum2(c, y.d, x0.d, c0, x1.d, c1, n, p)
+                                      : b->eltwise_sum_acc(c, y.d, x1.d, c1, n, p);
+  assert_int_equal(rc, KILN_OK);
+  fetch(&y);
+  double e = error_of(y.h, want, n);
+  free(want);
+  drop(&x0);
+  drop(&x1);
+  drop(&y);
+  return e;
+}
+static double case_eltwise_sum2(const kiln_backend *b, const kiln_op_ctx *c, int64_t n, float p,
+                                kiln_rng *r) {
+  return case_eltwise_sum(KILN_OP_eltwise_sum2, b, c, n, p, r);
+}
+static double case_eltwise_sum_acc(const kiln_backend *b, const kiln_op_ctx *c, int64_t n,
+                                   float p, kiln_rng *r) {
+  return case_eltwise_sum(KILN_OP_eltwise_sum_acc, b, c, n, p, r);
+}
+
+/* PROD and MAX of three bottoms and their gradients (p: PROD's stable gradient, 1 or 0); the
+ * gradients against finite differences of the double-precision forward. MAX's inputs are kept
+ * apart so that no difference crosses a tie. */
+enum { NB = 3 };
+static double nary(int op, const double *v) {
+  if (op == KILN_OP_eltwise_prod || op == KILN_OP_eltwise_prod_bwd) return v[0] * v[1] * v[2];
+  double m = v[1] >= v[0] ? v[1] : v[0];
+  return v[2] > m ? v[2] : m;
+}
+static double case_eltwise_nary(int op, const kiln_backend *b, const kiln_op_ctx *c, int64_t n,
+                                float p, kiln_rng *r) {
+  const bool max = op == KILN_OP_eltwise_max || op == KILN_OP_eltwise_max_bwd;
+  tensor xs[NB], y = make(c, n), arg = make(c, n), dy = input(c, n, -2, 2, 0, r), dx = make(c, n);
+  for (int j = 0; j < NB; j++) xs[j] = input(c, n, 0.2f, 2, 0, r);
+  if (max) /* three apart values: 0.x, 1.x, 2.x in a random order per element */
+    for (int64_t i = 0; i < n; i++) {
+      int first = (int)kiln_rng_below(r, 3);
+      for (int j = 0; j < NB; j++) xs[j].h[i] = (float)((first + j) % 3) + 0.5f * xs[j].h[i] / 2;
+    }
+  for (int j = 0; j < NB; j++)
+    assert_int_equal(kiln_device_to_device(c->device, xs[j].d, xs[j].h, sizeof(float) * (size_t)n), KILN_OK);
+  const float *xd[NB] = {xs[0].d, xs[1].d, xs[2].d};
+  double *want = malloc(sizeof(double) * (size_t)n), e = 0;
+  if (op == KILN_OP_eltwise_prod || op == KILN_OP_eltwise_max) {
+    int rc = max ? b->eltwise_max(c, y.d, arg.d, xd, NB, n) : b->eltwise_prod(c, y.d, xd, NB, n);
+    assert_int_equal(rc, KILN_OK);
+    for (int64_t i = 0; i < n; i++) {
+      double v[NB] = {xs[0].h[i], xs[1].h[i], xs[2].h[i]};
+      want[i] = nary(op, v);
+    }
+    fetch(&y);
+    e = error_of(y.h, want, n);
+    if (max) { /* and the winners */
+      fetch(&arg);
+      for (int64_t i = 0; i < n; i++) {
+        int w = xs[1].h[i] >= xs[0].h[i] ? 1 : 0;
+        if (xs[2].h[i] > xs[w].h[i]) w = 2;
+        if (arg.h[i] != (float)w) e = INFINITY;
+      }
+    }
+  } else {
+    /* the forward's y (and arg) first, from the backend itself */
+    assert_int_equal(max ? b->eltwise_max(c, y.d, arg.d, xd, NB, n) : b->eltwise_prod(c, y.d, xd, NB, n),
+                     KILN_OK);
+    for (int which = 0; which < NB; which++) {
+      int rc = max ? b->eltwise_max_bwd(c, dx.d, dy.d, arg.d, which, n)
+                   : b->eltwise_prod_bwd(c, dx.d, dy.d, y.d, xd, NB, which, n, p != 0);
+      assert_int_equal(rc, KILN_OK);
+      for (int64_t i = 0; i < n; i++) {
+        double v[NB] = {xs[0].h[i], xs[1].h[i], xs[2].h[i]}, h = 1e-5;
+        v[which] += h;
+        double up = nary(op, v);
+        v[which] -= 2 * h;
+        want[i] = dy.h[i] * (up - nary(op, v)) / (2 * h);
+      }
+      fetch(&dx);
+      double ew = error_of(dx.h, want, n);
+      if (!(ew <= e)) e = ew;
+    }
+  }
+  free(want);
+  for (int j = 0; j < NB; j++) drop(&xs[j]);
+  drop(&y);
+  drop(&arg);
+  drop(&dy);
+  drop(&dx);
+  return e;
+}
+#define NARY_CASE(name)                                                                        \
+  static double case_##name(const kiln_backend *b, const kiln_op_ctx *c, int64_t n, float p,   \
+                            kiln_rng *r) {                                                     \
+    return case_eltwise_nary(KILN_OP_##name, b, c, n, p, r);                                   \
+  }
+NARY_CASE(eltwise_prod)
+NARY_CASE(eltwise_max)
+NARY_CASE(eltwise_prod_bwd)
+NARY_CASE(eltwise_max_bwd)
+
+/* A fused ReLU's gradient with coefficients: d/dx of c s(x) at the output y = s(x) (p: the slope,
+ * y's sign is x's), against finite differences; relu_scale2_bwd for two coefficients at once. */
+static double case_relu_scale(int op, const kiln_backend *b, const kiln_op_ctx *c, int64_t n,
+                              float p, kiln_rng *r) {
+  tensor z = input(c, n, -3, 3, 0.01f, r), dy = input(c, n, -2, 2, 0, r), y = make(c, n);
+  tensor d0 = make(c, n), d1 = make(c, n);
+  for (int64_t i = 0; i < n; i++) y.h[i] = (float)d_sel(z.h[i], p);
+  assert_int_equal(kiln_device_to_device(c->device, y.d, y.h, sizeof(float) * (size_t)n), KILN_OK);
+  const float c0 = 0.75f, c1 = -2.0f;
+  int rc = op == KILN_OP_relu_scale_bwd ? b->relu_scale_bwd(c, d1.d, c1, dy.d, y.d, n, p)
+                                        : b->relu_scale2_bwd(c, d0.d, c0, d1.d, c1, dy.d, y.d, n, p);
+  assert_int_equal(rc, KILN_OK);
+  double *w0 = malloc(sizeof(double) * (size_t)n), *w1 = malloc(sizeof(double) * (size_t)n);
+  for (int64_t i = 0; i < n; i++) {
+    const double g = dy.h[i] * (d_sel(z.h[i] + 1e-5, p) - d_sel(z.h[i] - 1e-5, p)) / 2e-5;
+    w0[i] = c0 * g;
+    w1[i] = c1 * g;
+  }
+  fetch(&d1);
+  double e = error_of(d1.h, w1, n);
+  if (op == KILN_OP_relu_scale2_bwd) {
+    fetch(&d0);
+    double e0 = error_of(d0.h, w0, n);
+    if (!(e0 <= e)) e = e0;
+  }
+  free(w0);
+  free(w1);
+  drop(&z);
+  drop(&dy);
+  drop(&y);
+  drop(&d0);
+  drop(&d1);
+  return e;
+}
+static double case_relu_scale_bwd(const kiln_backend *b, const kiln_op_ctx *c, int64_t n,
+                                  float p, kiln_rng *r) {
+  return case_relu_scale(KILN_OP_relu_scale_bwd, b, c, n, p, r);
+}
+static double case_relu_scale2_bwd(const kiln_backend *b, const kiln_op_ctx *c, int64_t n,
+                                   float p, kiln_rng *r) {
+  return case_relu_scale(KILN_OP_relu_scale2_bwd, b, c, n, p, r);
+}
+
+/* Blocks of 5 floats copied between strides 11 and 7 (n blocks): moved values exact, the
+ * floats between the blocks untouched. */
+static double case_copy_blocks(const kiln_backend *b, const kiln_op_ctx *c, int64_t n, float p,
+                               kiln_rng *r) {
+  (void)p;
+  const int64_t block = 5, ds = 11, ss = 7;
+  tensor dst = input(c, n * ds, -1, 1, 0, r), src = input(c, n * ss, -1, 1, 0, r);
+  double *want = malloc(sizeof(double) * (size_t)(n * ds));
+  for (int64_t i = 0; i < n * ds; i++)
+    want[i] = i % ds < block ? src.h[i / ds * ss + i % ds] : dst.h[i];
+  assert_int_equal(b->copy_blocks(c, dst.d, ds, src.d, ss, block, n), KILN_OK);
+  fetch(&dst);
+  double e = error_of(dst.h, want, n * ds);
+  free(want);
+  drop(&dst);
+  drop(&src);
+  return e;
+}
+
+/* Tile: n outer blocks of 6 floats, 3 tiles; its gradient sums the tiles. */
+static double case_tile(int op, const kiln_backend *b, const kiln_op_ctx *c, int64_t n,
+                        kiln_rng *r) {
+  const int64_t inner = 6, tiles = 3;
+  tensor x = input(c, n * inner, -1, 1, 0, r), y = input(c, n * inner * tiles, -1, 1, 0, r);
+  double e;
+  if (op == KILN_OP_tile_fwd) {
+    assert_int_equal(b->tile_fwd(c, y.d, x.d, n, tiles, inner), KILN_OK);
+    double *want = malloc(sizeof(double) * (size_t)(n * inner * tiles));
+    for (int64_t i = 0; i < n * inner * tiles; i++)
+      want[i] = x.h[i / (inner * tiles) * inner + i % inner];
+    fetch(&y);
+    e = error_of(y.h, want, n * inner * tiles);
+    free(want);
+  } else {
+    assert_int_equal(b->tile_bwd(c, x.d, y.d, n, tiles, inner), KILN_OK);
+    double *want = calloc((size_t)(n * inner), sizeof(double));
+    for (int64_t i = 0; i < n * inner * tiles; i++)
+      want[i / (inner * tiles) * inner + i % inner] += y.h[i];
+    fetch(&x);
+    e = error_of(x.h, want, n * inner);
+    free(want);
+  }
+  drop(&x);
+  drop(&y);
+  return e;
+}
+static double case_tile_fwd(const kiln_backend *b, const kiln_op_ctx *c, int64_t n, float p,
+                            kiln_rng *r) {
+  (void)p;
+  return case_tile(KILN_OP_tile_fwd, b, c, n, r);
+}
+static double case_tile_bwd(const kiln_backend *b, const kiln_op_ctx *c, int64_t n, float p,
+                            kiln_rng *r) {
+  (void)p;
+  return case_tile(KILN_OP_tile_bwd, b, c, n, r);
+}
+
+/* Crop's window of a 3-axis n x 5 x 7 input at offset (0, 1, 2), shape n x 3 x 4, both ways
+ * (p: 1 to the small side, 0 back into the big one, whose other values stay). */
+static double case_crop_copy(const kiln_backend *b, const kiln_op_ctx *c, int64_t n, float p,
+                             kiln_rng *r) {
+  const int64_t big_shape[3] = {n, 5, 7}, small_shape[3] = {n, 3, 4}, offset[3] = {0, 1, 2};
+  tensor big = input(c, n * 35, -1, 1, 0, r), small = input(c, n * 12, -1, 1, 0, r);
+  const bool to_small = p != 0;
+  assert_int_equal(b->crop_copy(c, small.d, big.d, 3, big_shape, small_shape, offset, to_small),
+                   KILN_OK);
+  double *want = malloc(sizeof(double) * (size_t)(n * 35));
+  double e;
+  if (to_small) {
+    for (int64_t i = 0; i < n; i++)
+      for (int64_t h = 0; h < 3; h++)
+        for (int64_t w = 0; w < 4; w++)
+          want[(i * 3 + h) * 4 + w] = big.h[(i * 5 + h + 1) * 7 + w + 2];
+    fetch(&small);
+    e = error_of(small.h, want, n * 12);
+  } else {
+    for (int64_t i = 0; i < n * 35; i++) want[i] = big.h[i];
+    for (int64_t i = 0; i < n; i++)
+      for (int64_t h = 0; h < 3; h++)
+        for (int64_t w = 0; w < 4; w++)
+          want[(i * 5 + h + 1) * 7 + w + 2] = small.h[(i * 3 + h) * 4 + w];
+    fetch(&big);
+    e = error_of(big.h, want, n * 35);
+  }
+  free(want);
+  drop(&big);
+  drop(&small);
+  return e;
+}
+
+/* Rows by index: select_nonzero on a selector with zeros; gather_rows and scatter_rows by
+ * those positions; the float-index forms with repeats (BatchReindex) and an index out of range
+ * refused. Rows of 3 floats. */
+static double case_rows(int op, const kiln_backend *b, const kiln_op_ctx *c, int64_t n,
+                        kiln_rng *r) {
+  const int64_t dim = 3;
+  tensor sel = make(c, n), x = input(c, n * dim, -1, 1, 0, r), y = input(c, n * dim, -1, 1, 0, r);
+  for (int64_t i = 0; i < n; i++) sel.h[i] = kiln_rng_below(r, 3) ? (float)(i % 5) : 0.0f;
+  assert_int_equal(kiln_device_to_device(c->device, sel.d, sel.h, sizeof(float) * (size_t)n), KILN_OK);
+  int64_t *index = malloc(sizeof(int64_t) * (size_t)n), count = -1, want_count = 0;
+  double *want = malloc(sizeof(double) * (size_t)(n * dim)), e = 0;
+  assert_int_equal(b->select_nonzero(c, index, &count, sel.d, n), KILN_OK);
+  for (int64_t i = 0; i < n; i++)
+    if (sel.h[i] != 0 && index[want_count++] != i) e = INFINITY;
+  if (count != want_count) e = INFINITY;
+  if (op == KILN_OP_gather_rows || op == KILN_OP_select_nonzero) {
+    assert_int_equal(b->gather_rows(c, y.d, x.d, index, count, dim), KILN_OK);
+    for (int64_t k = 0; k < count * dim; k++) want[k] = x.h[index[k / dim] * dim + k % dim];
+    fetch(&y);
+    double ek = error_of(y.h, want, count * dim);
+    if (!(ek <= e)) e = ek;
+  } else if (op == KILN_OP_scatter_rows) {
+    for (int64_t k = 0; k < n * dim; k++) want[k] = y.h[k];
+    for (int64_t k = 0; k < count * dim; k++) want[index[k / dim] * dim + k % dim] = x.h[k];
+    assert_int_equal(b->scatter_rows(c, y.d, x.d, index, count, dim), KILN_OK);
+    fetch(&y);
+    double ek = error_of(y.h, want, n * dim);
+    if (!(ek <= e)) e = ek;
+  } else { /* float indices with repeats: gather_rows_at, scatter_add_rows_at */
+    tensor idx = make(c, n);
+    for (int64_t k = 0; k < n; k++) idx.h[k] = (float)kiln_rng_below(r, (uint32_t)n);
+    assert_int_equal(kiln_device_to_device(c->device, idx.d, idx.h, sizeof(float) * (size_t)n), KILN_OK);
+    if (op == KILN_OP_gather_rows_at) {
+      assert_int_equal(b->gather_rows_at(c, y.d, x.d, idx.d, n, n, dim), KILN_OK);
+      for (int64_t k = 0; k < n * dim; k++) want[k] = x.h[(int64_t)idx.h[k / dim] * dim + k % dim];
+    } else {
+      for (int64_t k = 0; k < n * dim; k++) want[k] = y.h[k];
+      for (int64_t k = 0; k < n * dim; k++) want[(int64_t)idx.h[k / dim] * dim + k % dim] += x.h[k];
+      assert_int_equal(b->scatter_add_rows_at(c, y.d, x.d, idx.d, n, n, dim), KILN_OK);
+    }
+    fetch(&y);
+    double ek = error_of(y.h, want, n * dim);
+    if (!(ek <= e)) e = ek;
+    /* an index past the rows, and a negative one: refused, naming the position */
+    idx.h[n - 1] = (float)n;
+    assert_int_equal(kiln_device_to_device(c->device, idx.d, idx.h, sizeof(float) * (size_t)n), KILN_OK);
+    int rc = op == KILN_OP_gather_rows_at ? b->gather_rows_at(c, y.d, x.d, idx.d, n, n, dim)
+                                          : b->scatter_add_rows_at(c, y.d, x.d, idx.d, n, n, dim);
+    if (rc != KILN_ERR_DATA || !strstr(kiln_last_error(), "past the batch")) e = INFINITY;
+    drop(&idx);
+  }
+  free(index);
+  free(want);
+  drop(&sel);
+  drop(&x);
+  drop(&y);
+  return e;
+}
+#define ROWS_CASE(name)                                                                        \
+  static double case_##name(const kiln_backend *b, const kiln_op_ctx *c, int64_t n, float p,   \
+                            kiln_rng *r) {                                                     \
+    (void)p;                                                                                   \
+    return case_rows(KILN_OP_##name, b, c, n, r);                                              \
+  }
+ROWS_CASE(select_nonzero)
+ROWS_CASE(gather_rows)
+ROWS_CASE(scatter_rows)
+ROWS_CASE(gather_rows_at)
+ROWS_CASE(scatter_add_rows_at)
+
+/* Embed: n positions into a table of 17 rows of N 70 (past a column block of 64), with a bias
+ * (p 1) or not; its weight gradient with repeated rows; a fractional index refused. */
+static double case_embed(int op, const kiln_backend *b, const kiln_op_ctx *c, int64_t n, float p,
+                         kiln_rng *r) {
+  const int64_t K = 17, N = 70;
+  tensor w = input(c, K * N, -1, 1, 0, r), bias = input(c, N, -1, 1, 0, r), idx = make(c, n);
+  tensor y = input(c, n * N, -1, 1, 0, r);
+  for (int64_t m = 0; m < n; m++) idx.h[m] = (float)kiln_rng_below(r, (uint32_t)K);
+  assert_int_equal(kiln_device_to_device(c->device, idx.d, idx.h, sizeof(float) * (size_t)n), KILN_OK);
+  double *want = malloc(sizeof(double) * (size_t)(K * N > n * N ? K * N : n * N)), e;
+  if (op == KILN_OP_embed_fwd) {
+    assert_int_equal(b->embed_fwd(c, y.d, w.d, p != 0 ? bias.d : NULL, idx.d, n, N, K), KILN_OK);
+    for (int64_t m = 0; m < n; m++)
+      for (int64_t j = 0; j < N; j++)
+        want[m * N + j] = (double)w.h[(int64_t)idx.h[m] * N + j] + (p != 0 ? bias.h[j] : 0.0);
+    fetch(&y);
+    e = error_of(y.h, want, n * N);
+  } else {
+    for (int64_t k = 0; k < K * N; k++) want[k] = w.h[k];
+    for (int64_t m = 0; m < n; m++)
+      for (int64_t j = 0; j < N; j++) want[(int64_t)idx.h[m] * N + j] += y.h[m * N + j];
+    assert_int_equal(b->embed_bwd(c, w.d, y.d, idx.d, n, N, K), KILN_OK);
+    fetch(&w);
+    e = error_of(w.h, want, K * N);
+  }
+  idx.h[0] = 2.5f;
+  assert_int_equal(kiln_device_to_device(c->device, idx.d, idx.h, sizeof(float)), KILN_OK);
+  int rc = op == KILN_OP_embed_fwd ? b->embed_fwd(c, y.d, w.d, NULL, idx.d, n, N, K)
+                                   : b->embed_bwd(c, w.d, y.d, idx.d, n, N, K);
+  if (rc != KILN_ERR_INVALID || !strstr(kiln_last_error(), "index 2.5 at element 0")) e = INFINITY;
+  free(want);
+  drop(&w);
+  drop(&bias);
+  drop(&idx);
+  drop(&y);
+  return e;
+}
+static double case_embed_fwd(const kiln_backend *b, const kiln_op_ctx *c, int64_t n, float p,
+                             kiln_rng *r) {
+  return case_embed(KILN_OP_embed_fwd, b, c, n, p, r);
+}
+static double case_embed_bwd(const kiln_backend *b, const kiln_op_ctx *c, int64_t n, float p,
+                             kiln_rng *r) {
+  return case_embed(KILN_OP_embed_bwd, b, c, n, p, r);
+}
+
+/* ArgMax of n items of 9 values along an axis with 2 values apart (dist 2) or over each item
+ * (dist 1): the top 1 and top 3 (n and p: p's units digit the top_k, its tens out_max_val, its
+ * hundreds along the axis), ties broken towards the larger index. */
+static double case_argmax_fwd(const kiln_backend *b, const kiln_op_ctx *c, int64_t n, float p,
+                              kiln_rng *r) {
+  const int ip = (int)p, k = ip % 10;
+  const bool out_max = ip / 10 % 10, along = ip / 100;
+  const int64_t dim = 9, dist = along ? 2 : 1, num = n * dist;
+  tensor x = make(c, n * dim * dist), y = make(c, 2 * num * k);
+  for (int64_t i = 0; i < x.n; i++) x.h[i] = (float)kiln_rng_below(r, 5); /* many ties */
+  assert_int_equal(kiln_device_to_device(c->device, x.d, x.h, sizeof(float) * (size_t)x.n), KILN_OK);
+  void *ws = malloc((size_t)kiln_argmax_workspace_bytes(dim));
+  assert_int_equal(b->argmax_fwd(c, y.d, ws, x.d, num, dim, dist, k, out_max, along), KILN_OK);
+  fetch(&y);
+  double e = 0;
+  for (int64_t i = 0; i < num; i++) {
+    const int64_t outer = i / dist, inner = i % dist;
+    bool used[9] = {false};
+    for (int j = 0; j < k; j++) { /* the j-th: the largest unused value, then the larger index */
+      int64_t best = -1;
+      for (int64_t q = dim - 1; q >= 0; q--)
+        if (!used[q] && (best < 0 || x.h[(outer * dim + q) * dist + inner] >
+                                         x.h[(outer * dim + best) * dist + inner]))
+          best = q;
+      used[best] = true;
+      const float v = x.h[(outer * dim + best) * dist + inner];
+      if (along) {
+        if (y.h[(outer * k + j) * dist + inner] != (out_max ? v : (float)best)) e = INFINITY;
+      } else if (out_max) {
+        if (y.h[2 * i * k + j] != (float)best || y.h[2 * i * k + k + j] != v) e = INFINITY;
+      } else if (y.h[i * k + j] != (float)best) {
+        e = INFINITY;
+      }
+    }
+  }
+  free(ws);
+  drop(&x);
+  drop(&y);
+  return e;
+}
+
 /* ---- sequence cases ---- */
 
 /* ---- solver cases ---- */
@@ -422,6 +857,42 @@ static const op_row rows[] = {
     /* ---- norm (src/ops/norm.c) ---- */
     /* ---- loss (src/ops/loss.c) ---- */
     /* ---- arrange (src/ops/arrange.c) ---- */
+    SIZES(KILN_OP_fill, case_fill, 0, 0), SIZES(KILN_OP_fill, case_fill, -2.5f, 0),
+    SIZES(KILN_OP_scale, case_scale, -0.75f, 1e-7), SIZES(KILN_OP_add, case_add, 0, 1e-7),
+    SIZES(KILN_OP_acc, case_acc, 0, 1e-7),
+    /* (two roundings: the product, then the sum) */
+    SIZES(KILN_OP_eltwise_sum2, case_eltwise_sum2, 1, 3e-7),
+    SIZES(KILN_OP_eltwise_sum2, case_eltwise_sum2, 0, 3e-7),
+    SIZES(KILN_OP_eltwise_sum2, case_eltwise_sum2, 0.1f, 3e-7),
+    SIZES(KILN_OP_eltwise_sum_acc, case_eltwise_sum_acc, 1, 3e-7),
+    SIZES(KILN_OP_eltwise_sum_acc, case_eltwise_sum_acc, 0.2f, 3e-7),
+    SIZES(KILN_OP_eltwise_prod, case_eltwise_prod, 0, 2e-7),
+    SIZES(KILN_OP_eltwise_max, case_eltwise_max, 0, 0),
+    SIZES(KILN_OP_eltwise_prod_bwd, case_eltwise_prod_bwd, 1, 1e-6),
+    SIZES(KILN_OP_eltwise_prod_bwd, case_eltwise_prod_bwd, 0, 1e-6),
+    SIZES(KILN_OP_eltwise_max_bwd, case_eltwise_max_bwd, 0, 1e-6),
+    SIZES(KILN_OP_relu_scale_bwd, case_relu_scale_bwd, 0, 1e-6),
+    SIZES(KILN_OP_relu_scale_bwd, case_relu_scale_bwd, 0.3f, 1e-6),
+    SIZES(KILN_OP_relu_scale2_bwd, case_relu_scale2_bwd, 0, 1e-6),
+    SIZES(KILN_OP_relu_scale2_bwd, case_relu_scale2_bwd, 0.3f, 1e-6),
+    {KILN_OP_copy_blocks, case_copy_blocks, 1, 0, 0}, {KILN_OP_copy_blocks, case_copy_blocks, 40, 0, 0},
+    {KILN_OP_tile_fwd, case_tile_fwd, 1, 0, 0}, {KILN_OP_tile_fwd, case_tile_fwd, 9, 0, 0},
+    {KILN_OP_tile_bwd, case_tile_bwd, 1, 0, 1e-7}, {KILN_OP_tile_bwd, case_tile_bwd, 9, 0, 1e-7},
+    {KILN_OP_crop_copy, case_crop_copy, 1, 1, 0}, {KILN_OP_crop_copy, case_crop_copy, 3, 1, 0},
+    {KILN_OP_crop_copy, case_crop_copy, 3, 0, 0},
+    {KILN_OP_select_nonzero, case_select_nonzero, 1, 0, 0},
+    {KILN_OP_select_nonzero, case_select_nonzero, 77, 0, 0},
+    {KILN_OP_gather_rows, case_gather_rows, 33, 0, 0},
+    {KILN_OP_scatter_rows, case_scatter_rows, 33, 0, 0},
+    {KILN_OP_gather_rows_at, case_gather_rows_at, 1, 0, 0},
+    {KILN_OP_gather_rows_at, case_gather_rows_at, 33, 0, 0},
+    {KILN_OP_scatter_add_rows_at, case_scatter_add_rows_at, 1, 0, 0},
+    {KILN_OP_scatter_add_rows_at, case_scatter_add_rows_at, 33, 0, 1e-6},
+    {KILN_OP_embed_fwd, case_embed_fwd, 1, 0, 0}, {KILN_OP_embed_fwd, case_embed_fwd, 30, 1, 1e-7},
+    {KILN_OP_embed_bwd, case_embed_bwd, 1, 0, 1e-7}, {KILN_OP_embed_bwd, case_embed_bwd, 2000, 0, 2e-5},
+    {KILN_OP_argmax_fwd, case_argmax_fwd, 1, 1, 0}, {KILN_OP_argmax_fwd, case_argmax_fwd, 7, 3, 0},
+    {KILN_OP_argmax_fwd, case_argmax_fwd, 7, 13, 0}, {KILN_OP_argmax_fwd, case_argmax_fwd, 5, 103, 0},
+    {KILN_OP_argmax_fwd, case_argmax_fwd, 5, 113, 0},
     /* ---- sequence (src/ops/sequence.c) ---- */
     /* ---- solver (src/ops/solver.c) ---- */
 };

@@ -113,8 +113,115 @@ typedef struct kiln_op_ctx {
 #define KILN_OPS_LOSS(X)
 
 /* src/ops/arrange.c: Eltwise, Concat, Slice, Embed, Tile, ArgMax and the other layers that
- * move, gather or combine values. */
-#define KILN_OPS_ARRANGE(X)
+ * move, gather or combine values. s(z) below is a fused ReLU's select, z > 0 ? z : slope z
+ * (slope 1: none). */
+#define KILN_OPS_ARRANGE(X)                                                                     \
+  /* y = v (n floats) */                                                                       \
+  X(fill, (const kiln_op_ctx *c, float *y, float v, int64_t n), (c, y, v, n))                  \
+  /* y = a x (y may be x) */                                                                   \
+  X(scale, (const kiln_op_ctx *c, float *y, const float *x, float a, int64_t n), (c, y, x, a, n)) \
+  /* y = a + b */                                                                              \
+  X(add, (const kiln_op_ctx *c, float *y, const float *a, const float *b, int64_t n),          \
+    (c, y, a, b, n))                                                                           \
+  /* y += x */                                                                                 \
+  X(acc, (const kiln_op_ctx *c, float *y, const float *x, int64_t n), (c, y, x, n))            \
+  /* y = s(c0 x0 + c1 x1) */                                                                   \
+  X(eltwise_sum2,                                                                              \
+    (const kiln_op_ctx *c, float *y, const float *x0, float c0, const float *x1, float c1,     \
+     int64_t n, float slope),                                                                  \
+    (c, y, x0, c0, x1, c1, n, slope))                                                          \
+  /* y = s(y + cx x) */                                                                        \
+  X(eltwise_sum_acc,                                                                           \
+    (const kiln_op_ctx *c, float *y, const float *x, float cx, int64_t n, float slope),        \
+    (c, y, x, cx, n, slope))                                                                   \
+  /* y = xs[0] xs[1] ... xs[nb-1], multiplied in that order */                                 \
+  X(eltwise_prod, (const kiln_op_ctx *c, float *y, const float *const *xs, int nb, int64_t n), \
+    (c, y, xs, nb, n))                                                                         \
+  /* y = the largest of xs (xs[1] wins a tie with xs[0], later ones must be greater); arg = its \
+   * index as a float */                                                                       \
+  X(eltwise_max,                                                                               \
+    (const kiln_op_ctx *c, float *y, float *arg, const float *const *xs, int nb, int64_t n),   \
+    (c, y, arg, xs, nb, n))                                                                    \
+  /* dx = dy times the product of xs but xs[b] (stable), or dy y / xs[b] */                    \
+  X(eltwise_prod_bwd,                                                                          \
+    (const kiln_op_ctx *c, float *dx, const float *dy, const float *y, const float *const *xs, \
+     int nb, int b, int64_t n, bool stable),                                                   \
+    (c, dx, dy, y, xs, nb, b, n, stable))                                                      \
+  /* dx = arg == b ? dy : 0 */                                                                 \
+  X(eltwise_max_bwd,                                                                           \
+    (const kiln_op_ctx *c, float *dx, const float *dy, const float *arg, int b, int64_t n),    \
+    (c, dx, dy, arg, b, n))                                                                    \
+  /* dx = cx (y > 0 ? dy : slope dy) */                                                        \
+  X(relu_scale_bwd,                                                                            \
+    (const kiln_op_ctx *c, float *dx, float cx, const float *dy, const float *y, int64_t n,    \
+     float slope),                                                                             \
+    (c, dx, cx, dy, y, n, slope))                                                              \
+  /* d = y > 0 ? dy : slope dy; dx1 = c1 d, then dx0 = c0 d (either may be dy) */              \
+  X(relu_scale2_bwd,                                                                           \
+    (const kiln_op_ctx *c, float *dx0, float c0, float *dx1, float c1, const float *dy,        \
+     const float *y, int64_t n, float slope),                                                  \
+    (c, dx0, c0, dx1, c1, dy, y, n, slope))                                                    \
+  /* for o < count: dst[o dst_stride ..] = src[o src_stride ..], block floats each */          \
+  X(copy_blocks,                                                                               \
+    (const kiln_op_ctx *c, float *dst, int64_t dst_stride, const float *src,                   \
+     int64_t src_stride, int64_t block, int64_t count),                                        \
+    (c, dst, dst_stride, src, src_stride, block, count))                                       \
+  /* y = each of outer blocks of x (inner floats) repeated tiles times */                      \
+  X(tile_fwd,                                                                                  \
+    (const kiln_op_ctx *c, float *y, const float *x, int64_t outer, int64_t tiles,             \
+     int64_t inner),                                                                           \
+    (c, y, x, outer, tiles, inner))                                                            \
+  /* dx = the sum of each block's tiles of dy, in order */                                     \
+  X(tile_bwd,                                                                                  \
+    (const kiln_op_ctx *c, float *dx, const float *dy, int64_t outer, int64_t tiles,           \
+     int64_t inner),                                                                           \
+    (c, dx, dy, outer, tiles, inner))                                                          \
+  /* small = big's window at offset (to_small), or that window = small; naxes of each shape */  \
+  X(crop_copy,                                                                                 \
+    (const kiln_op_ctx *c, float *small, float *big, int naxes, const int64_t *big_shape,      \
+     const int64_t *small_shape, const int64_t *offset, bool to_small),                        \
+    (c, small, big, naxes, big_shape, small_shape, offset, to_small))                          \
+  /* index[0 .. *count) = the positions of sel's nonzero values, in order */                   \
+  X(select_nonzero,                                                                            \
+    (const kiln_op_ctx *c, int64_t *index, int64_t *count, const float *sel, int64_t n),       \
+    (c, index, count, sel, n))                                                                 \
+  /* row k of y (dim floats) = row index[k] of x */                                            \
+  X(gather_rows,                                                                               \
+    (const kiln_op_ctx *c, float *y, const float *x, const int64_t *index, int64_t nindex,     \
+     int64_t dim),                                                                             \
+    (c, y, x, index, nindex, dim))                                                             \
+  /* row index[k] of dx = row k of dy */                                                       \
+  X(scatter_rows,                                                                              \
+    (const kiln_op_ctx *c, float *dx, const float *dy, const int64_t *index, int64_t nindex,   \
+     int64_t dim),                                                                             \
+    (c, dx, dy, index, nindex, dim))                                                           \
+  /* gather_rows with float indices into `rows` rows (BatchReindex: checked, KILN_ERR_DATA) */  \
+  X(gather_rows_at,                                                                            \
+    (const kiln_op_ctx *c, float *y, const float *x, const float *index, int64_t nindex,       \
+     int64_t rows, int64_t dim),                                                               \
+    (c, y, x, index, nindex, rows, dim))                                                       \
+  /* row index[k] of dx += row k of dy, k in order (indices checked) */                        \
+  X(scatter_add_rows_at,                                                                       \
+    (const kiln_op_ctx *c, float *dx, const float *dy, const float *index, int64_t nindex,     \
+     int64_t rows, int64_t dim),                                                               \
+    (c, dx, dy, index, nindex, rows, dim))                                                     \
+  /* row m of y (N) = row index[m] of W (K x N) + b (b may be NULL); an index that is not a    \
+   * whole number in [0, K) is KILN_ERR_INVALID naming it */                                   \
+  X(embed_fwd,                                                                                 \
+    (const kiln_op_ctx *c, float *y, const float *w, const float *b, const float *index,       \
+     int64_t M, int64_t N, int64_t K),                                                         \
+    (c, y, w, b, index, M, N, K))                                                              \
+  /* row index[m] of dW += row m of dy, positions in order (indices checked first) */          \
+  X(embed_bwd,                                                                                 \
+    (const kiln_op_ctx *c, float *dw, const float *dy, const float *index, int64_t M,          \
+     int64_t N, int64_t K),                                                                    \
+    (c, dw, dy, index, M, N, K))                                                               \
+  /* ArgMax over dim values dist apart in each of num items: the top_k indices (or values, or  \
+   * both) as Caffe lays them out; ws: kiln_argmax_workspace_bytes(dim) */                     \
+  X(argmax_fwd,                                                                                \
+    (const kiln_op_ctx *c, float *y, void *ws, const float *x, int64_t num, int64_t dim,       \
+     int64_t dist, int64_t top_k, bool out_max_val, bool along_axis),                          \
+    (c, y, ws, x, num, dim, dist, top_k, out_max_val, along_axis))
 
 /* src/ops/sequence.c: the recurrent and transformer layers' arithmetic besides GEMM. */
 #define KILN_OPS_SEQUENCE(X)
@@ -134,6 +241,9 @@ typedef struct kiln_backend {
 enum { KILN_OP_LIST(KILN_OP_ID_) KILN_OP_COUNT };
 #undef KILN_OP_ID_
 
+/* The workspace argmax_fwd needs for `dim` values an item. */
+int64_t kiln_argmax_workspace_bytes(int64_t dim);
+
 /* The op's name ("relu_fwd"); NULL for an id past the list. */
 const char *kiln_op_name(int op);
 /* Whether the backend has a kernel for op. */
@@ -149,5 +259,7 @@ const kiln_backend *kiln_backend_for(const kiln_device *d, kiln_engine e);
 /* A layer's kernels (kiln_layer_ops.kernels): op ids, KILN_KERNELS_END last. */
 #define KILN_KERNELS_END (-1)
 #define KILN_KERNELS(...) ((const int[]){__VA_ARGS__, KILN_KERNELS_END})
+/* A layer with no arithmetic at all (Input: its tops are filled through the device table). */
+#define KILN_NO_KERNELS ((const int[]){KILN_KERNELS_END})
 
 #endif

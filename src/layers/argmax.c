@@ -13,13 +13,8 @@
 static const Caffe__ArgMaxParameter argmax_defaults = CAFFE__ARG_MAX_PARAMETER__INIT;
 
 typedef struct {
-  float value;
-  int64_t index;
-} ranked;
-
-typedef struct {
   int64_t dim, axis_dist, num; /* values per ranking, their stride, rankings */
-  ranked *pairs;
+  void *pairs;                 /* the op's workspace for one ranking */
   int64_t cap;
 } argmax_state;
 
@@ -72,7 +67,7 @@ static int argmax_reshape(kiln_layer *l) {
   }
   s->num = s->dim ? x->count / s->dim : 0;
   if (s->dim > s->cap) {
-    ranked *pairs = realloc(s->pairs, sizeof *pairs * (size_t)s->dim);
+    void *pairs = realloc(s->pairs, (size_t)kiln_argmax_workspace_bytes(s->dim));
     if (!pairs) return kiln_errorf(KILN_ERR_NOMEM, "out of memory");
     s->pairs = pairs;
     s->cap = s->dim;
@@ -81,50 +76,11 @@ static int argmax_reshape(kiln_layer *l) {
   return kiln_blob_reshape(l->top[0], naxes, shape);
 }
 
-/* Descending by value, then by index (so ties put the larger index first). */
-static int rank_desc(const void *a, const void *b) {
-  const ranked *u = a, *v = b;
-  if (u->value != v->value) return u->value < v->value ? 1 : -1;
-  return u->index < v->index ? 1 : u->index > v->index ? -1 : 0;
-}
-
-static bool ranks_before(const ranked *u, const ranked *v) {
-  return u->value > v->value || (u->value == v->value && u->index > v->index);
-}
-
 static int argmax_forward(kiln_layer *l) {
   const Caffe__ArgMaxParameter *p = KILN_PARAM_OR(l->lp->argmax_param, argmax_defaults);
   argmax_state *s = l->priv;
-  const float *x = l->bottom[0]->data;
-  float *y = l->top[0]->data;
-  int64_t k = p->top_k, dim = s->dim, dist = s->axis_dist;
-  ranked *pr = s->pairs;
-  for (int64_t i = 0; i < s->num; i++) {
-    int64_t outer = i / dist, inner = i % dist;
-    for (int64_t j = 0; j < dim; j++)
-      pr[j] = (ranked){.value = x[(outer * dim + j) * dist + inner], .index = j};
-    if (k == 1) { /* the common case: one pass */
-      int64_t best = 0;
-      for (int64_t j = 1; j < dim; j++)
-        if (ranks_before(&pr[j], &pr[best])) best = j;
-      ranked t = pr[0];
-      pr[0] = pr[best];
-      pr[best] = t;
-    } else {
-      qsort(pr, (size_t)dim, sizeof *pr, rank_desc);
-    }
-    for (int64_t j = 0; j < k; j++) {
-      if (p->has_axis) {
-        y[(outer * k + j) * dist + inner] = p->out_max_val ? pr[j].value : (float)pr[j].index;
-      } else if (p->out_max_val) {
-        y[2 * i * k + j] = (float)pr[j].index;
-        y[2 * i * k + k + j] = pr[j].value;
-      } else {
-        y[i * k + j] = (float)pr[j].index;
-      }
-    }
-  }
-  return KILN_OK;
+  return KILN_OP(l, argmax_fwd, l->top[0]->data, s->pairs, l->bottom[0]->data, s->num, s->dim,
+                 s->axis_dist, p->top_k, p->out_max_val, p->has_axis);
 }
 
 static void argmax_destroy(kiln_layer *l) {
@@ -136,5 +92,5 @@ static void argmax_destroy(kiln_layer *l) {
 const kiln_layer_ops kiln_layer_argmax = {
     .type = "ArgMax", .min_bottoms = 1, .max_bottoms = 1, .min_tops = 1, .max_tops = 1,
     .setup = argmax_setup, .reshape = argmax_reshape, .forward = argmax_forward,
-    .destroy = argmax_destroy,
+    .destroy = argmax_destroy, .kernels = KILN_KERNELS(KILN_OP_argmax_fwd),
 };

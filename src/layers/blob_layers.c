@@ -22,14 +22,14 @@ static int silence_forward(kiln_layer *l) {
 
 static int silence_backward(kiln_layer *l) {
   for (int b = 0; b < l->nbottom; b++)
-    if (l->propagate_down[b])
-      memset(l->bottom[b]->diff, 0, sizeof(float) * (size_t)l->bottom[b]->count);
+    if (l->propagate_down[b]) KILN_TRY(KILN_OP(l, fill, l->bottom[b]->diff, 0.0f, l->bottom[b]->count));
   return KILN_OK;
 }
 
 const kiln_layer_ops kiln_layer_silence = {
     .type = "Silence", .min_bottoms = 1, .max_bottoms = -1, .min_tops = 0, .max_tops = 0,
     .reshape = silence_reshape, .forward = silence_forward, .backward = silence_backward,
+    .kernels = KILN_KERNELS(KILN_OP_fill),
 };
 
 /* ---- Parameter ----------------------------------------------------------------------------- */
@@ -62,21 +62,17 @@ static int parameter_setup(kiln_layer *l) {
 static int parameter_reshape(kiln_layer *l) { return kiln_blob_reshape_like(l->top[0], l->param[0]); }
 
 static int parameter_forward(kiln_layer *l) {
-  memcpy(l->top[0]->data, l->param[0]->data, sizeof(float) * (size_t)l->param[0]->count);
-  return KILN_OK;
+  return KILN_OP(l, copy, l->top[0]->data, l->param[0]->data, l->param[0]->count);
 }
 
 static int parameter_backward(kiln_layer *l) {
-  const float *dy = l->top[0]->diff;
-  float *dw = l->param[0]->diff;
-  for (int64_t i = 0; i < l->param[0]->count; i++) dw[i] += dy[i];
-  return KILN_OK;
+  return KILN_OP(l, acc, l->param[0]->diff, l->top[0]->diff, l->param[0]->count);
 }
 
 const kiln_layer_ops kiln_layer_parameter = {
     .type = "Parameter", .min_bottoms = 0, .max_bottoms = 0, .min_tops = 1, .max_tops = 1,
     .setup = parameter_setup, .reshape = parameter_reshape, .forward = parameter_forward,
-    .backward = parameter_backward,
+    .backward = parameter_backward, .kernels = KILN_KERNELS(KILN_OP_copy, KILN_OP_acc),
 };
 
 /* ---- Tile ---------------------------------------------------------------------------------- */
@@ -121,26 +117,13 @@ static int tile_reshape(kiln_layer *l) {
 
 static int tile_forward(kiln_layer *l) {
   const tile_state *s = l->priv;
-  const float *x = l->bottom[0]->data;
-  float *y = l->top[0]->data;
-  for (int64_t o = 0; o < s->outer; o++, x += s->inner)
-    for (int64_t t = 0; t < s->tiles; t++, y += s->inner)
-      memcpy(y, x, sizeof(float) * (size_t)s->inner);
-  return KILN_OK;
+  return KILN_OP(l, tile_fwd, l->top[0]->data, l->bottom[0]->data, s->outer, s->tiles, s->inner);
 }
 
 static int tile_backward(kiln_layer *l) {
   if (!l->propagate_down[0]) return KILN_OK;
   const tile_state *s = l->priv;
-  const float *dy = l->top[0]->diff;
-  float *dx = l->bottom[0]->diff;
-  for (int64_t o = 0; o < s->outer; o++, dx += s->inner) {
-    memcpy(dx, dy, sizeof(float) * (size_t)s->inner);
-    dy += s->inner;
-    for (int64_t t = 1; t < s->tiles; t++, dy += s->inner)
-      for (int64_t i = 0; i < s->inner; i++) dx[i] += dy[i];
-  }
-  return KILN_OK;
+  return KILN_OP(l, tile_bwd, l->bottom[0]->diff, l->top[0]->diff, s->outer, s->tiles, s->inner);
 }
 
 static void free_priv(kiln_layer *l) { free(l->priv); }
@@ -149,6 +132,7 @@ const kiln_layer_ops kiln_layer_tile = {
     .type = "Tile", .min_bottoms = 1, .max_bottoms = 1, .min_tops = 1, .max_tops = 1,
     .setup = tile_setup, .reshape = tile_reshape, .forward = tile_forward,
     .backward = tile_backward, .destroy = free_priv,
+    .kernels = KILN_KERNELS(KILN_OP_tile_fwd, KILN_OP_tile_bwd),
 };
 
 /* ---- Crop ---------------------------------------------------------------------------------- */
@@ -205,47 +189,22 @@ static int crop_reshape(kiln_layer *l) {
   return kiln_blob_reshape(l->top[0], n, shape);
 }
 
-/* Copies the rows of the last axis between the input (big) and the crop (small): forward
- * small = big's window, backward big's window = small. */
-static void crop_copy(float *small, float *big, const kiln_blob *x, const kiln_blob *y,
-                      const int64_t *offset, bool to_small) {
-  const int n = y->naxes;
-  if (y->count == 0) return;
-  if (n == 0) {
-    if (to_small) small[0] = big[0];
-    else big[0] = small[0];
-    return;
-  }
-  const int64_t row = y->shape[n - 1];
-  const int64_t rows = y->count / row;
-  int64_t idx[KILN_MAX_AXES] = {0};
-  for (int64_t r = 0; r < rows; r++) {
-    /* the row's start in the input: index + offset on each axis */
-    int64_t at = 0;
-    for (int i = 0; i < n; i++) at = at * x->shape[i] + (i < n - 1 ? idx[i] : 0) + offset[i];
-    if (to_small) memcpy(small + r * row, big + at, sizeof(float) * (size_t)row);
-    else memcpy(big + at, small + r * row, sizeof(float) * (size_t)row);
-    for (int i = n - 2; i >= 0; i--) { /* next row */
-      if (++idx[i] < y->shape[i]) break;
-      idx[i] = 0;
-    }
-  }
-}
-
 static int crop_forward(kiln_layer *l) {
   const crop_state *s = l->priv;
-  crop_copy(l->top[0]->data, l->bottom[0]->data, l->bottom[0], l->top[0], s->offset, true);
-  return KILN_OK;
+  return KILN_OP(l, crop_copy, l->top[0]->data, l->bottom[0]->data, l->top[0]->naxes,
+                 l->bottom[0]->shape, l->top[0]->shape, s->offset, true);
 }
 
+/* The window's gradient into zeros; the reference (second bottom) gives a shape only. */
 static int crop_backward(kiln_layer *l) {
   const crop_state *s = l->priv;
   if (l->propagate_down[0]) {
-    memset(l->bottom[0]->diff, 0, sizeof(float) * (size_t)l->bottom[0]->count);
-    crop_copy(l->top[0]->diff, l->bottom[0]->diff, l->bottom[0], l->top[0], s->offset, false);
+    KILN_TRY(KILN_OP(l, fill, l->bottom[0]->diff, 0.0f, l->bottom[0]->count));
+    KILN_TRY(KILN_OP(l, crop_copy, l->top[0]->diff, l->bottom[0]->diff, l->top[0]->naxes,
+                     l->bottom[0]->shape, l->top[0]->shape, s->offset, false));
   }
   if (l->propagate_down[1])
-    memset(l->bottom[1]->diff, 0, sizeof(float) * (size_t)l->bottom[1]->count);
+    KILN_TRY(KILN_OP(l, fill, l->bottom[1]->diff, 0.0f, l->bottom[1]->count));
   return KILN_OK;
 }
 
@@ -253,4 +212,5 @@ const kiln_layer_ops kiln_layer_crop = {
     .type = "Crop", .min_bottoms = 2, .max_bottoms = 2, .min_tops = 1, .max_tops = 1,
     .setup = crop_setup, .reshape = crop_reshape, .forward = crop_forward,
     .backward = crop_backward, .destroy = free_priv,
+    .kernels = KILN_KERNELS(KILN_OP_crop_copy, KILN_OP_fill),
 };

@@ -79,9 +79,8 @@ static int concat_forward(kiln_layer *l) {
   int64_t at = 0; /* offset on the axis */
   for (int b = 0; b < l->nbottom; b++) {
     int64_t block = l->bottom[b]->shape[s->axis] * s->inner;
-    const float *x = l->bottom[b]->data;
-    for (int64_t o = 0; o < s->outer; o++)
-      memcpy(y + (o * s->top_dim + at) * s->inner, x + o * block, sizeof(float) * (size_t)block);
+    KILN_TRY(KILN_OP(l, copy_blocks, y + at * s->inner, s->top_dim * s->inner,
+                     l->bottom[b]->data, block, block, s->outer));
     at += l->bottom[b]->shape[s->axis];
   }
   return KILN_OK;
@@ -93,11 +92,9 @@ static int concat_backward(kiln_layer *l) {
   int64_t at = 0;
   for (int b = 0; b < l->nbottom; b++) {
     int64_t block = l->bottom[b]->shape[s->axis] * s->inner;
-    if (l->propagate_down[b]) {
-      float *dx = l->bottom[b]->diff;
-      for (int64_t o = 0; o < s->outer; o++)
-        memcpy(dx + o * block, dy + (o * s->top_dim + at) * s->inner, sizeof(float) * (size_t)block);
-    }
+    if (l->propagate_down[b])
+      KILN_TRY(KILN_OP(l, copy_blocks, l->bottom[b]->diff, block, dy + at * s->inner,
+                       s->top_dim * s->inner, block, s->outer));
     at += l->bottom[b]->shape[s->axis];
   }
   return KILN_OK;
@@ -114,5 +111,5 @@ const kiln_layer_ops kiln_layer_concat = {
     .type = "Concat", .min_bottoms = 1, .max_bottoms = -1, .min_tops = 1, .max_tops = 1,
     .setup = concat_setup, .reshape = concat_reshape, .forward = concat_forward,
     .backward = concat_backward, .destroy = concat_destroy, .prefix_axis = concat_prefix_axis,
-    .backward_reads = kiln_reads_none,
+    .backward_reads = kiln_reads_none, .kernels = KILN_KERNELS(KILN_OP_copy_blocks),
 };

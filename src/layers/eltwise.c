@@ -2,7 +2,6 @@
  * two or more bottoms of the same shape. MAX records which bottom won each element; the gradient
  * goes to that bottom only. May run in place on its first bottom. */
 #include <stdlib.h>
-#include <string.h>
 
 #include "layer_util.h"
 
@@ -71,97 +70,58 @@ static int eltwise_reshape(kiln_layer *l) {
   return kiln_blob_reshape_like(l->top[0], x0);
 }
 
+/* The bottoms' data, with bottom 0's copy in its place where PROD works in place (its input is
+ * the top then). */
+static void inputs(const kiln_layer *l, const eltwise_state *s, const float **xs) {
+  for (int b = 0; b < l->nbottom; b++) xs[b] = l->bottom[b]->data;
+  if (s->op == OP_PROD && s->in_place) xs[0] = l->buffer[0]->data;
+}
+
 static int eltwise_forward(kiln_layer *l) {
   eltwise_state *s = l->priv;
-  int nb = l->nbottom;
-  int64_t n = l->bottom[0]->count;
+  const int nb = l->nbottom;
+  const int64_t n = l->bottom[0]->count;
   float *y = l->top[0]->data;
   /* In place y is bottom 0: each element is read from every bottom before it is written. */
   switch (s->op) {
-    case OP_SUM: {
-      /* Threaded, vectorised passes, element-wise, so bottom 0 may be the top (in place): the
-       * first two bottoms in one pass, then one per further bottom; the fused ReLU's select in
-       * the last pass. The additions are those of one bottom after another. */
-      const float c0 = s->coeff[0], c1 = s->coeff[1], *x0 = l->bottom[0]->data;
-      const float *x1 = l->bottom[1]->data;
-      const float slope = s->relu && nb == 2 ? s->slope : 1.0f; /* 1: no select */
-#pragma omp parallel for simd schedule(static) num_threads(l->nthreads) if (parallel: n > 32768)
-      for (int64_t k = 0; k < n; k++) {
-        const float t = c0 * x0[k], z = t + c1 * x1[k];
-        y[k] = z > 0 ? z : slope * z;
-      }
-      for (int b = 2; b < nb; b++) {
-        const float cb = s->coeff[b], *xb = l->bottom[b]->data;
-        const float sl = s->relu && b == nb - 1 ? s->slope : 1.0f;
-#pragma omp parallel for simd schedule(static) num_threads(l->nthreads) if (parallel: n > 32768)
-        for (int64_t k = 0; k < n; k++) {
-          const float z = y[k] + cb * xb[k];
-          y[k] = z > 0 ? z : sl * z;
-        }
-      }
-      break;
+    case OP_SUM:
+      /* The first two bottoms in one pass, then one per further bottom, the fused ReLU's select
+       * in the last pass (slope 1: none): the additions are those of one bottom after another. */
+      KILN_TRY(KILN_OP(l, eltwise_sum2, y, l->bottom[0]->data, s->coeff[0], l->bottom[1]->data,
+                       s->coeff[1], n, s->relu && nb == 2 ? s->slope : 1.0f));
+      for (int b = 2; b < nb; b++)
+        KILN_TRY(KILN_OP(l, eltwise_sum_acc, y, l->bottom[b]->data, s->coeff[b], n,
+                         s->relu && b == nb - 1 ? s->slope : 1.0f));
+      return KILN_OK;
+    case OP_PROD: {
+      if (s->in_place) KILN_TRY(KILN_OP(l, copy, l->buffer[0]->data, l->bottom[0]->data, n));
+      const float *xs[nb];
+      inputs(l, s, xs);
+      return KILN_OP(l, eltwise_prod, y, xs, nb, n);
     }
-    case OP_PROD:
-      if (s->in_place) memcpy(l->buffer[0]->data, l->bottom[0]->data, sizeof(float) * (size_t)n);
-      for (int64_t k = 0; k < n; k++) {
-        float v = l->bottom[0]->data[k];
-        for (int b = 1; b < nb; b++) v *= l->bottom[b]->data[k];
-        y[k] = v;
-      }
-      break;
-    case OP_MAX: {
-      /* Caffe's order: bottom 1 wins a tie with bottom 0; later bottoms must be strictly
-       * greater. */
-      float *arg = l->buffer[0]->data;
-      const float *a = l->bottom[0]->data, *b1 = l->bottom[1]->data;
-      for (int64_t k = 0; k < n; k++) {
-        float v = b1[k];
-        int w = 1;
-        if (a[k] > v) {
-          v = a[k];
-          w = 0;
-        }
-        for (int b = 2; b < nb; b++)
-          if (l->bottom[b]->data[k] > v) {
-            v = l->bottom[b]->data[k];
-            w = b;
-          }
-        y[k] = v;
-        arg[k] = (float)w;
-      }
-      break;
+    default: {
+      const float *xs[nb];
+      inputs(l, s, xs);
+      return KILN_OP(l, eltwise_max, y, l->buffer[0]->data, xs, nb, n);
     }
   }
-  return KILN_OK;
 }
 
-/* SUM fused with ReLU: each bottom's gradient from the masked top gradient in one pass (the
- * mask read from the top, as the in-place ReLU reads it: its sign is the sum's for slope >= 0).
- * Element by element, so a bottom's diff may be the top's (in place). */
-static void sum_relu_backward(kiln_layer *l, const eltwise_state *s) {
+/* SUM fused with ReLU: each bottom's gradient from the masked top gradient (the mask read from
+ * the top, as the in-place ReLU reads it: its sign is the sum's for slope >= 0), element by
+ * element, so a bottom's diff may be the top's (in place). */
+static int sum_relu_backward(kiln_layer *l, const eltwise_state *s) {
   const int64_t n = l->bottom[0]->count;
-  const float *dy = l->top[0]->diff, *y = l->top[0]->data, slope = s->slope;
+  const float *dy = l->top[0]->diff, *y = l->top[0]->data;
   const int nb = l->nbottom;
-  float *dx0 = l->propagate_down[0] ? l->bottom[0]->diff : NULL;
-  float *dx1 = l->propagate_down[1] ? l->bottom[1]->diff : NULL;
-  const float c0 = s->coeff[0], c1 = s->coeff[1];
-  if (nb == 2 && dx0 && dx1) { /* resnets' shortcut sums */
-#pragma omp parallel for simd schedule(static) num_threads(l->nthreads) if (parallel: n > 32768)
-    for (int64_t k = 0; k < n; k++) {
-      const float d = y[k] > 0 ? dy[k] : slope * dy[k];
-      dx1[k] = c1 * d;
-      dx0[k] = c0 * d;
-    }
-    return;
-  }
+  if (nb == 2 && l->propagate_down[0] && l->propagate_down[1]) /* resnets' shortcut sums */
+    return KILN_OP(l, relu_scale2_bwd, l->bottom[0]->diff, s->coeff[0], l->bottom[1]->diff,
+                   s->coeff[1], dy, y, n, s->slope);
   /* Otherwise bottom by bottom, bottom 0 last: in place its diff is the top's. */
-  for (int b = nb - 1; b >= 0; b--) {
-    if (!l->propagate_down[b]) continue;
-    float *dx = l->bottom[b]->diff;
-    const float c = s->coeff[b];
-#pragma omp parallel for simd schedule(static) num_threads(l->nthreads) if (parallel: n > 32768)
-    for (int64_t k = 0; k < n; k++) dx[k] = c * (y[k] > 0 ? dy[k] : slope * dy[k]);
-  }
+  for (int b = nb - 1; b >= 0; b--)
+    if (l->propagate_down[b])
+      KILN_TRY(KILN_OP(l, relu_scale_bwd, l->bottom[b]->diff, s->coeff[b], dy, y, n, s->slope));
+  return KILN_OK;
 }
 
 /* SUM reads nothing (fused with a ReLU, its top for the mask), MAX its winners (a buffer), PROD
@@ -176,44 +136,22 @@ static unsigned eltwise_backward_reads(const kiln_layer *l) {
 /* Bottom 0 last: in place its diff is the top's. */
 static int eltwise_backward(kiln_layer *l) {
   eltwise_state *s = l->priv;
-  int nb = l->nbottom;
-  int64_t n = l->bottom[0]->count;
+  const int nb = l->nbottom;
+  const int64_t n = l->bottom[0]->count;
   const float *dy = l->top[0]->diff, *y = l->top[0]->data;
-  if (s->relu) {
-    sum_relu_backward(l, s);
-    return KILN_OK;
-  }
+  if (s->relu) return sum_relu_backward(l, s);
+  const float *xs[nb];
+  inputs(l, s, xs);
   for (int b = nb - 1; b >= 0; b--) {
     if (!l->propagate_down[b]) continue;
     float *dx = l->bottom[b]->diff;
-    switch (s->op) {
-      case OP_SUM: {
-        const float c = s->coeff[b];
-        if (c == 1.0f && dx == dy) break; /* in place with coefficient 1: already the top's */
-#pragma omp parallel for simd schedule(static) num_threads(l->nthreads) if (parallel: n > 32768)
-        for (int64_t k = 0; k < n; k++) dx[k] = c * dy[k];
-        break;
-      }
-      case OP_PROD:
-        if (s->stable_prod_grad) {
-          for (int64_t k = 0; k < n; k++) {
-            float v = dy[k];
-            for (int j = 0; j < nb; j++) {
-              if (j == b) continue;
-              v *= j == 0 && s->in_place ? l->buffer[0]->data[k] : l->bottom[j]->data[k];
-            }
-            dx[k] = v;
-          }
-        } else {
-          const float *x = b == 0 && s->in_place ? l->buffer[0]->data : l->bottom[b]->data;
-          for (int64_t k = 0; k < n; k++) dx[k] = y[k] / x[k] * dy[k];
-        }
-        break;
-      case OP_MAX: {
-        const float *arg = l->buffer[0]->data;
-        for (int64_t k = 0; k < n; k++) dx[k] = (int)arg[k] == b ? dy[k] : 0.0f;
-        break;
-      }
+    if (s->op == OP_SUM) {
+      if (s->coeff[b] == 1.0f && dx == dy) continue; /* in place with coefficient 1: the top's */
+      KILN_TRY(KILN_OP(l, scale, dx, dy, s->coeff[b], n));
+    } else if (s->op == OP_PROD) {
+      KILN_TRY(KILN_OP(l, eltwise_prod_bwd, dx, dy, y, xs, nb, b, n, s->stable_prod_grad));
+    } else {
+      KILN_TRY(KILN_OP(l, eltwise_max_bwd, dx, dy, l->buffer[0]->data, b, n));
     }
   }
   return KILN_OK;
@@ -244,4 +182,8 @@ const kiln_layer_ops kiln_layer_eltwise = {
     .setup = eltwise_setup, .reshape = eltwise_reshape, .forward = eltwise_forward,
     .backward = eltwise_backward, .destroy = eltwise_destroy, .layout_role = kiln_layout_any,
     .fuse = eltwise_fuse, .backward_reads = eltwise_backward_reads,
+    .kernels = KILN_KERNELS(KILN_OP_eltwise_sum2, KILN_OP_eltwise_sum_acc, KILN_OP_copy,
+                            KILN_OP_eltwise_prod, KILN_OP_eltwise_max, KILN_OP_relu_scale2_bwd,
+                            KILN_OP_relu_scale_bwd, KILN_OP_scale, KILN_OP_eltwise_prod_bwd,
+                            KILN_OP_eltwise_max_bwd),
 };

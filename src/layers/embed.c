@@ -48,67 +48,30 @@ static int embed_reshape(kiln_layer *l) {
   return kiln_blob_reshape(l->top[0], x->naxes + 1, shape);
 }
 
-/* Element i of the bottom as a row of W, or an error naming the value: Caffe only checks this in
- * debug builds and reads past the table otherwise. */
-static int embed_index(kiln_layer *l, const embed_state *s, int64_t i, int64_t *row) {
-  const float v = l->bottom[0]->data[i];
-  if (!(v >= 0 && v < (float)s->K) || v != floorf(v))
-    return KILN_LAYER_ERROR(l, KILN_ERR_INVALID,
-                            "index %g at element %lld of '%s' is not a whole number in [0, %lld) "
-                            "(embed_param.input_dim)",
-                            (double)v, (long long)i, l->bottom[0]->name, (long long)s->K);
-  *row = (int64_t)v;
-  return KILN_OK;
+/* The ops check every index (Caffe only does in debug builds and reads past the table
+ * otherwise); an error names the bottom and the field too. */
+static int index_error(kiln_layer *l, const embed_state *s, int rc) {
+  return kiln_error_context(rc, "layer '%s' (Embed): '%s' (embed_param.input_dim %lld): ", l->name,
+                            l->bottom[0]->name, (long long)s->K);
 }
 
 static int embed_forward(kiln_layer *l) {
   embed_state *s = l->priv;
-  const int64_t M = l->bottom[0]->count, N = s->N;
-  const float *w = l->param[0]->data, *b = s->bias ? l->param[1]->data : NULL;
-  float *y = l->top[0]->data;
-  for (int64_t m = 0; m < M; m++) {
-    int64_t k;
-    KILN_TRY(embed_index(l, s, m, &k));
-    const float *row = w + k * N;
-    float *out = y + m * N;
-    if (b)
-      for (int64_t n = 0; n < N; n++) out[n] = row[n] + b[n];
-    else
-      memcpy(out, row, sizeof(float) * (size_t)N);
-  }
-  return KILN_OK;
+  int rc = KILN_OP(l, embed_fwd, l->top[0]->data, l->param[0]->data,
+                   s->bias ? l->param[1]->data : NULL, l->bottom[0]->data, l->bottom[0]->count,
+                   s->N, s->K);
+  return rc ? index_error(l, s, rc) : KILN_OK;
 }
 
 static int embed_backward(kiln_layer *l) {
   if (l->propagate_down[0])
     return KILN_LAYER_ERROR(l, KILN_ERR_INVALID, "cannot backpropagate to the index input");
   embed_state *s = l->priv;
-  const int64_t M = l->bottom[0]->count, N = s->N;
-  const float *dy = l->top[0]->diff;
-  float *dw = l->param[0]->diff;
-  /* Rows of W that several positions share get their gradients added in position order, so the
-   * result is the same whatever the thread count: threads split the columns, never the
-   * positions. Indices were checked by the forward pass; checked again, since the bottom is the
-   * caller's and backward must not write outside W. */
-  for (int64_t m = 0; m < M; m++) {
-    int64_t k;
-    KILN_TRY(embed_index(l, s, m, &k));
-  }
-  const float *x = l->bottom[0]->data;
-#pragma omp parallel for schedule(static) num_threads(l->nthreads) if (M * N > 65536)
-  for (int64_t c0 = 0; c0 < N; c0 += 64) {
-    const int64_t c1 = c0 + 64 < N ? c0 + 64 : N;
-    for (int64_t m = 0; m < M; m++) {
-      float *row = dw + (int64_t)x[m] * N;
-      const float *g = dy + m * N;
-      for (int64_t n = c0; n < c1; n++) row[n] += g[n];
-    }
-  }
-  if (s->bias) {
-    float *db = l->param[1]->diff;
-    for (int64_t m = 0; m < M; m++)
-      for (int64_t n = 0; n < N; n++) db[n] += dy[m * N + n];
-  }
+  const int64_t M = l->bottom[0]->count;
+  int rc = KILN_OP(l, embed_bwd, l->param[0]->diff, l->top[0]->diff, l->bottom[0]->data, M, s->N,
+                   s->K);
+  if (rc) return index_error(l, s, rc);
+  if (s->bias) KILN_TRY(KILN_OP(l, sum_rows_into, l->param[1]->diff, l->top[0]->diff, M, s->N));
   return KILN_OK;
 }
 
@@ -119,4 +82,5 @@ const kiln_layer_ops kiln_layer_embed = {
     .no_gradient_bottoms = 1u << 0,
     .setup = embed_setup, .reshape = embed_reshape, .forward = embed_forward,
     .backward = embed_backward, .destroy = embed_destroy,
+    .kernels = KILN_KERNELS(KILN_OP_embed_fwd, KILN_OP_embed_bwd, KILN_OP_sum_rows_into),
 };

@@ -80,20 +80,15 @@ static int filter_reshape(kiln_layer *l) {
 static int filter_forward(kiln_layer *l) {
   filter_state *s = l->priv;
   const kiln_blob *sel = l->bottom[l->nbottom - 1];
-  s->nindex = 0;
-  for (int64_t n = 0; n < sel->shape[0]; n++)
-    if (sel->data[n] != 0) s->index[s->nindex++] = n;
+  /* (the count decides the tops' shapes: it comes back to the host with the indices) */
+  KILN_TRY(KILN_OP(l, select_nonzero, s->index, &s->nindex, sel->data, sel->shape[0]));
   if (l->ntop > 0 && l->top[0]->shape[0] != s->nindex) {
     KILN_TRY(filter_shape_tops(l, s->nindex));
     l->reshaped = true;
   }
-  for (int t = 0; t < l->ntop; t++) {
-    const int64_t dim = item_size(l->bottom[t]);
-    const float *x = l->bottom[t]->data;
-    float *y = l->top[t]->data;
-    for (int64_t k = 0; k < s->nindex; k++)
-      memcpy(y + k * dim, x + s->index[k] * dim, sizeof(float) * (size_t)dim);
-  }
+  for (int t = 0; t < l->ntop; t++)
+    KILN_TRY(KILN_OP(l, gather_rows, l->top[t]->data, l->bottom[t]->data, s->index, s->nindex,
+                     item_size(l->bottom[t])));
   return KILN_OK;
 }
 
@@ -105,12 +100,10 @@ static int filter_backward(kiln_layer *l) {
   const filter_state *s = l->priv;
   for (int t = 0; t < l->ntop; t++) {
     if (!l->propagate_down[t]) continue;
-    const int64_t dim = item_size(l->bottom[t]);
     float *dx = l->bottom[t]->diff;
-    const float *dy = l->top[t]->diff;
-    memset(dx, 0, sizeof(float) * (size_t)l->bottom[t]->count);
-    for (int64_t k = 0; k < s->nindex; k++)
-      memcpy(dx + s->index[k] * dim, dy + k * dim, sizeof(float) * (size_t)dim);
+    KILN_TRY(KILN_OP(l, fill, dx, 0.0f, l->bottom[t]->count));
+    KILN_TRY(KILN_OP(l, scatter_rows, dx, l->top[t]->diff, s->index, s->nindex,
+                     item_size(l->bottom[t])));
   }
   return KILN_OK;
 }
@@ -128,6 +121,8 @@ const kiln_layer_ops kiln_layer_filter = {
     .setup = filter_setup, .reshape = filter_reshape, .forward = filter_forward,
     .backward = filter_backward, .allows_gradient = filter_allows_gradient,
     .destroy = filter_destroy,
+    .kernels = KILN_KERNELS(KILN_OP_select_nonzero, KILN_OP_gather_rows, KILN_OP_fill,
+                            KILN_OP_scatter_rows),
 };
 
 /* ---- BatchReindex -------------------------------------------------------------------------- */
@@ -150,21 +145,9 @@ static int reindex_reshape(kiln_layer *l) {
 
 static int reindex_forward(kiln_layer *l) {
   const kiln_blob *x = l->bottom[0], *idx = l->bottom[1];
-  const int64_t N = items(x), dim = item_size(x);
-  for (int64_t k = 0; k < idx->count; k++) {
-    const float v = idx->data[k];
-    if (!(v >= 0))
-      return KILN_LAYER_ERROR(l, KILN_ERR_DATA, "index %g at position %lld is negative", v,
-                              (long long)k);
-    if (!(v < (float)N) || (int64_t)v >= N)
-      return KILN_LAYER_ERROR(l, KILN_ERR_DATA,
-                              "index %g at position %lld is past the batch of %lld", v,
-                              (long long)k, (long long)N);
-  }
-  for (int64_t k = 0; k < idx->count; k++)
-    memcpy(l->top[0]->data + k * dim, x->data + (int64_t)idx->data[k] * dim,
-           sizeof(float) * (size_t)dim);
-  return KILN_OK;
+  int rc = KILN_OP(l, gather_rows_at, l->top[0]->data, x->data, idx->data, idx->count, items(x),
+                   item_size(x));
+  return rc ? kiln_error_context(rc, "layer '%s' (%s): ", l->name, l->ops->type) : KILN_OK;
 }
 
 static int reindex_backward(kiln_layer *l) {
@@ -174,15 +157,10 @@ static int reindex_backward(kiln_layer *l) {
                             "propagate_down: false for it");
   if (!l->propagate_down[0]) return KILN_OK;
   const kiln_blob *x = l->bottom[0], *idx = l->bottom[1];
-  const int64_t dim = item_size(x);
-  float *dx = x->diff;
-  memset(dx, 0, sizeof(float) * (size_t)x->count);
-  for (int64_t k = 0; k < idx->count; k++) {
-    float *d = dx + (int64_t)idx->data[k] * dim;
-    const float *g = l->top[0]->diff + k * dim;
-    for (int64_t i = 0; i < dim; i++) d[i] += g[i];
-  }
-  return KILN_OK;
+  KILN_TRY(KILN_OP(l, fill, x->diff, 0.0f, x->count));
+  int rc = KILN_OP(l, scatter_add_rows_at, x->diff, l->top[0]->diff, idx->data, idx->count,
+                   items(x), item_size(x));
+  return rc ? kiln_error_context(rc, "layer '%s' (%s): ", l->name, l->ops->type) : KILN_OK;
 }
 
 static bool reindex_allows_gradient(const kiln_layer *l, int b) {
@@ -194,4 +172,5 @@ const kiln_layer_ops kiln_layer_batch_reindex = {
     .type = "BatchReindex", .min_bottoms = 2, .max_bottoms = 2, .min_tops = 1, .max_tops = 1,
     .reshape = reindex_reshape, .forward = reindex_forward, .backward = reindex_backward,
     .allows_gradient = reindex_allows_gradient,
+    .kernels = KILN_KERNELS(KILN_OP_gather_rows_at, KILN_OP_fill, KILN_OP_scatter_add_rows_at),
 };

@@ -101,18 +101,17 @@ static int reshape_reshape(kiln_layer *l) {
 }
 
 static int reshape_forward(kiln_layer *l) {
-  memcpy(l->top[0]->data, l->bottom[0]->data, sizeof(float) * (size_t)l->bottom[0]->count);
-  return KILN_OK;
+  return KILN_OP(l, copy, l->top[0]->data, l->bottom[0]->data, l->bottom[0]->count);
 }
 
 static int reshape_backward(kiln_layer *l) {
-  if (l->propagate_down[0])
-    memcpy(l->bottom[0]->diff, l->top[0]->diff, sizeof(float) * (size_t)l->bottom[0]->count);
-  return KILN_OK;
+  if (!l->propagate_down[0]) return KILN_OK;
+  return KILN_OP(l, copy, l->bottom[0]->diff, l->top[0]->diff, l->bottom[0]->count);
 }
 
 const kiln_layer_ops kiln_layer_reshape = {
     .type = "Reshape", .min_bottoms = 1, .max_bottoms = 1, .min_tops = 1, .max_tops = 1,
     .setup = reshape_setup, .reshape = reshape_reshape, .forward = reshape_forward,
     .backward = reshape_backward, .backward_reads = kiln_reads_none,
+    .kernels = KILN_KERNELS(KILN_OP_copy),
 };

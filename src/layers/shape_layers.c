@@ -41,7 +41,7 @@ static int nothing(kiln_layer *l) {
 const kiln_layer_ops kiln_layer_input = {
     .type = "Input", .min_bottoms = 0, .max_bottoms = 0, .min_tops = 1, .max_tops = -1,
     .is_data = true, .fed_by_caller = true, .setup = input_setup, .reshape = input_reshape,
-    .forward = nothing,
+    .forward = nothing, .kernels = KILN_NO_KERNELS,
 };
 
 /* ---- MemoryData -------------------------------------------------------------------------- */
@@ -83,7 +83,7 @@ static int memory_data_reshape(kiln_layer *l) {
 const kiln_layer_ops kiln_layer_memory_data = {
     .type = "MemoryData", .min_bottoms = 0, .max_bottoms = 0, .min_tops = 2, .max_tops = 2,
     .is_data = true, .fed_by_caller = true, .setup = memory_data_setup,
-    .reshape = memory_data_reshape, .forward = nothing,
+    .reshape = memory_data_reshape, .forward = nothing, .kernels = KILN_NO_KERNELS,
 };
 
 /* ---- Flatten --------------------------------------------------------------------------- */
@@ -106,21 +106,18 @@ static int flatten_reshape(kiln_layer *l) {
 }
 
 static int copy_forward(kiln_layer *l) {
-  if (l->top[0]->data != l->bottom[0]->data)
-    memcpy(l->top[0]->data, l->bottom[0]->data, sizeof(float) * l->bottom[0]->count);
-  return KILN_OK;
+  return KILN_OP(l, copy, l->top[0]->data, l->bottom[0]->data, l->bottom[0]->count);
 }
 
 static int copy_backward(kiln_layer *l) {
-  if (l->propagate_down[0] && l->top[0]->diff != l->bottom[0]->diff)
-    memcpy(l->bottom[0]->diff, l->top[0]->diff, sizeof(float) * l->bottom[0]->count);
-  return KILN_OK;
+  if (!l->propagate_down[0]) return KILN_OK;
+  return KILN_OP(l, copy, l->bottom[0]->diff, l->top[0]->diff, l->bottom[0]->count);
 }
 
 const kiln_layer_ops kiln_layer_flatten = {
     .type = "Flatten", .min_bottoms = 1, .max_bottoms = 1, .min_tops = 1, .max_tops = 1,
     .reshape = flatten_reshape, .forward = copy_forward, .backward = copy_backward,
-    .backward_reads = kiln_reads_none,
+    .backward_reads = kiln_reads_none, .kernels = KILN_KERNELS(KILN_OP_copy),
 };
 
 /* ---- Split ----------------------------------------------------------------------------- */
@@ -132,13 +129,8 @@ static int split_reshape(kiln_layer *l) {
 
 static int split_forward(kiln_layer *l) {
   const int64_t n = l->bottom[0]->count;
-  const float *x = l->bottom[0]->data;
-  for (int t = 0; t < l->ntop; t++) {
-    float *y = l->top[t]->data;
-    if (y == x) continue;
-#pragma omp parallel for simd schedule(static) num_threads(l->nthreads) if (parallel: n > 32768)
-    for (int64_t i = 0; i < n; i++) y[i] = x[i];
-  }
+  for (int t = 0; t < l->ntop; t++)
+    KILN_TRY(KILN_OP(l, copy, l->top[t]->data, l->bottom[0]->data, n));
   return KILN_OK;
 }
 
@@ -147,19 +139,10 @@ static int split_backward(kiln_layer *l) {
   if (!l->propagate_down[0]) return KILN_OK;
   float *dx = l->bottom[0]->diff;
   const int64_t n = l->bottom[0]->count;
-  const float *d0 = l->top[0]->diff, *d1 = l->ntop > 1 ? l->top[1]->diff : NULL;
-  if (d1) {
-#pragma omp parallel for simd schedule(static) num_threads(l->nthreads) if (parallel: n > 32768)
-    for (int64_t i = 0; i < n; i++) dx[i] = d0[i] + d1[i];
-  } else if (dx != d0) {
-#pragma omp parallel for simd schedule(static) num_threads(l->nthreads) if (parallel: n > 32768)
-    for (int64_t i = 0; i < n; i++) dx[i] = d0[i];
-  }
-  for (int t = 2; t < l->ntop; t++) {
-    const float *dy = l->top[t]->diff;
-#pragma omp parallel for simd schedule(static) num_threads(l->nthreads) if (parallel: n > 32768)
-    for (int64_t i = 0; i < n; i++) dx[i] += dy[i];
-  }
+  const float *d0 = l->top[0]->diff;
+  if (l->ntop > 1) KILN_TRY(KILN_OP(l, add, dx, d0, l->top[1]->diff, n));
+  else KILN_TRY(KILN_OP(l, copy, dx, d0, n));
+  for (int t = 2; t < l->ntop; t++) KILN_TRY(KILN_OP(l, acc, dx, l->top[t]->diff, n));
   return KILN_OK;
 }
 
@@ -167,4 +150,5 @@ const kiln_layer_ops kiln_layer_split = {
     .type = "Split", .min_bottoms = 1, .max_bottoms = 1, .min_tops = 1, .max_tops = -1,
     .passes_through = true, .reshape = split_reshape, .forward = split_forward,
     .backward = split_backward, .layout_role = kiln_layout_any, .backward_reads = kiln_reads_none,
+    .kernels = KILN_KERNELS(KILN_OP_copy, KILN_OP_add, KILN_OP_acc),
 };

@@ -98,9 +98,8 @@ static int slice_forward(kiln_layer *l) {
   int64_t at = 0;
   for (int t = 0; t < l->ntop; t++) {
     int64_t block = s->size[t] * s->inner;
-    float *y = l->top[t]->data;
-    for (int64_t o = 0; o < s->outer; o++)
-      memcpy(y + o * block, x + (o * s->bottom_dim + at) * s->inner, sizeof(float) * (size_t)block);
+    KILN_TRY(KILN_OP(l, copy_blocks, l->top[t]->data, block, x + at * s->inner,
+                     s->bottom_dim * s->inner, block, s->outer));
     at += s->size[t];
   }
   return KILN_OK;
@@ -113,9 +112,8 @@ static int slice_backward(kiln_layer *l) {
   int64_t at = 0;
   for (int t = 0; t < l->ntop; t++) {
     int64_t block = s->size[t] * s->inner;
-    const float *dy = l->top[t]->diff;
-    for (int64_t o = 0; o < s->outer; o++)
-      memcpy(dx + (o * s->bottom_dim + at) * s->inner, dy + o * block, sizeof(float) * (size_t)block);
+    KILN_TRY(KILN_OP(l, copy_blocks, dx + at * s->inner, s->bottom_dim * s->inner,
+                     l->top[t]->diff, block, block, s->outer));
     at += s->size[t];
   }
   return KILN_OK;
@@ -131,4 +129,5 @@ const kiln_layer_ops kiln_layer_slice = {
     .type = "Slice", .min_bottoms = 1, .max_bottoms = 1, .min_tops = 1, .max_tops = -1,
     .setup = slice_setup, .reshape = slice_reshape, .forward = slice_forward,
     .backward = slice_backward, .destroy = slice_destroy,
+    .kernels = KILN_KERNELS(KILN_OP_copy_blocks),
 };
