@@ -362,6 +362,311 @@ static double case_csr_weight_grad(const kiln_backend *b, const kiln_op_ctx *c, 
   return case_csr(KILN_OP_csr_weight_grad, b, c, n, p != 0, r);
 }
 
+/* ---- conv cases ---- */
+
+/* Convolution shapes: {N, C, H, W, M, group, k, stride, pad, dilation}, chosen to take each
+ * route of the cpu backend: im2col (odd sizes, groups, dilation), oneDNN (16 and more channels),
+ * shifted rows (LeNet's 1 -> 20 and 20 -> 50 5x5, in a build with AVX-512). */
+static const int conv_shapes[][10] = {
+    {1, 1, 5, 5, 1, 1, 3, 1, 0, 1},    {2, 3, 7, 9, 4, 1, 3, 2, 1, 1},
+    {2, 4, 9, 8, 6, 2, 3, 1, 1, 2},    {2, 16, 10, 10, 32, 1, 3, 1, 1, 1},
+    {3, 1, 28, 28, 20, 1, 5, 1, 0, 1}, {2, 20, 12, 12, 50, 1, 5, 1, 0, 1},
+};
+
+static kiln_conv_spec conv_spec_of(const int *v) {
+  kiln_conv_spec sp = {.N = v[0], .M = v[4], .group = v[5], .bias = true};
+  kiln_conv_geom *g = &sp.g;
+  g->channels = v[1];
+  g->height = v[2];
+  g->width = v[3];
+  g->kernel_h = g->kernel_w = v[6];
+  g->stride_h = g->stride_w = v[7];
+  g->pad_h = g->pad_w = v[8];
+  g->dilation_h = g->dilation_w = v[9];
+  assert_int_equal(kiln_conv_out_size(g), 0);
+  return sp;
+}
+
+/* The window's input pixel for output (oh, ow) and kernel tap (kh, kw); false in the padding. */
+static bool tap(const kiln_conv_geom *g, int oh, int ow, int kh, int kw, int *ih, int *iw) {
+  *ih = oh * g->stride_h - g->pad_h + kh * g->dilation_h;
+  *iw = ow * g->stride_w - g->pad_w + kw * g->dilation_w;
+  return *ih >= 0 && *ih < g->height && *iw >= 0 && *iw < g->width;
+}
+
+/* The convolution in double (y: N x M x OH x OW), or with dy given its adjoints: dx
+ * overwritten, dw and db added to what they hold. */
+static void d_conv(double *y, double *dx, double *dw, double *db, const float *dy,
+                   const float *x, const float *w, const float *b, const kiln_conv_spec *sp) {
+  const kiln_conv_geom *g = &sp->g;
+  const int C = g->channels, M = sp->M, Cg = C / sp->group, Mg = M / sp->group;
+  if (dx) memset(dx, 0, sizeof(double) * (size_t)(sp->N * C * g->height * g->width));
+  for (int64_t n = 0; n < sp->N; n++)
+    for (int m = 0; m < M; m++)
+      for (int oh = 0; oh < g->out_h; oh++)
+        for (int ow = 0; ow < g->out_w; ow++) {
+          const int64_t yi = ((n * M + m) * g->out_h + oh) * g->out_w + ow;
+          double acc = b ? b[m] : 0;
+          if (dy) db[m] += dy[yi];
+          for (int cc = 0; cc < Cg; cc++)
+            for (int kh = 0; kh < g->kernel_h; kh++)
+              for (int kw = 0; kw < g->kernel_w; kw++) {
+                int ih, iw;
+                if (!tap(g, oh, ow, kh, kw, &ih, &iw)) continue;
+                const int64_t xi = ((n * C + m / Mg * Cg + cc) * g->height + ih) * g->width + iw;
+                const int64_t wi = ((m * Cg + cc) * g->kernel_h + kh) * g->kernel_w + kw;
+                if (dy) {
+                  dx[xi] += (double)dy[yi] * w[wi];
+                  dw[wi] += (double)dy[yi] * x[xi];
+                } else {
+                  acc += (double)x[xi] * w[wi];
+                }
+              }
+          if (!dy) y[yi] = acc;
+        }
+}
+
+/* The plan's forward and backward (the plan ops' rows) or the im2col route's ops on
+ * conv_shapes[n]: y, dx, dw and db against double, the sums' rounding allowed for by their
+ * length. A plan asked again for its spec is kept; every plan is freed. */
+static double case_conv(int op, const kiln_backend *b, const kiln_op_ctx *c, int64_t n,
+                        kiln_rng *r) {
+  const kiln_conv_spec sp = conv_spec_of(conv_shapes[n]);
+  const kiln_conv_geom *g = &sp.g;
+  const int64_t nx = sp.N * g->channels * g->height * g->width;
+  const int64_t nw = (int64_t)sp.M * (g->channels / sp.group) * g->kernel_h * g->kernel_w;
+  const int64_t ny = sp.N * sp.M * g->out_h * g->out_w;
+  tensor x = input(c, nx, -1, 1, 0, r), w = input(c, nw, -1, 1, 0, r);
+  tensor bias = input(c, sp.M, -1, 1, 0, r), y = make(c, ny), dy = input(c, ny, -1, 1, 0, r);
+  tensor dx = make(c, nx), dw = input(c, nw, -1, 1, 0, r), db = input(c, sp.M, -1, 1, 0, r);
+  const bool planned = op == KILN_OP_conv_plan_update || op == KILN_OP_conv_fwd ||
+                       op == KILN_OP_conv_bwd || op == KILN_OP_conv_plan_free;
+  kiln_conv_plan *plan = NULL;
+  kiln_conv_plan_info info = {0};
+  int64_t wsn = kiln_im2col_conv_workspace(g, sp.group, sp.M, c->nthreads);
+  if (planned) {
+    assert_int_equal(b->conv_plan_update(c, &plan, &sp, &info), KILN_OK);
+    kiln_conv_plan *again = plan;
+    assert_int_equal(b->conv_plan_update(c, &again, &sp, &info), KILN_OK);
+    assert_ptr_equal(again, plan);
+    wsn = info.workspace_floats;
+  }
+  tensor ws = make(c, wsn > 0 ? wsn : 1);
+  if (planned) {
+    assert_int_equal(b->conv_fwd(c, plan, y.d, x.d, w.d, bias.d, ws.d), KILN_OK);
+    assert_int_equal(b->conv_bwd(c, plan, dx.d, dw.d, db.d, dy.d, x.d, w.d, ws.d), KILN_OK);
+    assert_int_equal(b->conv_plan_free(c, plan), KILN_OK);
+  } else {
+    assert_int_equal(
+        b->im2col_conv_fwd(c, y.d, x.d, w.d, bias.d, (int)sp.N, sp.M, sp.group, g, ws.d), KILN_OK);
+    assert_int_equal(b->im2col_conv_bwd(c, dx.d, dw.d, db.d, dy.d, x.d, w.d, (int)sp.N, sp.M,
+                                        sp.group, g, ws.d),
+                     KILN_OK);
+  }
+  double *wy = malloc(sizeof(double) * (size_t)ny), *wx = malloc(sizeof(double) * (size_t)nx);
+  double *ww = malloc(sizeof(double) * (size_t)nw), *wb = malloc(sizeof(double) * (size_t)sp.M);
+  for (int64_t i = 0; i < nw; i++) ww[i] = dw.h[i];
+  for (int i = 0; i < sp.M; i++) wb[i] = db.h[i];
+  d_conv(wy, NULL, NULL, NULL, NULL, x.h, w.h, bias.h, &sp);
+  d_conv(NULL, wx, ww, wb, dy.h, x.h, w.h, NULL, &sp);
+  fetch(&y);
+  fetch(&dx);
+  fetch(&dw);
+  fetch(&db);
+  const double taps = sqrt((double)(g->channels / sp.group) * g->kernel_h * g->kernel_w);
+  const double sites = sqrt((double)(sp.N * g->out_h * g->out_w));
+  const double errs[4] = {error_of(y.h, wy, ny) / taps, error_of(dx.h, wx, nx) / taps,
+                          error_of(dw.h, ww, nw) / sites, error_of(db.h, wb, sp.M) / sites};
+  double e = 0;
+  for (int i = 0; i < 4; i++)
+    if (!(errs[i] <= e)) e = errs[i];
+  free(wy);
+  free(wx);
+  free(ww);
+  free(wb);
+  tensor *all[] = {&x, &w, &bias, &y, &dy, &dx, &dw, &db, &ws};
+  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) drop(all[i]);
+  return e;
+}
+#define CONV_CASE(name)                                                                        \
+  static double case_##name(const kiln_backend *b, const kiln_op_ctx *c, int64_t n, float p,   \
+                            kiln_rng *r) {                                                     \
+    (void)p;                                                                                   \
+    return case_conv(KILN_OP_##name, b, c, n, r);                                              \
+  }
+CONV_CASE(conv_plan_update)
+CONV_CASE(conv_plan_free)
+CONV_CASE(conv_fwd)
+CONV_CASE(conv_bwd)
+CONV_CASE(im2col_conv_fwd)
+CONV_CASE(im2col_conv_bwd)
+
+/* Deconvolution's plane bias: y[n][m][i] += b[m], and db[m] += the planes' sums. */
+static double case_plane_bias(int op, const kiln_backend *b, const kiln_op_ctx *c, int64_t n,
+                              kiln_rng *r) {
+  const int64_t M = 5, P = 13;
+  tensor y = input(c, n * M * P, -1, 1, 0, r), v = input(c, M, -1, 1, 0, r);
+  double *want = malloc(sizeof(double) * (size_t)(n * M * P)), e;
+  if (op == KILN_OP_plane_bias_add) {
+    for (int64_t i = 0; i < n * M * P; i++) want[i] = (double)y.h[i] + v.h[i / P % M];
+    assert_int_equal(b->plane_bias_add(c, y.d, v.d, n, M, P), KILN_OK);
+    fetch(&y);
+    e = error_of(y.h, want, n * M * P);
+  } else {
+    for (int64_t m = 0; m < M; m++) want[m] = v.h[m];
+    for (int64_t i = 0; i < n * M * P; i++) want[i / P % M] += y.h[i];
+    assert_int_equal(b->plane_bias_grad(c, v.d, y.d, n, M, P), KILN_OK);
+    fetch(&v);
+    e = error_of(v.h, want, M);
+  }
+  free(want);
+  drop(&y);
+  drop(&v);
+  return e;
+}
+static double case_plane_bias_add(const kiln_backend *b, const kiln_op_ctx *c, int64_t n,
+                                  float p, kiln_rng *r) {
+  (void)p;
+  return case_plane_bias(KILN_OP_plane_bias_add, b, c, n, r);
+}
+static double case_plane_bias_grad(const kiln_backend *b, const kiln_op_ctx *c, int64_t n,
+                                   float p, kiln_rng *r) {
+  (void)p;
+  return case_plane_bias(KILN_OP_plane_bias_grad, b, c, n, r);
+}
+
+/* Im2col of conv_shapes[n]'s window (the channels of its input) and col2im its adjoint. */
+static double case_im2col_pair(int op, const kiln_backend *b, const kiln_op_ctx *c, int64_t n,
+                               kiln_rng *r) {
+  const kiln_conv_spec sp = conv_spec_of(conv_shapes[n]);
+  const kiln_conv_geom *g = &sp.g;
+  const int64_t in = (int64_t)g->channels * g->height * g->width;
+  const int64_t rows = (int64_t)g->channels * g->kernel_h * g->kernel_w;
+  const int64_t cols = (int64_t)g->out_h * g->out_w;
+  tensor x = input(c, sp.N * in, -1, 1, 0, r), col = input(c, sp.N * rows * cols, -1, 1, 0, r);
+  const int64_t most = in > rows * cols ? in : rows * cols;
+  double *want = calloc((size_t)(sp.N * most), sizeof(double));
+  for (int64_t i = 0; i < sp.N; i++)
+    for (int64_t k = 0; k < rows; k++) {
+      const int ch = (int)(k / (g->kernel_h * g->kernel_w));
+      const int kh = (int)(k / g->kernel_w % g->kernel_h), kw = (int)(k % g->kernel_w);
+      for (int64_t q = 0; q < cols; q++) {
+        int ih, iw;
+        const bool inside = tap(g, (int)(q / g->out_w), (int)(q % g->out_w), kh, kw, &ih, &iw);
+        const int64_t xi = i * in + ((int64_t)ch * g->height + ih) * g->width + iw;
+        const int64_t ci = (i * rows + k) * cols + q;
+        if (op == KILN_OP_im2col) want[ci] = inside ? x.h[xi] : 0;
+        else if (inside) want[xi] += col.h[ci];
+      }
+    }
+  double e;
+  if (op == KILN_OP_im2col) {
+    assert_int_equal(b->im2col(c, col.d, x.d, sp.N, g), KILN_OK);
+    fetch(&col);
+    e = error_of(col.h, want, sp.N * rows * cols);
+  } else {
+    assert_int_equal(b->col2im(c, x.d, col.d, sp.N, g), KILN_OK);
+    fetch(&x);
+    e = error_of(x.h, want, sp.N * in);
+  }
+  free(want);
+  drop(&x);
+  drop(&col);
+  return e;
+}
+static double case_im2col(const kiln_backend *b, const kiln_op_ctx *c, int64_t n, float p,
+                          kiln_rng *r) {
+  (void)p;
+  return case_im2col_pair(KILN_OP_im2col, b, c, n, r);
+}
+static double case_col2im(const kiln_backend *b, const kiln_op_ctx *c, int64_t n, float p,
+                          kiln_rng *r) {
+  (void)p;
+  return case_im2col_pair(KILN_OP_col2im, b, c, n, r);
+}
+
+/* Pooling shapes: {N, C, H, W, k, stride, pad, ceil}; C 32 also runs blocked (nChw16c). */
+static const int pool_shapes[][8] = {{1, 1, 4, 4, 2, 2, 0, 0}, {2, 3, 7, 9, 3, 2, 1, 1},
+                                     {2, 32, 9, 9, 3, 2, 1, 1}, {1, 32, 6, 6, 6, 1, 0, 0}};
+
+/* Where (n, ch, i) of a plane of P lies in nChw16c. */
+static int64_t blocked_at(int64_t n, int64_t ch, int64_t i, int64_t C, int64_t P) {
+  return ((n * (C / 16) + ch / 16) * P + i) * 16 + ch % 16;
+}
+
+/* MAX (p's ones digit 1) or AVE pooling of pool_shapes[n], plain or blocked (p's tens digit),
+ * forward and backward against the window arithmetic in double; the inputs all apart. */
+static double case_pool(const kiln_backend *b, const kiln_op_ctx *c, int64_t n, float p,
+                        kiln_rng *r) {
+  const int *v = pool_shapes[n];
+  const bool max = (int)p % 10, blocked = (int)p / 10;
+  kiln_conv_geom g = {.channels = v[1], .height = v[2], .width = v[3], .kernel_h = v[4],
+                      .kernel_w = v[4], .stride_h = v[5], .stride_w = v[5], .pad_h = v[6],
+                      .pad_w = v[6], .dilation_h = 1, .dilation_w = 1};
+  assert_int_equal(kiln_pool_out_size(&g, v[7]), 0);
+  const int64_t N = v[0], C = v[1], P = (int64_t)g.height * g.width;
+  const int64_t Q = (int64_t)g.out_h * g.out_w;
+  tensor x = make(c, N * C * P), y = make(c, N * C * Q), dy = input(c, N * C * Q, -1, 1, 0, r);
+  tensor dx = make(c, N * C * P), mask = make(c, N * C * Q);
+  for (int64_t i = 0; i < x.n; i++) x.h[i] = (float)((i * 7919) % x.n) / (float)x.n;
+  assert_int_equal(kiln_device_to_device(c->device, x.d, x.h, sizeof(float) * (size_t)x.n), KILN_OK);
+  const int layout = blocked ? KILN_LAYOUT_BLOCKED16 : KILN_LAYOUT_PLAIN;
+  int32_t *m = max ? (int32_t *)mask.d : NULL;
+  assert_int_equal(b->pool_fwd(c, y.d, m, x.d, (int)N, &g, max, layout), KILN_OK);
+  assert_int_equal(b->pool_bwd(c, dx.d, dy.d, m, (int)N, &g, max, layout), KILN_OK);
+  fetch(&y);
+  fetch(&dx);
+  double *wy = calloc((size_t)(N * C * Q), sizeof(double));
+  double *wx = calloc((size_t)(N * C * P), sizeof(double));
+  for (int64_t i = 0; i < N; i++)
+    for (int64_t ch = 0; ch < C; ch++)
+      for (int64_t q = 0; q < Q; q++) {
+        int hs = (int)(q / g.out_w) * g.stride_h - g.pad_h, ws = (int)(q % g.out_w) * g.stride_w - g.pad_w;
+        int he = hs + g.kernel_h, we = ws + g.kernel_w;
+        /* AVE divides by the window clipped to the padded input (Caffe's rule) */
+        const int hp = he < g.height + g.pad_h ? he : g.height + g.pad_h;
+        const int wp = we < g.width + g.pad_w ? we : g.width + g.pad_w;
+        const double area = (double)(hp - hs) * (wp - ws);
+        hs = hs > 0 ? hs : 0;
+        ws = ws > 0 ? ws : 0;
+        he = he < g.height ? he : g.height;
+        we = we < g.width ? we : g.width;
+        const int64_t yi = blocked ? blocked_at(i, ch, q, C, Q) : (i * C + ch) * Q + q;
+        double best = -INFINITY, sum = 0;
+        int64_t arg = -1;
+        for (int pass = 0; pass < 2; pass++)
+          for (int h = hs; h < he; h++)
+            for (int w = ws; w < we; w++) {
+              const int64_t at = (int64_t)h * g.width + w;
+              const int64_t xi = blocked ? blocked_at(i, ch, at, C, P) : (i * C + ch) * P + at;
+              if (pass == 0) {
+                sum += x.h[xi];
+                if (x.h[xi] > best) best = x.h[xi], arg = xi;
+              } else if (!max) {
+                wx[xi] += dy.h[yi] / area;
+              } else if (xi == arg) {
+                wx[xi] += dy.h[yi];
+              }
+            }
+        wy[yi] = max ? best : sum / area;
+      }
+  double e = error_of(y.h, wy, N * C * Q), e1 = error_of(dx.h, wx, N * C * P);
+  if (!(e1 <= e)) e = e1;
+  free(wy);
+  free(wx);
+  tensor *all[] = {&x, &y, &dy, &dx, &mask};
+  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) drop(all[i]);
+  return e;
+}
+static double case_pool_fwd(const kiln_backend *b, const kiln_op_ctx *c, int64_t n, float p,
+                            kiln_rng *r) {
+  return case_pool(b, c, n, p, r);
+}
+static double case_pool_bwd(const kiln_backend *b, const kiln_op_ctx *c, int64_t n, float p,
+                            kiln_rng *r) {
+  return case_pool(b, c, n, p, r);
+}
+
 /* ---- neuron cases ---- */
 
 /* ---- norm cases ---- */
@@ -853,6 +1158,27 @@ static const op_row rows[] = {
     {KILN_OP_csr_weight_grad, case_csr_weight_grad, 3, 0, 1e-6},
     {KILN_OP_csr_weight_grad, case_csr_weight_grad, 200, 1, 1e-5},
     {KILN_OP_csr_weight_grad, case_csr_weight_grad, 200, 0, 1e-5},
+    /* ---- conv (src/ops/conv_plan.c); n picks a shape, pooling's p its kind ---- */
+    {KILN_OP_conv_plan_update, case_conv_plan_update, 0, 0, 1e-6},
+    {KILN_OP_conv_plan_free, case_conv_plan_free, 1, 0, 1e-6},
+    {KILN_OP_conv_fwd, case_conv_fwd, 2, 0, 1e-6}, {KILN_OP_conv_fwd, case_conv_fwd, 3, 0, 1e-6},
+    {KILN_OP_conv_fwd, case_conv_fwd, 4, 0, 1e-6}, {KILN_OP_conv_bwd, case_conv_bwd, 5, 0, 1e-6},
+    {KILN_OP_conv_bwd, case_conv_bwd, 1, 0, 1e-6},
+    {KILN_OP_im2col_conv_fwd, case_im2col_conv_fwd, 0, 0, 1e-6},
+    {KILN_OP_im2col_conv_fwd, case_im2col_conv_fwd, 2, 0, 1e-6},
+    {KILN_OP_im2col_conv_bwd, case_im2col_conv_bwd, 1, 0, 1e-6},
+    {KILN_OP_im2col_conv_bwd, case_im2col_conv_bwd, 3, 0, 1e-6},
+    {KILN_OP_plane_bias_add, case_plane_bias_add, 1, 0, 1e-7},
+    {KILN_OP_plane_bias_add, case_plane_bias_add, 3, 0, 1e-7},
+    {KILN_OP_plane_bias_grad, case_plane_bias_grad, 1, 0, 1e-7},
+    {KILN_OP_plane_bias_grad, case_plane_bias_grad, 7, 0, 1e-7},
+    {KILN_OP_im2col, case_im2col, 1, 0, 0}, {KILN_OP_im2col, case_im2col, 2, 0, 0},
+    {KILN_OP_col2im, case_col2im, 1, 0, 1e-7}, {KILN_OP_col2im, case_col2im, 2, 0, 1e-7},
+    {KILN_OP_pool_fwd, case_pool_fwd, 0, 1, 1e-7}, {KILN_OP_pool_fwd, case_pool_fwd, 1, 1, 1e-7},
+    {KILN_OP_pool_fwd, case_pool_fwd, 1, 0, 1e-6}, {KILN_OP_pool_fwd, case_pool_fwd, 2, 11, 1e-7},
+    {KILN_OP_pool_fwd, case_pool_fwd, 2, 10, 1e-6}, {KILN_OP_pool_bwd, case_pool_bwd, 3, 11, 1e-7},
+    {KILN_OP_pool_bwd, case_pool_bwd, 3, 10, 1e-6}, {KILN_OP_pool_bwd, case_pool_bwd, 2, 1, 1e-7},
+    {KILN_OP_pool_bwd, case_pool_bwd, 1, 0, 1e-6},
     /* ---- neuron (src/ops/neuron.c) ---- */
     /* ---- norm (src/ops/norm.c) ---- */
     /* ---- loss (src/ops/loss.c) ---- */
@@ -1009,12 +1335,23 @@ static void test_layers_choose_their_backend(void **state) {
     assert_ptr_equal(l->backend, cases[i].want);
     kiln_layer_free(l);
   }
+  /* a layer table with no kernel list: host code, refused on hostsim, taken on the host */
+  kiln_layer_ops host_code = *kiln_layer_find("ReLU");
+  host_code.type = "HostCode";
+  host_code.kernels = NULL;
+  kiln_layer fake = {.ops = &host_code, .name = "h", .config = &cfg};
+  cfg.engine = KILN_ENGINE_CPU;
   cfg.device = KILN_DEVICE_HOSTSIM;
-  kiln_layer *l = NULL;
-  assert_int_equal(kiln_layer_create(conv, CAFFE__PHASE__TRAIN, &bottom, 1, &top, 1, 1, &cfg, &l),
-                   KILN_ERR_UNSUPPORTED);
-  assert_null(l);
-  assert_non_null(strstr(kiln_last_error(), "layer 'c' (Convolution): no kernels for device hostsim"));
+  assert_int_equal(kiln_layer_choose_backend(&fake), KILN_ERR_UNSUPPORTED);
+  assert_non_null(strstr(kiln_last_error(), "layer 'h' (HostCode): no kernels for device hostsim"));
+  cfg.device = KILN_DEVICE_HOST;
+  assert_int_equal(kiln_layer_choose_backend(&fake), KILN_OK);
+  assert_ptr_equal(fake.backend, kiln_backend_cpu());
+  /* a kernel no backend has (an id past the list): refused, naming the backend */
+  host_code.kernels = KILN_KERNELS(KILN_OP_relu_fwd, KILN_OP_COUNT);
+  assert_int_equal(kiln_layer_choose_backend(&fake), KILN_ERR_UNSUPPORTED);
+  assert_non_null(strstr(kiln_last_error(), "layer 'h' (HostCode): backend cpu has no kernel"));
+  (void)conv;
   protobuf_c_message_free_unpacked(&relu->base, NULL);
   protobuf_c_message_free_unpacked(&conv->base, NULL);
   kiln_blob_free(bottom);

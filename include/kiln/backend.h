@@ -27,6 +27,7 @@
 #include "kiln/config.h"
 #include "kiln/core.h"
 #include "kiln/device.h"
+#include "kiln/ops.h"
 
 /* What every op is told besides its tensors. */
 typedef struct kiln_op_ctx {
@@ -35,12 +36,37 @@ typedef struct kiln_op_ctx {
   const kiln_device *device; /* where its tensors are */
 } kiln_op_ctx;
 
+/* A convolution as one Convolution layer runs it: the batch, the output channels, the groups,
+ * the window over one image (kiln_conv_geom, its channels the input's), a bias or not, and the
+ * layouts of its input and output (KILN_LAYOUT_*). */
+typedef struct kiln_conv_spec {
+  int64_t N;
+  int M, group;
+  kiln_conv_geom g;
+  bool bias;
+  int x_layout, y_layout;
+} kiln_conv_spec;
+
+/* What a plan needs and takes: workspace, and the layouts it reads and writes without a
+ * reorder: KILN_CONV_ROLE_* bits for the input (BOTTOM) and the output (TOP) in the blocked
+ * layout of `block_channels` (0: plain only). */
+enum { KILN_CONV_ROLE_BOTTOM = 2, KILN_CONV_ROLE_TOP = 4 };
+typedef struct kiln_conv_plan_info {
+  int64_t workspace_floats;
+  int layout_role;
+  int block_channels;
+} kiln_conv_plan_info;
+
+/* A backend's plan for one convolution (its route and state), opaque. */
+typedef struct kiln_conv_plan kiln_conv_plan;
+
 /* Every op: X(name, parameters, arguments). The arguments repeat the parameters' names, so that
  * a wrapper (hostsim's) can pass a call on. The list is kept in families, each one macro, in the
  * order of the files in src/ops that hold them. */
 #define KILN_OP_LIST(X)                                                                         \
   KILN_OPS_ELEMENTWISE(X)                                                                      \
   KILN_OPS_MATMUL(X)                                                                           \
+  KILN_OPS_CONV(X)                                                                             \
   KILN_OPS_NEURON(X)                                                                           \
   KILN_OPS_NORM(X)                                                                             \
   KILN_OPS_LOSS(X)                                                                             \
@@ -101,6 +127,61 @@ typedef struct kiln_op_ctx {
     (const kiln_op_ctx *c, float *dw, const kiln_csr *x, const float *dy, int64_t M,           \
      int64_t N, int64_t K, bool transposed),                                                   \
     (c, dw, x, dy, M, N, K, transposed))
+
+/* src/ops/conv_plan.c: convolution plans (the route a backend takes for one layer's shape and
+ * its state: oneDNN's primitives), the im2col route as kernels, pooling, the plane-wise bias. */
+#define KILN_OPS_CONV(X)                                                                        \
+  /* *plan (NULL: made) for spec, kept where spec is what it was made for; info filled */      \
+  X(conv_plan_update,                                                                          \
+    (const kiln_op_ctx *c, kiln_conv_plan **plan, const kiln_conv_spec *spec,                  \
+     kiln_conv_plan_info *info),                                                               \
+    (c, plan, spec, info))                                                                     \
+  /* frees a plan (NULL: nothing) */                                                           \
+  X(conv_plan_free, (const kiln_op_ctx *c, kiln_conv_plan *plan), (c, plan))                   \
+  /* y = conv(x, w) + b (b may be NULL) by the plan's route; ws: info.workspace_floats */       \
+  X(conv_fwd,                                                                                  \
+    (const kiln_op_ctx *c, const kiln_conv_plan *plan, float *y, const float *x,               \
+     const float *w, const float *b, float *ws),                                               \
+    (c, plan, y, x, w, b, ws))                                                                 \
+  /* dx = (NULL: skipped), dw +=, db += (NULL: skipped), from dy */                            \
+  X(conv_bwd,                                                                                  \
+    (const kiln_op_ctx *c, const kiln_conv_plan *plan, float *dx, float *dw, float *db,        \
+     const float *dy, const float *x, const float *w, float *ws),                              \
+    (c, plan, dx, dw, db, dy, x, w, ws))                                                       \
+  /* kiln_conv2d_forward: im2col + GEMM, threads over the batch; ws:                          \
+   * kiln_im2col_conv_workspace */                                                             \
+  X(im2col_conv_fwd,                                                                           \
+    (const kiln_op_ctx *c, float *y, const float *x, const float *w, const float *b, int N,    \
+     int M, int group, const kiln_conv_geom *g, float *ws),                                    \
+    (c, y, x, w, b, N, M, group, g, ws))                                                       \
+  /* kiln_conv2d_backward: dx = (may be NULL), dw += (may be NULL), db += (may be NULL) */     \
+  X(im2col_conv_bwd,                                                                           \
+    (const kiln_op_ctx *c, float *dx, float *dw, float *db, const float *dy, const float *x,   \
+     const float *w, int N, int M, int group, const kiln_conv_geom *g, float *ws),             \
+    (c, dx, dw, db, dy, x, w, N, M, group, g, ws))                                             \
+  /* y[n][m][i] += b[m] over N x M planes of P */                                              \
+  X(plane_bias_add,                                                                            \
+    (const kiln_op_ctx *c, float *y, const float *b, int64_t N, int64_t M, int64_t P),         \
+    (c, y, b, N, M, P))                                                                        \
+  /* db[m] += the sum over n and i of dy[n][m][i], in double */                                \
+  X(plane_bias_grad,                                                                           \
+    (const kiln_op_ctx *c, float *db, const float *dy, int64_t N, int64_t M, int64_t P),       \
+    (c, db, dy, N, M, P))                                                                      \
+  /* Im2col of N images (col: N x C kh kw x OH OW) and its inverse (x overwritten) */          \
+  X(im2col, (const kiln_op_ctx *c, float *col, const float *x, int64_t N, const kiln_conv_geom *g), \
+    (c, col, x, N, g))                                                                         \
+  X(col2im, (const kiln_op_ctx *c, float *x, const float *col, int64_t N, const kiln_conv_geom *g), \
+    (c, x, col, N, g))                                                                         \
+  /* MAX (the window's argmax into mask) or AVE pooling, Caffe's rules, either layout */      \
+  X(pool_fwd,                                                                                  \
+    (const kiln_op_ctx *c, float *y, int32_t *mask, const float *x, int N,                     \
+     const kiln_conv_geom *g, bool max, int layout),                                           \
+    (c, y, mask, x, N, g, max, layout))                                                        \
+  /* dx = (overwritten) its gradient */                                                        \
+  X(pool_bwd,                                                                                  \
+    (const kiln_op_ctx *c, float *dx, const float *dy, const int32_t *mask, int N,             \
+     const kiln_conv_geom *g, bool max, int layout),                                           \
+    (c, dx, dy, mask, N, g, max, layout))
 
 /* src/ops/neuron.c: the other element-wise functions of one input (AbsVal, ELU, BNLL, Threshold,
  * Exp, Log, Power, PReLU, Swish, GELU) and their gradients. */
@@ -240,6 +321,9 @@ typedef struct kiln_backend {
 #define KILN_OP_ID_(name, params, args) KILN_OP_##name,
 enum { KILN_OP_LIST(KILN_OP_ID_) KILN_OP_COUNT };
 #undef KILN_OP_ID_
+
+/* The workspace im2col_conv_fwd and im2col_conv_bwd need. */
+int64_t kiln_im2col_conv_workspace(const kiln_conv_geom *g, int group, int M, int nthreads);
 
 /* The workspace argmax_fwd needs for `dim` values an item. */
 int64_t kiln_argmax_workspace_bytes(int64_t dim);

@@ -1,7 +1,7 @@
 /* Convolution (2-D, Caffe's parameters: kernel/pad/stride/dilation as a single value or h/w
- * pair, group, bias) over the kernels in src/ops, by the route measured fastest for the shape:
- * shifted rows (conv_shift.c), oneDNN (conv_dnnl.c), or im2col + GEMM (conv.c, the reference,
- * and the only route under kiln_config.engine KILN_ENGINE_REF, KILN_ENGINE=ref). */
+ * pair, group, bias). The backend's plan (src/ops/conv_plan.c) runs it by the route it chooses
+ * for the shape: on the cpu backend the one measured fastest (shifted rows, oneDNN, or im2col +
+ * GEMM), on the reference im2col + GEMM. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -14,49 +14,13 @@ typedef struct {
   kiln_conv_geom g;
   int M, group;
   bool bias;
-  kiln_dnnl_conv *dn; /* oneDNN primitives for the current shape, or NULL: plain kernels */
-  int64_t dn_n;       /* batch the primitives were made for */
-  int dn_h, dn_w;
-  int dn_xl, dn_yl;   /* the layouts of input and output they were made for */
-  /* The largest batch primitives were made for (the planned one) and the images each of their
-   * calls ran (kiln_dnnl_conv_chunks): primitives for a smaller batch run no more at once, so
-   * they need no more workspace than the net planned. */
-  int64_t dn_planned_n;
-  int dn_call_images;
-  bool plain_din;     /* with oneDNN: the input gradient still on the plain route */
-  bool shift;         /* the shifted-row direct kernels (kiln_conv_shift_*) */
+  kiln_conv_plan *plan; /* the backend's route and state for the current shape */
+  kiln_conv_plan_info info;
 } conv_state;
 
-/* oneDNN unless the build lacks it or the configuration asks for the plain C reference
- * (KILN_ENGINE_REF), or the shape gains nothing there: a few input channels into a count off
- * oneDNN's 16-blocks (LeNet's conv1, 1 -> 20) runs no faster on oneDNN (`kiln-conv-routes`),
- * whose padded 32-channel copies cost megabytes of workspace. */
-static bool want_dnnl(const conv_state *s, const kiln_layer *l) {
-  if (!kiln_dnnl_available() || l->config->engine == KILN_ENGINE_REF) return false;
-  return !(s->g.channels / s->group < 16 && (s->M / s->group) % 16 != 0);
-}
-
-/* The shifted-row direct kernels where they were measured to beat every other route
- * (`kiln-conv-routes`, docs/PERF.md): stride 1 and group 1, an output channel count off oneDNN's
- * 16-blocks, and 5 or more kernel rows (the register blocks hold 4-6 kernel rows of the weight
- * and input gradients; with 3 they are a third empty). LeNet's conv2 (20 -> 50 5x5 on 12x12)
- * and conv1 (1 -> 20 on 28x28) are the shapes it wins on; docs/PERF.md quotes the figures.
- * Per-image shifted planes over 512 KiB would leave the caches: not taken. Only in a build with
- * AVX-512 (kiln_conv_shift_fast). */
-static bool want_shift(const conv_state *s, const kiln_layer *l) {
-  if (l->config->engine == KILN_ENGINE_REF) return false;
-  /* It reads and writes Caffe's layout only (a blocked neighbour means oneDNN was chosen at
-   * the first reshape; a later reshape keeps that route). */
-  if (l->bottom[0]->layout != KILN_LAYOUT_PLAIN || l->top[0]->layout != KILN_LAYOUT_PLAIN)
-    return false;
-  const int64_t N = l->bottom[0]->shape[0];
-  const kiln_conv_geom *g = &s->g;
-  if (!kiln_conv_shift_fast() || !kiln_conv_shift_supported(g, s->group) || s->M % 16 == 0 ||
-      g->kernel_h < 5)
-    return false;
-  int64_t per_image = kiln_conv_shift_workspace(g, (int)N, s->M, 1, false);
-  return per_image * (int64_t)sizeof(float) <= 512 * 1024;
-}
+_Static_assert((int)KILN_CONV_ROLE_BOTTOM == (int)KILN_LAYOUT_ROLE_BOTTOM &&
+                   (int)KILN_CONV_ROLE_TOP == (int)KILN_LAYOUT_ROLE_TOP,
+               "a plan's layout roles are the layer's");
 
 /* Caffe allows a value given once (both axes) or per axis (repeated), or as *_h / *_w. */
 static int pick2(kiln_layer *l, const char *what, size_t n, const uint32_t *vals, bool has_h,
@@ -161,120 +125,43 @@ static int conv_reshape(kiln_layer *l) {
   int64_t shape[4] = {x->shape[0], s->M, g->out_h, g->out_w};
   l->flops = 2.0 * x->shape[0] * s->M * g->out_h * g->out_w * (g->channels / s->group) *
              g->kernel_h * g->kernel_w;
-  int64_t wcount = (int64_t)s->M * (g->channels / s->group) * g->kernel_h * g->kernel_w;
-  l->workspace_floats = kiln_conv_workspace(g, s->group, l->nthreads) + (int64_t)l->nthreads * wcount;
-  s->shift = want_shift(s, l);
-  if (s->shift) {
-    kiln_dnnl_conv_destroy(s->dn);
-    s->dn = NULL;
-    l->workspace_floats = kiln_conv_shift_workspace(g, (int)x->shape[0], s->M, l->nthreads, true);
-  } else if (want_dnnl(s, l)) {
-    const int xl = x->layout, yl = l->top[0]->layout;
-    /* A batch of no images has no work, and oneDNN divides by the batch: the primitives stay as
-     * they are (forward and backward return at once). */
-    if (x->shape[0] > 0 &&
-        (!s->dn || s->dn_n != x->shape[0] || s->dn_h != g->height || s->dn_w != g->width ||
-         s->dn_xl != xl || s->dn_yl != yl)) {
-      kiln_dnnl_conv_destroy(s->dn);
-      s->dn = NULL;
-      const bool planned = x->shape[0] >= s->dn_planned_n;
-      int rc = kiln_dnnl_conv_create(&s->dn, (int)x->shape[0], s->M, s->group, g, s->bias, true,
-                                     xl, yl, l->config, planned ? 0 : s->dn_call_images);
-      if (rc == KILN_OK) {
-        if (planned) {
-          s->dn_planned_n = x->shape[0];
-          s->dn_call_images = (int)(x->shape[0] / kiln_dnnl_conv_chunks(s->dn));
-        }
-        s->dn_n = x->shape[0];
-        s->dn_h = g->height;
-        s->dn_w = g->width;
-        s->dn_xl = xl;
-        s->dn_yl = yl;
-      } else if (xl != KILN_LAYOUT_PLAIN || yl != KILN_LAYOUT_PLAIN) {
-        /* The net chose a blocked neighbour because this layer had oneDNN primitives. */
-        return kiln_error_context(rc, "layer '%s' (Convolution): ", l->name);
-      }
-      /* Otherwise, where oneDNN has no kernel for a shape, the plain path runs it. */
-    }
-    if (s->dn) {
-      /* A few input channels: oneDNN pads them to a block of 16 for the input gradient, many
-       * times the plain route's work (LeNet's conv1; `kiln time` shows it), so that one gradient
-       * takes the plain route. */
-      s->plain_din = g->channels / s->group < 16;
-      int64_t dn_ws = kiln_dnnl_conv_workspace(s->dn);
-      int64_t col = kiln_conv_workspace(g, s->group, l->nthreads);
-      l->workspace_floats = s->plain_din && col > dn_ws ? col : dn_ws;
-    }
-  }
+  const kiln_conv_spec spec = {.N = x->shape[0], .M = s->M, .group = s->group, .g = *g,
+                               .bias = s->bias, .x_layout = x->layout,
+                               .y_layout = l->top[0]->layout};
+  int rc = KILN_OP(l, conv_plan_update, &s->plan, &spec, &s->info);
+  if (rc) return kiln_error_context(rc, "layer '%s' (Convolution): ", l->name);
+  l->workspace_floats = s->info.workspace_floats;
   return kiln_blob_reshape(l->top[0], 4, shape);
 }
 
 static int conv_forward(kiln_layer *l) {
   conv_state *s = l->priv;
-  if (l->bottom[0]->shape[0] == 0) return KILN_OK; /* a batch of no images */
-  if (s->shift) {
-    kiln_conv_shift_forward(l->top[0]->data, l->bottom[0]->data, l->param[0]->data,
-                            s->bias ? l->param[1]->data : NULL, (int)l->bottom[0]->shape[0], s->M,
-                            &s->g, l->workspace, l->nthreads);
-    return KILN_OK;
-  }
-  if (s->dn)
-    return kiln_dnnl_conv_forward(s->dn, l->top[0]->data, l->bottom[0]->data, l->param[0]->data,
-                                  s->bias ? l->param[1]->data : NULL, l->workspace);
-  kiln_conv2d_forward(l->top[0]->data, l->bottom[0]->data, l->param[0]->data,
-                      s->bias ? l->param[1]->data : NULL, (int)l->bottom[0]->shape[0], s->M,
-                      s->group, &s->g, l->workspace, l->nthreads);
-  return KILN_OK;
+  return KILN_OP(l, conv_fwd, s->plan, l->top[0]->data, l->bottom[0]->data, l->param[0]->data,
+                 s->bias ? l->param[1]->data : NULL, l->workspace);
 }
 
 static int conv_backward(kiln_layer *l) {
   conv_state *s = l->priv;
-  if (l->bottom[0]->shape[0] == 0) return KILN_OK; /* nothing flows back, nothing accumulates */
-  if (s->shift) {
-    kiln_conv_shift_backward(l->propagate_down[0] ? l->bottom[0]->diff : NULL, l->param[0]->diff,
-                             s->bias ? l->param[1]->diff : NULL, l->top[0]->diff,
-                             l->bottom[0]->data, l->param[0]->data, (int)l->bottom[0]->shape[0],
-                             s->M, &s->g, l->workspace, l->nthreads);
-    return KILN_OK;
-  }
-  if (s->dn) {
-    float *din = l->propagate_down[0] ? l->bottom[0]->diff : NULL;
-    if (din && s->plain_din) {
-      kiln_conv2d_backward(din, NULL, NULL, l->top[0]->diff, l->bottom[0]->data,
-                           l->param[0]->data, (int)l->bottom[0]->shape[0], s->M, s->group, &s->g,
-                           l->workspace, NULL, l->nthreads);
-      din = NULL;
-    }
-    return kiln_dnnl_conv_backward(s->dn, din, l->param[0]->diff,
-                                   s->bias ? l->param[1]->diff : NULL, l->top[0]->diff,
-                                   l->bottom[0]->data, l->param[0]->data, l->workspace);
-  }
-  float *col = l->workspace;
-  float *dw_ws = l->workspace + kiln_conv_workspace(&s->g, s->group, l->nthreads);
-  kiln_conv2d_backward(l->propagate_down[0] ? l->bottom[0]->diff : NULL, l->param[0]->diff,
-                       s->bias ? l->param[1]->diff : NULL, l->top[0]->diff, l->bottom[0]->data,
-                       l->param[0]->data, (int)l->bottom[0]->shape[0], s->M, s->group, &s->g, col,
-                       dw_ws, l->nthreads);
-  return KILN_OK;
+  return KILN_OP(l, conv_bwd, s->plan, l->propagate_down[0] ? l->bottom[0]->diff : NULL,
+                 l->param[0]->diff, s->bias ? l->param[1]->diff : NULL, l->top[0]->diff,
+                 l->bottom[0]->data, l->param[0]->data, l->workspace);
 }
 
-/* On oneDNN with group 1 the input and the output may each be blocked: the primitives read and
- * write that layout directly, with no reorder. The plain input-gradient route reads plain. */
+/* The layouts the plan's route reads and writes without a reorder (oneDNN's, with group 1). */
 static int conv_layout_role(const kiln_layer *l) {
   const conv_state *s = l->priv;
-  if (!s || !s->dn || s->group != 1) return KILN_LAYOUT_ROLE_NONE;
-  return KILN_LAYOUT_ROLE_TOP | (s->plain_din ? 0 : KILN_LAYOUT_ROLE_BOTTOM);
+  return s && s->plan ? s->info.layout_role : KILN_LAYOUT_ROLE_NONE;
 }
 
-/* The block of the layout oneDNN's primitives read and write without a reorder. */
+/* The block of that layout (oneDNN's nChw16c: 16). */
 static int conv_block_channels(const kiln_layer *l) {
   const conv_state *s = l->priv;
-  return s && s->dn ? kiln_dnnl_block_channels() : 0;
+  return s && s->plan ? s->info.block_channels : 0;
 }
 
 static void conv_destroy(kiln_layer *l) {
   conv_state *s = l->priv;
-  if (s) kiln_dnnl_conv_destroy(s->dn);
+  if (s && l->backend) KILN_OP(l, conv_plan_free, s->plan);
   free(l->priv);
 }
 
@@ -283,4 +170,6 @@ const kiln_layer_ops kiln_layer_convolution = {
     .setup = conv_setup, .reshape = conv_reshape, .forward = conv_forward,
     .backward = conv_backward, .destroy = conv_destroy, .layout_role = conv_layout_role,
     .block_channels = conv_block_channels, .backward_reads = kiln_reads_bottom0,
+    .kernels = KILN_KERNELS(KILN_OP_conv_plan_update, KILN_OP_conv_plan_free, KILN_OP_conv_fwd,
+                            KILN_OP_conv_bwd),
 };

@@ -90,8 +90,8 @@ static int deconv_reshape(kiln_layer *l) {
   g->width = (int)ow;
   if (kiln_conv_out_size(g) != 0 || g->out_h != x->shape[2] || g->out_w != x->shape[3])
     return kiln_errorf(KILN_ERR_INTERNAL, "layer '%s' (Deconvolution): geometry", l->name);
-  const int64_t wcount = (int64_t)s->C * (s->M / s->group) * g->kernel_h * g->kernel_w;
-  l->workspace_floats = kiln_conv_workspace(g, s->group, l->nthreads) + (int64_t)l->nthreads * wcount;
+  /* (the convolution from the top: C output channels of the M/group the weights hold) */
+  l->workspace_floats = kiln_im2col_conv_workspace(g, s->group, s->C, l->nthreads);
   l->flops = 2.0 * x->shape[0] * s->C * x->shape[2] * x->shape[3] * (s->M / s->group) *
              g->kernel_h * g->kernel_w;
   int64_t shape[4] = {x->shape[0], s->M, oh, ow};
@@ -103,17 +103,11 @@ static int deconv_forward(kiln_layer *l) {
   const int N = (int)l->bottom[0]->shape[0];
   if (N == 0) return KILN_OK;
   float *y = l->top[0]->data;
-  kiln_conv2d_backward(y, NULL, NULL, l->bottom[0]->data, NULL, l->param[0]->data, N, s->C,
-                       s->group, &s->g, l->workspace, NULL, l->nthreads);
-  if (s->bias) {
-    const float *b = l->param[1]->data;
-    const int64_t P = (int64_t)s->g.height * s->g.width;
-    for (int64_t n = 0; n < N; n++)
-      for (int m = 0; m < s->M; m++) {
-        float *o = y + (n * s->M + m) * P;
-        for (int64_t i = 0; i < P; i++) o[i] += b[m];
-      }
-  }
+  KILN_TRY(KILN_OP(l, im2col_conv_bwd, y, NULL, NULL, l->bottom[0]->data, NULL, l->param[0]->data,
+                   N, s->C, s->group, &s->g, l->workspace));
+  if (s->bias)
+    KILN_TRY(KILN_OP(l, plane_bias_add, y, l->param[1]->data, N, s->M,
+                     (int64_t)s->g.height * s->g.width));
   return KILN_OK;
 }
 
@@ -122,25 +116,14 @@ static int deconv_backward(kiln_layer *l) {
   const int N = (int)l->bottom[0]->shape[0];
   if (N == 0) return KILN_OK;
   const float *dy = l->top[0]->diff, *x = l->bottom[0]->data, *w = l->param[0]->data;
-  if (s->bias) {
-    float *db = l->param[1]->diff;
-    const int64_t P = (int64_t)s->g.height * s->g.width;
-    for (int m = 0; m < s->M; m++) {
-      double t = 0;
-      for (int64_t n = 0; n < N; n++) {
-        const float *d = dy + (n * s->M + m) * P;
-        for (int64_t i = 0; i < P; i++) t += d[i];
-      }
-      db[m] += (float)t;
-    }
-  }
-  float *col = l->workspace;
-  float *dw_ws = l->workspace + kiln_conv_workspace(&s->g, s->group, l->nthreads);
-  kiln_conv2d_backward(NULL, l->param[0]->diff, NULL, x, dy, w, N, s->C, s->group, &s->g, col,
-                       dw_ws, l->nthreads);
+  if (s->bias)
+    KILN_TRY(KILN_OP(l, plane_bias_grad, l->param[1]->diff, dy, N, s->M,
+                     (int64_t)s->g.height * s->g.width));
+  KILN_TRY(KILN_OP(l, im2col_conv_bwd, NULL, l->param[0]->diff, NULL, x, dy, w, N, s->C, s->group,
+                   &s->g, l->workspace));
   if (l->propagate_down[0])
-    kiln_conv2d_forward(l->bottom[0]->diff, dy, w, NULL, N, s->C, s->group, &s->g, col,
-                        l->nthreads);
+    KILN_TRY(KILN_OP(l, im2col_conv_fwd, l->bottom[0]->diff, dy, w, NULL, N, s->C, s->group,
+                     &s->g, l->workspace));
   return KILN_OK;
 }
 
@@ -148,6 +131,8 @@ const kiln_layer_ops kiln_layer_deconvolution = {
     .type = "Deconvolution", .min_bottoms = 1, .max_bottoms = 1, .min_tops = 1, .max_tops = 1,
     .setup = deconv_setup, .reshape = deconv_reshape, .forward = deconv_forward,
     .backward = deconv_backward, .destroy = free_priv,
+    .kernels = KILN_KERNELS(KILN_OP_im2col_conv_fwd, KILN_OP_im2col_conv_bwd,
+                            KILN_OP_plane_bias_add, KILN_OP_plane_bias_grad),
 };
 
 /* ---- Im2col -------------------------------------------------------------------------------- */
@@ -189,27 +174,18 @@ static int im2col_reshape(kiln_layer *l) {
 
 static int im2col_forward(kiln_layer *l) {
   const im2col_state *s = l->priv;
-  const kiln_blob *x = l->bottom[0];
-  const int64_t in = kiln_count(x, 1, 4), out = kiln_count(l->top[0], 1, 4);
-#pragma omp parallel for schedule(static) num_threads(l->nthreads) if (x->shape[0] > 1)
-  for (int64_t n = 0; n < x->shape[0]; n++)
-    kiln_im2col(l->top[0]->data + n * out, x->data + n * in, &s->g);
-  return KILN_OK;
+  return KILN_OP(l, im2col, l->top[0]->data, l->bottom[0]->data, l->bottom[0]->shape[0], &s->g);
 }
 
 static int im2col_backward(kiln_layer *l) {
   if (!l->propagate_down[0]) return KILN_OK;
   const im2col_state *s = l->priv;
-  const kiln_blob *x = l->bottom[0];
-  const int64_t in = kiln_count(x, 1, 4), out = kiln_count(l->top[0], 1, 4);
-#pragma omp parallel for schedule(static) num_threads(l->nthreads) if (x->shape[0] > 1)
-  for (int64_t n = 0; n < x->shape[0]; n++)
-    kiln_col2im(x->diff + n * in, l->top[0]->diff + n * out, &s->g);
-  return KILN_OK;
+  return KILN_OP(l, col2im, l->bottom[0]->diff, l->top[0]->diff, l->bottom[0]->shape[0], &s->g);
 }
 
 const kiln_layer_ops kiln_layer_im2col = {
     .type = "Im2col", .min_bottoms = 1, .max_bottoms = 1, .min_tops = 1, .max_tops = 1,
     .setup = im2col_setup, .reshape = im2col_reshape, .forward = im2col_forward,
     .backward = im2col_backward, .destroy = free_priv,
+    .kernels = KILN_KERNELS(KILN_OP_im2col, KILN_OP_col2im),
 };

@@ -94,35 +94,18 @@ static int pool_reshape(kiln_layer *l) {
 
 static int pool_forward(kiln_layer *l) {
   pool_state *s = l->priv;
-  int N = (int)l->bottom[0]->shape[0];
   const bool max = s->method == CAFFE__POOLING_PARAMETER__POOL_METHOD__MAX;
-  if (l->bottom[0]->layout == KILN_LAYOUT_BLOCKED16) {
-    kiln_pool_blocked16_forward(l->top[0]->data, max ? (int32_t *)l->buffer[0]->data : NULL,
-                                l->bottom[0]->data, N, &s->g, max);
-    return KILN_OK;
-  }
-  if (max)
-    kiln_maxpool_forward(l->top[0]->data, (int32_t *)l->buffer[0]->data, l->bottom[0]->data, N, &s->g);
-  else
-    kiln_avepool_forward(l->top[0]->data, l->bottom[0]->data, N, &s->g);
-  return KILN_OK;
+  return KILN_OP(l, pool_fwd, l->top[0]->data, max ? (int32_t *)l->buffer[0]->data : NULL,
+                 l->bottom[0]->data, (int)l->bottom[0]->shape[0], &s->g, max, l->bottom[0]->layout);
 }
 
 static int pool_backward(kiln_layer *l) {
   if (!l->propagate_down[0]) return KILN_OK;
   pool_state *s = l->priv;
-  int N = (int)l->bottom[0]->shape[0];
   const bool max = s->method == CAFFE__POOLING_PARAMETER__POOL_METHOD__MAX;
-  if (l->bottom[0]->layout == KILN_LAYOUT_BLOCKED16) {
-    kiln_pool_blocked16_backward(l->bottom[0]->diff, l->top[0]->diff,
-                                 max ? (const int32_t *)l->buffer[0]->data : NULL, N, &s->g, max);
-    return KILN_OK;
-  }
-  if (max)
-    kiln_maxpool_backward(l->bottom[0]->diff, l->top[0]->diff, (const int32_t *)l->buffer[0]->data, N, &s->g);
-  else
-    kiln_avepool_backward(l->bottom[0]->diff, l->top[0]->diff, N, &s->g);
-  return KILN_OK;
+  return KILN_OP(l, pool_bwd, l->bottom[0]->diff, l->top[0]->diff,
+                 max ? (const int32_t *)l->buffer[0]->data : NULL, (int)l->bottom[0]->shape[0],
+                 &s->g, max, l->bottom[0]->layout);
 }
 
 static void pool_destroy(kiln_layer *l) { free(l->priv); }
@@ -141,4 +124,5 @@ const kiln_layer_ops kiln_layer_pooling = {
     .setup = pool_setup, .reshape = pool_reshape, .forward = pool_forward,
     .backward = pool_backward, .destroy = pool_destroy, .layout_role = pool_layout_role,
     .backward_reads = kiln_reads_none, /* MAX's winners are a buffer */
+    .kernels = KILN_KERNELS(KILN_OP_pool_fwd, KILN_OP_pool_bwd),
 };

@@ -107,12 +107,9 @@ static int spp_forward(kiln_layer *l) {
   int32_t *mask = (int32_t *)l->buffer[1]->data;
   for (int i = 0; i < s->levels; i++) {
     const int64_t size = s->off[i + 1] - s->off[i], at = (int64_t)N * s->off[i];
-    if (s->max)
-      kiln_maxpool_forward(pooled + at, mask + at, l->bottom[0]->data, N, &s->g[i]);
-    else
-      kiln_avepool_forward(pooled + at, l->bottom[0]->data, N, &s->g[i]);
-    for (int64_t n = 0; n < N; n++)
-      memcpy(y + n * per + s->off[i], pooled + at + n * size, sizeof(float) * (size_t)size);
+    KILN_TRY(KILN_OP(l, pool_fwd, pooled + at, s->max ? mask + at : NULL, l->bottom[0]->data, N,
+                     &s->g[i], s->max, KILN_LAYOUT_PLAIN));
+    KILN_TRY(KILN_OP(l, copy_blocks, y + s->off[i], per, pooled + at, size, size, N));
   }
   return KILN_OK;
 }
@@ -124,19 +121,14 @@ static int spp_backward(kiln_layer *l) {
   const int64_t per = s->off[s->levels], count = l->bottom[0]->count;
   float *dpooled = l->buffer[0]->data, *level_dx = l->buffer[2]->data;
   const int32_t *mask = (const int32_t *)l->buffer[1]->data;
-  const float *dy = l->top[0]->diff;
   float *dx = l->bottom[0]->diff;
   for (int i = 0; i < s->levels; i++) {
     const int64_t size = s->off[i + 1] - s->off[i], at = (int64_t)N * s->off[i];
-    for (int64_t n = 0; n < N; n++)
-      memcpy(dpooled + at + n * size, dy + n * per + s->off[i], sizeof(float) * (size_t)size);
-    float *d = i == 0 ? dx : level_dx;
-    if (s->max)
-      kiln_maxpool_backward(d, dpooled + at, mask + at, N, &s->g[i]);
-    else
-      kiln_avepool_backward(d, dpooled + at, N, &s->g[i]);
-    if (i > 0)
-      for (int64_t k = 0; k < count; k++) dx[k] += level_dx[k];
+    KILN_TRY(KILN_OP(l, copy_blocks, dpooled + at, size, l->top[0]->diff + s->off[i], per, size, N));
+    /* the first level's gradient straight into dx, each further one added to it */
+    KILN_TRY(KILN_OP(l, pool_bwd, i == 0 ? dx : level_dx, dpooled + at, s->max ? mask + at : NULL,
+                     N, &s->g[i], s->max, KILN_LAYOUT_PLAIN));
+    if (i > 0) KILN_TRY(KILN_OP(l, acc, dx, level_dx, count));
   }
   return KILN_OK;
 }
@@ -147,4 +139,5 @@ const kiln_layer_ops kiln_layer_spp = {
     .type = "SPP", .min_bottoms = 1, .max_bottoms = 1, .min_tops = 1, .max_tops = 1,
     .setup = spp_setup, .reshape = spp_reshape, .forward = spp_forward,
     .backward = spp_backward, .destroy = spp_destroy,
+    .kernels = KILN_KERNELS(KILN_OP_pool_fwd, KILN_OP_pool_bwd, KILN_OP_copy_blocks, KILN_OP_acc),
 };

@@ -19,6 +19,7 @@ static void make_cpu(void) {
   cpu = ref;
   cpu.name = "cpu";
   cpu.gemm = kiln_cpu_gemm;
+  cpu.conv_plan_update = kiln_cpu_conv_plan_update;
 }
 
 /* hostsim: every op is cpu's, with the device's walls opened for the call. */

@@ -15,6 +15,9 @@ int kiln_cpu_gemm(const kiln_op_ctx *c, float *C, int64_t ldc, const float *A, i
                   const float *B, int64_t ldb, bool ta, bool tb, int64_t M, int64_t N, int64_t K,
                   float alpha, float beta);
 
+int kiln_cpu_conv_plan_update(const kiln_op_ctx *c, kiln_conv_plan **plan,
+                              const kiln_conv_spec *spec, kiln_conv_plan_info *info);
+
 /* Element-wise loops run on the op's threads from this many elements up: below it a parallel
  * region costs more than it saves. */
 #define KILN_PARALLEL_FROM 32768
