@@ -11,10 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
-#include "files.h"
 #include "kiln/layers.h"
 #include "kiln/proto.h"
 
@@ -477,44 +474,6 @@ static void test_refusals(void **state) {
                  "layer type (and 2 more layers or fields Caffe 1.0 cannot take)");
 }
 
-static int setup(void **state) { return tmpdir_setup(state, "cc"); }
-
-/* The output may not be the input, by any name, nor anything but a regular file. */
-static void test_output_check(void **state) {
-  const tmpdir_fixture *t = *state;
-  char in[256], other[256], sym[256], hard[256], dir[256], fifo[256], fresh[256];
-  path_in(t, "in.prototxt", in, sizeof in);
-  path_in(t, "other.prototxt", other, sizeof other);
-  path_in(t, "link.prototxt", sym, sizeof sym);
-  path_in(t, "hard.prototxt", hard, sizeof hard);
-  path_in(t, "dir", dir, sizeof dir);
-  path_in(t, "fifo", fifo, sizeof fifo);
-  path_in(t, "fresh.prototxt", fresh, sizeof fresh);
-  write_plain(in, "name: 'n'\n", 10);
-  write_plain(other, "name: 'o'\n", 10);
-  assert_int_equal(symlink(in, sym), 0);
-  if (link(in, hard) != 0) hard[0] = '\0'; /* a file system without hard links */
-  assert_int_equal(mkdir(dir, 0755), 0);
-  assert_int_equal(mkfifo(fifo, 0644), 0);
-  assert_int_equal(kiln_proto_check_output(in, fresh), KILN_OK);
-  assert_int_equal(kiln_proto_check_output(in, other), KILN_OK);
-  assert_int_equal(kiln_proto_check_output(in, in), KILN_ERR_INVALID);
-  char want[600];
-  snprintf(want, sizeof want, "%s: is the input %s itself: the output would replace it; give "
-           "another name", in, in);
-  assert_string_equal(kiln_last_error(), want);
-  assert_int_equal(kiln_proto_check_output(in, sym), KILN_ERR_INVALID);
-  assert_int_equal(kiln_proto_check_output(sym, in), KILN_ERR_INVALID);
-  if (hard[0]) assert_int_equal(kiln_proto_check_output(in, hard), KILN_ERR_INVALID);
-  assert_int_equal(kiln_proto_check_output(in, dir), KILN_ERR_INVALID);
-  assert_non_null(strstr(kiln_last_error(), ": is a folder"));
-  assert_int_equal(kiln_proto_check_output(in, fifo), KILN_ERR_INVALID);
-  assert_non_null(strstr(kiln_last_error(), ": is a FIFO"));
-  assert_int_equal(kiln_proto_check_output(in, "/dev/null"), KILN_ERR_INVALID);
-  assert_string_equal(kiln_last_error(), "/dev/null: is a device: the output is written to a new "
-                      "file under that name, and this one would be replaced; give a file name");
-}
-
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_fields_classified),
@@ -522,7 +481,6 @@ int main(void) {
       cmocka_unit_test(test_strip_net),
       cmocka_unit_test(test_strip_solver),
       cmocka_unit_test(test_refusals),
-      cmocka_unit_test_setup_teardown(test_output_check, setup, tmpdir_teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

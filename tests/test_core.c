@@ -88,6 +88,56 @@ static void test_error_context(void **state) {
   assert_string_equal(kiln_last_error(), "layer 'conv1': bad thing 3");
 }
 
+/* A message too long to keep (a huge path) loses its middle, never its end: the reason. */
+static void test_error_shortened(void **state) {
+  (void)state;
+  enum { N = 100000 };
+  char *path = malloc(N + 1);
+  assert_non_null(path);
+  memset(path, 'a', N);
+  memcpy(path, "/start", 6);
+  memcpy(path + N - 4, "/end", 4);
+  path[N] = '\0';
+  kiln_errorf(KILN_ERR_IO, "%s: cannot open: No such file", path);
+  const char *m = kiln_last_error();
+  assert_true(strlen(m) < 4096 && strlen(m) > 4000);
+  assert_true(!strncmp(m, "/startaaa", 9));
+  assert_non_null(strstr(m, "aaa...aaa"));
+  const char *tail = "aaa/end: cannot open: No such file";
+  assert_string_equal(m + strlen(m) - strlen(tail), tail);
+  /* the context goes in front, the end stays */
+  kiln_error_context(KILN_ERR_IO, "layer '%s': ", "d");
+  m = kiln_last_error();
+  assert_true(!strncmp(m, "layer 'd': /startaaa", 20));
+  assert_string_equal(m + strlen(m) - strlen(tail), tail);
+  /* a context longer than the message kept: its start and the message's end */
+  kiln_errorf(KILN_ERR_IO, "cannot open");
+  kiln_error_context(KILN_ERR_IO, "%s: ", path);
+  m = kiln_last_error();
+  assert_true(!strncmp(m, "/startaaa", 9));
+  assert_string_equal(m + strlen(m) - strlen("aaa/end: cannot open"), "aaa/end: cannot open");
+  free(path);
+  /* no UTF-8 character is cut: 2-byte characters on both sides of "..." */
+  char *utf = malloc(2 * N + 1);
+  assert_non_null(utf);
+  for (int i = 0; i < N; i++) memcpy(utf + 2 * i, "\xc3\xa9", 2);
+  utf[2 * N] = '\0';
+  kiln_errorf(KILN_ERR_IO, "x%s", utf);
+  m = kiln_last_error();
+  const char *dots = strstr(m, "...");
+  assert_non_null(dots);
+  assert_true(((dots - m) - 1) % 2 == 0);             /* "x", then whole characters */
+  assert_true(strlen(dots + 3) % 2 == 0);             /* whole characters after it */
+  assert_int_equal((unsigned char)dots[3], 0xc3);     /* starting with a lead byte */
+  free(utf);
+  /* short messages are untouched */
+  char buf[16];
+  kiln_shorten_middle(buf, sizeof buf, "short", 5);
+  assert_string_equal(buf, "short");
+  kiln_shorten_middle(buf, sizeof buf, "0123456789abcdefghij", 20);
+  assert_string_equal(buf, "0123...cdefghij"); /* 15 bytes: a third, "...", the rest */
+}
+
 static void assert_parse_error(const char *text, const char *want) {
   kiln_fault f;
   assert_int_equal(kiln_fault_parse(text, &f), KILN_ERR_INVALID);
@@ -403,6 +453,7 @@ int main(void) {
       cmocka_unit_test(test_blob_reshape_keeps_capacity),
       cmocka_unit_test(test_rng_reproducible_and_uniform),
       cmocka_unit_test(test_error_context),
+      cmocka_unit_test(test_error_shortened),
       cmocka_unit_test(test_fault_parse),
       cmocka_unit_test(test_fault_effects),
       cmocka_unit_test(test_config_from_env),

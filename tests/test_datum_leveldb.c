@@ -2,8 +2,9 @@
  * one (keys put out of order, one replaced, the records still in the log) read in key order,
  * wrapping, by seek and by index, with the database's files byte for byte as they were and two
  * handles open at once; kiln's LevelDB writer against its LMDB writer (the same records, the
- * same fingerprint); damaged, missing and empty databases, bad records and a backend that is not
- * what the path holds (to the reader and to the Data layer), refused naming the path. */
+ * same fingerprint); damaged, missing and empty databases, a log cut short, bad records and a
+ * backend that is not what the path holds (to the reader and to the Data layer), refused naming
+ * the path. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -351,6 +352,77 @@ static void test_refusals(void **state) {
   kiln_datum_db_close(db);
 }
 
+/* The path of a database's log (*.log). */
+static void log_of(const char *dir, char *out, size_t n) {
+  DIR *d = opendir(dir);
+  assert_non_null(d);
+  const struct dirent *e;
+  out[0] = '\0';
+  while ((e = readdir(d))) {
+    size_t len = strlen(e->d_name);
+    if (len > 4 && !strcmp(e->d_name + len - 4, ".log")) snprintf(out, n, "%s/%s", dir, e->d_name);
+  }
+  closedir(d);
+  assert_true(out[0] != '\0');
+}
+
+/* The log is read to its end: records of 20,000 bytes, cut in fragments across LevelDB's 32 KiB
+ * blocks, read back whole; the same log cut inside its last record, or ending in a few bytes of a
+ * header, is refused (LevelDB's reader would drop the cut record without a word, as a write
+ * that a crash cut short). */
+static void test_log_read_to_its_end(void **state) {
+  tmpdir_fixture *f = *state;
+  char path[256], log[320];
+  enum { N = 5, W = 200 };
+  static uint8_t px[100 * W];
+  Caffe__Datum m = CAFFE__DATUM__INIT;
+  m.has_channels = m.has_height = m.has_width = m.has_label = m.has_data = 1;
+  m.channels = 1, m.height = 100, m.width = W;
+  m.data.len = sizeof px;
+  m.data.data = px;
+  size_t len = caffe__datum__get_packed_size(&m);
+  uint8_t *v = malloc(len);
+  assert_non_null(v);
+  leveldb_t *db = raw_open(path_in(f, "big", path, sizeof path));
+  for (int r = 0; r < N; r++) {
+    memset(px, r + 1, sizeof px);
+    m.label = r;
+    caffe__datum__pack(&m, v);
+    char key[16];
+    snprintf(key, sizeof key, "%08d", r);
+    raw_put(db, key, v, len);
+  }
+  leveldb_close(db);
+  free(v);
+  log_of(path, log, sizeof log);
+  struct stat st;
+  assert_int_equal(stat(log, &st), 0);
+  assert_true(st.st_size > 3 * 32768); /* the records are in the log, over several blocks */
+  kiln_datum_db *d = NULL;
+  assert_int_equal(kiln_datum_db_open(path, &d), KILN_OK);
+  assert_int_equal(kiln_datum_db_size(d), N);
+  for (int r = 0; r < N; r++) {
+    kiln_datum rec;
+    assert_int_equal(kiln_datum_db_next(d, &rec), KILN_OK);
+    assert_int_equal(rec.label, r);
+    assert_int_equal(rec.u8[12345], r + 1);
+  }
+  kiln_datum_db_close(d);
+
+  copy_db(f, "big", "cut_record");
+  log_of(path_in(f, "cut_record", path, sizeof path), log, sizeof log);
+  assert_int_equal(truncate(log, st.st_size - 100), 0);
+  expect_refused(path, KILN_DB_LEVELDB, KILN_ERR_DATA, ".log", "a write cut short", NULL);
+
+  copy_db(f, "big", "cut_header");
+  log_of(path_in(f, "cut_header", path, sizeof path), log, sizeof log);
+  FILE *t = fopen(log, "ab");
+  assert_non_null(t);
+  fwrite("\x12\x34\x56", 1, 3, t); /* a header's first bytes, as a crash leaves them */
+  fclose(t);
+  expect_refused(path, KILN_DB_LEVELDB, KILN_ERR_DATA, "ends inside a record's header", NULL);
+}
+
 /* The Data layer: a backend that is not what the source holds is refused naming the layer, the
  * path and both; no backend is Caffe's default, LEVELDB, and the message says so. */
 static void expect_layer_refused(const char *source, const char *backend, const char *a,
@@ -389,6 +461,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_reads_caffe_like_database, setup_dir, tmpdir_teardown),
       cmocka_unit_test_setup_teardown(test_writer_matches_lmdb, setup_dir, tmpdir_teardown),
       cmocka_unit_test_setup_teardown(test_refusals, setup_dir, tmpdir_teardown),
+      cmocka_unit_test_setup_teardown(test_log_read_to_its_end, setup_dir, tmpdir_teardown),
       cmocka_unit_test_setup_teardown(test_data_layer_backend_mismatch, setup_dir, tmpdir_teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

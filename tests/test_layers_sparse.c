@@ -387,6 +387,18 @@ static void test_libsvm_data_refusals(void **state) {
            dir);
   expect_create_fails(text, TRAIN, NULL, 0, 2, KILN_ERR_INVALID, "layer 'd' (LibSVMData)",
                       "dim (the feature count) must be set");
+  snprintf(text, sizeof text,
+           "name: 'd' type: 'LibSVMData' libsvm_data_param { source: '%s/rows.svm' "
+           "batch_size: 2 dim: 0 }",
+           dir);
+  expect_create_fails(text, TRAIN, NULL, 0, 2, KILN_ERR_INVALID, "layer 'd' (LibSVMData)",
+                      "dim (the feature count) 0 is out of range: 1 to");
+  snprintf(text, sizeof text,
+           "name: 'd' type: 'LibSVMData' libsvm_data_param { source: '%s/rows.svm' "
+           "batch_size: 4294967295 dim: 19 }",
+           dir);
+  expect_create_fails(text, TRAIN, NULL, 0, 2, KILN_ERR_INVALID, "layer 'd' (LibSVMData)",
+                      "batch_size 4294967295 is out of range: 1 to 1048576");
   write_file("empty.svm", "# nothing\n\n");
   snprintf(text, sizeof text,
            "name: 'd' type: 'LibSVMData' libsvm_data_param { source: '%s/empty.svm' dim: 3 "

@@ -424,6 +424,13 @@ static void test_bad_text_inputs(void **state) {
                       "batch_size must be set");
   expect_create_fails(LAYER("corpus.txt", "batch_size: 2"), TRAIN, NULL, 0, 1, KILN_ERR_INVALID, who,
                       "seq_len must be set");
+  /* set but out of range: the value and the range, not "must be set" */
+  expect_create_fails(LAYER("corpus.txt", "batch_size: 2 seq_len: 2147483647"), TRAIN, NULL, 0, 1,
+                      KILN_ERR_INVALID, who, "seq_len 2147483647 is out of range: 1 to 1048576");
+  expect_create_fails(LAYER("corpus.txt", "batch_size: 2 seq_len: 0"), TRAIN, NULL, 0, 1,
+                      KILN_ERR_INVALID, who, "seq_len 0 is out of range: 1 to 1048576");
+  expect_create_fails(LAYER("corpus.txt", "batch_size: 2000000 seq_len: 2"), TRAIN, NULL, 0, 1,
+                      KILN_ERR_INVALID, who, "batch_size 2000000 is out of range: 1 to 1048576");
   expect_create_fails(LAYER("corpus.txt", "batch_size: 2 seq_len: 2"), TRAIN, NULL, 0, 4,
                       KILN_ERR_INVALID, who, "mode WINDOWS has at most 3 tops");
 #undef LAYER

@@ -73,6 +73,75 @@ static void test_local_comm(void **state) {
   kiln_comm_free(c);
 }
 
+/* ---- options every rank must be given alike (kiln_comm_agree_settings) ---------------------- */
+
+/* A job of `size` ranks played by one process: each rank's call is made in turn while the fake
+ * records what it sends ("capture", answering every rank alike), then the call under test gets
+ * every rank's record ("replay"). */
+typedef struct {
+  int size, replay;
+  unsigned char sent[4][4096];
+} agree_fake;
+
+static int agree_allgather(kiln_comm *c, const void *send, size_t n, void *recv) {
+  agree_fake *f = c->impl;
+  assert_true(n <= sizeof f->sent[0]);
+  for (int r = 0; r < f->size; r++)
+    memcpy((unsigned char *)recv + (size_t)r * n, f->replay ? f->sent[r] : send, n);
+  if (!f->replay) memcpy(f->sent[c->rank], send, n);
+  return KILN_OK;
+}
+
+static const kiln_comm_ops agree_ops = {.name = "fake-agree", .allgather = agree_allgather};
+
+/* Ranks 0..size-1 give `values[r]` for the settings `names`; the result of rank 0's call. */
+static int agree(int size, const char *const *names, const char *const values[][3], int n) {
+  agree_fake f = {.size = size};
+  kiln_comm c = {.ops = &agree_ops, .size = size, .impl = &f};
+  kiln_comm_setting s[3];
+  for (int r = size - 1; r >= 0; r--) { /* capture every rank's record; rank 0's last */
+    c.rank = r;
+    for (int k = 0; k < n; k++) s[k] = (kiln_comm_setting){names[k], values[r][k]};
+    assert_int_equal(kiln_comm_agree_settings(&c, s, n), KILN_OK);
+  }
+  f.replay = 1;
+  return kiln_comm_agree_settings(&c, s, n);
+}
+
+static void test_agree_settings(void **state) {
+  (void)state;
+  const char *names[3] = {"--weights", "--deterministic", "--comm-timeout"};
+  const char *const same[2][3] = {{"w.caffemodel", "", "300"}, {"w.caffemodel", "", "300"}};
+  assert_int_equal(agree(2, names, same, 3), KILN_OK);
+  /* rank 1 alone given weights: named with both values, and the list that must agree */
+  const char *const weights[2][3] = {{NULL, NULL, "300"}, {"w.caffemodel", NULL, "300"}};
+  assert_int_equal(agree(2, names, weights, 3), KILN_ERR_INVALID);
+  assert_contains(kiln_last_error(), "the 2 workers were given different options: --weights is "
+                                     "'w.caffemodel' on rank 1 but not given on rank 0; every "
+                                     "worker must be given the same --weights, --deterministic "
+                                     "and --comm-timeout");
+  /* a flag, another value, and a second setting that differs; the first rank that differs */
+  const char *const two[3][3] = {{NULL, "", "300"}, {NULL, "", "300"}, {"a", NULL, "60"}};
+  assert_int_equal(agree(3, names, two, 3), KILN_ERR_INVALID);
+  assert_contains(kiln_last_error(), "--weights is 'a' on rank 2 but not given on rank 0 "
+                                     "(--deterministic, --comm-timeout differ too)");
+  const char *const flag[3][3] = {{NULL, "", "300"}, {NULL, NULL, "300"}, {NULL, NULL, "300"}};
+  assert_int_equal(agree(3, names, flag, 3), KILN_ERR_INVALID);
+  assert_contains(kiln_last_error(), "--deterministic is not given on rank 1 (and 1 more rank) "
+                                     "but given on rank 0;");
+  /* a long value is compared whole (by its digest) and shown shortened */
+  static char long_a[3000], long_b[3000];
+  memset(long_a, 'x', sizeof long_a - 1);
+  memcpy(long_b, long_a, sizeof long_b);
+  long_b[1500] = 'y';
+  const char *const longs[2][3] = {{long_a, NULL, "1"}, {long_b, NULL, "1"}};
+  assert_int_equal(agree(2, names, longs, 3), KILN_ERR_INVALID);
+  assert_contains(kiln_last_error(), "--weights is 'xxx");
+  assert_contains(kiln_last_error(), "...xxx");
+  /* one rank: nothing to compare */
+  assert_int_equal(kiln_comm_agree_settings(NULL, NULL, 0), KILN_OK);
+}
+
 static void test_null_comm_is_one_process(void **state) {
   (void)state;
   assert_int_equal(kiln_comm_rank(NULL), 0);
@@ -849,6 +918,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_local_comm),
       cmocka_unit_test(test_null_comm_is_one_process),
+      cmocka_unit_test(test_agree_settings),
       cmocka_unit_test(test_launcher_size),
       cmocka_unit_test(test_accumulate_is_in_order),
       cmocka_unit_test(test_sum_to_all),

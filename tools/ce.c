@@ -128,12 +128,10 @@ int tool_ce_option_value(const char *what, int argc, char **argv, int *i, const 
     return -1;
   }
   const char *v = argv[++*i];
-  if (slot) {
-    *slot = v;
-  } else if (!tool_parse_int(v, islot) || *islot < 1) {
-    fprintf(stderr, "%s: %s: '%s' is not a positive integer\n", what, opt, v);
-    return -1;
-  }
+  const char *cmd = strncmp(what, "kiln ", 5) ? what : what + 5; /* "ce history" */
+  if (!tool_nonempty(cmd, opt, v)) return -1;
+  if (slot) *slot = v;
+  else if (!tool_int_option_int(cmd, opt, v, 1, INT_MAX, islot)) return -1;
   return 0;
 }
 

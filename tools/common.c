@@ -3,6 +3,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "tool.h"
@@ -28,6 +29,8 @@ bool tool_parse_size(const char *s, uint64_t *out) {
   if (*end == 'i') end++;
   if (*end == 'B' || *end == 'b') end++;
   if (*end) return false;
+  /* NaN, infinity and sizes past 2^64 bytes are no size (and no defined conversion) */
+  if (!(v * mult < 18446744073709551616.0)) return false;
   *out = (uint64_t)(v * mult);
   return true;
 }
@@ -41,6 +44,52 @@ bool tool_parse_int(const char *s, int *out) {
   return true;
 }
 
+bool tool_int_option(const char *cmd, const char *opt, const char *v, long long lo, long long hi,
+                     long long *out) {
+  const char *d = v + (*v == '+' || *v == '-');
+  bool digits = *d != '\0';
+  for (; *d && digits; d++) digits = *d >= '0' && *d <= '9';
+  char *end;
+  errno = 0;
+  long long n = digits ? strtoll(v, &end, 10) : 0;
+  const char *sep = cmd ? " " : "", *name = cmd ? cmd : "";
+  if (!digits) {
+    fprintf(stderr, "kiln%s%s: %s: '%s' is not a whole number (%s takes %lld to %lld)\n", sep,
+            name, opt, v, opt, lo, hi);
+    return false;
+  }
+  if (errno == ERANGE || n < lo || n > hi) {
+    fprintf(stderr, "kiln%s%s: %s: '%s' is out of range: %s takes %lld to %lld\n", sep, name, opt,
+            v, opt, lo, hi);
+    return false;
+  }
+  *out = n;
+  return true;
+}
+
+bool tool_int_option_int(const char *cmd, const char *opt, const char *v, int lo, int hi,
+                         int *out) {
+  long long n;
+  if (!tool_int_option(cmd, opt, v, lo, hi, &n)) return false;
+  *out = (int)n;
+  return true;
+}
+
+bool tool_nonempty(const char *cmd, const char *what, const char *v) {
+  if (v[0]) return true;
+  if (what[0] == '-')
+    fprintf(stderr, "kiln%s%s: %s: the value is empty\n", cmd ? " " : "", cmd ? cmd : "", what);
+  else
+    fprintf(stderr, "kiln%s%s: %s is empty\n", cmd ? " " : "", cmd ? cmd : "", what);
+  return false;
+}
+
+int tool_unexpected(const char *cmd, const char *arg) {
+  fprintf(stderr, "kiln %s: unexpected %sargument '%s' (see kiln %s --help)\n", cmd,
+          arg[0] ? "" : "empty ", arg, cmd);
+  return 2;
+}
+
 int tool_common_option(tool_common *c, int argc, char **argv, int *i) {
   const char *a = argv[*i];
   bool known = !strcmp(a, "--metrics") || !strcmp(a, "--threads") || !strcmp(a, "--max-memory");
@@ -51,15 +100,14 @@ int tool_common_option(tool_common *c, int argc, char **argv, int *i) {
   }
   const char *v = argv[++*i];
   if (!strcmp(a, "--metrics")) {
+    if (!tool_nonempty(NULL, a, v)) return -1;
     c->metrics = v;
   } else if (!strcmp(a, "--threads")) {
-    if (!tool_parse_int(v, &c->threads) || c->threads < 1) {
-      fprintf(stderr, "kiln: --threads: '%s' is not a positive integer\n", v);
-      return -1;
-    }
+    if (!tool_int_option_int(NULL, a, v, 1, TOOL_MAX_THREADS, &c->threads)) return -1;
     kiln_set_num_threads(c->threads);
   } else if (!tool_parse_size(v, &c->max_memory) || c->max_memory == 0) {
-    fprintf(stderr, "kiln: --max-memory: '%s' is not a size (e.g. 512M, 4G)\n", v);
+    fprintf(stderr, "kiln: --max-memory: '%s' is not a size of 1 byte to 16E (e.g. 512M, 4G)\n",
+            v);
     return -1;
   }
   return 1;
@@ -72,6 +120,10 @@ int tool_option_value(const char *cmd, const char *const *names, void (*usage)(F
   int r = tool_common_option(c, argc, argv, i);
   if (r) return r < 0 ? -1 : 0;
   *opt = argv[*i];
+  if ((*opt)[0] != '-') { /* these commands take options only */
+    tool_unexpected(cmd, *opt);
+    return -1;
+  }
   bool known = false;
   for (const char *const *n = names; *n && !known; n++) known = !strcmp(*n, *opt);
   if (!known) {
@@ -83,7 +135,7 @@ int tool_option_value(const char *cmd, const char *const *names, void (*usage)(F
     return -1;
   }
   *val = argv[++*i];
-  return 1;
+  return tool_nonempty(cmd, *opt, *val) ? 1 : -1;
 }
 
 bool tool_is_help(const char *arg) { return !strcmp(arg, "--help") || !strcmp(arg, "-h"); }
@@ -108,9 +160,33 @@ void tool_common_usage(FILE *f, const char *metrics) {
 
 void tool_help_usage(FILE *f) { fprintf(f, "  -h, --help             print this help and exit\n"); }
 
-int tool_metrics_open(tool_metrics *m, const char *path) {
+/* The metrics file may not be an input: opening it truncates it before the input is read. */
+static int check_metrics_path(const char *path, const char *const *inputs, size_t n) {
+  for (size_t i = 0; path && i < n; i++) {
+    struct stat st;
+    if (!inputs[i]) continue;
+    if (stat(inputs[i], &st) == 0 || !strchr(inputs[i], ',')) {
+      KILN_TRY(kiln_check_output(path, KILN_OUTPUT_STREAMED, &inputs[i], 1));
+      continue;
+    }
+    char *list = kiln_strdup(inputs[i]); /* kiln train's --weights A,B */
+    if (!list) return kiln_errorf(KILN_ERR_NOMEM, "out of memory");
+    int rc = KILN_OK;
+    char *save = NULL;
+    for (char *w = strtok_r(list, ",", &save); w && !rc; w = strtok_r(NULL, ",", &save)) {
+      const char *one = w;
+      rc = kiln_check_output(path, KILN_OUTPUT_STREAMED, &one, 1);
+    }
+    free(list);
+    KILN_TRY(rc);
+  }
+  return KILN_OK;
+}
+
+int tool_metrics_open(tool_metrics *m, const char *path, const char *const *inputs, size_t n) {
   memset(m, 0, sizeof *m);
   m->tty = isatty(STDERR_FILENO);
+  KILN_TRY(check_metrics_path(path, inputs, n));
   return kiln_metrics_open(path, &m->file);
 }
 

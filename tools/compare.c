@@ -70,7 +70,10 @@ int cmd_compare_weights(int argc, char **argv) {
       memcpy(only_layer, v, (size_t)(colon - v));
       only_layer[colon - v] = '\0';
     } else if (a[0] != '-' && npath < 2) {
+      if (!tool_nonempty("compare-weights", npath ? "B.caffemodel" : "A.caffemodel", a)) return 2;
       path[npath++] = a;
+    } else if (a[0] != '-') {
+      return tool_unexpected("compare-weights", a);
     } else {
       if (a[0] == '-') fprintf(stderr, "kiln compare-weights: unknown option '%s'\n", a);
       usage_text(stderr);

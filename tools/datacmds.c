@@ -87,7 +87,8 @@ static void text_usage(FILE *f) {
              "  --level char|word      the tokens: characters (the default) or words\n"
              "  --lowercase            lower ASCII letters first\n"
              "  --min-count K          only tokens seen at least K times (default 1)\n"
-             "  --max-size V           at most V tokens in all, the special ones included\n"
+             "  --max-size V           at most V tokens in all, the special ones included (0,\n"
+             "                         the default: no limit)\n"
              "  --pairs source|target  the texts are .tsv files of SOURCE<TAB>TARGET pairs: count one\n"
              "                         side (target: with <s> and </s> reserved)\n");
   tool_help_usage(f);
@@ -115,9 +116,13 @@ static int convert_cifar(int argc, char **argv) {
       fprintf(stderr, "kiln convert %s: unknown option '%s'\n", argv[1], argv[i]);
       return bad_usage(usage);
     } else if (npos < 2) {
+      /* (an empty output: the library's "the output path is empty") */
+      if (!npos && !tool_nonempty(cifar100 ? "convert cifar100" : "convert cifar10",
+                                  "ARCHIVE_OR_DIR", argv[i]))
+        return 2;
       pos[npos++] = argv[i];
     } else {
-      return bad_usage(usage);
+      return tool_unexpected(cifar100 ? "convert cifar100" : "convert cifar10", argv[i]);
     }
   }
   if (npos != 2) return bad_usage(usage);
@@ -186,9 +191,11 @@ static int convert_images(int argc, char **argv) {
       fprintf(stderr, "kiln convert images: unknown option '%s'\n", a);
       return bad_usage(images_usage);
     } else if (npos < 3) {
+      static const char *const names[] = {"LIST", "ROOT"}; /* the output: the library's check */
+      if (npos < 2 && !tool_nonempty("convert images", names[npos], a)) return 2;
       pos[npos++] = a;
     } else {
-      return bad_usage(images_usage);
+      return tool_unexpected("convert images", a);
     }
   }
   if (npos != 3) return bad_usage(images_usage);
@@ -271,11 +278,17 @@ static int convert_text(int argc, char **argv) {
         }
       } else if (!strcmp(a, "--min-count")) {
         ok = parse_whole(a, argv[++i], 1, 1L << 40, &min_count);
-      } else {
-        ok = parse_whole(a, argv[++i], 3, KILN_VOCAB_MAX_TOKENS, &max_size);
+      } else { /* any whole number: the library's rule says which (kiln_vocab_builder_check_size) */
+        const char *v = argv[++i];
+        int n = 0;
+        if (!(ok = tool_parse_int(v, &n)))
+          fprintf(stderr, "kiln convert text: --max-size '%s': not a whole number\n", v);
+        max_size = n;
       }
     } else if (a[0] == '-' && a[1] == '-') {
       fprintf(stderr, "kiln convert text: unknown option '%s'\n", a);
+      ok = false;
+    } else if (!tool_nonempty("convert text", "a file argument (TEXT... OUT_VOCAB)", a)) {
       ok = false;
     } else {
       pos[npos++] = a;
@@ -294,9 +307,23 @@ static int convert_text(int argc, char **argv) {
   int rc = kiln_vocab_builder_new(level, lowercase, &b);
   if (!rc && pairs == 2) rc = kiln_vocab_builder_reserve(b, KILN_VOCAB_BOS);
   if (!rc && pairs == 2) rc = kiln_vocab_builder_reserve(b, KILN_VOCAB_EOS);
+  if (!rc && kiln_vocab_builder_check_size(b, (int)max_size)) { /* before the texts are read */
+    fprintf(stderr, "kiln convert text: --max-size: %s\n", kiln_last_error());
+    kiln_vocab_builder_free(b);
+    free(pos);
+    return 2;
+  }
+  /* the vocabulary may not replace a text (nor a device, a FIFO, a folder) */
+  if (!rc) rc = kiln_check_output(pos[npos - 1], KILN_OUTPUT_RENAMED, pos, (size_t)npos - 1);
   pair_side side = {b, pairs == 2};
-  for (int i = 0; !rc && i < npos - 1; i++)
+  for (int i = 0; !rc && i < npos - 1; i++) {
+    const int64_t before = kiln_vocab_builder_tokens(b);
     rc = pairs ? kiln_text_pairs(pos[i], add_pair, &side) : kiln_text_records(pos[i], kiln_vocab_builder_add_record, b);
+    if (!rc && kiln_vocab_builder_tokens(b) == before) /* TextData refuses such a corpus too */
+      rc = kiln_errorf(KILN_ERR_DATA, "%s: holds no%s tokens (an empty corpus): its vocabulary "
+                       "would hold only the special tokens", pos[i],
+                       pairs == 2 ? " target" : pairs ? " source" : "");
+  }
   if (!rc) rc = kiln_vocab_builder_finish(b, min_count, (int)max_size, &v);
   if (!rc) rc = kiln_vocab_write(v, pos[npos - 1]);
   if (!rc)
@@ -341,8 +368,10 @@ int cmd_convert(int argc, char **argv) {
       fprintf(stderr, "kiln convert idx: unknown option '%s'\n", a);
       return bad_usage(idx_usage);
     } else if (npos == 3) {
-      return bad_usage(idx_usage);
+      return tool_unexpected("convert idx", a);
     } else {
+      static const char *const names[] = {"IMAGES", "LABELS"}; /* the output: the library's */
+      if (npos < 2 && !tool_nonempty("convert idx", names[npos], a)) return 2;
       pos[npos++] = a;
     }
   }
@@ -633,13 +662,13 @@ int cmd_data(int argc, char **argv) {
   kiln_config cfg;
   if (kiln_config_from_env(&cfg)) return tool_fail("data");
   if (usage == dir_usage) {
-    if (argc != 2) return bad_usage(dir_usage);
+    if (argc != 2) return tool_unexpected("data dir", argv[2]);
     char dir[4096];
     if (kiln_data_cache_dir(&cfg, dir, sizeof dir)) return tool_fail("data");
     printf("%s\n", dir);
     return 0;
   }
-  if (usage == list_usage) return argc == 2 ? data_list(&cfg) : bad_usage(list_usage);
+  if (usage == list_usage) return argc == 2 ? data_list(&cfg) : tool_unexpected("data list", argv[2]);
   if (usage == verify_usage) return data_verify(&cfg, argc - 2, argv + 2);
   /* kiln data fetch NAME [--from FILE], the option before or after the name */
   const char *name = NULL, *from = NULL;
@@ -652,6 +681,7 @@ int cmd_data(int argc, char **argv) {
         return bad_usage(fetch_usage);
       }
       from = argv[++i];
+      if (!tool_nonempty("data fetch", "--from", from)) return 2;
     } else if (a[0] == '-') {
       fprintf(stderr, "kiln data fetch: unknown option '%s'\n", a);
       return bad_usage(fetch_usage);
@@ -712,7 +742,11 @@ static void compute_mean_usage(FILE *f) {
 int cmd_compute_mean(int argc, char **argv) {
   for (int i = 1; i < argc; i++)
     if (tool_is_help(argv[i])) tool_help(compute_mean_usage);
+  if (argc > 3) return tool_unexpected("compute-mean", argv[3]);
   if (argc != 3) return bad_usage(compute_mean_usage);
+  if (!tool_nonempty("compute-mean", "DB", argv[1]) ||
+      !tool_nonempty("compute-mean", "OUT.binaryproto", argv[2]))
+    return 2;
   uint64_t n = 0;
   if (kiln_compute_mean(argv[1], argv[2], &n)) return tool_fail("compute-mean");
   printf("mean of %llu records of %s written to %s\n", (unsigned long long)n, argv[1], argv[2]);

@@ -4,6 +4,7 @@
  * accuracy). The decoding itself, greedy or beam search, is the library's (src/net/seq2seq.c);
  * this reads the records, prints and writes (with --metrics, the figures as one "decode" event,
  * which `kiln ce` reads). */
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -15,11 +16,9 @@ typedef struct {
   tool_decode_args d;
 } decode_args;
 
-/* A whole number >= lo for option o, or a message and false. */
-static bool whole_option(const char *o, const char *v, int lo, int *out) {
-  if (tool_parse_int(v, out) && *out >= lo) return true;
-  fprintf(stderr, "kiln decode: %s: '%s' is not a whole number >= %d\n", o, v, lo);
-  return false;
+/* A whole number in lo..hi for option o, or a message naming the range and false. */
+static bool whole_option(const char *o, const char *v, int lo, int hi, int *out) {
+  return tool_int_option_int("decode", o, v, lo, hi, out);
 }
 
 static void usage(FILE *f) {
@@ -64,11 +63,11 @@ static int parse_decode_args(int argc, char **argv, decode_args *a) {
     else if (!strcmp(o, "--input")) a->d.input = v;
     else if (!strcmp(o, "--output")) a->d.output = v;
     else if (!strcmp(o, "--beam")) {
-      if (!whole_option(o, v, 1, &a->d.beam)) return 2;
+      if (!whole_option(o, v, 1, TOOL_MAX_BEAM, &a->d.beam)) return 2;
     } else if (!strcmp(o, "--max-len")) {
-      if (!whole_option(o, v, 1, &a->d.max_len)) return 2;
+      if (!whole_option(o, v, 1, TOOL_MAX_DECODE_LEN, &a->d.max_len)) return 2;
     } else if (!strcmp(o, "--limit")) {
-      if (!whole_option(o, v, 1, &a->d.limit)) return 2;
+      if (!whole_option(o, v, 1, INT_MAX, &a->d.limit)) return 2;
     } else {
       fprintf(stderr, "kiln decode: unknown option '%s' (see kiln decode --help)\n", o);
       return 2;
@@ -149,6 +148,12 @@ static int take_record(void *user, const char *source, size_t slen, const char *
   rs->v = rs->tv;
   KILN_TRY(kiln_tokenize(target, tlen, kiln_vocab_level(rs->tv), kiln_vocab_lowercase(rs->tv),
                          take_id, rs));
+  /* The error rate is edits per reference token: over none it is no figure (0 edits would
+   * read as perfect, a few as infinite), so such a pair is refused rather than left out. */
+  if (rs->nids == rs->ref[rs->n])
+    return kiln_errorf(KILN_ERR_DATA, "%s:%d: a record without target tokens: the token error "
+                       "rate is measured against the target, and an empty one has none", rs->path,
+                       line);
   if (!(rs->text[rs->n] = kiln_strdup(source))) return kiln_errorf(KILN_ERR_NOMEM, "out of memory");
   rs->n++;
   rs->src[rs->n] = rs->nids; /* where the next record starts: this one's reference ends */
@@ -187,6 +192,26 @@ static int plan(Caffe__NetParameter *np, void *user) {
   return kiln_seq2seq_plan(np, p->model, p->max_source, p->streams, p->steps);
 }
 
+/* The net planned for a beam search could not be built: when the greedy one (one stream of one
+ * step) can, what the model cannot hold is the beam (--beam streams of --max-len steps), and
+ * the message says so, naming both options; otherwise the net's own message stands. */
+static void beam_too_wide(const tool_decode_args *a, const plan_args *p) {
+  char why[4096];
+  snprintf(why, sizeof why, "%s", kiln_last_error());
+  plan_args greedy = {p->max_source, 1, 1, p->model};
+  kiln_net *net = NULL;
+  ProtobufCMessage *msg = NULL;
+  if (tool_load_net_edited(a->model, CAFFE__PHASE__TEST, NULL, 0, a->max_memory, true, plan,
+                           &greedy, &net, &msg) == KILN_OK)
+    kiln_errorf(KILN_ERR_INVALID,
+                "--beam %d with --max-len %d: %s cannot decode %d hypotheses of %d steps at once "
+                "(%s); give a smaller --beam or --max-len",
+                a->beam, a->max_len, a->model, a->beam, a->max_len, why);
+  else
+    kiln_errorf(KILN_ERR_INVALID, "%s", why);
+  tool_free_net(net, msg);
+}
+
 /* SOURCE<TAB>DECODED, the decoded tokens as the target vocabulary's tokenizer would cut them
  * again (words apart by a space), so the file is a .tsv of pairs itself. */
 static void put_decoded(kiln_strbuf *b, const kiln_vocab *tv, const char *source,
@@ -200,6 +225,23 @@ static void put_decoded(kiln_strbuf *b, const kiln_vocab *tv, const char *source
     if (t) kiln_text_escape(b, t, len);
   }
   kiln_strbuf_printf(b, "\n");
+}
+
+/* The files decode reads, $KILN_DATA/ resolved: model, weights, vocab, target_vocab, input. */
+typedef struct {
+  char path[5][4096];
+  const char *p[5];
+} decode_inputs;
+
+static int resolve_inputs(const kiln_config *cfg, const tool_decode_args *a, decode_inputs *in) {
+  const char *given[5] = {a->model, a->weights, a->vocab, a->target_vocab, a->input};
+  for (int i = 0; i < 5; i++) {
+    in->p[i] = given[i];
+    if (i < 2 || !given[i]) continue; /* the net and weights are read as given */
+    KILN_TRY(kiln_data_source_path(cfg, given[i], in->path[i], sizeof in->path[i]));
+    in->p[i] = in->path[i];
+  }
+  return KILN_OK;
 }
 
 int tool_decode(const tool_decode_args *a, tool_metrics *m) {
@@ -220,6 +262,12 @@ int tool_decode(const tool_decode_args *a, tool_metrics *m) {
     code = tool_fail("decode");
     goto done;
   }
+  decode_inputs in;
+  if (a->output && (resolve_inputs(&cfg, a, &in) ||
+                    kiln_check_output(a->output, KILN_OUTPUT_RENAMED, in.p, 5))) {
+    code = tool_fail("decode: --output");
+    goto done;
+  }
   kiln_seq2seq_marks marks;
   if (!target_marks(tv, tpath, &marks)) {
     code = 2;
@@ -237,10 +285,18 @@ int tool_decode(const tool_decode_args *a, tool_metrics *m) {
   }
   plan_args p = {rs.longest, a->beam ? a->beam : 1, a->beam ? a->max_len : 1, a->model};
   out = malloc((size_t)a->max_len * sizeof *out);
-  if (!out ||
-      tool_load_net_edited(a->model, CAFFE__PHASE__TEST, NULL, 0, a->max_memory, true, plan, &p,
-                           &net, &msg) ||
-      kiln_net_load_weights(net, a->weights) ||
+  if (!out) {
+    fprintf(stderr, "kiln: decode: out of memory for --max-len %d\n", a->max_len);
+    code = 1;
+    goto done;
+  }
+  if (tool_load_net_edited(a->model, CAFFE__PHASE__TEST, NULL, 0, a->max_memory, true, plan, &p,
+                           &net, &msg)) {
+    if (a->beam) beam_too_wide(a, &p);
+    code = tool_fail("decode");
+    goto done;
+  }
+  if (kiln_net_load_weights(net, a->weights) ||
       kiln_seq2seq_open(net, kiln_vocab_size(tv), &marks, a->model, &dec)) {
     code = tool_fail("decode");
     goto done;
@@ -303,7 +359,11 @@ int cmd_decode(int argc, char **argv) {
   if (r) return r;
   a.d.max_memory = a.c.max_memory;
   tool_metrics m;
-  if (tool_metrics_open(&m, a.c.metrics)) return tool_fail("metrics");
+  kiln_config cfg;
+  decode_inputs in = {0};
+  if (a.c.metrics && (kiln_config_from_env(&cfg) || resolve_inputs(&cfg, &a.d, &in)))
+    return tool_fail("decode");
+  if (tool_metrics_open(&m, a.c.metrics, in.p, 5)) return tool_fail("metrics");
   int code = tool_decode(&a.d, &m);
   if (tool_metrics_close(&m) && !code) code = 1;
   return code;

@@ -1,4 +1,5 @@
 /* kiln test, kiln time and kiln describe: commands that build one net from a model prototxt. */
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -95,10 +96,7 @@ static int parse_net_args(const char *cmd, int argc, char **argv, net_args *a, i
     if (!strcmp(o, "--model")) a->model = v;
     else if (!strcmp(o, "--weights")) a->weights = v;
     else if (!strcmp(o, "--iterations")) {
-      if (!tool_parse_int(v, &a->iterations) || a->iterations < 1) {
-        fprintf(stderr, "kiln %s: --iterations: '%s' is not a positive integer\n", cmd, v);
-        return 2;
-      }
+      if (!tool_int_option_int(cmd, o, v, 1, INT_MAX, &a->iterations)) return 2;
     } else if (!strcmp(o, "--stage")) {
       if (a->nstages == 16) {
         fprintf(stderr, "kiln %s: more than 16 --stage options\n", cmd);
@@ -117,10 +115,8 @@ static int parse_net_args(const char *cmd, int argc, char **argv, net_args *a, i
     } else if (!strcmp(cmd, "test") &&
                (!strcmp(o, "--beam") || !strcmp(o, "--max-len") || !strcmp(o, "--limit"))) {
       int *to = o[2] == 'b' ? &a->beam : o[2] == 'm' ? &a->max_len : &a->limit;
-      if (!tool_parse_int(v, to) || *to < 1) {
-        fprintf(stderr, "kiln %s: %s: '%s' is not a positive integer\n", cmd, o, v);
-        return 2;
-      }
+      int hi = o[2] == 'b' ? TOOL_MAX_BEAM : o[2] == 'm' ? TOOL_MAX_DECODE_LEN : INT_MAX;
+      if (!tool_int_option_int(cmd, o, v, 1, hi, to)) return 2;
     } else {
       fprintf(stderr, "kiln %s: unknown option '%s' (see kiln %s --help)\n", cmd, o, cmd);
       return 2;
@@ -196,7 +192,8 @@ int cmd_test(int argc, char **argv) {
   if (r) return r;
   if (!a.weights) fprintf(stderr, "kiln test: no --weights given: testing random weights\n");
   tool_metrics m;
-  if (tool_metrics_open(&m, a.c.metrics)) return tool_fail("metrics");
+  const char *const inputs[] = {a.model, a.weights, a.decode};
+  if (tool_metrics_open(&m, a.c.metrics, inputs, 3)) return tool_fail("metrics");
   kiln_net *net = NULL;
   ProtobufCMessage *msg = NULL;
   double *sum = NULL;
@@ -204,6 +201,16 @@ int cmd_test(int argc, char **argv) {
   if (load_net(&a, true, &net, &msg) || (a.weights && kiln_net_load_weights(net, a.weights))) {
     code = tool_fail("test");
     goto done;
+  }
+  for (int i = 0; i < net->nlayers; i++) { /* an HDF5Output file may not replace an input */
+    const kiln_layer *l = net->layers[i];
+    if (strcmp(l->ops->type, "HDF5Output") || !l->lp->hdf5_output_param) continue;
+    const char *const inputs[] = {a.model, a.weights};
+    if (kiln_check_output(l->lp->hdf5_output_param->file_name, KILN_OUTPUT_RENAMED, inputs, 2)) {
+      kiln_error_context(1, "layer '%s' (HDF5Output): hdf5_output_param.file_name ", l->name);
+      code = tool_fail("test");
+      goto done;
+    }
   }
   double start = kiln_now_ms();
   sum = calloc((size_t)net->noutputs + 1, sizeof(double));
@@ -331,7 +338,7 @@ int cmd_time(int argc, char **argv) {
   int r = parse_net_args("time", argc, argv, &a, CAFFE__PHASE__TRAIN, 50);
   if (r) return r;
   tool_metrics m;
-  if (tool_metrics_open(&m, a.c.metrics)) return tool_fail("metrics");
+  if (tool_metrics_open(&m, a.c.metrics, &a.model, 1)) return tool_fail("metrics");
   kiln_net *net = NULL;
   ProtobufCMessage *msg = NULL;
   double *fwd = NULL, *bwd = NULL;

@@ -44,6 +44,9 @@ static void usage(FILE *f) {
   tool_help_usage(f);
 }
 
+/* --length takes 0 to this: 16M tokens, a long book. */
+#define SAMPLE_MAX_LENGTH (1 << 24)
+
 static int parse_sample_args(int argc, char **argv, sample_args *a) {
   static const char *const names[] = {"--model", "--weights", "--vocab", "--prime", "--length",
                                       "--temperature", "--seed", NULL};
@@ -62,10 +65,7 @@ static int parse_sample_args(int argc, char **argv, sample_args *a) {
     else if (!strcmp(o, "--vocab")) a->vocab = v;
     else if (!strcmp(o, "--prime")) a->prime = v;
     else if (!strcmp(o, "--length")) {
-      if (!tool_parse_int(v, &a->length) || a->length < 0) {
-        fprintf(stderr, "kiln sample: --length: '%s' is not a whole number >= 0\n", v);
-        return 2;
-      }
+      if (!tool_int_option_int("sample", o, v, 0, SAMPLE_MAX_LENGTH, &a->length)) return 2;
     } else if (!strcmp(o, "--temperature")) {
       a->temperature = strtod(v, &end);
       if (end == v || *end || !(a->temperature >= 0) || !isfinite(a->temperature)) {
@@ -73,11 +73,8 @@ static int parse_sample_args(int argc, char **argv, sample_args *a) {
         return 2;
       }
     } else if (!strcmp(o, "--seed")) {
-      int s;
-      if (!tool_parse_int(v, &s) || s < 0) {
-        fprintf(stderr, "kiln sample: --seed: '%s' is not a whole number >= 0\n", v);
-        return 2;
-      }
+      long long s;
+      if (!tool_int_option("sample", o, v, 0, INT64_MAX, &s)) return 2;
       a->seed = (uint64_t)s;
     } else {
       fprintf(stderr, "kiln sample: unknown option '%s' (see kiln sample --help)\n", o);

@@ -51,9 +51,24 @@ void tool_help_usage(FILE *f);
 
 /* Prints "kiln: <what>: <kiln_last_error()>" to stderr and returns exit code 1. */
 int tool_fail(const char *what);
-/* Parses "512M", "2G", "1048576"; false if malformed. */
+/* Parses "512M", "2G", "1048576"; false if malformed, not finite or past 2^64 bytes. */
 bool tool_parse_size(const char *s, uint64_t *out);
 bool tool_parse_int(const char *s, int *out);
+/* The whole number `v` of option `opt` (of command `cmd`; NULL: one every command takes) in
+ * lo..hi: true and *out; else false after printing why, always with the range: "kiln sample:
+ * --length: '2147483648' is out of range: --length takes 0 to 16777216", or "... 'ten' is not a
+ * whole number (--length takes 0 to 16777216)". */
+bool tool_int_option(const char *cmd, const char *opt, const char *v, long long lo, long long hi,
+                     long long *out);
+bool tool_int_option_int(const char *cmd, const char *opt, const char *v, int lo, int hi,
+                         int *out);
+/* --threads takes 1 to this. */
+#define TOOL_MAX_THREADS 1024
+/* False after printing that `what` (an option: "kiln test: --model: the value is empty"; or an
+ * argument: "kiln upgrade: IN is empty") is empty, when v is "". */
+bool tool_nonempty(const char *cmd, const char *what, const char *v);
+/* "kiln CMD: unexpected argument 'ARG' (see kiln CMD --help)" on stderr; returns 2. */
+int tool_unexpected(const char *cmd, const char *arg);
 /* Standard options every command takes: --threads N (applied at once), --metrics FILE,
  * --max-memory SIZE. Returns 1 if argv[*i] was one of them (consuming its value), -1 on error. */
 typedef struct {
@@ -64,8 +79,8 @@ typedef struct {
 int tool_common_option(tool_common *c, int argc, char **argv, int *i);
 /* A command's option at argv[*i] taken as `--name value` (*opt, *val; *i moves past the value),
  * `names` (NULL-terminated) being the command's own options, each taking a value: 1; 0 for a
- * common option, taken; -1 after printing why (an unknown option, a missing value, a bad common
- * one). --help or -h there prints `usage` (tool_help). */
+ * common option, taken; -1 after printing why (an argument that is no option, an unknown option,
+ * a missing or empty value, a bad common one). --help or -h there prints `usage` (tool_help). */
 int tool_option_value(const char *cmd, const char *const *names, void (*usage)(FILE *f),
                       tool_common *c, int argc, char **argv, int *i, const char **opt,
                       const char **val);
@@ -78,7 +93,10 @@ typedef struct {
   int rank;
   bool failed;         /* a write failed: the message is printed once, the run ends in error */
 } tool_metrics;
-int tool_metrics_open(tool_metrics *m, const char *path);
+/* --metrics FILE (path NULL: none) for a command that reads `inputs` (n paths, NULL ones
+ * skipped; one that names no file is taken as a comma-separated list, as kiln train's --weights):
+ * refused, naming both, when it is one of them, since opening it truncates it. */
+int tool_metrics_open(tool_metrics *m, const char *path, const char *const *inputs, size_t n);
 /* Closes the file; -1 (after printing why) when any write or the close failed. */
 int tool_metrics_close(tool_metrics *m);
 /* Writes an event of this process (rank m->rank) with its fields. */
@@ -102,6 +120,9 @@ void tool_free_net(kiln_net *net, ProtobufCMessage *msg);
 /* kiln decode's work (decode.c), also run by `kiln test --decode`: decodes the sources of the
  * pairs in `input` with the deploy net `model`, prints the token error rate and word accuracy,
  * and writes them as a "decode" event. Returns the exit code. */
+/* --beam and --max-len (of decode, and of test --decode) take 1 to these. */
+#define TOOL_MAX_BEAM 1024
+#define TOOL_MAX_DECODE_LEN (1 << 20)
 typedef struct {
   const char *model, *weights, *vocab, *target_vocab, *input, *output;
   int beam; /* 0: greedy */

@@ -162,6 +162,53 @@ static int load_weight_list(kiln_solver *s, const char *list) {
   return rc;
 }
 
+/* Every file of a --weights list named: "a,,b" or "a," would skip a file without a word. */
+static bool weight_list_ok(const char *list) {
+  size_t n = strlen(list); /* > 0: an empty value is refused before */
+  if (list[0] != ',' && list[n - 1] != ',' && !strstr(list, ",,")) return true;
+  fprintf(stderr, "kiln train: --weights '%s': an empty file name in the list (A[,B...])\n",
+          list);
+  return false;
+}
+
+/* The options that change what the job trains or how its workers meet, as text for
+ * kiln_comm_agree_settings (docs/distributed.md, Settings): every rank must be given the same.
+ * --threads, --max-memory and --metrics may differ (each host's cores and memory; only rank 0
+ * writes the metrics), and the solver file is compared by its content later. */
+enum { TRAIN_SETTINGS = 8 };
+typedef struct {
+  kiln_comm_setting s[TRAIN_SETTINGS];
+  char sync[96], timeout[32], slow[64];
+} train_settings;
+
+static void train_settings_of(train_settings *t, const char *snapshot, const char *weights,
+                              const kiln_sync_config *sync, bool no_overlap, bool check,
+                              double comm_timeout, int slow_rank, double slow_ms) {
+  const char *sync_text = NULL;
+  if (sync->mode == KILN_SYNC_GRADIENT) {
+    sync_text = "grad";
+  } else if (sync->mode == KILN_SYNC_MODEL) {
+    snprintf(t->sync, sizeof t->sync, "model:%d:%d", sync->interval_iters, sync->warmup_iters);
+    sync_text = t->sync;
+  } else if (sync->mode == KILN_SYNC_TIME) {
+    snprintf(t->sync, sizeof t->sync, "time:%g:%d", sync->interval_seconds, sync->warmup_iters);
+    sync_text = t->sync;
+  }
+  snprintf(t->timeout, sizeof t->timeout, "%g", comm_timeout);
+  snprintf(t->slow, sizeof t->slow, "%d:%g", slow_rank, slow_ms);
+  const kiln_comm_setting s[TRAIN_SETTINGS] = {
+      {"--snapshot", snapshot},
+      {"--weights", weights},
+      {"--sync", sync_text},
+      {"--deterministic", sync->deterministic ? "" : NULL},
+      {"--no-overlap", no_overlap ? "" : NULL},
+      {"--check", check ? "" : NULL},
+      {"--comm-timeout", t->timeout},
+      {"--debug-slow-rank", slow_ms > 0 ? t->slow : NULL},
+  };
+  memcpy(t->s, s, sizeof s);
+}
+
 int cmd_train(int argc, char **argv) {
   tool_common c = {0};
   const char *solver = NULL, *snapshot = NULL, *weights = NULL;
@@ -228,9 +275,12 @@ int cmd_train(int argc, char **argv) {
     }
     const char **slot = !strcmp(a, "--solver") ? &solver : !strcmp(a, "--snapshot") ? &snapshot
                       : !strcmp(a, "--weights") ? &weights : NULL;
+    if (!slot && a[0] != '-') return tool_unexpected("train", a);
     if (!slot || i + 1 >= argc) return usage_error(slot ? "missing value for" : "unknown option", a);
     *slot = argv[++i];
+    if (!tool_nonempty("train", a, *slot)) return 2;
   }
+  if (weights && !weight_list_ok(weights)) return 2;
   if (!solver) {
     fprintf(stderr, "kiln train: --solver is required\n");
     return 2;
@@ -251,6 +301,22 @@ int cmd_train(int argc, char **argv) {
     return tool_fail("train");
   }
   int rank = kiln_comm_rank(comm), nworkers = kiln_comm_size(comm);
+  if (nworkers > 1) {
+    /* Before anything is read: a rank given other options would train something else, or wait
+     * in a collective the others never enter. Every rank knows, so every rank says it and
+     * ends cleanly; only a failed exchange ends the job. */
+    train_settings t;
+    train_settings_of(&t, snapshot, weights, &sync, no_overlap, check, comm_timeout, slow_rank,
+                      slow_ms);
+    int rc = kiln_comm_agree_settings(comm, t.s, TRAIN_SETTINGS);
+    if (rc == KILN_ERR_INVALID) {
+      fprintf(stderr, "kiln: rank %d of %d: train: %s\n", rank, nworkers, kiln_last_error());
+      fflush(stderr);
+      kiln_comm_free(comm);
+      return 2;
+    }
+    if (rc) return fail(comm, "train");
+  }
   if (slow_ms > 0 && slow_rank >= nworkers) {
     /* every rank sees the same arguments and fails alike */
     if (nworkers == 1)
@@ -264,7 +330,8 @@ int cmd_train(int argc, char **argv) {
   if (nworkers > 1) share_cores(&c, &cfg);
   if (rank != 0) kiln_log_set_level(KILN_LOG_WARN); /* rank 0 speaks for the job */
   tool_metrics m;
-  if (tool_metrics_open(&m, rank == 0 ? c.metrics : NULL)) return fail(comm, "metrics");
+  const char *const inputs[] = {solver, snapshot, weights};
+  if (tool_metrics_open(&m, rank == 0 ? c.metrics : NULL, inputs, 3)) return fail(comm, "metrics");
   m.rank = rank;
   kiln_solver_options o = {.max_memory = c.max_memory, .on_event = tool_on_event, .user = &m,
                            .comm = comm, .sync = sync, .no_overlap = no_overlap,

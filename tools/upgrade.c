@@ -48,8 +48,9 @@ int cmd_upgrade(int argc, char **argv) {
       fprintf(stderr, "kiln upgrade: unknown option '%s' (see kiln upgrade --help)\n", argv[i]);
       return 2;
     } else if (nfiles == 2) {
-      nfiles = 3;
-      break;
+      return tool_unexpected("upgrade", argv[i]);
+    } else if (!tool_nonempty("upgrade", nfiles ? "OUT" : "IN", argv[i])) {
+      return 2;
     } else {
       files[nfiles++] = argv[i];
     }
@@ -59,7 +60,7 @@ int cmd_upgrade(int argc, char **argv) {
     return 2;
   }
   const char *in = files[0], *out = files[1];
-  if (kiln_proto_check_output(in, out)) return tool_fail("upgrade");
+  if (kiln_check_output(out, KILN_OUTPUT_RENAMED, &in, 1)) return tool_fail("upgrade");
   ProtobufCMessage *m = NULL;
   bool changed = false;
   kiln_caffe_drops drops = {0};
@@ -73,7 +74,7 @@ int cmd_upgrade(int argc, char **argv) {
       rc = kiln_net_param_upgrade((Caffe__NetParameter *)m, in, &changed);
     } else {
       /* not a net: a solver? (the net's error stands if it is not one either) */
-      char net_error[2048];
+      char net_error[4096]; /* as long as the library's messages: its end, the reason, stays */
       snprintf(net_error, sizeof net_error, "%s", kiln_last_error());
       if (kiln_text_parse_file(in, &caffe__solver_parameter__descriptor, &m) == KILN_OK) {
         Caffe__SolverParameter *sp = (Caffe__SolverParameter *)m;

@@ -27,8 +27,13 @@ typedef enum kiln_status {
 /* Sets this thread's error message (printf-style) and returns `code`, so a failing path reads
  * `return kiln_errorf(KILN_ERR_IO, "%s: cannot open: %s", path, strerror(errno));`. */
 int kiln_errorf(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-/* Prepends context ("layer 'conv1': ") to the current message; returns `code`. */
+/* Prepends context ("layer 'conv1': ") to the current message; returns `code`. A message longer
+ * than the 4 KiB kept (a huge path in it) is shortened in its middle, by both calls, so that its
+ * start and its end, where the reason is, survive (kiln_shorten_middle). */
 int kiln_error_context(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* text[0 .. len) into buf (cap bytes, NUL-terminated): whole when it fits, else its first third
+ * and its last two thirds with "..." between, never cutting a UTF-8 character. */
+void kiln_shorten_middle(char *buf, size_t cap, const char *text, size_t len);
 const char *kiln_last_error(void);
 void kiln_clear_error(void);
 const char *kiln_status_name(int code);
@@ -65,8 +70,28 @@ int kiln_read_file(const char *path, char **out, size_t *len);
  * limit) before reading it. */
 int kiln_read_file_max(const char *path, size_t max, char **out, size_t *len);
 /* Writes `len` bytes to `path` through a temporary file and rename(): a reader never sees a
- * partial file under the final name. */
+ * partial file under the final name. A `path` that exists as anything but a regular file (a
+ * device, FIFO, socket or folder, which the rename would replace) is refused, as
+ * kiln_check_output does. */
 int kiln_write_file_atomic(const char *path, const void *data, size_t len);
+/* How an output is written: through a temporary name and rename(), which replaces whatever the
+ * name held (kiln_write_file_atomic), or into the file as it stands (a stream: the metrics
+ * file, for which a character device or a FIFO is written to, not replaced). */
+typedef enum { KILN_OUTPUT_RENAMED, KILN_OUTPUT_STREAMED } kiln_output_kind;
+/* Whether `out` may be written by a command that reads `inputs` (n paths; NULL ones skipped).
+ * KILN_ERR_INVALID, naming `out` and what it is, when it
+ *   - is one of the inputs by any name (the same device and inode: a symbolic or hard link, a
+ *     "./" spelling), naming that input; or an existing file directly inside an input that is a
+ *     folder (a database's data.mdb, CURRENT or MANIFEST);
+ *   - exists as a folder, a socket or a block device (a disk), or (RENAMED) as anything but a
+ *     regular file: a device node or a FIFO would be replaced by a regular file.
+ * A path that does not exist yet (or cannot be looked at: the write then says why) is KILN_OK. */
+int kiln_check_output(const char *out, kiln_output_kind kind, const char *const *inputs,
+                      size_t n);
+/* KILN_ERR_PARSE "PATH:LINE:COL: a NUL byte ..." at the first NUL of text[0 .. n) (a binary or
+ * UTF-16 file read as text); KILN_OK when there is none. Text readers check what they read with
+ * it, so the message says what is wrong instead of blaming the token the NUL cut short. */
+int kiln_text_check_nul(const char *path, const char *text, size_t n);
 /* All n bytes to / from a descriptor (a pipe between processes), past short transfers and
  * EINTR: false on an error or, reading, an end before n bytes. */
 bool kiln_fd_write_all(int fd, const void *p, size_t n);

@@ -200,7 +200,9 @@ int kiln_convert_idx_to_db(const char *images_path, const char *labels_path, con
 /* Caffe's compute_image_mean: the mean of every record of an LMDB or LevelDB, pixel by pixel
  * (C x H x W, summed in double), written to out_path as a binaryproto BlobProto with the legacy 1 x C x H x W
  * header (a temporary name, then a rename). Records of different shapes are KILN_ERR_DATA naming
- * the record's key (the reader's check). `n_records` may be NULL. */
+ * the record's key (the reader's check). An out_path that is the database or one of its files, a
+ * device, a FIFO or a folder is refused before anything is read (kiln_check_output).
+ * `n_records` may be NULL. */
 int kiln_compute_mean(const char *db_path, const char *out_path, uint64_t *n_records);
 
 /* ---- HDF5 data files (Caffe's HDF5Data layer source) ------------------------------------- */
@@ -447,6 +449,12 @@ int kiln_vocab_builder_add(kiln_vocab_builder *b, const char *text, size_t n);
  * record of a file with kiln_text_records. */
 int kiln_vocab_builder_add_record(void *builder, const char *text, size_t len, int label,
                                   int line);
+/* The tokens counted so far (every occurrence): a text that adds none is an empty corpus. */
+int64_t kiln_vocab_builder_tokens(const kiln_vocab_builder *b);
+/* The one rule for max_size, which finish applies too: 0 (no limit), or room for <pad>, <unk>,
+ * the reserved tokens and one token of the text, up to KILN_VOCAB_MAX_TOKENS; KILN_ERR_INVALID
+ * saying so otherwise. Checking it before the texts are read saves reading them in vain. */
+int kiln_vocab_builder_check_size(const kiln_vocab_builder *b, int max_size);
 int kiln_vocab_builder_finish(kiln_vocab_builder *b, int64_t min_count, int max_size,
                               kiln_vocab **out);
 void kiln_vocab_builder_free(kiln_vocab_builder *b);

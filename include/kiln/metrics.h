@@ -89,7 +89,9 @@ typedef struct kiln_metric_field {
 typedef struct kiln_metrics_file kiln_metrics_file;
 
 /* Creates (truncates) `path`; *out NULL and KILN_OK for a NULL path: every write is then a
- * no-op, so callers need not test whether metrics were asked for. */
+ * no-op, so callers need not test whether metrics were asked for. A stream: a character device
+ * (/dev/null) or a FIFO with a reader is written to; a folder, a socket, a block device or a
+ * FIFO no process reads is refused (kiln_check_output, KILN_OUTPUT_STREAMED). */
 int kiln_metrics_open(const char *path, kiln_metrics_file **out);
 /* One line: event, iter, time_ms, rank, then the fields (a name given twice is written once,
  * the first time), flushed so that a reader sees whole lines while the run goes on. A failed

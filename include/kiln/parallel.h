@@ -105,6 +105,21 @@ void kiln_comm_end_job(kiln_comm *c, int code);
 float *kiln_comm_claim_sum_buffer(kiln_comm *c, int64_t n);
 void kiln_comm_release_sum_buffer(kiln_comm *c, float *buf);
 
+/* A setting every rank must be given alike: its name as the user gives it ("--weights") and its
+ * value as text (NULL: not given; "" for a flag that is given). */
+typedef struct kiln_comm_setting {
+  const char *name, *value;
+} kiln_comm_setting;
+enum { KILN_COMM_MAX_SETTINGS = 32 };
+/* Collective: every rank passes the same n names (at most KILN_COMM_MAX_SETTINGS, in the same
+ * order) with its own values. KILN_OK when every rank's values are rank 0's; otherwise
+ * KILN_ERR_INVALID on every rank, with the same message naming the first setting that differs,
+ * the first rank that differs on it, both values, and the other settings that differ ("the 2
+ * workers were given different options: --weights is 'w.caffemodel' on rank 1 but not given on
+ * rank 0; every worker must be given the same ..."). KILN_ERR_COMM when the exchange failed (the
+ * caller ends the job). */
+int kiln_comm_agree_settings(kiln_comm *c, const kiln_comm_setting *s, int n);
+
 /* acc[i] += x[i], one float addition per element in index order. The deterministic reduction
  * and the solver's iter_size accumulation both add through here, so one worker with iter_size N
  * and N workers with --deterministic round identically. */

@@ -96,11 +96,6 @@ int kiln_net_param_to_caffe10(Caffe__NetParameter *np, const char *source,
                               kiln_caffe_drops *dropped);
 int kiln_solver_param_to_caffe10(Caffe__SolverParameter *sp, const char *source,
                                  kiln_caffe_drops *dropped);
-/* Whether `out` may be written with what was read from `in`: KILN_ERR_INVALID naming it when it
- * is `in` itself (the same device and inode, by any name or link) or exists as anything but a
- * regular file (a folder, a device, a FIFO, a socket), which an atomic write would replace. */
-int kiln_proto_check_output(const char *in, const char *out);
-
 /* Caffe's old formats brought to the current one in place, as Caffe does on load
  * (src/proto/upgrade.c): V0 and V1 layers (`layers`) to `layer`, data_param's old transformation
  * fields to transform_param; for solvers, solver_type to type. *changed (may be NULL) says whether

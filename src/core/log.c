@@ -2,6 +2,7 @@
  * to stdout, which belongs to the tools. */
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "kiln/core.h"
 
@@ -19,10 +20,18 @@ void kiln_log_set_level(kiln_log_level min_level) { log_min = min_level; }
 void kiln_log(kiln_log_level level, const char *fmt, ...) {
   if (level < log_min) return;
   char msg[2048];
-  va_list ap;
+  va_list ap, copy;
   va_start(ap, fmt);
-  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_copy(copy, ap);
+  int n = vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
+  char *full = n >= (int)sizeof msg ? malloc((size_t)n + 1) : NULL;
+  if (full) { /* too long: its middle shortened, its end (the reason) kept */
+    vsnprintf(full, (size_t)n + 1, fmt, copy);
+    kiln_shorten_middle(msg, sizeof msg, full, (size_t)n);
+    free(full);
+  }
+  va_end(copy);
   if (log_fn) {
     log_fn(level, msg, log_user);
   } else {

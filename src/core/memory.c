@@ -112,13 +112,21 @@ int kiln_read_file_max(const char *path, size_t max, char **out, size_t *len) {
 }
 
 int kiln_write_file_atomic(const char *path, const void *data, size_t len) {
+  KILN_TRY(kiln_check_output(path, KILN_OUTPUT_RENAMED, NULL, 0));
   size_t plen = strlen(path);
   char *tmp = malloc(plen + 32);
   if (!tmp) return kiln_errorf(KILN_ERR_NOMEM, "%s: out of memory", path);
   snprintf(tmp, plen + 32, "%s.tmp.%ld", path, (long)getpid());
-  FILE *f = fopen(tmp, "wb");
+  /* A new file, never one already under the temporary name (a FIFO, a link to a device): one
+   * left by a killed process of the same id is removed first. */
+  int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
+  if (fd < 0 && errno == EEXIST && unlink(tmp) == 0)
+    fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
+  FILE *f = fd < 0 ? NULL : fdopen(fd, "wb");
   if (!f) {
-    int rc = kiln_errorf(KILN_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
+    int e = errno;
+    if (fd >= 0) close(fd), unlink(tmp);
+    int rc = kiln_errorf(KILN_ERR_IO, "%s: cannot create: %s", tmp, strerror(e));
     free(tmp);
     return rc;
   }

@@ -3,10 +3,13 @@
  * and databases across workers. kiln keeps its own small interface so that no public header
  * exposes Nettle's. */
 #include <errno.h>
+#include <fcntl.h>
 #include <nettle/sha2.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "kiln/core.h"
 
@@ -44,8 +47,20 @@ void kiln_sha256_hex(const uint8_t digest[32], char hex[65]) {
 }
 
 int kiln_sha256_file(const char *path, char hex[65]) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return kiln_errorf(KILN_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+  /* Regular files only: a device (`--from /dev/zero`) would be read for ever, and a FIFO with
+   * no writer waited on (opened without blocking to find out). */
+  int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) return kiln_errorf(KILN_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+  struct stat st;
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    close(fd);
+    return kiln_errorf(KILN_ERR_IO, "%s: not a regular file", path);
+  }
+  FILE *f = fdopen(fd, "rb");
+  if (!f) {
+    close(fd);
+    return kiln_errorf(KILN_ERR_NOMEM, "%s: out of memory", path);
+  }
   enum { CHUNK = 1 << 16 };
   uint8_t *buf = malloc(CHUNK);
   if (!buf) {

@@ -108,6 +108,8 @@ int kiln_convert_idx_to_h5(const char *images_path, const char *labels_path, con
 }
 
 int kiln_compute_mean(const char *db_path, const char *out_path, uint64_t *n_records) {
+  /* before the records are read: never the database (nor one of its files), nor a device */
+  KILN_TRY(kiln_check_output(out_path, KILN_OUTPUT_RENAMED, &db_path, 1));
   kiln_datum_db *db;
   KILN_TRY(kiln_datum_db_open(db_path, &db));
   const uint64_t n = kiln_datum_db_size(db);

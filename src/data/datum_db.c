@@ -622,6 +622,15 @@ int kiln_datum_writer_open_as(const char *final_path, kiln_db_backend backend,
     return kiln_errorf(KILN_ERR_NOMEM, "%s: out of memory", final_path);
   }
   snprintf(w->tmp_path, len, "%s.tmp", final_path);
+  /* What an interrupted run leaves there is a folder; anything else (a link to another database,
+   * whose files the clean-up below would delete through it, a file, a node) is not ours. */
+  if (lstat(w->tmp_path, &st) == 0 && !S_ISDIR(st.st_mode)) {
+    int rc = kiln_errorf(KILN_ERR_INVALID, "%s: exists and is no folder (a link, a file or a "
+                         "node), so no database an interrupted run left: remove it or choose "
+                         "another output path", w->tmp_path);
+    writer_free(w);
+    return rc;
+  }
   if ((w->leveldb = leveldb)) {
     int rc = kiln_ldb_destroy(w->tmp_path); /* left by an interrupted run */
     if (!rc) rc = kiln_ldb_writer_open(w->tmp_path, &w->ldb);

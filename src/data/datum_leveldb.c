@@ -10,11 +10,19 @@
  * no longer needs; the database's files are only read (LevelDB never writes to a file it did not
  * create since it was opened). Every process and every layer has its own view, so any number may
  * read one database at once. Opening reads every record once (with the block checksums checked)
- * to count them and index their keys: LevelDB keeps no count. */
+ * to count them and index their keys: LevelDB keeps no count.
+ *
+ * A view is named kiln-leveldb-PID-XXXXXX and removed on close; one that a killed process left
+ * (its process gone, its LOCK held by none) is removed by the next open. Before a file is linked
+ * into a view it must be a regular file (LevelDB waits for ever on a FIFO and spins on a link to
+ * /dev/zero), and a log or MANIFEST must end where a record ends (LevelDB drops a last record
+ * cut short without a word, paranoid_checks or not). */
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <leveldb/c.h>
 #include <limits.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -70,13 +78,140 @@ static void remove_view(const char *dir) {
   (void)rmdir(dir);
 }
 
-/* The private view of d->path (see the head of this file). */
+/* Whether a process holds LevelDB's lock on the view's LOCK (an open database). */
+static bool view_locked(const char *view) {
+  char p[PATH_MAX];
+  if ((size_t)snprintf(p, sizeof p, "%s/LOCK", view) >= sizeof p) return true;
+  int fd = open(p, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0) return errno != ENOENT;
+  struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET};
+  bool held = fcntl(fd, F_GETLK, &fl) != 0 || fl.l_type != F_UNLCK;
+  close(fd);
+  return held;
+}
+
+/* The views that killed processes left (kiln_ldb_close never ran for them):
+ * P_tmpdir/kiln-leveldb-PID-XXXXXX whose process no longer runs and whose LOCK no process holds
+ * (a process of another PID namespace may share the folder). */
+static void remove_stale_views(void) {
+  DIR *dp = opendir(P_tmpdir);
+  if (!dp) return;
+  const struct dirent *e;
+  while ((e = readdir(dp))) {
+    long pid = 0;
+    int used = 0;
+    if (sscanf(e->d_name, "kiln-leveldb-%ld-%n", &pid, &used) != 1 || !used || pid <= 0 ||
+        pid > INT_MAX || pid == (long)getpid())
+      continue;
+    if (kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue; /* alive, or not ours to judge */
+    char p[PATH_MAX];
+    if ((size_t)snprintf(p, sizeof p, "%s/%s", P_tmpdir, e->d_name) >= sizeof p) continue;
+    struct stat st;
+    if (lstat(p, &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != geteuid() || view_locked(p))
+      continue;
+    remove_view(p);
+  }
+  closedir(dp);
+}
+
+/* LevelDB's log (and its MANIFEST, written in the same format): 32 KiB blocks of records, each a
+ * 7-byte header (checksum, 2-byte length, type) and its bytes; a record too short for a header
+ * is never written, the block's rest is zeros. LevelDB's reader takes a file that ends inside a
+ * record, or inside its header, for the writer's last write cut short and drops it without a
+ * word, even with paranoid_checks (a MANIFEST cut so loses the tables of its last edit); kiln
+ * refuses such a file (docs/formats.md). The checksums LevelDB checks itself. */
+enum { LOG_BLOCK = 32768, LOG_HEADER = 7 };
+
+/* `name` says which file in messages ("log 000004.log", "MANIFEST-000002"). */
+static int check_log(const kiln_ldb *d, const char *file, const char *name) {
+  FILE *f = fopen(file, "rb");
+  if (!f)
+    return kiln_errorf(KILN_ERR_IO, "%s: cannot read %s: %s", d->path, name,
+                       strerror(errno));
+  unsigned char *b = malloc(LOG_BLOCK);
+  if (!b) {
+    fclose(f);
+    return kiln_errorf(KILN_ERR_NOMEM, "%s: out of memory", d->path);
+  }
+  int rc = KILN_OK;
+  bool inside = false; /* between a FIRST fragment and its LAST */
+  uint64_t at = 0;     /* the block's offset in the file */
+  for (size_t got = LOG_BLOCK; !rc && got == LOG_BLOCK; at += got) {
+    got = fread(b, 1, LOG_BLOCK, f);
+    if (ferror(f)) {
+      rc = kiln_errorf(KILN_ERR_IO, "%s: cannot read %s", d->path, name);
+      break;
+    }
+    for (size_t i = 0; !rc && i < got;) {
+      const uint64_t where = at + i;
+      const size_t left = got - i;
+      const unsigned len = left >= LOG_HEADER ? b[i + 4] | (unsigned)b[i + 5] << 8 : 0;
+      const int type = left >= LOG_HEADER ? b[i + 6] : 0;
+      if (left < LOG_HEADER || (type == 0 && len == 0)) { /* a trailer, or preallocated space */
+        bool zeros = true;
+        for (size_t k = i; zeros && k < got; k++) zeros = b[k] == 0;
+        if (zeros) break;
+        rc = left < LOG_HEADER && got < LOG_BLOCK
+                 ? kiln_errorf(KILN_ERR_DATA, "%s: %s ends inside a record's header, at byte "
+                               "%llu (a write cut short, or damage); LevelDB would drop it "
+                               "unsaid", d->path, name, (unsigned long long)where)
+                 : kiln_errorf(KILN_ERR_DATA, "%s: %s: bytes that are no record at byte %llu, "
+                               "where a block's padding of zeros belongs (damage)", d->path, name,
+                               (unsigned long long)where);
+        break;
+      }
+      if (LOG_HEADER + len > left) {
+        rc = got < LOG_BLOCK
+                 ? kiln_errorf(KILN_ERR_DATA, "%s: %s: the record at byte %llu claims %u "
+                               "bytes, but only %zu follow its header before the file ends (a "
+                               "write cut short, or damage); LevelDB would drop it unsaid",
+                               d->path, name, (unsigned long long)where, len, left - LOG_HEADER)
+                 : kiln_errorf(KILN_ERR_DATA, "%s: %s: the record at byte %llu claims %u "
+                               "bytes, past the end of its 32 KiB block (damage)",
+                               d->path, name, (unsigned long long)where, len);
+      } else if (type < 1 || type > 4 || (type <= 2 && inside) || (type >= 3 && !inside)) {
+        rc = kiln_errorf(KILN_ERR_DATA, "%s: %s: the record at byte %llu is of type %d%s "
+                         "(damage)", d->path, name, (unsigned long long)where, type,
+                         type < 1 || type > 4 ? ", which LevelDB does not write"
+                         : inside             ? " inside a record cut in fragments"
+                                              : ", a fragment with no first one");
+      }
+      if (type == 2) inside = true;
+      if (type == 4) inside = false;
+      i += LOG_HEADER + len;
+    }
+  }
+  if (!rc && inside)
+    rc = kiln_errorf(KILN_ERR_DATA, "%s: %s ends inside a record cut in fragments (its last "
+                     "fragment is missing: a write cut short, or damage); LevelDB would drop it "
+                     "unsaid", d->path, name);
+  free(b);
+  fclose(f);
+  return rc;
+}
+
+/* What a directory entry of the database is, for a message ("a FIFO", "a link to a device"). */
+static const char *entry_kind(const char *path, const struct stat *st) {
+  struct stat l;
+  const bool link = lstat(path, &l) == 0 && S_ISLNK(l.st_mode);
+  if (S_ISDIR(st->st_mode)) return link ? "a link to a folder" : "a folder";
+  if (S_ISFIFO(st->st_mode)) return link ? "a link to a FIFO" : "a FIFO";
+  if (S_ISCHR(st->st_mode) || S_ISBLK(st->st_mode)) return link ? "a link to a device" : "a device";
+  if (S_ISSOCK(st->st_mode)) return link ? "a link to a socket" : "a socket";
+  return "not a regular file";
+}
+
+/* The private view of d->path (see the head of this file). Every file LevelDB would read is
+ * checked first: a regular file (LevelDB waits for ever on a FIFO's open, spins on a link to
+ * /dev/zero), and each log and MANIFEST whole to its end (check_log). */
 static int make_view(kiln_ldb *d) {
   char real[PATH_MAX];
   if (!realpath(d->path, real))
     return kiln_errorf(KILN_ERR_IO, "%s: cannot open the LevelDB database: %s", d->path,
                        strerror(errno));
-  char tmpl[] = P_tmpdir "/kiln-leveldb-XXXXXX";
+  remove_stale_views();
+  char tmpl[sizeof P_tmpdir + 48];
+  snprintf(tmpl, sizeof tmpl, "%s/kiln-leveldb-%ld-XXXXXX", P_tmpdir, (long)getpid());
   if (!mkdtemp(tmpl))
     return kiln_errorf(KILN_ERR_IO, "%s: cannot make a private view in %s: %s", d->path,
                        P_tmpdir, strerror(errno));
@@ -95,10 +230,25 @@ static int make_view(kiln_ldb *d) {
     if (!strcmp(n, ".") || !strcmp(n, "..") || !strcmp(n, "LOCK") || !strncmp(n, "LOG", 3))
       continue;
     char from[PATH_MAX], to[PATH_MAX];
+    struct stat st;
+    const size_t nlen = strlen(n);
     if ((size_t)snprintf(from, sizeof from, "%s/%s", real, n) >= sizeof from ||
         (size_t)snprintf(to, sizeof to, "%s/%s", d->view, n) >= sizeof to)
       rc = kiln_errorf(KILN_ERR_IO, "%s/%s: path too long", d->path, n);
-    else if (symlink(from, to) != 0)
+    else if (stat(from, &st) != 0)
+      rc = kiln_errorf(KILN_ERR_IO, "%s: cannot read %s: %s", d->path, n, strerror(errno));
+    else if (!S_ISREG(st.st_mode))
+      rc = kiln_errorf(KILN_ERR_DATA, "%s: %s is %s: a LevelDB database holds regular files "
+                       "only (CURRENT, MANIFEST, its log and tables; LevelDB would wait on a FIFO, "
+                       "or read a device, for ever)", d->path, n, entry_kind(from, &st));
+    if (!rc && nlen > 4 && !strcmp(n + nlen - 4, ".log")) {
+      char what[300];
+      snprintf(what, sizeof what, "log %s", n);
+      rc = check_log(d, from, what);
+    } else if (!rc && !strncmp(n, "MANIFEST-", 9)) {
+      rc = check_log(d, from, n); /* written in the log's format */
+    }
+    if (!rc && symlink(from, to) != 0)
       rc = kiln_errorf(KILN_ERR_IO, "%s: cannot link %s into the private view %s: %s", d->path,
                        n, d->view, strerror(errno));
   }

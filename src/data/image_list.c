@@ -43,6 +43,11 @@ int kiln_image_list_read(const char *path, kiln_image_list *out) {
   char *text;
   size_t len;
   KILN_TRY(kiln_read_file_max(path, LIST_MAX_BYTES, &text, &len));
+  int rc = kiln_text_check_nul(path, text, len); /* where, before the lines are cut */
+  if (rc) {
+    free(text);
+    return rc;
+  }
   out->text = text;
   out->source = kiln_strdup(path);
   size_t lines = 1;
@@ -54,16 +59,12 @@ int kiln_image_list_read(const char *path, kiln_image_list *out) {
     kiln_image_list_free(out);
     return kiln_errorf(KILN_ERR_NOMEM, "%s: out of memory for the image list", path);
   }
-  int rc = KILN_OK, ln = 0;
+  int ln = 0;
   for (size_t at = 0; at <= len && !rc; ln++) {
     char *s = text + at, *nl = memchr(s, '\n', len - at);
     size_t n = nl ? (size_t)(nl - s) : len - at;
     at += n + 1;
     s[n] = '\0'; /* the newline, or the terminating NUL kiln_read_file added */
-    if (strlen(s) != n) {
-      rc = kiln_errorf(KILN_ERR_PARSE, "%s:%d: the line holds a NUL byte", path, ln + 1);
-      break;
-    }
     while (n && blank(s[n - 1])) s[--n] = '\0';
     while (blank(*s)) s++, n--;
     if (!n) continue;

@@ -127,7 +127,9 @@ int kiln_libsvm_parse(const char *text, size_t len, const char *name, int64_t di
     return kiln_errorf(KILN_ERR_INVALID, "%s: dim %lld is not 1 to 2^31 - 1 (or 0: any)", name,
                        (long long)dim);
   parser p = {.name = name, .dim = dim, .out = out};
-  int rc = kiln_csr_reserve(&out->x, 0, 0);
+  /* a NUL would end strtof's number early and be blamed on the token it sits in */
+  int rc = kiln_text_check_nul(name, text, len);
+  if (!rc) rc = kiln_csr_reserve(&out->x, 0, 0);
   for (size_t at = 0; !rc && at < len;) {
     const char *nl = memchr(text + at, '\n', len - at);
     size_t end = nl ? (size_t)(nl - text) : len;

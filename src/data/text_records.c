@@ -101,8 +101,10 @@ int kiln_text_records(const char *path, kiln_text_record_fn fn, void *user) {
   size_t n;
   KILN_TRY(kiln_read_file_max(path, KILN_TEXT_RECORDS_MAX_BYTES, &text, &n));
   labelled_ctx c = {fn, user};
-  int rc = ends_with(path, ".tsv") ? tsv_lines(path, text, n, "LABEL<TAB>TEXT", labelled_line, &c)
-                                   : fn(user, text, n, -1, 1);
+  int rc = kiln_text_check_nul(path, text, n);
+  if (!rc)
+    rc = ends_with(path, ".tsv") ? tsv_lines(path, text, n, "LABEL<TAB>TEXT", labelled_line, &c)
+                                 : fn(user, text, n, -1, 1);
   free(text);
   return rc;
 }
@@ -152,7 +154,8 @@ static int tsv_file(const char *path, const char *what, const char *form, tsv_li
   char *text;
   size_t n;
   KILN_TRY(kiln_read_file_max(path, KILN_TEXT_RECORDS_MAX_BYTES, &text, &n));
-  int rc = tsv_lines(path, text, n, form, fn, ctx);
+  int rc = kiln_text_check_nul(path, text, n);
+  if (!rc) rc = tsv_lines(path, text, n, form, fn, ctx);
   free(text);
   return rc;
 }

@@ -305,10 +305,13 @@ static int by_count(const void *a, const void *b) {
   return sort_lens[x] < sort_lens[y] ? -1 : sort_lens[x] > sort_lens[y];
 }
 
-int kiln_vocab_builder_finish(kiln_vocab_builder *b, int64_t min_count, int max_size,
-                              kiln_vocab **out) {
-  *out = NULL;
-  kiln_vocab *seen = b->v;
+int64_t kiln_vocab_builder_tokens(const kiln_vocab_builder *b) {
+  int64_t n = 0;
+  for (int i = 0; i < b->v->size; i++) n += b->v->count[i];
+  return n;
+}
+
+int kiln_vocab_builder_check_size(const kiln_vocab_builder *b, int max_size) {
   int least = 3 + b->nreserved; /* <pad>, <unk>, the reserved ones and a token of the text */
   if (max_size < 0 || (max_size > 0 && max_size < least) || max_size > KILN_VOCAB_MAX_TOKENS)
     return kiln_errorf(KILN_ERR_INVALID,
@@ -316,6 +319,14 @@ int kiln_vocab_builder_finish(kiln_vocab_builder *b, int64_t min_count, int max_
                        "<pad> and <unk>%s included",
                        max_size, least, KILN_VOCAB_MAX_TOKENS,
                        b->nreserved ? " (and the reserved tokens)" : "");
+  return KILN_OK;
+}
+
+int kiln_vocab_builder_finish(kiln_vocab_builder *b, int64_t min_count, int max_size,
+                              kiln_vocab **out) {
+  *out = NULL;
+  kiln_vocab *seen = b->v;
+  KILN_TRY(kiln_vocab_builder_check_size(b, max_size));
   int *order = malloc(sizeof(int) * (size_t)(seen->size ? seen->size : 1));
   kiln_vocab *v = vocab_new(seen->level, seen->lowercase);
   if (!order || !v) {
@@ -402,8 +413,9 @@ int kiln_vocab_read(const char *path, kiln_vocab **out) {
   char *text;
   size_t n;
   KILN_TRY(kiln_read_file_max(path, VOCAB_FILE_MAX_BYTES, &text, &n));
-  int rc = KILN_OK, line = 1;
+  int rc = kiln_text_check_nul(path, text, n), line = 1; /* a NUL token is written \0 */
   kiln_vocab *v = NULL;
+  if (rc) goto done;
   char *nl = memchr(text, '\n', n);
   char level[16];
   int lower = -1, declared = -1, used = 0;

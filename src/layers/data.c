@@ -203,8 +203,9 @@ static int open_db(kiln_layer *l, const char *given, char **path, kiln_datum_db 
   return KILN_OK;
 }
 
-/* The one source, or several mixed by source_weight (checked here: one weight per source, each
- * finite and >= 0, not all 0; records of one shape in all; WRAP, since a mix has no epochs). */
+/* The one source, or several mixed by source_weight (checked here, for one source too: one weight
+ * per source, each finite and >= 0, not all 0; records of one shape in all; WRAP, since a mix has
+ * no epochs). */
 static int open_sources(kiln_layer *l, data_state *s, const Caffe__DataParameter *p) {
   int chw[3];
   if (p->n_source_weight && p->n_source_weight != p->n_source)
@@ -213,6 +214,24 @@ static int open_sources(kiln_layer *l, data_state *s, const Caffe__DataParameter
                             "weight per source",
                             p->n_source, p->n_source == 1 ? "" : "s", p->n_source_weight,
                             p->n_source_weight == 1 ? "" : "s");
+  /* the weights' rules hold for one source too: a weight of 0 or below would give no records */
+  double sum = 0;
+  for (size_t i = 0; i < p->n_source_weight; i++) {
+    const float w = p->source_weight[i];
+    if (!isfinite(w) || w < 0)
+      return KILN_LAYER_ERROR(l, KILN_ERR_INVALID,
+                              "data_param.source_weight %zu (of source '%s') is %g; a weight is "
+                              "finite and >= 0",
+                              i + 1, p->source[i], (double)w);
+    sum += w;
+  }
+  if (p->n_source_weight && !(sum > 0))
+    return KILN_LAYER_ERROR(l, KILN_ERR_INVALID,
+                            p->n_source == 1
+                                ? "data_param.source_weight is 0: the one source would give no "
+                                  "records; give it a positive weight (or none)"
+                                : "data_param.source_weight values sum to 0: at least one source "
+                                  "must have a positive weight");
   if (p->n_source == 1) {
     KILN_TRY(open_db(l, p->source[0], &s->source, &s->db, chw));
     s->C = chw[0], s->H = chw[1], s->W = chw[2];
@@ -227,20 +246,6 @@ static int open_sources(kiln_layer *l, data_state *s, const Caffe__DataParameter
                             "data_param has %zu sources and no source_weight: give one weight per "
                             "source (the share of the records it gives)",
                             p->n_source);
-  double sum = 0;
-  for (size_t i = 0; i < p->n_source; i++) {
-    const float w = p->source_weight[i];
-    if (!isfinite(w) || w < 0)
-      return KILN_LAYER_ERROR(l, KILN_ERR_INVALID,
-                              "data_param.source_weight %zu (of source '%s') is %g; a weight is "
-                              "finite and >= 0",
-                              i + 1, p->source[i], (double)w);
-    sum += w;
-  }
-  if (!(sum > 0))
-    return KILN_LAYER_ERROR(l, KILN_ERR_INVALID,
-                            "data_param.source_weight values sum to 0: at least one source must "
-                            "have a positive weight");
   if (s->last_batch != CAFFE__DATA_PARAMETER__LAST_BATCH__WRAP)
     return KILN_LAYER_ERROR(l, KILN_ERR_INVALID,
                             "last_batch DROP and KEEP act at the end of an epoch, which a mix of "

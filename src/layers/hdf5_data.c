@@ -330,6 +330,10 @@ static int read_list(kiln_layer *l, h5_state *s, const char *given) {
   size_t len;
   int rc = kiln_read_file_max(path, (size_t)64 << 20, &text, &len);
   if (rc) return kiln_error_context(rc, "layer '%s' (HDF5Data): hdf5_data_param.source: ", l->name);
+  if ((rc = kiln_text_check_nul(path, text, len))) { /* else the list would end there, unsaid */
+    free(text);
+    return kiln_error_context(rc, "layer '%s' (HDF5Data): hdf5_data_param.source: ", l->name);
+  }
   int cap = 0, line = 1;
   for (char *p = text; !rc && *p;) {
     if (*p == ' ' || *p == '\t' || *p == '\r' || *p == '\n' || *p == '\v' || *p == '\f') {

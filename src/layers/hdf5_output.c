@@ -54,7 +54,12 @@ static int hdf5_output_setup(kiln_layer *l) {
   if (!ok)
     return KILN_LAYER_ERROR(l, KILN_ERR_IO, "hdf5_output_param.file_name %s: its folder does not "
                             "exist", s->path);
-  return KILN_OK;
+  /* the file is replaced at each forward: a device, FIFO or folder under the name is refused
+   * now (each write checks again) */
+  int rc = kiln_check_output(s->path, KILN_OUTPUT_RENAMED, NULL, 0);
+  return rc ? kiln_error_context(rc, "layer '%s' (HDF5Output): hdf5_output_param.file_name ",
+                                 l->name)
+            : KILN_OK;
 }
 
 static int hdf5_output_reshape(kiln_layer *l) {

@@ -31,13 +31,21 @@ static int libsvm_setup(kiln_layer *l) {
   l->priv = s;
   if (!p->source || !p->source[0])
     return KILN_LAYER_ERROR(l, KILN_ERR_INVALID, "libsvm_data_param.source is required");
-  if (!p->has_batch_size || p->batch_size == 0 || p->batch_size > 1u << 20)
+  if (!p->has_batch_size)
     return KILN_LAYER_ERROR(l, KILN_ERR_INVALID,
                             "libsvm_data_param.batch_size must be set, 1 to %u", 1u << 20);
-  if (!p->has_dim || p->dim == 0 || p->dim > KILN_LIBSVM_MAX_DIM)
+  if (p->batch_size == 0 || p->batch_size > 1u << 20)
+    return KILN_LAYER_ERROR(l, KILN_ERR_INVALID,
+                            "libsvm_data_param.batch_size %u is out of range: 1 to %u",
+                            p->batch_size, 1u << 20);
+  if (!p->has_dim)
     return KILN_LAYER_ERROR(l, KILN_ERR_INVALID,
                             "libsvm_data_param.dim (the feature count) must be set, 1 to %d",
                             KILN_LIBSVM_MAX_DIM);
+  if (p->dim == 0 || p->dim > KILN_LIBSVM_MAX_DIM)
+    return KILN_LAYER_ERROR(l, KILN_ERR_INVALID,
+                            "libsvm_data_param.dim (the feature count) %lld is out of range: 1 "
+                            "to %d", (long long)p->dim, KILN_LIBSVM_MAX_DIM);
   s->batch = (int)p->batch_size;
   s->dim = p->dim;
   KILN_TRY(kiln_data_source_path(l->config, p->source, s->source, sizeof s->source));

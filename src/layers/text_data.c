@@ -252,11 +252,15 @@ static int read_vocab(kiln_layer *l, text_state *s, side *d, const char *given, 
   return KILN_OK;
 }
 
-/* A limit on steps that must be given: 1 to 2^20. */
-static int steps_param(kiln_layer *l, bool has, uint32_t v, const char *name, int *out) {
-  if (!has || v == 0 || v > 1u << 20)
+/* A count that must be given, 1 to 2^20 (steps, the batch): unset and out of range are told
+ * apart, the value named. */
+static int count_param(kiln_layer *l, bool has, uint32_t v, const char *name, int *out) {
+  if (!has)
     return KILN_LAYER_ERROR(l, KILN_ERR_INVALID, "text_data_param.%s must be set, 1 to %u", name,
                             1u << 20);
+  if (v == 0 || v > 1u << 20)
+    return KILN_LAYER_ERROR(l, KILN_ERR_INVALID, "text_data_param.%s %u is out of range: 1 to %u",
+                            name, v, 1u << 20);
   *out = (int)v;
   return KILN_OK;
 }
@@ -306,13 +310,10 @@ static int text_setup(kiln_layer *l) {
                             s->mode, most, tops[s->windows ? 0 : s->pairs ? 2 : 1], l->ntop);
   if (!p->source || !p->source[0])
     return KILN_LAYER_ERROR(l, KILN_ERR_INVALID, "text_data_param.source is required");
-  if (!p->has_batch_size || p->batch_size == 0 || p->batch_size > 1u << 20)
-    return KILN_LAYER_ERROR(l, KILN_ERR_INVALID,
-                            "text_data_param.batch_size must be set, 1 to %u", 1u << 20);
-  KILN_TRY(steps_param(l, p->has_seq_len, p->seq_len, "seq_len", &s->T));
-  if (s->pairs) KILN_TRY(steps_param(l, p->has_target_len, p->target_len, "target_len",
+  KILN_TRY(count_param(l, p->has_batch_size, p->batch_size, "batch_size", &s->batch));
+  KILN_TRY(count_param(l, p->has_seq_len, p->seq_len, "seq_len", &s->T));
+  if (s->pairs) KILN_TRY(count_param(l, p->has_target_len, p->target_len, "target_len",
                                      &s->target_len));
-  s->batch = (int)p->batch_size;
   int longest = s->T > s->target_len ? s->T : s->target_len;
   if ((int64_t)s->batch * longest > (int64_t)1 << 30)
     return KILN_LAYER_ERROR(l, KILN_ERR_INVALID,

@@ -1,8 +1,9 @@
 /* The communicator's front end (see include/kiln/parallel.h): NULL stands for one process, so code
  * that trains on one or on many workers calls the same functions; the watchdog's limit; the
- * launcher probe; and the one addition kernel that makes the deterministic reduction and
- * iter_size agree bit for bit. */
+ * launcher probe; the comparison of the settings every rank must be given alike; and the one
+ * addition kernel that makes the deterministic reduction and iter_size agree bit for bit. */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -80,6 +81,91 @@ void kiln_comm_end_job(kiln_comm *c, int code) {
 
 void kiln_comm_free(kiln_comm *c) {
   if (c && c->ops->destroy) c->ops->destroy(c);
+}
+
+/* ---- settings every rank must share ------------------------------------------------------- */
+
+/* One setting as a rank sends it: whether it is given, a digest of its value (which decides),
+ * and the value shortened to fit (which the message shows). */
+typedef struct {
+  uint8_t given;
+  uint8_t digest[32];
+  char shown[95];
+} setting_record;
+
+static void describe_value(const setting_record *r, char *out, size_t n) {
+  if (!r->given) snprintf(out, n, "not given");
+  else if (!r->shown[0]) snprintf(out, n, "given");
+  else snprintf(out, n, "'%s'", r->shown);
+}
+
+int kiln_comm_agree_settings(kiln_comm *c, const kiln_comm_setting *s, int n) {
+  int size = kiln_comm_size(c);
+  if (size <= 1 || n <= 0) return KILN_OK;
+  if (n > KILN_COMM_MAX_SETTINGS)
+    return kiln_errorf(KILN_ERR_INTERNAL, "%d settings to compare, at most %d", n,
+                       KILN_COMM_MAX_SETTINGS);
+  setting_record mine[KILN_COMM_MAX_SETTINGS];
+  memset(mine, 0, sizeof mine);
+  for (int k = 0; k < n; k++) {
+    const char *v = s[k].value;
+    if (!v) continue;
+    mine[k].given = 1;
+    kiln_sha256(v, strlen(v), mine[k].digest);
+    kiln_shorten_middle(mine[k].shown, sizeof mine[k].shown, v, strlen(v));
+  }
+  size_t bytes = sizeof(setting_record) * (size_t)n;
+  setting_record *all = malloc(bytes * (size_t)size);
+  if (!all) return kiln_errorf(KILN_ERR_NOMEM, "out of memory");
+  int rc = kiln_comm_allgather(c, mine, bytes, all);
+  if (rc) {
+    free(all);
+    return kiln_error_context(rc, "comparing the workers' command-line options: ");
+  }
+  /* the first setting on which a rank differs from rank 0, and that rank; the other settings */
+  int first = -1, first_rank = -1, more_ranks = 0, nothers = 0;
+  char others[512] = "", names[1024] = "";
+  size_t used = 0, nused = 0;
+  for (int k = 0; k < n; k++) {
+    int k_nused = snprintf(names + nused, sizeof names - nused, "%s%s",
+                           k == 0 ? "" : k + 1 == n ? " and " : ", ", s[k].name);
+    if (k_nused > 0 && nused + (size_t)k_nused < sizeof names) nused += (size_t)k_nused;
+    const setting_record *r0 = &all[k];
+    bool differs = false;
+    for (int r = 1; r < size; r++) {
+      const setting_record *rr = &all[(size_t)r * (size_t)n + (size_t)k];
+      if (rr->given == r0->given && memcmp(rr->digest, r0->digest, sizeof rr->digest) == 0)
+        continue;
+      differs = true;
+      if (first < 0) {
+        first = k;
+        first_rank = r;
+      } else if (first == k) {
+        more_ranks++;
+      }
+    }
+    if (differs && first != k) {
+      nothers++;
+      int m = snprintf(others + used, sizeof others - used, "%s%s", used ? ", " : "", s[k].name);
+      if (m > 0 && used + (size_t)m < sizeof others) used += (size_t)m;
+    }
+  }
+  if (first >= 0) {
+    char theirs[128], ours[128], more[64] = "";
+    describe_value(&all[(size_t)first_rank * (size_t)n + (size_t)first], theirs, sizeof theirs);
+    describe_value(&all[first], ours, sizeof ours);
+    if (more_ranks)
+      snprintf(more, sizeof more, " (and %d more rank%s)", more_ranks, more_ranks > 1 ? "s" : "");
+    rc = kiln_errorf(KILN_ERR_INVALID,
+                     "the %d workers were given different options: %s is %s on rank %d%s but %s "
+                     "on rank 0%s%s%s; every worker must be given the same %s "
+                     "(docs/distributed.md)",
+                     size, s[first].name, theirs, first_rank, more, ours,
+                     nothers ? " (" : "", nothers ? others : "",
+                     nothers == 0 ? "" : nothers == 1 ? " differs too)" : " differ too)", names);
+  }
+  free(all);
+  return rc;
 }
 
 void kiln_parallel_accumulate(float *restrict acc, const float *restrict x, int64_t n) {

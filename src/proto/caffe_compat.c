@@ -19,7 +19,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "kiln/proto.h"
 
@@ -385,22 +384,4 @@ int kiln_net_param_to_caffe10(Caffe__NetParameter *np, const char *source,
 int kiln_solver_param_to_caffe10(Caffe__SolverParameter *sp, const char *source,
                                  kiln_caffe_drops *dropped) {
   return to_caffe10(&sp->base, source, dropped);
-}
-
-int kiln_proto_check_output(const char *in, const char *out) {
-  struct stat so, si;
-  if (stat(out, &so) != 0) return KILN_OK; /* a new file (a missing folder is the write's error) */
-  if (!S_ISREG(so.st_mode)) {
-    const char *what = S_ISDIR(so.st_mode)    ? "a folder"
-                       : S_ISFIFO(so.st_mode) ? "a FIFO"
-                       : S_ISCHR(so.st_mode) || S_ISBLK(so.st_mode) ? "a device"
-                       : S_ISSOCK(so.st_mode) ? "a socket"
-                                              : "not a regular file";
-    return kiln_errorf(KILN_ERR_INVALID, "%s: is %s: the output is written to a new file under "
-                       "that name, and this one would be replaced; give a file name", out, what);
-  }
-  if (stat(in, &si) == 0 && si.st_dev == so.st_dev && si.st_ino == so.st_ino)
-    return kiln_errorf(KILN_ERR_INVALID, "%s: is the input %s itself: the output would replace it; "
-                       "give another name", out, in);
-  return KILN_OK;
 }

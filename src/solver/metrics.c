@@ -2,6 +2,7 @@
  * event. Errors are kept rather than dropped so that a run on a full disk cannot end looking
  * complete. */
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,16 +24,26 @@ struct kiln_metrics_file {
 int kiln_metrics_open(const char *path, kiln_metrics_file **out) {
   *out = NULL;
   if (!path) return KILN_OK;
+  KILN_TRY(kiln_check_output(path, KILN_OUTPUT_STREAMED, NULL, 0));
   kiln_metrics_file *m = calloc(1, sizeof *m);
   if (!m || !(m->path = kiln_strdup(path))) {
     free(m);
     return kiln_errorf(KILN_ERR_NOMEM, "out of memory");
   }
   struct stat st;
-  m->created = stat(path, &st) != 0 && errno == ENOENT;
-  m->f = fopen(path, "w");
+  const bool there = stat(path, &st) == 0, fifo = there && S_ISFIFO(st.st_mode);
+  m->created = !there && errno == ENOENT;
+  /* Without blocking, so that a FIFO no process reads is refused (ENXIO) rather than waited on;
+   * the writes block again, as a stream's do. */
+  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_NONBLOCK | O_CLOEXEC, 0666);
+  int e = errno;
+  if (fd >= 0 && fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK) == 0) m->f = fdopen(fd, "w");
   if (!m->f) {
-    int rc = kiln_errorf(KILN_ERR_IO, "%s: cannot create: %s", path, strerror(errno));
+    if (fd >= 0) e = errno, close(fd);
+    int rc = fifo && e == ENXIO
+                 ? kiln_errorf(KILN_ERR_IO, "%s: a FIFO that no process reads: the metrics would "
+                               "wait for a reader for ever", path)
+                 : kiln_errorf(KILN_ERR_IO, "%s: cannot create: %s", path, strerror(e));
     free(m->path);
     free(m);
     return rc;

@@ -106,8 +106,8 @@ expect_code workers 1 "no history of model 'tiny' with 4 workers (recorded: work
 expect_code nodb 3 "$WORK/none.db: no CE history there" -- "$KILN" ce history tiny --db "$WORK/none.db"
 [ ! -e "$WORK/none.db" ] && pass || fail "reading a missing history created it"
 expect_code noarg 3 "usage: kiln ce history MODEL" -- h
-expect_code badworkers 3 "--workers: 'x' is not a positive integer" -- h tiny --workers x
-expect_code badlast 3 "--last: '0' is not a positive integer" -- h tiny --last 0
+expect_code badworkers 3 "--workers: 'x' is not a whole number (--workers takes 1 to 2147483647)" -- h tiny --workers x
+expect_code badlast 3 "--last: '0' is out of range: --last takes 1 to 2147483647" -- h tiny --last 0
 expect_code badformat 3 "--format 'xml': expected table or tsv" -- h tiny --format xml
 expect_code both 3 "--machine-class and --all-classes exclude each other" -- h tiny --all-classes --machine-class x
 expect_code option 3 "unknown option '--lats'" -- h tiny --lats 2

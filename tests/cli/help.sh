@@ -85,7 +85,13 @@ for cmd in $commands; do
   forms=$(printf '%s\n' "$HELP" | sed -n "s/^\(usage: \|       \)kiln $cmd \([a-z][a-z0-9-]*\).*/\2/p" | sort -u)
   for form in $forms; do
     check_help "$cmd" "$form" && check_options "$cmd" "$form"
+    CHECKED="${CHECKED:-}|$cmd $form|"
   done
+done
+# the forms issue 34 named are among those checked (a form missing from its command's usage
+# lines would drop out of the loop above unseen)
+for form in "convert text" "ce history" "ce compare" "data fetch" "data verify"; do
+  case "${CHECKED:-}" in *"|$form|"*) pass ;; *) fail "kiln $form --help was not checked (not in kiln ${form% *} --help's usage lines?)" ;; esac
 done
 
 # the same help through Caffe's spelling, and wherever an option may stand

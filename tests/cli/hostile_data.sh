@@ -66,7 +66,7 @@ expect_refusal "an output that exists" --want "ok_lmdb: already exists" --same o
 expect_refusal "an output under a missing folder" --want "nodir/out.tmp: cannot create" --gone nodir/out -- \
   "${C[@]}" img.idx lab.idx nodir/out
 : > stale.tmp
-expect_refusal "OUT.tmp a plain file" --want "stale.tmp: cannot remove the leftover temporary database" \
+expect_refusal "OUT.tmp a plain file" --want "stale.tmp: exists and is no folder" \
   --absent stale --same stale.tmp -- \
   "${C[@]}" img.idx lab.idx stale
 expect_refusal "an empty output path" --want "the output path is empty" --gone .tmp -- "${C[@]}" img.idx lab.idx ""

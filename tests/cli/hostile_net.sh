@@ -208,6 +208,6 @@ expect_refusal "kiln time of a broken net, with --metrics" --want "power.prototx
   "$KILN" time --model power.prototxt --iterations 1 --metrics time.jsonl
 expect_refusal "kiln test of a broken net, with --metrics" --want "dupname.prototxt" --gone test.jsonl -- \
   "$KILN" test --model dupname.prototxt --iterations 1 --metrics test.jsonl
-expect_refusal "--metrics into a folder" --want "folder.prototxt: cannot create" -- \
+expect_refusal "--metrics into a folder" --want "folder.prototxt: is a folder" -- \
   "$KILN" time --model ok.prototxt --iterations 1 --metrics folder.prototxt
 finish

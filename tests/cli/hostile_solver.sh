@@ -117,7 +117,7 @@ solver underfile.prototxt 'snapshot_prefix: "plainfile/s"' 'snapshot_after_train
 expect_refusal "snapshot under a plain file" --want "plainfile/s_iter_2.caffemodel" \
   --gone plainfile/s_iter_2.caffemodel -- "${T[@]}" underfile.prototxt
 
-expect_refusal "metrics into a folder" --want "netdir: cannot create" -- "${T[@]}" ok.prototxt --metrics netdir
+expect_refusal "metrics into a folder" --want "netdir: is a folder" -- "${T[@]}" ok.prototxt --metrics netdir
 expect_refusal "metrics under a missing folder" --want "nodir2/m.jsonl: cannot create" --gone nodir2/m.jsonl -- \
   "${T[@]}" ok.prototxt --metrics nodir2/m.jsonl
 expect_refusal "metrics of a solver that fails" --want "policy.prototxt" --gone policy.jsonl -- \
