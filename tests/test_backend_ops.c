@@ -669,11 +669,1747 @@ static double case_pool_bwd(const kiln_backend *b, const kiln_op_ctx *c, int64_t
 
 /* ---- neuron cases ---- */
 
+/* The settings of Exp, Log and Power, which their rows pick by index (p): Exp's (inner, outer),
+ * Log's (scale, shift, base_scale), Power's (power, scale, shift): the constant and linear cases
+ * of Power too. */
+static const float exp_settings[][2] = {{1, 1}, {0.48520303f, 1.2311444f}, {-0.7f, 0.5f}};
+static const float log_settings[][3] = {{1, 5, 1}, {0.5f, 3, 0.43429448f}};
+static const float power_settings[][3] = {{2, 0.5f, 1},      {3, 0.5f, 0.1f}, {0.5f, 0.2f, 3},
+                                          {-1.5f, 0.25f, 2}, {1, 0.5f, 1},    {0, 0.5f, 1},
+                                          {2, 0, 1.5f}};
+
+static double d_abs(double x, double p) {
+  (void)p;
+  return fabs(x);
+}
+static double d_elu(double x, double p) { return x > 0 ? x : p * expm1(x); }
+static double d_bnll(double x, double p) {
+  (void)p;
+  return x > 0 ? x + log1p(exp(-x)) : log1p(exp(x));
+}
+static double d_threshold(double x, double p) { return x > p ? 1 : 0; }
+static double d_exp(double x, double p) {
+  const float *s = exp_settings[(int)p];
+  return s[1] * exp(s[0] * x);
+}
+static double d_log(double x, double p) {
+  const float *s = log_settings[(int)p];
+  return log(s[0] * x + s[1]) * s[2];
+}
+static double d_power(double x, double p) {
+  const float *s = power_settings[(int)p];
+  return pow(s[1] * x + s[2], s[0]);
+}
+static double d_swish(double x, double p) { return x / (1 + exp(-p * x)); }
+static double d_gelu(double x, double p) {
+  const double sqrt_2_pi = 0.79788456080286535588;
+  return p != 0 ? 0.5 * x * (1 + tanh(sqrt_2_pi * (x + 0.044715 * x * x * x)))
+                : 0.5 * x * erfc(-x / sqrt(2.0));
+}
+
+/* Runs neuron op `op` on n values with the row's setting p: out = f(v) for a forward; for a
+ * gradient out = dy f'(x), v being what the op reads (x, or Exp's output). */
+static int neuron_run(const kiln_backend *b, const kiln_op_ctx *c, int op, float *out,
+                      const float *dy, const float *v, int64_t n, float p) {
+  switch (op) {
+  case KILN_OP_absval_fwd: return b->absval_fwd(c, out, v, n);
+  case KILN_OP_absval_bwd: return b->absval_bwd(c, out, dy, v, n);
+  case KILN_OP_elu_fwd: return b->elu_fwd(c, out, v, n, p);
+  case KILN_OP_elu_bwd: return b->elu_bwd(c, out, dy, v, n, p);
+  case KILN_OP_bnll_fwd: return b->bnll_fwd(c, out, v, n);
+  case KILN_OP_bnll_bwd: return b->bnll_bwd(c, out, dy, v, n);
+  case KILN_OP_threshold_fwd: return b->threshold_fwd(c, out, v, n, p);
+  case KILN_OP_swish_fwd: return b->swish_fwd(c, out, v, n, p);
+  case KILN_OP_swish_bwd: return b->swish_bwd(c, out, dy, v, n, p);
+  case KILN_OP_gelu_fwd: return b->gelu_fwd(c, out, v, n, p != 0);
+  case KILN_OP_gelu_bwd: return b->gelu_bwd(c, out, dy, v, n, p != 0);
+  case KILN_OP_exp_fwd:
+    return b->exp_fwd(c, out, v, n, exp_settings[(int)p][0], exp_settings[(int)p][1]);
+  case KILN_OP_exp_bwd: return b->exp_bwd(c, out, dy, v, n, exp_settings[(int)p][0]);
+  case KILN_OP_log_fwd: {
+    const float *s = log_settings[(int)p];
+    return b->log_fwd(c, out, v, n, s[0], s[1], s[2]);
+  }
+  case KILN_OP_log_bwd: {
+    const float *s = log_settings[(int)p];
+    return b->log_bwd(c, out, dy, v, n, s[0], s[1], s[0] * s[2]);
+  }
+  case KILN_OP_power_fwd:
+  case KILN_OP_power_bwd: {
+    const float *s = power_settings[(int)p];
+    /* a constant output, or a constant gradient: the input is not read */
+    if (op == KILN_OP_power_fwd)
+      return b->power_fwd(c, out, s[0] * s[1] == 0 ? NULL : v, n, s[0], s[1], s[2]);
+    return b->power_bwd(c, out, dy, s[0] * s[1] == 0 || s[0] == 1 ? NULL : v, n, s[0], s[1],
+                        s[2]);
+  }
+  }
+  return KILN_ERR_INVALID;
+}
+
+/* y = f(x), x in [-range, range), against f in double. */
+static double neuron_forward(int op, scalar_fn f, float range, const kiln_backend *b,
+                             const kiln_op_ctx *c, int64_t n, float p, kiln_rng *r) {
+  tensor x = input(c, n, -range, range, 0, r), y = make(c, n);
+  assert_int_equal(neuron_run(b, c, op, y.d, NULL, x.d, n, p), KILN_OK);
+  fetch(&y);
+  double *want = malloc(sizeof(double) * (size_t)n);
+  for (int64_t i = 0; i < n; i++) want[i] = f(x.h[i], p);
+  double e = error_of(y.h, want, n);
+  free(want);
+  drop(&x);
+  drop(&y);
+  return e;
+}
+
+/* dx = dy f'(x) against central differences of f in double; x away from the kinks at 0. The op
+ * reads x, or (Exp) the output f(x) as float. */
+static double neuron_backward(int op, scalar_fn f, float range, const kiln_backend *b,
+                              const kiln_op_ctx *c, int64_t n, float p, kiln_rng *r) {
+  tensor x = input(c, n, -range, range, 0.01f, r), dy = input(c, n, -2, 2, 0, r), dx = make(c, n);
+  tensor v = make(c, n);
+  for (int64_t i = 0; i < n; i++) v.h[i] = op == KILN_OP_exp_bwd ? (float)f(x.h[i], p) : x.h[i];
+  assert_int_equal(kiln_device_to_device(c->device, v.d, v.h, sizeof(float) * (size_t)n), KILN_OK);
+  assert_int_equal(neuron_run(b, c, op, dx.d, dy.d, v.d, n, p), KILN_OK);
+  fetch(&dx);
+  double *want = malloc(sizeof(double) * (size_t)n);
+  for (int64_t i = 0; i < n; i++) want[i] = dy.h[i] * d_slope(f, x.h[i], p);
+  double e = error_of(dx.h, want, n);
+  free(want);
+  drop(&x);
+  drop(&dy);
+  drop(&dx);
+  drop(&v);
+  return e;
+}
+
+/* One forward and one gradient case per function; BNLL's p is its inputs' range (past 50 its
+ * gradient clamps), the others' inputs are in [-4, 4). */
+#define NEURON_CASES(name, f, range)                                                            \
+  static double case_##name##_fwd(const kiln_backend *b, const kiln_op_ctx *c, int64_t n,       \
+                                  float p, kiln_rng *r) {                                       \
+    return neuron_forward(KILN_OP_##name##_fwd, f, range, b, c, n, p, r);                      \
+  }                                                                                             \
+  static double case_##name##_bwd(const kiln_backend *b, const kiln_op_ctx *c, int64_t n,       \
+                                  float p, kiln_rng *r) {                                       \
+    return neuron_backward(KILN_OP_##name##_bwd, f, range, b, c, n, p, r);                     \
+  }
+NEURON_CASES(absval, d_abs, 4)
+NEURON_CASES(elu, d_elu, 4)
+NEURON_CASES(bnll, d_bnll, p)
+NEURON_CASES(exp, d_exp, 4)
+NEURON_CASES(log, d_log, 4)
+NEURON_CASES(power, d_power, 4)
+NEURON_CASES(swish, d_swish, 4)
+NEURON_CASES(gelu, d_gelu, 4)
+#undef NEURON_CASES
+static double case_threshold_fwd(const kiln_backend *b, const kiln_op_ctx *c, int64_t n, float p,
+                                 kiln_rng *r) {
+  return neuron_forward(KILN_OP_threshold_fwd, d_threshold, 4, b, c, n, p, r);
+}
+
+/* PReLU's shapes (N, C, D) by a row's n: one value, odd sizes, and one past the parallel size. */
+static const int64_t prelu_shapes[][3] = {{1, 1, 1}, {2, 3, 5}, {3, 7, 33}, {4, 16, 700}};
+
+static double d_prelu(double x, double a) { return x > 0 ? x : a * x; }
+
+/* y, dx (central differences in x) or da (accumulated; central differences in the slope, summed
+ * in double) against PReLU in double, slopes in [-0.5, 0.5) (learned ones may be negative);
+ * shared: one slope for every channel. */
+static double case_prelu(int op, const kiln_backend *b, const kiln_op_ctx *c, int64_t s,
+                         bool shared, kiln_rng *r) {
+  const int64_t N = prelu_shapes[s][0], C = prelu_shapes[s][1], D = prelu_shapes[s][2];
+  const int64_t n = N * C * D, na = shared ? 1 : C;
+  tensor x = input(c, n, -4, 4, 0.01f, r), a = input(c, na, -0.5f, 0.5f, 0, r);
+  tensor dy = input(c, n, -2, 2, 0, r);
+  double e;
+  if (op == KILN_OP_prelu_slope_bwd) {
+    tensor da = input(c, na, -1, 1, 0, r), sums = make(c, 2 * C); /* C doubles */
+    assert_int_equal(b->prelu_slope_bwd(c, da.d, x.d, dy.d, (double *)sums.d, N, C, D, shared),
+                     KILN_OK);
+    double *want = malloc(sizeof(double) * (size_t)na);
+    const double h = 1e-5;
+    for (int64_t k = 0; k < na; k++) want[k] = da.h[k];
+    for (int64_t i = 0; i < n; i++) {
+      const int64_t k = shared ? 0 : i / D % C;
+      want[k] += dy.h[i] * (d_prelu(x.h[i], a.h[k] + h) - d_prelu(x.h[i], a.h[k] - h)) / (2 * h);
+    }
+    fetch(&da);
+    e = error_of(da.h, want, na);
+    free(want);
+    drop(&da);
+    drop(&sums);
+  } else {
+    tensor y = make(c, n);
+    const bool fwd = op == KILN_OP_prelu_fwd;
+    assert_int_equal(fwd ? b->prelu_fwd(c, y.d, x.d, a.d, N, C, D, shared)
+                         : b->prelu_bwd(c, y.d, dy.d, x.d, a.d, N, C, D, shared),
+                     KILN_OK);
+    double *want = malloc(sizeof(double) * (size_t)n);
+    for (int64_t i = 0; i < n; i++) {
+      const double slope = a.h[shared ? 0 : i / D % C];
+      want[i] = fwd ? d_prelu(x.h[i], slope) : dy.h[i] * d_slope(d_prelu, x.h[i], slope);
+    }
+    fetch(&y);
+    e = error_of(y.h, want, n);
+    free(want);
+    drop(&y);
+  }
+  drop(&x);
+  drop(&a);
+  drop(&dy);
+  return e;
+}
+static double case_prelu_fwd(const kiln_backend *b, const kiln_op_ctx *c, int64_t n, float p,
+                             kiln_rng *r) {
+  return case_prelu(KILN_OP_prelu_fwd, b, c, n, p != 0, r);
+}
+static double case_prelu_bwd(const kiln_backend *b, const kiln_op_ctx *c, int64_t n, float p,
+                             kiln_rng *r) {
+  return case_prelu(KILN_OP_prelu_bwd, b, c, n, p != 0, r);
+}
+static double case_prelu_slope_bwd(const kiln_backend *b, const kiln_op_ctx *c, int64_t n,
+                                   float p, kiln_rng *r) {
+  return case_prelu(KILN_OP_prelu_slope_bwd, b, c, n, p != 0, r);
+}
+
 /* ---- norm cases ---- */
+
+/* The host's values of t to its device copy. */
+static void norm_upload(tensor *t) {
+  assert_int_equal(kiln_device_to_device(t->dev, t->d, t->h, sizeof(float) * (size_t)t->n),
+                   KILN_OK);
+}
+
+/* The worse of two errors (a NaN is the worst). */
+static double norm_worse(double a, double b) { return !(a <= b) ? a : b; }
+
+/* e against a tensor's values fetched from the device and `want` in double. */
+static double norm_check(double e, tensor *t, const double *want) {
+  fetch(t);
+  return norm_worse(e, error_of(t->h, want, t->n));
+}
+
+static double *norm_doubles(int64_t n) {
+  double *p = calloc((size_t)(n > 0 ? n : 1), sizeof(double));
+  assert_non_null(p);
+  return p;
+}
+
+/* Element (n, ch, s) of N x C x S values in the plain layout (block 0) or nChw16c (block 16). */
+static int64_t norm_at(int64_t n, int64_t ch, int64_t s, int64_t C, int64_t S, int block) {
+  return block ? ((n * (C / 16) + ch / 16) * S + s) * 16 + ch % 16 : (n * C + ch) * S + s;
+}
+
+/* BatchNorm's shapes (N, C, S, block): 1, odd, channels that are not multiples of 16 in the
+ * plain layout and are in the blocked one, one image and several chunks of KILN_BN_CHUNK images,
+ * and one of each layout past the parallel threshold. */
+static const int64_t bn_shapes[][4] = {{1, 1, 1, 0},   {2, 3, 1, 0},    {3, 7, 5, 0},
+                                       {4, 5, 33, 0},  {3, 32, 5, 0},   {3, 400, 29, 0},
+                                       {1, 16, 1, 16}, {2, 16, 3, 16},  {9, 48, 9, 16},
+                                       {17, 128, 16, 16}};
+
+/* Settings of the BatchNorm rows, bits of p. */
+enum {
+  BN_GLOBAL = 1, /* the running statistics, not the batch's */
+  BN_FUSED = 2,  /* with the Scale's gamma and beta */
+  BN_RELU = 4,   /* and a ReLU of slope 0.1 after them */
+  BN_IN_PLACE = 8, /* y = x, or dx = dy */
+  BN_NO_DX = 16,   /* backward: the parameter gradients alone */
+};
+
+/* One channel of BatchNorm in double over its m values v: the batch's mean and biased variance
+ * (or, global, mu and var as given) into *mu, *var, then xn and y (either may be NULL), through
+ * gamma g, beta b and a ReLU of `slope` when fused; returns the sum of dy y (dy non-NULL). */
+static double bn_channel(double *y, double *xn, double *mu, double *var, const double *v,
+                         int64_t m, bool global, double eps, bool fused, double g, double b,
+                         double slope, const double *dy) {
+  if (!global) {
+    double s = 0, q = 0;
+    for (int64_t j = 0; j < m; j++) s += v[j];
+    *mu = s / (double)m;
+    for (int64_t j = 0; j < m; j++) q += (v[j] - *mu) * (v[j] - *mu);
+    *var = q / (double)m;
+  }
+  const double inv = 1 / sqrt(*var + eps);
+  double L = 0;
+  for (int64_t j = 0; j < m; j++) {
+    const double h = (v[j] - *mu) * inv, z = fused ? h * g + b : h;
+    const double out = z > 0 ? z : slope * z;
+    if (xn) xn[j] = h;
+    if (y) y[j] = out;
+    if (dy) L += dy[j] * out;
+  }
+  return L;
+}
+
+/* Moves the values of one channel whose z = xn g + b lies within `gap` of the ReLU's kink away
+ * from it, so that finite differences never step across it; where moving them cannot (two
+ * values normalise to -1 and 1 wherever they are), moves beta. Returns false if it did not
+ * settle. */
+static bool bn_off_kink(double *v, int64_t m, bool global, double mu, double var, double eps,
+                        double g, double *b) {
+  const double gap = 0.05;
+  for (int tries = 0; tries < 10; tries++, *b += 0.25) {
+    for (int it = 0; it < 50; it++) {
+      double mean = mu, variance = var;
+      bn_channel(NULL, NULL, &mean, &variance, v, m, global, eps, false, 1, 0, 1, NULL);
+      const double inv = 1 / sqrt(variance + eps);
+      bool moved = false;
+      for (int64_t j = 0; j < m; j++) {
+        const double z = (v[j] - mean) * inv * g + *b;
+        if (fabs(z) >= gap) continue;
+        v[j] += (z >= 0 ? 1 : -1) * (g > 0 ? 1 : -1) * 4 * gap / (fabs(g) * inv);
+        moved = true;
+      }
+      if (!moved) return true;
+    }
+  }
+  return false;
+}
+
+/* batch_norm_fwd at bn_shapes[n] with the settings p: every output, the running sums included,
+ * against the double-precision forward. */
+static double case_batch_norm_fwd(const kiln_backend *b, const kiln_op_ctx *c, int64_t n,
+                                  float p, kiln_rng *r) {
+  const int64_t N = bn_shapes[n][0], C = bn_shapes[n][1], S = bn_shapes[n][2], m = N * S;
+  const int block = (int)bn_shapes[n][3], set = (int)p;
+  const bool global = set & BN_GLOBAL, fused = set & BN_FUSED;
+  const float maf = 0.9f, eps = 1e-3f, slope = set & BN_RELU ? 0.1f : 1.0f;
+  tensor x = input(c, N * C * S, -2, 3, 0, r), xn = make(c, N * C * S);
+  tensor y = set & BN_IN_PLACE ? x : make(c, N * C * S);
+  tensor mean = make(c, C), inv = make(c, C), rm = input(c, C, -1, 1, 0, r);
+  tensor rv = input(c, C, 0.2f, 2, 0, r), cnt = input(c, 1, 1, 4, 0, r);
+  tensor g = input(c, C, -1.5f, 1.5f, 0.3f, r), be = input(c, C, -1, 1, 0, r);
+  void *scratch;
+  assert_int_equal(kiln_device_alloc(c->device, kiln_batch_norm_scratch(N, C), &scratch), KILN_OK);
+  double *want_y = norm_doubles(N * C * S), *want_xn = norm_doubles(N * C * S);
+  double *want_mean = norm_doubles(C), *want_inv = norm_doubles(C), *want_rm = norm_doubles(C);
+  double *want_rv = norm_doubles(C), want_cnt = global ? cnt.h[0] : maf * cnt.h[0] + 1.0;
+  double *v = norm_doubles(m), *vy = norm_doubles(m), *vxn = norm_doubles(m);
+  for (int64_t ch = 0; ch < C; ch++) {
+    for (int64_t i = 0; i < N; i++)
+      for (int64_t s = 0; s < S; s++) v[i * S + s] = x.h[norm_at(i, ch, s, C, S, block)];
+    double mu = rm.h[ch] / cnt.h[0], var = rv.h[ch] / cnt.h[0];
+    bn_channel(vy, vxn, &mu, &var, v, m, global, eps, fused, g.h[ch], be.h[ch], slope, NULL);
+    for (int64_t i = 0; i < N; i++)
+      for (int64_t s = 0; s < S; s++) {
+        const int64_t e = norm_at(i, ch, s, C, S, block);
+        want_y[e] = vy[i * S + s];
+        want_xn[e] = vxn[i * S + s];
+      }
+    want_mean[ch] = mu;
+    want_inv[ch] = 1 / sqrt(var + eps);
+    want_rm[ch] = global ? rm.h[ch] : maf * rm.h[ch] + mu;
+    want_rv[ch] = global ? rv.h[ch] : maf * rv.h[ch] + (m > 1 ? var * m / (m - 1) : var);
+  }
+  assert_int_equal(b->batch_norm_fwd(c, y.d, xn.d, mean.d, inv.d, rm.d, rv.d, cnt.d, scratch,
+                                     x.d, fused ? g.d : NULL, fused ? be.d : NULL, N, C, S,
+                                     block, global, maf, eps, slope),
+                   KILN_OK);
+  double e = norm_check(0, &y, want_y);
+  e = norm_check(e, &xn, want_xn);
+  e = norm_check(e, &mean, want_mean);
+  e = norm_check(e, &inv, want_inv);
+  e = norm_check(e, &rm, want_rm);
+  e = norm_check(e, &rv, want_rv);
+  e = norm_check(e, &cnt, &want_cnt);
+  free(want_y), free(want_xn), free(want_mean), free(want_inv), free(want_rm), free(want_rv);
+  free(v), free(vy), free(vxn);
+  kiln_device_free(c->device, scratch);
+  drop(&x), drop(&xn), drop(&mean), drop(&inv), drop(&rm), drop(&rv), drop(&cnt), drop(&g);
+  drop(&be);
+  if (!(set & BN_IN_PLACE)) drop(&y);
+  return e;
+}
+
+/* batch_norm_apply: xn = (x - mean) inv and y (fused or not) from given means and inverses. */
+static double case_batch_norm_apply(const kiln_backend *b, const kiln_op_ctx *c, int64_t n,
+                                    float p, kiln_rng *r) {
+  const int64_t N = bn_shapes[n][0], C = bn_shapes[n][1], S = bn_shapes[n][2];
+  const int block = (int)bn_shapes[n][3], set = (int)p;
+  const bool fused = set & BN_FUSED;
+  const float slope = set & BN_RELU ? 0.1f : 1.0f;
+  tensor x = input(c, N * C * S, -2, 3, 0, r), xn = make(c, N * C * S), y = make(c, N * C * S);
+  tensor mean = input(c, C, -1, 1, 0, r), inv = input(c, C, 0.2f, 3, 0, r);
+  tensor g = input(c, C, -1.5f, 1.5f, 0.3f, r), be = input(c, C, -1, 1, 0, r);
+  double *want_y = norm_doubles(N * C * S), *want_xn = norm_doubles(N * C * S);
+  for (int64_t i = 0; i < N; i++)
+    for (int64_t ch = 0; ch < C; ch++)
+      for (int64_t s = 0; s < S; s++) {
+        const int64_t e = norm_at(i, ch, s, C, S, block);
+        const double h = ((double)x.h[e] - mean.h[ch]) * inv.h[ch];
+        const double z = fused ? h * g.h[ch] + be.h[ch] : h;
+        want_xn[e] = h;
+        want_y[e] = z > 0 ? z : slope * z;
+      }
+  assert_int_equal(b->batch_norm_apply(c, y.d, xn.d, x.d, mean.d, inv.d, fused ? g.d : NULL,
+                                       fused ? be.d : NULL, N, C, S, block, slope),
+                   KILN_OK);
+  double e = norm_check(0, &y, want_y);
+  e = norm_check(e, &xn, want_xn);
+  free(want_y), free(want_xn);
+  drop(&x), drop(&xn), drop(&y), drop(&mean), drop(&inv), drop(&g), drop(&be);
+  return e;
+}
+
+/* batch_norm_bwd against central differences of the double-precision forward, channel by
+ * channel (a channel's outputs depend on its own inputs alone): dx, and with the fused Scale
+ * gamma's and beta's gradients (added to what they held). xn and inv are the forward's, in
+ * float, as batch_norm_fwd leaves them. */
+static double case_batch_norm_bwd(const kiln_backend *b, const kiln_op_ctx *c, int64_t n,
+                                  float p, kiln_rng *r) {
+  const int64_t N = bn_shapes[n][0], C = bn_shapes[n][1], S = bn_shapes[n][2], m = N * S;
+  const int block = (int)bn_shapes[n][3], set = (int)p;
+  const bool global = set & BN_GLOBAL, fused = set & BN_FUSED, has_dx = !(set & BN_NO_DX);
+  const double eps = 1e-3, slope = set & BN_RELU ? 0.1 : 1.0, h = 1e-4;
+  tensor x = input(c, N * C * S, -2, 3, 0, r), dy = input(c, N * C * S, -1, 1, 0, r);
+  tensor xn = make(c, N * C * S), inv = make(c, C);
+  tensor dx = set & BN_IN_PLACE ? dy : make(c, N * C * S);
+  tensor g = input(c, C, -1.5f, 1.5f, 0.3f, r), be = input(c, C, -1, 1, 0.1f, r);
+  tensor dg = input(c, C, -1, 1, 0, r), db = input(c, C, -1, 1, 0, r);
+  void *scratch;
+  assert_int_equal(kiln_device_alloc(c->device, kiln_batch_norm_scratch(N, C), &scratch), KILN_OK);
+  double *want_dx = norm_doubles(N * C * S), *want_dg = norm_doubles(C), *want_db = norm_doubles(C);
+  double *v = norm_doubles(m), *vdy = norm_doubles(m), *vxn = norm_doubles(m);
+  bool settled = true;
+  for (int64_t ch = 0; ch < C; ch++) {
+    for (int64_t i = 0; i < N; i++)
+      for (int64_t s = 0; s < S; s++) {
+        const int64_t e = norm_at(i, ch, s, C, S, block);
+        v[i * S + s] = x.h[e];
+        vdy[i * S + s] = dy.h[e];
+      }
+    const double gmu = 0.3 * (double)ch / (double)C - 0.1, gvar = 0.5 + 0.01 * (double)ch;
+    const double gc = fused ? g.h[ch] : 1;
+    double bc = fused ? be.h[ch] : 0;
+    if (fused && slope != 1) settled &= bn_off_kink(v, m, global, gmu, gvar, eps, gc, &bc);
+    if (fused) be.h[ch] = (float)bc;
+    bc = fused ? be.h[ch] : 0; /* as the op reads it */
+    double mu = gmu, var = gvar;
+    bn_channel(NULL, vxn, &mu, &var, v, m, global, eps, fused, gc, bc, slope, NULL);
+    inv.h[ch] = (float)(1 / sqrt(var + eps));
+    for (int64_t i = 0; i < N; i++)
+      for (int64_t s = 0; s < S; s++) xn.h[norm_at(i, ch, s, C, S, block)] = (float)vxn[i * S + s];
+    /* L(v, gamma, beta) = sum dy y; its derivatives by central differences */
+#define BN_LOSS(gamma, beta)                                                                    \
+  bn_channel(NULL, NULL, &(double){gmu}, &(double){gvar}, v, m, global, eps, fused, gamma, beta, \
+             slope, vdy)
+    for (int64_t j = 0; j < m; j++) {
+      const double keep = v[j];
+      v[j] = keep + h;
+      const double up = BN_LOSS(gc, bc);
+      v[j] = keep - h;
+      const double down = BN_LOSS(gc, bc);
+      v[j] = keep;
+      want_dx[norm_at(j / S, ch, j % S, C, S, block)] = (up - down) / (2 * h);
+    }
+    want_dg[ch] = dg.h[ch] + (BN_LOSS(gc + h, bc) - BN_LOSS(gc - h, bc)) / (2 * h);
+    want_db[ch] = db.h[ch] + (BN_LOSS(gc, bc + h) - BN_LOSS(gc, bc - h)) / (2 * h);
+#undef BN_LOSS
+  }
+  norm_upload(&xn);
+  norm_upload(&inv);
+  norm_upload(&be);
+  assert_int_equal(b->batch_norm_bwd(c, has_dx ? dx.d : NULL, dg.d, db.d, scratch, dy.d, xn.d,
+                                     inv.d, fused ? g.d : NULL, fused ? be.d : NULL, N, C, S,
+                                     block, global, (float)slope),
+                   KILN_OK);
+  double e = settled ? 0 : INFINITY;
+  if (has_dx) e = norm_check(e, &dx, want_dx);
+  if (fused) {
+    e = norm_check(e, &dg, want_dg);
+    e = norm_check(e, &db, want_db);
+  }
+  free(want_dx), free(want_dg), free(want_db), free(v), free(vdy), free(vxn);
+  kiln_device_free(c->device, scratch);
+  drop(&x), drop(&dy), drop(&xn), drop(&inv), drop(&g), drop(&be), drop(&dg), drop(&db);
+  if (!(set & BN_IN_PLACE)) drop(&dx);
+  return e;
+}
+
+/* Scale's and Bias's shapes (outer, dim, inner, block): 1, odd, a scalar, inner 1, a blocked
+ * layout of 16 and of 48 channels, and past the parallel threshold in both. */
+static const int64_t affine_shapes[][4] = {{1, 1, 1, 0},   {3, 7, 5, 0},    {2, 1, 33, 0},
+                                           {5, 13, 1, 0},  {40, 30, 31, 0}, {1, 16, 1, 16},
+                                           {3, 48, 7, 16}, {9, 32, 121, 16}};
+
+/* Settings of the Scale and Bias rows, bits of p. */
+enum {
+  AFF_BETA = 1,     /* scale: with beta, and its gradient */
+  AFF_KEEP = 2,     /* scale_fwd: the input kept aside */
+  AFF_IN_PLACE = 4, /* y = x, or dx = dy */
+  AFF_SET = 8,      /* the gradient of gamma (or b) overwritten, not accumulated */
+  AFF_NO_DX = 16,   /* scale_bwd: no dx */
+  AFF_NO_DG = 32,   /* scale_bwd: no dgamma */
+};
+
+static int64_t affine_d(int64_t e, int64_t dim, int64_t inner, int block) {
+  return block ? (e / (inner * 16)) % (dim / 16) * 16 + e % 16 : e / inner % dim;
+}
+
+/* y = x gamma + beta, and the kept copy. */
+static double case_scale_fwd(const kiln_backend *b, const kiln_op_ctx *c, int64_t n, float p,
+                             kiln_rng *r) {
+  const int64_t O = affine_shapes[n][0], D = affine_shapes[n][1], I = affine_shapes[n][2];
+  const int block = (int)affine_shapes[n][3], set = (int)p;
+  const int64_t count = O * D * I;
+  tensor x = input(c, count, -2, 2, 0, r), keep = make(c, count);
+  tensor y = set & AFF_IN_PLACE ? x : make(c, count);
+  tensor g = input(c, D, -2, 2, 0, r), be = input(c, D, -1, 1, 0, r);
+  double *want = norm_doubles(count), *want_keep = norm_doubles(count);
+  for (int64_t e = 0; e < count; e++) {
+    const int64_t d = affine_d(e, D, I, block);
+    want[e] = (double)x.h[e] * g.h[d] + (set & AFF_BETA ? be.h[d] : 0);
+    want_keep[e] = x.h[e];
+  }
+  assert_int_equal(b->scale_fwd(c, y.d, set & AFF_KEEP ? keep.d : NULL, x.d, g.d,
+                                set & AFF_BETA ? be.d : NULL, O, D, I, block),
+                   KILN_OK);
+  double e = norm_check(0, &y, want);
+  if (set & AFF_KEEP) e = norm_check(e, &keep, want_keep);
+  free(want), free(want_keep);
+  drop(&x), drop(&keep), drop(&g), drop(&be);
+  if (!(set & AFF_IN_PLACE)) drop(&y);
+  return e;
+}
+
+/* L = sum dy (x gamma + beta): dx, dgamma and dbeta by central differences (element by element,
+ * each touching the outputs it feeds). */
+static double case_scale_bwd(const kiln_backend *b, const kiln_op_ctx *c, int64_t n, float p,
+                             kiln_rng *r) {
+  const int64_t O = affine_shapes[n][0], D = affine_shapes[n][1], I = affine_shapes[n][2];
+  const int block = (int)affine_shapes[n][3], set = (int)p;
+  const int64_t count = O * D * I;
+  const double h = 1e-3;
+  tensor x = input(c, count, -2, 2, 0, r), dy = input(c, count, -1, 1, 0, r);
+  tensor dx = set & AFF_IN_PLACE ? dy : make(c, count);
+  tensor g = input(c, D, -2, 2, 0, r), be = input(c, D, -1, 1, 0, r);
+  tensor dg = input(c, D, -1, 1, 0, r), db = input(c, D, -1, 1, 0, r);
+  double *want_dx = norm_doubles(count), *want_dg = norm_doubles(D), *want_db = norm_doubles(D);
+  for (int64_t d = 0; d < D; d++) {
+    want_dg[d] = set & AFF_SET ? 0 : dg.h[d];
+    want_db[d] = db.h[d];
+  }
+  for (int64_t e = 0; e < count; e++) {
+    const int64_t d = affine_d(e, D, I, block);
+    const double xe = x.h[e], ge = g.h[d], bd = be.h[d], dye = dy.h[e];
+    want_dx[e] = (dye * ((xe + h) * ge + bd) - dye * ((xe - h) * ge + bd)) / (2 * h);
+    want_dg[d] += (dye * (xe * (ge + h) + bd) - dye * (xe * (ge - h) + bd)) / (2 * h);
+    want_db[d] += (dye * (xe * ge + bd + h) - dye * (xe * ge + bd - h)) / (2 * h);
+  }
+  const bool has_dx = !(set & AFF_NO_DX), has_dg = !(set & AFF_NO_DG), has_db = set & AFF_BETA;
+  assert_int_equal(b->scale_bwd(c, has_dx ? dx.d : NULL, has_dg ? dg.d : NULL,
+                                has_db ? db.d : NULL, dy.d, x.d, g.d, O, D, I, block,
+                                !(set & AFF_SET)),
+                   KILN_OK);
+  double e = 0;
+  if (has_dx) e = norm_check(e, &dx, want_dx);
+  if (has_dg) e = norm_check(e, &dg, want_dg);
+  if (has_db) e = norm_check(e, &db, want_db);
+  free(want_dx), free(want_dg), free(want_db);
+  drop(&x), drop(&g), drop(&be), drop(&dg), drop(&db);
+  drop(&dy);
+  if (!(set & AFF_IN_PLACE)) drop(&dx);
+  return e;
+}
+
+/* y = x + b (plain shapes of affine_shapes). */
+static double case_bias_fwd(const kiln_backend *b, const kiln_op_ctx *c, int64_t n, float p,
+                            kiln_rng *r) {
+  const int64_t O = affine_shapes[n][0], D = affine_shapes[n][1], I = affine_shapes[n][2];
+  const int64_t count = O * D * I;
+  tensor x = input(c, count, -2, 2, 0, r), bias = input(c, D, -1, 1, 0, r);
+  tensor y = (int)p & AFF_IN_PLACE ? x : make(c, count);
+  double *want = norm_doubles(count);
+  for (int64_t e = 0; e < count; e++) want[e] = (double)x.h[e] + bias.h[e / I % D];
+  assert_int_equal(b->bias_fwd(c, y.d, x.d, bias.d, O, D, I), KILN_OK);
+  double e = norm_check(0, &y, want);
+  free(want);
+  drop(&x), drop(&bias);
+  if (!((int)p & AFF_IN_PLACE)) drop(&y);
+  return e;
+}
+
+/* L = sum dy (x + b): db by central differences, added or (AFF_SET) in place of what it held. */
+static double case_bias_bwd(const kiln_backend *b, const kiln_op_ctx *c, int64_t n, float p,
+                            kiln_rng *r) {
+  const int64_t O = affine_shapes[n][0], D = affine_shapes[n][1], I = affine_shapes[n][2];
+  const int64_t count = O * D * I;
+  const double h = 1e-3;
+  tensor x = input(c, count, -2, 2, 0, r), dy = input(c, count, -1, 1, 0, r);
+  tensor bias = input(c, D, -1, 1, 0, r), db = input(c, D, -1, 1, 0, r);
+  double *want = norm_doubles(D);
+  for (int64_t d = 0; d < D; d++) want[d] = (int)p & AFF_SET ? 0 : db.h[d];
+  for (int64_t e = 0; e < count; e++) {
+    const double xe = x.h[e], bd = bias.h[e / I % D];
+    want[e / I % D] += (dy.h[e] * (xe + bd + h) - dy.h[e] * (xe + bd - h)) / (2 * h);
+  }
+  assert_int_equal(b->bias_bwd(c, db.d, dy.d, O, D, I, !((int)p & AFF_SET)), KILN_OK);
+  double e = norm_check(0, &db, want);
+  free(want);
+  drop(&x), drop(&dy), drop(&bias), drop(&db);
+  return e;
+}
+
+/* LayerNorm's shapes (M rows of K): 1, odd, K off the 64-wide column blocks, and past the
+ * parallel threshold. */
+static const int64_t ln_shapes[][2] = {{1, 1}, {3, 5}, {7, 65}, {2, 130}, {470, 70}};
+enum { LN_GAIN = 1, LN_BIAS = 2, LN_IN_PLACE = 4, LN_NO_DX = 8 };
+
+/* One row of LayerNorm in double: xhat and y (either NULL), the sum of dy y (dy non-NULL). */
+static double ln_row(double *y, double *xhat, double *rstd, const double *v, int64_t K,
+                     double eps, const double *g, const double *bias, const double *dy) {
+  double s = 0, q = 0;
+  for (int64_t k = 0; k < K; k++) s += v[k];
+  const double mean = s / (double)K;
+  for (int64_t k = 0; k < K; k++) q += (v[k] - mean) * (v[k] - mean);
+  const double rs = 1 / sqrt(q / (double)K + eps);
+  if (rstd) *rstd = rs;
+  double L = 0;
+  for (int64_t k = 0; k < K; k++) {
+    const double hk = (v[k] - mean) * rs;
+    const double out = (g ? hk * g[k] : hk) + (bias ? bias[k] : 0);
+    if (xhat) xhat[k] = hk;
+    if (y) y[k] = out;
+    if (dy) L += dy[k] * out;
+  }
+  return L;
+}
+
+static double case_layer_norm_fwd(const kiln_backend *b, const kiln_op_ctx *c, int64_t n,
+                                  float p, kiln_rng *r) {
+  const int64_t M = ln_shapes[n][0], K = ln_shapes[n][1];
+  const int set = (int)p;
+  const float eps = 1e-5f;
+  tensor x = input(c, M * K, -2, 3, 0, r), xhat = make(c, M * K), rstd = make(c, M);
+  tensor y = set & LN_IN_PLACE ? x : make(c, M * K);
+  tensor g = input(c, K, -2, 2, 0, r), bias = input(c, K, -1, 1, 0, r);
+  double *want_y = norm_doubles(M * K), *want_h = norm_doubles(M * K), *want_r = norm_doubles(M);
+  double *v = norm_doubles(K), *gd = norm_doubles(K), *bd = norm_doubles(K);
+  for (int64_t k = 0; k < K; k++) gd[k] = g.h[k], bd[k] = bias.h[k];
+  for (int64_t i = 0; i < M; i++) {
+    for (int64_t k = 0; k < K; k++) v[k] = x.h[i * K + k];
+    ln_row(want_y + i * K, want_h + i * K, want_r + i, v, K, eps, set & LN_GAIN ? gd : NULL,
+           set & LN_GAIN && set & LN_BIAS ? bd : NULL, NULL);
+  }
+  assert_int_equal(b->layer_norm_fwd(c, y.d, xhat.d, rstd.d, x.d, set & LN_GAIN ? g.d : NULL,
+                                     set & LN_GAIN && set & LN_BIAS ? bias.d : NULL, M, K, eps),
+                   KILN_OK);
+  double e = norm_check(0, &y, want_y);
+  e = norm_check(e, &xhat, want_h);
+  e = norm_check(e, &rstd, want_r);
+  free(want_y), free(want_h), free(want_r), free(v), free(gd), free(bd);
+  drop(&x), drop(&xhat), drop(&rstd), drop(&g), drop(&bias);
+  if (!(set & LN_IN_PLACE)) drop(&y);
+  return e;
+}
+
+/* layer_norm_bwd against central differences of the double forward: dx row by row, dgain and
+ * dbias column by column over every row. */
+static double case_layer_norm_bwd(const kiln_backend *b, const kiln_op_ctx *c, int64_t n,
+                                  float p, kiln_rng *r) {
+  const int64_t M = ln_shapes[n][0], K = ln_shapes[n][1];
+  const int set = (int)p;
+  const bool gain = set & LN_GAIN, bias = gain && set & LN_BIAS, has_dx = !(set & LN_NO_DX);
+  const double eps = 1e-5, h = 1e-4;
+  tensor x = input(c, M * K, -2, 3, 0, r), dy = input(c, M * K, -1, 1, 0, r);
+  tensor xhat = make(c, M * K), rstd = make(c, M), dx = set & LN_IN_PLACE ? dy : make(c, M * K);
+  tensor g = input(c, K, -2, 2, 0, r), dg = input(c, K, -1, 1, 0, r), db = input(c, K, -1, 1, 0, r);
+  double *want_dx = norm_doubles(M * K), *want_dg = norm_doubles(K), *want_db = norm_doubles(K);
+  double *gd = norm_doubles(K), *v = norm_doubles(M * K), *vdy = norm_doubles(M * K);
+  double *vh = norm_doubles(K), *bd = norm_doubles(K); /* bd: a bias of 0, moved for its gradient */
+  for (int64_t k = 0; k < K; k++) gd[k] = g.h[k], want_dg[k] = dg.h[k], want_db[k] = db.h[k];
+  for (int64_t e = 0; e < M * K; e++) v[e] = x.h[e], vdy[e] = dy.h[e];
+  for (int64_t i = 0; i < M; i++) {
+    double *vi = v + i * K, *dyi = vdy + i * K, rs;
+    ln_row(NULL, vh, &rs, vi, K, eps, gain ? gd : NULL, NULL, NULL);
+    for (int64_t k = 0; k < K; k++) xhat.h[i * K + k] = (float)vh[k];
+    rstd.h[i] = (float)rs;
+    for (int64_t k = 0; k < K; k++) {
+      const double keep = vi[k];
+      vi[k] = keep + h;
+      const double up = ln_row(NULL, NULL, NULL, vi, K, eps, gain ? gd : NULL, NULL, dyi);
+      vi[k] = keep - h;
+      const double down = ln_row(NULL, NULL, NULL, vi, K, eps, gain ? gd : NULL, NULL, dyi);
+      vi[k] = keep;
+      want_dx[i * K + k] = (up - down) / (2 * h);
+    }
+    /* each row's share of the gain's and the bias's gradients */
+    for (int64_t k = 0; k < K; k++) {
+      const double gk = gd[k];
+      gd[k] = gk + h;
+      double up = ln_row(NULL, NULL, NULL, vi, K, eps, gd, bd, dyi);
+      gd[k] = gk - h;
+      double down = ln_row(NULL, NULL, NULL, vi, K, eps, gd, bd, dyi);
+      gd[k] = gk;
+      want_dg[k] += (up - down) / (2 * h);
+      bd[k] = h;
+      up = ln_row(NULL, NULL, NULL, vi, K, eps, gd, bd, dyi);
+      bd[k] = -h;
+      down = ln_row(NULL, NULL, NULL, vi, K, eps, gd, bd, dyi);
+      bd[k] = 0;
+      want_db[k] += (up - down) / (2 * h);
+    }
+  }
+  norm_upload(&xhat);
+  norm_upload(&rstd);
+  assert_int_equal(b->layer_norm_bwd(c, has_dx ? dx.d : NULL, gain ? dg.d : NULL,
+                                     bias ? db.d : NULL, dy.d, xhat.d, rstd.d, gain ? g.d : NULL,
+                                     M, K),
+                   KILN_OK);
+  double e = 0;
+  if (has_dx) e = norm_check(e, &dx, want_dx);
+  if (gain) e = norm_check(e, &dg, want_dg);
+  if (bias) e = norm_check(e, &db, want_db);
+  free(want_dx), free(want_dg), free(want_db), free(gd), free(v), free(vdy), free(vh), free(bd);
+  drop(&x), drop(&xhat), drop(&rstd), drop(&g), drop(&dg), drop(&db), drop(&dy);
+  if (!(set & LN_IN_PLACE)) drop(&dx);
+  return e;
+}
+
+/* LRN's shapes (N, C, H, W): 1, odd, windows wider than the image, and past both thresholds
+ * (the window sums' 8192 and the element loops' 32768 per image). p: local_size * 2 + 1 across
+ * channels, + 0 within one. */
+static const int64_t lrn_shapes[][4] = {{1, 1, 1, 1}, {2, 7, 5, 3}, {1, 3, 2, 2}, {1, 20, 40, 45}};
+
+typedef struct {
+  int64_t C, H, W, size;
+  bool across;
+  double alpha_over_n, beta, k;
+} lrn_case;
+
+/* The window sum of v^2 around (ch, hh, ww) of one image, in double. */
+static double lrn_sq(const double *v, const lrn_case *q, int64_t ch, int64_t hh, int64_t ww) {
+  const int64_t half = (q->size - 1) / 2;
+  double s = 0;
+  for (int64_t a = -half; a <= half; a++)
+    for (int64_t b2 = q->across ? 0 : -half; b2 <= (q->across ? 0 : half); b2++) {
+      const int64_t cc = q->across ? ch + a : ch, h2 = q->across ? hh : hh + a;
+      const int64_t w2 = q->across ? ww : ww + b2;
+      if (cc < 0 || cc >= q->C || h2 < 0 || h2 >= q->H || w2 < 0 || w2 >= q->W) continue;
+      const double t = v[(cc * q->H + h2) * q->W + w2];
+      s += t * t;
+    }
+  return s;
+}
+
+static double lrn_out(const double *v, const lrn_case *q, int64_t j) {
+  const int64_t ch = j / (q->H * q->W), hh = j / q->W % q->H, ww = j % q->W;
+  return v[j] * pow(q->k + q->alpha_over_n * lrn_sq(v, q, ch, hh, ww), -q->beta);
+}
+
+static lrn_case lrn_setting(int64_t n, float p) {
+  const int set = (int)p;
+  const lrn_case q = {.C = lrn_shapes[n][1], .H = lrn_shapes[n][2], .W = lrn_shapes[n][3],
+                      .size = set / 2, .across = set & 1, .alpha_over_n = 0.3f / (float)(set / 2),
+                      .beta = 0.75, .k = set & 1 ? 2.0 : 1.0};
+  return q;
+}
+
+static double case_lrn_fwd(const kiln_backend *b, const kiln_op_ctx *c, int64_t n, float p,
+                           kiln_rng *r) {
+  const lrn_case q = lrn_setting(n, p);
+  const int64_t N = lrn_shapes[n][0], chw = q.C * q.H * q.W;
+  tensor x = input(c, N * chw, -2, 2, 0, r), y = make(c, N * chw), scale = make(c, N * chw);
+  double *want_y = norm_doubles(N * chw), *want_s = norm_doubles(N * chw), *v = norm_doubles(chw);
+  for (int64_t i = 0; i < N; i++) {
+    for (int64_t j = 0; j < chw; j++) v[j] = x.h[i * chw + j];
+    for (int64_t j = 0; j < chw; j++) {
+      const int64_t ch = j / (q.H * q.W), hh = j / q.W % q.H, ww = j % q.W;
+      want_s[i * chw + j] = q.k + q.alpha_over_n * lrn_sq(v, &q, ch, hh, ww);
+      want_y[i * chw + j] = lrn_out(v, &q, j);
+    }
+  }
+  assert_int_equal(b->lrn_fwd(c, y.d, scale.d, x.d, N, q.C, q.H, q.W, q.size, q.across,
+                              (float)q.alpha_over_n, (float)q.beta, (float)q.k),
+                   KILN_OK);
+  double e = norm_check(0, &y, want_y);
+  e = norm_check(e, &scale, want_s);
+  free(want_y), free(want_s), free(v);
+  drop(&x), drop(&y), drop(&scale);
+  return e;
+}
+
+/* lrn_bwd against central differences of the double forward: a value moves the outputs of the
+ * windows around it only, so only those are summed. dx in place of dy. */
+static double case_lrn_bwd(const kiln_backend *b, const kiln_op_ctx *c, int64_t n, float p,
+                           kiln_rng *r) {
+  const lrn_case q = lrn_setting(n, p);
+  const int64_t N = lrn_shapes[n][0], chw = q.C * q.H * q.W, half = (q.size - 1) / 2;
+  const double h = 1e-4;
+  tensor x = input(c, N * chw, -2, 2, 0, r), dy = input(c, N * chw, -1, 1, 0, r);
+  tensor scale = make(c, N * chw), ws = make(c, 2 * chw);
+  double *want = norm_doubles(N * chw), *v = norm_doubles(chw);
+  for (int64_t i = 0; i < N; i++) {
+    for (int64_t j = 0; j < chw; j++) v[j] = x.h[i * chw + j];
+    for (int64_t j = 0; j < chw; j++) {
+      const int64_t ch = j / (q.H * q.W), hh = j / q.W % q.H, ww = j % q.W;
+      scale.h[i * chw + j] = (float)(q.k + q.alpha_over_n * lrn_sq(v, &q, ch, hh, ww));
+    }
+    for (int64_t j = 0; j < chw; j++) {
+      const int64_t ch = j / (q.H * q.W), hh = j / q.W % q.H, ww = j % q.W;
+      double diff = 0;
+      for (int sign = 1; sign >= -1; sign -= 2) {
+        const double keep = v[j];
+        v[j] = keep + sign * h;
+        for (int64_t a = -half; a <= half; a++)
+          for (int64_t b2 = q.across ? 0 : -half; b2 <= (q.across ? 0 : half); b2++) {
+            const int64_t cc = q.across ? ch + a : ch, h2 = q.across ? hh : hh + a;
+            const int64_t w2 = q.across ? ww : ww + b2;
+            if (cc < 0 || cc >= q.C || h2 < 0 || h2 >= q.H || w2 < 0 || w2 >= q.W) continue;
+            const int64_t o = (cc * q.H + h2) * q.W + w2;
+            diff += sign * dy.h[i * chw + o] * lrn_out(v, &q, o);
+          }
+        v[j] = keep;
+      }
+      want[i * chw + j] = diff / (2 * h);
+    }
+  }
+  norm_upload(&scale);
+  assert_int_equal(b->lrn_bwd(c, dy.d, ws.d, dy.d, x.d, scale.d, N, q.C, q.H, q.W, q.size,
+                              q.across, (float)q.alpha_over_n, (float)q.beta),
+                   KILN_OK);
+  double e = norm_check(0, &dy, want);
+  free(want), free(v);
+  drop(&x), drop(&dy), drop(&scale), drop(&ws);
+  return e;
+}
+
+/* MVN's shapes (rows of dim): 1, odd, and past the parallel threshold. p: bit 0 normalize,
+ * bit 1 in place. */
+static const int64_t mvn_shapes[][2] = {{1, 1}, {3, 7}, {5, 33}, {400, 93}};
+
+/* One row of MVN in double: y (or NULL), sd, the sum of dy y (dy non-NULL). */
+static double mvn_row(double *y, double *sd, const double *v, int64_t dim, bool normalize,
+                      double eps, const double *dy) {
+  double s = 0, q = 0;
+  for (int64_t i = 0; i < dim; i++) s += v[i];
+  const double mean = s / (double)dim;
+  for (int64_t i = 0; i < dim; i++) q += (v[i] - mean) * (v[i] - mean);
+  const double d = normalize ? sqrt(q / (double)dim) + eps : 1;
+  if (sd) *sd = d;
+  double L = 0;
+  for (int64_t i = 0; i < dim; i++) {
+    const double out = (v[i] - mean) / d;
+    if (y) y[i] = out;
+    if (dy) L += dy[i] * out;
+  }
+  return L;
+}
+
+static double case_mvn_fwd(const kiln_backend *b, const kiln_op_ctx *c, int64_t n, float p,
+                           kiln_rng *r) {
+  const int64_t R = mvn_shapes[n][0], D = mvn_shapes[n][1];
+  const bool normalize = (int)p & 1;
+  const float eps = 1e-3f;
+  tensor x = input(c, R * D, -2, 3, 0, r), sd = make(c, R);
+  tensor y = (int)p & 2 ? x : make(c, R * D);
+  double *want_y = norm_doubles(R * D), *want_sd = norm_doubles(R), *v = norm_doubles(D);
+  for (int64_t i = 0; i < R; i++) {
+    for (int64_t k = 0; k < D; k++) v[k] = x.h[i * D + k];
+    mvn_row(want_y + i * D, want_sd + i, v, D, normalize, eps, NULL);
+  }
+  assert_int_equal(b->mvn_fwd(c, y.d, sd.d, x.d, R, D, normalize, eps), KILN_OK);
+  double e = norm_check(0, &y, want_y);
+  e = norm_check(e, &sd, want_sd);
+  free(want_y), free(want_sd), free(v);
+  drop(&x), drop(&sd);
+  if (!((int)p & 2)) drop(&y);
+  return e;
+}
+
+/* mvn_bwd against central differences of the double forward, row by row. Its formula leaves
+ * out eps's share of the variance's gradient (Caffe's), so eps is MVN's default, 1e-9. */
+static double case_mvn_bwd(const kiln_backend *b, const kiln_op_ctx *c, int64_t n, float p,
+                           kiln_rng *r) {
+  const int64_t R = mvn_shapes[n][0], D = mvn_shapes[n][1];
+  const bool normalize = (int)p & 1;
+  const double eps = 1e-9, h = 1e-4;
+  tensor x = input(c, R * D, -2, 3, 0, r), dy = input(c, R * D, -1, 1, 0, r);
+  tensor y = make(c, R * D), sd = make(c, R), dx = (int)p & 2 ? dy : make(c, R * D);
+  double *want = norm_doubles(R * D), *v = norm_doubles(D), *vy = norm_doubles(D);
+  double *vdy = norm_doubles(D);
+  for (int64_t i = 0; i < R; i++) {
+    double s;
+    for (int64_t k = 0; k < D; k++) v[k] = x.h[i * D + k], vdy[k] = dy.h[i * D + k];
+    mvn_row(vy, &s, v, D, normalize, eps, NULL);
+    for (int64_t k = 0; k < D; k++) y.h[i * D + k] = (float)vy[k];
+    sd.h[i] = (float)s;
+    for (int64_t k = 0; k < D; k++) {
+      const double keep = v[k];
+      v[k] = keep + h;
+      const double up = mvn_row(NULL, &s, v, D, normalize, eps, vdy);
+      v[k] = keep - h;
+      const double down = mvn_row(NULL, &s, v, D, normalize, eps, vdy);
+      v[k] = keep;
+      want[i * D + k] = (up - down) / (2 * h);
+    }
+  }
+  norm_upload(&y);
+  norm_upload(&sd);
+  assert_int_equal(b->mvn_bwd(c, dx.d, dy.d, y.d, sd.d, R, D, normalize), KILN_OK);
+  double e = norm_check(0, &dx, want);
+  free(want), free(v), free(vy), free(vdy);
+  drop(&x), drop(&y), drop(&sd);
+  drop(&dy);
+  if (!((int)p & 2)) drop(&dx);
+  return e;
+}
+
+/* Reduction's shapes (num rows of dim): 1, odd, one row, and past the parallel threshold.
+ * p: the kind (kiln_reduce_kind), with coeff 1, 0.5 and -2 for SUM, ASUM and SUMSQ. */
+static const int64_t red_shapes[][2] = {{1, 1}, {3, 7}, {1, 1000}, {40, 930}};
+
+static double red_value(double v, int kind) {
+  return kind == KILN_REDUCE_ASUM ? fabs(v) : kind == KILN_REDUCE_SUMSQ ? v * v : v;
+}
+static float red_coeff(int kind) { return kind == 0 ? 1.0f : kind == 1 ? 0.5f : -2.0f; }
+
+static double case_reduction_fwd(const kiln_backend *b, const kiln_op_ctx *c, int64_t n,
+                                 float p, kiln_rng *r) {
+  const int64_t R = red_shapes[n][0], D = red_shapes[n][1];
+  const int kind = (int)p;
+  tensor x = input(c, R * D, -2, 2, 0, r), y = make(c, R);
+  double *want = norm_doubles(R);
+  for (int64_t i = 0; i < R; i++) {
+    for (int64_t k = 0; k < D; k++) want[i] += red_value(x.h[i * D + k], kind);
+    want[i] *= red_coeff(kind);
+  }
+  assert_int_equal(b->reduction_fwd(c, y.d, x.d, R, D, (kiln_reduce_kind)kind, red_coeff(kind)),
+                   KILN_OK);
+  double e = norm_check(0, &y, want);
+  free(want);
+  drop(&x), drop(&y);
+  return e;
+}
+
+/* L = sum dy y: dx by central differences, each value moving its own row's output. */
+static double case_reduction_bwd(const kiln_backend *b, const kiln_op_ctx *c, int64_t n,
+                                 float p, kiln_rng *r) {
+  const int64_t R = red_shapes[n][0], D = red_shapes[n][1];
+  const int kind = (int)p;
+  const double h = 1e-3, coeff = red_coeff(kind);
+  tensor x = input(c, R * D, -2, 2, 0.01f, r), dy = input(c, R, -1, 1, 0, r), dx = make(c, R * D);
+  double *want = norm_doubles(R * D);
+  for (int64_t e = 0; e < R * D; e++) {
+    const double v = x.h[e], g = dy.h[e / D] * coeff;
+    want[e] = (g * red_value(v + h, kind) - g * red_value(v - h, kind)) / (2 * h);
+  }
+  assert_int_equal(b->reduction_bwd(c, dx.d, dy.d, x.d, R, D, (kiln_reduce_kind)kind,
+                                    (float)coeff),
+                   KILN_OK);
+  double e = norm_check(0, &dx, want);
+  free(want);
+  drop(&x), drop(&dy), drop(&dx);
+  return e;
+}
+
+/* The rows of the norm ops over their cases' shape tables. */
+#define BN_SMALL_ROWS(op, fn, p, tol)                                                            \
+  {op, fn, 0, p, tol}, {op, fn, 1, p, tol}, {op, fn, 2, p, tol}, {op, fn, 3, p, tol},           \
+      {op, fn, 4, p, tol}, {op, fn, 6, p, tol}, {op, fn, 7, p, tol}, {op, fn, 8, p, tol}
+#define BN_ROWS(op, fn, p, tol)                                                                  \
+  BN_SMALL_ROWS(op, fn, p, tol), {op, fn, 5, p, tol}, {op, fn, 9, p, tol}
+#define PLAIN_AFFINE_ROWS(op, fn, p, tol)                                                        \
+  {op, fn, 0, p, tol}, {op, fn, 1, p, tol}, {op, fn, 2, p, tol}, {op, fn, 3, p, tol},           \
+      {op, fn, 4, p, tol}
+#define AFFINE_ROWS(op, fn, p, tol)                                                              \
+  PLAIN_AFFINE_ROWS(op, fn, p, tol), {op, fn, 5, p, tol}, {op, fn, 6, p, tol}, {op, fn, 7, p, tol}
+#define LN_ROWS(op, fn, p, tol) PLAIN_AFFINE_ROWS(op, fn, p, tol)
+#define FOUR_ROWS(op, fn, p, tol)                                                                \
+  {op, fn, 0, p, tol}, {op, fn, 1, p, tol}, {op, fn, 2, p, tol}, {op, fn, 3, p, tol}
 
 /* ---- loss cases ---- */
 
-/* ---- arrange cases ---- */
+#include <float.h> /* FLT_MIN, softmax_loss's clamp */
+
+/* Shapes (outer, C, inner) the loss ops are tried at: 1, 3, 10 and 1000 classes, an inner axis,
+ * and one past softmax's parallel size (16384 values). The ops over items take N = outer inner
+ * items of C values. */
+static const int64_t loss_shapes[][3] = {{1, 1, 1},    {4, 3, 1}, {3, 10, 5},
+                                         {2, 1000, 1}, {5, 3, 7}, {50, 10, 37}};
+#define LOSS_SHAPES(op, fn, p, tol)                                                             \
+  {op, fn, 0, p, tol}, {op, fn, 1, p, tol}, {op, fn, 2, p, tol}, {op, fn, 3, p, tol},           \
+      {op, fn, 4, p, tol}, {op, fn, 5, p, tol}
+
+/* A loss row's setting, in bits: the normalization (0 .. 3: FULL, VALID, BATCH, NONE); 4:
+ * ignore_label -1, which about a quarter of the labels take; 8: ignore_label 0, a class; 16: one
+ * label that is no class, which the op must refuse; from 32 up, a count (top_k, the positive
+ * class). */
+enum { LOSS_IGNORE_NEG = 4, LOSS_IGNORE_0 = 8, LOSS_BAD_LABEL = 16, LOSS_COUNT = 32 };
+
+typedef struct {
+  bool has_ignore;
+  int ignore;
+  kiln_loss_norm norm;
+} loss_setting;
+
+static loss_setting loss_setting_of(float p) {
+  const int bits = (int)p;
+  return (loss_setting){.has_ignore = (bits & (LOSS_IGNORE_NEG | LOSS_IGNORE_0)) != 0,
+                        .ignore = bits & LOSS_IGNORE_NEG ? -1 : 0,
+                        .norm = (kiln_loss_norm)(bits & 3)};
+}
+
+/* The divisor of the setting, in double: never below 1. */
+static double loss_divisor(kiln_loss_norm norm, double full, double batch, double valid) {
+  const double n = norm == KILN_LOSS_FULL    ? full
+                   : norm == KILN_LOSS_VALID ? valid
+                   : norm == KILN_LOSS_BATCH ? batch
+                                             : 1;
+  return n < 1 ? 1 : n;
+}
+
+static bool loss_ignored(const loss_setting *s, float label) {
+  return s->has_ignore && (int)label == s->ignore;
+}
+
+/* t's host values to the device. */
+static void loss_put(const kiln_op_ctx *c, tensor *t) {
+  assert_int_equal(kiln_device_to_device(c->device, t->d, t->h, sizeof(float) * (size_t)t->n),
+                   KILN_OK);
+}
+
+/* One value v on the device (the loss weight a gradient reads). */
+static tensor loss_scalar(const kiln_op_ctx *c, float v) {
+  tensor t = make(c, 1);
+  t.h[0] = v;
+  loss_put(c, &t);
+  return t;
+}
+
+/* n labels, classes in [0, C), as the setting p wants them. */
+static tensor loss_labels(const kiln_op_ctx *c, int64_t n, int64_t C, float p, kiln_rng *r) {
+  tensor t = make(c, n);
+  for (int64_t i = 0; i < n; i++) {
+    int64_t k = (int64_t)kiln_rng_uniform(r, 0, (float)C);
+    t.h[i] = (float)(k < C ? k : C - 1);
+    if (((int)p & LOSS_IGNORE_NEG) && kiln_rng_uniform(r, 0, 1) < 0.25f) t.h[i] = -1;
+  }
+  if (((int)p & LOSS_BAD_LABEL) && n > 0) t.h[n / 2] = (float)C;
+  loss_put(c, &t);
+  return t;
+}
+
+/* A refused label: KILN_ERR_DATA, the message naming it; 0 when so. */
+static double loss_refused(int rc) {
+  return rc == KILN_ERR_DATA && strstr(kiln_last_error(), "is out of range") ? 0 : INFINITY;
+}
+
+/* Column (o, j) of x (outer, C, inner) into v[0 .. C), in double. */
+static void loss_col(double *v, const float *x, int64_t o, int64_t j, int64_t C, int64_t inner) {
+  for (int64_t k = 0; k < C; k++) v[k] = x[(o * C + k) * inner + j];
+}
+
+static void loss_softmax_d(double *y, const double *x, int64_t C) {
+  double mx = x[0], sum = 0;
+  for (int64_t k = 1; k < C; k++) mx = x[k] > mx ? x[k] : mx;
+  for (int64_t k = 0; k < C; k++) sum += y[k] = exp(x[k] - mx);
+  for (int64_t k = 0; k < C; k++) y[k] /= sum;
+}
+
+/* Scores x (outer, C, inner) in [-8, 8) and their softmax in double, rounded to float. */
+static void loss_scores(const kiln_op_ctx *c, const int64_t *sh, tensor *x, tensor *prob,
+                        kiln_rng *r) {
+  const int64_t outer = sh[0], C = sh[1], inner = sh[2];
+  *x = input(c, outer * C * inner, -8, 8, 0, r);
+  *prob = make(c, outer * C * inner);
+  double *v = malloc(sizeof(double) * (size_t)(2 * C));
+  for (int64_t o = 0; o < outer; o++)
+    for (int64_t j = 0; j < inner; j++) {
+      loss_col(v, x->h, o, j, C, inner);
+      loss_softmax_d(v + C, v, C);
+      for (int64_t k = 0; k < C; k++) prob->h[(o * C + k) * inner + j] = (float)v[C + k];
+    }
+  free(v);
+  loss_put(c, prob);
+}
+
+/* A function of one column (or item) of values in double, for finite differences. */
+typedef double (*loss_fn)(const double *v, void *ctx);
+
+/* d f / d v[i] by central differences; v[i] is restored. */
+static double loss_fd(loss_fn f, double *v, int64_t i, void *ctx) {
+  const double h = 1e-5, keep = v[i];
+  v[i] = keep + h;
+  const double up = f(v, ctx);
+  v[i] = keep - h;
+  const double down = f(v, ctx);
+  v[i] = keep;
+  return (up - down) / (2 * h);
+}
+
+/* What the column functions below read besides the column. */
+typedef struct {
+  int64_t C;
+  int64_t label;
+  const double *w; /* dy's column (softmax), H's row (infogain) */
+  double *tmp;     /* C values of scratch */
+  bool l2, legacy, similar;
+  double margin;
+} loss_ctx;
+
+/* sum_k w_k softmax(v)_k: its gradient is softmax's backward of w. */
+static double loss_f_softmax_dot(const double *v, void *ctx) {
+  loss_ctx *k = ctx;
+  loss_softmax_d(k->tmp, v, k->C);
+  double s = 0;
+  for (int64_t i = 0; i < k->C; i++) s += k->w[i] * k->tmp[i];
+  return s;
+}
+
+/* -log softmax(v)[label] */
+static double loss_f_xent(const double *v, void *ctx) {
+  loss_ctx *k = ctx;
+  loss_softmax_d(k->tmp, v, k->C);
+  return -log(k->tmp[k->label]);
+}
+
+/* -sum_i H[label, i] log softmax(v)_i */
+static double loss_f_infogain(const double *v, void *ctx) {
+  loss_ctx *k = ctx;
+  loss_softmax_d(k->tmp, v, k->C);
+  double s = 0;
+  for (int64_t i = 0; i < k->C; i++) s -= k->w[i] * log(k->tmp[i]);
+  return s;
+}
+
+/* -log v[label] (multinomial logistic loss on probabilities) */
+static double loss_f_log(const double *v, void *ctx) {
+  return -log(v[((loss_ctx *)ctx)->label]);
+}
+
+/* sum_i m_i (l2: m_i^2), m_i = max(0, 1 + s v_i), s -1 at the label */
+static double loss_f_hinge(const double *v, void *ctx) {
+  loss_ctx *k = ctx;
+  double s = 0;
+  for (int64_t i = 0; i < k->C; i++) {
+    double m = 1 + (i == k->label ? -v[i] : v[i]);
+    m = m > 0 ? m : 0;
+    s += k->l2 ? m * m : m;
+  }
+  return s;
+}
+
+/* A pair's term of the contrastive loss, v = a then b (C each) */
+static double loss_f_contrastive(const double *v, void *ctx) {
+  loss_ctx *k = ctx;
+  double d2 = 0;
+  for (int64_t i = 0; i < k->C; i++) d2 += (v[i] - v[k->C + i]) * (v[i] - v[k->C + i]);
+  if (k->similar) return d2;
+  if (k->legacy) return d2 < k->margin ? k->margin - d2 : 0;
+  const double m = k->margin - sqrt(d2);
+  return m > 0 ? m * m : 0;
+}
+
+/* softmax_fwd at loss_shapes[n]; p: 1 in place, 2 scores 20 times as large (past e^88, where
+ * exp overflows without the maximum taken out). */
+static double case_softmax_fwd(const kiln_backend *b, const kiln_op_ctx *c, int64_t n, float p,
+                               kiln_rng *r) {
+  const int64_t outer = loss_shapes[n][0], C = loss_shapes[n][1], inner = loss_shapes[n][2];
+  const int64_t count = outer * C * inner;
+  const bool in_place = (int)p & 1;
+  const float span = (int)p & 2 ? 160 : 8;
+  tensor x = input(c, count, -span, span, 0, r), y = make(c, count);
+  double *want = malloc(sizeof(double) * (size_t)count), *v = malloc(sizeof(double) * 2 * C);
+  for (int64_t o = 0; o < outer; o++)
+    for (int64_t j = 0; j < inner; j++) {
+      loss_col(v, x.h, o, j, C, inner);
+      loss_softmax_d(v + C, v, C);
+      for (int64_t k = 0; k < C; k++) want[(o * C + k) * inner + j] = v[C + k];
+    }
+  tensor *out = in_place ? &x : &y;
+  assert_int_equal(b->softmax_fwd(c, out->d, x.d, outer, C, inner), KILN_OK);
+  fetch(out);
+  double e = error_of(out->h, want, count);
+  free(want);
+  free(v);
+  drop(&x);
+  drop(&y);
+  return e;
+}
+
+/* softmax_bwd at loss_shapes[n] against finite differences of sum dy softmax(x), column by
+ * column; p: 1 in place (dx = dy). */
+static double case_softmax_bwd(const kiln_backend *b, const kiln_op_ctx *c, int64_t n, float p,
+                               kiln_rng *r) {
+  const int64_t outer = loss_shapes[n][0], C = loss_shapes[n][1], inner = loss_shapes[n][2];
+  const int64_t count = outer * C * inner;
+  const bool in_place = (int)p & 1;
+  tensor x, y, dy = make(c, count), dx = make(c, count);
+  loss_scores(c, loss_shapes[n], &x, &y, r);
+  for (int64_t i = 0; i < count; i++) dy.h[i] = kiln_rng_uniform(r, -1, 1);
+  loss_put(c, &dy);
+  double *want = malloc(sizeof(double) * (size_t)count), *v = malloc(sizeof(double) * 3 * C);
+  loss_ctx k = {.C = C, .w = v + C, .tmp = v + 2 * C};
+  for (int64_t o = 0; o < outer; o++)
+    for (int64_t j = 0; j < inner; j++) {
+      loss_col(v, x.h, o, j, C, inner);
+      loss_col(v + C, dy.h, o, j, C, inner);
+      for (int64_t i = 0; i < C; i++)
+        want[(o * C + i) * inner + j] = loss_fd(loss_f_softmax_dot, v, i, &k);
+    }
+  tensor *out = in_place ? &dy : &dx;
+  assert_int_equal(b->softmax_bwd(c, out->d, y.d, dy.d, outer, C, inner), KILN_OK);
+  fetch(out);
+  double e = error_of(out->h, want, count);
+  free(want);
+  free(v);
+  drop(&x);
+  drop(&y);
+  drop(&dy);
+  drop(&dx);
+  return e;
+}
+
+/* softmax_loss_fwd on the softmax of random scores: -sum log max(p, FLT_MIN) / the divisor. */
+static double case_softmax_loss_fwd(const kiln_backend *b, const kiln_op_ctx *c, int64_t n,
+                                    float p, kiln_rng *r) {
+  const int64_t outer = loss_shapes[n][0], C = loss_shapes[n][1], inner = loss_shapes[n][2];
+  const loss_setting s = loss_setting_of(p);
+  tensor x, prob, lab = loss_labels(c, outer * inner, C, p, r), loss = make(c, 1);
+  loss_scores(c, loss_shapes[n], &x, &prob, r);
+  int rc = b->softmax_loss_fwd(c, loss.d, prob.d, lab.d, outer, C, inner, s.has_ignore, s.ignore,
+                               s.norm);
+  double e;
+  if ((int)p & LOSS_BAD_LABEL) {
+    e = loss_refused(rc);
+  } else {
+    assert_int_equal(rc, KILN_OK);
+    double want = 0, valid = 0;
+    for (int64_t o = 0; o < outer; o++)
+      for (int64_t j = 0; j < inner; j++) {
+        const float l = lab.h[o * inner + j];
+        if (loss_ignored(&s, l)) continue;
+        const double pr = prob.h[(o * C + (int64_t)l) * inner + j];
+        want -= log(pr < FLT_MIN ? FLT_MIN : pr);
+        valid++;
+      }
+    want /= loss_divisor(s.norm, (double)(outer * inner), (double)outer, valid);
+    fetch(&loss);
+    e = error_of(loss.h, &want, 1);
+  }
+  drop(&x);
+  drop(&prob);
+  drop(&lab);
+  drop(&loss);
+  return e;
+}
+
+/* softmax_loss_bwd against finite differences of the loss through the softmax, in double. */
+static double case_softmax_loss_bwd(const kiln_backend *b, const kiln_op_ctx *c, int64_t n,
+                                    float p, kiln_rng *r) {
+  const int64_t outer = loss_shapes[n][0], C = loss_shapes[n][1], inner = loss_shapes[n][2];
+  const int64_t count = outer * C * inner;
+  const loss_setting s = loss_setting_of(p);
+  const float weight = 1.7f;
+  tensor x, prob, lab = loss_labels(c, outer * inner, C, p, r), dx = make(c, count);
+  tensor dl = loss_scalar(c, weight);
+  loss_scores(c, loss_shapes[n], &x, &prob, r);
+  assert_int_equal(b->softmax_loss_bwd(c, dx.d, prob.d, lab.d, dl.d, outer, C, inner,
+                                       s.has_ignore, s.ignore, s.norm),
+                   KILN_OK);
+  double valid = 0;
+  for (int64_t i = 0; i < outer * inner; i++) valid += !loss_ignored(&s, lab.h[i]);
+  const double scale = weight / loss_divisor(s.norm, (double)(outer * inner), (double)outer, valid);
+  double *want = calloc((size_t)count, sizeof(double)), *v = malloc(sizeof(double) * 2 * C);
+  loss_ctx k = {.C = C, .tmp = v + C};
+  for (int64_t o = 0; o < outer; o++)
+    for (int64_t j = 0; j < inner; j++) {
+      if (loss_ignored(&s, lab.h[o * inner + j])) continue;
+      k.label = (int64_t)lab.h[o * inner + j];
+      loss_col(v, x.h, o, j, C, inner);
+      for (int64_t i = 0; i < C; i++)
+        want[(o * C + i) * inner + j] = scale * loss_fd(loss_f_xent, v, i, &k);
+    }
+  fetch(&dx);
+  double e = error_of(dx.h, want, count);
+  free(want);
+  free(v);
+  drop(&x);
+  drop(&prob);
+  drop(&lab);
+  drop(&dx);
+  drop(&dl);
+  return e;
+}
+
+/* Scores in {0, 1, 2, 3}, so that ties are common (Accuracy and F1 rank them). */
+static tensor loss_tied_scores(const kiln_op_ctx *c, int64_t n, kiln_rng *r) {
+  tensor x = make(c, n);
+  for (int64_t i = 0; i < n; i++) x.h[i] = floorf(kiln_rng_uniform(r, 0, 4));
+  loss_put(c, &x);
+  return x;
+}
+
+/* accuracy_fwd: p's bit 1 asks the per-class top, p / 32 is top_k (at most C). A hit: fewer
+ * than top_k other classes score at least the label's. */
+static double case_accuracy_fwd(const kiln_backend *b, const kiln_op_ctx *c, int64_t n, float p,
+                                kiln_rng *r) {
+  const int64_t outer = loss_shapes[n][0], C = loss_shapes[n][1], inner = loss_shapes[n][2];
+  const loss_setting s = loss_setting_of(p);
+  const bool per = (int)p & 1;
+  int top_k = (int)p / LOSS_COUNT;
+  top_k = top_k < 1 ? 1 : top_k > C ? (int)C : top_k;
+  tensor x = loss_tied_scores(c, outer * C * inner, r), lab = loss_labels(c, outer * inner, C, p, r);
+  tensor acc = make(c, 1), pc = make(c, C), cc = make(c, C);
+  int rc = b->accuracy_fwd(c, acc.d, per ? pc.d : NULL, per ? cc.d : NULL, x.d, lab.d, outer, C,
+                           inner, top_k, s.has_ignore, s.ignore);
+  double e;
+  if ((int)p & LOSS_BAD_LABEL) {
+    e = loss_refused(rc);
+  } else {
+    assert_int_equal(rc, KILN_OK);
+    double hits = 0, total = 0, *ch = calloc((size_t)(2 * C), sizeof(double));
+    for (int64_t o = 0; o < outer; o++)
+      for (int64_t j = 0; j < inner; j++) {
+        const float l = lab.h[o * inner + j];
+        if (loss_ignored(&s, l)) continue;
+        const int64_t t = (int64_t)l;
+        const float truth = x.h[(o * C + t) * inner + j];
+        int higher = 0;
+        for (int64_t k = 0; k < C; k++) higher += k != t && x.h[(o * C + k) * inner + j] >= truth;
+        hits += higher < top_k;
+        total++;
+        ch[t] += higher < top_k;
+        ch[C + t]++;
+      }
+    double want = total ? hits / total : 0;
+    fetch(&acc);
+    e = error_of(acc.h, &want, 1);
+    if (per) {
+      for (int64_t k = 0; k < C; k++) ch[k] = ch[C + k] ? ch[k] / ch[C + k] : 0;
+      fetch(&pc);
+      const double ep = error_of(pc.h, ch, C);
+      e = ep > e || ep != ep ? ep : e;
+    }
+    free(ch);
+  }
+  drop(&x);
+  drop(&lab);
+  drop(&acc);
+  drop(&pc);
+  drop(&cc);
+  return e;
+}
+
+/* f1_fwd: the positive class is p / 32 (mod C); counts exact. */
+static double case_f1_fwd(const kiln_backend *b, const kiln_op_ctx *c, int64_t n, float p,
+                          kiln_rng *r) {
+  const int64_t outer = loss_shapes[n][0], C = loss_shapes[n][1], inner = loss_shapes[n][2];
+  const loss_setting s = loss_setting_of(p);
+  const int positive = (int)((int)p / LOSS_COUNT % C);
+  tensor x = loss_tied_scores(c, outer * C * inner, r), lab = loss_labels(c, outer * inner, C, p, r);
+  tensor tp = make(c, 1), fp = make(c, 1), fn = make(c, 1);
+  int rc = b->f1_fwd(c, tp.d, fp.d, fn.d, x.d, lab.d, outer, C, inner, positive, s.has_ignore,
+                     s.ignore);
+  double e;
+  if ((int)p & LOSS_BAD_LABEL) {
+    e = loss_refused(rc);
+  } else {
+    assert_int_equal(rc, KILN_OK);
+    double want[3] = {0, 0, 0};
+    for (int64_t o = 0; o < outer; o++)
+      for (int64_t j = 0; j < inner; j++) {
+        const float l = lab.h[o * inner + j];
+        if (loss_ignored(&s, l)) continue;
+        int64_t pred = 0;
+        for (int64_t k = 1; k < C; k++)
+          if (x.h[(o * C + k) * inner + j] > x.h[(o * C + pred) * inner + j]) pred = k;
+        const bool predicted = pred == positive, actual = (int64_t)l == positive;
+        want[0] += predicted && actual;
+        want[1] += predicted && !actual;
+        want[2] += !predicted && actual;
+      }
+    fetch(&tp);
+    fetch(&fp);
+    fetch(&fn);
+    const float got[3] = {tp.h[0], fp.h[0], fn.h[0]};
+    e = error_of(got, want, 3);
+  }
+  drop(&x);
+  drop(&lab);
+  drop(&tp);
+  drop(&fp);
+  drop(&fn);
+  return e;
+}
+
+/* multinomial_loss_fwd on probabilities in [0.05, 1) of N = outer inner items of C; p's bit 1
+ * puts 1e-30 (under the 1e-20 clamp) at item 0's label. */
+static double case_multinomial_loss_fwd(const kiln_backend *b, const kiln_op_ctx *c, int64_t n,
+                                        float p, kiln_rng *r) {
+  const int64_t N = loss_shapes[n][0] * loss_shapes[n][2], C = loss_shapes[n][1];
+  tensor x = input(c, N * C, 0.05f, 1, 0, r), loss = make(c, 1);
+  tensor lab = loss_labels(c, N, C, (float)((int)p & LOSS_BAD_LABEL), r);
+  if ((int)p & 1) {
+    x.h[(int64_t)lab.h[0] < C ? (int64_t)lab.h[0] : 0] = 1e-30f;
+    loss_put(c, &x);
+  }
+  int rc = b->multinomial_loss_fwd(c, loss.d, x.d, lab.d, N, C);
+  double e;
+  if ((int)p & LOSS_BAD_LABEL) {
+    e = loss_refused(rc);
+  } else {
+    assert_int_equal(rc, KILN_OK);
+    double want = 0;
+    for (int64_t i = 0; i < N; i++) {
+      const double v = x.h[i * C + (int64_t)lab.h[i]];
+      want -= log(v > 1e-20f ? v : 1e-20f);
+    }
+    want /= (double)N;
+    fetch(&loss);
+    e = error_of(loss.h, &want, 1);
+  }
+  drop(&x);
+  drop(&lab);
+  drop(&loss);
+  return e;
+}
+
+static double case_multinomial_loss_bwd(const kiln_backend *b, const kiln_op_ctx *c, int64_t n,
+                                        float p, kiln_rng *r) {
+  (void)p;
+  const int64_t N = loss_shapes[n][0] * loss_shapes[n][2], C = loss_shapes[n][1];
+  const float weight = 0.6f;
+  tensor x = input(c, N * C, 0.05f, 1, 0, r), lab = loss_labels(c, N, C, 0, r);
+  tensor dx = make(c, N * C), dl = loss_scalar(c, weight);
+  assert_int_equal(b->multinomial_loss_bwd(c, dx.d, x.d, lab.d, dl.d, N, C), KILN_OK);
+  double *want = malloc(sizeof(double) * (size_t)(N * C)), *v = malloc(sizeof(double) * C);
+  for (int64_t i = 0; i < N; i++) {
+    loss_ctx k = {.C = C, .label = (int64_t)lab.h[i]};
+    for (int64_t j = 0; j < C; j++) v[j] = x.h[i * C + j];
+    for (int64_t j = 0; j < C; j++) want[i * C + j] = weight / N * loss_fd(loss_f_log, v, j, &k);
+  }
+  fetch(&dx);
+  double e = error_of(dx.h, want, N * C);
+  free(want);
+  free(v);
+  drop(&x);
+  drop(&lab);
+  drop(&dx);
+  drop(&dl);
+  return e;
+}
+
+/* infogain_loss_fwd and _bwd on the softmax of random scores, H (C x C) in [0, 1). */
+static double case_infogain(bool backward, const kiln_backend *b, const kiln_op_ctx *c, int64_t n,
+                            float p, kiln_rng *r) {
+  const int64_t outer = loss_shapes[n][0], C = loss_shapes[n][1], inner = loss_shapes[n][2];
+  const int64_t count = outer * C * inner;
+  const loss_setting s = loss_setting_of(p);
+  const float weight = 1.3f;
+  tensor x, prob, lab = loss_labels(c, outer * inner, C, p, r);
+  tensor H = input(c, C * C, 0, 1, 0, r), out = make(c, backward ? count : 1);
+  tensor dl = loss_scalar(c, weight);
+  loss_scores(c, loss_shapes[n], &x, &prob, r);
+  int rc = backward ? b->infogain_loss_bwd(c, out.d, prob.d, lab.d, H.d, dl.d, outer, C, inner,
+                                           s.has_ignore, s.ignore, s.norm)
+                    : b->infogain_loss_fwd(c, out.d, prob.d, lab.d, H.d, outer, C, inner,
+                                           s.has_ignore, s.ignore, s.norm);
+  double e;
+  if ((int)p & LOSS_BAD_LABEL) {
+    e = loss_refused(rc);
+  } else {
+    assert_int_equal(rc, KILN_OK);
+    double valid = 0;
+    for (int64_t i = 0; i < outer * inner; i++) valid += !loss_ignored(&s, lab.h[i]);
+    const double div = loss_divisor(s.norm, (double)(outer * inner), (double)outer, valid);
+    double *want = calloc((size_t)count, sizeof(double)), *v = malloc(sizeof(double) * 3 * C);
+    loss_ctx k = {.C = C, .w = v + C, .tmp = v + 2 * C};
+    for (int64_t o = 0; o < outer; o++)
+      for (int64_t j = 0; j < inner; j++) {
+        const float l = lab.h[o * inner + j];
+        if (loss_ignored(&s, l)) continue;
+        for (int64_t i = 0; i < C; i++) v[C + i] = H.h[(int64_t)l * C + i];
+        if (backward) {
+          loss_col(v, x.h, o, j, C, inner);
+          for (int64_t i = 0; i < C; i++)
+            want[(o * C + i) * inner + j] = weight / div * loss_fd(loss_f_infogain, v, i, &k);
+        } else {
+          for (int64_t i = 0; i < C; i++) {
+            const double pr = prob.h[(o * C + i) * inner + j];
+            want[0] -= v[C + i] * log(pr > 1e-20f ? pr : 1e-20f);
+          }
+        }
+      }
+    if (!backward) want[0] /= div;
+    fetch(&out);
+    e = error_of(out.h, want, out.n);
+    free(want);
+    free(v);
+  }
+  drop(&x);
+  drop(&prob);
+  drop(&lab);
+  drop(&H);
+  drop(&out);
+  drop(&dl);
+  return e;
+}
+static double case_infogain_loss_fwd(const kiln_backend *b, const kiln_op_ctx *c, int64_t n,
+                                     float p, kiln_rng *r) {
+  return case_infogain(false, b, c, n, p, r);
+}
+static double case_infogain_loss_bwd(const kiln_backend *b, const kiln_op_ctx *c, int64_t n,
+                                     float p, kiln_rng *r) {
+  return case_infogain(true, b, c, n, p, r);
+}
+
+/* hinge_loss_fwd and _bwd over N = outer inner items of C scores in [-3, 3), none within 0.01
+ * of a kink (+-1); p's bit 1: L2. */
+static double case_hinge(bool backward, const kiln_backend *b, const kiln_op_ctx *c, int64_t n,
+                         float p, kiln_rng *r) {
+  const int64_t N = loss_shapes[n][0] * loss_shapes[n][2], C = loss_shapes[n][1];
+  const bool l2 = (int)p & 1;
+  const float weight = 0.9f;
+  tensor x = make(c, N * C), out = make(c, backward ? N * C : 1), dl = loss_scalar(c, weight);
+  for (int64_t i = 0; i < N * C; i++) {
+    float v;
+    do v = kiln_rng_uniform(r, -3, 3);
+    while (fabsf(fabsf(v) - 1) < 0.01f);
+    x.h[i] = v;
+  }
+  loss_put(c, &x);
+  tensor lab = loss_labels(c, N, C, (float)((int)p & LOSS_BAD_LABEL), r);
+  int rc = backward ? b->hinge_loss_bwd(c, out.d, x.d, lab.d, dl.d, N, C, l2)
+                    : b->hinge_loss_fwd(c, out.d, x.d, lab.d, N, C, l2);
+  double e;
+  if ((int)p & LOSS_BAD_LABEL) {
+    e = loss_refused(rc);
+  } else {
+    assert_int_equal(rc, KILN_OK);
+    double *want = calloc((size_t)(N * C), sizeof(double)), *v = malloc(sizeof(double) * C);
+    for (int64_t i = 0; i < N; i++) {
+      loss_ctx k = {.C = C, .label = (int64_t)lab.h[i], .l2 = l2};
+      for (int64_t j = 0; j < C; j++) v[j] = x.h[i * C + j];
+      if (!backward) want[0] += loss_f_hinge(v, &k) / N;
+      else
+        for (int64_t j = 0; j < C; j++) want[i * C + j] = weight / N * loss_fd(loss_f_hinge, v, j, &k);
+    }
+    fetch(&out);
+    e = error_of(out.h, want, out.n);
+    free(want);
+    free(v);
+  }
+  drop(&x);
+  drop(&lab);
+  drop(&out);
+  drop(&dl);
+  return e;
+}
+static double case_hinge_loss_fwd(const kiln_backend *b, const kiln_op_ctx *c, int64_t n,
+                                  float p, kiln_rng *r) {
+  return case_hinge(false, b, c, n, p, r);
+}
+static double case_hinge_loss_bwd(const kiln_backend *b, const kiln_op_ctx *c, int64_t n,
+                                  float p, kiln_rng *r) {
+  return case_hinge(true, b, c, n, p, r);
+}
+
+/* sigmoid_ce_fwd and _bwd over n scores in [-6, 6) and targets in [0, 1] (a fifth exactly 0 or
+ * 1; with LOSS_IGNORE_NEG a quarter -1), batch 7 (1 under 7); p: the setting's bits. Each
+ * element's term max(x, 0) - x t + log(1 + e^-|x|) is smooth, so its finite differences are
+ * the gradient. */
+static double sce_term(double x, double t) { return (x > 0 ? x : 0) - x * t + log1p(exp(-fabs(x))); }
+
+static double case_sigmoid_ce(bool backward, const kiln_backend *b, const kiln_op_ctx *c,
+                              int64_t n, float p, kiln_rng *r) {
+  const loss_setting s = loss_setting_of(p);
+  const int64_t batch = n < 7 ? 1 : 7;
+  const float weight = 2.5f;
+  tensor x = input(c, n, -6, 6, 0, r), t = make(c, n), out = make(c, backward ? n : 1);
+  tensor dl = loss_scalar(c, weight);
+  for (int64_t i = 0; i < n; i++) {
+    const float u = kiln_rng_uniform(r, 0, 1);
+    t.h[i] = u < 0.1f ? 0 : u < 0.2f ? 1 : kiln_rng_uniform(r, 0, 1);
+    if (((int)p & LOSS_IGNORE_NEG) && kiln_rng_uniform(r, 0, 1) < 0.25f) t.h[i] = -1;
+  }
+  loss_put(c, &t);
+  int rc = backward ? b->sigmoid_ce_bwd(c, out.d, x.d, t.d, dl.d, n, batch, s.has_ignore,
+                                        s.ignore, s.norm)
+                    : b->sigmoid_ce_fwd(c, out.d, x.d, t.d, n, batch, s.has_ignore, s.ignore,
+                                        s.norm);
+  assert_int_equal(rc, KILN_OK);
+  double valid = 0, sum = 0;
+  for (int64_t i = 0; i < n; i++) {
+    if (s.has_ignore && trunc((double)t.h[i]) == s.ignore) continue;
+    sum += sce_term(x.h[i], t.h[i]);
+    valid++;
+  }
+  const double div = loss_divisor(s.norm, (double)n, (double)batch, valid);
+  double *want = calloc((size_t)(n > 0 ? n : 1), sizeof(double));
+  if (!backward) want[0] = sum / div;
+  else
+    for (int64_t i = 0; i < n; i++) {
+      if (s.has_ignore && trunc((double)t.h[i]) == s.ignore) continue;
+      const double h = 1e-5;
+      want[i] = weight / div * (sce_term(x.h[i] + h, t.h[i]) - sce_term(x.h[i] - h, t.h[i])) / (2 * h);
+    }
+  fetch(&out);
+  double e = error_of(out.h, want, out.n);
+  free(want);
+  drop(&x);
+  drop(&t);
+  drop(&out);
+  drop(&dl);
+  return e;
+}
+static double case_sigmoid_ce_fwd(const kiln_backend *b, const kiln_op_ctx *c, int64_t n, float p,
+                                  kiln_rng *r) {
+  return case_sigmoid_ce(false, b, c, n, p, r);
+}
+static double case_sigmoid_ce_bwd(const kiln_backend *b, const kiln_op_ctx *c, int64_t n, float p,
+                                  kiln_rng *r) {
+  return case_sigmoid_ce(true, b, c, n, p, r);
+}
+
+/* euclidean_loss_fwd and _bwd over n values of a and b in [-2, 2), N 7 items (1 under 7); the
+ * backward's p: 1 wants da, 2 db. */
+static double case_euclidean(bool backward, const kiln_backend *b, const kiln_op_ctx *c,
+                             int64_t n, float p, kiln_rng *r) {
+  const int64_t N = n < 7 ? 1 : 7;
+  const bool wa = (int)p & 1, wb = (int)p & 2;
+  const float weight = 0.7f;
+  tensor a = input(c, n, -2, 2, 0, r), bb = input(c, n, -2, 2, 0, r), dl = loss_scalar(c, weight);
+  tensor out = make(c, backward ? n : 1), out2 = make(c, n);
+  int rc = backward ? b->euclidean_loss_bwd(c, wa ? out.d : NULL, wb ? out2.d : NULL, a.d, bb.d,
+                                            dl.d, n, N)
+                    : b->euclidean_loss_fwd(c, out.d, a.d, bb.d, n, N);
+  assert_int_equal(rc, KILN_OK);
+  double e = 0;
+  if (!backward) {
+    double want = 0;
+    for (int64_t i = 0; i < n; i++) want += ((double)a.h[i] - bb.h[i]) * ((double)a.h[i] - bb.h[i]);
+    want = want / N / 2;
+    fetch(&out);
+    e = error_of(out.h, &want, 1);
+  } else {
+    /* d/da of weight (a - b)^2 / 2N by central differences, and its negation for b */
+    double *want = malloc(sizeof(double) * (size_t)n);
+    const double h = 1e-5;
+    for (int64_t i = 0; i < n; i++) {
+      const double d = (double)a.h[i] - bb.h[i];
+      want[i] = weight * ((d + h) * (d + h) - (d - h) * (d - h)) / (2 * h) / N / 2;
+    }
+    if (wa) {
+      fetch(&out);
+      e = error_of(out.h, want, n);
+    }
+    if (wb) {
+      for (int64_t i = 0; i < n; i++) want[i] = -want[i];
+      fetch(&out2);
+      const double e2 = error_of(out2.h, want, n);
+      e = e2 > e || e2 != e2 ? e2 : e;
+    }
+    free(want);
+  }
+  drop(&a);
+  drop(&bb);
+  drop(&dl);
+  drop(&out);
+  drop(&out2);
+  return e;
+}
+static double case_euclidean_loss_fwd(const kiln_backend *b, const kiln_op_ctx *c, int64_t n,
+                                      float p, kiln_rng *r) {
+  return case_euclidean(false, b, c, n, p, r);
+}
+static double case_euclidean_loss_bwd(const kiln_backend *b, const kiln_op_ctx *c, int64_t n,
+                                      float p, kiln_rng *r) {
+  return case_euclidean(true, b, c, n, p, r);
+}
+
+/* contrastive_loss_fwd and _bwd over N = outer inner pairs of C features in [-2, 2), about half
+ * of them similar (some with similarity 2, which counts as similar too), the margin near the
+ * typical distance (d^2 for legacy); p's bit 1: legacy, 2 wants da, 4 db. A dissimilar pair
+ * near the margin's kink, or closer than 1 (where the kernel's d + 1e-4 guard departs from the
+ * true gradient by more than 1e-4 of it), is made similar. */
+static double case_contrastive(bool backward, const kiln_backend *b, const kiln_op_ctx *c,
+                               int64_t n, float p, kiln_rng *r) {
+  const int64_t N = loss_shapes[n][0] * loss_shapes[n][2], C = loss_shapes[n][1];
+  const bool legacy = (int)p & 1, wa = (int)p & 2, wb = (int)p & 4;
+  const float margin = legacy ? 2.67f * (float)C : 1.63f * sqrtf((float)C);
+  const float weight = 1.1f;
+  tensor a = input(c, N * C, -2, 2, 0, r), bb = input(c, N * C, -2, 2, 0, r), sim = make(c, N);
+  tensor dist = make(c, N), loss = make(c, 1), da = make(c, N * C), db = make(c, N * C);
+  tensor dl = loss_scalar(c, weight);
+  double *d2 = malloc(sizeof(double) * (size_t)N);
+  for (int64_t i = 0; i < N; i++) {
+    d2[i] = 0;
+    for (int64_t k = 0; k < C; k++)
+      d2[i] += ((double)a.h[i * C + k] - bb.h[i * C + k]) * ((double)a.h[i * C + k] - bb.h[i * C + k]);
+    const float u = kiln_rng_uniform(r, 0, 1);
+    sim.h[i] = u < 0.1f ? 2 : u < 0.5f ? 1 : 0;
+    const double from_kink = legacy ? fabs(d2[i] - margin) / margin : fabs(sqrt(d2[i]) - margin);
+    if (from_kink < 0.01 || (!legacy && d2[i] < 1)) sim.h[i] = 1;
+  }
+  loss_put(c, &sim);
+  assert_int_equal(b->contrastive_loss_fwd(c, loss.d, dist.d, a.d, bb.d, sim.d, N, C, margin,
+                                           legacy),
+                   KILN_OK);
+  double e;
+  if (!backward) {
+    double want = 0;
+    for (int64_t i = 0; i < N; i++) {
+      if (sim.h[i] != 0) want += d2[i];
+      else if (legacy) want += d2[i] < margin ? margin - d2[i] : 0;
+      else {
+        const double m = margin - sqrt(d2[i]);
+        want += m > 0 ? m * m : 0;
+      }
+    }
+    want = want / N / 2;
+    fetch(&loss);
+    fetch(&dist);
+    e = error_of(loss.h, &want, 1);
+    const double ed = error_of(dist.h, d2, N);
+    e = ed > e || ed != ed ? ed : e;
+  } else {
+    assert_int_equal(b->contrastive_loss_bwd(c, wa ? da.d : NULL, wb ? db.d : NULL, a.d, bb.d,
+                                             sim.d, dist.d, dl.d, N, C, margin, legacy),
+                     KILN_OK);
+    double *want = malloc(sizeof(double) * (size_t)(2 * N * C)), *v = malloc(sizeof(double) * 2 * C);
+    for (int64_t i = 0; i < N; i++) {
+      loss_ctx k = {.C = C, .legacy = legacy, .similar = sim.h[i] != 0, .margin = margin};
+      for (int64_t j = 0; j < C; j++) v[j] = a.h[i * C + j], v[C + j] = bb.h[i * C + j];
+      for (int64_t j = 0; j < 2 * C; j++)
+        want[(j < C ? 0 : N * C) + i * C + j % C] =
+            weight / N / 2 * loss_fd(loss_f_contrastive, v, j, &k);
+    }
+    e = 0;
+    if (wa) {
+      fetch(&da);
+      e = error_of(da.h, want, N * C);
+    }
+    if (wb) {
+      fetch(&db);
+      const double e2 = error_of(db.h, want + N * C, N * C);
+      e = e2 > e || e2 != e2 ? e2 : e;
+    }
+    free(want);
+    free(v);
+  }
+  free(d2);
+  drop(&a);
+  drop(&bb);
+  drop(&sim);
+  drop(&dist);
+  drop(&loss);
+  drop(&da);
+  drop(&db);
+  drop(&dl);
+  return e;
+}
+static double case_contrastive_loss_fwd(const kiln_backend *b, const kiln_op_ctx *c, int64_t n,
+                                        float p, kiln_rng *r) {
+  return case_contrastive(false, b, c, n, p, r);
+}
+static double case_contrastive_loss_bwd(const kiln_backend *b, const kiln_op_ctx *c, int64_t n,
+                                        float p, kiln_rng *r) {
+  return case_contrastive(true, b, c, n, p, r);
+}
 
 /* ---- arrange cases ---- */
 
@@ -1180,8 +2916,210 @@ static const op_row rows[] = {
     {KILN_OP_pool_bwd, case_pool_bwd, 3, 10, 1e-6}, {KILN_OP_pool_bwd, case_pool_bwd, 2, 1, 1e-7},
     {KILN_OP_pool_bwd, case_pool_bwd, 1, 0, 1e-6},
     /* ---- neuron (src/ops/neuron.c) ---- */
-    /* ---- norm (src/ops/norm.c) ---- */
+    /* p: ELU's alpha, Threshold's t, Swish's beta, GELU's tanh form (1), BNLL's input range;
+     * Exp, Log and Power: an index into their settings; PReLU: n a shape, p shared slopes */
+    SIZES(KILN_OP_absval_fwd, case_absval_fwd, 0, 0),
+    SIZES(KILN_OP_absval_bwd, case_absval_bwd, 0, 1e-8),
+    SIZES(KILN_OP_elu_fwd, case_elu_fwd, 1, 1e-7),
+    SIZES(KILN_OP_elu_fwd, case_elu_fwd, 0.3f, 1e-7),
+    SIZES(KILN_OP_elu_bwd, case_elu_bwd, 1, 2e-7),
+    SIZES(KILN_OP_elu_bwd, case_elu_bwd, 0.3f, 2e-7),
+    SIZES(KILN_OP_bnll_fwd, case_bnll_fwd, 4, 2e-7),
+    SIZES(KILN_OP_bnll_fwd, case_bnll_fwd, 60, 2e-7),
+    SIZES(KILN_OP_bnll_bwd, case_bnll_bwd, 4, 2e-7),
+    SIZES(KILN_OP_bnll_bwd, case_bnll_bwd, 60, 2e-7),
+    SIZES(KILN_OP_threshold_fwd, case_threshold_fwd, 0, 0),
+    SIZES(KILN_OP_threshold_fwd, case_threshold_fwd, 0.2f, 0),
+    SIZES(KILN_OP_exp_fwd, case_exp_fwd, 0, 5e-7),
+    SIZES(KILN_OP_exp_fwd, case_exp_fwd, 1, 5e-7),
+    SIZES(KILN_OP_exp_fwd, case_exp_fwd, 2, 5e-7),
+    SIZES(KILN_OP_exp_bwd, case_exp_bwd, 0, 5e-7),
+    SIZES(KILN_OP_exp_bwd, case_exp_bwd, 1, 5e-7),
+    SIZES(KILN_OP_exp_bwd, case_exp_bwd, 2, 5e-7),
+    SIZES(KILN_OP_log_fwd, case_log_fwd, 0, 2e-7),
+    SIZES(KILN_OP_log_fwd, case_log_fwd, 1, 2e-7),
+    SIZES(KILN_OP_log_bwd, case_log_bwd, 0, 2e-7),
+    SIZES(KILN_OP_log_bwd, case_log_bwd, 1, 2e-7),
+    SIZES(KILN_OP_power_fwd, case_power_fwd, 0, 1e-6),
+    SIZES(KILN_OP_power_fwd, case_power_fwd, 1, 1e-6),
+    SIZES(KILN_OP_power_fwd, case_power_fwd, 2, 1e-6),
+    SIZES(KILN_OP_power_fwd, case_power_fwd, 3, 1e-6),
+    SIZES(KILN_OP_power_fwd, case_power_fwd, 4, 0),
+    SIZES(KILN_OP_power_fwd, case_power_fwd, 5, 0),
+    SIZES(KILN_OP_power_fwd, case_power_fwd, 6, 0),
+    SIZES(KILN_OP_power_bwd, case_power_bwd, 0, 1e-6),
+    SIZES(KILN_OP_power_bwd, case_power_bwd, 1, 1e-6),
+    SIZES(KILN_OP_power_bwd, case_power_bwd, 2, 1e-6),
+    SIZES(KILN_OP_power_bwd, case_power_bwd, 3, 1e-6),
+    SIZES(KILN_OP_power_bwd, case_power_bwd, 4, 1e-8),
+    SIZES(KILN_OP_power_bwd, case_power_bwd, 5, 0),
+    SIZES(KILN_OP_power_bwd, case_power_bwd, 6, 0),
+    SIZES(KILN_OP_swish_fwd, case_swish_fwd, 1, 5e-7),
+    SIZES(KILN_OP_swish_fwd, case_swish_fwd, 1.7f, 5e-7),
+    SIZES(KILN_OP_swish_bwd, case_swish_bwd, 1, 1e-6),
+    SIZES(KILN_OP_swish_bwd, case_swish_bwd, 1.7f, 1e-6),
+    SIZES(KILN_OP_gelu_fwd, case_gelu_fwd, 0, 5e-7),
+    SIZES(KILN_OP_gelu_fwd, case_gelu_fwd, 1, 5e-7),
+    SIZES(KILN_OP_gelu_bwd, case_gelu_bwd, 0, 1e-6),
+    SIZES(KILN_OP_gelu_bwd, case_gelu_bwd, 1, 3e-6),
+    {KILN_OP_prelu_fwd, case_prelu_fwd, 0, 0, 1e-7},
+    {KILN_OP_prelu_fwd, case_prelu_fwd, 1, 0, 1e-7},
+    {KILN_OP_prelu_fwd, case_prelu_fwd, 2, 1, 1e-7},
+    {KILN_OP_prelu_fwd, case_prelu_fwd, 3, 0, 1e-7},
+    {KILN_OP_prelu_fwd, case_prelu_fwd, 3, 1, 1e-7},
+    {KILN_OP_prelu_bwd, case_prelu_bwd, 0, 0, 1e-7},
+    {KILN_OP_prelu_bwd, case_prelu_bwd, 1, 0, 1e-7},
+    {KILN_OP_prelu_bwd, case_prelu_bwd, 2, 1, 1e-7},
+    {KILN_OP_prelu_bwd, case_prelu_bwd, 3, 0, 1e-7},
+    {KILN_OP_prelu_bwd, case_prelu_bwd, 3, 1, 1e-7},
+    {KILN_OP_prelu_slope_bwd, case_prelu_slope_bwd, 0, 0, 5e-7},
+    {KILN_OP_prelu_slope_bwd, case_prelu_slope_bwd, 1, 1, 5e-7},
+    {KILN_OP_prelu_slope_bwd, case_prelu_slope_bwd, 2, 0, 5e-7},
+    {KILN_OP_prelu_slope_bwd, case_prelu_slope_bwd, 3, 0, 5e-7},
+    {KILN_OP_prelu_slope_bwd, case_prelu_slope_bwd, 3, 1, 5e-7},
+    /* ---- norm (src/ops/batch_norm.c, src/ops/norm.c); n picks a shape of the case's table,
+     * p the setting's bits ---- */
+    BN_ROWS(KILN_OP_batch_norm_fwd, case_batch_norm_fwd, 0, 2e-6),
+    BN_ROWS(KILN_OP_batch_norm_fwd, case_batch_norm_fwd, BN_GLOBAL, 2e-6),
+    BN_ROWS(KILN_OP_batch_norm_fwd, case_batch_norm_fwd, BN_FUSED, 2e-6),
+    BN_ROWS(KILN_OP_batch_norm_fwd, case_batch_norm_fwd, BN_FUSED | BN_RELU, 2e-6),
+    BN_ROWS(KILN_OP_batch_norm_fwd, case_batch_norm_fwd, BN_GLOBAL | BN_FUSED | BN_RELU, 2e-6),
+    BN_ROWS(KILN_OP_batch_norm_fwd, case_batch_norm_fwd, BN_IN_PLACE | BN_FUSED | BN_RELU, 2e-6),
+    BN_ROWS(KILN_OP_batch_norm_apply, case_batch_norm_apply, 0, 1e-6),
+    BN_ROWS(KILN_OP_batch_norm_apply, case_batch_norm_apply, BN_FUSED, 1e-6),
+    BN_ROWS(KILN_OP_batch_norm_apply, case_batch_norm_apply, BN_FUSED | BN_RELU, 1e-6),
+    BN_ROWS(KILN_OP_batch_norm_bwd, case_batch_norm_bwd, 0, 1e-5),
+    BN_ROWS(KILN_OP_batch_norm_bwd, case_batch_norm_bwd, BN_FUSED | BN_RELU, 1e-5),
+    BN_ROWS(KILN_OP_batch_norm_bwd, case_batch_norm_bwd, BN_GLOBAL | BN_FUSED, 1e-5),
+    BN_SMALL_ROWS(KILN_OP_batch_norm_bwd, case_batch_norm_bwd, BN_GLOBAL, 1e-5),
+    BN_SMALL_ROWS(KILN_OP_batch_norm_bwd, case_batch_norm_bwd, BN_FUSED, 1e-5),
+    BN_SMALL_ROWS(KILN_OP_batch_norm_bwd, case_batch_norm_bwd,
+                   BN_GLOBAL | BN_FUSED | BN_RELU, 1e-5),
+    BN_SMALL_ROWS(KILN_OP_batch_norm_bwd, case_batch_norm_bwd, BN_FUSED | BN_RELU | BN_NO_DX, 1e-5),
+    BN_SMALL_ROWS(KILN_OP_batch_norm_bwd, case_batch_norm_bwd, BN_IN_PLACE, 1e-5),
+    BN_SMALL_ROWS(KILN_OP_batch_norm_bwd, case_batch_norm_bwd,
+                   BN_IN_PLACE | BN_FUSED | BN_RELU, 1e-5),
+    AFFINE_ROWS(KILN_OP_scale_fwd, case_scale_fwd, 0, 1e-6),
+    AFFINE_ROWS(KILN_OP_scale_fwd, case_scale_fwd, AFF_BETA, 1e-6),
+    AFFINE_ROWS(KILN_OP_scale_fwd, case_scale_fwd, AFF_BETA | AFF_KEEP, 1e-6),
+    AFFINE_ROWS(KILN_OP_scale_fwd, case_scale_fwd, AFF_KEEP | AFF_IN_PLACE, 1e-6),
+    AFFINE_ROWS(KILN_OP_scale_bwd, case_scale_bwd, 0, 1e-6),
+    AFFINE_ROWS(KILN_OP_scale_bwd, case_scale_bwd, AFF_BETA, 1e-6),
+    AFFINE_ROWS(KILN_OP_scale_bwd, case_scale_bwd, AFF_BETA | AFF_SET, 1e-6),
+    AFFINE_ROWS(KILN_OP_scale_bwd, case_scale_bwd, AFF_BETA | AFF_IN_PLACE, 1e-6),
+    AFFINE_ROWS(KILN_OP_scale_bwd, case_scale_bwd, AFF_BETA | AFF_NO_DX, 1e-6),
+    AFFINE_ROWS(KILN_OP_scale_bwd, case_scale_bwd, AFF_BETA | AFF_NO_DG, 1e-6),
+    AFFINE_ROWS(KILN_OP_scale_bwd, case_scale_bwd, AFF_NO_DG | AFF_IN_PLACE, 1e-6),
+    AFFINE_ROWS(KILN_OP_scale_bwd, case_scale_bwd, AFF_SET | AFF_NO_DX, 1e-6),
+    PLAIN_AFFINE_ROWS(KILN_OP_bias_fwd, case_bias_fwd, 0, 1e-6),
+    PLAIN_AFFINE_ROWS(KILN_OP_bias_fwd, case_bias_fwd, AFF_IN_PLACE, 1e-6),
+    PLAIN_AFFINE_ROWS(KILN_OP_bias_bwd, case_bias_bwd, 0, 1e-6),
+    PLAIN_AFFINE_ROWS(KILN_OP_bias_bwd, case_bias_bwd, AFF_SET, 1e-6),
+    LN_ROWS(KILN_OP_layer_norm_fwd, case_layer_norm_fwd, 0, 2e-6),
+    LN_ROWS(KILN_OP_layer_norm_fwd, case_layer_norm_fwd, LN_GAIN, 2e-6),
+    LN_ROWS(KILN_OP_layer_norm_fwd, case_layer_norm_fwd, LN_GAIN | LN_BIAS, 2e-6),
+    LN_ROWS(KILN_OP_layer_norm_fwd, case_layer_norm_fwd, LN_GAIN | LN_BIAS | LN_IN_PLACE, 2e-6),
+    LN_ROWS(KILN_OP_layer_norm_bwd, case_layer_norm_bwd, 0, 1e-5),
+    LN_ROWS(KILN_OP_layer_norm_bwd, case_layer_norm_bwd, LN_GAIN, 1e-5),
+    LN_ROWS(KILN_OP_layer_norm_bwd, case_layer_norm_bwd, LN_GAIN | LN_BIAS, 1e-5),
+    LN_ROWS(KILN_OP_layer_norm_bwd, case_layer_norm_bwd, LN_GAIN | LN_BIAS | LN_IN_PLACE, 1e-5),
+    LN_ROWS(KILN_OP_layer_norm_bwd, case_layer_norm_bwd, LN_GAIN | LN_BIAS | LN_NO_DX, 1e-5),
+    FOUR_ROWS(KILN_OP_lrn_fwd, case_lrn_fwd, 5 * 2 + 1, 2e-6),
+    FOUR_ROWS(KILN_OP_lrn_fwd, case_lrn_fwd, 3 * 2, 2e-6),
+    FOUR_ROWS(KILN_OP_lrn_fwd, case_lrn_fwd, 1 * 2 + 1, 2e-6),
+    FOUR_ROWS(KILN_OP_lrn_bwd, case_lrn_bwd, 5 * 2 + 1, 1e-5),
+    FOUR_ROWS(KILN_OP_lrn_bwd, case_lrn_bwd, 3 * 2, 1e-5),
+    FOUR_ROWS(KILN_OP_lrn_bwd, case_lrn_bwd, 1 * 2 + 1, 1e-5),
+    FOUR_ROWS(KILN_OP_mvn_fwd, case_mvn_fwd, 0, 2e-6),
+    FOUR_ROWS(KILN_OP_mvn_fwd, case_mvn_fwd, 1, 2e-6),
+    FOUR_ROWS(KILN_OP_mvn_fwd, case_mvn_fwd, 3, 2e-6),
+    FOUR_ROWS(KILN_OP_mvn_bwd, case_mvn_bwd, 0, 1e-5),
+    FOUR_ROWS(KILN_OP_mvn_bwd, case_mvn_bwd, 1, 1e-5),
+    FOUR_ROWS(KILN_OP_mvn_bwd, case_mvn_bwd, 3, 1e-5),
+    FOUR_ROWS(KILN_OP_reduction_fwd, case_reduction_fwd, KILN_REDUCE_SUM, 1e-6),
+    FOUR_ROWS(KILN_OP_reduction_fwd, case_reduction_fwd, KILN_REDUCE_ASUM, 1e-6),
+    FOUR_ROWS(KILN_OP_reduction_fwd, case_reduction_fwd, KILN_REDUCE_SUMSQ, 1e-6),
+    FOUR_ROWS(KILN_OP_reduction_bwd, case_reduction_bwd, KILN_REDUCE_SUM, 1e-6),
+    FOUR_ROWS(KILN_OP_reduction_bwd, case_reduction_bwd, KILN_REDUCE_ASUM, 1e-6),
+    FOUR_ROWS(KILN_OP_reduction_bwd, case_reduction_bwd, KILN_REDUCE_SUMSQ, 1e-6),
     /* ---- loss (src/ops/loss.c) ---- */
+    /* (n: a shape of loss_shapes, or a count for sigmoid_ce and euclidean; p: the setting's
+     * bits, LOSS_* in the loss cases) */
+    LOSS_SHAPES(KILN_OP_softmax_fwd, case_softmax_fwd, 0, 1e-6),
+    LOSS_SHAPES(KILN_OP_softmax_fwd, case_softmax_fwd, 1, 1e-6),
+    {KILN_OP_softmax_fwd, case_softmax_fwd, 2, 2, 1e-6},
+    {KILN_OP_softmax_fwd, case_softmax_fwd, 5, 3, 1e-6},
+    LOSS_SHAPES(KILN_OP_softmax_bwd, case_softmax_bwd, 0, 1e-5),
+    {KILN_OP_softmax_bwd, case_softmax_bwd, 2, 1, 1e-5},
+    {KILN_OP_softmax_bwd, case_softmax_bwd, 5, 1, 1e-5},
+    LOSS_SHAPES(KILN_OP_softmax_loss_fwd, case_softmax_loss_fwd, KILN_LOSS_FULL, 1e-6),
+    LOSS_SHAPES(KILN_OP_softmax_loss_fwd, case_softmax_loss_fwd, KILN_LOSS_VALID, 1e-6),
+    LOSS_SHAPES(KILN_OP_softmax_loss_fwd, case_softmax_loss_fwd,
+                KILN_LOSS_VALID | LOSS_IGNORE_NEG, 1e-6),
+    LOSS_SHAPES(KILN_OP_softmax_loss_fwd, case_softmax_loss_fwd,
+                KILN_LOSS_BATCH | LOSS_IGNORE_0, 1e-6),
+    LOSS_SHAPES(KILN_OP_softmax_loss_fwd, case_softmax_loss_fwd, KILN_LOSS_NONE, 1e-6),
+    {KILN_OP_softmax_loss_fwd, case_softmax_loss_fwd, 1, KILN_LOSS_VALID | LOSS_BAD_LABEL, 0},
+    {KILN_OP_softmax_loss_fwd, case_softmax_loss_fwd, 0, LOSS_IGNORE_0 | LOSS_BAD_LABEL, 0},
+    LOSS_SHAPES(KILN_OP_softmax_loss_bwd, case_softmax_loss_bwd, KILN_LOSS_FULL, 1e-5),
+    LOSS_SHAPES(KILN_OP_softmax_loss_bwd, case_softmax_loss_bwd, KILN_LOSS_VALID, 1e-5),
+    LOSS_SHAPES(KILN_OP_softmax_loss_bwd, case_softmax_loss_bwd,
+                KILN_LOSS_VALID | LOSS_IGNORE_NEG, 1e-5),
+    LOSS_SHAPES(KILN_OP_softmax_loss_bwd, case_softmax_loss_bwd,
+                KILN_LOSS_BATCH | LOSS_IGNORE_0, 1e-5),
+    LOSS_SHAPES(KILN_OP_softmax_loss_bwd, case_softmax_loss_bwd, KILN_LOSS_NONE, 1e-5),
+    LOSS_SHAPES(KILN_OP_accuracy_fwd, case_accuracy_fwd, LOSS_COUNT, 1e-7),
+    LOSS_SHAPES(KILN_OP_accuracy_fwd, case_accuracy_fwd, 1 | LOSS_COUNT, 1e-7),
+    LOSS_SHAPES(KILN_OP_accuracy_fwd, case_accuracy_fwd, 1 | LOSS_IGNORE_NEG | 2 * LOSS_COUNT,
+                1e-7),
+    LOSS_SHAPES(KILN_OP_accuracy_fwd, case_accuracy_fwd, 1 | LOSS_IGNORE_0 | 3 * LOSS_COUNT, 1e-7),
+    {KILN_OP_accuracy_fwd, case_accuracy_fwd, 2, LOSS_BAD_LABEL | LOSS_COUNT, 0},
+    LOSS_SHAPES(KILN_OP_f1_fwd, case_f1_fwd, 0, 0),
+    LOSS_SHAPES(KILN_OP_f1_fwd, case_f1_fwd, LOSS_IGNORE_NEG | LOSS_COUNT, 0),
+    LOSS_SHAPES(KILN_OP_f1_fwd, case_f1_fwd, LOSS_IGNORE_0 | 2 * LOSS_COUNT, 0),
+    {KILN_OP_f1_fwd, case_f1_fwd, 2, LOSS_BAD_LABEL, 0},
+    LOSS_SHAPES(KILN_OP_multinomial_loss_fwd, case_multinomial_loss_fwd, 0, 1e-6),
+    LOSS_SHAPES(KILN_OP_multinomial_loss_fwd, case_multinomial_loss_fwd, 1, 1e-6),
+    {KILN_OP_multinomial_loss_fwd, case_multinomial_loss_fwd, 1, LOSS_BAD_LABEL, 0},
+    LOSS_SHAPES(KILN_OP_multinomial_loss_bwd, case_multinomial_loss_bwd, 0, 1e-5),
+    LOSS_SHAPES(KILN_OP_infogain_loss_fwd, case_infogain_loss_fwd, KILN_LOSS_FULL, 1e-6),
+    LOSS_SHAPES(KILN_OP_infogain_loss_fwd, case_infogain_loss_fwd,
+                KILN_LOSS_VALID | LOSS_IGNORE_NEG, 1e-6),
+    LOSS_SHAPES(KILN_OP_infogain_loss_fwd, case_infogain_loss_fwd,
+                KILN_LOSS_BATCH | LOSS_IGNORE_0, 1e-6),
+    LOSS_SHAPES(KILN_OP_infogain_loss_fwd, case_infogain_loss_fwd, KILN_LOSS_NONE, 1e-6),
+    {KILN_OP_infogain_loss_fwd, case_infogain_loss_fwd, 2, LOSS_BAD_LABEL, 0},
+    LOSS_SHAPES(KILN_OP_infogain_loss_bwd, case_infogain_loss_bwd, KILN_LOSS_FULL, 1e-5),
+    LOSS_SHAPES(KILN_OP_infogain_loss_bwd, case_infogain_loss_bwd,
+                KILN_LOSS_VALID | LOSS_IGNORE_NEG, 1e-5),
+    LOSS_SHAPES(KILN_OP_infogain_loss_bwd, case_infogain_loss_bwd,
+                KILN_LOSS_BATCH | LOSS_IGNORE_0, 1e-5),
+    LOSS_SHAPES(KILN_OP_infogain_loss_bwd, case_infogain_loss_bwd, KILN_LOSS_NONE, 1e-5),
+    {KILN_OP_infogain_loss_bwd, case_infogain_loss_bwd, 1, LOSS_BAD_LABEL, 0},
+    LOSS_SHAPES(KILN_OP_hinge_loss_fwd, case_hinge_loss_fwd, 0, 1e-6),
+    LOSS_SHAPES(KILN_OP_hinge_loss_fwd, case_hinge_loss_fwd, 1, 1e-6),
+    {KILN_OP_hinge_loss_fwd, case_hinge_loss_fwd, 2, LOSS_BAD_LABEL, 0},
+    LOSS_SHAPES(KILN_OP_hinge_loss_bwd, case_hinge_loss_bwd, 0, 1e-5),
+    LOSS_SHAPES(KILN_OP_hinge_loss_bwd, case_hinge_loss_bwd, 1, 1e-5),
+    {KILN_OP_hinge_loss_bwd, case_hinge_loss_bwd, 1, LOSS_BAD_LABEL, 0},
+    SIZES(KILN_OP_sigmoid_ce_fwd, case_sigmoid_ce_fwd, KILN_LOSS_FULL, 1e-6),
+    SIZES(KILN_OP_sigmoid_ce_fwd, case_sigmoid_ce_fwd, KILN_LOSS_VALID | LOSS_IGNORE_NEG, 1e-6),
+    SIZES(KILN_OP_sigmoid_ce_fwd, case_sigmoid_ce_fwd, KILN_LOSS_BATCH, 1e-6),
+    SIZES(KILN_OP_sigmoid_ce_fwd, case_sigmoid_ce_fwd, KILN_LOSS_NONE | LOSS_IGNORE_0, 1e-6),
+    SIZES(KILN_OP_sigmoid_ce_bwd, case_sigmoid_ce_bwd, KILN_LOSS_FULL, 1e-6),
+    SIZES(KILN_OP_sigmoid_ce_bwd, case_sigmoid_ce_bwd, KILN_LOSS_VALID | LOSS_IGNORE_NEG, 1e-6),
+    SIZES(KILN_OP_sigmoid_ce_bwd, case_sigmoid_ce_bwd, KILN_LOSS_BATCH, 1e-6),
+    SIZES(KILN_OP_sigmoid_ce_bwd, case_sigmoid_ce_bwd, KILN_LOSS_NONE | LOSS_IGNORE_0, 1e-6),
+    SIZES(KILN_OP_euclidean_loss_fwd, case_euclidean_loss_fwd, 0, 1e-7),
+    SIZES(KILN_OP_euclidean_loss_bwd, case_euclidean_loss_bwd, 3, 1e-6),
+    SIZES(KILN_OP_euclidean_loss_bwd, case_euclidean_loss_bwd, 1, 1e-6),
+    SIZES(KILN_OP_euclidean_loss_bwd, case_euclidean_loss_bwd, 2, 1e-6),
+    LOSS_SHAPES(KILN_OP_contrastive_loss_fwd, case_contrastive_loss_fwd, 0, 1e-6),
+    LOSS_SHAPES(KILN_OP_contrastive_loss_fwd, case_contrastive_loss_fwd, 1, 1e-6),
+    LOSS_SHAPES(KILN_OP_contrastive_loss_bwd, case_contrastive_loss_bwd, 2 | 4, 1e-4),
+    LOSS_SHAPES(KILN_OP_contrastive_loss_bwd, case_contrastive_loss_bwd, 1 | 2, 1e-5),
+    LOSS_SHAPES(KILN_OP_contrastive_loss_bwd, case_contrastive_loss_bwd, 1 | 4, 1e-5),
+    LOSS_SHAPES(KILN_OP_contrastive_loss_bwd, case_contrastive_loss_bwd, 2, 1e-4),
     /* ---- arrange (src/ops/arrange.c) ---- */
     SIZES(KILN_OP_fill, case_fill, 0, 0), SIZES(KILN_OP_fill, case_fill, -2.5f, 0),
     SIZES(KILN_OP_scale, case_scale, -0.75f, 1e-7), SIZES(KILN_OP_add, case_add, 0, 1e-7),

@@ -185,13 +185,327 @@ typedef struct kiln_conv_plan kiln_conv_plan;
 
 /* src/ops/neuron.c: the other element-wise functions of one input (AbsVal, ELU, BNLL, Threshold,
  * Exp, Log, Power, PReLU, Swish, GELU) and their gradients. */
-#define KILN_OPS_NEURON(X)
+#define KILN_OPS_NEURON(X)                                                                      \
+  /* y = |x| */                                                                                 \
+  X(absval_fwd, (const kiln_op_ctx *c, float *y, const float *x, int64_t n), (c, y, x, n))      \
+  /* dx = sign(x) dy, sign(0) = 0 (Caffe's caffe_cpu_sign) */                                   \
+  X(absval_bwd,                                                                                 \
+    (const kiln_op_ctx *c, float *dx, const float *dy, const float *x, int64_t n),              \
+    (c, dx, dy, x, n))                                                                          \
+  /* y = x > 0 ? x : alpha (e^x - 1), through expm1 */                                          \
+  X(elu_fwd,                                                                                    \
+    (const kiln_op_ctx *c, float *y, const float *x, int64_t n, float alpha),                   \
+    (c, y, x, n, alpha))                                                                        \
+  /* dx = x > 0 ? dy : dy alpha e^x */                                                          \
+  X(elu_bwd,                                                                                    \
+    (const kiln_op_ctx *c, float *dx, const float *dy, const float *x, int64_t n, float alpha), \
+    (c, dx, dy, x, n, alpha))                                                                   \
+  /* y = log(1 + e^x) in double, as x + log(1 + e^-x) for x > 0 */                              \
+  X(bnll_fwd, (const kiln_op_ctx *c, float *y, const float *x, int64_t n), (c, y, x, n))        \
+  /* dx = dy e / (e + 1) in double, e = e^min(x, 50) */                                         \
+  X(bnll_bwd,                                                                                   \
+    (const kiln_op_ctx *c, float *dx, const float *dy, const float *x, int64_t n),              \
+    (c, dx, dy, x, n))                                                                          \
+  /* y = x > t ? 1 : 0 */                                                                       \
+  X(threshold_fwd,                                                                              \
+    (const kiln_op_ctx *c, float *y, const float *x, int64_t n, float t),                       \
+    (c, y, x, n, t))                                                                            \
+  /* y = outer e^(inner x) */                                                                   \
+  X(exp_fwd,                                                                                    \
+    (const kiln_op_ctx *c, float *y, const float *x, int64_t n, float inner, float outer),      \
+    (c, y, x, n, inner, outer))                                                                 \
+  /* dx = y dy inner, y the output */                                                           \
+  X(exp_bwd,                                                                                    \
+    (const kiln_op_ctx *c, float *dx, const float *dy, const float *y, int64_t n, float inner), \
+    (c, dx, dy, y, n, inner))                                                                   \
+  /* y = ln(scale x + shift) base_scale */                                                      \
+  X(log_fwd,                                                                                    \
+    (const kiln_op_ctx *c, float *y, const float *x, int64_t n, float scale, float shift,       \
+     float base_scale),                                                                         \
+    (c, y, x, n, scale, shift, base_scale))                                                     \
+  /* dx = dy (bscale / (scale x + shift)) */                                                    \
+  X(log_bwd,                                                                                    \
+    (const kiln_op_ctx *c, float *dx, const float *dy, const float *x, int64_t n, float scale,  \
+     float shift, float bscale),                                                                \
+    (c, dx, dy, x, n, scale, shift, bscale))                                                    \
+  /* y = (scale x + shift)^power; power scale 0: shift^power (1 for power 0), x not read;       \
+   * power 1: scale x + shift */                                                                \
+  X(power_fwd,                                                                                  \
+    (const kiln_op_ctx *c, float *y, const float *x, int64_t n, float power, float scale,       \
+     float shift),                                                                              \
+    (c, y, x, n, power, scale, shift))                                                          \
+  /* dx = power scale (scale x + shift)^(power - 1) dy; power scale 0 or power 1: power         \
+   * scale dy, x not read (may be NULL) */                                                      \
+  X(power_bwd,                                                                                  \
+    (const kiln_op_ctx *c, float *dx, const float *dy, const float *x, int64_t n, float power,  \
+     float scale, float shift),                                                                 \
+    (c, dx, dy, x, n, power, scale, shift))                                                     \
+  /* y = x > 0 ? x : a[k] x, k the channel of x as N x C x D; shared: a[0] for all */           \
+  X(prelu_fwd,                                                                                  \
+    (const kiln_op_ctx *c, float *y, const float *x, const float *a, int64_t N, int64_t C,      \
+     int64_t D, bool shared),                                                                   \
+    (c, y, x, a, N, C, D, shared))                                                              \
+  /* dx = x > 0 ? dy : a[k] dy (dx may be dy) */                                                \
+  X(prelu_bwd,                                                                                  \
+    (const kiln_op_ctx *c, float *dx, const float *dy, const float *x, const float *a,          \
+     int64_t N, int64_t C, int64_t D, bool shared),                                             \
+    (c, dx, dy, x, a, N, C, D, shared))                                                         \
+  /* da[k] += sum over x <= 0 of dy x, each channel k in double in image order into sums (C     \
+   * doubles of scratch); shared: da[0] += the channel sums in order */                         \
+  X(prelu_slope_bwd,                                                                            \
+    (const kiln_op_ctx *c, float *da, const float *x, const float *dy, double *sums, int64_t N, \
+     int64_t C, int64_t D, bool shared),                                                        \
+    (c, da, x, dy, sums, N, C, D, shared))                                                      \
+  /* y = x sigmoid(beta x) */                                                                   \
+  X(swish_fwd,                                                                                  \
+    (const kiln_op_ctx *c, float *y, const float *x, int64_t n, float beta),                    \
+    (c, y, x, n, beta))                                                                         \
+  /* dx = dy (s + beta x s (1 - s)), s = sigmoid(beta x) */                                     \
+  X(swish_bwd,                                                                                  \
+    (const kiln_op_ctx *c, float *dx, const float *dy, const float *x, int64_t n, float beta),  \
+    (c, dx, dy, x, n, beta))                                                                    \
+  /* y = x Phi(x), or with approx_tanh x sigmoid(2 sqrt(2/pi) (x + 0.044715 x^3)) */            \
+  X(gelu_fwd,                                                                                   \
+    (const kiln_op_ctx *c, float *y, const float *x, int64_t n, bool approx_tanh),              \
+    (c, y, x, n, approx_tanh))                                                                  \
+  /* dx = dy GELU'(x), of the same form */                                                      \
+  X(gelu_bwd,                                                                                   \
+    (const kiln_op_ctx *c, float *dx, const float *dy, const float *x, int64_t n,               \
+     bool approx_tanh),                                                                         \
+    (c, dx, dy, x, n, approx_tanh))
 
-/* src/ops/norm.c: BatchNorm, Scale, Bias, LayerNorm, LRN, MVN and Reduction. */
-#define KILN_OPS_NORM(X)
+/* What a Reduction takes of each value before it sums (Caffe's ReductionOp, MEAN being SUM with
+ * coeff / dim). */
+typedef enum { KILN_REDUCE_SUM, KILN_REDUCE_ASUM, KILN_REDUCE_SUMSQ } kiln_reduce_kind;
 
-/* src/ops/loss.c: softmax and the loss and metric layers' arithmetic. */
-#define KILN_OPS_LOSS(X)
+/* src/ops/batch_norm.c (BatchNorm) and src/ops/norm.c (Scale, Bias, LayerNorm, LRN, MVN and
+ * Reduction). A per-channel op over N x C x S values (S: everything after the channel axis)
+ * takes `block`: 0 for the plain layout, 16 for oneDNN's nChw16c (C a multiple of 16; include/
+ * kiln/core.h). Every sum is in double and in an order fixed by the sizes, never by the thread
+ * count. */
+#define KILN_OPS_NORM(X)                                                                        \
+  /* BatchNorm: mean[c] and inv[c] = 1 / sqrt(var + eps) of the batch (biased var), the       \
+   * running sums updated (run_mean = maf run_mean + mean, run_var = maf run_var + unbiased     \
+   * var, run_count = maf run_count + 1); with global, both from the running sums over          \
+   * run_count, which stay; xn = (x - mean) inv, y = xn, or with gamma y = z > 0 ? z : slope z  \
+   * for z = xn gamma + beta (the fused Scale and ReLU; slope 1: no ReLU); scratch:             \
+   * kiln_batch_norm_scratch(N, C) bytes; y may be x */                                         \
+  X(batch_norm_fwd,                                                                             \
+    (const kiln_op_ctx *c, float *y, float *xn, float *mean, float *inv, float *run_mean,      \
+     float *run_var, float *run_count, void *scratch, const float *x, const float *gamma,      \
+     const float *beta, int64_t N, int64_t C, int64_t S, int block, bool global, float maf,     \
+     float eps, float slope),                                                                   \
+    (c, y, xn, mean, inv, run_mean, run_var, run_count, scratch, x, gamma, beta, N, C, S, block, \
+     global, maf, eps, slope))                                                                  \
+  /* batch_norm_fwd's xn and y again from x and the mean and inv it left (the same bits) */     \
+  X(batch_norm_apply,                                                                           \
+    (const kiln_op_ctx *c, float *y, float *xn, const float *x, const float *mean,              \
+     const float *inv, const float *gamma, const float *beta, int64_t N, int64_t C, int64_t S,  \
+     int block, float slope),                                                                   \
+    (c, y, xn, x, mean, inv, gamma, beta, N, C, S, block, slope))                               \
+  /* dz = dy, or with gamma dy where xn gamma + beta > 0 and slope dy elsewhere; with gamma     \
+   * dgamma += sum of dz xn and dbeta += sum of dz per channel; dx (NULL: none; may be dy) =    \
+   * (dz g - mean(dz g) - xn mean(dz g xn)) inv with batch statistics, dz g inv with global,    \
+   * g = gamma or 1; scratch as batch_norm_fwd's */                                             \
+  X(batch_norm_bwd,                                                                             \
+    (const kiln_op_ctx *c, float *dx, float *dgamma, float *dbeta, void *scratch,               \
+     const float *dy, const float *xn, const float *inv, const float *gamma, const float *beta, \
+     int64_t N, int64_t C, int64_t S, int block, bool global, float slope),                     \
+    (c, dx, dgamma, dbeta, scratch, dy, xn, inv, gamma, beta, N, C, S, block, global, slope))   \
+  /* y = x gamma[d] + beta[d] (+ 0 without beta) over outer x dim x inner, block 16 with dim    \
+   * the channels; keep (or NULL) = x; y may be x */                                            \
+  X(scale_fwd,                                                                                  \
+    (const kiln_op_ctx *c, float *y, float *keep, const float *x, const float *gamma,           \
+     const float *beta, int64_t outer, int64_t dim, int64_t inner, int block),                  \
+    (c, y, keep, x, gamma, beta, outer, dim, inner, block))                                     \
+  /* dgamma[d] (+= with accumulate, = without; or NULL) = sum of dy x, dbeta[d] (or NULL) +=    \
+   * sum of dy, then dx (or NULL; may be dy) = dy gamma[d] */                                   \
+  X(scale_bwd,                                                                                  \
+    (const kiln_op_ctx *c, float *dx, float *dgamma, float *dbeta, const float *dy,             \
+     const float *x, const float *gamma, int64_t outer, int64_t dim, int64_t inner, int block,  \
+     bool accumulate),                                                                          \
+    (c, dx, dgamma, dbeta, dy, x, gamma, outer, dim, inner, block, accumulate))                 \
+  /* y = x + b[d] over outer x dim x inner; y may be x */                                       \
+  X(bias_fwd,                                                                                   \
+    (const kiln_op_ctx *c, float *y, const float *x, const float *b, int64_t outer,             \
+     int64_t dim, int64_t inner),                                                               \
+    (c, y, x, b, outer, dim, inner))                                                            \
+  /* db[d] (+= with accumulate, = without) = sum of dy over outer and inner, in order */        \
+  X(bias_bwd,                                                                                   \
+    (const kiln_op_ctx *c, float *db, const float *dy, int64_t outer, int64_t dim,              \
+     int64_t inner, bool accumulate),                                                           \
+    (c, db, dy, outer, dim, inner, accumulate))                                                 \
+  /* per row of K of M rows: rstd = 1 / sqrt(biased var + eps), xhat = (x - mean) rstd,         \
+   * y = xhat gain + bias (bias NULL: none; gain NULL: y = xhat, neither); y may be x */        \
+  X(layer_norm_fwd,                                                                             \
+    (const kiln_op_ctx *c, float *y, float *xhat, float *rstd, const float *x,                  \
+     const float *gain, const float *bias, int64_t M, int64_t K, float eps),                    \
+    (c, y, xhat, rstd, x, gain, bias, M, K, eps))                                               \
+  /* dgain += sum over rows of dy xhat and dbias (or NULL) += of dy (dgain NULL: neither); dx   \
+   * (or NULL; may be dy) = rstd (dh - mean(dh) - xhat mean(dh xhat)), dh = dy gain (or dy) */  \
+  X(layer_norm_bwd,                                                                             \
+    (const kiln_op_ctx *c, float *dx, float *dgain, float *dbias, const float *dy,              \
+     const float *xhat, const float *rstd, const float *gain, int64_t M, int64_t K),            \
+    (c, dx, dgain, dbias, dy, xhat, rstd, gain, M, K))                                          \
+  /* scale = k + alpha_over_n (sum of x^2 over the window of `size` around each value of        \
+   * N x C x H x W: across channels, or a size x size square within one, zero padded),          \
+   * y = x scale^-beta; y may be x */                                                           \
+  X(lrn_fwd,                                                                                    \
+    (const kiln_op_ctx *c, float *y, float *scale, const float *x, int64_t N, int64_t C,        \
+     int64_t H, int64_t W, int64_t size, bool across, float alpha_over_n, float beta, float k), \
+    (c, y, scale, x, N, C, H, W, size, across, alpha_over_n, beta, k))                          \
+  /* dx = dy scale^-beta - 2 alpha_over_n beta x (window sum of dy x scale^(-beta-1)); ws:     \
+   * 2 C H W floats of scratch; dx may be dy */                                                 \
+  X(lrn_bwd,                                                                                    \
+    (const kiln_op_ctx *c, float *dx, float *ws, const float *dy, const float *x,               \
+     const float *scale, int64_t N, int64_t C, int64_t H, int64_t W, int64_t size, bool across, \
+     float alpha_over_n, float beta),                                                           \
+    (c, dx, ws, dy, x, scale, N, C, H, W, size, across, alpha_over_n, beta))                    \
+  /* per row of dim of `rows`: y = x - mean, and with normalize y / sd, sd[r] = sqrt(mean(y^2)) \
+   * + eps (1 without); y may be x */                                                           \
+  X(mvn_fwd,                                                                                    \
+    (const kiln_op_ctx *c, float *y, float *sd, const float *x, int64_t rows, int64_t dim,      \
+     bool normalize, float eps),                                                                \
+    (c, y, sd, x, rows, dim, normalize, eps))                                                   \
+  /* dx = (dy - mean(dy) - y mean(y dy)) / sd with normalize, dy - mean(dy) without, y the      \
+   * output; dx may be dy */                                                                    \
+  X(mvn_bwd,                                                                                    \
+    (const kiln_op_ctx *c, float *dx, const float *dy, const float *y, const float *sd,         \
+     int64_t rows, int64_t dim, bool normalize),                                                \
+    (c, dx, dy, y, sd, rows, dim, normalize))                                                   \
+  /* y[n] = coeff (sum of x, of |x| or of x^2, by kind) over row n of dim */                    \
+  X(reduction_fwd,                                                                              \
+    (const kiln_op_ctx *c, float *y, const float *x, int64_t num, int64_t dim,                  \
+     kiln_reduce_kind kind, float coeff),                                                       \
+    (c, y, x, num, dim, kind, coeff))                                                           \
+  /* dx = coeff dy[n] times 1, sign(x) (sign(0) = 0) or 2 x, by kind */                         \
+  X(reduction_bwd,                                                                              \
+    (const kiln_op_ctx *c, float *dx, const float *dy, const float *x, int64_t num,             \
+     int64_t dim, kiln_reduce_kind kind, float coeff),                                          \
+    (c, dx, dy, x, num, dim, kind, coeff))
+
+/* Bytes of scratch batch_norm_fwd and batch_norm_bwd take: by 16-channel block, two sums of 16
+ * doubles for each chunk of KILN_BN_CHUNK images and the block's 16 means, then two floats a
+ * channel. The chunk is fixed, so the order of the additions does not follow the threads. */
+#define KILN_BN_CHUNK 8
+static inline size_t kiln_batch_norm_scratch(int64_t N, int64_t C) {
+  const int64_t blocks = (C + 15) / 16, chunks = (N + KILN_BN_CHUNK - 1) / KILN_BN_CHUNK;
+  return sizeof(double) * (size_t)(blocks * chunks * 32 + blocks * 16) +
+         sizeof(float) * (size_t)(2 * C);
+}
+
+/* How a loss is divided (Caffe's LossParameter.NormalizationMode, in its order): by every
+ * position, by the positions whose label is not ignored, by the batch (the first axis), or not
+ * at all; never by less than 1. */
+typedef enum { KILN_LOSS_FULL, KILN_LOSS_VALID, KILN_LOSS_BATCH, KILN_LOSS_NONE } kiln_loss_norm;
+
+/* src/ops/loss.c: softmax and the loss and metric layers' arithmetic. A loss is written to
+ * loss[0] and a gradient reads the loss's own gradient from dloss[0], both device tensors of one
+ * value; losses are summed in one fixed order. */
+#define KILN_OPS_LOSS(X)                                                                       \
+  /* y = softmax over the C values (inner apart) of each of the outer x inner columns of x     \
+   * (outer, C, inner); y may be x */                                                          \
+  X(softmax_fwd,                                                                               \
+    (const kiln_op_ctx *c, float *y, const float *x, int64_t outer, int64_t C, int64_t inner), \
+    (c, y, x, outer, C, inner))                                                                \
+  /* dx = y (dy - sum over C of dy y), column by column; dx may be dy */                       \
+  X(softmax_bwd,                                                                               \
+    (const kiln_op_ctx *c, float *dx, const float *y, const float *dy, int64_t outer,          \
+     int64_t C, int64_t inner),                                                                \
+    (c, dx, y, dy, outer, C, inner))                                                           \
+  /* loss[0] = -sum of log max(prob[label], FLT_MIN) over the labels (outer, inner) not        \
+   * ignored, / norm; a label that is no class in [0, C) is KILN_ERR_DATA */                   \
+  X(softmax_loss_fwd,                                                                          \
+    (const kiln_op_ctx *c, float *loss, const float *prob, const float *label, int64_t outer,  \
+     int64_t C, int64_t inner, bool has_ignore, int ignore, kiln_loss_norm norm),              \
+    (c, loss, prob, label, outer, C, inner, has_ignore, ignore, norm))                         \
+  /* dx = (prob - onehot(label)) dloss[0] / norm, 0 at ignored positions (labels as forward    \
+   * checked them) */                                                                          \
+  X(softmax_loss_bwd,                                                                          \
+    (const kiln_op_ctx *c, float *dx, const float *prob, const float *label,                   \
+     const float *dloss, int64_t outer, int64_t C, int64_t inner, bool has_ignore, int ignore, \
+     kiln_loss_norm norm),                                                                     \
+    (c, dx, prob, label, dloss, outer, C, inner, has_ignore, ignore, norm))                    \
+  /* acc[0] = the share of counted labels with fewer than top_k other classes scoring at least \
+   * theirs; per_class (C, or NULL) the same per class, class_count (C) its counts */          \
+  X(accuracy_fwd,                                                                              \
+    (const kiln_op_ctx *c, float *acc, float *per_class, float *class_count, const float *x,   \
+     const float *label, int64_t outer, int64_t C, int64_t inner, int top_k, bool has_ignore,  \
+     int ignore),                                                                              \
+    (c, acc, per_class, class_count, x, label, outer, C, inner, top_k, has_ignore, ignore))    \
+  /* tp[0], fp[0], fn[0] = class `positive`'s counts under the top-1 class (the first of equal \
+   * highest scores), over the counted labels */                                               \
+  X(f1_fwd,                                                                                    \
+    (const kiln_op_ctx *c, float *tp, float *fp, float *fn, const float *x,                    \
+     const float *label, int64_t outer, int64_t C, int64_t inner, int positive,                \
+     bool has_ignore, int ignore),                                                             \
+    (c, tp, fp, fn, x, label, outer, C, inner, positive, has_ignore, ignore))                  \
+  /* loss[0] = -sum over n of log max(p[n, label n], 1e-20) / N, p (N, dim) */                 \
+  X(multinomial_loss_fwd,                                                                      \
+    (const kiln_op_ctx *c, float *loss, const float *p, const float *label, int64_t N,         \
+     int64_t dim),                                                                             \
+    (c, loss, p, label, N, dim))                                                               \
+  /* dp = -dloss[0] / N / max(p, 1e-20) at each label, 0 elsewhere */                          \
+  X(multinomial_loss_bwd,                                                                      \
+    (const kiln_op_ctx *c, float *dp, const float *p, const float *label, const float *dloss,  \
+     int64_t N, int64_t dim),                                                                  \
+    (c, dp, p, label, dloss, N, dim))                                                          \
+  /* loss[0] = -sum over counted positions of sum_k H[label, k] log max(prob_k, 1e-20),        \
+   * / norm; H (C, C) */                                                                       \
+  X(infogain_loss_fwd,                                                                         \
+    (const kiln_op_ctx *c, float *loss, const float *prob, const float *label, const float *H, \
+     int64_t outer, int64_t C, int64_t inner, bool has_ignore, int ignore,                     \
+     kiln_loss_norm norm),                                                                     \
+    (c, loss, prob, label, H, outer, C, inner, has_ignore, ignore, norm))                      \
+  /* dx_k = (prob_k sum_j H[label, j] - H[label, k]) dloss[0] / norm, 0 where ignored */       \
+  X(infogain_loss_bwd,                                                                         \
+    (const kiln_op_ctx *c, float *dx, const float *prob, const float *label, const float *H,   \
+     const float *dloss, int64_t outer, int64_t C, int64_t inner, bool has_ignore, int ignore, \
+     kiln_loss_norm norm),                                                                     \
+    (c, dx, prob, label, H, dloss, outer, C, inner, has_ignore, ignore, norm))                 \
+  /* loss[0] = sum of m (l2: m^2) / N, m = max(0, 1 + s x), s -1 at the label, +1 elsewhere */ \
+  X(hinge_loss_fwd,                                                                            \
+    (const kiln_op_ctx *c, float *loss, const float *x, const float *label, int64_t N,         \
+     int64_t dim, bool l2),                                                                    \
+    (c, loss, x, label, N, dim, l2))                                                           \
+  /* dx = s (m > 0) dloss[0] / N (l2: 2 s m dloss[0] / N) */                                   \
+  X(hinge_loss_bwd,                                                                            \
+    (const kiln_op_ctx *c, float *dx, const float *x, const float *label, const float *dloss,  \
+     int64_t N, int64_t dim, bool l2),                                                         \
+    (c, dx, x, label, dloss, N, dim, l2))                                                      \
+  /* loss[0] = sum of max(x, 0) - x t + log(1 + e^-|x|) over the n targets t whose integer     \
+   * part is not ignore, / norm (batch: the first axis) */                                     \
+  X(sigmoid_ce_fwd,                                                                            \
+    (const kiln_op_ctx *c, float *loss, const float *x, const float *t, int64_t n,             \
+     int64_t batch, bool has_ignore, int ignore, kiln_loss_norm norm),                         \
+    (c, loss, x, t, n, batch, has_ignore, ignore, norm))                                       \
+  /* dx = (sigmoid(x) - t) dloss[0] / norm, 0 where t is ignored */                            \
+  X(sigmoid_ce_bwd,                                                                            \
+    (const kiln_op_ctx *c, float *dx, const float *x, const float *t, const float *dloss,      \
+     int64_t n, int64_t batch, bool has_ignore, int ignore, kiln_loss_norm norm),              \
+    (c, dx, x, t, dloss, n, batch, has_ignore, ignore, norm))                                  \
+  /* loss[0] = sum of (a - b)^2 / N / 2 over n values */                                       \
+  X(euclidean_loss_fwd,                                                                        \
+    (const kiln_op_ctx *c, float *loss, const float *a, const float *b, int64_t n, int64_t N), \
+    (c, loss, a, b, n, N))                                                                     \
+  /* da = (a - b) dloss[0] / N, db = -da (either may be NULL: not wanted) */                   \
+  X(euclidean_loss_bwd,                                                                        \
+    (const kiln_op_ctx *c, float *da, float *db, const float *a, const float *b,               \
+     const float *dloss, int64_t n, int64_t N),                                                \
+    (c, da, db, a, b, dloss, n, N))                                                            \
+  /* dist_sq[n] = |a_n - b_n|^2 (a, b N x C); loss[0] = sum of sim ? d^2 :                     \
+   * max(margin - d, 0)^2 (legacy: max(margin - d^2, 0)), / 2N */                              \
+  X(contrastive_loss_fwd,                                                                      \
+    (const kiln_op_ctx *c, float *loss, float *dist_sq, const float *a, const float *b,        \
+     const float *sim, int64_t N, int64_t C, float margin, bool legacy),                       \
+    (c, loss, dist_sq, a, b, sim, N, C, margin, legacy))                                       \
+  /* da = g (a - b) for similar pairs, -g (margin - d) / (d + 1e-4) (a - b) within the margin  \
+   * (legacy: -g (a - b)), else 0, g = dloss[0] / N; db = -da (either may be NULL) */          \
+  X(contrastive_loss_bwd,                                                                      \
+    (const kiln_op_ctx *c, float *da, float *db, const float *a, const float *b,               \
+     const float *sim, const float *dist_sq, const float *dloss, int64_t N, int64_t C,         \
+     float margin, bool legacy),                                                               \
+    (c, da, db, a, b, sim, dist_sq, dloss, N, C, margin, legacy))
 
 /* src/ops/arrange.c: Eltwise, Concat, Slice, Embed, Tile, ArgMax and the other layers that
  * move, gather or combine values. s(z) below is a fused ReLU's select, z > 0 ? z : slope z

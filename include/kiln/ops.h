@@ -167,7 +167,9 @@ void kiln_pool_blocked16_forward(float *out, int32_t *mask, const float *in, int
 void kiln_pool_blocked16_backward(float *din, const float *dout, const int32_t *mask, int N,
                                   const kiln_conv_geom *g, bool max); /* din overwritten */
 
-/* Softmax over axis of size C, for `outer` x C x `inner` data (numerically stable). */
+/* Softmax over axis of size C, for `outer` x C x `inner` data (numerically stable): the
+ * softmax_fwd and softmax_bwd ops' arithmetic (src/ops/loss.c) on OpenMP's default threads, for
+ * callers outside a backend. */
 void kiln_softmax_forward(float *out, const float *in, int64_t outer, int64_t C, int64_t inner);
 /* din = out * (dout - sum(dout * out)) (overwritten). */
 void kiln_softmax_backward(float *din, const float *out, const float *dout, int64_t outer,

@@ -2,10 +2,7 @@
  * Both may run in place. Their backward passes read the input, never the output (which a later
  * in-place layer may have changed), so in place they keep a copy of the input.
  * ELU uses expm1(x) where Caffe writes exp(x) - 1: the same function, without the cancellation
- * that loses most digits of small negative inputs. */
-#include <math.h>
-#include <string.h>
-
+ * that loses most digits of small negative inputs. The arithmetic is in src/ops/neuron.c. */
 #include "layer_util.h"
 
 static int same_shape_reshape(kiln_layer *l) {
@@ -22,26 +19,26 @@ static int absval_setup(kiln_layer *l) {
   return KILN_OK;
 }
 
+/* In place, the input into its buffer before the output overwrites it. */
+static int save_input(kiln_layer *l) {
+  if (l->nbuffer == 0) return KILN_OK;
+  return KILN_OP(l, copy, l->buffer[0]->data, l->bottom[0]->data, l->bottom[0]->count);
+}
+
+static const float *saved_input(const kiln_layer *l) {
+  return l->nbuffer > 0 ? l->buffer[0]->data : l->bottom[0]->data;
+}
+
 static int absval_forward(kiln_layer *l) {
-  const float *x = l->bottom[0]->data;
-  float *y = l->top[0]->data;
-  int64_t n = l->bottom[0]->count;
-  if (l->nbuffer > 0) memcpy(l->buffer[0]->data, x, sizeof(float) * (size_t)n);
-#pragma omp parallel for schedule(static) num_threads(l->nthreads) if (n > 32768)
-  for (int64_t i = 0; i < n; i++) y[i] = fabsf(x[i]);
-  return KILN_OK;
+  KILN_TRY(save_input(l));
+  return KILN_OP(l, absval_fwd, l->top[0]->data, l->bottom[0]->data, l->bottom[0]->count);
 }
 
 /* dx = sign(x) dy, with sign(0) = 0 as Caffe's caffe_cpu_sign. */
 static int absval_backward(kiln_layer *l) {
   if (!l->propagate_down[0]) return KILN_OK;
-  const float *x = l->nbuffer > 0 ? l->buffer[0]->data : l->bottom[0]->data;
-  const float *dy = l->top[0]->diff;
-  float *dx = l->bottom[0]->diff;
-  int64_t n = l->bottom[0]->count;
-#pragma omp parallel for schedule(static) num_threads(l->nthreads) if (n > 32768)
-  for (int64_t i = 0; i < n; i++) dx[i] = (float)((x[i] > 0) - (x[i] < 0)) * dy[i];
-  return KILN_OK;
+  return KILN_OP(l, absval_bwd, l->bottom[0]->diff, l->top[0]->diff, saved_input(l),
+                 l->bottom[0]->count);
 }
 
 const kiln_layer_ops kiln_layer_absval = {
@@ -49,6 +46,7 @@ const kiln_layer_ops kiln_layer_absval = {
     .in_place = true,
     .setup = absval_setup, .reshape = same_shape_reshape, .forward = absval_forward,
     .backward = absval_backward,
+    .kernels = KILN_KERNELS(KILN_OP_copy, KILN_OP_absval_fwd, KILN_OP_absval_bwd),
 };
 
 /* ---- ELU ------------------------------------------------------------------------------- */
@@ -66,27 +64,16 @@ static int elu_setup(kiln_layer *l) {
 }
 
 static int elu_forward(kiln_layer *l) {
-  const float *x = l->bottom[0]->data;
-  float *y = l->top[0]->data;
-  float alpha = elu_alpha(l);
-  int64_t n = l->bottom[0]->count;
-  if (l->nbuffer > 0) memcpy(l->buffer[0]->data, x, sizeof(float) * (size_t)n);
-#pragma omp parallel for schedule(static) num_threads(l->nthreads) if (n > 32768)
-  for (int64_t i = 0; i < n; i++) y[i] = x[i] > 0 ? x[i] : alpha * expm1f(x[i]);
-  return KILN_OK;
+  KILN_TRY(save_input(l));
+  return KILN_OP(l, elu_fwd, l->top[0]->data, l->bottom[0]->data, l->bottom[0]->count,
+                 elu_alpha(l));
 }
 
 /* dx = dy for x > 0, dy alpha exp(x) otherwise (Caffe writes alpha exp(x) as y + alpha). */
 static int elu_backward(kiln_layer *l) {
   if (!l->propagate_down[0]) return KILN_OK;
-  const float *x = l->nbuffer > 0 ? l->buffer[0]->data : l->bottom[0]->data;
-  const float *dy = l->top[0]->diff;
-  float *dx = l->bottom[0]->diff;
-  float alpha = elu_alpha(l);
-  int64_t n = l->bottom[0]->count;
-#pragma omp parallel for schedule(static) num_threads(l->nthreads) if (n > 32768)
-  for (int64_t i = 0; i < n; i++) dx[i] = x[i] > 0 ? dy[i] : dy[i] * alpha * expf(x[i]);
-  return KILN_OK;
+  return KILN_OP(l, elu_bwd, l->bottom[0]->diff, l->top[0]->diff, saved_input(l),
+                 l->bottom[0]->count, elu_alpha(l));
 }
 
 const kiln_layer_ops kiln_layer_elu = {
@@ -94,4 +81,5 @@ const kiln_layer_ops kiln_layer_elu = {
     .in_place = true,
     .setup = elu_setup, .reshape = same_shape_reshape, .forward = elu_forward,
     .backward = elu_backward,
+    .kernels = KILN_KERNELS(KILN_OP_copy, KILN_OP_elu_fwd, KILN_OP_elu_bwd),
 };

@@ -3,7 +3,6 @@
  * (bias_param.filler, default constant 0), or the second bottom, which then receives the
  * gradient. */
 #include <stdlib.h>
-#include <string.h>
 
 #include "layer_util.h"
 
@@ -72,18 +71,11 @@ static int bias_reshape(kiln_layer *l) {
 
 static int bias_forward(kiln_layer *l) {
   bias_state *s = l->priv;
-  const float *x = l->bottom[0]->data;
   const float *b = (s->from_bottom ? l->bottom[1] : l->param[0])->data;
-  float *y = l->top[0]->data;
-  for (int64_t o = 0; o < s->outer; o++)
-    for (int64_t d = 0; d < s->dim; d++) {
-      int64_t off = (o * s->dim + d) * s->inner;
-      float bd = b[d];
-      for (int64_t i = 0; i < s->inner; i++) y[off + i] = x[off + i] + bd;
-    }
-  return KILN_OK;
+  return KILN_OP(l, bias_fwd, l->top[0]->data, l->bottom[0]->data, b, s->outer, s->dim, s->inner);
 }
 
+/* dx = dy; a b from the second bottom gets its gradient overwritten, not accumulated. */
 static int bias_backward(kiln_layer *l) {
   bias_state *s = l->priv;
   const float *dy = l->top[0]->diff;
@@ -95,17 +87,9 @@ static int bias_backward(kiln_layer *l) {
     db = l->bottom[1]->diff;
     accumulate = false; /* bottom diffs are overwritten */
   }
-  if (db)
-    for (int64_t d = 0; d < s->dim; d++) {
-      double sum = 0;
-      for (int64_t o = 0; o < s->outer; o++) {
-        const float *g = dy + (o * s->dim + d) * s->inner;
-        for (int64_t i = 0; i < s->inner; i++) sum += g[i];
-      }
-      db[d] = (accumulate ? db[d] : 0.0f) + (float)sum;
-    }
-  if (l->propagate_down[0] && l->bottom[0]->diff != dy)
-    memcpy(l->bottom[0]->diff, dy, sizeof(float) * (size_t)l->bottom[0]->count);
+  if (db) KILN_TRY(KILN_OP(l, bias_bwd, db, dy, s->outer, s->dim, s->inner, accumulate));
+  if (l->propagate_down[0])
+    KILN_TRY(KILN_OP(l, copy, l->bottom[0]->diff, dy, l->bottom[0]->count));
   return KILN_OK;
 }
 
@@ -116,4 +100,5 @@ const kiln_layer_ops kiln_layer_bias = {
     .in_place = true,
     .setup = bias_setup, .reshape = bias_reshape, .forward = bias_forward,
     .backward = bias_backward, .destroy = bias_destroy,
+    .kernels = KILN_KERNELS(KILN_OP_bias_fwd, KILN_OP_bias_bwd, KILN_OP_copy),
 };

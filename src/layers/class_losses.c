@@ -5,15 +5,10 @@
  * are clamped at kLOG_THRESHOLD = 1e-20 before the log, and no gradient goes to labels (or to
  * H), which Caffe refuses. A label that is not a class index is refused too, where Caffe would
  * read past the row. */
-#include <math.h>
 #include <stdlib.h>
-#include <string.h>
 
-#include "kiln/ops.h"
 #include "kiln/data.h"
 #include "layer_util.h"
-
-#define LOG_THRESHOLD 1e-20f /* Caffe's kLOG_THRESHOLD */
 
 static int64_t items(const kiln_blob *b) { return b->naxes > 0 ? b->shape[0] : 1; }
 
@@ -32,16 +27,9 @@ static int check_item_labels(kiln_layer *l) {
   return KILN_OK;
 }
 
-/* The label at `pos` as a class index in [0, C), or an error. */
-static int class_of(kiln_layer *l, float v, int64_t pos, int64_t C, int64_t *out) {
-  const int64_t c = (int64_t)v;
-  if (v != (float)c || c < 0 || c >= C)
-    return KILN_LAYER_ERROR(l, KILN_ERR_DATA,
-                            "label %g at position %lld is out of range: expected an integer in "
-                            "[0, %lld)",
-                            v, (long long)pos, (long long)C);
-  *out = c;
-  return KILN_OK;
+/* An op's error (a label that is no class) with the layer's name before it. */
+static int in_layer(const kiln_layer *l, int rc) {
+  return rc ? kiln_error_context(rc, "layer '%s' (%s): ", l->name, l->ops->type) : KILN_OK;
 }
 
 static int refuse_label_gradient(kiln_layer *l) {
@@ -66,14 +54,8 @@ static int mll_reshape(kiln_layer *l) {
 static int mll_forward(kiln_layer *l) {
   const kiln_blob *x = l->bottom[0];
   const int64_t N = items(x), dim = N ? x->count / N : 0;
-  double loss = 0;
-  for (int64_t n = 0; n < N; n++) {
-    int64_t c;
-    KILN_TRY(class_of(l, l->bottom[1]->data[n], n, dim, &c));
-    loss -= log(fmaxf(x->data[n * dim + c], LOG_THRESHOLD));
-  }
-  l->top[0]->data[0] = (float)(loss / (double)(N ? N : 1));
-  return KILN_OK;
+  return in_layer(l, KILN_OP(l, multinomial_loss_fwd, l->top[0]->data, x->data,
+                             l->bottom[1]->data, N, dim));
 }
 
 static int mll_backward(kiln_layer *l) {
@@ -81,21 +63,15 @@ static int mll_backward(kiln_layer *l) {
   if (!l->propagate_down[0]) return KILN_OK;
   const kiln_blob *x = l->bottom[0];
   const int64_t N = items(x), dim = N ? x->count / N : 0;
-  float *dx = l->bottom[0]->diff;
-  memset(dx, 0, sizeof(float) * (size_t)x->count);
-  const float scale = -l->top[0]->diff[0] / (float)(N ? N : 1);
-  for (int64_t n = 0; n < N; n++) {
-    int64_t c;
-    KILN_TRY(class_of(l, l->bottom[1]->data[n], n, dim, &c));
-    dx[n * dim + c] = scale / fmaxf(x->data[n * dim + c], LOG_THRESHOLD);
-  }
-  return KILN_OK;
+  return in_layer(l, KILN_OP(l, multinomial_loss_bwd, l->bottom[0]->diff, x->data,
+                             l->bottom[1]->data, l->top[0]->diff, N, dim));
 }
 
 const kiln_layer_ops kiln_layer_multinomial_logistic_loss = {
     .type = "MultinomialLogisticLoss", .min_bottoms = 2, .max_bottoms = 2, .min_tops = 1,
     .max_tops = 1, .is_loss = true,
     .reshape = mll_reshape, .forward = mll_forward, .backward = mll_backward,
+    .kernels = KILN_KERNELS(KILN_OP_multinomial_loss_fwd, KILN_OP_multinomial_loss_bwd),
 };
 
 /* ---- InfogainLoss -------------------------------------------------------------------------- */
@@ -103,13 +79,14 @@ const kiln_layer_ops kiln_layer_multinomial_logistic_loss = {
  * position with label l not ignored, L -= sum_k H[l, k] log(max(p_k, 1e-20)); L is divided by
  * the normaliser of loss_param.normalization (VALID by default; at least 1).
  * dx_k = (p_k sum_j H[l, j] - H[l, k]) dL / normaliser, zero at ignored positions. H is C x C,
- * from infogain_loss_param.source (a BlobProto file) or a third bottom. A second top gets p. */
+ * from infogain_loss_param.source (a BlobProto file, handed to the device in a buffer on every
+ * forward) or a third bottom. A second top gets p. */
 
 static const Caffe__InfogainLossParameter infogain_defaults = CAFFE__INFOGAIN_LOSS_PARAMETER__INIT;
 static const Caffe__LossParameter loss_defaults = CAFFE__LOSS_PARAMETER__INIT;
 
 typedef struct {
-  float *H;      /* from the source file (NULL with a third bottom) */
+  float *H;      /* from the source file (NULL with a third bottom), host memory */
   int64_t nH;    /* its values */
   int64_t outer, C, inner;
 } infogain_state;
@@ -155,6 +132,8 @@ static int infogain_setup(kiln_layer *l) {
     KILN_TRY(load_infogain(l, s, src));
   }
   if (!kiln_layer_add_buffer(l, "prob")) return kiln_errorf(KILN_ERR_NOMEM, "out of memory");
+  if (l->nbottom < 3 && !kiln_layer_add_buffer(l, "infogain"))
+    return kiln_errorf(KILN_ERR_NOMEM, "out of memory");
   return KILN_OK;
 }
 
@@ -164,9 +143,9 @@ static void infogain_destroy(kiln_layer *l) {
   free(s);
 }
 
+/* H on the device: the third bottom, or the buffer forward copies the file's matrix into. */
 static const float *infogain_matrix(const kiln_layer *l) {
-  const infogain_state *s = l->priv;
-  return l->nbottom >= 3 ? l->bottom[2]->data : s->H;
+  return l->nbottom >= 3 ? l->bottom[2]->data : l->buffer[1]->data;
 }
 
 static int infogain_reshape(kiln_layer *l) {
@@ -194,47 +173,34 @@ static int infogain_reshape(kiln_layer *l) {
                             (long long)nH, (long long)s->C, (long long)s->C, (long long)s->C);
   l->flops = 5.0 * (double)x->count;
   KILN_TRY(kiln_blob_reshape_like(l->buffer[0], x));
+  if (l->nbottom < 3) KILN_TRY(kiln_blob_reshape(l->buffer[1], 1, &nH));
   KILN_TRY(kiln_blob_reshape(l->top[0], 0, NULL));
   if (l->ntop > 1) KILN_TRY(kiln_blob_reshape_like(l->top[1], x));
   return KILN_OK;
 }
 
-static float infogain_normalizer(const kiln_layer *l, int64_t valid) {
-  const infogain_state *s = l->priv;
-  double n;
+/* The mode as the loss ops take it; an unknown one divides by 1, as NONE. */
+static kiln_loss_norm infogain_norm(const kiln_layer *l) {
   switch (KILN_PARAM_OR(l->lp->loss_param, loss_defaults)->normalization) {
-    case CAFFE__LOSS_PARAMETER__NORMALIZATION_MODE__FULL: n = (double)(s->outer * s->inner); break;
-    case CAFFE__LOSS_PARAMETER__NORMALIZATION_MODE__VALID: n = (double)valid; break;
-    case CAFFE__LOSS_PARAMETER__NORMALIZATION_MODE__BATCH_SIZE: n = (double)s->outer; break;
-    default: n = 1; break;
+    case CAFFE__LOSS_PARAMETER__NORMALIZATION_MODE__FULL: return KILN_LOSS_FULL;
+    case CAFFE__LOSS_PARAMETER__NORMALIZATION_MODE__VALID: return KILN_LOSS_VALID;
+    case CAFFE__LOSS_PARAMETER__NORMALIZATION_MODE__BATCH_SIZE: return KILN_LOSS_BATCH;
+    default: return KILN_LOSS_NONE;
   }
-  return (float)(n < 1 ? 1 : n);
-}
-
-static bool ignored(const kiln_layer *l, float v) {
-  const Caffe__LossParameter *p = KILN_PARAM_OR(l->lp->loss_param, loss_defaults);
-  return p->has_ignore_label && (int)v == p->ignore_label;
 }
 
 static int infogain_forward(kiln_layer *l) {
   const infogain_state *s = l->priv;
+  const Caffe__LossParameter *p = KILN_PARAM_OR(l->lp->loss_param, loss_defaults);
   float *prob = l->buffer[0]->data;
-  kiln_softmax_forward(prob, l->bottom[0]->data, s->outer, s->C, s->inner);
-  const float *label = l->bottom[1]->data, *H = infogain_matrix(l);
-  double loss = 0;
-  int64_t valid = 0;
-  for (int64_t o = 0; o < s->outer; o++)
-    for (int64_t j = 0; j < s->inner; j++) {
-      const int64_t pos = o * s->inner + j;
-      if (ignored(l, label[pos])) continue;
-      int64_t c;
-      KILN_TRY(class_of(l, label[pos], pos, s->C, &c));
-      for (int64_t k = 0; k < s->C; k++)
-        loss -= H[c * s->C + k] * log(fmaxf(prob[(o * s->C + k) * s->inner + j], LOG_THRESHOLD));
-      valid++;
-    }
-  l->top[0]->data[0] = (float)(loss / infogain_normalizer(l, valid));
-  if (l->ntop > 1) memcpy(l->top[1]->data, prob, sizeof(float) * (size_t)l->bottom[0]->count);
+  if (l->nbottom < 3)
+    KILN_TRY(kiln_device_to_device(l->backend->device, l->buffer[1]->data, s->H,
+                                   sizeof(float) * (size_t)s->nH));
+  KILN_TRY(KILN_OP(l, softmax_fwd, prob, l->bottom[0]->data, s->outer, s->C, s->inner));
+  KILN_TRY(in_layer(l, KILN_OP(l, infogain_loss_fwd, l->top[0]->data, prob, l->bottom[1]->data,
+                               infogain_matrix(l), s->outer, s->C, s->inner, p->has_ignore_label,
+                               p->ignore_label, infogain_norm(l))));
+  if (l->ntop > 1) KILN_TRY(KILN_OP(l, copy, l->top[1]->data, prob, l->bottom[0]->count));
   return KILN_OK;
 }
 
@@ -242,30 +208,11 @@ static int infogain_backward(kiln_layer *l) {
   KILN_TRY(refuse_label_gradient(l));
   if (!l->propagate_down[0]) return KILN_OK;
   const infogain_state *s = l->priv;
-  const float *prob = l->buffer[0]->data, *label = l->bottom[1]->data, *H = infogain_matrix(l);
-  float *dx = l->bottom[0]->diff;
-  int64_t valid = 0;
-  for (int64_t o = 0; o < s->outer; o++)
-    for (int64_t j = 0; j < s->inner; j++) {
-      const int64_t pos = o * s->inner + j;
-      if (ignored(l, label[pos])) {
-        for (int64_t k = 0; k < s->C; k++) dx[(o * s->C + k) * s->inner + j] = 0;
-        continue;
-      }
-      int64_t c;
-      KILN_TRY(class_of(l, label[pos], pos, s->C, &c));
-      const float *row = H + c * s->C;
-      float row_sum = 0;
-      for (int64_t k = 0; k < s->C; k++) row_sum += row[k];
-      for (int64_t k = 0; k < s->C; k++) {
-        const int64_t i = (o * s->C + k) * s->inner + j;
-        dx[i] = prob[i] * row_sum - row[k];
-      }
-      valid++;
-    }
-  const float scale = l->top[0]->diff[0] / infogain_normalizer(l, valid);
-  for (int64_t i = 0; i < l->bottom[0]->count; i++) dx[i] *= scale;
-  return KILN_OK;
+  const Caffe__LossParameter *p = KILN_PARAM_OR(l->lp->loss_param, loss_defaults);
+  return in_layer(l, KILN_OP(l, infogain_loss_bwd, l->bottom[0]->diff, l->buffer[0]->data,
+                             l->bottom[1]->data, infogain_matrix(l), l->top[0]->diff, s->outer,
+                             s->C, s->inner, p->has_ignore_label, p->ignore_label,
+                             infogain_norm(l)));
 }
 
 const kiln_layer_ops kiln_layer_infogain_loss = {
@@ -273,6 +220,8 @@ const kiln_layer_ops kiln_layer_infogain_loss = {
     .is_loss = true,
     .setup = infogain_setup, .reshape = infogain_reshape, .forward = infogain_forward,
     .backward = infogain_backward, .destroy = infogain_destroy,
+    .kernels = KILN_KERNELS(KILN_OP_softmax_fwd, KILN_OP_infogain_loss_fwd,
+                            KILN_OP_infogain_loss_bwd, KILN_OP_copy),
 };
 
 /* ---- HingeLoss ----------------------------------------------------------------------------- */
@@ -297,52 +246,25 @@ static int hinge_reshape(kiln_layer *l) {
   return kiln_blob_reshape(l->top[0], 0, NULL);
 }
 
-/* max(0, 1 + s x) for score x of class k, with s = -1 for the true class c. */
-static inline float hinge_margin(float x, int64_t k, int64_t c) {
-  const float v = 1 + (k == c ? -x : x);
-  return v > 0 ? v : 0;
-}
-
 static bool hinge_l2(const kiln_layer *l) {
   return KILN_PARAM_OR(l->lp->hinge_loss_param, hinge_defaults)->norm ==
          CAFFE__HINGE_LOSS_PARAMETER__NORM__L2;
 }
 
 static int hinge_forward(kiln_layer *l) {
-  const bool l2 = hinge_l2(l);
   const kiln_blob *x = l->bottom[0];
   const int64_t N = items(x), dim = N ? x->count / N : 0;
-  double loss = 0;
-  for (int64_t n = 0; n < N; n++) {
-    int64_t c;
-    KILN_TRY(class_of(l, l->bottom[1]->data[n], n, dim, &c));
-    for (int64_t k = 0; k < dim; k++) {
-      const float m = hinge_margin(x->data[n * dim + k], k, c);
-      loss += l2 ? (double)m * m : m;
-    }
-  }
-  l->top[0]->data[0] = (float)(loss / (double)(N ? N : 1));
-  return KILN_OK;
+  return in_layer(l, KILN_OP(l, hinge_loss_fwd, l->top[0]->data, x->data, l->bottom[1]->data, N,
+                             dim, hinge_l2(l)));
 }
 
 static int hinge_backward(kiln_layer *l) {
   KILN_TRY(refuse_label_gradient(l));
   if (!l->propagate_down[0]) return KILN_OK;
-  const bool l2 = hinge_l2(l);
   const kiln_blob *x = l->bottom[0];
   const int64_t N = items(x), dim = N ? x->count / N : 0;
-  const float scale = l->top[0]->diff[0] / (float)(N ? N : 1) * (l2 ? 2 : 1);
-  for (int64_t n = 0; n < N; n++) {
-    int64_t c;
-    KILN_TRY(class_of(l, l->bottom[1]->data[n], n, dim, &c));
-    float *d = l->bottom[0]->diff + n * dim;
-    for (int64_t k = 0; k < dim; k++) {
-      const float m = hinge_margin(x->data[n * dim + k], k, c);
-      const float g = l2 ? m : (float)(m > 0);
-      d[k] = (k == c ? -g : g) * scale;
-    }
-  }
-  return KILN_OK;
+  return in_layer(l, KILN_OP(l, hinge_loss_bwd, l->bottom[0]->diff, x->data, l->bottom[1]->data,
+                             l->top[0]->diff, N, dim, hinge_l2(l)));
 }
 
 const kiln_layer_ops kiln_layer_hinge_loss = {
@@ -350,4 +272,5 @@ const kiln_layer_ops kiln_layer_hinge_loss = {
     .is_loss = true,
     .setup = hinge_setup, .reshape = hinge_reshape, .forward = hinge_forward,
     .backward = hinge_backward,
+    .kernels = KILN_KERNELS(KILN_OP_hinge_loss_fwd, KILN_OP_hinge_loss_bwd),
 };

@@ -8,10 +8,6 @@
  *   (legacy: -g (a - b)); otherwise 0.
  * The 1e-4 is Caffe's guard against d = 0. y takes no gradient: force_backward asks none (Caffe's
  * AllowForceBackward) and a backward pass that asks for one is refused. */
-#include <math.h>
-#include <stdlib.h>
-#include <string.h>
-
 #include "layer_util.h"
 
 static const Caffe__ContrastiveLossParameter contrastive_defaults =
@@ -49,28 +45,9 @@ static int contrastive_forward(kiln_layer *l) {
   const Caffe__ContrastiveLossParameter *p =
       KILN_PARAM_OR(l->lp->contrastive_loss_param, contrastive_defaults);
   const kiln_blob *a = l->bottom[0];
-  const int64_t N = items(a), C = a->shape[1];
-  const float *x0 = a->data, *x1 = l->bottom[1]->data, *y = l->bottom[2]->data;
-  float *dist_sq = l->buffer[0]->data;
-  double loss = 0;
-  for (int64_t n = 0; n < N; n++) {
-    double d2 = 0;
-    for (int64_t c = 0; c < C; c++) {
-      const float d = x0[n * C + c] - x1[n * C + c];
-      d2 += (double)d * d;
-    }
-    dist_sq[n] = (float)d2;
-    if ((int)y[n]) {
-      loss += dist_sq[n];
-    } else if (p->legacy_version) {
-      loss += fmaxf(p->margin - dist_sq[n], 0);
-    } else {
-      const float m = fmaxf(p->margin - sqrtf(dist_sq[n]), 0);
-      loss += (double)m * m;
-    }
-  }
-  l->top[0]->data[0] = (float)(loss / (double)(N ? N : 1) / 2);
-  return KILN_OK;
+  return KILN_OP(l, contrastive_loss_fwd, l->top[0]->data, l->buffer[0]->data, a->data,
+                 l->bottom[1]->data, l->bottom[2]->data, items(a), a->shape[1], p->margin,
+                 p->legacy_version);
 }
 
 static int contrastive_backward(kiln_layer *l) {
@@ -78,30 +55,14 @@ static int contrastive_backward(kiln_layer *l) {
     return KILN_LAYER_ERROR(l, KILN_ERR_UNSUPPORTED,
                             "cannot backpropagate to the similarity labels (third bottom); set "
                             "propagate_down: false for it");
+  if (!l->propagate_down[0] && !l->propagate_down[1]) return KILN_OK;
   const Caffe__ContrastiveLossParameter *p =
       KILN_PARAM_OR(l->lp->contrastive_loss_param, contrastive_defaults);
   const kiln_blob *a = l->bottom[0];
-  const int64_t N = items(a), C = a->shape[1];
-  const float *x0 = a->data, *x1 = l->bottom[1]->data, *y = l->bottom[2]->data;
-  const float *dist_sq = l->buffer[0]->data;
-  for (int i = 0; i < 2; i++) {
-    if (!l->propagate_down[i]) continue;
-    const float alpha = (i == 0 ? 1 : -1) * l->top[0]->diff[0] / (float)(N ? N : 1);
-    float *dx = l->bottom[i]->diff;
-    for (int64_t n = 0; n < N; n++) {
-      float beta;
-      if ((int)y[n]) {
-        beta = alpha;
-      } else if (p->legacy_version) {
-        beta = p->margin - dist_sq[n] > 0 ? -alpha : 0;
-      } else {
-        const float dist = sqrtf(dist_sq[n]), mdist = p->margin - dist;
-        beta = mdist > 0 ? -alpha * mdist / (dist + 1e-4f) : 0;
-      }
-      for (int64_t c = 0; c < C; c++) dx[n * C + c] = beta * (x0[n * C + c] - x1[n * C + c]);
-    }
-  }
-  return KILN_OK;
+  return KILN_OP(l, contrastive_loss_bwd, l->propagate_down[0] ? l->bottom[0]->diff : NULL,
+                 l->propagate_down[1] ? l->bottom[1]->diff : NULL, a->data, l->bottom[1]->data,
+                 l->bottom[2]->data, l->buffer[0]->data, l->top[0]->diff, items(a), a->shape[1],
+                 p->margin, p->legacy_version);
 }
 
 static bool contrastive_allows_gradient(const kiln_layer *l, int b) {
@@ -114,4 +75,5 @@ const kiln_layer_ops kiln_layer_contrastive_loss = {
     .is_loss = true,
     .setup = contrastive_setup, .reshape = contrastive_reshape, .forward = contrastive_forward,
     .backward = contrastive_backward, .allows_gradient = contrastive_allows_gradient,
+    .kernels = KILN_KERNELS(KILN_OP_contrastive_loss_fwd, KILN_OP_contrastive_loss_bwd),
 };

@@ -20,33 +20,20 @@ static int euclidean_reshape(kiln_layer *l) {
 }
 
 static int euclidean_forward(kiln_layer *l) {
-  const float *a = l->bottom[0]->data, *b = l->bottom[1]->data;
-  int64_t n = l->bottom[0]->count;
-  double sum = 0; /* one thread, so the loss does not depend on the thread count */
-  for (int64_t i = 0; i < n; i++) {
-    double d = (double)a[i] - (double)b[i];
-    sum += d * d;
-  }
-  l->top[0]->data[0] = (float)(sum / (double)items(l->bottom[0]) / 2.0);
-  return KILN_OK;
+  return KILN_OP(l, euclidean_loss_fwd, l->top[0]->data, l->bottom[0]->data, l->bottom[1]->data,
+                 l->bottom[0]->count, items(l->bottom[0]));
 }
 
 static int euclidean_backward(kiln_layer *l) {
-  const float *a = l->bottom[0]->data, *b = l->bottom[1]->data;
-  int64_t n = l->bottom[0]->count;
-  float scale = l->top[0]->diff[0] / (float)items(l->bottom[0]);
-  for (int k = 0; k < 2; k++) {
-    if (!l->propagate_down[k]) continue;
-    float alpha = k == 0 ? scale : -scale;
-    float *dx = l->bottom[k]->diff;
-#pragma omp parallel for schedule(static) num_threads(l->nthreads) if (n > 32768)
-    for (int64_t i = 0; i < n; i++) dx[i] = alpha * (a[i] - b[i]);
-  }
-  return KILN_OK;
+  if (!l->propagate_down[0] && !l->propagate_down[1]) return KILN_OK;
+  return KILN_OP(l, euclidean_loss_bwd, l->propagate_down[0] ? l->bottom[0]->diff : NULL,
+                 l->propagate_down[1] ? l->bottom[1]->diff : NULL, l->bottom[0]->data,
+                 l->bottom[1]->data, l->top[0]->diff, l->bottom[0]->count, items(l->bottom[0]));
 }
 
 const kiln_layer_ops kiln_layer_euclidean_loss = {
     .type = "EuclideanLoss", .min_bottoms = 2, .max_bottoms = 2, .min_tops = 1, .max_tops = 1,
     .is_loss = true, .reshape = euclidean_reshape, .forward = euclidean_forward,
     .backward = euclidean_backward,
+    .kernels = KILN_KERNELS(KILN_OP_euclidean_loss_fwd, KILN_OP_euclidean_loss_bwd),
 };

@@ -5,10 +5,9 @@
  * blob may overwrite it. Threshold has no gradient: Caffe's backward is
  * NOT_IMPLEMENTED, and kiln's net refuses a backward pass that would need one (its table has no
  * backward). The constants are Caffe's: base -1 stands for e, and BNLL's gradient clamps its
- * input at 50 so that e^x stays finite. */
+ * input at 50 so that e^x stays finite. The arithmetic is in src/ops/neuron.c. */
 #include <math.h>
 #include <stdlib.h>
-#include <string.h>
 
 #include "layer_util.h"
 
@@ -30,9 +29,9 @@ static const float *saved_input(const kiln_layer *l) {
   return l->nbuffer > 0 ? l->buffer[0]->data : l->bottom[0]->data;
 }
 
-static void save_input(kiln_layer *l) {
-  if (l->nbuffer > 0)
-    memcpy(l->buffer[0]->data, l->bottom[0]->data, sizeof(float) * (size_t)l->bottom[0]->count);
+static int save_input(kiln_layer *l) {
+  if (l->nbuffer == 0) return KILN_OK;
+  return KILN_OP(l, copy, l->buffer[0]->data, l->bottom[0]->data, l->bottom[0]->count);
 }
 
 /* log(base) for Exp and Log: base -1 is e (exactly 1); any other base must be > 0 with a finite
@@ -76,26 +75,19 @@ static int exp_setup(kiln_layer *l) {
 
 static int exp_forward(kiln_layer *l) {
   const exp_state *s = l->priv;
-  const float *x = l->bottom[0]->data;
   float *y = l->top[0]->data;
-  const float inner = s->inner, outer = s->outer;
-  int64_t n = l->bottom[0]->count;
-#pragma omp parallel for schedule(static) num_threads(l->nthreads) if (n > 32768)
-  for (int64_t i = 0; i < n; i++) y[i] = outer * expf(inner * x[i]);
-  if (l->nbuffer > 0) memcpy(l->buffer[0]->data, y, sizeof(float) * (size_t)n);
+  const int64_t n = l->bottom[0]->count;
+  KILN_TRY(KILN_OP(l, exp_fwd, y, l->bottom[0]->data, n, s->inner, s->outer));
+  if (l->nbuffer > 0) KILN_TRY(KILN_OP(l, copy, l->buffer[0]->data, y, n));
   return KILN_OK;
 }
 
 static int exp_backward(kiln_layer *l) {
   if (!l->propagate_down[0]) return KILN_OK;
   const exp_state *s = l->priv;
-  const float *y = l->nbuffer > 0 ? l->buffer[0]->data : l->top[0]->data, *dy = l->top[0]->diff;
-  float *dx = l->bottom[0]->diff;
-  const float inner = s->inner;
-  int64_t n = l->bottom[0]->count;
-#pragma omp parallel for schedule(static) num_threads(l->nthreads) if (n > 32768)
-  for (int64_t i = 0; i < n; i++) dx[i] = y[i] * dy[i] * inner;
-  return KILN_OK;
+  const float *y = l->nbuffer > 0 ? l->buffer[0]->data : l->top[0]->data;
+  return KILN_OP(l, exp_bwd, l->bottom[0]->diff, l->top[0]->diff, y, l->bottom[0]->count,
+                 s->inner);
 }
 
 static void free_priv(kiln_layer *l) { free(l->priv); }
@@ -105,6 +97,7 @@ const kiln_layer_ops kiln_layer_exp = {
     .in_place = true,
     .setup = exp_setup, .reshape = neuron_reshape, .forward = exp_forward,
     .backward = exp_backward, .destroy = free_priv, .layout_role = kiln_layout_any,
+    .kernels = KILN_KERNELS(KILN_OP_copy, KILN_OP_exp_fwd, KILN_OP_exp_bwd),
 };
 
 /* ---- Log ----------------------------------------------------------------------------------- */
@@ -134,26 +127,16 @@ static int log_setup(kiln_layer *l) {
 
 static int log_forward(kiln_layer *l) {
   const log_state *s = l->priv;
-  save_input(l);
-  const float *x = l->bottom[0]->data;
-  float *y = l->top[0]->data;
-  const float scale = s->scale, shift = s->shift, base_scale = s->base_scale;
-  int64_t n = l->bottom[0]->count;
-#pragma omp parallel for schedule(static) num_threads(l->nthreads) if (n > 32768)
-  for (int64_t i = 0; i < n; i++) y[i] = logf(scale * x[i] + shift) * base_scale;
-  return KILN_OK;
+  KILN_TRY(save_input(l));
+  return KILN_OP(l, log_fwd, l->top[0]->data, l->bottom[0]->data, l->bottom[0]->count, s->scale,
+                 s->shift, s->base_scale);
 }
 
 static int log_backward(kiln_layer *l) {
   if (!l->propagate_down[0]) return KILN_OK;
   const log_state *s = l->priv;
-  const float *x = saved_input(l), *dy = l->top[0]->diff;
-  float *dx = l->bottom[0]->diff;
-  const float scale = s->scale, shift = s->shift, bs = s->backward_scale;
-  int64_t n = l->bottom[0]->count;
-#pragma omp parallel for schedule(static) num_threads(l->nthreads) if (n > 32768)
-  for (int64_t i = 0; i < n; i++) dx[i] = dy[i] * (bs / (scale * x[i] + shift));
-  return KILN_OK;
+  return KILN_OP(l, log_bwd, l->bottom[0]->diff, l->top[0]->diff, saved_input(l),
+                 l->bottom[0]->count, s->scale, s->shift, s->backward_scale);
 }
 
 const kiln_layer_ops kiln_layer_log = {
@@ -161,38 +144,22 @@ const kiln_layer_ops kiln_layer_log = {
     .in_place = true,
     .setup = log_setup, .reshape = neuron_reshape, .forward = log_forward,
     .backward = log_backward, .destroy = free_priv, .layout_role = kiln_layout_any,
+    .kernels = KILN_KERNELS(KILN_OP_copy, KILN_OP_log_fwd, KILN_OP_log_bwd),
 };
 
 /* ---- BNLL ---------------------------------------------------------------------------------- */
 /* y = log(1 + e^x), as x + log(1 + e^-x) for x > 0 so that e^x never overflows;
  * dx = dy e^x / (1 + e^x) with x clamped at 50 (Caffe's kBNLL_THRESHOLD). */
 
-#define BNLL_THRESHOLD 50.0
-
 static int bnll_forward(kiln_layer *l) {
-  save_input(l);
-  const float *x = l->bottom[0]->data;
-  float *y = l->top[0]->data;
-  int64_t n = l->bottom[0]->count;
-#pragma omp parallel for schedule(static) num_threads(l->nthreads) if (n > 32768)
-  for (int64_t i = 0; i < n; i++) {
-    const double v = x[i];
-    y[i] = (float)(v > 0 ? v + log1p(exp(-v)) : log1p(exp(v)));
-  }
-  return KILN_OK;
+  KILN_TRY(save_input(l));
+  return KILN_OP(l, bnll_fwd, l->top[0]->data, l->bottom[0]->data, l->bottom[0]->count);
 }
 
 static int bnll_backward(kiln_layer *l) {
   if (!l->propagate_down[0]) return KILN_OK;
-  const float *x = saved_input(l), *dy = l->top[0]->diff;
-  float *dx = l->bottom[0]->diff;
-  int64_t n = l->bottom[0]->count;
-#pragma omp parallel for schedule(static) num_threads(l->nthreads) if (n > 32768)
-  for (int64_t i = 0; i < n; i++) {
-    const double e = exp(fmin((double)x[i], BNLL_THRESHOLD));
-    dx[i] = (float)(dy[i] * e / (e + 1));
-  }
-  return KILN_OK;
+  return KILN_OP(l, bnll_bwd, l->bottom[0]->diff, l->top[0]->diff, saved_input(l),
+                 l->bottom[0]->count);
 }
 
 const kiln_layer_ops kiln_layer_bnll = {
@@ -200,6 +167,7 @@ const kiln_layer_ops kiln_layer_bnll = {
     .in_place = true,
     .setup = input_copy_setup, .reshape = neuron_reshape, .forward = bnll_forward,
     .backward = bnll_backward, .layout_role = kiln_layout_any,
+    .kernels = KILN_KERNELS(KILN_OP_copy, KILN_OP_bnll_fwd, KILN_OP_bnll_bwd),
 };
 
 /* ---- Threshold ----------------------------------------------------------------------------- */
@@ -208,16 +176,12 @@ static const Caffe__ThresholdParameter threshold_defaults = CAFFE__THRESHOLD_PAR
 
 static int threshold_forward(kiln_layer *l) {
   const float t = KILN_PARAM_OR(l->lp->threshold_param, threshold_defaults)->threshold;
-  const float *x = l->bottom[0]->data;
-  float *y = l->top[0]->data;
-  int64_t n = l->bottom[0]->count;
-#pragma omp parallel for simd schedule(static) num_threads(l->nthreads) if (parallel: n > 32768)
-  for (int64_t i = 0; i < n; i++) y[i] = x[i] > t ? 1.0f : 0.0f;
-  return KILN_OK;
+  return KILN_OP(l, threshold_fwd, l->top[0]->data, l->bottom[0]->data, l->bottom[0]->count, t);
 }
 
 const kiln_layer_ops kiln_layer_threshold = {
     .type = "Threshold", .min_bottoms = 1, .max_bottoms = 1, .min_tops = 1, .max_tops = 1,
     .in_place = true,
     .reshape = neuron_reshape, .forward = threshold_forward, .layout_role = kiln_layout_any,
+    .kernels = KILN_KERNELS(KILN_OP_threshold_fwd),
 };

@@ -5,7 +5,6 @@
  * with elementwise_affine false. Unlike BatchNorm it keeps no statistics: TRAIN and TEST compute
  * the same. Each sample's statistics are taken in double. The normalized input and each sample's
  * 1 / sqrt(var + eps) are kept for backward, so the layer may run in place. */
-#include <math.h>
 #include <stdlib.h>
 
 #include "layer_util.h"
@@ -72,92 +71,22 @@ static int ln_reshape(kiln_layer *l) {
 
 static int ln_forward(kiln_layer *l) {
   ln_state *s = l->priv;
-  const int64_t M = s->M, K = s->K;
-  const float *x = l->bottom[0]->data;
   const float *g = s->gain ? l->param[0]->data : NULL;
   const float *b = s->bias ? l->param[1]->data : NULL;
-  float *y = l->top[0]->data, *xhat = l->buffer[B_XHAT]->data, *rstd = l->buffer[B_RSTD]->data;
-  const double eps = s->eps;
-#pragma omp parallel for schedule(static) num_threads(l->nthreads) if (M * K > 32768)
-  for (int64_t m = 0; m < M; m++) {
-    const float *xr = x + m * K;
-    /* omp simd: the sums run in vector lanes that are added at the end, in an order fixed by
-     * the build, not by the thread count (a row is one thread's). */
-    double sum = 0, sq = 0;
-#pragma omp simd reduction(+ : sum)
-    for (int64_t k = 0; k < K; k++) sum += xr[k];
-    const double mean = sum / (double)K;
-#pragma omp simd reduction(+ : sq)
-    for (int64_t k = 0; k < K; k++) {
-      double d = xr[k] - mean;
-      sq += d * d;
-    }
-    const double r = 1.0 / sqrt(sq / (double)K + eps);
-    rstd[m] = (float)r;
-    float *hr = xhat + m * K, *yr = y + m * K; /* yr may be xr (in place): read before written */
-    for (int64_t k = 0; k < K; k++) {
-      const float h = (float)((xr[k] - mean) * r);
-      hr[k] = h;
-      yr[k] = g ? (b ? h * g[k] + b[k] : h * g[k]) : h;
-    }
-  }
-  return KILN_OK;
+  return KILN_OP(l, layer_norm_fwd, l->top[0]->data, l->buffer[B_XHAT]->data,
+                 l->buffer[B_RSTD]->data, l->bottom[0]->data, g, b, s->M, s->K, s->eps);
 }
 
 /* With dh = dy * gain: dx = rstd (dh - mean(dh) - x_hat mean(dh x_hat)) per sample;
- * dgain += sum over samples of dy x_hat, dbias += sum of dy. The parameter gradients are taken
- * first, since in place dx overwrites dy; each of their elements adds the samples in order on
- * one thread, whatever the thread count. */
+ * dgain += sum over samples of dy x_hat, dbias += sum of dy. The op takes the parameter
+ * gradients first, since in place dx overwrites dy. */
 static int ln_backward(kiln_layer *l) {
   ln_state *s = l->priv;
-  const int64_t M = s->M, K = s->K;
-  const float *dy = l->top[0]->diff, *xhat = l->buffer[B_XHAT]->data;
-  const float *rstd = l->buffer[B_RSTD]->data;
-  if (s->gain) {
-    enum { W = 64 };
-    float *dg = l->param[0]->diff, *db = s->bias ? l->param[1]->diff : NULL;
-    const int64_t nblk = (K + W - 1) / W;
-#pragma omp parallel for schedule(static) num_threads(l->nthreads) if (M * K > 32768)
-    for (int64_t cb = 0; cb < nblk; cb++) {
-      const int64_t k0 = cb * W, w = K - k0 < W ? K - k0 : W;
-      double ag[W] = {0}, ab[W] = {0};
-      for (int64_t m = 0; m < M; m++) {
-        const float *dr = dy + m * K + k0, *hr = xhat + m * K + k0;
-#pragma omp simd
-        for (int64_t j = 0; j < w; j++) {
-          ag[j] += (double)dr[j] * hr[j];
-          ab[j] += dr[j];
-        }
-      }
-      for (int64_t j = 0; j < w; j++) {
-        dg[k0 + j] += (float)ag[j];
-        if (db) db[k0 + j] += (float)ab[j];
-      }
-    }
-  }
-  if (!l->propagate_down[0]) return KILN_OK;
-  const float *g = s->gain ? l->param[0]->data : NULL;
-  float *dx = l->bottom[0]->diff;
-#pragma omp parallel for schedule(static) num_threads(l->nthreads) if (M * K > 32768)
-  for (int64_t m = 0; m < M; m++) {
-    const float *dr = dy + m * K, *hr = xhat + m * K;
-    double a = 0, c = 0;
-#pragma omp simd reduction(+ : a, c)
-    for (int64_t k = 0; k < K; k++) {
-      const double dh = g ? (double)dr[k] * g[k] : dr[k];
-      a += dh;
-      c += dh * hr[k];
-    }
-    a /= (double)K;
-    c /= (double)K;
-    const float r = rstd[m], fa = (float)a, fc = (float)c;
-    float *xr = dx + m * K; /* may be dr (in place): each element read before written */
-    for (int64_t k = 0; k < K; k++) {
-      const float dh = g ? dr[k] * g[k] : dr[k];
-      xr[k] = r * (dh - fa - hr[k] * fc);
-    }
-  }
-  return KILN_OK;
+  float *dg = s->gain ? l->param[0]->diff : NULL, *db = s->bias ? l->param[1]->diff : NULL;
+  float *dx = l->propagate_down[0] ? l->bottom[0]->diff : NULL;
+  if (!dg && !dx) return KILN_OK;
+  return KILN_OP(l, layer_norm_bwd, dx, dg, db, l->top[0]->diff, l->buffer[B_XHAT]->data,
+                 l->buffer[B_RSTD]->data, s->gain ? l->param[0]->data : NULL, s->M, s->K);
 }
 
 static void ln_destroy(kiln_layer *l) { free(l->priv); }
@@ -167,4 +96,5 @@ const kiln_layer_ops kiln_layer_layer_norm = {
     .in_place = true,
     .setup = ln_setup, .reshape = ln_reshape, .forward = ln_forward, .backward = ln_backward,
     .destroy = ln_destroy,
+    .kernels = KILN_KERNELS(KILN_OP_layer_norm_fwd, KILN_OP_layer_norm_bwd),
 };

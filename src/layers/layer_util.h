@@ -37,85 +37,9 @@ static inline unsigned kiln_reads_top0(const kiln_layer *l) {
   return KILN_READS_TOP(0);
 }
 
-/* Per-channel sums over a BLOCKED16 (nChw16c) tensor of N images, C channels and S = H*W: for
- * the 16 channels of block cb, sum[k] = sum over n, i of a(n, 16 cb + k, i) (times b's when b is
- * not NULL), in double, in a fixed order. */
-static inline void kiln_block16_sums(double sum[16], const float *a, const float *b, int64_t N,
-                                     int64_t CB, int64_t cb, int64_t S) {
-  double acc[16] = {0};
-  for (int64_t n = 0; n < N; n++) {
-    const int64_t off = (n * CB + cb) * S * 16;
-    const float *pa = a + off;
-    if (b) {
-      const float *pb = b + off;
-      for (int64_t i = 0; i < S; i++)
-#pragma omp simd
-        for (int k = 0; k < 16; k++) acc[k] += (double)pa[i * 16 + k] * pb[i * 16 + k];
-    } else {
-      for (int64_t i = 0; i < S; i++)
-#pragma omp simd
-        for (int k = 0; k < 16; k++) acc[k] += pa[i * 16 + k];
-    }
-  }
-  for (int k = 0; k < 16; k++) sum[k] = acc[k];
-}
-
-/* Both at once, in one pass: sum[k] of a, and dot[k] of a * b (the same bits as two calls). */
-static inline void kiln_block16_sum_dot(double sum[16], double dot[16], const float *a,
-                                        const float *b, int64_t N, int64_t CB, int64_t cb,
-                                        int64_t S) {
-  double as[16] = {0}, ad[16] = {0};
-  for (int64_t n = 0; n < N; n++) {
-    const int64_t off = (n * CB + cb) * S * 16;
-    const float *pa = a + off, *pb = b + off;
-    for (int64_t i = 0; i < S; i++)
-#pragma omp simd
-      for (int k = 0; k < 16; k++) {
-        as[k] += pa[i * 16 + k];
-        ad[k] += (double)pa[i * 16 + k] * pb[i * 16 + k];
-      }
-  }
-  for (int k = 0; k < 16; k++) sum[k] = as[k], dot[k] = ad[k];
-}
-
 /* Elements of the bottom at axes [from, to). */
 static inline int64_t kiln_count(const kiln_blob *b, int from, int to) {
   return kiln_blob_count_range(b, from, to);
-}
-
-/* Sums over one channel's planes (N planes of S floats, `stride` apart), in double, with eight
- * partial sums taken in a fixed order: independent additions (one dependent chain waits ~4
- * cycles per element) that the compiler can vectorise, and the same result for any thread
- * count. kiln_plane_dot sums a * b the same way. */
-enum { KILN_SUM_LANES = 8 };
-
-static inline double kiln_plane_sum(const float *x, int64_t N, int64_t stride, int64_t S) {
-  double acc[KILN_SUM_LANES] = {0};
-  for (int64_t n = 0; n < N; n++) {
-    const float *p = x + n * stride;
-    int64_t i = 0;
-    for (; i + KILN_SUM_LANES <= S; i += KILN_SUM_LANES)
-      for (int k = 0; k < KILN_SUM_LANES; k++) acc[k] += p[i + k];
-    for (; i < S; i++) acc[i % KILN_SUM_LANES] += p[i];
-  }
-  double t = 0;
-  for (int k = 0; k < KILN_SUM_LANES; k++) t += acc[k];
-  return t;
-}
-
-static inline double kiln_plane_dot(const float *a, const float *b, int64_t N, int64_t stride,
-                                    int64_t S) {
-  double acc[KILN_SUM_LANES] = {0};
-  for (int64_t n = 0; n < N; n++) {
-    const float *p = a + n * stride, *q = b + n * stride;
-    int64_t i = 0;
-    for (; i + KILN_SUM_LANES <= S; i += KILN_SUM_LANES)
-      for (int k = 0; k < KILN_SUM_LANES; k++) acc[k] += (double)p[i + k] * q[i + k];
-    for (; i < S; i++) acc[i % KILN_SUM_LANES] += (double)p[i] * q[i];
-  }
-  double t = 0;
-  for (int k = 0; k < KILN_SUM_LANES; k++) t += acc[k];
-  return t;
 }
 
 /* For fuse hooks: whether `next` offers to do `kind` in place on `blob`, and what it offers in
@@ -185,54 +109,9 @@ int kiln_batch_share_next(kiln_layer *l, kiln_batch_share *s, uint64_t *first, i
 uint64_t kiln_batch_share_cursor(const kiln_batch_share *s);
 void kiln_batch_share_set_cursor(kiln_batch_share *s, uint64_t cursor);
 
-/* exp, the logistic function and tanh in float, written so that a loop of them vectorizes (no
- * calls into libm, no branches): the recurrent layers evaluate several per state element and
- * step, and libm's scalar expf and tanhf took most of an LSTM's element-wise time. exp splits
- * x into n ln 2 + r with |r| <= ln 2 / 2 (ln 2 in two parts, so r is exact), takes e^r from its
- * Taylor series to r^6 (the next term is below 2^-24 relative) and builds 2^n in the exponent
- * bits; x is held to [-87, 88], where e^x is a normal float. The others follow from it, to
- * within a few units of 2^-24 absolute; near 0, tanh's relative error is larger than libm's. */
-static inline float kiln_vexpf(float x) {
-  x = x < -87.0f ? -87.0f : x > 88.0f ? 88.0f : x;
-  /* round to nearest: adding 1.5 * 2^23 pushes the fraction out of the mantissa */
-  const float n = (x * 1.44269504f + 12582912.0f) - 12582912.0f;
-  const float r = (x - n * 0.693145752f) - n * 1.42860677e-06f;
-  float p = 1.0f / 720.0f;
-  p = p * r + 1.0f / 120.0f;
-  p = p * r + 1.0f / 24.0f;
-  p = p * r + 1.0f / 6.0f;
-  p = p * r + 0.5f;
-  p = p * r + 1.0f;
-  p = p * r + 1.0f;
-  union {
-    int32_t i;
-    float f;
-  } two_n = {.i = ((int32_t)n + 127) << 23};
-  return p * two_n.f;
-}
-static inline float kiln_vsigmoidf(float x) { return 1.0f / (1.0f + kiln_vexpf(-x)); }
-/* erfc, vectorizable, for GELU's Phi: erfc(|z|) = t exp(-z^2 + P(t)) with t = 1 / (1 + |z| / 2)
- * and P a degree-9 polynomial (the Chebyshev fit published in Numerical Recipes, fractional
- * error under 1.2e-7 in exact arithmetic), and erfc(-z) = 2 - erfc(z). In float, z^2 costs
- * some digits for large z: within 4e-6 relative up to z = 9 (erfc 4e-37), 3.1e-7 absolute
- * everywhere; beyond 9.3 the exp floor makes it about 1e-38 rather than smaller. */
-static inline float kiln_verfcf(float z) {
-  const float a = z < 0 ? -z : z;
-  const float t = 1.0f / (1.0f + 0.5f * a);
-  float p = 0.17087277f;
-  p = p * t - 0.82215223f;
-  p = p * t + 1.48851587f;
-  p = p * t - 1.13520398f;
-  p = p * t + 0.27886807f;
-  p = p * t - 0.18628806f;
-  p = p * t + 0.09678418f;
-  p = p * t + 0.37409196f;
-  p = p * t + 1.00002368f;
-  p = p * t - 1.26551223f;
-  const float r = t * kiln_vexpf(p - a * a);
-  return z < 0 ? 2.0f - r : r;
-}
-static inline float kiln_vtanhf(float x) { return 1.0f - 2.0f / (kiln_vexpf(2.0f * x) + 1.0f); }
+/* exp, the logistic function, erfc and tanh that vectorize (kiln_vexpf, kiln_vsigmoidf,
+ * kiln_verfcf, kiln_vtanhf): src/ops/vmath.h, shared with the kernels. */
+#include "ops/vmath.h"
 
 /* One LSTM cell in Caffe's arithmetic (its LSTMUnit's), for the LSTM layer and LSTMUnit alike.
  * a[0], a[H], a[2H], a[3H]: the pre-activations of the unit's gates (input, forget, output,

@@ -13,9 +13,6 @@
  * layer working in place on the output cannot corrupt this gradient. In place, the input is
  * copied aside in forward; the backward pass first gathers dy x s^(-beta-1) for the whole image
  * into the workspace, so overwriting dy with dx afterwards is safe. */
-#include <math.h>
-#include <string.h>
-
 #include "layer_util.h"
 
 static const Caffe__LRNParameter lrn_defaults = CAFFE__LRNPARAMETER__INIT;
@@ -24,7 +21,7 @@ enum { LRN_SCALE, LRN_INPUT }; /* buffers */
 
 typedef struct {
   int64_t N, C, H, W;
-  int64_t size, half;
+  int64_t size;
   bool across;
   float alpha_over_n, beta, k;
 } lrn_dims;
@@ -33,7 +30,7 @@ static lrn_dims dims_of(const kiln_layer *l) {
   const Caffe__LRNParameter *p = KILN_PARAM_OR(l->lp->lrn_param, lrn_defaults);
   const kiln_blob *x = l->bottom[0];
   lrn_dims d = {.N = x->shape[0], .C = x->shape[1], .H = x->shape[2], .W = x->shape[3],
-                .size = p->local_size, .half = ((int64_t)p->local_size - 1) / 2,
+                .size = p->local_size,
                 .across = p->norm_region == CAFFE__LRNPARAMETER__NORM_REGION__ACROSS_CHANNELS,
                 .beta = p->beta};
   double n = d.across ? (double)d.size : (double)d.size * (double)d.size;
@@ -73,84 +70,27 @@ static int lrn_reshape(kiln_layer *l) {
   return kiln_blob_reshape_like(l->top[0], x);
 }
 
-/* Sum of v over the window around (c, h, w) of one C x H x W image, squared first if `square`. */
-static inline double window_sum(const float *v, const lrn_dims *d, int64_t c, int64_t h,
-                                int64_t w, bool square) {
-  double s = 0;
-  int64_t HW = d->H * d->W;
-  if (d->across) {
-    int64_t c0 = c - d->half < 0 ? 0 : c - d->half;
-    int64_t c1 = c + d->half >= d->C ? d->C - 1 : c + d->half;
-    for (int64_t cc = c0; cc <= c1; cc++) {
-      float t = v[cc * HW + h * d->W + w];
-      s += square ? (double)t * t : t;
-    }
-  } else {
-    int64_t h0 = h - d->half < 0 ? 0 : h - d->half;
-    int64_t h1 = h + d->half >= d->H ? d->H - 1 : h + d->half;
-    int64_t w0 = w - d->half < 0 ? 0 : w - d->half;
-    int64_t w1 = w + d->half >= d->W ? d->W - 1 : w + d->half;
-    const float *plane = v + c * HW;
-    for (int64_t hh = h0; hh <= h1; hh++)
-      for (int64_t ww = w0; ww <= w1; ww++) {
-        float t = plane[hh * d->W + ww];
-        s += square ? (double)t * t : t;
-      }
-  }
-  return s;
-}
-
+/* In place, the input is copied aside first: the top overwrites the bottom, and backward reads
+ * the input. */
 static int lrn_forward(kiln_layer *l) {
   lrn_dims d = dims_of(l);
   const float *x = l->bottom[0]->data;
-  float *y = l->top[0]->data, *scale = l->buffer[LRN_SCALE]->data;
-  int64_t chw = d.C * d.H * d.W;
   if (l->nbuffer > LRN_INPUT) {
-    memcpy(l->buffer[LRN_INPUT]->data, x, sizeof(float) * (size_t)l->bottom[0]->count);
-    x = l->buffer[LRN_INPUT]->data; /* the top overwrites the bottom below */
+    KILN_TRY(KILN_OP(l, copy, l->buffer[LRN_INPUT]->data, x, l->bottom[0]->count));
+    x = l->buffer[LRN_INPUT]->data;
   }
-  int64_t rows = d.N * d.C;
-#pragma omp parallel for schedule(static) num_threads(l->nthreads) if (rows * d.H * d.W > 8192)
-  for (int64_t r = 0; r < rows; r++) {
-    int64_t n = r / d.C, c = r % d.C;
-    const float *img = x + n * chw;
-    float *s = scale + r * d.H * d.W;
-    for (int64_t h = 0; h < d.H; h++)
-      for (int64_t w = 0; w < d.W; w++)
-        s[h * d.W + w] = d.k + d.alpha_over_n * (float)window_sum(img, &d, c, h, w, true);
-  }
-  int64_t count = l->bottom[0]->count;
-#pragma omp parallel for schedule(static) num_threads(l->nthreads) if (count > 32768)
-  for (int64_t i = 0; i < count; i++) y[i] = x[i] * powf(scale[i], -d.beta);
-  return KILN_OK;
+  return KILN_OP(l, lrn_fwd, l->top[0]->data, l->buffer[LRN_SCALE]->data, x, d.N, d.C, d.H, d.W,
+                 d.size, d.across, d.alpha_over_n, d.beta, d.k);
 }
 
+/* The workspace takes s^-beta and the ratios of one image. */
 static int lrn_backward(kiln_layer *l) {
   if (!l->propagate_down[0]) return KILN_OK;
   lrn_dims d = dims_of(l);
   const float *x = l->nbuffer > LRN_INPUT ? l->buffer[LRN_INPUT]->data : l->bottom[0]->data;
-  const float *dy = l->top[0]->diff, *scale = l->buffer[LRN_SCALE]->data;
-  float *dx = l->bottom[0]->diff;
-  int64_t chw = d.C * d.H * d.W;
-  float *pw = l->workspace, *ratio = l->workspace + chw; /* s^-beta; dy x s^(-beta-1) */
-  float coef = 2.0f * d.alpha_over_n * d.beta;
-  for (int64_t n = 0; n < d.N; n++) {
-    int64_t off = n * chw;
-#pragma omp parallel for schedule(static) num_threads(l->nthreads) if (chw > 32768)
-    for (int64_t i = 0; i < chw; i++) {
-      pw[i] = powf(scale[off + i], -d.beta);
-      ratio[i] = dy[off + i] * x[off + i] * pw[i] / scale[off + i];
-    }
-#pragma omp parallel for schedule(static) num_threads(l->nthreads) if (chw > 8192)
-    for (int64_t c = 0; c < d.C; c++)
-      for (int64_t h = 0; h < d.H; h++)
-        for (int64_t w = 0; w < d.W; w++) {
-          int64_t j = (c * d.H + h) * d.W + w;
-          float acc = (float)window_sum(ratio, &d, c, h, w, false);
-          dx[off + j] = dy[off + j] * pw[j] - coef * x[off + j] * acc;
-        }
-  }
-  return KILN_OK;
+  return KILN_OP(l, lrn_bwd, l->bottom[0]->diff, l->workspace, l->top[0]->diff, x,
+                 l->buffer[LRN_SCALE]->data, d.N, d.C, d.H, d.W, d.size, d.across,
+                 d.alpha_over_n, d.beta);
 }
 
 /* The input, unless a buffer keeps a copy of it. */
@@ -162,4 +102,5 @@ const kiln_layer_ops kiln_layer_lrn = {
     .type = "LRN", .min_bottoms = 1, .max_bottoms = 1, .min_tops = 1, .max_tops = 1,
     .setup = lrn_setup, .reshape = lrn_reshape, .forward = lrn_forward, .backward = lrn_backward,
     .backward_reads = lrn_backward_reads,
+    .kernels = KILN_KERNELS(KILN_OP_copy, KILN_OP_lrn_fwd, KILN_OP_lrn_bwd),
 };

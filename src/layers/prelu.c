@@ -1,9 +1,8 @@
 /* PReLU: y = max(x, 0) + a_c min(x, 0) with a learned slope a_c per channel (axis 1), or one slope
  * for all channels with channel_shared (Caffe's PReLULayer). The slopes start at 0.25 unless a
  * filler says otherwise. Learned slopes may be negative, so the output does not tell the input's
- * sign: in place, the layer keeps a copy of its input for the backward pass. */
-#include <string.h>
-
+ * sign: in place, the layer keeps a copy of its input for the backward pass. The arithmetic is in
+ * src/ops/neuron.c. */
 #include "layer_util.h"
 
 static const Caffe__PReLUParameter prelu_defaults = CAFFE__PRE_LUPARAMETER__INIT;
@@ -62,60 +61,23 @@ static prelu_dims dims_of(const kiln_layer *l) {
 
 static int prelu_forward(kiln_layer *l) {
   prelu_dims d = dims_of(l);
-  const float *x = l->bottom[0]->data, *a = l->param[0]->data;
-  float *y = l->top[0]->data;
-  if (l->nbuffer > 0)
-    memcpy(l->buffer[0]->data, x, sizeof(float) * (size_t)l->bottom[0]->count);
-  int64_t rows = d.N * d.C;
-#pragma omp parallel for schedule(static) num_threads(l->nthreads) if (rows * d.D > 32768)
-  for (int64_t r = 0; r < rows; r++) {
-    float slope = a[d.shared ? 0 : r % d.C];
-    const float *xr = x + r * d.D;
-    float *yr = y + r * d.D;
-    for (int64_t j = 0; j < d.D; j++) yr[j] = xr[j] > 0 ? xr[j] : slope * xr[j];
-  }
-  return KILN_OK;
+  const float *x = l->bottom[0]->data;
+  if (l->nbuffer > 0) KILN_TRY(KILN_OP(l, copy, l->buffer[0]->data, x, l->bottom[0]->count));
+  return KILN_OP(l, prelu_fwd, l->top[0]->data, x, l->param[0]->data, d.N, d.C, d.D, d.shared);
 }
 
-/* Slopes: da_c += sum over x <= 0 in channel c of dy x (accumulated). Input: dx = dy where
- * x > 0, a_c dy elsewhere. The slope gradient reads dy before dx overwrites it (they are the same
- * memory in place). */
+/* Slopes: da_c += sum over x <= 0 in channel c of dy x (accumulated), through per-channel sums
+ * in the workspace. Input: dx = dy where x > 0, a_c dy elsewhere. The slope gradient reads dy
+ * before dx overwrites it (they are the same memory in place). */
 static int prelu_backward(kiln_layer *l) {
   prelu_dims d = dims_of(l);
   const float *x = l->nbuffer > 0 ? l->buffer[0]->data : l->bottom[0]->data;
-  const float *dy = l->top[0]->diff, *a = l->param[0]->data;
-  float *da = l->param[0]->diff;
-  /* Per-channel sums first (each channel summed in image order, so the result does not
-   * depend on the thread count), then added to the slope gradients. */
-  double *sums = (double *)l->workspace;
-#pragma omp parallel for schedule(static) num_threads(l->nthreads) if (d.N * d.C * d.D > 32768)
-  for (int64_t c = 0; c < d.C; c++) {
-    double sum = 0;
-    for (int64_t n = 0; n < d.N; n++) {
-      const float *xr = x + (n * d.C + c) * d.D, *dyr = dy + (n * d.C + c) * d.D;
-      for (int64_t j = 0; j < d.D; j++)
-        if (xr[j] <= 0) sum += (double)dyr[j] * xr[j];
-    }
-    sums[c] = sum;
-  }
-  if (d.shared) {
-    double total = 0;
-    for (int64_t c = 0; c < d.C; c++) total += sums[c];
-    da[0] += (float)total;
-  } else {
-    for (int64_t c = 0; c < d.C; c++) da[c] += (float)sums[c];
-  }
+  const float *dy = l->top[0]->diff;
+  KILN_TRY(KILN_OP(l, prelu_slope_bwd, l->param[0]->diff, x, dy, (double *)l->workspace, d.N,
+                   d.C, d.D, d.shared));
   if (!l->propagate_down[0]) return KILN_OK;
-  float *dx = l->bottom[0]->diff;
-  int64_t rows = d.N * d.C;
-#pragma omp parallel for schedule(static) num_threads(l->nthreads) if (rows * d.D > 32768)
-  for (int64_t r = 0; r < rows; r++) {
-    float slope = a[d.shared ? 0 : r % d.C];
-    const float *xr = x + r * d.D, *dyr = dy + r * d.D;
-    float *dxr = dx + r * d.D;
-    for (int64_t j = 0; j < d.D; j++) dxr[j] = xr[j] > 0 ? dyr[j] : slope * dyr[j];
-  }
-  return KILN_OK;
+  return KILN_OP(l, prelu_bwd, l->bottom[0]->diff, dy, x, l->param[0]->data, d.N, d.C, d.D,
+                 d.shared);
 }
 
 const kiln_layer_ops kiln_layer_prelu = {
@@ -123,4 +85,6 @@ const kiln_layer_ops kiln_layer_prelu = {
     .in_place = true,
     .setup = prelu_setup, .reshape = prelu_reshape, .forward = prelu_forward,
     .backward = prelu_backward,
+    .kernels = KILN_KERNELS(KILN_OP_copy, KILN_OP_prelu_fwd, KILN_OP_prelu_bwd,
+                            KILN_OP_prelu_slope_bwd),
 };

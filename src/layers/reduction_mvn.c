@@ -3,9 +3,7 @@
  * less their mean and, with normalize_variance, over their standard deviation plus eps), with
  * Caffe's semantics. Sums are taken in double in a fixed order, so results do not depend on the
  * thread count. */
-#include <math.h>
 #include <stdlib.h>
-#include <string.h>
 
 #include "layer_util.h"
 
@@ -61,63 +59,33 @@ static int reduction_reshape(kiln_layer *l) {
   return kiln_blob_reshape(l->top[0], axis, x->shape);
 }
 
-static int reduction_forward(kiln_layer *l) {
-  const Caffe__ReductionParameter *p = reduction_param(l);
-  const reduction_state *s = l->priv;
-  const float *x = l->bottom[0]->data;
-  float *y = l->top[0]->data;
-  const int64_t dim = s->dim;
-#pragma omp parallel for schedule(static) num_threads(l->nthreads) if (s->num * dim > 32768)
-  for (int64_t n = 0; n < s->num; n++) {
-    const float *v = x + n * dim;
-    double t = 0;
-    switch (p->operation) {
-      case CAFFE__REDUCTION_PARAMETER__REDUCTION_OP__ASUM:
-        for (int64_t i = 0; i < dim; i++) t += fabsf(v[i]);
-        break;
-      case CAFFE__REDUCTION_PARAMETER__REDUCTION_OP__SUMSQ:
-        for (int64_t i = 0; i < dim; i++) t += (double)v[i] * v[i];
-        break;
-      default: /* SUM, MEAN */
-        for (int64_t i = 0; i < dim; i++) t += v[i];
-        break;
-    }
-    y[n] = (float)(t * s->coeff);
+/* MEAN is SUM with coeff / dim (reduction_reshape). */
+static kiln_reduce_kind reduction_kind(const kiln_layer *l) {
+  switch (reduction_param(l)->operation) {
+    case CAFFE__REDUCTION_PARAMETER__REDUCTION_OP__ASUM: return KILN_REDUCE_ASUM;
+    case CAFFE__REDUCTION_PARAMETER__REDUCTION_OP__SUMSQ: return KILN_REDUCE_SUMSQ;
+    default: return KILN_REDUCE_SUM; /* SUM, MEAN */
   }
-  return KILN_OK;
+}
+
+static int reduction_forward(kiln_layer *l) {
+  const reduction_state *s = l->priv;
+  return KILN_OP(l, reduction_fwd, l->top[0]->data, l->bottom[0]->data, s->num, s->dim,
+                 reduction_kind(l), s->coeff);
 }
 
 static int reduction_backward(kiln_layer *l) {
   if (!l->propagate_down[0]) return KILN_OK;
-  const Caffe__ReductionParameter *p = reduction_param(l);
   const reduction_state *s = l->priv;
-  const float *x = l->bottom[0]->data, *dy = l->top[0]->diff;
-  float *dx = l->bottom[0]->diff;
-  const int64_t dim = s->dim;
-#pragma omp parallel for schedule(static) num_threads(l->nthreads) if (s->num * dim > 32768)
-  for (int64_t n = 0; n < s->num; n++) {
-    const float g = dy[n] * s->coeff;
-    const float *v = x + n * dim;
-    float *d = dx + n * dim;
-    switch (p->operation) {
-      case CAFFE__REDUCTION_PARAMETER__REDUCTION_OP__ASUM:
-        for (int64_t i = 0; i < dim; i++) d[i] = (float)((v[i] > 0) - (v[i] < 0)) * g;
-        break;
-      case CAFFE__REDUCTION_PARAMETER__REDUCTION_OP__SUMSQ:
-        for (int64_t i = 0; i < dim; i++) d[i] = 2 * v[i] * g;
-        break;
-      default:
-        for (int64_t i = 0; i < dim; i++) d[i] = g;
-        break;
-    }
-  }
-  return KILN_OK;
+  return KILN_OP(l, reduction_bwd, l->bottom[0]->diff, l->top[0]->diff, l->bottom[0]->data,
+                 s->num, s->dim, reduction_kind(l), s->coeff);
 }
 
 const kiln_layer_ops kiln_layer_reduction = {
     .type = "Reduction", .min_bottoms = 1, .max_bottoms = 1, .min_tops = 1, .max_tops = 1,
     .setup = reduction_setup, .reshape = reduction_reshape, .forward = reduction_forward,
     .backward = reduction_backward, .destroy = free_priv,
+    .kernels = KILN_KERNELS(KILN_OP_reduction_fwd, KILN_OP_reduction_bwd),
 };
 
 /* ---- MVN ----------------------------------------------------------------------------------- */
@@ -159,25 +127,10 @@ static int mvn_forward(kiln_layer *l) {
   const Caffe__MVNParameter *p = mvn_param(l);
   const int64_t rows = mvn_rows(l);
   const int64_t dim = rows ? l->bottom[0]->count / rows : 0;
-  const float *x = l->bottom[0]->data;
-  float *y = l->top[0]->data, *sd = l->buffer[0]->data;
-#pragma omp parallel for schedule(static) num_threads(l->nthreads) if (rows * dim > 32768)
-  for (int64_t r = 0; r < rows; r++) {
-    const float *v = x + r * dim;
-    float *o = y + r * dim;
-    double sum = 0;
-    for (int64_t i = 0; i < dim; i++) sum += v[i];
-    const float mean = (float)(sum / (double)dim);
-    for (int64_t i = 0; i < dim; i++) o[i] = v[i] - mean;
-    sd[r] = 1;
-    if (!p->normalize_variance) continue;
-    double sq = 0;
-    for (int64_t i = 0; i < dim; i++) sq += (double)o[i] * o[i];
-    sd[r] = sqrtf((float)(sq / (double)dim)) + p->eps;
-    for (int64_t i = 0; i < dim; i++) o[i] /= sd[r];
-  }
-  if (l->nbuffer > 1)
-    memcpy(l->buffer[1]->data, y, sizeof(float) * (size_t)l->bottom[0]->count);
+  float *y = l->top[0]->data;
+  KILN_TRY(KILN_OP(l, mvn_fwd, y, l->buffer[0]->data, l->bottom[0]->data, rows, dim,
+                   p->normalize_variance, p->eps));
+  if (l->nbuffer > 1) KILN_TRY(KILN_OP(l, copy, l->buffer[1]->data, y, l->bottom[0]->count));
   return KILN_OK;
 }
 
@@ -187,24 +140,8 @@ static int mvn_backward(kiln_layer *l) {
   const int64_t rows = mvn_rows(l);
   const int64_t dim = rows ? l->bottom[0]->count / rows : 0;
   const float *y = l->nbuffer > 1 ? l->buffer[1]->data : l->top[0]->data;
-  const float *dy = l->top[0]->diff, *sd = l->buffer[0]->data;
-  float *dx = l->bottom[0]->diff;
-#pragma omp parallel for schedule(static) num_threads(l->nthreads) if (rows * dim > 32768)
-  for (int64_t r = 0; r < rows; r++) {
-    const float *o = y + r * dim, *g = dy + r * dim;
-    float *d = dx + r * dim;
-    double sg = 0, syg = 0;
-    for (int64_t i = 0; i < dim; i++) {
-      sg += g[i];
-      syg += (double)o[i] * g[i];
-    }
-    const float mg = (float)(sg / (double)dim), myg = (float)(syg / (double)dim);
-    if (p->normalize_variance)
-      for (int64_t i = 0; i < dim; i++) d[i] = (g[i] - mg - o[i] * myg) / sd[r];
-    else
-      for (int64_t i = 0; i < dim; i++) d[i] = g[i] - mg;
-  }
-  return KILN_OK;
+  return KILN_OP(l, mvn_bwd, l->bottom[0]->diff, l->top[0]->diff, y, l->buffer[0]->data, rows,
+                 dim, p->normalize_variance);
 }
 
 const kiln_layer_ops kiln_layer_mvn = {
@@ -212,4 +149,5 @@ const kiln_layer_ops kiln_layer_mvn = {
     .in_place = true,
     .setup = mvn_setup, .reshape = mvn_reshape, .forward = mvn_forward,
     .backward = mvn_backward,
+    .kernels = KILN_KERNELS(KILN_OP_mvn_fwd, KILN_OP_mvn_bwd, KILN_OP_copy),
 };

@@ -4,7 +4,6 @@
  * receives the gradient instead. beta (bias_filler default constant 0) has gamma's shape. Follows
  * BatchNorm in Caffe nets, usually in place. */
 #include <stdlib.h>
-#include <string.h>
 
 #include "layer_util.h"
 
@@ -105,38 +104,20 @@ static int scale_reshape(kiln_layer *l) {
   return kiln_blob_reshape_like(l->top[0], x);
 }
 
+/* The ops' channel block: 16 in the blocked layout (nChw16c), whose dim is the channels. */
+static int scale_block(const kiln_layer *l) {
+  return l->bottom[0]->layout == KILN_LAYOUT_BLOCKED16 ? 16 : 0;
+}
+
+/* In place (and no copy borrowed from the layer before), the input is kept in buffer 0 in the
+ * same pass, before the output overwrites it. */
 static int scale_forward(kiln_layer *l) {
   scale_state *s = l->priv;
-  const float *x = l->bottom[0]->data;
   const float *g = (s->from_bottom ? l->bottom[1] : l->param[0])->data;
   const float *b = s->bias_index >= 0 ? l->param[s->bias_index]->data : NULL;
-  float *y = l->top[0]->data;
-  const int64_t rows = s->outer * s->dim, count = rows * s->inner;
   float *keep = s->in_place && !s->borrowed ? l->buffer[0]->data : NULL;
-  if (l->bottom[0]->layout == KILN_LAYOUT_BLOCKED16) { /* 16 channels of one image at a time */
-    const int64_t CB = s->dim / 16, S = s->inner, blocks = s->outer * CB;
-#pragma omp parallel for schedule(static) num_threads(l->nthreads) if (count > 32768)
-    for (int64_t r = 0; r < blocks; r++) {
-      const int64_t cb = r % CB, off = r * S * 16;
-      float gk[16], bk[16];
-      for (int k = 0; k < 16; k++) gk[k] = g[cb * 16 + k], bk[k] = b ? b[cb * 16 + k] : 0.0f;
-      if (keep) memcpy(keep + off, x + off, sizeof(float) * (size_t)(S * 16));
-      for (int64_t i = 0; i < S; i++)
-#pragma omp simd
-        for (int k = 0; k < 16; k++) y[off + i * 16 + k] = x[off + i * 16 + k] * gk[k] + bk[k];
-    }
-    return KILN_OK;
-  }
-  /* Row by row (one channel of one image each), threaded when the blob is big. */
-#pragma omp parallel for schedule(static) num_threads(l->nthreads) if (count > 32768)
-  for (int64_t r = 0; r < rows; r++) {
-    const int64_t d = r % s->dim, off = r * s->inner;
-    const float gd = g[d], bd = b ? b[d] : 0.0f;
-    if (keep) memcpy(keep + off, x + off, sizeof(float) * (size_t)s->inner);
-#pragma omp simd
-    for (int64_t i = 0; i < s->inner; i++) y[off + i] = x[off + i] * gd + bd;
-  }
-  return KILN_OK;
+  return KILN_OP(l, scale_fwd, l->top[0]->data, keep, l->bottom[0]->data, g, b, s->outer, s->dim,
+                 s->inner, scale_block(l));
 }
 
 /* The input for gamma's gradient (in place a copy of it, a buffer or the kept output of the
@@ -146,10 +127,10 @@ static unsigned scale_backward_reads(const kiln_layer *l) {
   return (s->in_place ? 0 : KILN_READS_BOTTOM(0)) | (s->from_bottom ? KILN_READS_BOTTOM(1) : 0);
 }
 
-/* gamma and beta gradients are taken before the input's, which in place overwrites dy. */
+/* gamma and beta gradients are taken before the input's, which in place overwrites dy. A gamma
+ * from the second bottom gets its gradient overwritten, not accumulated. */
 static int scale_backward(kiln_layer *l) {
   scale_state *s = l->priv;
-  const float *dy = l->top[0]->diff;
   const float *x = s->borrowed   ? l->input_copy->data
                    : s->in_place ? l->buffer[0]->data
                                  : l->bottom[0]->data;
@@ -162,63 +143,10 @@ static int scale_backward(kiln_layer *l) {
     accumulate = false; /* bottom diffs are overwritten */
   }
   float *db = s->bias_index >= 0 ? l->param[s->bias_index]->diff : NULL;
-  const int64_t stride = s->dim * s->inner;
-  if (l->bottom[0]->layout == KILN_LAYOUT_BLOCKED16) {
-    const int64_t CB = s->dim / 16, S = s->inner;
-    if (dg || db)
-#pragma omp parallel for schedule(static) num_threads(l->nthreads) if (s->outer * stride > 32768)
-      for (int64_t cb = 0; cb < CB; cb++) {
-        double sg[16], sb[16];
-        if (dg && db) kiln_block16_sum_dot(sb, sg, dy, x, s->outer, CB, cb, S);
-        if (dg) {
-          if (!db) kiln_block16_sums(sg, dy, x, s->outer, CB, cb, S);
-          for (int k = 0; k < 16; k++)
-            dg[cb * 16 + k] = (accumulate ? dg[cb * 16 + k] : 0.0f) + (float)sg[k];
-        }
-        if (db) {
-          if (!dg) kiln_block16_sums(sb, dy, NULL, s->outer, CB, cb, S);
-          for (int k = 0; k < 16; k++) db[cb * 16 + k] += (float)sb[k];
-        }
-      }
-    if (l->propagate_down[0]) {
-      const float *g = (s->from_bottom ? l->bottom[1] : l->param[0])->data;
-      float *dx = l->bottom[0]->diff;
-      const int64_t blocks = s->outer * CB;
-#pragma omp parallel for schedule(static) num_threads(l->nthreads) if (blocks * S * 16 > 32768)
-      for (int64_t r = 0; r < blocks; r++) {
-        const int64_t cb = r % CB, off = r * S * 16;
-        float gk[16];
-        for (int k = 0; k < 16; k++) gk[k] = g[cb * 16 + k];
-        for (int64_t i = 0; i < S; i++)
-#pragma omp simd
-          for (int k = 0; k < 16; k++) dx[off + i * 16 + k] = dy[off + i * 16 + k] * gk[k];
-      }
-    }
-    return KILN_OK;
-  }
-  if (dg || db)
-#pragma omp parallel for schedule(static) num_threads(l->nthreads) if (s->outer * stride > 32768)
-    for (int64_t d = 0; d < s->dim; d++) {
-      const float *dyd = dy + d * s->inner, *xd = x + d * s->inner;
-      if (dg) {
-        float sg = (float)kiln_plane_dot(dyd, xd, s->outer, stride, s->inner);
-        dg[d] = (accumulate ? dg[d] : 0.0f) + sg;
-      }
-      if (db) db[d] += (float)kiln_plane_sum(dyd, s->outer, stride, s->inner);
-    }
-  if (l->propagate_down[0]) {
-    const float *g = (s->from_bottom ? l->bottom[1] : l->param[0])->data;
-    float *dx = l->bottom[0]->diff;
-    const int64_t rows = s->outer * s->dim;
-#pragma omp parallel for schedule(static) num_threads(l->nthreads) if (rows * s->inner > 32768)
-    for (int64_t r = 0; r < rows; r++) {
-      const int64_t off = r * s->inner;
-      const float gd = g[r % s->dim];
-#pragma omp simd
-      for (int64_t i = 0; i < s->inner; i++) dx[off + i] = dy[off + i] * gd;
-    }
-  }
-  return KILN_OK;
+  float *dx = l->propagate_down[0] ? l->bottom[0]->diff : NULL;
+  const float *g = (s->from_bottom ? l->bottom[1] : l->param[0])->data;
+  return KILN_OP(l, scale_bwd, dx, dg, db, l->top[0]->diff, x, g, s->outer, s->dim, s->inner,
+                 scale_block(l), accumulate);
 }
 
 static void scale_destroy(kiln_layer *l) { free(l->priv); }
@@ -252,4 +180,5 @@ const kiln_layer_ops kiln_layer_scale = {
     .setup = scale_setup, .reshape = scale_reshape, .forward = scale_forward,
     .backward = scale_backward, .destroy = scale_destroy, .layout_role = scale_layout_role,
     .absorbable = scale_absorbable, .backward_reads = scale_backward_reads,
+    .kernels = KILN_KERNELS(KILN_OP_scale_fwd, KILN_OP_scale_bwd),
 };

@@ -6,17 +6,11 @@
  * normaliser of loss_param: normalization if given, else the legacy normalize (true: VALID,
  * false: BATCH_SIZE), else BATCH_SIZE (this layer's default in Caffe, unlike SoftmaxWithLoss).
  * Gradient: (sigmoid(x) - t) * loss_weight / normaliser to x, 0 for ignored elements; none to the
- * targets. */
-#include <math.h>
-#include <stdlib.h>
-
+ * targets. Backward counts the targets that are not ignored again (the normaliser of VALID), as
+ * forward did, rather than keep forward's normaliser. */
 #include "layer_util.h"
 
 static const Caffe__LossParameter loss_defaults = CAFFE__LOSS_PARAMETER__INIT;
-
-typedef struct {
-  float normalizer; /* from the last forward pass, for backward */
-} sce_state;
 
 static Caffe__LossParameter__NormalizationMode sce_mode(const kiln_layer *l) {
   const Caffe__LossParameter *p = KILN_PARAM_OR(l->lp->loss_param, loss_defaults);
@@ -27,17 +21,14 @@ static Caffe__LossParameter__NormalizationMode sce_mode(const kiln_layer *l) {
   return CAFFE__LOSS_PARAMETER__NORMALIZATION_MODE__BATCH_SIZE;
 }
 
-/* (int)target == ignore_label, without the undefined cast of an out-of-range target. */
-static bool ignored(const Caffe__LossParameter *p, float target) {
-  return p->has_ignore_label && trunc((double)target) == (double)p->ignore_label;
-}
-
-static int sce_setup(kiln_layer *l) {
-  sce_state *s = calloc(1, sizeof *s);
-  if (!s) return kiln_errorf(KILN_ERR_NOMEM, "out of memory");
-  s->normalizer = 1;
-  l->priv = s;
-  return KILN_OK;
+/* The mode as the loss ops take it; an unknown one divides by 1, as NONE. */
+static kiln_loss_norm sce_norm(const kiln_layer *l) {
+  switch (sce_mode(l)) {
+    case CAFFE__LOSS_PARAMETER__NORMALIZATION_MODE__FULL: return KILN_LOSS_FULL;
+    case CAFFE__LOSS_PARAMETER__NORMALIZATION_MODE__VALID: return KILN_LOSS_VALID;
+    case CAFFE__LOSS_PARAMETER__NORMALIZATION_MODE__BATCH_SIZE: return KILN_LOSS_BATCH;
+    default: return KILN_LOSS_NONE;
+  }
 }
 
 static int sce_reshape(kiln_layer *l) {
@@ -55,33 +46,11 @@ static int sce_reshape(kiln_layer *l) {
   return kiln_blob_reshape(l->top[0], 0, NULL);
 }
 
-static float sce_normalizer(const kiln_layer *l, int64_t valid) {
-  const kiln_blob *x = l->bottom[0];
-  double n;
-  switch (sce_mode(l)) {
-    case CAFFE__LOSS_PARAMETER__NORMALIZATION_MODE__FULL: n = (double)x->count; break;
-    case CAFFE__LOSS_PARAMETER__NORMALIZATION_MODE__VALID: n = (double)valid; break;
-    case CAFFE__LOSS_PARAMETER__NORMALIZATION_MODE__BATCH_SIZE: n = (double)x->shape[0]; break;
-    default: n = 1; break;
-  }
-  return (float)(n < 1 ? 1 : n); /* Caffe: every target ignored gives loss 0, not NaN */
-}
-
 static int sce_forward(kiln_layer *l) {
   const Caffe__LossParameter *p = KILN_PARAM_OR(l->lp->loss_param, loss_defaults);
-  sce_state *s = l->priv;
-  const float *x = l->bottom[0]->data, *t = l->bottom[1]->data;
-  int64_t n = l->bottom[0]->count, valid = 0;
-  double loss = 0;
-  for (int64_t i = 0; i < n; i++) {
-    if (ignored(p, t[i])) continue;
-    double xi = x[i];
-    loss += (xi > 0 ? xi : 0) - xi * t[i] + log1p(exp(-fabs(xi)));
-    valid++;
-  }
-  s->normalizer = sce_normalizer(l, valid);
-  l->top[0]->data[0] = (float)(loss / s->normalizer);
-  return KILN_OK;
+  const kiln_blob *x = l->bottom[0];
+  return KILN_OP(l, sigmoid_ce_fwd, l->top[0]->data, x->data, l->bottom[1]->data, x->count,
+                 x->shape[0], p->has_ignore_label, p->ignore_label, sce_norm(l));
 }
 
 static int sce_backward(kiln_layer *l) {
@@ -89,23 +58,15 @@ static int sce_backward(kiln_layer *l) {
     return KILN_LAYER_ERROR(l, KILN_ERR_INVALID, "cannot backpropagate to the target input");
   if (!l->propagate_down[0]) return KILN_OK;
   const Caffe__LossParameter *p = KILN_PARAM_OR(l->lp->loss_param, loss_defaults);
-  const sce_state *s = l->priv;
-  const float *x = l->bottom[0]->data, *t = l->bottom[1]->data;
-  float *dx = l->bottom[0]->diff;
-  float scale = l->top[0]->diff[0] / s->normalizer;
-  int64_t n = l->bottom[0]->count;
-#pragma omp parallel for schedule(static) num_threads(l->nthreads) if (n > 32768)
-  for (int64_t i = 0; i < n; i++) {
-    float sig = 0.5f * tanhf(0.5f * x[i]) + 0.5f;
-    dx[i] = ignored(p, t[i]) ? 0.0f : (sig - t[i]) * scale;
-  }
-  return KILN_OK;
+  const kiln_blob *x = l->bottom[0];
+  return KILN_OP(l, sigmoid_ce_bwd, l->bottom[0]->diff, x->data, l->bottom[1]->data,
+                 l->top[0]->diff, x->count, x->shape[0], p->has_ignore_label, p->ignore_label,
+                 sce_norm(l));
 }
-
-static void sce_destroy(kiln_layer *l) { free(l->priv); }
 
 const kiln_layer_ops kiln_layer_sigmoid_ce_loss = {
     .type = "SigmoidCrossEntropyLoss", .min_bottoms = 2, .max_bottoms = 2, .min_tops = 1,
-    .max_tops = 1, .is_loss = true, .setup = sce_setup, .reshape = sce_reshape,
-    .forward = sce_forward, .backward = sce_backward, .destroy = sce_destroy,
+    .max_tops = 1, .is_loss = true, .reshape = sce_reshape, .forward = sce_forward,
+    .backward = sce_backward,
+    .kernels = KILN_KERNELS(KILN_OP_sigmoid_ce_fwd, KILN_OP_sigmoid_ce_bwd),
 };

@@ -1,12 +1,9 @@
 /* Softmax, SoftmaxWithLoss (multinomial logistic loss of the softmax, with ignore_label and
  * Caffe's normalization modes), Accuracy (top_k, ignore_label) and kiln's F1 (one class's
  * true positives, false positives and false negatives), which read scores the same way. */
-#include <float.h>
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "kiln/ops.h"
 #include "layer_util.h"
 
 static const Caffe__SoftmaxParameter softmax_defaults = CAFFE__SOFTMAX_PARAMETER__INIT;
@@ -49,23 +46,9 @@ static int check_label_count(kiln_layer *l) {
   return KILN_OK;
 }
 
-/* The class label[i] names in *lab: -1 for the ignore_label (when there is one), an error naming
- * the position for anything that is no class in [0, C). */
-static int class_of(kiln_layer *l, const float *label, int64_t i, bool has_ignore, int ignore,
-                    int *lab) {
-  const softmax_state *s = l->priv;
-  float lf = label[i];
-  *lab = (int)lf;
-  if (has_ignore && *lab == ignore) {
-    *lab = -1;
-    return KILN_OK;
-  }
-  if (lf != (float)*lab || *lab < 0 || *lab >= s->C)
-    return KILN_LAYER_ERROR(l, KILN_ERR_DATA,
-                            "label %g at position %lld is out of range: expected an integer in "
-                            "[0, %lld)",
-                            lf, (long long)i, (long long)s->C);
-  return KILN_OK;
+/* An op's error (a label that is no class) with the layer's name before it. */
+static int in_layer(const kiln_layer *l, int rc) {
+  return rc ? kiln_error_context(rc, "layer '%s' (%s): ", l->name, l->ops->type) : KILN_OK;
 }
 
 /* ---- Softmax --------------------------------------------------------------------------- */
@@ -78,22 +61,21 @@ static int softmax_reshape(kiln_layer *l) {
 
 static int softmax_forward(kiln_layer *l) {
   softmax_state *s = l->priv;
-  kiln_softmax_forward(l->top[0]->data, l->bottom[0]->data, s->outer, s->C, s->inner);
-  return KILN_OK;
+  return KILN_OP(l, softmax_fwd, l->top[0]->data, l->bottom[0]->data, s->outer, s->C, s->inner);
 }
 
 static int softmax_backward(kiln_layer *l) {
   softmax_state *s = l->priv;
   if (!l->propagate_down[0]) return KILN_OK;
-  kiln_softmax_backward(l->bottom[0]->diff, l->top[0]->data, l->top[0]->diff, s->outer, s->C,
-                        s->inner);
-  return KILN_OK;
+  return KILN_OP(l, softmax_bwd, l->bottom[0]->diff, l->top[0]->data, l->top[0]->diff, s->outer,
+                 s->C, s->inner);
 }
 
 const kiln_layer_ops kiln_layer_softmax = {
     .type = "Softmax", .min_bottoms = 1, .max_bottoms = 1, .min_tops = 1, .max_tops = 1,
     .reshape = softmax_reshape, .forward = softmax_forward, .backward = softmax_backward,
     .destroy = free_priv, .backward_reads = kiln_reads_top0,
+    .kernels = KILN_KERNELS(KILN_OP_softmax_fwd, KILN_OP_softmax_bwd),
 };
 
 /* ---- SoftmaxWithLoss ------------------------------------------------------------------- */
@@ -121,37 +103,25 @@ static int loss_reshape(kiln_layer *l) {
   return KILN_OK;
 }
 
-static float loss_normalizer(const kiln_layer *l, int64_t valid) {
-  const softmax_state *s = l->priv;
-  double n;
+/* The mode as the loss ops take it; an unknown one divides by 1, as NONE. */
+static kiln_loss_norm loss_norm(const kiln_layer *l) {
   switch (loss_mode(l)) {
-    case CAFFE__LOSS_PARAMETER__NORMALIZATION_MODE__FULL: n = (double)s->outer * s->inner; break;
-    case CAFFE__LOSS_PARAMETER__NORMALIZATION_MODE__VALID: n = (double)valid; break;
-    case CAFFE__LOSS_PARAMETER__NORMALIZATION_MODE__BATCH_SIZE: n = (double)s->outer; break;
-    default: n = 1; break;
+    case CAFFE__LOSS_PARAMETER__NORMALIZATION_MODE__FULL: return KILN_LOSS_FULL;
+    case CAFFE__LOSS_PARAMETER__NORMALIZATION_MODE__VALID: return KILN_LOSS_VALID;
+    case CAFFE__LOSS_PARAMETER__NORMALIZATION_MODE__BATCH_SIZE: return KILN_LOSS_BATCH;
+    default: return KILN_LOSS_NONE;
   }
-  return (float)(n < 1 ? 1 : n); /* Caffe: never divide by zero when every label is ignored */
 }
 
 static int loss_forward(kiln_layer *l) {
   softmax_state *s = l->priv;
   const Caffe__LossParameter *p = KILN_PARAM_OR(l->lp->loss_param, loss_defaults);
   float *prob = l->buffer[0]->data;
-  kiln_softmax_forward(prob, l->bottom[0]->data, s->outer, s->C, s->inner);
-  const float *label = l->bottom[1]->data;
-  double loss = 0;
-  int64_t valid = 0;
-  for (int64_t o = 0; o < s->outer; o++)
-    for (int64_t j = 0; j < s->inner; j++) {
-      int lab;
-      KILN_TRY(class_of(l, label, o * s->inner + j, p->has_ignore_label, p->ignore_label, &lab));
-      if (lab < 0) continue;
-      float pr = prob[(o * s->C + lab) * s->inner + j];
-      loss -= log(pr < FLT_MIN ? FLT_MIN : pr); /* a NaN stays NaN, so divergence shows */
-      valid++;
-    }
-  l->top[0]->data[0] = (float)(loss / loss_normalizer(l, valid));
-  if (l->ntop > 1) memcpy(l->top[1]->data, prob, sizeof(float) * l->bottom[0]->count);
+  KILN_TRY(KILN_OP(l, softmax_fwd, prob, l->bottom[0]->data, s->outer, s->C, s->inner));
+  KILN_TRY(in_layer(l, KILN_OP(l, softmax_loss_fwd, l->top[0]->data, prob, l->bottom[1]->data,
+                               s->outer, s->C, s->inner, p->has_ignore_label, p->ignore_label,
+                               loss_norm(l))));
+  if (l->ntop > 1) KILN_TRY(KILN_OP(l, copy, l->top[1]->data, prob, l->bottom[0]->count));
   return KILN_OK;
 }
 
@@ -166,23 +136,9 @@ static int loss_backward(kiln_layer *l) {
   if (!l->propagate_down[0]) return KILN_OK;
   softmax_state *s = l->priv;
   const Caffe__LossParameter *p = KILN_PARAM_OR(l->lp->loss_param, loss_defaults);
-  const float *prob = l->buffer[0]->data, *label = l->bottom[1]->data;
-  float *dx = l->bottom[0]->diff;
-  memcpy(dx, prob, sizeof(float) * l->bottom[0]->count);
-  int64_t valid = 0;
-  for (int64_t o = 0; o < s->outer; o++)
-    for (int64_t j = 0; j < s->inner; j++) {
-      int lab = (int)label[o * s->inner + j];
-      if (p->has_ignore_label && lab == p->ignore_label) {
-        for (int64_t c = 0; c < s->C; c++) dx[(o * s->C + c) * s->inner + j] = 0;
-        continue;
-      }
-      dx[(o * s->C + lab) * s->inner + j] -= 1;
-      valid++;
-    }
-  float scale = l->top[0]->diff[0] / loss_normalizer(l, valid);
-  for (int64_t i = 0; i < l->bottom[0]->count; i++) dx[i] *= scale;
-  return KILN_OK;
+  return KILN_OP(l, softmax_loss_bwd, l->bottom[0]->diff, l->buffer[0]->data, l->bottom[1]->data,
+                 l->top[0]->diff, s->outer, s->C, s->inner, p->has_ignore_label, p->ignore_label,
+                 loss_norm(l));
 }
 
 const kiln_layer_ops kiln_layer_softmax_loss = {
@@ -190,6 +146,8 @@ const kiln_layer_ops kiln_layer_softmax_loss = {
     .is_loss = true, .setup = loss_setup, .reshape = loss_reshape, .forward = loss_forward,
     .backward = loss_backward, .destroy = free_priv,
     .backward_reads = loss_backward_reads, /* the labels; the probabilities are a buffer */
+    .kernels = KILN_KERNELS(KILN_OP_softmax_fwd, KILN_OP_softmax_loss_fwd,
+                            KILN_OP_softmax_loss_bwd, KILN_OP_copy),
 };
 
 /* ---- Accuracy -------------------------------------------------------------------------- */
@@ -221,42 +179,18 @@ static int accuracy_reshape(kiln_layer *l) {
 static int accuracy_forward(kiln_layer *l) {
   const Caffe__AccuracyParameter *p = KILN_PARAM_OR(l->lp->accuracy_param, accuracy_defaults);
   softmax_state *s = l->priv;
-  const float *x = l->bottom[0]->data, *label = l->bottom[1]->data;
-  int64_t correct = 0, count = 0;
   float *per_class = l->ntop > 1 ? l->top[1]->data : NULL;
-  float *class_total = l->ntop > 1 ? l->buffer[0]->data : NULL;
-  if (per_class)
-    for (int64_t c = 0; c < s->C; c++) per_class[c] = class_total[c] = 0;
-  for (int64_t o = 0; o < s->outer; o++)
-    for (int64_t j = 0; j < s->inner; j++) {
-      int lab;
-      KILN_TRY(class_of(l, label, o * s->inner + j, p->has_ignore_label, p->ignore_label, &lab));
-      if (lab < 0) continue;
-      /* Correct when fewer than top_k other classes score at least as high as the true one
-       * (Caffe: a tie counts against the true class, so equal scores are not a hit). */
-      float truth = x[(o * s->C + lab) * s->inner + j];
-      unsigned higher = 0;
-      for (int64_t c = 0; c < s->C; c++)
-        if (c != lab && x[(o * s->C + c) * s->inner + j] >= truth) higher++;
-      bool ok = higher < p->top_k;
-      correct += ok;
-      count++;
-      if (per_class) {
-        per_class[lab] += ok;
-        class_total[lab]++;
-      }
-    }
-  l->top[0]->data[0] = count ? (float)correct / count : 0.0f;
-  if (per_class)
-    for (int64_t c = 0; c < s->C; c++)
-      per_class[c] = class_total[c] ? per_class[c] / class_total[c] : 0.0f;
-  return KILN_OK;
+  float *class_count = l->ntop > 1 ? l->buffer[0]->data : NULL;
+  return in_layer(l, KILN_OP(l, accuracy_fwd, l->top[0]->data, per_class, class_count,
+                             l->bottom[0]->data, l->bottom[1]->data, s->outer, s->C, s->inner,
+                             (int)p->top_k, p->has_ignore_label, p->ignore_label));
 }
 
 const kiln_layer_ops kiln_layer_accuracy = {
     .type = "Accuracy", .min_bottoms = 2, .max_bottoms = 2, .min_tops = 1, .max_tops = 2,
     .setup = accuracy_setup, .reshape = accuracy_reshape, .forward = accuracy_forward,
     .destroy = free_priv, .backward_reads = kiln_reads_none, /* no backward */
+    .kernels = KILN_KERNELS(KILN_OP_accuracy_fwd),
 };
 
 bool kiln_layer_is_token_xent(const kiln_layer *l) {
@@ -290,33 +224,16 @@ static int f1_reshape(kiln_layer *l) {
 static int f1_forward(kiln_layer *l) {
   const Caffe__F1Parameter *p = KILN_PARAM_OR(l->lp->f1_param, f1_defaults);
   softmax_state *s = l->priv;
-  const float *x = l->bottom[0]->data, *label = l->bottom[1]->data;
-  int64_t tp = 0, fp = 0, fn = 0;
-  for (int64_t o = 0; o < s->outer; o++)
-    for (int64_t j = 0; j < s->inner; j++) {
-      int lab;
-      KILN_TRY(class_of(l, label, o * s->inner + j, p->has_ignore_label, p->ignore_label, &lab));
-      if (lab < 0) continue;
-      /* the top-1 class; among equal highest scores the first */
-      const float *xc = x + o * s->C * s->inner + j;
-      int64_t pred = 0;
-      for (int64_t c = 1; c < s->C; c++)
-        if (xc[c * s->inner] > xc[pred * s->inner]) pred = c;
-      bool predicted = pred == p->positive_label, actual = lab == p->positive_label;
-      tp += predicted && actual;
-      fp += predicted && !actual;
-      fn += !predicted && actual;
-    }
-  l->top[0]->data[0] = (float)tp;
-  l->top[1]->data[0] = (float)fp;
-  l->top[2]->data[0] = (float)fn;
-  return KILN_OK;
+  return in_layer(l, KILN_OP(l, f1_fwd, l->top[0]->data, l->top[1]->data, l->top[2]->data,
+                             l->bottom[0]->data, l->bottom[1]->data, s->outer, s->C, s->inner,
+                             p->positive_label, p->has_ignore_label, p->ignore_label));
 }
 
 const kiln_layer_ops kiln_layer_f1 = {
     .type = "F1", .min_bottoms = 2, .max_bottoms = 2, .min_tops = 3, .max_tops = 3,
     .reshape = f1_reshape, .forward = f1_forward, .destroy = free_priv,
     .backward_reads = kiln_reads_none, /* no backward */
+    .kernels = KILN_KERNELS(KILN_OP_f1_fwd),
 };
 
 bool kiln_layer_is_f1(const kiln_layer *l) {

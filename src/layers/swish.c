@@ -1,8 +1,8 @@
 /* Swish (Caffe's SwishLayer, after 1.0): y = x sigmoid(beta x), swish_param.beta (default 1;
  * beta 1 is SiLU). dy/dx = s + beta x s (1 - s) with s = sigmoid(beta x), which is
- * beta y + s (1 - beta y). May run in place: backward then reads a copy of the input. */
+ * beta y + s (1 - beta y). May run in place: backward then reads a copy of the input. The
+ * arithmetic is in src/ops/neuron.c. */
 #include <math.h>
-#include <string.h>
 
 #include "layer_util.h"
 
@@ -29,32 +29,22 @@ static int swish_reshape(kiln_layer *l) {
 }
 
 static int swish_forward(kiln_layer *l) {
-  const float beta = beta_of(l), *x = l->bottom[0]->data;
-  float *y = l->top[0]->data;
+  const float *x = l->bottom[0]->data;
   const int64_t n = l->bottom[0]->count;
-  if (l->nbuffer > 0) memcpy(l->buffer[0]->data, x, sizeof(float) * (size_t)n);
-#pragma omp parallel for simd schedule(static) num_threads(l->nthreads) if (n > 32768)
-  for (int64_t i = 0; i < n; i++) y[i] = x[i] * kiln_vsigmoidf(beta * x[i]);
-  return KILN_OK;
+  if (l->nbuffer > 0) KILN_TRY(KILN_OP(l, copy, l->buffer[0]->data, x, n));
+  return KILN_OP(l, swish_fwd, l->top[0]->data, x, n, beta_of(l));
 }
 
 static int swish_backward(kiln_layer *l) {
   if (!l->propagate_down[0]) return KILN_OK;
-  const float beta = beta_of(l);
   const float *x = l->nbuffer > 0 ? l->buffer[0]->data : l->bottom[0]->data;
-  const float *dy = l->top[0]->diff;
-  float *dx = l->bottom[0]->diff;
-  const int64_t n = l->bottom[0]->count;
-#pragma omp parallel for simd schedule(static) num_threads(l->nthreads) if (n > 32768)
-  for (int64_t i = 0; i < n; i++) {
-    const float s = kiln_vsigmoidf(beta * x[i]);
-    dx[i] = dy[i] * (s + beta * x[i] * s * (1 - s));
-  }
-  return KILN_OK;
+  return KILN_OP(l, swish_bwd, l->bottom[0]->diff, l->top[0]->diff, x, l->bottom[0]->count,
+                 beta_of(l));
 }
 
 const kiln_layer_ops kiln_layer_swish = {
     .type = "Swish", .min_bottoms = 1, .max_bottoms = 1, .min_tops = 1, .max_tops = 1,
     .in_place = true, .setup = swish_setup, .reshape = swish_reshape, .forward = swish_forward,
     .backward = swish_backward, .layout_role = kiln_layout_any,
+    .kernels = KILN_KERNELS(KILN_OP_copy, KILN_OP_swish_fwd, KILN_OP_swish_bwd),
 };
