@@ -2848,7 +2848,1042 @@ static double case_argmax_fwd(const kiln_backend *b, const kiln_op_ctx *c, int64
 
 /* ---- sequence cases ---- */
 
+/* Host values of t to the device. */
+static void seq_put(tensor *t) {
+  assert_int_equal(kiln_device_to_device(t->dev, t->d, t->h, sizeof(float) * (size_t)t->n),
+                   KILN_OK);
+}
+
+static double seq_sig(double x) { return 1 / (1 + exp(-x)); }
+
+static double *seq_dmalloc(int64_t n) { return malloc(sizeof(double) * (size_t)(n > 0 ? n : 1)); }
+
+/* Worst of two errors (a NaN is the worst). */
+static double seq_worst(double a, double b) { return !(a <= b) ? a : b; }
+
+/* N streams of H state values: one, odd, off the SIMD widths, past the parallel threshold. */
+static const int64_t seq_cells[][2] = {{1, 1}, {3, 7}, {5, 33}, {41, 800}};
+
+/* C = A op(B) + beta C through a plan, against the sum in double: made, B set, run; run again
+ * with another A; B set anew and run; an update of the same shape keeps the plan (n: the shape;
+ * p: bit 1 B transposed, bit 2 beta 0.5 rather than 0). The last shape takes oneDNN on cpu. */
+static const int64_t seq_plan_shapes[][3] = {{1, 1, 1}, {7, 5, 3}, {33, 17, 65}, {32, 256, 64}};
+static double seq_gemm_plan(const kiln_backend *b, const kiln_op_ctx *c, int64_t n, float p,
+                            kiln_rng *r) {
+  const int64_t M = seq_plan_shapes[n][0], N = seq_plan_shapes[n][1], K = seq_plan_shapes[n][2];
+  const bool tb = (int)p & 1;
+  const float beta = (int)p & 2 ? 0.5f : 0.0f;
+  const int64_t lda = K, ldb = tb ? K : N, ldc = N;
+  kiln_gemm_plan *plan = NULL;
+  assert_int_equal(b->gemm_plan_update(c, &plan, tb, M, N, K, lda, ldb, ldc, beta), KILN_OK);
+  assert_non_null(plan);
+  kiln_gemm_plan *first = plan;
+  assert_int_equal(b->gemm_plan_update(c, &plan, tb, M, N, K, lda, ldb, ldc, beta), KILN_OK);
+  double e = plan == first ? 0 : INFINITY;
+  tensor B = {0};
+  double *want = malloc(sizeof(double) * (size_t)(M * N));
+  for (int round = 0; round < 3; round++) {
+    if (round != 1) {
+      if (round) drop(&B);
+      B = input(c, K * N, -1, 1, 0, r);
+      assert_int_equal(b->gemm_plan_set_b(c, plan, B.d), KILN_OK);
+    }
+    tensor A = input(c, M * K, -1, 1, 0, r), C = input(c, M * N, -1, 1, 0, r);
+    assert_int_equal(b->gemm_plan_run(c, plan, C.d, A.d), KILN_OK);
+    for (int64_t i = 0; i < M; i++)
+      for (int64_t j = 0; j < N; j++) {
+        double acc = 0;
+        for (int64_t k = 0; k < K; k++)
+          acc += (double)A.h[i * lda + k] * (tb ? B.h[j * ldb + k] : B.h[k * ldb + j]);
+        want[i * N + j] = acc + beta * (double)C.h[i * N + j];
+      }
+    fetch(&C);
+    e = seq_worst(e, error_of(C.h, want, M * N) / sqrt((double)K));
+    drop(&A);
+    drop(&C);
+  }
+  assert_int_equal(b->gemm_plan_free(c, plan), KILN_OK);
+  assert_int_equal(b->gemm_plan_free(c, NULL), KILN_OK);
+  free(want);
+  drop(&B);
+  return e;
+}
+static double case_gemm_plan_update(const kiln_backend *b, const kiln_op_ctx *c, int64_t n,
+                                    float p, kiln_rng *r) {
+  return seq_gemm_plan(b, c, n, p, r);
+}
+static double case_gemm_plan_set_b(const kiln_backend *b, const kiln_op_ctx *c, int64_t n,
+                                   float p, kiln_rng *r) {
+  return seq_gemm_plan(b, c, n, p, r);
+}
+static double case_gemm_plan_run(const kiln_backend *b, const kiln_op_ctx *c, int64_t n, float p,
+                                 kiln_rng *r) {
+  return seq_gemm_plan(b, c, n, p, r);
+}
+static double case_gemm_plan_free(const kiln_backend *b, const kiln_op_ctx *c, int64_t n,
+                                  float p, kiln_rng *r) {
+  return seq_gemm_plan(b, c, n, p, r);
+}
+
+/* y = m x row by row from rows ldx apart, some factors 0 (p: m NULL, all 0). */
+static double case_carry_rows(const kiln_backend *b, const kiln_op_ctx *c, int64_t n, float p,
+                              kiln_rng *r) {
+  const int64_t N = seq_cells[n][0], H = seq_cells[n][1], ldx = H + 3;
+  tensor x = input(c, N * ldx, -2, 2, 0, r), m = input(c, N, -1, 1, 0, r), y = make(c, N * H);
+  for (int64_t i = 0; i < N; i += 2) m.h[i] = 0;
+  seq_put(&m);
+  assert_int_equal(b->carry_rows(c, y.d, x.d, ldx, p ? NULL : m.d, N, H), KILN_OK);
+  double *want = malloc(sizeof(double) * (size_t)(N * H));
+  for (int64_t i = 0; i < N; i++)
+    for (int64_t d = 0; d < H; d++) want[i * H + d] = p ? 0 : (double)m.h[i] * x.h[i * ldx + d];
+  fetch(&y);
+  double e = error_of(y.h, want, N * H);
+  free(want);
+  drop(&x);
+  drop(&m);
+  drop(&y);
+  return e;
+}
+
+/* One LSTM cell in double from its four pre-activations a (H apart), cont and c_prev: the cell,
+ * h, and (gates, or NULL) the gates' values. */
+static void seq_lstm(const double *a, double cont, double cp, double *cell, double *h,
+                     double *gates) {
+  const double i = seq_sig(a[0]), f = cont == 0 ? 0 : cont * seq_sig(a[1]), o = seq_sig(a[2]);
+  const double g = tanh(a[3]);
+  *cell = f * cp + i * g;
+  *h = o * tanh(*cell);
+  if (gates) gates[0] = i, gates[1] = f, gates[2] = o, gates[3] = g;
+}
+
+/* cell, h (rows ldh apart) and the gates against the double cell; cont in {0, 1, 0.5} (p: cont
+ * NULL, all 0). */
+static double case_lstm_cell_fwd(const kiln_backend *b, const kiln_op_ctx *c, int64_t n, float p,
+                                 kiln_rng *r) {
+  const int64_t N = seq_cells[n][0], H = seq_cells[n][1], ldh = H + 2;
+  tensor pre = input(c, N * 4 * H, -3, 3, 0, r), cp = input(c, N * H, -2, 2, 0, r);
+  tensor cont = input(c, N, 0, 1, 0, r), cell = make(c, N * H), h = make(c, N * ldh);
+  for (int64_t i = 0; i < N; i++) cont.h[i] = i % 3 == 0 ? 0 : i % 3 == 1 ? 1 : 0.5f;
+  seq_put(&cont);
+  assert_int_equal(b->lstm_cell_fwd(c, cell.d, h.d, ldh, pre.d, cp.d, p ? NULL : cont.d, N, H),
+                   KILN_OK);
+  double *wc = seq_dmalloc(N * H), *wh = seq_dmalloc(N * ldh), *wg = seq_dmalloc(N * 4 * H);
+  float *hs = malloc(sizeof(float) * (size_t)(N * ldh));
+  fetch(&cell);
+  fetch(&h);
+  for (int64_t i = 0; i < N * ldh; i++) wh[i] = hs[i] = 0;
+  for (int64_t k = 0; k < N; k++)
+    for (int64_t d = 0; d < H; d++) {
+      double a[4], g[4];
+      for (int q = 0; q < 4; q++) a[q] = pre.h[k * 4 * H + q * H + d];
+      seq_lstm(a, p ? 0 : cont.h[k], cp.h[k * H + d], &wc[k * H + d], &wh[k * ldh + d], g);
+      hs[k * ldh + d] = h.h[k * ldh + d];
+      for (int q = 0; q < 4; q++) wg[k * 4 * H + q * H + d] = g[q];
+    }
+  fetch(&pre);
+  double e = seq_worst(error_of(cell.h, wc, N * H), error_of(hs, wh, N * ldh));
+  e = seq_worst(e, error_of(pre.h, wg, N * 4 * H));
+  free(wc);
+  free(wh);
+  free(wg);
+  free(hs);
+  drop(&pre);
+  drop(&cp);
+  drop(&cont);
+  drop(&cell);
+  drop(&h);
+  return e;
+}
+
+/* L = sum dc cell + dh_t h with dh_t = dh[n ldh + d] (+ dh2): the gates' and c_prev's gradients
+ * against central differences of the double cell at the pre-activations; the gates and the cell
+ * from the backend's lstm_cell_fwd, cont in {0, 1}. p: bit 1 no dgates, bit 2 dh2 and dc_prev in
+ * place of dc, bit 4 no dc_prev. */
+static double case_lstm_cell_bwd(const kiln_backend *b, const kiln_op_ctx *c, int64_t n, float p,
+                                 kiln_rng *r) {
+  const int64_t N = seq_cells[n][0], H = seq_cells[n][1], ldh = H + 1, G = 4 * H;
+  const bool no_dg = (int)p & 1, extra = (int)p & 2, no_dcp = (int)p & 4;
+  tensor pre = input(c, N * G, -2, 2, 0, r), cp = input(c, N * H, -2, 2, 0, r);
+  tensor cont = input(c, N, 0, 1, 0, r), cell = make(c, N * H), h = make(c, N * H);
+  for (int64_t i = 0; i < N; i++) cont.h[i] = i % 3 == 1 ? 0.0f : 1.0f;
+  seq_put(&cont);
+  tensor gates = make(c, N * G);
+  memcpy(gates.h, pre.h, sizeof(float) * (size_t)(N * G));
+  seq_put(&gates);
+  assert_int_equal(b->lstm_cell_fwd(c, cell.d, h.d, H, gates.d, cp.d, cont.d, N, H), KILN_OK);
+  tensor dc = input(c, N * H, -1, 1, 0, r), dh = input(c, N * ldh, -1, 1, 0, r);
+  tensor dh2 = input(c, N * H, -1, 1, 0, r), dg = make(c, N * G), dcp = make(c, N * H);
+  float *dcp_d = no_dcp ? NULL : extra ? dc.d : dcp.d;
+  assert_int_equal(b->lstm_cell_bwd(c, dcp_d, no_dg ? NULL : dg.d, gates.d, cell.d, cp.d, dc.d,
+                                    dh.d, ldh, extra ? dh2.d : NULL, N, H),
+                   KILN_OK);
+  double *wg = seq_dmalloc(N * G), *wc = seq_dmalloc(N * H);
+  const double step = 1e-5;
+  for (int64_t k = 0; k < N; k++)
+    for (int64_t d = 0; d < H; d++) {
+      const int64_t e = k * H + d;
+      const double w_h = (double)dh.h[k * ldh + d] + (extra ? dh2.h[e] : 0.0f);
+      double v[5];
+      for (int q = 0; q < 4; q++) v[q] = pre.h[k * G + q * H + d];
+      v[4] = cp.h[e];
+      for (int q = 0; q < 5; q++) {
+        double lo, hi, cl, hl, ch, hh;
+        const double keep = v[q];
+        v[q] = keep + step;
+        seq_lstm(v, cont.h[k], v[4], &ch, &hh, NULL);
+        hi = dc.h[e] * ch + w_h * hh;
+        v[q] = keep - step;
+        seq_lstm(v, cont.h[k], v[4], &cl, &hl, NULL);
+        lo = dc.h[e] * cl + w_h * hl;
+        v[q] = keep;
+        const double g = (hi - lo) / (2 * step);
+        if (q < 4) wg[k * G + q * H + d] = g;
+        else wc[e] = g;
+      }
+    }
+  double e = 0;
+  if (!no_dg) {
+    fetch(&dg);
+    e = error_of(dg.h, wg, N * G);
+  }
+  if (!no_dcp) {
+    tensor *got = extra ? &dc : &dcp;
+    fetch(got);
+    e = seq_worst(e, error_of(got->h, wc, N * H));
+  }
+  free(wg);
+  free(wc);
+  tensor *all[] = {&pre, &cp, &cont, &cell, &h, &gates, &dc, &dh, &dh2, &dg, &dcp};
+  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) drop(all[i]);
+  return e;
+}
+
+/* One GRU cell in double: gi and gh (the gates' input and recurrent terms, H apart), bh, h'. */
+static void seq_gru(const double *gi, const double *gh, const double *bh, double hp, double *h,
+                    double *gates, double *ghn) {
+  const double rr = seq_sig(gi[0] + gh[0] + bh[0]), z = seq_sig(gi[1] + gh[1] + bh[1]);
+  const double g = gh[2] + bh[2], nn = tanh(gi[2] + rr * g);
+  *h = (1 - z) * nn + z * hp;
+  if (gates) gates[0] = rr, gates[1] = z, gates[2] = nn;
+  if (ghn) *ghn = g;
+}
+
+static void seq_gru_inputs(const float *gi, const float *gh, const float *bh, int64_t k,
+                           int64_t d, int64_t H, double *a, double *g, double *bb) {
+  for (int q = 0; q < 3; q++) {
+    a[q] = gi[k * 3 * H + q * H + d];
+    g[q] = gh[k * 3 * H + q * H + d];
+    bb[q] = bh[q * H + d];
+  }
+}
+
+/* h (rows ldh apart), ghn and the gates against the double cell. */
+static double case_gru_cell_fwd(const kiln_backend *b, const kiln_op_ctx *c, int64_t n, float p,
+                                kiln_rng *r) {
+  (void)p;
+  const int64_t N = seq_cells[n][0], H = seq_cells[n][1], ldh = H + 2, G = 3 * H;
+  tensor gi = input(c, N * G, -2, 2, 0, r), gh = input(c, N * G, -2, 2, 0, r);
+  tensor bh = input(c, G, -1, 1, 0, r), hp = input(c, N * H, -1, 1, 0, r);
+  tensor h = make(c, N * ldh), ghn = make(c, N * H);
+  assert_int_equal(b->gru_cell_fwd(c, h.d, ldh, ghn.d, gi.d, gh.d, bh.d, hp.d, N, H), KILN_OK);
+  double *wh = calloc((size_t)(N * ldh), sizeof(double)), *wn = seq_dmalloc(N * H);
+  double *wg = seq_dmalloc(N * G);
+  float *hs = calloc((size_t)(N * ldh), sizeof(float));
+  fetch(&h);
+  for (int64_t k = 0; k < N; k++)
+    for (int64_t d = 0; d < H; d++) {
+      double a[3], g[3], bb[3], gates[3];
+      seq_gru_inputs(gi.h, gh.h, bh.h, k, d, H, a, g, bb);
+      seq_gru(a, g, bb, hp.h[k * H + d], &wh[k * ldh + d], gates, &wn[k * H + d]);
+      for (int q = 0; q < 3; q++) wg[k * G + q * H + d] = gates[q];
+      hs[k * ldh + d] = h.h[k * ldh + d];
+    }
+  fetch(&gi);
+  fetch(&ghn);
+  double e = seq_worst(error_of(hs, wh, N * ldh), error_of(ghn.h, wn, N * H));
+  e = seq_worst(e, error_of(gi.h, wg, N * G));
+  free(wh);
+  free(wn);
+  free(wg);
+  free(hs);
+  tensor *all[] = {&gi, &gh, &bh, &hp, &h, &ghn};
+  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) drop(all[i]);
+  return e;
+}
+
+/* L = sum (dy[n ldy + d] + dh) h: d_in, d_rec and h''s direct gradient (into dh) against central
+ * differences of the double cell in gi, gh and h'; the gates from the backend's gru_cell_fwd. */
+static double case_gru_cell_bwd(const kiln_backend *b, const kiln_op_ctx *c, int64_t n, float p,
+                                kiln_rng *r) {
+  (void)p;
+  const int64_t N = seq_cells[n][0], H = seq_cells[n][1], ldy = H + 3, G = 3 * H;
+  tensor gi = input(c, N * G, -2, 2, 0, r), gh = input(c, N * G, -2, 2, 0, r);
+  tensor bh = input(c, G, -1, 1, 0, r), hp = input(c, N * H, -1, 1, 0, r);
+  tensor h = make(c, N * H), ghn = make(c, N * H), gates = make(c, N * G);
+  memcpy(gates.h, gi.h, sizeof(float) * (size_t)(N * G));
+  seq_put(&gates);
+  assert_int_equal(b->gru_cell_fwd(c, h.d, H, ghn.d, gates.d, gh.d, bh.d, hp.d, N, H), KILN_OK);
+  tensor dy = input(c, N * ldy, -1, 1, 0, r), dh = input(c, N * H, -1, 1, 0, r);
+  tensor d_in = make(c, N * G), d_rec = make(c, N * G);
+  assert_int_equal(b->gru_cell_bwd(c, d_in.d, d_rec.d, dh.d, dy.d, ldy, gates.d, ghn.d, hp.d, N, H),
+                   KILN_OK);
+  double *wi = seq_dmalloc(N * G), *wr = seq_dmalloc(N * G), *wp = seq_dmalloc(N * H);
+  const double step = 1e-5;
+  for (int64_t k = 0; k < N; k++)
+    for (int64_t d = 0; d < H; d++) {
+      const int64_t e = k * H + d;
+      const double w = (double)dy.h[k * ldy + d] + dh.h[e];
+      double a[3], g[3], bb[3], x = hp.h[e], hi, lo;
+      seq_gru_inputs(gi.h, gh.h, bh.h, k, d, H, a, g, bb);
+      for (int q = 0; q < 7; q++) {
+        double *v = q < 3 ? &a[q] : q < 6 ? &g[q - 3] : &x;
+        const double keep = *v;
+        *v = keep + step;
+        seq_gru(a, g, bb, x, &hi, NULL, NULL);
+        *v = keep - step;
+        seq_gru(a, g, bb, x, &lo, NULL, NULL);
+        *v = keep;
+        const double grad = w * (hi - lo) / (2 * step);
+        if (q < 3) wi[k * G + q * H + d] = grad;
+        else if (q < 6) wr[k * G + (q - 3) * H + d] = grad;
+        else wp[e] = grad;
+      }
+    }
+  fetch(&d_in);
+  fetch(&d_rec);
+  fetch(&dh);
+  double e = seq_worst(error_of(d_in.h, wi, N * G), error_of(d_rec.h, wr, N * G));
+  e = seq_worst(e, error_of(dh.h, wp, N * H));
+  free(wi);
+  free(wr);
+  free(wp);
+  tensor *all[] = {&gi, &gh, &bh, &hp, &h, &ghn, &gates, &dy, &dh, &d_in, &d_rec};
+  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) drop(all[i]);
+  return e;
+}
+
+/* h = tanh h in place, against tanh in double. */
+static double case_rnn_step_fwd(const kiln_backend *b, const kiln_op_ctx *c, int64_t n, float p,
+                                kiln_rng *r) {
+  (void)p;
+  tensor h = input(c, n, -5, 5, 0, r);
+  double *want = malloc(sizeof(double) * (size_t)n);
+  for (int64_t i = 0; i < n; i++) want[i] = tanh(h.h[i]);
+  assert_int_equal(b->rnn_step_fwd(c, h.d, n), KILN_OK);
+  fetch(&h);
+  double e = error_of(h.h, want, n);
+  free(want);
+  drop(&h);
+  return e;
+}
+
+/* L = sum (d + dh) tanh(z), h = tanh z: d against central differences in z. */
+static double case_rnn_step_bwd(const kiln_backend *b, const kiln_op_ctx *c, int64_t n, float p,
+                                kiln_rng *r) {
+  (void)p;
+  tensor z = input(c, n, -3, 3, 0, r), h = make(c, n), d = input(c, n, -1, 1, 0, r);
+  tensor dh = input(c, n, -1, 1, 0, r);
+  for (int64_t i = 0; i < n; i++) h.h[i] = (float)tanh(z.h[i]);
+  seq_put(&h);
+  double *want = malloc(sizeof(double) * (size_t)n);
+  for (int64_t i = 0; i < n; i++)
+    want[i] = ((double)d.h[i] + dh.h[i]) * d_slope(d_tanh, z.h[i], 0);
+  assert_int_equal(b->rnn_step_bwd(c, d.d, dh.d, h.d, n), KILN_OK);
+  fetch(&d);
+  double e = error_of(d.h, want, n);
+  free(want);
+  drop(&z);
+  drop(&h);
+  drop(&d);
+  drop(&dh);
+  return e;
+}
+
+/* out = tanh(out + b) and its rows into y, ldy apart, against double (M x H: seq_cells[n]). */
+static double case_rnn_out_fwd(const kiln_backend *b, const kiln_op_ctx *c, int64_t n, float p,
+                               kiln_rng *r) {
+  (void)p;
+  const int64_t M = seq_cells[n][0], H = seq_cells[n][1], ldy = 2 * H;
+  tensor out = input(c, M * H, -3, 3, 0, r), bias = input(c, H, -1, 1, 0, r);
+  tensor y = make(c, M * ldy);
+  double *want = malloc(sizeof(double) * (size_t)(M * H));
+  for (int64_t i = 0; i < M; i++)
+    for (int64_t d = 0; d < H; d++) want[i * H + d] = tanh((double)out.h[i * H + d] + bias.h[d]);
+  assert_int_equal(b->rnn_out_fwd(c, y.d, ldy, out.d, bias.d, M, H), KILN_OK);
+  fetch(&out);
+  fetch(&y);
+  double e = error_of(out.h, want, M * H);
+  for (int64_t i = 0; i < M; i++) e = seq_worst(e, error_of(y.h + i * ldy, want + i * H, H));
+  free(want);
+  drop(&out);
+  drop(&bias);
+  drop(&y);
+  return e;
+}
+
+/* L = sum dy tanh(u), out = tanh u: dz against central differences in u; dy rows ldy apart. */
+static double case_rnn_out_bwd(const kiln_backend *b, const kiln_op_ctx *c, int64_t n, float p,
+                               kiln_rng *r) {
+  (void)p;
+  const int64_t M = seq_cells[n][0], H = seq_cells[n][1], ldy = H + 5;
+  tensor u = input(c, M * H, -3, 3, 0, r), out = make(c, M * H);
+  tensor dy = input(c, M * ldy, -1, 1, 0, r), dz = make(c, M * H);
+  for (int64_t i = 0; i < M * H; i++) out.h[i] = (float)tanh(u.h[i]);
+  seq_put(&out);
+  double *want = malloc(sizeof(double) * (size_t)(M * H));
+  for (int64_t i = 0; i < M; i++)
+    for (int64_t d = 0; d < H; d++)
+      want[i * H + d] = dy.h[i * ldy + d] * d_slope(d_tanh, u.h[i * H + d], 0);
+  assert_int_equal(b->rnn_out_bwd(c, dz.d, dy.d, ldy, out.d, M, H), KILN_OK);
+  fetch(&dz);
+  double e = error_of(dz.h, want, M * H);
+  free(want);
+  drop(&u);
+  drop(&out);
+  drop(&dy);
+  drop(&dz);
+  return e;
+}
+
+/* Rows [T / 3, T) of the sinusoidal table against double; the rows before stay as they were
+ * (n: T; D 1, 6 or 7 by T's size). */
+static double case_sinusoid_table(const kiln_backend *b, const kiln_op_ctx *c, int64_t n, float p,
+                                  kiln_rng *r) {
+  (void)p;
+  const int64_t T = n, D = n == 1 ? 1 : n < 50 ? 7 : 6, from = T / 3;
+  tensor tab = input(c, T * D, -1, 1, 0, r);
+  double *want = malloc(sizeof(double) * (size_t)(T * D));
+  for (int64_t t = 0; t < T; t++)
+    for (int64_t j = 0; j < D; j++) {
+      const double angle = (double)t / pow(10000.0, (double)(j - j % 2) / (double)D);
+      want[t * D + j] = t < from ? tab.h[t * D + j] : j % 2 ? cos(angle) : sin(angle);
+    }
+  assert_int_equal(b->sinusoid_table(c, tab.d, from, T, D), KILN_OK);
+  fetch(&tab);
+  double e = error_of(tab.h, want, T * D);
+  free(want);
+  drop(&tab);
+  return e;
+}
+
+/* T x N x D shapes of the per-step ops: one, odd, past the parallel threshold. */
+static const int64_t seq_steps[][3] = {{1, 1, 1}, {3, 5, 7}, {40, 30, 33}};
+
+/* y = x + v[t], and dv += the sum over n of dy, against double. */
+static double seq_step_case(int op, const kiln_backend *b, const kiln_op_ctx *c, int64_t n,
+                            kiln_rng *r) {
+  const int64_t T = seq_steps[n][0], N = seq_steps[n][1], D = seq_steps[n][2];
+  tensor x = input(c, T * N * D, -2, 2, 0, r), v = input(c, T * D, -2, 2, 0, r);
+  tensor y = make(c, T * N * D);
+  double e;
+  if (op == KILN_OP_step_add) {
+    assert_int_equal(b->step_add(c, y.d, x.d, v.d, T, N, D), KILN_OK);
+    double *want = malloc(sizeof(double) * (size_t)(T * N * D));
+    for (int64_t i = 0; i < T * N * D; i++)
+      want[i] = (double)x.h[i] + v.h[(i / (N * D)) * D + i % D];
+    fetch(&y);
+    e = error_of(y.h, want, T * N * D);
+    free(want);
+  } else {
+    assert_int_equal(b->step_sum_into(c, v.d, x.d, T, N, D), KILN_OK);
+    double *want = malloc(sizeof(double) * (size_t)(T * D));
+    for (int64_t t = 0; t < T; t++)
+      for (int64_t j = 0; j < D; j++) {
+        want[t * D + j] = v.h[t * D + j];
+        for (int64_t k = 0; k < N; k++) want[t * D + j] += x.h[(t * N + k) * D + j];
+      }
+    fetch(&v);
+    e = error_of(v.h, want, T * D) / sqrt((double)N);
+    free(want);
+  }
+  drop(&x);
+  drop(&v);
+  drop(&y);
+  return e;
+}
+static double case_step_add(const kiln_backend *b, const kiln_op_ctx *c, int64_t n, float p,
+                            kiln_rng *r) {
+  (void)p;
+  return seq_step_case(KILN_OP_step_add, b, c, n, r);
+}
+static double case_step_sum_into(const kiln_backend *b, const kiln_op_ctx *c, int64_t n, float p,
+                                 kiln_rng *r) {
+  (void)p;
+  return seq_step_case(KILN_OP_step_sum_into, b, c, n, r);
+}
+
+/* SequencePool in double over T x N x D (seq_pool_shapes[n]): y, and the winning steps. */
+static const int64_t seq_pool_shapes[][3] = {{1, 1, 1}, {6, 4, 5}, {9, 3, 33}};
+static void seq_pool_double(double *y, int64_t *arg, const float *x, const float *mask,
+                            const double *xd, int64_t T, int64_t N, int64_t D, int pool) {
+  for (int64_t k = 0; k < N; k++) {
+    int64_t count = 0, last = -1;
+    for (int64_t t = 0; t < T; t++)
+      if (!mask || mask[t * N + k] != 0) count++, last = t;
+    for (int64_t d = 0; d < D; d++) {
+      double best = -INFINITY, sum = 0;
+      int64_t at = last;
+      for (int64_t t = 0; t < T; t++) {
+        if (mask && mask[t * N + k] == 0) continue;
+        const double v = xd ? xd[(t * N + k) * D + d] : x[(t * N + k) * D + d];
+        sum += v;
+        if (v > best) best = v, at = t;
+      }
+      const double lastv = xd ? xd[(last * N + k) * D + d] : x[(last * N + k) * D + d];
+      y[k * D + d] = pool == KILN_SEQ_POOL_LAST   ? lastv
+                     : pool == KILN_SEQ_POOL_MEAN ? sum / count
+                                                  : best;
+      if (arg) arg[k * D + d] = at;
+    }
+  }
+}
+
+/* A mask with some padding, every sequence keeping a valid step (none for the last sequence
+ * when `empty`). */
+static void seq_pool_mask(tensor *m, int64_t T, int64_t N, bool empty, kiln_rng *r) {
+  for (int64_t t = 0; t < T; t++)
+    for (int64_t k = 0; k < N; k++)
+      m->h[t * N + k] = t == k % T || kiln_rng_uniform(r, 0, 1) < 0.5f ? 1.0f : 0.0f;
+  if (empty)
+    for (int64_t t = 0; t < T; t++) m->h[t * N + N - 1] = 0;
+  seq_put(m);
+}
+
+/* y and arg against double; p: the pool kind + 3 with a mask; 6: a sequence without a valid
+ * step must be KILN_ERR_DATA. */
+static double case_seq_pool_fwd(const kiln_backend *b, const kiln_op_ctx *c, int64_t n, float p,
+                                kiln_rng *r) {
+  const int64_t T = seq_pool_shapes[n][0], N = seq_pool_shapes[n][1], D = seq_pool_shapes[n][2];
+  const int pool = (int)p % 3;
+  const bool masked = (int)p >= 3, empty = (int)p == 6;
+  tensor x = input(c, T * N * D, -2, 2, 0, r), m = make(c, T * N), y = make(c, N * D);
+  tensor arg = make(c, N * D);
+  if (masked) seq_pool_mask(&m, T, N, empty, r);
+  const int rc =
+      b->seq_pool_fwd(c, y.d, arg.d, x.d, masked ? m.d : NULL, T, N, D, (kiln_seq_pool)pool);
+  double e;
+  if (empty) {
+    e = rc == KILN_ERR_DATA && strstr(kiln_last_error(), "no valid step") ? 0 : INFINITY;
+  } else {
+    assert_int_equal(rc, KILN_OK);
+    double *want = malloc(sizeof(double) * (size_t)(N * D));
+    int64_t *wa = malloc(sizeof(int64_t) * (size_t)(N * D));
+    seq_pool_double(want, wa, x.h, masked ? m.h : NULL, NULL, T, N, D, pool);
+    fetch(&y);
+    e = error_of(y.h, want, N * D);
+    if (pool == KILN_SEQ_POOL_MAX) {
+      fetch(&arg);
+      for (int64_t i = 0; i < N * D; i++)
+        if (arg.h[i] != (float)wa[i]) e = INFINITY;
+    }
+    free(want);
+    free(wa);
+  }
+  drop(&x);
+  drop(&m);
+  drop(&y);
+  drop(&arg);
+  return e;
+}
+
+/* L = sum dy y: dx (overwritten) against central differences of the double pooling in x; arg
+ * from the backend's seq_pool_fwd; p: the pool kind + 3 with a mask. */
+static double case_seq_pool_bwd(const kiln_backend *b, const kiln_op_ctx *c, int64_t n, float p,
+                                kiln_rng *r) {
+  const int64_t T = seq_pool_shapes[n][0], N = seq_pool_shapes[n][1], D = seq_pool_shapes[n][2];
+  const int pool = (int)p % 3;
+  const bool masked = (int)p >= 3;
+  const int64_t X = T * N * D;
+  tensor x = input(c, X, -2, 2, 0, r), m = make(c, T * N), y = make(c, N * D);
+  tensor arg = make(c, N * D), dy = input(c, N * D, -1, 1, 0, r), dx = input(c, X, 5, 6, 0, r);
+  if (masked) seq_pool_mask(&m, T, N, false, r);
+  const float *mh = masked ? m.h : NULL;
+  assert_int_equal(
+      b->seq_pool_fwd(c, y.d, arg.d, x.d, masked ? m.d : NULL, T, N, D, (kiln_seq_pool)pool),
+      KILN_OK);
+  assert_int_equal(
+      b->seq_pool_bwd(c, dx.d, dy.d, arg.d, masked ? m.d : NULL, T, N, D, (kiln_seq_pool)pool),
+      KILN_OK);
+  double *xd = malloc(sizeof(double) * (size_t)X), *want = malloc(sizeof(double) * (size_t)X);
+  double *yd = malloc(sizeof(double) * (size_t)(N * D));
+  for (int64_t i = 0; i < X; i++) xd[i] = x.h[i];
+  const double step = 1e-4;
+  for (int64_t i = 0; i < X; i++) {
+    double lo = 0, hi = 0;
+    xd[i] = x.h[i] + step;
+    seq_pool_double(yd, NULL, NULL, mh, xd, T, N, D, pool);
+    for (int64_t j = 0; j < N * D; j++) hi += dy.h[j] * yd[j];
+    xd[i] = x.h[i] - step;
+    seq_pool_double(yd, NULL, NULL, mh, xd, T, N, D, pool);
+    for (int64_t j = 0; j < N * D; j++) lo += dy.h[j] * yd[j];
+    xd[i] = x.h[i];
+    want[i] = (hi - lo) / (2 * step);
+  }
+  fetch(&dx);
+  double e = error_of(dx.h, want, X);
+  free(xd);
+  free(want);
+  free(yd);
+  tensor *all[] = {&x, &m, &y, &arg, &dy, &dx};
+  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) drop(all[i]);
+  return e;
+}
+
+/* gemm_rows as gemm (case_gemm's check) at shapes of one block, several blocks, and one large
+ * enough for the cpu backend's whole product; p: ta and tb as bits. */
+static const int64_t seq_rows_shapes[][3] = {{1, 1, 1}, {7, 5, 3}, {130, 17, 65}, {256, 64, 64}};
+static double case_gemm_rows(const kiln_backend *b, const kiln_op_ctx *c, int64_t n, float p,
+                             kiln_rng *r) {
+  const int64_t M = seq_rows_shapes[n][0], N = seq_rows_shapes[n][1], K = seq_rows_shapes[n][2];
+  const bool ta = (int)p & 1, tb = (int)p & 2;
+  const float alpha = 0.5f, beta = 0.75f;
+  tensor A = input(c, M * K, -1, 1, 0, r), B = input(c, K * N, -1, 1, 0, r);
+  tensor C = input(c, M * N, -1, 1, 0, r);
+  const int64_t lda = ta ? M : K, ldb = tb ? K : N;
+  assert_int_equal(b->gemm_rows(c, C.d, N, A.d, lda, B.d, ldb, ta, tb, M, N, K, alpha, beta),
+                   KILN_OK);
+  double *want = malloc(sizeof(double) * (size_t)(M * N));
+  for (int64_t i = 0; i < M; i++)
+    for (int64_t j = 0; j < N; j++) {
+      double acc = 0;
+      for (int64_t k = 0; k < K; k++)
+        acc += (double)(ta ? A.h[k * lda + i] : A.h[i * lda + k]) *
+               (tb ? B.h[j * ldb + k] : B.h[k * ldb + j]);
+      want[i * N + j] = alpha * acc + beta * (double)C.h[i * N + j];
+    }
+  fetch(&C);
+  double e = error_of(C.h, want, M * N) / sqrt((double)K);
+  free(want);
+  drop(&A);
+  drop(&B);
+  drop(&C);
+  return e;
+}
+
+/* db += the column sums of n rows of 37 (a block of 16 short), against double. */
+static double case_sum_rows_double_into(const kiln_backend *b, const kiln_op_ctx *c, int64_t n,
+                                        float p, kiln_rng *r) {
+  (void)p;
+  const int64_t M = n, N = 37;
+  tensor dy = input(c, M * N, -2, 2, 0, r), db = input(c, N, -2, 2, 0, r);
+  double *want = malloc(sizeof(double) * (size_t)N);
+  for (int64_t j = 0; j < N; j++) {
+    double s = 0;
+    for (int64_t i = 0; i < M; i++) s += dy.h[i * N + j];
+    want[j] = (double)db.h[j] + s;
+  }
+  assert_int_equal(b->sum_rows_double_into(c, db.d, dy.d, M, N), KILN_OK);
+  fetch(&db);
+  double e = error_of(db.h, want, N);
+  free(want);
+  drop(&dy);
+  drop(&db);
+  return e;
+}
+
+/* A mask of 0s and 1s passes; with p, one 0.5 is KILN_ERR_DATA naming its step and sequence. */
+static double case_mask_check(const kiln_backend *b, const kiln_op_ctx *c, int64_t n, float p,
+                              kiln_rng *r) {
+  const int64_t S = n, N = 3;
+  tensor m = make(c, S * N);
+  for (int64_t i = 0; i < S * N; i++) m.h[i] = kiln_rng_uniform(r, 0, 1) < 0.5f ? 0.0f : 1.0f;
+  const int64_t bad = S * N - 2; /* step S - 1, sequence 1 */
+  if (p) m.h[bad] = 0.5f;
+  seq_put(&m);
+  const int rc = b->mask_check(c, m.d, S, N);
+  char want[96];
+  snprintf(want, sizeof want, "holds 0.5 at step %lld of sequence 1", (long long)(S - 1));
+  const double e = p ? (rc == KILN_ERR_DATA && strstr(kiln_last_error(), want) ? 0 : 1)
+                     : (rc == KILN_OK ? 0 : 1);
+  drop(&m);
+  return e;
+}
+
+/* Attention in double: ctx (T x N x D) and probs (N x H x T x S) from q, k, v. */
+static const int seq_att_shapes[][5] = {{1, 1, 1, 1, 1}, {3, 4, 2, 2, 3}, {5, 5, 3, 2, 4},
+                                        {7, 6, 5, 3, 5}};
+static void seq_attention(double *ctx, double *probs, const double *q, const double *k,
+                          const double *v, const float *valid, int T, int S, int N, int H, int hd,
+                          double scale, bool causal) {
+  const int D = H * hd;
+  for (int i = 0; i < T * N * D; i++) ctx[i] = 0;
+  for (int n = 0; n < N; n++)
+    for (int h = 0; h < H; h++)
+      for (int t = 0; t < T; t++) {
+        double *p = probs + (((int64_t)n * H + h) * T + t) * S, mx = -INFINITY, sum = 0;
+        for (int s = 0; s < S; s++) {
+          const bool on = (!causal || s <= t) && (!valid || valid[s * N + n] != 0);
+          const double *qt = q + ((int64_t)t * N + n) * D + h * hd;
+          const double *ks = k + ((int64_t)s * N + n) * D + h * hd;
+          double dot = 0;
+          for (int j = 0; j < hd; j++) dot += qt[j] * ks[j];
+          p[s] = on ? scale * dot : -INFINITY;
+          if (p[s] > mx) mx = p[s];
+        }
+        for (int s = 0; s < S; s++) {
+          p[s] = mx == -INFINITY || p[s] == -INFINITY ? 0 : exp(p[s] - mx);
+          sum += p[s];
+        }
+        for (int s = 0; s < S; s++) {
+          if (sum > 0) p[s] /= sum;
+          double *ct = ctx + ((int64_t)t * N + n) * D + h * hd;
+          const double *vs = v + ((int64_t)s * N + n) * D + h * hd;
+          for (int j = 0; j < hd; j++) ct[j] += p[s] * vs[j];
+        }
+      }
+}
+
+/* A key padding mask, sequence 0 all padding (its queries see nothing). */
+static void seq_att_mask(tensor *m, int S, int N, kiln_rng *r) {
+  for (int s = 0; s < S; s++)
+    for (int n = 0; n < N; n++)
+      m->h[s * N + n] = n == 0 && N > 1 ? 0.0f : s == n % S || kiln_rng_uniform(r, 0, 1) < 0.6f;
+  seq_put(m);
+}
+
+static double *seq_doubles(const float *x, int64_t n) {
+  double *d = malloc(sizeof(double) * (size_t)n);
+  for (int64_t i = 0; i < n; i++) d[i] = x[i];
+  return d;
+}
+
+/* ctx and probs against double (seq_att_shapes[n]); p: bit 1 a padding mask, bit 2 causal. */
+static double case_attention_fwd(const kiln_backend *b, const kiln_op_ctx *c, int64_t n, float p,
+                                 kiln_rng *r) {
+  const int T = seq_att_shapes[n][0], S = seq_att_shapes[n][1], N = seq_att_shapes[n][2];
+  const int H = seq_att_shapes[n][3], hd = seq_att_shapes[n][4], D = H * hd;
+  const bool masked = (int)p & 1, causal = (int)p & 2;
+  const float scale = 1.0f / sqrtf((float)hd);
+  const int64_t TND = (int64_t)T * N * D, SND = (int64_t)S * N * D;
+  tensor q = input(c, TND, -2, 2, 0, r), k = input(c, SND, -2, 2, 0, r);
+  tensor v = input(c, SND, -2, 2, 0, r), m = make(c, (int64_t)S * N);
+  tensor ctx = make(c, TND), probs = make(c, (int64_t)N * H * T * S);
+  if (masked) seq_att_mask(&m, S, N, r);
+  assert_int_equal(b->attention_fwd(c, ctx.d, probs.d, q.d, k.d, v.d, masked ? m.d : NULL, T, S,
+                                    N, H, hd, scale, causal),
+                   KILN_OK);
+  double *qd = seq_doubles(q.h, q.n), *kd = seq_doubles(k.h, k.n), *vd = seq_doubles(v.h, v.n);
+  double *wc = seq_dmalloc(ctx.n), *wp = seq_dmalloc(probs.n);
+  seq_attention(wc, wp, qd, kd, vd, masked ? m.h : NULL, T, S, N, H, hd, scale, causal);
+  fetch(&ctx);
+  fetch(&probs);
+  double e = seq_worst(error_of(ctx.h, wc, ctx.n), error_of(probs.h, wp, probs.n));
+  free(qd);
+  free(kd);
+  free(vd);
+  free(wc);
+  free(wp);
+  tensor *all[] = {&q, &k, &v, &m, &ctx, &probs};
+  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) drop(all[i]);
+  return e;
+}
+
+/* L = sum dctx ctx: dq, dk, dv (overwritten) against central differences of the double
+ * attention; probs from the backend's attention_fwd; p as attention_fwd's. */
+static double case_attention_bwd(const kiln_backend *b, const kiln_op_ctx *c, int64_t n, float p,
+                                 kiln_rng *r) {
+  const int T = seq_att_shapes[n][0], S = seq_att_shapes[n][1], N = seq_att_shapes[n][2];
+  const int H = seq_att_shapes[n][3], hd = seq_att_shapes[n][4], D = H * hd;
+  const bool masked = (int)p & 1, causal = (int)p & 2;
+  const float scale = 1.0f / sqrtf((float)hd);
+  const int64_t TND = (int64_t)T * N * D, SND = (int64_t)S * N * D;
+  tensor q = input(c, TND, -2, 2, 0, r), k = input(c, SND, -2, 2, 0, r);
+  tensor v = input(c, SND, -2, 2, 0, r);
+  tensor m = make(c, (int64_t)S * N), ctx = make(c, TND), probs = make(c, (int64_t)N * H * T * S);
+  tensor dctx = input(c, TND, -1, 1, 0, r), dq = input(c, TND, 7, 8, 0, r);
+  tensor dk = input(c, SND, 7, 8, 0, r), dv = input(c, SND, 7, 8, 0, r);
+  tensor work = make(c, kiln_attention_workspace(T, S, c->nthreads));
+  if (masked) seq_att_mask(&m, S, N, r);
+  const float *valid = masked ? m.d : NULL;
+  const float *mh = masked ? m.h : NULL;
+  assert_int_equal(b->attention_fwd(c, ctx.d, probs.d, q.d, k.d, v.d, valid, T, S, N, H, hd,
+                                    scale, causal),
+                   KILN_OK);
+  assert_int_equal(b->attention_bwd(c, dq.d, dk.d, dv.d, work.d, dctx.d, probs.d, q.d, k.d, v.d,
+                                    T, S, N, H, hd, scale),
+                   KILN_OK);
+  double *in[3] = {seq_doubles(q.h, TND), seq_doubles(k.h, SND), seq_doubles(v.h, SND)};
+  const int64_t len[3] = {TND, SND, SND};
+  tensor *got[3] = {&dq, &dk, &dv};
+  double *wc = malloc(sizeof(double) * (size_t)TND), *wp = malloc(sizeof(double) * (size_t)probs.n);
+  const double step = 1e-5;
+  double e = 0;
+  for (int which = 0; which < 3; which++) {
+    double *want = malloc(sizeof(double) * (size_t)len[which]);
+    for (int64_t i = 0; i < len[which]; i++) {
+      const double keep = in[which][i];
+      double lo = 0, hi = 0;
+      in[which][i] = keep + step;
+      seq_attention(wc, wp, in[0], in[1], in[2], mh, T, S, N, H, hd, scale, causal);
+      for (int64_t j = 0; j < TND; j++) hi += dctx.h[j] * wc[j];
+      in[which][i] = keep - step;
+      seq_attention(wc, wp, in[0], in[1], in[2], mh, T, S, N, H, hd, scale, causal);
+      for (int64_t j = 0; j < TND; j++) lo += dctx.h[j] * wc[j];
+      in[which][i] = keep;
+      want[i] = (hi - lo) / (2 * step);
+    }
+    fetch(got[which]);
+    e = seq_worst(e, error_of(got[which]->h, want, len[which]));
+    free(want);
+  }
+  for (int i = 0; i < 3; i++) free(in[i]);
+  free(wc);
+  free(wp);
+  tensor *all[] = {&q, &k, &v, &m, &ctx, &probs, &dctx, &dq, &dk, &dv, &work};
+  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) drop(all[i]);
+  return e;
+}
+
 /* ---- solver cases ---- */
+
+/* One step of each rule on one blob of n floats from random parameters w, gradients g and
+ * histories h, h2, against the same step in double; the scalars an op reduces into (a sum, a
+ * flag, an index) on the device too, read back through the device table. */
+
+/* `bytes` on the device holding `v` (a scalar an op reads and writes). */
+static void *dev_scalar(const kiln_op_ctx *c, const void *v, size_t bytes) {
+  void *d;
+  assert_int_equal(kiln_device_alloc(c->device, bytes, &d), KILN_OK);
+  assert_int_equal(kiln_device_to_device(c->device, d, v, bytes), KILN_OK);
+  return d;
+}
+
+static void host_scalar(const kiln_op_ctx *c, void *v, const void *d, size_t bytes) {
+  assert_int_equal(kiln_device_to_host(c->device, v, d, bytes), KILN_OK);
+}
+
+/* The worse of two errors, a NaN the worst. */
+static double sv_worse(double a, double b) { return !(a <= b) ? a : b; }
+
+/* The error of the device's t against want (fetched first), freeing want. */
+static double sv_check(tensor *t, double *want) {
+  fetch(t);
+  double e = error_of(t->h, want, t->n);
+  free(want);
+  return e;
+}
+
+static double *sv_doubles(int64_t n) {
+  double *v = malloc(sizeof(double) * (size_t)(n > 0 ? n : 1));
+  assert_non_null(v);
+  return v;
+}
+
+/* x^2 summed onto 0.5 in double (p: unused) */
+static double case_sumsq_acc(const kiln_backend *b, const kiln_op_ctx *c, int64_t n, float p,
+                             kiln_rng *r) {
+  (void)p;
+  tensor x = input(c, n, -2, 2, 0, r);
+  double start = 0.5, got, want = start;
+  double *d = dev_scalar(c, &start, sizeof start);
+  assert_int_equal(b->sumsq_acc(c, d, x.d, n), KILN_OK);
+  host_scalar(c, &got, d, sizeof got);
+  for (int64_t i = 0; i < n; i++) want += (double)x.h[i] * x.h[i];
+  kiln_device_free(c->device, d);
+  drop(&x);
+  return fabs(got - want) / (1 + fabs(want));
+}
+
+/* p: 0 L2 (norm 1/3, wd 0.01), 1 L1 (norm 1/4, wd 0.02, a zero weight first), 2 neither (norm 1,
+ * wd 0: g unchanged) */
+static double case_regularize(const kiln_backend *b, const kiln_op_ctx *c, int64_t n, float p,
+                              kiln_rng *r) {
+  const int mode = (int)p;
+  const float norms[] = {1.0f / 3, 0.25f, 1}, wds[] = {0.01f, 0.02f, 0};
+  const float norm = norms[mode], wd = wds[mode];
+  tensor g = input(c, n, -1, 1, 0, r), w = input(c, n, -3, 3, 0, r);
+  if (mode == 1) {
+    w.h[0] = 0;
+    assert_int_equal(kiln_device_to_device(c->device, w.d, w.h, sizeof(float)), KILN_OK);
+  }
+  double *want = sv_doubles(n);
+  for (int64_t i = 0; i < n; i++) {
+    double v = (double)g.h[i] * norm;
+    double s = w.h[i] > 0 ? 1 : w.h[i] < 0 ? -1 : 0;
+    want[i] = v + wd * (mode == 1 ? s : (double)w.h[i]);
+  }
+  assert_int_equal(b->regularize(c, g.d, w.d, n, norm, wd, mode == 1), KILN_OK);
+  double e = sv_check(&g, want);
+  drop(&g);
+  drop(&w);
+  return e;
+}
+
+/* p: 0 plain momentum (norm 1, wd 0), 1 normalised and decayed (norm 1/3, wd 5e-4), 2 as 1 with a
+ * NaN gradient planted half-way, which must set the flag (the other elements still checked) */
+static double case_sgd_update(const kiln_backend *b, const kiln_op_ctx *c, int64_t n, float p,
+                              kiln_rng *r) {
+  const int mode = (int)p;
+  const float norm = mode ? 1.0f / 3 : 1, wd = mode ? 5e-4f : 0, lr = 0.05f, m = 0.9f;
+  tensor w = input(c, n, -1, 1, 0, r), h = input(c, n, -0.1f, 0.1f, 0, r),
+         g = input(c, n, -2, 2, 0, r);
+  const int64_t planted = mode == 2 ? n / 2 : -1;
+  if (planted >= 0) {
+    g.h[planted] = NAN;
+    assert_int_equal(
+        kiln_device_to_device(c->device, g.d + planted, g.h + planted, sizeof(float)), KILN_OK);
+  }
+  double *ww = sv_doubles(n), *wh = sv_doubles(n), *wg = sv_doubles(n);
+  for (int64_t i = 0; i < n; i++) {
+    double gi = g.h[i];
+    if (norm != 1) gi *= norm;
+    if (wd != 0) gi += (double)wd * w.h[i];
+    wg[i] = gi;
+    wh[i] = (double)m * h.h[i] + (double)lr * gi;
+    ww[i] = w.h[i] - wh[i];
+  }
+  if (planted >= 0) ww[planted] = wh[planted] = wg[planted] = 0; /* not compared */
+  int32_t flag = 0, *bad = dev_scalar(c, &flag, sizeof flag);
+  assert_int_equal(b->sgd_update(c, w.d, h.d, g.d, bad, n, norm, wd, lr, m), KILN_OK);
+  host_scalar(c, &flag, bad, sizeof flag);
+  kiln_device_free(c->device, bad);
+  fetch(&w);
+  fetch(&h);
+  fetch(&g);
+  if (planted >= 0) w.h[planted] = h.h[planted] = g.h[planted] = 0;
+  double e = sv_worse(error_of(w.h, ww, n), error_of(h.h, wh, n));
+  e = sv_worse(e, error_of(g.h, wg, n));
+  if (flag != (planted >= 0)) e = INFINITY;
+  free(ww);
+  free(wh);
+  free(wg);
+  drop(&w);
+  drop(&h);
+  drop(&g);
+  return e;
+}
+
+/* The other rules: (w, h, h2) one step in double. p: the rule's momentum or decay. */
+enum { RULE_NESTEROV, RULE_ADAGRAD, RULE_RMSPROP, RULE_ADADELTA, RULE_ADAM };
+
+static double rule_case(int rule, const kiln_backend *b, const kiln_op_ctx *c, int64_t n,
+                        float p, kiln_rng *r) {
+  /* histories where the rules keep them: squares and means of squares are positive */
+  const bool squares = rule != RULE_NESTEROV;
+  tensor w = input(c, n, -1, 1, 0, r), g = input(c, n, -1, 1, 0, r),
+         h = squares ? input(c, n, 0.05f, 1, 0, r) : input(c, n, -0.1f, 0.1f, 0, r),
+         h2 = input(c, n, 0.05f, 1, 0, r);
+  const float lr = rule == RULE_ADADELTA ? 1.0f : 0.01f;
+  const float delta = rule == RULE_ADADELTA ? 1e-6f : 1e-8f;
+  const double b1 = 0.9, b2 = 0.999;
+  double *ww = sv_doubles(n), *wh = sv_doubles(n), *wh2 = sv_doubles(n);
+  for (int64_t i = 0; i < n; i++) {
+    const double gi = g.h[i], hi = h.h[i], h2i = h2.h[i];
+    double nh = hi, nh2 = h2i, step = 0;
+    switch (rule) {
+      case RULE_NESTEROV:
+        nh = (double)p * hi + (double)lr * gi;
+        step = (1 + (double)p) * nh - (double)p * hi;
+        break;
+      case RULE_ADAGRAD:
+        nh = hi + gi * gi;
+        step = lr * gi / (sqrt(nh) + delta);
+        break;
+      case RULE_RMSPROP:
+        nh = (double)p * hi + (1 - (double)p) * gi * gi;
+        step = lr * gi / (sqrt(nh) + delta);
+        break;
+      case RULE_ADADELTA: {
+        nh = (double)p * hi + (1 - (double)p) * gi * gi;
+        const double u = gi * sqrt((h2i + delta) / (nh + delta));
+        nh2 = (double)p * h2i + (1 - (double)p) * u * u;
+        step = lr * u;
+        break;
+      }
+      default: /* Adam */
+        nh = b1 * hi + (1 - b1) * gi;
+        nh2 = b2 * h2i + (1 - b2) * gi * gi;
+        step = lr * nh / (sqrt(nh2) + delta);
+        break;
+    }
+    ww[i] = w.h[i] - step;
+    wh[i] = nh;
+    wh2[i] = nh2;
+  }
+  int rc = rule == RULE_NESTEROV  ? b->nesterov_update(c, w.d, h.d, g.d, n, lr, p)
+           : rule == RULE_ADAGRAD ? b->adagrad_update(c, w.d, h.d, g.d, n, lr, delta)
+           : rule == RULE_RMSPROP ? b->rmsprop_update(c, w.d, h.d, g.d, n, lr, p, delta)
+           : rule == RULE_ADADELTA
+               ? b->adadelta_update(c, w.d, h.d, h2.d, g.d, n, lr, p, delta)
+               : b->adam_update(c, w.d, h.d, h2.d, g.d, n, lr, b1, b2, delta);
+  assert_int_equal(rc, KILN_OK);
+  double e = sv_worse(sv_check(&w, ww), sv_check(&h, wh));
+  e = sv_worse(e, sv_check(&h2, wh2)); /* untouched by the rules of one history */
+  drop(&w);
+  drop(&g);
+  drop(&h);
+  drop(&h2);
+  return e;
+}
+static double case_nesterov_update(const kiln_backend *b, const kiln_op_ctx *c, int64_t n,
+                                   float p, kiln_rng *r) {
+  return rule_case(RULE_NESTEROV, b, c, n, p, r);
+}
+static double case_adagrad_update(const kiln_backend *b, const kiln_op_ctx *c, int64_t n,
+                                  float p, kiln_rng *r) {
+  return rule_case(RULE_ADAGRAD, b, c, n, p, r);
+}
+static double case_rmsprop_update(const kiln_backend *b, const kiln_op_ctx *c, int64_t n,
+                                  float p, kiln_rng *r) {
+  return rule_case(RULE_RMSPROP, b, c, n, p, r);
+}
+static double case_adadelta_update(const kiln_backend *b, const kiln_op_ctx *c, int64_t n,
+                                   float p, kiln_rng *r) {
+  return rule_case(RULE_ADADELTA, b, c, n, p, r);
+}
+static double case_adam_update(const kiln_backend *b, const kiln_op_ctx *c, int64_t n, float p,
+                               kiln_rng *r) {
+  return rule_case(RULE_ADAM, b, c, n, p, r);
+}
+
+/* p: 0 every value finite (-1), 1 a NaN at a random place and an infinity after it (the NaN's
+ * index), 2 an infinity in the last place */
+static double case_find_nonfinite(const kiln_backend *b, const kiln_op_ctx *c, int64_t n,
+                                  float p, kiln_rng *r) {
+  const int mode = (int)p;
+  tensor x = input(c, n, -1e30f, 1e30f, 0, r);
+  int64_t want = -1;
+  if (mode == 1) {
+    want = (int64_t)kiln_rng_below(r, (uint32_t)n);
+    x.h[want] = NAN;
+    if (want + 1 < n) x.h[n - 1] = INFINITY;
+  } else if (mode == 2) {
+    want = n - 1;
+    x.h[want] = -INFINITY;
+  }
+  assert_int_equal(kiln_device_to_device(c->device, x.d, x.h, sizeof(float) * (size_t)n), KILN_OK);
+  int64_t at = 12345, *d = dev_scalar(c, &at, sizeof at);
+  assert_int_equal(b->find_nonfinite(c, d, x.d, n), KILN_OK);
+  host_scalar(c, &at, d, sizeof at);
+  kiln_device_free(c->device, d);
+  drop(&x);
+  return at == want ? 0 : INFINITY;
+}
+
+/* p buffers summed into each: against the sum in double, and every buffer the same bits */
+static double case_ordered_sum(const kiln_backend *b, const kiln_op_ctx *c, int64_t n, float p,
+                               kiln_rng *r) {
+  const int np = (int)p;
+  tensor t[4];
+  float *ptrs[4];
+  double *want = sv_doubles(n);
+  for (int64_t i = 0; i < n; i++) want[i] = 0;
+  for (int k = 0; k < np; k++) {
+    t[k] = input(c, n, -1, 1, 0, r);
+    ptrs[k] = t[k].d;
+    for (int64_t i = 0; i < n; i++) want[i] += t[k].h[i];
+  }
+  assert_int_equal(b->ordered_sum(c, ptrs, np, n), KILN_OK);
+  double e = 0;
+  for (int k = 0; k < np; k++) {
+    fetch(&t[k]);
+    e = sv_worse(e, error_of(t[k].h, want, n));
+    if (memcmp(t[k].h, t[0].h, sizeof(float) * (size_t)n)) e = INFINITY;
+  }
+  for (int k = 0; k < np; k++) drop(&t[k]);
+  free(want);
+  return e;
+}
 
 /* ---- the table ------------------------------------------------------------------------------ */
 
@@ -3157,8 +4192,106 @@ static const op_row rows[] = {
     {KILN_OP_argmax_fwd, case_argmax_fwd, 1, 1, 0}, {KILN_OP_argmax_fwd, case_argmax_fwd, 7, 3, 0},
     {KILN_OP_argmax_fwd, case_argmax_fwd, 7, 13, 0}, {KILN_OP_argmax_fwd, case_argmax_fwd, 5, 103, 0},
     {KILN_OP_argmax_fwd, case_argmax_fwd, 5, 113, 0},
-    /* ---- sequence (src/ops/sequence.c) ---- */
+    /* ---- sequence (src/ops/sequence.c, src/ops/attention.c); the plans' n picks a shape, p
+     * B transposed (1) and beta (2); the cells' n picks N x H, the last past the parallel size */
+    {KILN_OP_gemm_plan_update, case_gemm_plan_update, 0, 0, 1e-6},
+    {KILN_OP_gemm_plan_update, case_gemm_plan_update, 3, 2, 1e-6},
+    {KILN_OP_gemm_plan_set_b, case_gemm_plan_set_b, 1, 1, 1e-6},
+    {KILN_OP_gemm_plan_set_b, case_gemm_plan_set_b, 3, 3, 1e-6},
+    {KILN_OP_gemm_plan_run, case_gemm_plan_run, 2, 2, 1e-6},
+    {KILN_OP_gemm_plan_run, case_gemm_plan_run, 3, 0, 1e-6},
+    {KILN_OP_gemm_plan_free, case_gemm_plan_free, 1, 0, 1e-6},
+    {KILN_OP_carry_rows, case_carry_rows, 0, 0, 1e-7},
+    {KILN_OP_carry_rows, case_carry_rows, 2, 0, 1e-7},
+    {KILN_OP_carry_rows, case_carry_rows, 2, 1, 0},
+    {KILN_OP_carry_rows, case_carry_rows, 3, 0, 1e-7},
+    {KILN_OP_lstm_cell_fwd, case_lstm_cell_fwd, 0, 0, 1e-6},
+    {KILN_OP_lstm_cell_fwd, case_lstm_cell_fwd, 1, 1, 1e-6},
+    {KILN_OP_lstm_cell_fwd, case_lstm_cell_fwd, 2, 0, 1e-6},
+    {KILN_OP_lstm_cell_fwd, case_lstm_cell_fwd, 3, 0, 1e-6},
+    {KILN_OP_lstm_cell_bwd, case_lstm_cell_bwd, 0, 0, 1e-5},
+    {KILN_OP_lstm_cell_bwd, case_lstm_cell_bwd, 1, 2, 1e-5},
+    {KILN_OP_lstm_cell_bwd, case_lstm_cell_bwd, 2, 1, 1e-5},
+    {KILN_OP_lstm_cell_bwd, case_lstm_cell_bwd, 2, 4, 1e-5},
+    {KILN_OP_lstm_cell_bwd, case_lstm_cell_bwd, 3, 2, 1e-5},
+    {KILN_OP_lstm_cell_bwd, case_lstm_cell_bwd, 3, 1, 1e-5},
+    {KILN_OP_gru_cell_fwd, case_gru_cell_fwd, 0, 0, 1e-6},
+    {KILN_OP_gru_cell_fwd, case_gru_cell_fwd, 2, 0, 1e-6},
+    {KILN_OP_gru_cell_fwd, case_gru_cell_fwd, 3, 0, 1e-6},
+    {KILN_OP_gru_cell_bwd, case_gru_cell_bwd, 0, 0, 1e-5},
+    {KILN_OP_gru_cell_bwd, case_gru_cell_bwd, 2, 0, 1e-5},
+    {KILN_OP_gru_cell_bwd, case_gru_cell_bwd, 3, 0, 1e-5},
+    SIZES(KILN_OP_rnn_step_fwd, case_rnn_step_fwd, 0, 1e-6),
+    SIZES(KILN_OP_rnn_step_bwd, case_rnn_step_bwd, 0, 1e-5),
+    {KILN_OP_rnn_out_fwd, case_rnn_out_fwd, 0, 0, 1e-6},
+    {KILN_OP_rnn_out_fwd, case_rnn_out_fwd, 2, 0, 1e-6},
+    {KILN_OP_rnn_out_fwd, case_rnn_out_fwd, 3, 0, 1e-6},
+    {KILN_OP_rnn_out_bwd, case_rnn_out_bwd, 0, 0, 1e-5},
+    {KILN_OP_rnn_out_bwd, case_rnn_out_bwd, 2, 0, 1e-5},
+    {KILN_OP_rnn_out_bwd, case_rnn_out_bwd, 3, 0, 1e-5},
+    {KILN_OP_sinusoid_table, case_sinusoid_table, 1, 0, 1e-7},
+    {KILN_OP_sinusoid_table, case_sinusoid_table, 7, 0, 1e-7},
+    {KILN_OP_sinusoid_table, case_sinusoid_table, 300, 0, 1e-7},
+    {KILN_OP_step_add, case_step_add, 0, 0, 1e-7}, {KILN_OP_step_add, case_step_add, 1, 0, 1e-7},
+    {KILN_OP_step_add, case_step_add, 2, 0, 1e-7},
+    {KILN_OP_step_sum_into, case_step_sum_into, 0, 0, 1e-6},
+    {KILN_OP_step_sum_into, case_step_sum_into, 1, 0, 1e-6},
+    {KILN_OP_step_sum_into, case_step_sum_into, 2, 0, 1e-6},
+    {KILN_OP_seq_pool_fwd, case_seq_pool_fwd, 0, 0, 0},
+    {KILN_OP_seq_pool_fwd, case_seq_pool_fwd, 1, 1, 1e-7},
+    {KILN_OP_seq_pool_fwd, case_seq_pool_fwd, 2, 2, 0},
+    {KILN_OP_seq_pool_fwd, case_seq_pool_fwd, 1, 3, 0},
+    {KILN_OP_seq_pool_fwd, case_seq_pool_fwd, 2, 4, 1e-7},
+    {KILN_OP_seq_pool_fwd, case_seq_pool_fwd, 2, 5, 0},
+    {KILN_OP_seq_pool_fwd, case_seq_pool_fwd, 1, 6, 0},
+    {KILN_OP_seq_pool_bwd, case_seq_pool_bwd, 0, 2, 1e-6},
+    {KILN_OP_seq_pool_bwd, case_seq_pool_bwd, 1, 0, 1e-6},
+    {KILN_OP_seq_pool_bwd, case_seq_pool_bwd, 2, 1, 1e-6},
+    {KILN_OP_seq_pool_bwd, case_seq_pool_bwd, 2, 5, 1e-6},
+    {KILN_OP_seq_pool_bwd, case_seq_pool_bwd, 1, 3, 1e-6},
+    {KILN_OP_seq_pool_bwd, case_seq_pool_bwd, 2, 4, 1e-6},
+    {KILN_OP_gemm_rows, case_gemm_rows, 0, 0, 1e-6},
+    {KILN_OP_gemm_rows, case_gemm_rows, 1, 3, 1e-6},
+    {KILN_OP_gemm_rows, case_gemm_rows, 2, 1, 1e-6},
+    {KILN_OP_gemm_rows, case_gemm_rows, 2, 2, 1e-6},
+    {KILN_OP_gemm_rows, case_gemm_rows, 3, 0, 1e-6},
+    {KILN_OP_gemm_rows, case_gemm_rows, 3, 1, 1e-6},
+    {KILN_OP_sum_rows_double_into, case_sum_rows_double_into, 1, 0, 2e-7},
+    {KILN_OP_sum_rows_double_into, case_sum_rows_double_into, 33, 0, 2e-7},
+    {KILN_OP_sum_rows_double_into, case_sum_rows_double_into, 2000, 0, 2e-7},
+    {KILN_OP_mask_check, case_mask_check, 1, 0, 0}, {KILN_OP_mask_check, case_mask_check, 9, 0, 0},
+    {KILN_OP_mask_check, case_mask_check, 9, 1, 0},
+    {KILN_OP_attention_fwd, case_attention_fwd, 0, 0, 1e-6},
+    {KILN_OP_attention_fwd, case_attention_fwd, 1, 1, 1e-6},
+    {KILN_OP_attention_fwd, case_attention_fwd, 2, 3, 1e-6},
+    {KILN_OP_attention_fwd, case_attention_fwd, 3, 0, 1e-6},
+    {KILN_OP_attention_bwd, case_attention_bwd, 0, 0, 1e-5},
+    {KILN_OP_attention_bwd, case_attention_bwd, 1, 1, 1e-5},
+    {KILN_OP_attention_bwd, case_attention_bwd, 2, 3, 1e-5},
+    {KILN_OP_attention_bwd, case_attention_bwd, 3, 2, 1e-5},
     /* ---- solver (src/ops/solver.c) ---- */
+    /* p: regularize's and sgd_update's setting, the rules' momentum or decay, find_nonfinite's
+     * planted value, ordered_sum's buffer count (in the cases above) */
+    SIZES(KILN_OP_sumsq_acc, case_sumsq_acc, 0, 1e-12),
+    SIZES(KILN_OP_regularize, case_regularize, 0, 1e-7),
+    SIZES(KILN_OP_regularize, case_regularize, 1, 1e-7),
+    SIZES(KILN_OP_regularize, case_regularize, 2, 0),
+    SIZES(KILN_OP_sgd_update, case_sgd_update, 0, 1e-6),
+    SIZES(KILN_OP_sgd_update, case_sgd_update, 1, 1e-6),
+    SIZES(KILN_OP_sgd_update, case_sgd_update, 2, 1e-6),
+    SIZES(KILN_OP_nesterov_update, case_nesterov_update, 0.9f, 1e-6),
+    SIZES(KILN_OP_nesterov_update, case_nesterov_update, 0, 1e-6),
+    SIZES(KILN_OP_adagrad_update, case_adagrad_update, 0, 1e-6),
+    SIZES(KILN_OP_rmsprop_update, case_rmsprop_update, 0.98f, 1e-6),
+    SIZES(KILN_OP_rmsprop_update, case_rmsprop_update, 0.9f, 1e-6),
+    SIZES(KILN_OP_adadelta_update, case_adadelta_update, 0.95f, 5e-6),
+    SIZES(KILN_OP_adam_update, case_adam_update, 0, 1e-6),
+    SIZES(KILN_OP_find_nonfinite, case_find_nonfinite, 0, 0),
+    SIZES(KILN_OP_find_nonfinite, case_find_nonfinite, 1, 0),
+    SIZES(KILN_OP_find_nonfinite, case_find_nonfinite, 2, 0),
+    SIZES(KILN_OP_ordered_sum, case_ordered_sum, 1, 0),
+    SIZES(KILN_OP_ordered_sum, case_ordered_sum, 2, 1e-6),
+    SIZES(KILN_OP_ordered_sum, case_ordered_sum, 4, 1e-6),
 };
 enum { NROWS = sizeof rows / sizeof rows[0] };
 

@@ -517,7 +517,7 @@ static void close_images(image_layer *d) {
 }
 
 static int next_labels(image_layer *d, int *labels) {
-  assert_int_equal(d->l->ops->forward(d->l), KILN_OK);
+  assert_int_equal(layer_forward(d->l), KILN_OK);
   int n = (int)d->top[1]->shape[0];
   for (int i = 0; i < n; i++) labels[i] = (int)d->top[1]->data[i];
   return n;
@@ -537,7 +537,7 @@ static void test_image_data_batches(void **state) {
   expect_shape(d.top[1], 1, SHAPE(4));
   const int want[3][4] = {{0, 1, 2, 3}, {4, 5, 6, 7}, {8, 9, 0, 1}};
   for (int b = 0; b < 3; b++) {
-    assert_int_equal(d.l->ops->forward(d.l), KILN_OK);
+    assert_int_equal(layer_forward(d.l), KILN_OK);
     for (int i = 0; i < 4; i++) {
       const int rec = want[b][i];
       assert_true(d.top[1]->data[i] == (float)rec);
@@ -558,7 +558,7 @@ static void test_image_data_batches(void **state) {
                                TEST, 1),
                    KILN_OK);
   expect_shape(d.top[0], 4, SHAPE(2, 1, 8, 3));
-  assert_int_equal(d.l->ops->forward(d.l), KILN_OK);
+  assert_int_equal(layer_forward(d.l), KILN_OK);
   char path[256];
   snprintf(path, sizeof path, "%s/imgs/img1.png", f->dir);
   kiln_image img = {0};
@@ -604,8 +604,8 @@ static void test_image_data_shuffle_and_resume(void **state) {
   assert_int_equal(open_images(&r, f, "ImageData", p, TRAIN, 7), KILN_OK);
   assert_int_equal(r.l->ops->set_cursor(r.l, cursor), KILN_OK);
   for (int k = 0; k < 3; k++) {
-    assert_int_equal(a.l->ops->forward(a.l), KILN_OK);
-    assert_int_equal(r.l->ops->forward(r.l), KILN_OK);
+    assert_int_equal(layer_forward(a.l), KILN_OK);
+    assert_int_equal(layer_forward(r.l), KILN_OK);
     assert_memory_equal(a.top[0]->data, r.top[0]->data, sizeof(float) * a.top[0]->count);
     assert_memory_equal(a.top[1]->data, r.top[1]->data, sizeof(float) * 5);
   }
@@ -695,8 +695,8 @@ static void test_image_data_errors(void **state) {
   write_plain(list, later, strlen(later));
   image_layer d;
   assert_int_equal(open_images(&d, f, "ImageData", "batch_size: 2 }", TRAIN, 1), KILN_OK);
-  assert_int_equal(d.l->ops->forward(d.l), KILN_OK);
-  assert_int_equal(d.l->ops->forward(d.l), KILN_ERR_IO);
+  assert_int_equal(layer_forward(d.l), KILN_OK);
+  assert_int_equal(layer_forward(d.l), KILN_ERR_IO);
   snprintf(path, sizeof path, "%s/imgs/gone.png", f->dir);
   assert_non_null(strstr(kiln_last_error(), "list.txt:3: "));
   assert_non_null(strstr(kiln_last_error(), path));
@@ -706,8 +706,8 @@ static void test_image_data_errors(void **state) {
   uint8_t g[2 * 2] = {1, 2, 3, 4};
   write_png(path, 2, 2, PNG_COLOR_TYPE_GRAY, 8, false, g, 2, NULL, 0);
   assert_int_equal(open_images(&d, f, "ImageData", "batch_size: 2 }", TRAIN, 1), KILN_OK);
-  assert_int_equal(d.l->ops->forward(d.l), KILN_OK);
-  assert_int_equal(d.l->ops->forward(d.l), KILN_ERR_DATA);
+  assert_int_equal(layer_forward(d.l), KILN_OK);
+  assert_int_equal(layer_forward(d.l), KILN_ERR_DATA);
   assert_non_null(strstr(kiln_last_error(), "list.txt:3: image"));
   assert_non_null(strstr(kiln_last_error(), "3x2x2, the first record was 3x4x5"));
   close_images(&d);
@@ -715,7 +715,7 @@ static void test_image_data_errors(void **state) {
   assert_int_equal(open_images(&d, f, "ImageData",
                                "batch_size: 4 } transform_param { crop_size: 2 }", TEST, 1),
                    KILN_OK);
-  assert_int_equal(d.l->ops->forward(d.l), KILN_OK);
+  assert_int_equal(layer_forward(d.l), KILN_OK);
   assert_true(d.top[0]->data[2 * 12] == 1 && d.top[0]->data[2 * 12 + 3] == 4); /* gone.png */
   close_images(&d);
 }
@@ -747,8 +747,8 @@ static void lmdb_keys(const char *path, char *out, size_t n) {
 /* Batches of two layers are equal bit for bit, for `batches` passes. */
 static void expect_same_batches(image_layer *a, image_layer *b, int batches) {
   for (int k = 0; k < batches; k++) {
-    assert_int_equal(a->l->ops->forward(a->l), KILN_OK);
-    assert_int_equal(b->l->ops->forward(b->l), KILN_OK);
+    assert_int_equal(layer_forward(a->l), KILN_OK);
+    assert_int_equal(layer_forward(b->l), KILN_OK);
     assert_int_equal(a->top[0]->count, b->top[0]->count);
     assert_memory_equal(a->top[0]->data, b->top[0]->data, sizeof(float) * a->top[0]->count);
     assert_memory_equal(a->top[1]->data, b->top[1]->data, sizeof(float) * a->top[1]->count);

@@ -541,7 +541,7 @@ static void test_layers_in_a_net(void **state) {
     fail();
   }
   kiln_net_options opt = {.phase = TRAIN, .seed = 5, .history_per_param = 1,
-                          .config = kiln_test_config()};
+                          .config = kiln_test_net_config()};
   kiln_net *net = NULL;
   if (kiln_net_create(np, &opt, &net)) {
     print_error("net: %s\n", kiln_last_error());

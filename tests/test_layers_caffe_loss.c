@@ -41,7 +41,7 @@ static void expect_no_gradient_to(const char *text, kiln_blob **b, int nbottom, 
   l.top[0]->diff[0] = 1;
   for (int k = 0; k < nbottom; k++) l.l->propagate_down[k] = k == i;
   kiln_clear_error();
-  assert_int_equal(l.l->ops->backward(l.l), KILN_ERR_UNSUPPORTED);
+  assert_int_equal(layer_backward(l.l), KILN_ERR_UNSUPPORTED);
   expect_message(who, what, NULL);
   assert_false(kiln_layer_allows_gradient(l.l, i));
   unbuild(&l);
@@ -52,7 +52,7 @@ static void expect_forward_fails(const char *text, kiln_blob **b, int nbottom, c
                                  const char *what) {
   built l = build(text, TRAIN, b, nbottom, 1);
   kiln_clear_error();
-  assert_int_equal(l.l->ops->forward(l.l), KILN_ERR_DATA);
+  assert_int_equal(layer_forward(l.l), KILN_ERR_DATA);
   expect_message(who, what, NULL);
   unbuild(&l);
 }
@@ -358,7 +358,7 @@ static void test_contrastive_loss_in_a_net(void **state) {
       "top: 'loss' } ";
   Caffe__NetParameter *np;
   if (kiln_net_param_from_text(text, "<net>", &np)) fail_msg("%s", kiln_last_error());
-  kiln_net_options opt = {.phase = TRAIN, .seed = 5, .config = kiln_test_config()};
+  kiln_net_options opt = {.phase = TRAIN, .seed = 5, .config = kiln_test_net_config()};
   kiln_net *net = NULL;
   if (kiln_net_create(np, &opt, &net)) fail_msg("%s", kiln_last_error());
   kiln_layer *c = kiln_net_layer(net, "c");

@@ -200,7 +200,7 @@ static kiln_net *make_net(const char *text, int phase, Caffe__NetParameter **np)
     print_error("parse: %s\n", kiln_last_error());
     fail();
   }
-  kiln_net_options opt = {.phase = phase, .seed = 5, .config = kiln_test_config()};
+  kiln_net_options opt = {.phase = phase, .seed = 5, .config = kiln_test_net_config()};
   kiln_net *net = NULL;
   if (kiln_net_create(*np, &opt, &net)) {
     print_error("net: %s\n", kiln_last_error());

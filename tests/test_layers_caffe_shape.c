@@ -20,7 +20,7 @@ static kiln_net *make_net(const char *text, Caffe__NetParameter **np) {
     print_error("parse: %s\n", kiln_last_error());
     fail();
   }
-  kiln_net_options opt = {.phase = TRAIN, .seed = 5, .config = kiln_test_config()};
+  kiln_net_options opt = {.phase = TRAIN, .seed = 5, .config = kiln_test_net_config()};
   kiln_net *net = NULL;
   if (kiln_net_create(*np, &opt, &net)) {
     print_error("net: %s\n", kiln_last_error());
@@ -317,7 +317,7 @@ static void test_filter_hand(void **state) {
   /* Caffe refuses a gradient for the selector */
   f.l->propagate_down[2] = true;
   kiln_clear_error();
-  assert_int_equal(f.l->ops->backward(f.l), KILN_ERR_UNSUPPORTED);
+  assert_int_equal(layer_backward(f.l), KILN_ERR_UNSUPPORTED);
   expect_message("layer 'f' (Filter)", "selector", NULL);
   assert_false(kiln_layer_allows_gradient(f.l, 2));
   assert_true(kiln_layer_allows_gradient(f.l, 1));
@@ -366,7 +366,7 @@ static void test_filter_in_a_net(void **state) {
       "layer { name: 'l' type: 'EuclideanLoss' bottom: 'fh' bottom: 'ft' top: 'loss' } ";
   Caffe__NetParameter *np;
   if (kiln_net_param_from_text(text, "<net>", &np)) fail_msg("%s", kiln_last_error());
-  kiln_net_options opt = {.phase = TRAIN, .seed = 5, .config = kiln_test_config()};
+  kiln_net_options opt = {.phase = TRAIN, .seed = 5, .config = kiln_test_net_config()};
   np->force_backward = true;
   kiln_net *net = NULL;
   if (kiln_net_create(np, &opt, &net)) fail_msg("%s", kiln_last_error());
@@ -423,15 +423,15 @@ static void test_batch_reindex_hand(void **state) {
   expect_close("reindex dx", b[0]->diff, (const float[]){3, 4, 7, 8, 6, 8}, 6, 0);
   r.l->propagate_down[1] = true;
   kiln_clear_error();
-  assert_int_equal(r.l->ops->backward(r.l), KILN_ERR_UNSUPPORTED);
+  assert_int_equal(layer_backward(r.l), KILN_ERR_UNSUPPORTED);
   expect_message("layer 'r' (BatchReindex)", "indices", NULL);
   /* an index past the batch, or negative: refused when forward reads it */
   b[1]->data[3] = 3;
   kiln_clear_error();
-  assert_int_equal(r.l->ops->forward(r.l), KILN_ERR_DATA);
+  assert_int_equal(layer_forward(r.l), KILN_ERR_DATA);
   expect_message("layer 'r' (BatchReindex)", "index 3 at position 3", "past the batch of 3");
   b[1]->data[3] = -1;
-  assert_int_equal(r.l->ops->forward(r.l), KILN_ERR_DATA);
+  assert_int_equal(layer_forward(r.l), KILN_ERR_DATA);
   expect_message("layer 'r' (BatchReindex)", "negative", NULL);
   unbuild(&r);
   kiln_blob_free(b[0]);

@@ -385,7 +385,7 @@ static void test_caffe_missing_layers(void **state) {
                                    &caffe__net_parameter__descriptor, &msg),
                    KILN_OK);
   kiln_net *net = NULL;
-  kiln_net_options o = {.phase = CAFFE__PHASE__TRAIN, .config = kiln_test_config()};
+  kiln_net_options o = {.phase = CAFFE__PHASE__TRAIN, .config = kiln_test_net_config()};
   assert_int_equal(kiln_net_create((Caffe__NetParameter *)msg, &o, &net), KILN_ERR_UNSUPPORTED);
   expect_message("layer 'p': Caffe's layer type 'Python' is not in kiln", "kiln runs no Python layers", NULL);
   assert_null(net);

@@ -157,7 +157,7 @@ static void test_memory_data_tops_fed_by_caller(void **state) {
                    "layers { name: 'loss' type: SOFTMAX_LOSS bottom: 'ip' bottom: 'label' }\n";
   Caffe__NetParameter *np = NULL;
   assert_int_equal(kiln_net_param_from_text(v1, "v1.prototxt", &np), KILN_OK);
-  kiln_net_options o = {.phase = TRAIN, .seed = 1, .config = kiln_test_config()};
+  kiln_net_options o = {.phase = TRAIN, .seed = 1, .config = kiln_test_net_config()};
   kiln_net *net = NULL;
   assert_int_equal(kiln_net_create(np, &o, &net), KILN_OK);
   expect_shape(kiln_net_blob(net, "data"), 4, SHAPE(4, 1, 2, 3));
@@ -272,7 +272,7 @@ static void test_batches_transform_and_wrap(void **state) {
   assert_int_equal(d.top[0]->shape[1], C);
   int expect_labels[3][4] = {{0, 1, 2, 3}, {4, 5, 6, 7}, {8, 9, 0, 1}};
   for (int b = 0; b < 3; b++) {
-    assert_int_equal(d.l->ops->forward(d.l), KILN_OK);
+    assert_int_equal(layer_forward(d.l), KILN_OK);
     for (int i = 0; i < 4; i++) {
       int rec = expect_labels[b][i];
       assert_true(d.top[1]->data[i] == (float)rec);
@@ -294,13 +294,13 @@ static void test_cursor_resumes_exactly(void **state) {
   const char *p = "batch_size: 3 } transform_param { crop_size: 3 mirror: true }";
   assert_int_equal(open_layer(&a, p, CAFFE__PHASE__TRAIN, 5), KILN_OK);
   assert_int_equal(open_layer(&b, p, CAFFE__PHASE__TRAIN, 5), KILN_OK);
-  for (int i = 0; i < 2; i++) assert_int_equal(a.l->ops->forward(a.l), KILN_OK);
+  for (int i = 0; i < 2; i++) assert_int_equal(layer_forward(a.l), KILN_OK);
   uint64_t cur = a.l->ops->get_cursor(a.l);
   assert_int_equal(cur, 6);
   assert_int_equal(b.l->ops->set_cursor(b.l, cur), KILN_OK);
   for (int i = 0; i < 4; i++) { /* crosses the wrap-around */
-    assert_int_equal(a.l->ops->forward(a.l), KILN_OK);
-    assert_int_equal(b.l->ops->forward(b.l), KILN_OK);
+    assert_int_equal(layer_forward(a.l), KILN_OK);
+    assert_int_equal(layer_forward(b.l), KILN_OK);
     assert_memory_equal(a.top[0]->data, b.top[0]->data, sizeof(float) * a.top[0]->count);
     assert_memory_equal(a.top[1]->data, b.top[1]->data, sizeof(float) * 3);
   }
@@ -316,7 +316,7 @@ static void test_crop_and_mirror(void **state) {
   assert_int_equal(open_layer(&t, "batch_size: 2 } transform_param { crop_size: 2 mirror: true }",
                               CAFFE__PHASE__TEST, 1), KILN_OK);
   assert_int_equal(t.top[0]->shape[2], 2);
-  assert_int_equal(t.l->ops->forward(t.l), KILN_OK);
+  assert_int_equal(layer_forward(t.l), KILN_OK);
   for (int c = 0; c < C; c++)
     for (int h = 0; h < 2; h++)
       for (int x = 0; x < 2; x++)
@@ -328,7 +328,7 @@ static void test_crop_and_mirror(void **state) {
                               CAFFE__PHASE__TRAIN, 3), KILN_OK);
   int seen_flip = 0, seen_plain = 0, offsets = 0;
   for (int rep = 0; rep < 4; rep++) {
-    assert_int_equal(d.l->ops->forward(d.l), KILN_OK);
+    assert_int_equal(layer_forward(d.l), KILN_OK);
     for (int i = 0; i < 10; i++) {
       const float *out = d.top[0]->data + i * C * 9;
       int rec = (int)d.top[1]->data[i];
@@ -394,7 +394,7 @@ static void test_missing_source(void **state) {
 
 /* Labels of the next batch (records carry their index as label). */
 static int next_labels(data_layer *d, int *labels) {
-  assert_int_equal(d->l->ops->forward(d->l), KILN_OK);
+  assert_int_equal(layer_forward(d->l), KILN_OK);
   int n = (int)d->top[1]->shape[0];
   for (int i = 0; i < n; i++) labels[i] = (int)d->top[1]->data[i];
   return n;
@@ -557,7 +557,7 @@ static void test_sharded_workers_deal_whole_batches(void **state) {
   assert_int_equal(open_layer(&bad, "batch_size: 4 }", CAFFE__PHASE__TRAIN, 1), KILN_OK);
   bad.l->shard_rank = 2;
   bad.l->shard_count = 2;
-  assert_int_equal(bad.l->ops->forward(bad.l), KILN_ERR_INVALID);
+  assert_int_equal(layer_forward(bad.l), KILN_ERR_INVALID);
   close_layer(&bad);
 }
 
@@ -657,8 +657,8 @@ static void test_mixed_sources_shuffle_and_resume(void **state) {
   assert_int_equal(cur, 42);
   assert_int_equal(b.l->ops->set_cursor(b.l, cur), KILN_OK);
   for (int k = 0; k < 9; k++) {
-    assert_int_equal(a.l->ops->forward(a.l), KILN_OK);
-    assert_int_equal(b.l->ops->forward(b.l), KILN_OK);
+    assert_int_equal(layer_forward(a.l), KILN_OK);
+    assert_int_equal(layer_forward(b.l), KILN_OK);
     assert_memory_equal(a.top[0]->data, b.top[0]->data, sizeof(float) * a.top[0]->count);
     assert_memory_equal(a.top[1]->data, b.top[1]->data, sizeof(float) * 6);
   }
@@ -666,10 +666,10 @@ static void test_mixed_sources_shuffle_and_resume(void **state) {
   assert_int_equal(a.l->ops->set_cursor(a.l, 12), KILN_OK);
   data_layer c;
   assert_int_equal(open_layer(&c, p, CAFFE__PHASE__TRAIN, 11), KILN_OK);
-  for (int k = 0; k < 2; k++) assert_int_equal(c.l->ops->forward(c.l), KILN_OK);
+  for (int k = 0; k < 2; k++) assert_int_equal(layer_forward(c.l), KILN_OK);
   for (int k = 0; k < 3; k++) {
-    assert_int_equal(a.l->ops->forward(a.l), KILN_OK);
-    assert_int_equal(c.l->ops->forward(c.l), KILN_OK);
+    assert_int_equal(layer_forward(a.l), KILN_OK);
+    assert_int_equal(layer_forward(c.l), KILN_OK);
     assert_memory_equal(a.top[0]->data, c.top[0]->data, sizeof(float) * a.top[0]->count);
   }
   close_layer(&a);
@@ -741,7 +741,7 @@ static void test_keep_reshapes_the_net(void **state) {
            db_path);
   Caffe__NetParameter *np;
   assert_int_equal(kiln_net_param_from_text(text, "<keep>", &np), KILN_OK);
-  kiln_net_options o = {.phase = CAFFE__PHASE__TRAIN, .seed = 1, .config = kiln_test_config()};
+  kiln_net_options o = {.phase = CAFFE__PHASE__TRAIN, .seed = 1, .config = kiln_test_net_config()};
   kiln_net *net;
   assert_int_equal(kiln_net_create(np, &o, &net), KILN_OK);
   float loss;
@@ -822,7 +822,7 @@ static void read_batches(const char *extra, int n, batches *out) {
   }
   for (int j = 0; j < CMP_BATCHES; j++) {
     data_layer *d = &w[j % n];
-    assert_int_equal(d->l->ops->forward(d->l), KILN_OK);
+    assert_int_equal(layer_forward(d->l), KILN_OK);
     out->count[j] = (int)d->top[1]->shape[0];
     memcpy(out->label[j], d->top[1]->data, sizeof(float) * (size_t)out->count[j]);
     memcpy(out->data[j], d->top[0]->data, sizeof(float) * (size_t)d->top[0]->count);

@@ -140,7 +140,7 @@ static void close_h5(h5layer *d) {
 
 /* One batch: its ids (from the labels), after checking that every record's data are its id's. */
 static int next_ids(h5layer *d, int *ids) {
-  assert_int_equal(d->l->ops->forward(d->l), KILN_OK);
+  assert_int_equal(layer_forward(d->l), KILN_OK);
   const int n = (int)d->top[1]->shape[0];
   for (int i = 0; i < n; i++) {
     ids[i] = (int)d->top[1]->data[i];
@@ -415,7 +415,7 @@ static void test_small_files_stay_resident(void **state) {
       }
     } else {
       int rc = KILN_OK;
-      for (int b = 0; b < 6 && rc == KILN_OK; b++) rc = d.l->ops->forward(d.l);
+      for (int b = 0; b < 6 && rc == KILN_OK; b++) rc = layer_forward(d.l);
       assert_int_not_equal(rc, KILN_OK);
       assert_non_null(strstr(kiln_last_error(), "r1.h5"));
     }
@@ -459,7 +459,7 @@ static void test_fingerprint(void **state) {
   assert_int_equal(a.l->ops->fingerprint(a.l, d3, what, sizeof what), KILN_OK);
   assert_memory_not_equal(d1, d3, 32);
   /* asked for after the data started flowing: refused */
-  assert_int_equal(a.l->ops->forward(a.l), KILN_OK);
+  assert_int_equal(layer_forward(a.l), KILN_OK);
   assert_int_equal(a.l->ops->fingerprint(a.l, d3, what, sizeof what), KILN_ERR_INVALID);
   close_h5(&a);
 }
@@ -624,7 +624,7 @@ static void test_bad_values_refused_when_loaded(void **state) {
     kiln_layer *l;
     assert_int_equal(kiln_layer_create(lp, TRAIN, NULL, 0, top, 2, 1, kiln_test_config(), &l),
                      KILN_OK);
-    assert_int_equal(l->ops->forward(l), KILN_ERR_NUMERIC);
+    assert_int_equal(layer_forward(l), KILN_ERR_NUMERIC);
     expect_message("layer 'h' (HDF5Data)", at(names[i]), want[i]);
     kiln_layer_free(l);
     kiln_blob_free(top[0]);
@@ -980,7 +980,7 @@ static void test_in_a_net(void **state) {
            at("ab.txt"), at("net_out.h5"));
   Caffe__NetParameter *np;
   assert_int_equal(kiln_net_param_from_text(text, "n.prototxt", &np), KILN_OK);
-  kiln_net_options opt = {.phase = TRAIN, .seed = 3, .config = kiln_test_config()};
+  kiln_net_options opt = {.phase = TRAIN, .seed = 3, .config = kiln_test_net_config()};
   kiln_net *net;
   if (kiln_net_create(np, &opt, &net)) fail_msg("%s", kiln_last_error());
   for (int i = 0; i < 3; i++) {

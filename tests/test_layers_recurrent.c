@@ -134,7 +134,7 @@ static void expect_bad_index(float v, const char *shown) {
   kiln_blob *x = blob_of("idx", 1, SHAPE(3), (const float[]){0, v, 1});
   built e = build(embed_text, TRAIN, &x, 1, 1);
   kiln_clear_error();
-  assert_int_equal(e.l->ops->forward(e.l), KILN_ERR_INVALID);
+  assert_int_equal(layer_forward(e.l), KILN_ERR_INVALID);
   expect_message("layer 'emb' (Embed)", shown, "[0, 4)");
   unbuild(&e);
   kiln_blob_free(x);
@@ -158,7 +158,7 @@ static void test_embed_errors(void **state) {
   forward(&e);
   e.l->propagate_down[0] = true;
   kiln_clear_error();
-  assert_int_equal(e.l->ops->backward(e.l), KILN_ERR_INVALID);
+  assert_int_equal(layer_backward(e.l), KILN_ERR_INVALID);
   expect_message(who, "index input", NULL);
   assert_true(e.l->ops->no_gradient_bottoms & 1u);
   unbuild(&e);
@@ -485,7 +485,7 @@ static void test_recurrent_backward_contract(void **state) {
     /* A gradient asked of cont is refused, naming the layer. */
     r.l->propagate_down[1] = true;
     kiln_clear_error();
-    assert_int_equal(r.l->ops->backward(r.l), KILN_ERR_INVALID);
+    assert_int_equal(layer_backward(r.l), KILN_ERR_INVALID);
     expect_message(who, "sequence indicators", NULL);
     assert_true(r.l->ops->no_gradient_bottoms == 1u << 1);
     unbuild(&r);
@@ -686,7 +686,7 @@ static kiln_net *lrcn_net(const char *extra, Caffe__NetParameter **np) {
   char text[2048];
   snprintf(text, sizeof text, lrcn_text, extra);
   if (kiln_net_param_from_text(text, "lrcn.prototxt", np)) fail_msg("%s", kiln_last_error());
-  kiln_net_options opt = {.phase = TRAIN, .seed = 5, .config = kiln_test_config()};
+  kiln_net_options opt = {.phase = TRAIN, .seed = 5, .config = kiln_test_net_config()};
   kiln_net *net;
   if (kiln_net_create(*np, &opt, &net)) fail_msg("%s", kiln_last_error());
   kiln_rng rng;
@@ -793,7 +793,7 @@ static void test_embed_lstm_net(void **state) {
       "  top: 'loss' softmax_param { axis: 2 } }\n";
   Caffe__NetParameter *np;
   if (kiln_net_param_from_text(text, "lm.prototxt", &np)) fail_msg("%s", kiln_last_error());
-  kiln_net_options opt = {.phase = TRAIN, .seed = 5, .config = kiln_test_config()};
+  kiln_net_options opt = {.phase = TRAIN, .seed = 5, .config = kiln_test_net_config()};
   kiln_net *net;
   if (kiln_net_create(np, &opt, &net)) fail_msg("%s", kiln_last_error());
   const float words[6] = {1, 4, 4, 7, 2, 4}, cont[6] = {0, 0, 1, 1, 1, 0};
@@ -873,7 +873,7 @@ static void test_text_classifier_net(void **state) {
              dir, V, bidir ? "GRU" : "LSTM", bidir ? "true" : "false");
     Caffe__NetParameter *np;
     if (kiln_net_param_from_text(text, "classify.prototxt", &np)) fail_msg("%s", kiln_last_error());
-    kiln_net_options opt = {.phase = TRAIN, .seed = 5, .config = kiln_test_config()};
+    kiln_net_options opt = {.phase = TRAIN, .seed = 5, .config = kiln_test_net_config()};
     kiln_net *net;
     if (kiln_net_create(np, &opt, &net)) fail_msg("%s", kiln_last_error());
     kiln_layer *rec = kiln_net_layer(net, "rec");
@@ -913,7 +913,7 @@ static void test_recurrent_caffemodel_loads(void **state) {
       "  recurrent_param { num_output: 3 } }\n";
   Caffe__NetParameter *np;
   if (kiln_net_param_from_text(text, "rec.prototxt", &np)) fail_msg("%s", kiln_last_error());
-  kiln_net_options opt = {.phase = TEST, .seed = 5, .config = kiln_test_config()};
+  kiln_net_options opt = {.phase = TEST, .seed = 5, .config = kiln_test_net_config()};
   kiln_net *net;
   if (kiln_net_create(np, &opt, &net)) fail_msg("%s", kiln_last_error());
 
@@ -1025,7 +1025,7 @@ static void learns_running_parity(const char *type) {
   const int threads = kiln_get_num_threads();
   kiln_set_num_threads(1);
   kiln_net_options opt = {
-      .phase = TRAIN, .seed = 1701, .nthreads = 1, .config = kiln_test_config()};
+      .phase = TRAIN, .seed = 1701, .nthreads = 1, .config = kiln_test_net_config()};
   kiln_net *net;
   if (kiln_net_create(np, &opt, &net)) fail_msg("%s", kiln_last_error());
   kiln_rng rng;
@@ -1116,7 +1116,7 @@ static void test_lstm_unit_hand(void **state) {
                8, 1e-6);
   /* no gradient reaches cont */
   r.l->propagate_down[2] = true;
-  assert_int_equal(r.l->ops->backward(r.l), KILN_ERR_INVALID);
+  assert_int_equal(layer_backward(r.l), KILN_ERR_INVALID);
   assert_non_null(strstr(kiln_last_error(), "sequence indicators"));
   unbuild(&r);
   kiln_blob_free(c);

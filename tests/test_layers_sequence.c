@@ -104,7 +104,7 @@ static void test_sequence_pool_refusals(void **state) {
   kiln_blob *empty = blob_of("mask", 2, SHAPE(3, 2), none);
   b[1] = empty;
   built p = build("name: 'p' type: 'SequencePool'", TRAIN, b, 2, 1);
-  assert_int_equal(p.l->ops->forward(p.l), KILN_ERR_DATA);
+  assert_int_equal(layer_forward(p.l), KILN_ERR_DATA);
   expect_message("layer 'p' (SequencePool)", "sequence 1 of the batch has no valid step", NULL);
   unbuild(&p);
   kiln_blob *flat = blob_of("flat", 1, SHAPE(3), bad);

@@ -160,7 +160,7 @@ static void sparse_matches_dense(const char *params) {
   expect_close("bias gradient", s.l->param[1]->diff, d.l->param[1]->diff, N, 1e-5);
   /* a gradient for the sparse bottom is refused */
   s.l->propagate_down[0] = true;
-  assert_int_equal(s.l->ops->backward(s.l), KILN_ERR_UNSUPPORTED);
+  assert_int_equal(layer_backward(s.l), KILN_ERR_UNSUPPORTED);
   expect_message("layer 'ip' (InnerProduct)", "'xs' is sparse", "propagate_down: false");
   unbuild(&s);
   unbuild(&d);
@@ -239,7 +239,7 @@ static void test_sparse_inner_product_refusals(void **state) {
   built b = build("name: 'ip' type: 'InnerProduct' inner_product_param { num_output: 2 }", TRAIN,
                   &xs, 1, 1);
   xs->csr->rows = 3;
-  assert_int_equal(b.l->ops->forward(b.l), KILN_ERR_SHAPE);
+  assert_int_equal(layer_forward(b.l), KILN_ERR_SHAPE);
   expect_message("'xs' holds 3 x 12", "expects 4 x 12", NULL);
   assert_false(kiln_layer_allows_gradient(b.l, 0));
   unbuild(&b);
@@ -412,7 +412,7 @@ static void test_libsvm_data_refusals(void **state) {
 
 static int build_net(const char *text, kiln_net **net, Caffe__NetParameter **np) {
   assert_int_equal(kiln_net_param_from_text(text, "<test>", np), KILN_OK);
-  kiln_net_options opt = {.phase = TRAIN, .seed = 1, .nthreads = 1, .config = kiln_test_config()};
+  kiln_net_options opt = {.phase = TRAIN, .seed = 1, .nthreads = 1, .config = kiln_test_net_config()};
   int rc = kiln_net_create(*np, &opt, net);
   if (rc) {
     protobuf_c_message_free_unpacked(&(*np)->base, NULL);

@@ -731,7 +731,7 @@ static void test_mha_bad_parameters(void **state) {
   kiln_blob *ids = blob_of("ids", 2, SHAPE(3, 2), (const float[]){1, 1, 7, 1, 0, 0});
   kiln_blob *bi[2] = {x, ids};
   built l = build("name: 'att' type: 'MultiHeadAttention'", TRAIN, bi, 2, 1);
-  assert_int_equal(l.l->ops->forward(l.l), KILN_ERR_DATA);
+  assert_int_equal(layer_forward(l.l), KILN_ERR_DATA);
   expect_message(who, "holds 7 at step 1 of sequence 0", NULL);
   unbuild(&l);
   kiln_blob_free(ids);
@@ -831,7 +831,7 @@ static void test_transformer_block_net_gradients(void **state) {
   snprintf(text, sizeof text, block_net_fmt, "force_backward: true\n", 0.1, 0.1);
   Caffe__NetParameter *np = NULL;
   assert_int_equal(kiln_net_param_from_text(text, "block.prototxt", &np), KILN_OK);
-  kiln_net_options opt = {.phase = TEST, .seed = 5, .nthreads = 2, .config = kiln_test_config()};
+  kiln_net_options opt = {.phase = TEST, .seed = 5, .nthreads = 2, .config = kiln_test_net_config()};
   kiln_net *net = NULL;
   int rc = kiln_net_create(np, &opt, &net);
   if (rc) print_error("%s\n", kiln_last_error());
@@ -888,14 +888,14 @@ static void test_transformer_block_trains(void **state) {
   path_in(f, "solver.prototxt", solver_path, sizeof solver_path);
   write_plain(solver_path, solver, strlen(solver));
   kiln_solver *s = NULL;
-  kiln_solver_options o = {.config = kiln_test_config()};
+  kiln_solver_options o = {.config = kiln_test_net_config()};
   int rc = kiln_solver_create(solver_path, &o, &s);
   if (rc) print_error("%s\n", kiln_last_error());
   assert_int_equal(rc, KILN_OK);
   set_block_inputs(kiln_solver_net(s));
   Caffe__NetParameter *np = NULL;
   assert_int_equal(kiln_net_param_from_text(text, "block.prototxt", &np), KILN_OK);
-  kiln_net_options topt = {.phase = TEST, .seed = 5, .config = kiln_test_config()};
+  kiln_net_options topt = {.phase = TEST, .seed = 5, .config = kiln_test_net_config()};
   kiln_net *eval = NULL;
   assert_int_equal(kiln_net_create(np, &topt, &eval), KILN_OK);
   assert_int_equal(kiln_net_share_params(eval, kiln_solver_net(s)), KILN_OK);

@@ -229,7 +229,10 @@ int cmd_test(int argc, char **argv) {
     loss += l;
     for (int o = 0; o < net->noutputs; o++) {
       double v = 0;
-      for (int64_t i = 0; i < net->outputs[o]->count; i++) v += net->outputs[o]->data[i];
+      if (kiln_net_blob_sum(net, net->outputs[o], &v)) {
+        code = tool_fail("test");
+        goto done;
+      }
       sum[o] += v;
     }
   }
@@ -326,8 +329,14 @@ static int prepare_for_timing(kiln_net *net) {
     if (l->ops->fed_by_caller)
       for (int t = 0; t < l->ntop; t++) {
         const bool zeros = read_as_second_operand(net, l->top[t], 0);
-        for (int64_t k = 0; k < l->top[t]->count; k++)
-          l->top[t]->data[k] = zeros ? 0.0f : kiln_rng_gaussian(&r, 0, 1);
+        /* made on the host, handed over through the device table */
+        const int64_t n = l->top[t]->count;
+        float *v = malloc(sizeof(float) * (size_t)(n > 0 ? n : 1));
+        if (!v) return kiln_errorf(KILN_ERR_NOMEM, "out of memory");
+        for (int64_t k = 0; k < n; k++) v[k] = zeros ? 0.0f : kiln_rng_gaussian(&r, 0, 1);
+        int rc = kiln_device_to_device(net->device, l->top[t]->data, v, sizeof(float) * (size_t)n);
+        free(v);
+        KILN_TRY(rc);
       }
   }
   return kiln_net_need_backward_everywhere(net);
@@ -389,8 +398,11 @@ int cmd_time(int argc, char **argv) {
     for (int i = 0; i < L; i++) {
       kiln_layer *l = net->layers[i];
       for (int t = 0; t < l->ntop; t++)
-        if (l->loss_weight[t] != 0)
-          for (int64_t k = 0; k < l->top[t]->count; k++) l->top[t]->diff[k] = l->loss_weight[t];
+        if (l->loss_weight[t] != 0 &&
+            KILN_OP(l, fill, l->top[t]->diff, l->loss_weight[t], l->top[t]->count)) {
+          code = tool_fail("time");
+          goto done;
+        }
     }
     for (int i = L - 1; i >= 0; i--) {
       double t0 = kiln_now_ms();

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "kiln/data.h"
+#include "kiln/device.h"
 #include "tool.h"
 
 typedef struct {
@@ -122,6 +123,9 @@ static int add_prime_token(void *user, const char *tok, size_t len) {
 typedef struct {
   kiln_blob *ids, *cont, *scores;
   int64_t W;
+  /* Host copies of the inputs (W each) and of one step's scores (V), moved through the net's
+   * device table: the net's memory may be a device's. */
+  float *ids_h, *cont_h, *scores_h;
 } lm_io;
 
 static bool is_window(const kiln_blob *b, int64_t W) {
@@ -183,10 +187,20 @@ static void put_token(const kiln_vocab *v, int id, bool words, bool first) {
 }
 
 /* W = 1: one token a pass, the state carried from the last (cont 1), or a fresh start. */
-static int step(kiln_net *net, const lm_io *io, int id, bool first) {
-  io->ids->data[0] = (float)id;
-  if (io->cont) io->cont->data[0] = first ? 0.0f : 1.0f;
-  return kiln_net_forward(net, NULL);
+/* Hands the inputs to the net, runs it, and reads the scores of step `at` into io->scores_h. */
+static int pass(kiln_net *net, const lm_io *io, int64_t at, int V) {
+  const size_t in = sizeof(float) * (size_t)io->W;
+  KILN_TRY(kiln_device_to_device(io->ids->device, io->ids->data, io->ids_h, in));
+  if (io->cont) KILN_TRY(kiln_device_to_device(io->cont->device, io->cont->data, io->cont_h, in));
+  KILN_TRY(kiln_net_forward(net, NULL));
+  return kiln_device_to_host(io->scores->device, io->scores_h, io->scores->data + at * V,
+                             sizeof(float) * (size_t)V);
+}
+
+static int step(kiln_net *net, const lm_io *io, int id, bool first, int V) {
+  io->ids_h[0] = (float)id;
+  if (io->cont) io->cont_h[0] = first ? 0.0f : 1.0f;
+  return pass(net, io, 0, V);
 }
 
 /* W > 1: the last (at most W) tokens of the text from step 0, the rest padding, and the scores
@@ -197,11 +211,11 @@ static const float *window_scores(kiln_net *net, const lm_io *io, const int *tex
                                   int V) {
   const int64_t start = len > io->W ? len - io->W : 0, L = len - start;
   for (int64_t t = 0; t < io->W; t++) {
-    io->ids->data[t] = t < L ? (float)text[start + t] : 0.0f;
-    if (io->cont) io->cont->data[t] = t == 0 ? 0.0f : 1.0f;
+    io->ids_h[t] = t < L ? (float)text[start + t] : 0.0f;
+    if (io->cont) io->cont_h[t] = t == 0 ? 0.0f : 1.0f;
   }
-  if (kiln_net_forward(net, NULL)) return NULL;
-  return io->scores->data + (L - 1) * V;
+  if (pass(net, io, L - 1, V)) return NULL;
+  return io->scores_h;
 }
 
 int cmd_sample(int argc, char **argv) {
@@ -213,6 +227,7 @@ int cmd_sample(int argc, char **argv) {
   ProtobufCMessage *msg = NULL;
   prime_ids p = {.unknown_at = -1};
   int *text = NULL; /* the prime's ids, then what is drawn */
+  float *io_host = NULL;
   int code = 0;
   kiln_config cfg;
   char vocab_path[4096];
@@ -252,22 +267,26 @@ int cmd_sample(int argc, char **argv) {
   kiln_rng rng;
   kiln_rng_seed(&rng, a.seed, 0x5a3d);
   text = malloc(sizeof(int) * ((size_t)p.n + (size_t)a.length));
-  if (!text) {
+  io_host = malloc(sizeof(float) * (2 * (size_t)io.W + (size_t)V));
+  if (!text || !io_host) {
     fprintf(stderr, "kiln sample: out of memory\n");
     code = 1;
     goto done;
   }
+  io.ids_h = io_host;
+  io.cont_h = io_host + io.W;
+  io.scores_h = io_host + 2 * io.W;
   memcpy(text, p.ids, sizeof(int) * (size_t)p.n);
   int64_t len = p.n;
   for (int i = 0; i < p.n; i++) {
     put_token(v, p.ids[i], words, i == 0);
-    if (io.W == 1 && step(net, &io, p.ids[i], i == 0)) {
+    if (io.W == 1 && step(net, &io, p.ids[i], i == 0, V)) {
       code = tool_fail("sample");
       goto done;
     }
   }
   for (int i = 0; i < a.length; i++) {
-    const float *scores = io.W == 1 ? io.scores->data : window_scores(net, &io, text, len, V);
+    const float *scores = io.W == 1 ? io.scores_h : window_scores(net, &io, text, len, V);
     if (!scores) {
       code = tool_fail("sample");
       goto done;
@@ -275,7 +294,7 @@ int cmd_sample(int argc, char **argv) {
     const int id = draw(scores, V, a.temperature, &rng);
     text[len++] = id;
     put_token(v, id, words, false);
-    if (io.W == 1 && i + 1 < a.length && step(net, &io, id, false)) {
+    if (io.W == 1 && i + 1 < a.length && step(net, &io, id, false, V)) {
       code = tool_fail("sample");
       goto done;
     }
@@ -284,6 +303,7 @@ int cmd_sample(int argc, char **argv) {
   if (fflush(stdout) != 0) code = 1;
 done:
   free(text);
+  free(io_host);
   free(p.ids);
   tool_free_net(net, msg);
   kiln_vocab_free(v);

@@ -618,11 +618,183 @@ typedef enum { KILN_LOSS_FULL, KILN_LOSS_VALID, KILN_LOSS_BATCH, KILN_LOSS_NONE 
      int64_t dist, int64_t top_k, bool out_max_val, bool along_axis),                          \
     (c, y, ws, x, num, dim, dist, top_k, out_max_val, along_axis))
 
-/* src/ops/sequence.c: the recurrent and transformer layers' arithmetic besides GEMM. */
-#define KILN_OPS_SEQUENCE(X)
+/* What SequencePool takes of each sequence's valid steps (Caffe's SequencePoolParameter.Pool, in
+ * its order). */
+typedef enum { KILN_SEQ_POOL_LAST, KILN_SEQ_POOL_MEAN, KILN_SEQ_POOL_MAX } kiln_seq_pool;
 
-/* src/ops/solver.c: the update rules, gradient clipping, the workers' accumulation. */
-#define KILN_OPS_SOLVER(X)
+/* src/ops/sequence.c: the recurrent layers' steps (LSTM, RNN, GRU, LSTMUnit) and the plans of
+ * their per-step products, PositionalEncoding, SequencePool; src/ops/attention.c:
+ * MultiHeadAttention's. Sequences are time-major: row t N + n is step t of stream n. An op that
+ * runs GEMMs on c->nthreads 1 holds OpenBLAS and oneDNN to one thread for that call alone. */
+#define KILN_OPS_SEQUENCE(X)                                                                    \
+  /* *plan (NULL: made) for C (M x N, ldc apart) = A (M x K, lda apart) op(B) + beta C, op(B)  \
+   * K x N read from B (ldb apart, tb: transposed), kept where it has this shape already; ref: \
+   * OpenBLAS, cpu: oneDNN's matmul with B packed where it wins (kiln_gemm_plan) */            \
+  X(gemm_plan_update,                                                                          \
+    (const kiln_op_ctx *c, kiln_gemm_plan **plan, bool tb, int64_t M, int64_t N, int64_t K,    \
+     int64_t lda, int64_t ldb, int64_t ldc, float beta),                                       \
+    (c, plan, tb, M, N, K, lda, ldb, ldc, beta))                                               \
+  /* B for the plan's products from now on (packed once; B must stay valid until the next) */  \
+  X(gemm_plan_set_b, (const kiln_op_ctx *c, kiln_gemm_plan *plan, const float *B),             \
+    (c, plan, B))                                                                              \
+  /* C = A op(B) + beta C by the plan */                                                       \
+  X(gemm_plan_run, (const kiln_op_ctx *c, kiln_gemm_plan *plan, float *C, const float *A),     \
+    (c, plan, C, A))                                                                           \
+  /* frees a plan (NULL: nothing) */                                                           \
+  X(gemm_plan_free, (const kiln_op_ctx *c, kiln_gemm_plan *plan), (c, plan))                   \
+  /* y[n][d] = m[n] x[n ldx + d] for N rows of H (m NULL: 0); y may be x when ldx is H */      \
+  X(carry_rows,                                                                                \
+    (const kiln_op_ctx *c, float *y, const float *x, int64_t ldx, const float *m, int64_t N,   \
+     int64_t H),                                                                               \
+    (c, y, x, ldx, m, N, H))                                                                   \
+  /* LSTM cells of N streams of H (Caffe's LSTMUnit): gates (N x 4H: input, forget, output,    \
+   * candidate) from pre-activations to values, f = cont sigmoid (0 where cont is 0; cont      \
+   * NULL: all 0), cell = f c_prev + i g, h[n ldh + d] = o tanh(cell) */                        \
+  X(lstm_cell_fwd,                                                                             \
+    (const kiln_op_ctx *c, float *cell, float *h, int64_t ldh, float *gates,                   \
+     const float *c_prev, const float *cont, int64_t N, int64_t H),                            \
+    (c, cell, h, ldh, gates, c_prev, cont, N, H))                                              \
+  /* its backward from dc and dh[n ldh + d] (+ dh2, N x H, where not NULL): dgates (N x 4H) and \
+   * dc_prev (may be dc), each NULL where not wanted; f (1 - f) the forget gate's derivative */  \
+  X(lstm_cell_bwd,                                                                             \
+    (const kiln_op_ctx *c, float *dc_prev, float *dgates, const float *gates,                  \
+     const float *cell, const float *c_prev, const float *dc, const float *dh, int64_t ldh,    \
+     const float *dh2, int64_t N, int64_t H),                                                  \
+    (c, dc_prev, dgates, gates, cell, c_prev, dc, dh, ldh, dh2, N, H))                         \
+  /* GRU cells (PyTorch's): gates (N x 3H) holds the input terms gi and becomes (r, z, n), with \
+   * r = sigmoid(gi_r + gh_r + bh_r), z likewise, ghn = gh_n + bh_n (N x H, kept), n =         \
+   * tanh(gi_n + r ghn); h[n ldh + d] = (1 - z) n + z hp */                                    \
+  X(gru_cell_fwd,                                                                              \
+    (const kiln_op_ctx *c, float *h, int64_t ldh, float *ghn, float *gates, const float *gh,   \
+     const float *bh, const float *hp, int64_t N, int64_t H),                                  \
+    (c, h, ldh, ghn, gates, gh, bh, hp, N, H))                                                 \
+  /* its backward, dh_t = dy[n ldy + d] + dh: d_in (N x 3H) = (dr, dz, dn) of the input terms, \
+   * d_rec = (dr, dz, r dn) of the recurrent ones, then dh = dh_t z */                         \
+  X(gru_cell_bwd,                                                                              \
+    (const kiln_op_ctx *c, float *d_in, float *d_rec, float *dh, const float *dy, int64_t ldy, \
+     const float *gates, const float *ghn, const float *hp, int64_t N, int64_t H),             \
+    (c, d_in, d_rec, dh, dy, ldy, gates, ghn, hp, N, H))                                       \
+  /* h = tanh h in place (kiln_vtanhf, the recurrent layers' tanh): an RNN step */             \
+  X(rnn_step_fwd, (const kiln_op_ctx *c, float *h, int64_t n), (c, h, n))                      \
+  /* d = (d + dh) (1 - h^2): an RNN step's pre-activation gradient */                          \
+  X(rnn_step_bwd, (const kiln_op_ctx *c, float *d, const float *dh, const float *h, int64_t n), \
+    (c, d, dh, h, n))                                                                          \
+  /* out = tanh(out + b) (kiln_vtanhf) for M rows of H, then row m of y (ldy apart) = row m    \
+   * of out */                                                                                 \
+  X(rnn_out_fwd,                                                                               \
+    (const kiln_op_ctx *c, float *y, int64_t ldy, float *out, const float *b, int64_t M,       \
+     int64_t H),                                                                               \
+    (c, y, ldy, out, b, M, H))                                                                 \
+  /* dz[m][d] = dy[m ldy + d] (1 - out[m][d]^2) for M rows of H */                             \
+  X(rnn_out_bwd,                                                                               \
+    (const kiln_op_ctx *c, float *dz, const float *dy, int64_t ldy, const float *out,          \
+     int64_t M, int64_t H),                                                                    \
+    (c, dz, dy, ldy, out, M, H))                                                               \
+  /* rows [from, T) of the sinusoidal table (T x D): sin(t / 10000^(2i/D)) at 2i, cos at      \
+   * 2i + 1, in double */                                                                      \
+  X(sinusoid_table,                                                                            \
+    (const kiln_op_ctx *c, float *table, int64_t from, int64_t T, int64_t D),                  \
+    (c, table, from, T, D))                                                                    \
+  /* y[t][n][:] = x[t][n][:] + v[t][:] over T x N x D (y may be x) */                          \
+  X(step_add,                                                                                  \
+    (const kiln_op_ctx *c, float *y, const float *x, const float *v, int64_t T, int64_t N,     \
+     int64_t D),                                                                               \
+    (c, y, x, v, T, N, D))                                                                     \
+  /* dv[t][:] += dy[t][n][:] for n in order */                                                 \
+  X(step_sum_into,                                                                             \
+    (const kiln_op_ctx *c, float *dv, const float *dy, int64_t T, int64_t N, int64_t D),       \
+    (c, dv, dy, T, N, D))                                                                      \
+  /* y (N x D) = the last, the mean (in double) or the max of x (T x N x D) over each          \
+   * sequence's valid steps (mask T x N: 1 valid, 0 padding; NULL: all valid); MAX: arg (N x D) \
+   * = the winning steps; a sequence with no valid step is KILN_ERR_DATA naming it */           \
+  X(seq_pool_fwd,                                                                              \
+    (const kiln_op_ctx *c, float *y, float *arg, const float *x, const float *mask, int64_t T, \
+     int64_t N, int64_t D, kiln_seq_pool pool),                                                \
+    (c, y, arg, x, mask, T, N, D, pool))                                                       \
+  /* dx (T x N x D) = dy at the steps seq_pool_fwd took (MEAN: dy / the valid steps at each),  \
+   * 0 elsewhere */                                                                            \
+  X(seq_pool_bwd,                                                                              \
+    (const kiln_op_ctx *c, float *dx, const float *dy, const float *arg, const float *mask,    \
+     int64_t T, int64_t N, int64_t D, kiln_seq_pool pool),                                     \
+    (c, dx, dy, arg, mask, T, N, D, pool))                                                     \
+  /* gemm's product in fixed blocks of 64 rows of C, each one OpenBLAS call on one thread, the \
+   * blocks over the op's threads: bits set by the shapes alone; cpu: products of 2^19         \
+   * multiply-adds and more whole, through gemm */                                             \
+  X(gemm_rows,                                                                                 \
+    (const kiln_op_ctx *c, float *C, int64_t ldc, const float *A, int64_t lda, const float *B, \
+     int64_t ldb, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, float beta),  \
+    (c, C, ldc, A, lda, B, ldb, ta, tb, M, N, K, alpha, beta))                                  \
+  /* db[n] += the sum in double of dy[m][n] over the M rows in order */                        \
+  X(sum_rows_double_into,                                                                      \
+    (const kiln_op_ctx *c, float *db, const float *dy, int64_t M, int64_t N),                  \
+    (c, db, dy, M, N))                                                                         \
+  /* KILN_ERR_DATA naming the first value of the padding mask (S x N) that is not 1 or 0 */    \
+  X(mask_check, (const kiln_op_ctx *c, const float *mask, int64_t S, int64_t N),               \
+    (c, mask, S, N))                                                                           \
+  /* scaled dot-product attention of H heads of hd (D = H hd) over q (T x N x D), k and v      \
+   * (S x N x D): probs (N x H x T x S) = softmax of scale q.k over the keys query t sees      \
+   * (valid S x N or NULL; causal: s <= t), 0 elsewhere and for a query that sees none; ctx    \
+   * (T x N x D) = probs v */                                                                  \
+  X(attention_fwd,                                                                             \
+    (const kiln_op_ctx *c, float *ctx, float *probs, const float *q, const float *k,           \
+     const float *v, const float *valid, int T, int S, int N, int H, int hd, float scale,      \
+     bool causal),                                                                             \
+    (c, ctx, probs, q, k, v, valid, T, S, N, H, hd, scale, causal))                            \
+  /* dq, dk, dv (overwritten) from dctx and the forward's probs, q, k, v; work:                \
+   * kiln_attention_workspace(T, S, c->nthreads) floats */                                     \
+  X(attention_bwd,                                                                             \
+    (const kiln_op_ctx *c, float *dq, float *dk, float *dv, float *work, const float *dctx,    \
+     const float *probs, const float *q, const float *k, const float *v, int T, int S, int N,  \
+     int H, int hd, float scale),                                                              \
+    (c, dq, dk, dv, work, dctx, probs, q, k, v, T, S, N, H, hd, scale))
+
+/* src/ops/solver.c: the update rules, gradient clipping, the workers' accumulation. One call
+ * covers one parameter blob: w its values, g its gradient, h and h2 its histories (n floats each);
+ * lr is the rate with the blob's multiplier (Adam's bias-corrected), every scalar from the host;
+ * Adam's moments are computed in double. The passes' and workers' sums use acc, and clipping's
+ * scaling scale (arrange). */
+#define KILN_OPS_SOLVER(X)                                                                      \
+  /* sum[0] += the sum of x[i]^2 in double, i in order (clipping's squared L2 norm) */          \
+  X(sumsq_acc, (const kiln_op_ctx *c, double *sum, const float *x, int64_t n), (c, sum, x, n))  \
+  /* g = norm g (norm 1: unchanged), then g += wd sign(w) (l1) or wd w (wd 0: unchanged) */     \
+  X(regularize,                                                                                 \
+    (const kiln_op_ctx *c, float *g, const float *w, int64_t n, float norm, float wd, bool l1), \
+    (c, g, w, n, norm, wd, l1))                                                                 \
+  /* SGD: g = norm g + wd w, h = m h + lr g, w -= h (one pass); bad[0] = 1 if a w is not finite */ \
+  X(sgd_update,                                                                                 \
+    (const kiln_op_ctx *c, float *w, float *h, float *g, int32_t *bad, int64_t n, float norm,   \
+     float wd, float lr, float m),                                                              \
+    (c, w, h, g, bad, n, norm, wd, lr, m))                                                      \
+  /* Nesterov: h' = m h + lr g, w -= (1 + m) h' - m h */                                        \
+  X(nesterov_update,                                                                            \
+    (const kiln_op_ctx *c, float *w, float *h, const float *g, int64_t n, float lr, float m),   \
+    (c, w, h, g, n, lr, m))                                                                     \
+  /* AdaGrad: h += g^2, w -= lr g / (sqrt(h) + delta) */                                        \
+  X(adagrad_update,                                                                             \
+    (const kiln_op_ctx *c, float *w, float *h, const float *g, int64_t n, float lr,             \
+     float delta),                                                                              \
+    (c, w, h, g, n, lr, delta))                                                                 \
+  /* RMSProp: h = decay h + (1 - decay) g^2, w -= lr g / (sqrt(h) + delta) */                   \
+  X(rmsprop_update,                                                                             \
+    (const kiln_op_ctx *c, float *w, float *h, const float *g, int64_t n, float lr,             \
+     float decay, float delta),                                                                 \
+    (c, w, h, g, n, lr, decay, delta))                                                          \
+  /* AdaDelta: h = m h + (1 - m) g^2, u = g sqrt((h2 + delta) / (h + delta)),                   \
+   * h2 = m h2 + (1 - m) u^2, w -= lr u */                                                      \
+  X(adadelta_update,                                                                            \
+    (const kiln_op_ctx *c, float *w, float *h, float *h2, const float *g, int64_t n, float lr,  \
+     float m, float delta),                                                                     \
+    (c, w, h, h2, g, n, lr, m, delta))                                                          \
+  /* Adam: h = b1 h + (1 - b1) g, h2 = b2 h2 + (1 - b2) g^2, w -= lr h / (sqrt(h2) + delta) */   \
+  X(adam_update,                                                                                \
+    (const kiln_op_ctx *c, float *w, float *h, float *h2, const float *g, int64_t n, float lr,  \
+     double b1, double b2, float delta),                                                        \
+    (c, w, h, h2, g, n, lr, b1, b2, delta))                                                     \
+  /* at[0] = the index of the first value of x that is not finite; -1 when every one is */      \
+  X(find_nonfinite, (const kiln_op_ctx *c, int64_t *at, const float *x, int64_t n),             \
+    (c, at, x, n))                                                                              \
+  /* every p[r][0 .. n) (r < np) = ((p[0] + p[1]) + p[2]) + ..., added in rank order */         \
+  X(ordered_sum, (const kiln_op_ctx *c, float *const *p, int np, int64_t n), (c, p, np, n))
 
 #define KILN_OP_FIELD_(name, params, args) int(*name) params;
 typedef struct kiln_backend {

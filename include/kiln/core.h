@@ -168,6 +168,9 @@ typedef struct kiln_blob {
                                       its bottom's); only the diff is this blob's own */
   int id;                /* its index in its net's activation blobs; -1 for any other blob */
   kiln_csr *csr; /* non-NULL: a sparse blob; only layers whose table sets sparse_bottom read it */
+  /* Where data and diff live (include/kiln/device.h); NULL: the host. Code other than its
+   * backend's kernels moves values in and out only through the device's table. */
+  const struct kiln_device *device;
 } kiln_blob;
 
 /* Activation layouts. PLAIN is Caffe's row-major N x C x H x W (and every blob that is not 4-D).

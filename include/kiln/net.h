@@ -78,6 +78,14 @@ typedef struct kiln_net {
   kiln_memory_plan memory;
   int nthreads;
   kiln_config config;         /* from kiln_net_options.config; every layer points here */
+  /* Where its blobs, parameters, gradients, workspace and pools live (the configuration's
+   * device; NULL: the host). Only its layers' kernels touch that memory; everything else moves
+   * values through the device table (include/kiln/device.h). */
+  const kiln_device *device;
+  /* The kernels of the loops over its parameters and gradients outside its layers (the
+   * solver's update, clipping and sums of passes): the backend of the configuration's device
+   * and engine, as its layers' (kiln_layer_choose_backend); see kiln_net_backend, KILN_NET_OP. */
+  const kiln_backend *backend;
   /* Called after each layer's place in backward (index i, from the last layer down; also for
    * layers that skip backward): the solver starts the sums of gradients that are final. */
   int (*backward_hook)(void *user, int layer);
@@ -86,6 +94,16 @@ typedef struct kiln_net {
 } kiln_net;
 
 int kiln_net_create(const Caffe__NetParameter *np, const kiln_net_options *opt, kiln_net **out);
+
+/* The net's backend (kiln_net.backend), and an op context for it: the net's threads,
+ * configuration and the backend's device. */
+const kiln_backend *kiln_net_backend(const kiln_net *net);
+kiln_op_ctx kiln_net_op_ctx(const kiln_net *net);
+/* Runs op `op` of the net's backend in the net's op context: an int status (KILN_OK). */
+#define KILN_NET_OP(net, op, ...)                                                               \
+  (kiln_net_backend(net)->op(&(kiln_op_ctx){(net)->nthreads, &(net)->config,                    \
+                                            kiln_net_backend(net)->device},                     \
+                             __VA_ARGS__))
 void kiln_net_free(kiln_net *net);
 
 /* Forward pass; *loss (may be NULL) gets the sum of loss_weight x top over the loss tops. */
@@ -117,6 +135,11 @@ void kiln_net_place_param_diff(kiln_net *net, float *to);
 int kiln_net_reshape_inputs(kiln_net *net);
 
 kiln_blob *kiln_net_blob(const kiln_net *net, const char *name);
+/* The sum of blob b's data in double, in order, read through the net's device table (a loss, an
+ * accuracy: a scalar or a few values). */
+int kiln_net_blob_sum(const kiln_net *net, const kiln_blob *b, double *sum);
+/* The first n values of blob b's data into host memory, through the net's device table. */
+int kiln_net_blob_read(const kiln_net *net, const kiln_blob *b, float *out, int64_t n);
 kiln_layer *kiln_net_layer(const kiln_net *net, const char *name);
 
 /* Makes `dst`'s parameters views of `src`'s for every layer name present in both (test nets
@@ -208,7 +231,9 @@ char *kiln_net_describe(const kiln_net *net);
 double kiln_net_forward_flops(const kiln_net *net);
 
 /* A single layer outside a net (tests, tools): setup + reshape on the given blobs, with its own
- * parameter storage, filled by its fillers from `seed`, under a copy of `cfg` (NULL: defaults). */
+ * parameter storage, filled by its fillers from `seed`, under a copy of `cfg` (NULL: defaults).
+ * Its parameters, buffers and workspace are host memory whatever its backend's device; a caller
+ * that runs it on a device moves them there for the pass. */
 int kiln_layer_create(const Caffe__LayerParameter *lp, int phase, kiln_blob **bottoms, int nbottom,
                       kiln_blob **tops, int ntop, uint64_t seed, const kiln_config *cfg,
                       kiln_layer **out);

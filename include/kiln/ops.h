@@ -175,24 +175,8 @@ void kiln_softmax_forward(float *out, const float *in, int64_t outer, int64_t C,
 void kiln_softmax_backward(float *din, const float *out, const float *dout, int64_t outer,
                            int64_t C, int64_t inner);
 
-/* Scaled dot-product attention of H heads, time-major: q (T, N, D), k and v (S, N, D), D = H * hd,
- * head h on features [h hd, (h + 1) hd) (PyTorch's split).
- *   valid (S, N) or NULL: key s takes part for sequence n where valid[s N + n] != 0.
- *   causal: query t sees keys s <= t only.
- *   probs (N, H, T, S) = softmax over the keys query t sees of scale q.k, 0 at the others; a
- *   query with no key to see gets weights all 0 (so its ctx is 0), not NaN.
- *   ctx (T, N, D) = probs v, head by head.
- * Threads over the N H (sequence, head) pairs with one BLAS thread each: results do not depend
- * on nthreads. */
-void kiln_attention_forward(float *ctx, float *probs, const float *q, const float *k,
-                            const float *v, const float *valid, int T, int S, int N, int H,
-                            int hd, float scale, bool causal, int nthreads);
-/* Its gradients: dq (T, N, D), dk and dv (S, N, D) OVERWRITTEN from dctx (T, N, D) and the
- * forward's probs, q, k and v. work: kiln_attention_workspace() floats. */
-void kiln_attention_backward(float *dq, float *dk, float *dv, const float *dctx,
-                             const float *probs, const float *q, const float *k, const float *v,
-                             int T, int S, int N, int H, int hd, float scale, float *work,
-                             int nthreads);
+/* The floats of work the attention_bwd op (include/kiln/backend.h) takes on nthreads threads:
+ * one T x S gradient of the attention weights per thread. */
 int64_t kiln_attention_workspace(int T, int S, int nthreads);
 
 #endif

@@ -104,7 +104,8 @@ int kiln_solver_nworkers(const kiln_solver *s);
 /* The sync settings in force: the solver file's sync { } with the options' overrides. */
 const kiln_sync_config *kiln_solver_sync(const kiln_solver *s);
 /* The update rule's history, flat like the train net's param_data: `per_param` copies (may be
- * NULL), the second (Adam, AdaDelta) nparam_floats after the first. */
+ * NULL), the second (Adam, AdaDelta) nparam_floats after the first. It lies where the train
+ * net's parameters do (kiln_net.device): read it through the device table off the host. */
 const float *kiln_solver_history(const kiln_solver *s, int *per_param);
 
 #endif

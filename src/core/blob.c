@@ -4,6 +4,24 @@
 #include <string.h>
 
 #include "kiln/core.h"
+#include "kiln/device.h"
+
+/* `count` zeroed floats on the blob's device (the host's allocator for the host). */
+static float *alloc_floats(const kiln_blob *b, int64_t count) {
+  if (kiln_device_is_host(b->device)) return kiln_alloc((size_t)count * sizeof(float));
+  void *p = NULL;
+  if (kiln_device_alloc(b->device, (size_t)count * sizeof(float), &p)) return NULL;
+  if (kiln_device_set(b->device, p, 0, (size_t)count * sizeof(float))) {
+    kiln_device_free(b->device, p);
+    return NULL;
+  }
+  return p;
+}
+
+static void free_floats(const kiln_blob *b, float *p) {
+  if (kiln_device_is_host(b->device)) kiln_free(p);
+  else kiln_device_free(b->device, p);
+}
 
 kiln_blob *kiln_blob_new(const char *name) {
   kiln_blob *b = calloc(1, sizeof *b);
@@ -64,8 +82,8 @@ void kiln_blob_free(kiln_blob *b) {
     free(b->csr);
   }
   if (b->owned) {
-    if (!b->data_of) kiln_free(b->data);
-    if (!b->diff_borrowed) kiln_free(b->diff);
+    if (!b->data_of) free_floats(b, b->data);
+    if (!b->diff_borrowed) free_floats(b, b->diff);
   }
   free(b->name);
   free(b);
@@ -109,11 +127,11 @@ int kiln_blob_alloc(kiln_blob *b) {
                          "gradient shares a buffer)",
                          b->name, (long long)count, (long long)b->diff_borrowed);
     if (!b->no_diff && !b->diff_borrowed && count > b->capacity) {
-      float *g = kiln_alloc((size_t)count * sizeof(float));
+      float *g = alloc_floats(b, count);
       if (!g)
         return kiln_errorf(KILN_ERR_NOMEM, "blob '%s': cannot allocate %lld floats", b->name,
                            (long long)count);
-      kiln_free(b->diff);
+      free_floats(b, b->diff);
       b->diff = g;
       b->capacity = count;
     }
@@ -125,16 +143,16 @@ int kiln_blob_alloc(kiln_blob *b) {
                          "blob '%s': cannot grow to %lld elements past its planned %lld (its "
                          "gradient shares a buffer)",
                          b->name, (long long)count, (long long)b->capacity);
-    float *d = kiln_alloc((size_t)count * sizeof(float));
-    float *g = b->no_diff ? NULL : kiln_alloc((size_t)count * sizeof(float));
+    float *d = alloc_floats(b, count);
+    float *g = b->no_diff ? NULL : alloc_floats(b, count);
     if (!d || (!g && !b->no_diff)) {
-      kiln_free(d);
-      kiln_free(g);
+      free_floats(b, d);
+      free_floats(b, g);
       return kiln_errorf(KILN_ERR_NOMEM, "blob '%s': cannot allocate %lld floats", b->name,
                          (long long)count);
     }
-    kiln_free(b->data);
-    kiln_free(b->diff);
+    free_floats(b, b->data);
+    free_floats(b, b->diff);
     b->data = d;
     b->diff = g;
     b->capacity = count;
@@ -151,7 +169,7 @@ int kiln_blob_reshape_like(kiln_blob *b, const kiln_blob *other) {
 }
 
 void kiln_blob_borrow_diff(kiln_blob *b, float *diff, int64_t floats) {
-  if (!b->diff_borrowed) kiln_free(b->diff);
+  if (!b->diff_borrowed) free_floats(b, b->diff);
   b->diff = diff;
   b->diff_borrowed = floats;
   b->no_diff = false;
@@ -159,8 +177,8 @@ void kiln_blob_borrow_diff(kiln_blob *b, float *diff, int64_t floats) {
 
 void kiln_blob_set_view(kiln_blob *b, float *data, float *diff) {
   if (b->owned) {
-    if (!b->data_of) kiln_free(b->data);
-    if (!b->diff_borrowed) kiln_free(b->diff);
+    if (!b->data_of) free_floats(b, b->data);
+    if (!b->diff_borrowed) free_floats(b, b->diff);
   }
   b->data_of = NULL;
   b->diff_borrowed = 0;

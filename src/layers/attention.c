@@ -18,16 +18,13 @@
  * are.
  *
  * Under the reference engine, and for small shapes on any engine, every GEMM runs on one BLAS
- * thread (kiln_blas_serial_begin) in blocks of rows fixed by the shapes alone, which the threads
- * share out; reductions over the batch (bias gradients) add in a fixed order. So those results
- * do not depend on the thread count. Larger projections are whole GEMMs through kiln_sgemm
- * (gemm_rows). */
-#include <cblas.h>
+ * thread in blocks of rows fixed by the shapes alone, which the threads share out (the
+ * gemm_rows op); reductions over the batch (bias gradients) add in a fixed order. So those
+ * results do not depend on the thread count. Larger projections are whole GEMMs through the gemm
+ * op (the cpu backend's gemm_rows). */
 #include <math.h>
 #include <stdlib.h>
-#include <string.h>
 
-#include "kiln/ops.h"
 #include "layer_util.h"
 
 static const Caffe__MultiHeadAttentionParameter mha_defaults =
@@ -165,57 +162,11 @@ static int mha_reshape(kiln_layer *l) {
   return kiln_blob_reshape_like(l->top[0], x);
 }
 
-/* Rows of C fall in fixed blocks of this many, whatever the thread count. */
-enum { ROW_BLOCK = 64 };
-
-/* C (M, Nc) = alpha op(A) (M, K) op(B) (K, Nc) + beta C. Under the reference engine, and for
- * products below WHOLE_MACS, in blocks of ROW_BLOCK rows of C spread over the threads: each
- * block is the same single-threaded GEMM call on any thread, so C's bits do not depend on the
- * thread count. Larger products are one kiln_sgemm on
- * every thread (oneDNN's kernels where they win): each block would copy all of B again. */
-enum { WHOLE_MACS = 1 << 19 };
-static void gemm_rows(const kiln_config *cfg, int team, bool ta, bool tb, int M, int Nc, int K,
-                      float alpha, const float *A, int lda, const float *B, int ldb, float beta,
-                      float *C, int ldc) {
-  if (!(cfg && cfg->engine == KILN_ENGINE_REF) && (double)M * Nc * K >= WHOLE_MACS) {
-    kiln_sgemm(cfg, ta, tb, M, Nc, K, alpha, A, lda, B, ldb, beta, C, ldc);
-    return;
-  }
-  const int nblk = (M + ROW_BLOCK - 1) / ROW_BLOCK;
-  if (team > nblk) team = nblk < 1 ? 1 : nblk;
-  const int blas_prev = kiln_blas_serial_begin();
-#pragma omp parallel for schedule(static) num_threads(team)
-  for (int b = 0; b < nblk; b++) {
-    const int r0 = b * ROW_BLOCK, mb = M - r0 < ROW_BLOCK ? M - r0 : ROW_BLOCK;
-    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, mb,
-                Nc, K, alpha, ta ? A + r0 : A + (int64_t)r0 * lda, lda, B, ldb, beta,
-                C + (int64_t)r0 * ldc, ldc);
-  }
-  kiln_blas_serial_end(blas_prev);
-}
-
-/* y (M, Nc) = x (M, K) W^T + b, W (Nc, K). */
-static void project(const kiln_config *cfg, int team, float *y, const float *x, const float *w, const float *b, int M,
-                    int Nc, int K) {
-  gemm_rows(cfg, team, false, true, M, Nc, K, 1.0f, x, K, w, K, 0.0f, y, Nc);
-  if (!b) return;
-#pragma omp parallel for schedule(static) num_threads(team) if (M > 256)
-  for (int m = 0; m < M; m++)
-    for (int c = 0; c < Nc; c++) y[(int64_t)m * Nc + c] += b[c];
-}
-
-/* db (Nc) += the column sums of dy (M, Nc), each column added in double, rows in order. */
-static void colsum_add(int team, float *db, const float *dy, int64_t M, int64_t Nc) {
-  enum { W = 16 };
-  const int64_t nblk = (Nc + W - 1) / W;
-#pragma omp parallel for schedule(static) num_threads(team) if (M * Nc > 65536)
-  for (int64_t cb = 0; cb < nblk; cb++) {
-    const int64_t c0 = cb * W, w = Nc - c0 < W ? Nc - c0 : W;
-    double acc[W] = {0};
-    for (int64_t m = 0; m < M; m++)
-      for (int64_t j = 0; j < w; j++) acc[j] += dy[m * Nc + c0 + j];
-    for (int64_t j = 0; j < w; j++) db[c0 + j] += (float)acc[j];
-  }
+/* y (M, Nc) = x (M, K) W^T + b (b NULL: none), W (Nc, K). */
+static int project(kiln_layer *l, float *y, const float *x, const float *w, const float *b, int M,
+                   int Nc, int K) {
+  KILN_TRY(KILN_OP(l, gemm_rows, y, Nc, x, K, w, K, false, true, M, Nc, K, 1.0f, 0.0f));
+  return b ? KILN_OP(l, add_bias_rows, y, b, M, Nc) : KILN_OK;
 }
 
 static const float *weight(const kiln_layer *l, int which) { /* P_IN_W or P_OUT_W */
@@ -228,16 +179,11 @@ static float *weight_diff(const kiln_layer *l, int which) {
   return l->param[s->bias ? which : which / 2]->diff;
 }
 
+/* The padding mask's values, checked by an op (a host read would need a copy). */
 static int check_mask(kiln_layer *l) {
   mha_state *s = l->priv;
-  const kiln_blob *m = l->bottom[s->mask];
-  for (int64_t i = 0; i < m->count; i++)
-    if (m->data[i] != 0 && m->data[i] != 1)
-      return KILN_LAYER_ERROR(l, KILN_ERR_DATA,
-                              "the padding mask holds %g at step %lld of sequence %lld: expected "
-                              "1 (valid) or 0 (padding)",
-                              m->data[i], (long long)(i / s->N), (long long)(i % s->N));
-  return KILN_OK;
+  int rc = KILN_OP(l, mask_check, l->bottom[s->mask]->data, s->S, s->N);
+  return rc ? kiln_error_context(rc, "layer '%s' (%s): ", l->name, l->ops->type) : KILN_OK;
 }
 
 static int mha_forward(kiln_layer *l) {
@@ -251,15 +197,20 @@ static int mha_forward(kiln_layer *l) {
   const float *b_out = s->bias ? l->param[P_OUT_B]->data : NULL;
   float *q = l->buffer[B_QKV]->data, *k = q + (int64_t)T * N * D, *v = k + (int64_t)S * N * D;
   float *ctx = l->buffer[B_CTX]->data;
-  project(l->config, s->team, q, x, w_in, b_in, T * N, D, D);
-  project(l->config, s->team, k, kv, w_in + (int64_t)D * D, b_in ? b_in + D : NULL, S * N, D, D);
-  project(l->config, s->team, v, kv, w_in + 2 * (int64_t)D * D, b_in ? b_in + 2 * D : NULL, S * N, D, D);
-  kiln_attention_forward(ctx, l->buffer[B_PROBS]->data, q, k, v,
-                         s->mask >= 0 ? l->bottom[s->mask]->data : NULL, T, S, N, s->H, s->hd,
-                         s->scale, s->causal, s->team);
-  project(l->config, s->team, l->top[0]->data, ctx, w_out, b_out, T * N, D, D);
-  return KILN_OK;
+  KILN_TRY(project(l, q, x, w_in, b_in, T * N, D, D));
+  KILN_TRY(project(l, k, kv, w_in + (int64_t)D * D, b_in ? b_in + D : NULL, S * N, D, D));
+  KILN_TRY(project(l, v, kv, w_in + 2 * (int64_t)D * D, b_in ? b_in + 2 * D : NULL, S * N, D, D));
+  KILN_TRY(KILN_OP(l, attention_fwd, ctx, l->buffer[B_PROBS]->data, q, k, v,
+                   s->mask >= 0 ? l->bottom[s->mask]->data : NULL, T, S, N, s->H, s->hd, s->scale,
+                   s->causal));
+  return project(l, l->top[0]->data, ctx, w_out, b_out, T * N, D, D);
 }
+
+/* C (M x Nc, Nc apart) = A (M x K, or K x M with ta) op(B) + beta C through gemm_rows, every
+ * operand's rows as they lie. */
+#define GEMM_ROWS(l, C, A, B, ta, tb, M, Nc, K, beta)                                          \
+  KILN_OP(l, gemm_rows, C, Nc, A, (ta) ? (M) : (K), B, (tb) ? (K) : (Nc), ta, tb, M, Nc, K, 1.0f, \
+          beta)
 
 static int mha_backward(kiln_layer *l) {
   mha_state *s = l->priv;
@@ -274,41 +225,41 @@ static int mha_backward(kiln_layer *l) {
   const float *ctx = l->buffer[B_CTX]->data;
   float *dctx = l->workspace, *dq = dctx + TND, *dk = dq + TND, *dv = dk + SND;
   float *work = dv + SND;
-  const int team = s->team;
   /* out-projection: dW_o += dy^T ctx, db_o += sum dy, dctx = dy W_o */
-  gemm_rows(l->config, team, true, false, D, D, T * N, 1.0f, dy, D, ctx, D, 1.0f, dw_out, D);
-  if (s->bias) colsum_add(team, l->param[P_OUT_B]->diff, dy, (int64_t)T * N, D);
-  gemm_rows(l->config, team, false, false, T * N, D, D, 1.0f, dy, D, w_out, D, 0.0f, dctx, D);
-  kiln_attention_backward(dq, dk, dv, dctx, l->buffer[B_PROBS]->data, q, k, v, T, S, N, s->H,
-                          s->hd, s->scale, work, team);
+  KILN_TRY(GEMM_ROWS(l, dw_out, dy, ctx, true, false, D, D, T * N, 1.0f));
+  if (s->bias)
+    KILN_TRY(KILN_OP(l, sum_rows_double_into, l->param[P_OUT_B]->diff, dy, (int64_t)T * N, D));
+  KILN_TRY(GEMM_ROWS(l, dctx, dy, w_out, false, false, T * N, D, D, 0.0f));
+  KILN_TRY(KILN_OP(l, attention_bwd, dq, dk, dv, work, dctx, l->buffer[B_PROBS]->data, q, k, v, T,
+                   S, N, s->H, s->hd, s->scale));
   /* in-projections: dW_q += dq^T x, dW_k += dk^T kv, dW_v += dv^T kv, and their biases */
-  gemm_rows(l->config, team, true, false, D, D, T * N, 1.0f, dq, D, x, D, 1.0f, dw_in, D);
-  gemm_rows(l->config, team, true, false, D, D, S * N, 1.0f, dk, D, kv, D, 1.0f, dw_in + DD, D);
-  gemm_rows(l->config, team, true, false, D, D, S * N, 1.0f, dv, D, kv, D, 1.0f, dw_in + 2 * DD, D);
+  KILN_TRY(GEMM_ROWS(l, dw_in, dq, x, true, false, D, D, T * N, 1.0f));
+  KILN_TRY(GEMM_ROWS(l, dw_in + DD, dk, kv, true, false, D, D, S * N, 1.0f));
+  KILN_TRY(GEMM_ROWS(l, dw_in + 2 * DD, dv, kv, true, false, D, D, S * N, 1.0f));
   if (s->bias) {
     float *db = l->param[P_IN_B]->diff;
-    colsum_add(team, db, dq, (int64_t)T * N, D);
-    colsum_add(team, db + D, dk, (int64_t)S * N, D);
-    colsum_add(team, db + 2 * D, dv, (int64_t)S * N, D);
+    KILN_TRY(KILN_OP(l, sum_rows_double_into, db, dq, (int64_t)T * N, D));
+    KILN_TRY(KILN_OP(l, sum_rows_double_into, db + D, dk, (int64_t)S * N, D));
+    KILN_TRY(KILN_OP(l, sum_rows_double_into, db + 2 * D, dv, (int64_t)S * N, D));
   }
   /* dx = dq W_q (+ dk W_k + dv W_v when the keys and values come from x too) */
   if (l->propagate_down[0]) {
     float *dx = l->bottom[0]->diff;
-    gemm_rows(l->config, team, false, false, T * N, D, D, 1.0f, dq, D, w_in, D, 0.0f, dx, D);
+    KILN_TRY(GEMM_ROWS(l, dx, dq, w_in, false, false, T * N, D, D, 0.0f));
     if (s->kv < 0) {
-      gemm_rows(l->config, team, false, false, T * N, D, D, 1.0f, dk, D, w_in + DD, D, 1.0f, dx, D);
-      gemm_rows(l->config, team, false, false, T * N, D, D, 1.0f, dv, D, w_in + 2 * DD, D, 1.0f, dx, D);
+      KILN_TRY(GEMM_ROWS(l, dx, dk, w_in + DD, false, false, T * N, D, D, 1.0f));
+      KILN_TRY(GEMM_ROWS(l, dx, dv, w_in + 2 * DD, false, false, T * N, D, D, 1.0f));
     }
   }
   if (s->kv >= 0 && l->propagate_down[s->kv]) {
     float *dkv = l->bottom[s->kv]->diff;
-    gemm_rows(l->config, team, false, false, S * N, D, D, 1.0f, dk, D, w_in + DD, D, 0.0f, dkv, D);
-    gemm_rows(l->config, team, false, false, S * N, D, D, 1.0f, dv, D, w_in + 2 * DD, D, 1.0f, dkv, D);
+    KILN_TRY(GEMM_ROWS(l, dkv, dk, w_in + DD, false, false, S * N, D, D, 0.0f));
+    KILN_TRY(GEMM_ROWS(l, dkv, dv, w_in + 2 * DD, false, false, S * N, D, D, 1.0f));
   }
   /* The output is piecewise constant in the mask: its gradient is 0 (asked for only when a net
    * forces backward onto every bottom). */
   if (s->mask >= 0 && l->propagate_down[s->mask])
-    memset(l->bottom[s->mask]->diff, 0, sizeof(float) * (size_t)l->bottom[s->mask]->count);
+    KILN_TRY(KILN_OP(l, fill, l->bottom[s->mask]->diff, 0.0f, l->bottom[s->mask]->count));
   return KILN_OK;
 }
 
@@ -318,4 +269,7 @@ const kiln_layer_ops kiln_layer_multihead_attention = {
     .type = "MultiHeadAttention", .min_bottoms = 1, .max_bottoms = 3, .min_tops = 1,
     .max_tops = 1, .setup = mha_setup, .reshape = mha_reshape, .forward = mha_forward,
     .backward = mha_backward, .destroy = mha_destroy,
+    .kernels = KILN_KERNELS(KILN_OP_gemm_rows, KILN_OP_add_bias_rows, KILN_OP_sum_rows_double_into,
+                            KILN_OP_mask_check, KILN_OP_attention_fwd, KILN_OP_attention_bwd,
+                            KILN_OP_fill),
 };

@@ -405,10 +405,14 @@ int kiln_data_layer_forward(kiln_layer *l) {
     if (l->ntop > 1) KILN_TRY(kiln_blob_reshape(l->top[1], 1, shape));
     l->reshaped = true;
   }
-  memcpy(l->top[0]->data, slot->top[0], sizeof(float) * l->top[0]->count);
-  if (l->ntop > 1) memcpy(l->top[1]->data, slot->top[1], sizeof(float) * (size_t)slot->count);
+  /* the batch, made on the host, handed to the tops' device */
+  int rc = kiln_device_to_device(l->top[0]->device, l->top[0]->data, slot->top[0],
+                                 sizeof(float) * (size_t)l->top[0]->count);
+  if (!rc && l->ntop > 1)
+    rc = kiln_device_to_device(l->top[1]->device, l->top[1]->data, slot->top[1],
+                               sizeof(float) * (size_t)slot->count);
   kiln_batch_ring_release(&s->ring);
-  return KILN_OK;
+  return rc;
 }
 
 /* Where the global stream stands once every worker has read as many batches as this one. */
@@ -486,5 +490,5 @@ const kiln_layer_ops kiln_layer_data = {
     .is_data = true, .setup = data_setup, .reshape = kiln_data_layer_reshape,
     .forward = kiln_data_layer_forward, .destroy = kiln_data_layer_destroy,
     .get_cursor = kiln_data_layer_get_cursor, .set_cursor = kiln_data_layer_set_cursor,
-    .fingerprint = data_fingerprint,
+    .fingerprint = data_fingerprint, .kernels = KILN_NO_KERNELS,
 };

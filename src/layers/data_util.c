@@ -81,3 +81,47 @@ void kiln_batch_share_set_cursor(kiln_batch_share *s, uint64_t cursor) {
   s->stream.base = cursor;
   s->taken_k = 0;
 }
+
+/* ---- host-filled tops on a device ----------------------------------------------------------- */
+
+int kiln_stage_begin(kiln_layer *l, kiln_stage *s) {
+  s->active = false;
+  if (l->ntop > KILN_STAGE_MAX_TOPS)
+    return kiln_errorf(KILN_ERR_INTERNAL, "layer '%s': more than %d tops to stage", l->name,
+                       KILN_STAGE_MAX_TOPS);
+  for (int t = 0; t < l->ntop; t++) {
+    kiln_blob *b = l->top[t];
+    s->device[t] = NULL;
+    if (kiln_device_is_host(b->device) || b->csr) continue;
+    const int64_t n = b->count > 0 ? b->count : 1;
+    if (n > s->cap[t]) {
+      float *h = realloc(s->host[t], sizeof(float) * (size_t)n);
+      if (!h) return kiln_errorf(KILN_ERR_NOMEM, "out of memory");
+      s->host[t] = h;
+      s->cap[t] = n;
+    }
+    s->device[t] = b->data;
+    b->data = s->host[t];
+    s->active = true;
+  }
+  return KILN_OK;
+}
+
+int kiln_stage_end(kiln_layer *l, kiln_stage *s) {
+  int rc = KILN_OK;
+  for (int t = 0; s->active && t < l->ntop; t++) {
+    kiln_blob *b = l->top[t];
+    if (!s->device[t]) continue;
+    if (!rc)
+      rc = kiln_device_to_device(b->device, s->device[t], b->data, sizeof(float) * (size_t)b->count);
+    b->data = s->device[t];
+    s->device[t] = NULL;
+  }
+  s->active = false;
+  return rc;
+}
+
+void kiln_stage_free(kiln_stage *s) {
+  for (int t = 0; t < KILN_STAGE_MAX_TOPS; t++) free(s->host[t]);
+  memset(s, 0, sizeof *s);
+}

@@ -131,4 +131,5 @@ const kiln_layer_ops kiln_layer_dummy_data = {
     .type = "DummyData", .min_bottoms = 0, .max_bottoms = 0, .min_tops = 1, .max_tops = -1,
     .is_data = true, .setup = dummy_setup, .reshape = dummy_reshape, .forward = dummy_forward,
     .destroy = dummy_destroy,
+    .kernels = KILN_NO_KERNELS, /* its values are drawn on the host (kiln_fill) and handed over */
 };

@@ -1,6 +1,7 @@
 /* Caffe's weight fillers: constant, uniform, gaussian (optionally sparse), xavier, msra,
  * positive_unitball. */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "kiln/layers.h"
@@ -16,7 +17,25 @@ static float fan_n(const kiln_blob *b, const Caffe__FillerParameter *f) {
   }
 }
 
+static int fill_host(kiln_blob *b, const Caffe__FillerParameter *f, float default_value,
+                     kiln_rng *rng);
+
+/* The values are drawn on the host, from the net's generator; a blob on a device gets them
+ * through the device table. */
 int kiln_fill(kiln_blob *b, const Caffe__FillerParameter *f, float default_value, kiln_rng *rng) {
+  if (kiln_device_is_host(b->device)) return fill_host(b, f, default_value, rng);
+  kiln_blob staged = *b;
+  staged.device = NULL;
+  staged.data = malloc(sizeof(float) * (size_t)(b->count > 0 ? b->count : 1));
+  if (!staged.data) return kiln_errorf(KILN_ERR_NOMEM, "out of memory");
+  int rc = fill_host(&staged, f, default_value, rng);
+  if (!rc) rc = kiln_device_to_device(b->device, b->data, staged.data, sizeof(float) * (size_t)b->count);
+  free(staged.data);
+  return rc;
+}
+
+static int fill_host(kiln_blob *b, const Caffe__FillerParameter *f, float default_value,
+                     kiln_rng *rng) {
   float *x = b->data;
   int64_t n = b->count;
   if (!f) {

@@ -497,9 +497,13 @@ static int hdf5_data_forward(kiln_layer *l) {
   if (!s->ring.running) KILN_TRY(start_threads(l));
   const kiln_ring_slot *slot;
   KILN_TRY(kiln_batch_ring_take(&s->ring, l, &slot));
-  for (int t = 0; t < s->ntop; t++)
-    memcpy(l->top[t]->data, slot->top[t], sizeof(float) * (size_t)l->top[t]->count);
+  /* the batch, made on the host, handed to the tops' device */
+  int rc = KILN_OK;
+  for (int t = 0; t < s->ntop && !rc; t++)
+    rc = kiln_device_to_device(l->top[t]->device, l->top[t]->data, slot->top[t],
+                               sizeof(float) * (size_t)l->top[t]->count);
   kiln_batch_ring_release(&s->ring);
+  if (rc) return rc;
   return KILN_OK;
 }
 
@@ -561,5 +565,5 @@ const kiln_layer_ops kiln_layer_hdf5_data = {
     .is_data = true, .setup = hdf5_data_setup, .reshape = hdf5_data_reshape,
     .forward = hdf5_data_forward, .destroy = hdf5_data_destroy,
     .get_cursor = hdf5_data_get_cursor, .set_cursor = hdf5_data_set_cursor,
-    .fingerprint = hdf5_data_fingerprint,
+    .fingerprint = hdf5_data_fingerprint, .kernels = KILN_NO_KERNELS,
 };

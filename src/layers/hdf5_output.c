@@ -17,6 +17,7 @@
 #include <sys/stat.h>
 
 #include "kiln/data.h"
+#include "kiln/device.h"
 #include "layer_util.h"
 
 typedef struct {
@@ -105,7 +106,8 @@ static int hdf5_output_forward(kiln_layer *l) {
   }
   for (int t = 0; t < 2; t++) {
     const uint64_t per = (uint64_t)kiln_h5data_record_size(&s->shape[t]);
-    memcpy(s->rows[t] + had * per, l->bottom[t]->data, sizeof(float) * (size_t)(n * per));
+    KILN_TRY(kiln_device_to_host(l->bottom[t]->device, s->rows[t] + had * per,
+                                 l->bottom[t]->data, sizeof(float) * (size_t)(n * per)));
   }
   s->shape[0].dims[0] = s->shape[1].dims[0] = (int64_t)(had + n);
   const float *const data[2] = {s->rows[0], s->rows[1]};
@@ -125,5 +127,5 @@ static void hdf5_output_destroy(kiln_layer *l) {
 const kiln_layer_ops kiln_layer_hdf5_output = {
     .type = "HDF5Output", .min_bottoms = 2, .max_bottoms = 2, .min_tops = 0, .max_tops = 0,
     .setup = hdf5_output_setup, .reshape = hdf5_output_reshape, .forward = hdf5_output_forward,
-    .destroy = hdf5_output_destroy,
+    .destroy = hdf5_output_destroy, .kernels = KILN_NO_KERNELS,
 };

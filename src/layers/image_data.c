@@ -161,5 +161,5 @@ const kiln_layer_ops kiln_layer_image_data = {
     .is_data = true, .setup = image_data_setup, .reshape = kiln_data_layer_reshape,
     .forward = kiln_data_layer_forward, .destroy = kiln_data_layer_destroy,
     .get_cursor = kiln_data_layer_get_cursor, .set_cursor = kiln_data_layer_set_cursor,
-    .fingerprint = image_data_fingerprint,
+    .fingerprint = image_data_fingerprint, .kernels = KILN_NO_KERNELS,
 };

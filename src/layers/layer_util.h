@@ -106,43 +106,27 @@ typedef struct kiln_batch_share {
 /* The stream position of this worker's next batch in *first and its record count in *count
  * (KILN_ERR_INVALID for a rank outside the shard); counts the batch as taken. */
 int kiln_batch_share_next(kiln_layer *l, kiln_batch_share *s, uint64_t *first, int *count);
+
 uint64_t kiln_batch_share_cursor(const kiln_batch_share *s);
 void kiln_batch_share_set_cursor(kiln_batch_share *s, uint64_t cursor);
+
+/* Tops a data layer fills on the host (element by element, from its records) when they live on
+ * a device: kiln_stage_begin points each device top's data at a host buffer of the layer's (kept
+ * and grown across batches), kiln_stage_end hands the values to the device through its table and
+ * points the tops back. On the host both do nothing. */
+enum { KILN_STAGE_MAX_TOPS = 8 };
+typedef struct kiln_stage {
+  float *host[KILN_STAGE_MAX_TOPS];
+  int64_t cap[KILN_STAGE_MAX_TOPS];
+  float *device[KILN_STAGE_MAX_TOPS];
+  bool active;
+} kiln_stage;
+int kiln_stage_begin(kiln_layer *l, kiln_stage *s);
+int kiln_stage_end(kiln_layer *l, kiln_stage *s);
+void kiln_stage_free(kiln_stage *s);
 
 /* exp, the logistic function, erfc and tanh that vectorize (kiln_vexpf, kiln_vsigmoidf,
  * kiln_verfcf, kiln_vtanhf): src/ops/vmath.h, shared with the kernels. */
 #include "ops/vmath.h"
-
-/* One LSTM cell in Caffe's arithmetic (its LSTMUnit's), for the LSTM layer and LSTMUnit alike.
- * a[0], a[H], a[2H], a[3H]: the pre-activations of the unit's gates (input, forget, output,
- * candidate), replaced by the gates' values. Caffe folds cont into the forget gate (0 when cont
- * is 0) and its backward takes f (1 - f) of that product as the gate's derivative; both are kept
- * (exact for cont in {0, 1}). Returns the cell c = f c_prev + i g; *h = o tanh(c). Written to
- * vectorise inside an `omp simd` loop over the units. */
-static inline float kiln_lstm_cell(float *a, int64_t H, float cont, float c_prev, float *h) {
-  const float i = kiln_vsigmoidf(a[0]);
-  const float f = cont == 0 ? 0.0f : cont * kiln_vsigmoidf(a[H]);
-  const float o = kiln_vsigmoidf(a[2 * H]);
-  const float g = kiln_vtanhf(a[3 * H]);
-  const float c = f * c_prev + i * g;
-  a[0] = i, a[H] = f, a[2 * H] = o, a[3 * H] = g;
-  *h = o * kiln_vtanhf(c);
-  return c;
-}
-
-/* Its backward: from the gates' values a (as kiln_lstm_cell left them), the cell c and c_prev,
- * and the gradients dc of the cell (from later steps) and dh of the output, writes the four
- * pre-activations' gradients at da[0], da[H], da[2H], da[3H] and returns c_prev's gradient. */
-static inline float kiln_lstm_cell_backward(const float *a, int64_t H, float c, float c_prev,
-                                            float dc, float dh, float *da) {
-  const float i = a[0], f = a[H], o = a[2 * H], g = a[3 * H];
-  const float tc = kiln_vtanhf(c);
-  const float dc_t = dc + dh * o * (1 - tc * tc);
-  da[0] = dc_t * g * i * (1 - i);
-  da[H] = dc_t * c_prev * f * (1 - f);
-  da[2 * H] = dh * tc * o * (1 - o);
-  da[3 * H] = dc_t * i * (1 - g * g);
-  return dc_t * f;
-}
 
 #endif

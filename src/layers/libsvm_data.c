@@ -22,6 +22,7 @@ typedef struct {
   kiln_libsvm file;
   kiln_record_order order;
   kiln_batch_share share;
+  kiln_stage stage; /* the label top on a device is filled here, then handed over */
 } libsvm_state;
 
 static int libsvm_setup(kiln_layer *l) {
@@ -73,7 +74,7 @@ static int libsvm_reshape(kiln_layer *l) {
   return l->ntop > 1 ? kiln_blob_reshape(l->top[1], 1, n) : KILN_OK;
 }
 
-static int libsvm_forward(kiln_layer *l) {
+static int libsvm_fill(kiln_layer *l) {
   libsvm_state *s = l->priv;
   uint64_t first = 0;
   int count = 0;
@@ -95,6 +96,16 @@ static int libsvm_forward(kiln_layer *l) {
     if (l->ntop > 1) l->top[1]->data[n] = s->file.label[r];
   }
   return KILN_OK;
+}
+
+/* The sparse top's CSR arrays stay in host memory (the CSR kernels of every backend read them
+ * there); only the label top is staged. */
+static int libsvm_forward(kiln_layer *l) {
+  libsvm_state *s = l->priv;
+  KILN_TRY(kiln_stage_begin(l, &s->stage));
+  int rc = libsvm_fill(l);
+  int rc2 = kiln_stage_end(l, &s->stage);
+  return rc ? rc : rc2;
 }
 
 static uint64_t libsvm_get_cursor(kiln_layer *l) {
@@ -124,6 +135,7 @@ static void libsvm_destroy(kiln_layer *l) {
   if (!s) return;
   kiln_libsvm_free(&s->file);
   kiln_record_order_free(&s->order);
+  kiln_stage_free(&s->stage);
   free(s);
 }
 
@@ -131,5 +143,5 @@ const kiln_layer_ops kiln_layer_libsvm_data = {
     .type = "LibSVMData", .min_bottoms = 0, .max_bottoms = 0, .min_tops = 1, .max_tops = 2,
     .is_data = true, .setup = libsvm_setup, .reshape = libsvm_reshape, .forward = libsvm_forward,
     .destroy = libsvm_destroy, .get_cursor = libsvm_get_cursor, .set_cursor = libsvm_set_cursor,
-    .fingerprint = libsvm_fingerprint,
+    .fingerprint = libsvm_fingerprint, .kernels = KILN_NO_KERNELS,
 };

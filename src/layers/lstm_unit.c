@@ -12,7 +12,6 @@
  * is the forget gate with cont folded in and its derivative taken as f (1 - f) (exact for cont
  * in {0, 1}). No gradient reaches cont. */
 #include <stdlib.h>
-#include <string.h>
 
 #include "layer_util.h"
 
@@ -47,27 +46,19 @@ static int unit_reshape(kiln_layer *l) {
     return KILN_LAYER_ERROR(l, KILN_ERR_SHAPE, "cont must be 1 x N = 1 x %lld, is %s",
                             (long long)s->N, kiln_blob_shape_string(cont, buf, sizeof buf));
   l->flops = 12.0 * (double)(s->N * s->D);
-  l->workspace_floats = 4 * s->D;
   KILN_TRY(kiln_blob_reshape_like(l->buffer[0], x));
   KILN_TRY(kiln_blob_reshape_like(l->top[0], c));
   return kiln_blob_reshape_like(l->top[1], c);
 }
 
+/* The gates are computed in a copy of X, which backward reads. */
 static int unit_forward(kiln_layer *l) {
   const unit_state *s = l->priv;
   const int64_t N = s->N, D = s->D;
-  const float *c_prev = l->bottom[0]->data, *x = l->bottom[1]->data, *cont = l->bottom[2]->data;
-  float *gates = l->buffer[0]->data, *C = l->top[0]->data, *H = l->top[1]->data;
-  for (int64_t n = 0; n < N; n++) {
-    const float *xn = x + n * 4 * D;
-    float *a = gates + n * 4 * D;
-    const float cn = cont[n];
-    memcpy(a, xn, sizeof(float) * (size_t)(4 * D)); /* the gates are computed in the copy */
-#pragma omp simd
-    for (int64_t d = 0; d < D; d++)
-      C[n * D + d] = kiln_lstm_cell(a + d, D, cn, c_prev[n * D + d], &H[n * D + d]);
-  }
-  return KILN_OK;
+  float *gates = l->buffer[0]->data;
+  KILN_TRY(KILN_OP(l, copy, gates, l->bottom[1]->data, N * 4 * D));
+  return KILN_OP(l, lstm_cell_fwd, l->top[0]->data, l->top[1]->data, D, gates,
+                 l->bottom[0]->data, l->bottom[2]->data, N, D);
 }
 
 static int unit_backward(kiln_layer *l) {
@@ -75,22 +66,10 @@ static int unit_backward(kiln_layer *l) {
     return KILN_LAYER_ERROR(l, KILN_ERR_INVALID,
                             "cannot backpropagate to the sequence indicators (cont)");
   const unit_state *s = l->priv;
-  const int64_t N = s->N, D = s->D;
-  const float *c_prev = l->bottom[0]->data, *gates = l->buffer[0]->data, *C = l->top[0]->data;
-  const float *dC = l->top[0]->diff, *dH = l->top[1]->diff;
-  float *dc_prev = l->propagate_down[0] ? l->bottom[0]->diff : NULL;
-  float *dx = l->propagate_down[1] ? l->bottom[1]->diff : NULL;
-  float *da = l->workspace; /* 4D: one stream's gate gradients, when dx is not wanted */
-  for (int64_t n = 0; n < N; n++) {
-    float *dxn = dx ? dx + n * 4 * D : da;
-    for (int64_t d = 0; d < D; d++) {
-      const int64_t e = n * D + d;
-      const float dcp = kiln_lstm_cell_backward(gates + n * 4 * D + d, D, C[e], c_prev[e], dC[e],
-                                                dH[e], dxn + d);
-      if (dc_prev) dc_prev[e] = dcp;
-    }
-  }
-  return KILN_OK;
+  return KILN_OP(l, lstm_cell_bwd, l->propagate_down[0] ? l->bottom[0]->diff : NULL,
+                 l->propagate_down[1] ? l->bottom[1]->diff : NULL, l->buffer[0]->data,
+                 l->top[0]->data, l->bottom[0]->data, l->top[0]->diff, l->top[1]->diff, s->D,
+                 NULL, s->N, s->D);
 }
 
 static void unit_destroy(kiln_layer *l) { free(l->priv); }
@@ -99,4 +78,5 @@ const kiln_layer_ops kiln_layer_lstm_unit = {
     .type = "LSTMUnit", .min_bottoms = 3, .max_bottoms = 3, .min_tops = 2, .max_tops = 2,
     .setup = unit_setup, .reshape = unit_reshape, .forward = unit_forward,
     .backward = unit_backward, .destroy = unit_destroy, .no_gradient_bottoms = 1u << 2,
+    .kernels = KILN_KERNELS(KILN_OP_copy, KILN_OP_lstm_cell_fwd, KILN_OP_lstm_cell_bwd),
 };

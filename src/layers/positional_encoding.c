@@ -8,9 +8,7 @@
  *     added at step t (BERT's and GPT-2's learned position embeddings).
  * An input of more than max_len steps is refused. The gradient passes to x unchanged, so the
  * layer may run in place. */
-#include <math.h>
 #include <stdlib.h>
-#include <string.h>
 
 #include "layer_util.h"
 
@@ -78,33 +76,20 @@ static int pe_reshape(kiln_layer *l) {
   return kiln_blob_reshape_like(l->top[0], x);
 }
 
-static void fill_table(pe_state *s, float *table) {
-  for (int64_t t = s->rows_ready; t < s->T; t++)
-    for (int64_t j = 0; j < s->D; j++) {
-      const double angle = (double)t / pow(10000.0, (double)(j - j % 2) / (double)s->D);
-      table[t * s->D + j] = (float)(j % 2 ? cos(angle) : sin(angle));
-    }
-  if (s->T > s->rows_ready) s->rows_ready = s->T;
+/* The table's rows up to T, those not worked out yet. */
+static int fill_table(kiln_layer *l, pe_state *s) {
+  if (s->T > s->rows_ready) {
+    KILN_TRY(KILN_OP(l, sinusoid_table, l->buffer[0]->data, s->rows_ready, s->T, s->D));
+    s->rows_ready = s->T;
+  }
+  return KILN_OK;
 }
 
 static int pe_forward(kiln_layer *l) {
   pe_state *s = l->priv;
-  const float *pe;
-  if (s->learned) {
-    pe = l->param[0]->data;
-  } else {
-    fill_table(s, l->buffer[0]->data);
-    pe = l->buffer[0]->data;
-  }
-  const float *x = l->bottom[0]->data;
-  float *y = l->top[0]->data;
-  const int64_t rows = s->T * s->N, D = s->D, N = s->N;
-#pragma omp parallel for schedule(static) num_threads(l->nthreads) if (rows * D > 32768)
-  for (int64_t r = 0; r < rows; r++) {
-    const float *pr = pe + (r / N) * D;
-    for (int64_t j = 0; j < D; j++) y[r * D + j] = x[r * D + j] + pr[j];
-  }
-  return KILN_OK;
+  if (!s->learned) KILN_TRY(fill_table(l, s));
+  const float *pe = s->learned ? l->param[0]->data : l->buffer[0]->data;
+  return KILN_OP(l, step_add, l->top[0]->data, l->bottom[0]->data, pe, s->T, s->N, s->D);
 }
 
 /* dx = dy; LEARNED: dpe[t, :] += sum over n of dy[t, n, :], the sequences added in order. */
@@ -112,15 +97,9 @@ static int pe_backward(kiln_layer *l) {
   pe_state *s = l->priv;
   const float *dy = l->top[0]->diff;
   const int64_t T = s->T, N = s->N, D = s->D;
-  if (s->learned) {
-    float *dpe = l->param[0]->diff;
-#pragma omp parallel for schedule(static) num_threads(l->nthreads) if (T * N * D > 32768)
-    for (int64_t t = 0; t < T; t++)
-      for (int64_t n = 0; n < N; n++)
-        for (int64_t j = 0; j < D; j++) dpe[t * D + j] += dy[(t * N + n) * D + j];
-  }
+  if (s->learned) KILN_TRY(KILN_OP(l, step_sum_into, l->param[0]->diff, dy, T, N, D));
   if (l->propagate_down[0] && l->bottom[0]->diff != dy)
-    memcpy(l->bottom[0]->diff, dy, sizeof(float) * (size_t)(T * N * D));
+    KILN_TRY(KILN_OP(l, copy, l->bottom[0]->diff, dy, T * N * D));
   return KILN_OK;
 }
 
@@ -131,4 +110,6 @@ const kiln_layer_ops kiln_layer_positional_encoding = {
     .max_tops = 1, .in_place = true,
     .setup = pe_setup, .reshape = pe_reshape, .forward = pe_forward, .backward = pe_backward,
     .destroy = pe_destroy,
+    .kernels = KILN_KERNELS(KILN_OP_sinusoid_table, KILN_OP_step_add, KILN_OP_step_sum_into,
+                            KILN_OP_copy),
 };

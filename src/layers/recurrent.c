@@ -39,14 +39,12 @@
  *
  * The input projection of all T steps is one GEMM; the recurrence is one GEMM per step;
  * backward through time gathers every step's gate gradients so that the weight gradients and
- * the input gradient are one GEMM each again. */
-#include <omp.h>
+ * the input gradient are one GEMM each again. A pass of small steps runs its GEMMs on one thread
+ * (REC_SERIAL_STEP_MACS), which the layer tells each GEMM op through its context (c->nthreads
+ * 1); the cells and copies take the layer's threads. */
 #include <limits.h>
-#include <math.h>
 #include <stdlib.h>
-#include <string.h>
 
-#include "kiln/ops.h"
 #include "layer_util.h"
 
 static const Caffe__RecurrentParameter recurrent_defaults = CAFFE__RECURRENT_PARAMETER__INIT;
@@ -68,6 +66,7 @@ typedef struct {
   /* parameter indices within one direction's blobs (-1: none), and how many it has */
   int p_wx, p_b, p_ws, p_wh, p_bh, p_wo, p_bo, nparam_dir;
   kiln_gemm_plan *plan[2]; /* the per-step products of forward and backward (step_plan) */
+  int gemm_threads;        /* the threads of this pass's GEMMs (each_direction) */
 } rec_state;
 
 /* What one direction works on: its blobs, its slice of every buffer, and its H features of each
@@ -271,54 +270,62 @@ static int rec_reshape(kiln_layer *l) {
   return KILN_OK;
 }
 
+/* An op of the pass's products (its GEMMs and the step plans), on the threads each_direction
+ * chose for them (rec_state.gemm_threads). */
+#define GEMM_OP(l, s, op, ...)                                                                  \
+  ((l)->backend->op(&(kiln_op_ctx){(s)->gemm_threads, (l)->config, (l)->backend->device},      \
+                    __VA_ARGS__))
+
 /* The initial state of this pass into the state buffer's first slots: the bottoms with
  * expose_hidden, else what the last pass left (zeros when there is none for these streams). The
  * reverse direction's is zeros. */
-static void load_state(kiln_layer *l, rec_state *s) {
+static int load_state(kiln_layer *l, rec_state *s) {
   float *st = l->buffer[BUF_STATE]->data;
   const int64_t nh = s->N * s->H;
   for (int r = 0; r < s->nrec; r++) {
-    float *init = st + r * nh;
+    float *init = at(st, r * nh);
     if (s->expose)
-      memcpy(init, l->bottom[2 + s->static_input + r]->data, sizeof(float) * (size_t)nh);
+      KILN_TRY(KILN_OP(l, copy, init, l->bottom[2 + s->static_input + r]->data, nh));
     else if (s->carried_n == s->N)
-      memcpy(init, st + (s->nrec + r) * nh, sizeof(float) * (size_t)nh);
+      KILN_TRY(KILN_OP(l, copy, init, at(st, (s->nrec + r) * nh), nh));
     else
-      memset(init, 0, sizeof(float) * (size_t)nh);
+      KILN_TRY(KILN_OP(l, fill, init, 0.0f, nh));
   }
-  if (s->ndir == 2 && nh) memset(st + 2 * s->nrec * nh, 0, sizeof(float) * (size_t)(s->nrec * nh));
+  if (s->ndir == 2 && nh) KILN_TRY(KILN_OP(l, fill, st + 2 * s->nrec * nh, 0.0f, s->nrec * nh));
+  return KILN_OK;
 }
 
 /* The forward direction's final state (last step's h, rows ld apart[, c]) into the state
  * buffer, and the tops with expose_hidden. */
-static void save_state(kiln_layer *l, rec_state *s, const float *hT, int64_t ld, const float *cT) {
+static int save_state(kiln_layer *l, rec_state *s, const float *hT, int64_t ld, const float *cT) {
   float *st = l->buffer[BUF_STATE]->data;
   const int64_t N = s->N, H = s->H, nh = N * H;
   float *h = st + s->nrec * nh;
-  for (int64_t n = 0; n < N; n++) memcpy(h + n * H, hT + n * ld, sizeof(float) * (size_t)H);
-  if (cT) memcpy(st + (s->nrec + 1) * nh, cT, sizeof(float) * (size_t)nh);
+  KILN_TRY(KILN_OP(l, copy_blocks, h, H, hT, ld, H, N));
+  if (cT) KILN_TRY(KILN_OP(l, copy, st + (s->nrec + 1) * nh, cT, nh));
   if (s->expose) {
-    memcpy(l->top[1]->data, h, sizeof(float) * (size_t)nh);
-    if (cT) memcpy(l->top[2]->data, cT, sizeof(float) * (size_t)nh);
+    KILN_TRY(KILN_OP(l, copy, l->top[1]->data, h, nh));
+    if (cT) KILN_TRY(KILN_OP(l, copy, l->top[2]->data, cT, nh));
   }
   s->carried_n = s->N;
+  return KILN_OK;
 }
 
 /* pre (rows x G) = x W_x^T + b [+ (x_static W_s^T) for every step]: the input terms of every
  * step at once. `ws` holds N x G floats of scratch when there is a static input. */
-static void input_projection(kiln_layer *l, rec_state *s, const rec_dir *r, float *pre, float *ws) {
+static int input_projection(kiln_layer *l, rec_state *s, const rec_dir *r, float *pre,
+                            float *ws) {
   const int64_t rows = s->T * s->N, G = s->G;
-  kiln_sgemm(l->config, false, true, rows, G, s->D, 1.0f, l->bottom[0]->data, s->D,
-             r->param[s->p_wx]->data, s->D, 0.0f, pre, G);
-  const float *b = r->param[s->p_b]->data;
-  for (int64_t i = 0; i < rows; i++)
-    for (int64_t g = 0; g < G; g++) pre[i * G + g] += b[g];
+  KILN_TRY(GEMM_OP(l, s, gemm, pre, G, l->bottom[0]->data, s->D, r->param[s->p_wx]->data, s->D,
+                   false, true, rows, G, s->D, 1.0f, 0.0f));
+  KILN_TRY(KILN_OP(l, add_bias_rows, pre, r->param[s->p_b]->data, rows, G));
   if (s->static_input) {
-    kiln_sgemm(l->config, false, true, s->N, G, s->S, 1.0f, l->bottom[2]->data, s->S,
-               r->param[s->p_ws]->data, s->S, 0.0f, ws, G);
-    for (int64_t t = 0; t < s->T; t++)
-      for (int64_t i = 0; i < s->N * G; i++) pre[t * s->N * G + i] += ws[i];
+    KILN_TRY(GEMM_OP(l, s, gemm, ws, G, l->bottom[2]->data, s->S, r->param[s->p_ws]->data, s->S,
+                     false, true, s->N, G, s->S, 1.0f, 0.0f));
+    /* the same terms at every step: a bias row of N G values over the T steps */
+    KILN_TRY(KILN_OP(l, add_bias_rows, pre, ws, s->T, s->N * G));
   }
+  return KILN_OK;
 }
 
 /* The per-step product of a pass (which 0: forward, hp W_h^T; 1: backward, d_t W_h), with this
@@ -328,229 +335,185 @@ static kiln_gemm_plan *step_plan(kiln_layer *l, rec_state *s, const rec_dir *r, 
                                  float beta) {
   const int64_t N = s->N, H = s->H, G = s->G;
   const int rc =
-      which == 0 ? kiln_gemm_plan_update(&s->plan[0], l->config, true, N, G, H, H, H, beta, G)
-                 : kiln_gemm_plan_update(&s->plan[1], l->config, false, N, H, G, G, H, beta, H);
-  if (rc) return NULL;
-  kiln_gemm_plan_set_b(s->plan[which], r->param[s->p_wh]->data);
+      which == 0 ? GEMM_OP(l, s, gemm_plan_update, &s->plan[0], true, N, G, H, H, H, G, beta)
+                 : GEMM_OP(l, s, gemm_plan_update, &s->plan[1], false, N, H, G, G, H, H, beta);
+  if (rc || GEMM_OP(l, s, gemm_plan_set_b, s->plan[which], r->param[s->p_wh]->data))
+    return NULL;
   return s->plan[which];
 }
 
 /* hp = carry_t h_prev (N x H, h_prev's rows ld apart; kept for backward), then
  * out = hp W_h^T + beta out: the recurrent term of step t (beta the same at every step). */
-static void recurrent_term(kiln_layer *l, rec_state *s, const rec_dir *r, int64_t t,
-                           const float *h_prev, int64_t ld, float *out, float beta) {
+static int recurrent_term(kiln_layer *l, rec_state *s, const rec_dir *r, int64_t t,
+                          const float *h_prev, int64_t ld, float *out, float beta) {
   const int64_t N = s->N, H = s->H;
-  const float *m = carry(l, s, r, t);
   float *hp = r->buf[BUF_HPREV] + t * N * H;
-  for (int64_t n = 0; n < N; n++)
-    for (int64_t d = 0; d < H; d++) hp[n * H + d] = m ? m[n] * h_prev[n * ld + d] : 0.0f;
+  KILN_TRY(KILN_OP(l, carry_rows, hp, h_prev, ld, carry(l, s, r, t), N, H));
   kiln_gemm_plan *plan = t == step_time(r, s->T, 0) ? step_plan(l, s, r, 0, beta) : s->plan[0];
-  if (plan)
-    kiln_gemm_plan_run(plan, hp, out);
-  else
-    kiln_sgemm(l->config, false, true, N, s->G, H, 1.0f, hp, H, r->param[s->p_wh]->data, H, beta,
-               out, s->G);
+  if (plan) return GEMM_OP(l, s, gemm_plan_run, plan, out, hp);
+  return GEMM_OP(l, s, gemm, out, s->G, hp, H, r->param[s->p_wh]->data, H, false, true, N, s->G,
+                 H, 1.0f, beta);
 }
 
 /* A batch of no steps or no streams: the final state is the initial one (Caffe's h_T is then
  * h_0). */
 static int empty_forward(kiln_layer *l, rec_state *s) {
   const float *st = l->buffer[BUF_STATE]->data;
-  if (s->N * s->H > 0) save_state(l, s, st, s->H, s->kind == REC_LSTM ? st + s->N * s->H : NULL);
+  if (s->N * s->H > 0)
+    KILN_TRY(save_state(l, s, st, s->H, s->kind == REC_LSTM ? st + s->N * s->H : NULL));
   s->carried_n = s->N;
   return KILN_OK;
 }
 
-typedef void (*dir_pass)(kiln_layer *l, rec_state *s, const rec_dir *r);
+typedef int (*dir_pass)(kiln_layer *l, rec_state *s, const rec_dir *r);
+
+/* A step's recurrent GEMM (N x H by H x G) below this many multiply-adds runs on one thread
+ * (of OpenBLAS and of oneDNN): OpenBLAS splits any GEMM above 2^18 of them across its threads,
+ * and for a step of a few hundred thousand the hand-over costs more than the second core
+ * gives; when the cores are shared with other processes, its spinning workers wait for
+ * descheduled ones at every one of the T steps, which on a busy machine made a 64-wide LSTM
+ * over 800 steps some 40 times slower. Larger steps keep every thread. The pass's other GEMMs
+ * take the same threads as its steps. */
+#define REC_SERIAL_STEP_MACS (1 << 22)
 
 /* A forward or backward pass of one direction, for each direction in turn: the reverse one
  * second, as its bottom gradients add to the forward one's. */
-/* A step's recurrent GEMM (N x H by H x G) below this many multiply-adds runs on one thread
- * (of OpenBLAS and of OpenMP, which oneDNN's matmul uses): OpenBLAS splits any GEMM above 2^18 of them across its threads, and for a step of a
- * few hundred thousand the hand-over costs more than the second core gives; when the cores are
- * shared with other processes, its spinning workers wait for descheduled ones at every one of
- * the T steps, which on a busy machine made a 64-wide LSTM over 800 steps some 40 times
- * slower. Larger steps keep every thread. */
-#define REC_SERIAL_STEP_MACS (1 << 22)
-
 static int each_direction(kiln_layer *l, rec_state *s, dir_pass pass) {
   const bool serial = (double)s->N * (double)s->G * (double)s->H < REC_SERIAL_STEP_MACS;
-  const int prev = serial ? kiln_blas_serial_begin() : 0;
-  const int omp_prev = omp_get_max_threads();
-  if (serial) omp_set_num_threads(1);
+  s->gemm_threads = serial ? 1 : l->nthreads;
   for (int d = 0; d < s->ndir; d++) {
     const rec_dir r = direction(l, s, d);
-    pass(l, s, &r);
-  }
-  if (serial) {
-    omp_set_num_threads(omp_prev);
-    kiln_blas_serial_end(prev);
+    KILN_TRY(pass(l, s, &r));
   }
   return KILN_OK;
 }
 
 static int rec_forward(kiln_layer *l, dir_pass pass) {
   rec_state *s = l->priv;
-  load_state(l, s);
+  KILN_TRY(load_state(l, s));
   if (s->T * s->N == 0) return empty_forward(l, s);
   return each_direction(l, s, pass);
 }
 
-static void lstm_forward_dir(kiln_layer *l, rec_state *s, const rec_dir *r) {
+static int lstm_forward_dir(kiln_layer *l, rec_state *s, const rec_dir *r) {
   const int64_t T = s->T, N = s->N, H = s->H, G = s->G, nh = N * H, ld = r->ldy;
   float *gates = r->buf[BUF_GATES], *cells = r->buf[BUF_CELLS];
   const float *st = r->buf[BUF_STATE];
-  input_projection(l, s, r, gates, l->workspace);
+  KILN_TRY(input_projection(l, s, r, gates, l->workspace));
   for (int64_t k = 0; k < T; k++) {
     const int64_t t = step_time(r, T, k), p = prev_time(r, t);
     const float *c_prev = k ? cells + p * nh : st + nh;
     float *a = gates + t * N * G, *h = r->y + t * N * ld;
-    recurrent_term(l, s, r, t, k ? r->y + p * N * ld : st, k ? ld : H, a, 1.0f);
-    const float *m = carry(l, s, r, t);
-#pragma omp parallel for schedule(static) num_threads(l->nthreads) if (nh > 32768)
-    for (int64_t n = 0; n < N; n++) {
-      float *an = a + n * G;
-      const float cn = m ? m[n] : 0.0f;
-#pragma omp simd
-      for (int64_t d = 0; d < H; d++)
-        cells[t * nh + n * H + d] =
-            kiln_lstm_cell(an + d, H, cn, c_prev[n * H + d], &h[n * ld + d]);
-    }
+    KILN_TRY(recurrent_term(l, s, r, t, k ? r->y + p * N * ld : st, k ? ld : H, a, 1.0f));
+    KILN_TRY(KILN_OP(l, lstm_cell_fwd, cells + t * nh, h, ld, a, c_prev, carry(l, s, r, t), N, H));
   }
-  if (!r->rev) save_state(l, s, r->y + (T - 1) * N * ld, ld, cells + (T - 1) * nh);
+  if (!r->rev) KILN_TRY(save_state(l, s, r->y + (T - 1) * N * ld, ld, cells + (T - 1) * nh));
+  return KILN_OK;
 }
 
-static void rnn_forward_dir(kiln_layer *l, rec_state *s, const rec_dir *r) {
+static int rnn_forward_dir(kiln_layer *l, rec_state *s, const rec_dir *r) {
   const int64_t T = s->T, N = s->N, H = s->H, nh = N * H, rows = T * N;
   float *hid = r->buf[BUF_HIDDEN], *out = r->buf[BUF_OUT];
-  input_projection(l, s, r, hid, l->workspace);
+  KILN_TRY(input_projection(l, s, r, hid, l->workspace));
   for (int64_t k = 0; k < T; k++) {
     const int64_t t = step_time(r, T, k);
     float *z = hid + t * nh;
-    recurrent_term(l, s, r, t, k ? hid + prev_time(r, t) * nh : r->buf[BUF_STATE], H, z, 1.0f);
-#pragma omp simd
-    for (int64_t i = 0; i < nh; i++) z[i] = kiln_vtanhf(z[i]);
+    KILN_TRY(recurrent_term(l, s, r, t, k ? hid + prev_time(r, t) * nh : r->buf[BUF_STATE], H, z,
+                            1.0f));
+    KILN_TRY(KILN_OP(l, rnn_step_fwd, z, nh));
   }
   /* o = tanh(h W_ho^T + b_o) for every step at once; kept in a buffer of the layer's own, as
    * backward needs it and a layer after this one may overwrite the top in place. */
-  kiln_sgemm(l->config, false, true, rows, H, H, 1.0f, hid, H, r->param[s->p_wo]->data, H, 0.0f,
-             out, H);
-  const float *bo = r->param[s->p_bo]->data;
-  for (int64_t i = 0; i < rows; i++)
-    for (int64_t d = 0; d < H; d++) {
-      out[i * H + d] = kiln_vtanhf(out[i * H + d] + bo[d]);
-      r->y[i * r->ldy + d] = out[i * H + d];
-    }
-  if (!r->rev) save_state(l, s, hid + (T - 1) * nh, H, NULL);
+  KILN_TRY(GEMM_OP(l, s, gemm, out, H, hid, H, r->param[s->p_wo]->data, H, false, true, rows, H,
+                   H, 1.0f, 0.0f));
+  KILN_TRY(KILN_OP(l, rnn_out_fwd, r->y, r->ldy, out, r->param[s->p_bo]->data, rows, H));
+  if (!r->rev) KILN_TRY(save_state(l, s, hid + (T - 1) * nh, H, NULL));
+  return KILN_OK;
 }
 
-static void gru_forward_dir(kiln_layer *l, rec_state *s, const rec_dir *r) {
+static int gru_forward_dir(kiln_layer *l, rec_state *s, const rec_dir *r) {
   const int64_t T = s->T, N = s->N, H = s->H, G = s->G, nh = N * H, ld = r->ldy;
   float *gates = r->buf[BUF_GATES], *ghn = r->buf[BUF_GH_N];
   float *gh = l->workspace; /* N x G: one step's W_hh h' (after the projection's scratch) */
   const float *bh = r->param[s->p_bh]->data;
-  input_projection(l, s, r, gates, l->workspace);
+  KILN_TRY(input_projection(l, s, r, gates, l->workspace));
   for (int64_t k = 0; k < T; k++) {
     const int64_t t = step_time(r, T, k), p = prev_time(r, t);
-    recurrent_term(l, s, r, t, k ? r->y + p * N * ld : r->buf[BUF_STATE], k ? ld : H, gh, 0.0f);
-    float *a = gates + t * N * G, *h = r->y + t * N * ld, *gn = ghn + t * nh;
-    const float *hp = r->buf[BUF_HPREV] + t * nh;
-#pragma omp parallel for schedule(static) num_threads(l->nthreads) if (nh > 32768)
-    for (int64_t n = 0; n < N; n++) {
-      float *an = a + n * G;
-      const float *hn = gh + n * G;
-#pragma omp simd
-      for (int64_t d = 0; d < H; d++) {
-        const float rr = kiln_vsigmoidf(an[d] + hn[d] + bh[d]);
-        const float z = kiln_vsigmoidf(an[H + d] + hn[H + d] + bh[H + d]);
-        const float g = hn[2 * H + d] + bh[2 * H + d];
-        const float c = kiln_vtanhf(an[2 * H + d] + rr * g);
-        /* Kept for backward: the gates, and r's factor in n (which r scales, so it is kept
-         * apart from the input's part of n). */
-        an[d] = rr, an[H + d] = z, an[2 * H + d] = c;
-        gn[n * H + d] = g;
-        h[n * ld + d] = (1 - z) * c + z * hp[n * H + d];
-      }
-    }
+    KILN_TRY(recurrent_term(l, s, r, t, k ? r->y + p * N * ld : r->buf[BUF_STATE], k ? ld : H, gh,
+                            0.0f));
+    KILN_TRY(KILN_OP(l, gru_cell_fwd, r->y + t * N * ld, ld, ghn + t * nh, gates + t * N * G, gh,
+                     bh, r->buf[BUF_HPREV] + t * nh, N, H));
   }
-  if (!r->rev) save_state(l, s, r->y + (T - 1) * N * ld, ld, NULL);
+  if (!r->rev) KILN_TRY(save_state(l, s, r->y + (T - 1) * N * ld, ld, NULL));
+  return KILN_OK;
 }
 
 static int lstm_forward(kiln_layer *l) { return rec_forward(l, lstm_forward_dir); }
 static int rnn_forward(kiln_layer *l) { return rec_forward(l, rnn_forward_dir); }
 static int gru_forward(kiln_layer *l) { return rec_forward(l, gru_forward_dir); }
 
-/* Column sums of a (rows x cols) added into b. */
-static void add_column_sums(float *b, const float *a, int64_t rows, int64_t cols) {
-  for (int64_t i = 0; i < rows; i++)
-    for (int64_t g = 0; g < cols; g++) b[g] += a[i * cols + g];
-}
-
 /* After the pre-activation gradients of every step are known (d_in, rows x G, of the input
  * terms; d_rec of the recurrent ones, the same for LSTM and RNN): the weight and bias gradients
  * of the input, static and recurrent terms (accumulated), and the gradients of x and x_static
  * (the first direction overwrites them, the second adds) where wanted. `ws` holds N x G floats
  * of scratch. */
-static void input_backward(kiln_layer *l, rec_state *s, const rec_dir *r, const float *d_in,
-                           const float *d_rec, float *ws) {
+static int input_backward(kiln_layer *l, rec_state *s, const rec_dir *r, const float *d_in,
+                          const float *d_rec, float *ws) {
   const int64_t rows = s->T * s->N, G = s->G, D = s->D, H = s->H;
-  kiln_sgemm(l->config, true, false, G, D, rows, 1.0f, d_in, G, l->bottom[0]->data, D, 1.0f,
-             r->param[s->p_wx]->diff, D);
-  add_column_sums(r->param[s->p_b]->diff, d_in, rows, G);
-  kiln_sgemm(l->config, true, false, G, H, rows, 1.0f, d_rec, G, r->buf[BUF_HPREV], H, 1.0f,
-             r->param[s->p_wh]->diff, H);
-  if (s->p_bh >= 0) add_column_sums(r->param[s->p_bh]->diff, d_rec, rows, G);
+  KILN_TRY(GEMM_OP(l, s, gemm, r->param[s->p_wx]->diff, D, d_in, G, l->bottom[0]->data, D, true,
+                   false, G, D, rows, 1.0f, 1.0f));
+  KILN_TRY(KILN_OP(l, sum_rows_into, r->param[s->p_b]->diff, d_in, rows, G));
+  KILN_TRY(GEMM_OP(l, s, gemm, r->param[s->p_wh]->diff, H, d_rec, G, r->buf[BUF_HPREV], H, true,
+                   false, G, H, rows, 1.0f, 1.0f));
+  if (s->p_bh >= 0) KILN_TRY(KILN_OP(l, sum_rows_into, r->param[s->p_bh]->diff, d_rec, rows, G));
   if (l->propagate_down[0])
-    kiln_sgemm(l->config, false, false, rows, D, G, 1.0f, d_in, G, r->param[s->p_wx]->data, D,
-               r->beta, l->bottom[0]->diff, D);
+    KILN_TRY(GEMM_OP(l, s, gemm, l->bottom[0]->diff, D, d_in, G, r->param[s->p_wx]->data, D,
+                     false, false, rows, D, G, 1.0f, r->beta));
   if (s->static_input) {
     /* The static term is added at every step: its gradient is the sum over the steps. */
     const int64_t ng = s->N * G, S = s->S;
-    memcpy(ws, d_in, sizeof(float) * (size_t)ng);
-    for (int64_t t = 1; t < s->T; t++)
-      for (int64_t i = 0; i < ng; i++) ws[i] += d_in[t * ng + i];
-    kiln_sgemm(l->config, true, false, G, S, s->N, 1.0f, ws, G, l->bottom[2]->data, S, 1.0f,
-               r->param[s->p_ws]->diff, S);
+    KILN_TRY(KILN_OP(l, copy, ws, d_in, ng));
+    KILN_TRY(KILN_OP(l, sum_rows_into, ws, d_in + ng, s->T - 1, ng));
+    KILN_TRY(GEMM_OP(l, s, gemm, r->param[s->p_ws]->diff, S, ws, G, l->bottom[2]->data, S, true,
+                     false, G, S, s->N, 1.0f, 1.0f));
     if (l->propagate_down[2])
-      kiln_sgemm(l->config, false, false, s->N, S, G, 1.0f, ws, G, r->param[s->p_ws]->data, S,
-                 r->beta, l->bottom[2]->diff, S);
+      KILN_TRY(GEMM_OP(l, s, gemm, l->bottom[2]->diff, S, ws, G, r->param[s->p_ws]->data, S,
+                       false, false, s->N, S, G, 1.0f, r->beta));
   }
+  return KILN_OK;
 }
 
 /* dh = carry_t (d_t W_h + beta dh): the gradient step t sends to the state it took (d_t: N x G
  * of the recurrent term's pre-activations; beta 1 adds a gradient already in dh). */
-static void recurrent_backward(kiln_layer *l, rec_state *s, const rec_dir *r, int64_t t,
-                               const float *d_t, float *dh, float beta) {
+static int recurrent_backward(kiln_layer *l, rec_state *s, const rec_dir *r, int64_t t,
+                              const float *d_t, float *dh, float beta) {
   const int64_t N = s->N, H = s->H;
   kiln_gemm_plan *plan =
       t == step_time(r, s->T, s->T - 1) ? step_plan(l, s, r, 1, beta) : s->plan[1];
   if (plan)
-    kiln_gemm_plan_run(plan, d_t, dh);
+    KILN_TRY(GEMM_OP(l, s, gemm_plan_run, plan, dh, d_t));
   else
-    kiln_sgemm(l->config, false, false, N, H, s->G, 1.0f, d_t, s->G, r->param[s->p_wh]->data, H,
-               beta, dh, H);
-  const float *m = carry(l, s, r, t);
-  for (int64_t n = 0; n < N; n++)
-    for (int64_t k = 0; k < H; k++) dh[n * H + k] = m ? m[n] * dh[n * H + k] : 0.0f;
+    KILN_TRY(GEMM_OP(l, s, gemm, dh, H, d_t, s->G, r->param[s->p_wh]->data, H, false, false, N, H,
+                     s->G, 1.0f, beta));
+  return KILN_OP(l, carry_rows, dh, dh, H, carry(l, s, r, t), N, H);
 }
 
 /* The initial state's gradients to the h0 (and c0) bottoms, where exposed and wanted. */
-static void state_backward(kiln_layer *l, rec_state *s, const float *dh0, const float *dc0) {
-  if (!s->expose) return;
+static int state_backward(kiln_layer *l, rec_state *s, const float *dh0, const float *dc0) {
+  if (!s->expose) return KILN_OK;
   const int b = 2 + s->static_input;
-  const size_t bytes = sizeof(float) * (size_t)(s->N * s->H);
-  if (l->propagate_down[b]) memcpy(l->bottom[b]->diff, dh0, bytes);
-  if (dc0 && l->propagate_down[b + 1]) memcpy(l->bottom[b + 1]->diff, dc0, bytes);
+  const int64_t nh = s->N * s->H;
+  if (l->propagate_down[b]) KILN_TRY(KILN_OP(l, copy, l->bottom[b]->diff, dh0, nh));
+  if (dc0 && l->propagate_down[b + 1]) KILN_TRY(KILN_OP(l, copy, l->bottom[b + 1]->diff, dc0, nh));
+  return KILN_OK;
 }
 
 /* With expose_hidden, the gradient arriving at a final-state top (else zeros: Caffe does not
  * carry gradients across batches, and the reverse direction's final state is no one's). */
-static void final_state_grad(kiln_layer *l, rec_state *s, int r, float *into) {
-  const size_t bytes = sizeof(float) * (size_t)(s->N * s->H);
-  if (s->expose)
-    memcpy(into, l->top[1 + r]->diff, bytes);
-  else
-    memset(into, 0, bytes);
+static int final_state_grad(kiln_layer *l, rec_state *s, int r, float *into) {
+  const int64_t nh = s->N * s->H;
+  if (s->expose) return KILN_OP(l, copy, into, l->top[1 + r]->diff, nh);
+  return KILN_OP(l, fill, into, 0.0f, nh);
 }
 
 static int rec_refuse_cont(kiln_layer *l) {
@@ -562,14 +525,13 @@ static int rec_refuse_cont(kiln_layer *l) {
  * nothing reaches the weights, and x_static's gradient is zero. */
 static int empty_backward(kiln_layer *l, rec_state *s) {
   if (s->static_input && l->propagate_down[2] && l->bottom[2]->count)
-    memset(l->bottom[2]->diff, 0, sizeof(float) * (size_t)l->bottom[2]->count);
+    KILN_TRY(KILN_OP(l, fill, l->bottom[2]->diff, 0.0f, l->bottom[2]->count));
   if (s->N * s->H == 0) return KILN_OK;
   const bool lstm = s->kind == REC_LSTM;
   float *dh = l->workspace, *dc = dh + s->N * s->H;
-  final_state_grad(l, s, 0, dh);
-  if (lstm) final_state_grad(l, s, 1, dc);
-  state_backward(l, s, dh, lstm ? dc : NULL);
-  return KILN_OK;
+  KILN_TRY(final_state_grad(l, s, 0, dh));
+  if (lstm) KILN_TRY(final_state_grad(l, s, 1, dc));
+  return state_backward(l, s, dh, lstm ? dc : NULL);
 }
 
 static int rec_backward(kiln_layer *l, dir_pass pass) {
@@ -579,97 +541,68 @@ static int rec_backward(kiln_layer *l, dir_pass pass) {
   return each_direction(l, s, pass);
 }
 
-static void lstm_backward_dir(kiln_layer *l, rec_state *s, const rec_dir *r) {
+static int lstm_backward_dir(kiln_layer *l, rec_state *s, const rec_dir *r) {
   const int64_t T = s->T, N = s->N, H = s->H, G = s->G, nh = N * H, ld = r->ldy;
   const float *gates = r->buf[BUF_GATES], *cells = r->buf[BUF_CELLS], *st = r->buf[BUF_STATE];
   float *dgates = l->workspace; /* rows x G */
   float *dh = dgates + T * N * G, *dc = dh + nh, *ws = dc + nh;
-  final_state_grad(l, s, 0, dh);
-  final_state_grad(l, s, 1, dc);
+  KILN_TRY(final_state_grad(l, s, 0, dh));
+  KILN_TRY(final_state_grad(l, s, 1, dc));
   for (int64_t k = T - 1; k >= 0; k--) {
     const int64_t t = step_time(r, T, k);
-    const float *a = gates + t * N * G, *c = cells + t * nh;
     const float *c_prev = k ? cells + prev_time(r, t) * nh : st + nh;
     float *da = dgates + t * N * G;
-    const float *dy = r->dy + t * N * ld;
-#pragma omp parallel for schedule(static) num_threads(l->nthreads) if (nh > 32768)
-    for (int64_t n = 0; n < N; n++)
-#pragma omp simd
-      for (int64_t j = 0; j < H; j++) {
-        const int64_t e = n * H + j;
-        dc[e] = kiln_lstm_cell_backward(a + n * G + j, H, c[e], c_prev[e], dc[e],
-                                        dy[n * ld + j] + dh[e], da + n * G + j);
-      }
-    recurrent_backward(l, s, r, t, da, dh, 0.0f);
+    /* dc becomes c_prev's gradient in place; the output's gradient is dy plus the state's */
+    KILN_TRY(KILN_OP(l, lstm_cell_bwd, dc, da, gates + t * N * G, cells + t * nh, c_prev, dc,
+                     r->dy + t * N * ld, ld, dh, N, H));
+    KILN_TRY(recurrent_backward(l, s, r, t, da, dh, 0.0f));
   }
-  if (!r->rev) state_backward(l, s, dh, dc);
-  input_backward(l, s, r, dgates, dgates, ws);
+  if (!r->rev) KILN_TRY(state_backward(l, s, dh, dc));
+  return input_backward(l, s, r, dgates, dgates, ws);
 }
 
-static void rnn_backward_dir(kiln_layer *l, rec_state *s, const rec_dir *r) {
+static int rnn_backward_dir(kiln_layer *l, rec_state *s, const rec_dir *r) {
   const int64_t T = s->T, N = s->N, H = s->H, nh = N * H, rows = T * N;
   const float *hid = r->buf[BUF_HIDDEN], *out = r->buf[BUF_OUT];
   float *dz = l->workspace;   /* rows x H: the gradient of h's pre-activation */
   float *dzo = dz + rows * H; /* rows x H: of o's pre-activation */
   float *dh = dzo + rows * H, *ws = dh + nh;
-  for (int64_t i = 0; i < rows; i++)
-    for (int64_t d = 0; d < H; d++)
-      dzo[i * H + d] = r->dy[i * r->ldy + d] * (1 - out[i * H + d] * out[i * H + d]);
-  kiln_sgemm(l->config, true, false, H, H, rows, 1.0f, dzo, H, hid, H, 1.0f,
-             r->param[s->p_wo]->diff, H);
-  add_column_sums(r->param[s->p_bo]->diff, dzo, rows, H);
+  KILN_TRY(KILN_OP(l, rnn_out_bwd, dzo, r->dy, r->ldy, out, rows, H));
+  KILN_TRY(GEMM_OP(l, s, gemm, r->param[s->p_wo]->diff, H, dzo, H, hid, H, true, false, H, H,
+                   rows, 1.0f, 1.0f));
+  KILN_TRY(KILN_OP(l, sum_rows_into, r->param[s->p_bo]->diff, dzo, rows, H));
   /* What the outputs send to every h_t, for all steps at once; the recurrence adds the rest. */
-  kiln_sgemm(l->config, false, false, rows, H, H, 1.0f, dzo, H, r->param[s->p_wo]->data, H, 0.0f,
-             dz, H);
-  final_state_grad(l, s, 0, dh);
+  KILN_TRY(GEMM_OP(l, s, gemm, dz, H, dzo, H, r->param[s->p_wo]->data, H, false, false, rows, H,
+                   H, 1.0f, 0.0f));
+  KILN_TRY(final_state_grad(l, s, 0, dh));
   for (int64_t k = T - 1; k >= 0; k--) {
     const int64_t t = step_time(r, T, k);
     float *d = dz + t * nh;
-    const float *h = hid + t * nh;
-    for (int64_t i = 0; i < nh; i++) d[i] = (d[i] + dh[i]) * (1 - h[i] * h[i]);
-    recurrent_backward(l, s, r, t, d, dh, 0.0f);
+    KILN_TRY(KILN_OP(l, rnn_step_bwd, d, dh, hid + t * nh, nh));
+    KILN_TRY(recurrent_backward(l, s, r, t, d, dh, 0.0f));
   }
-  if (!r->rev) state_backward(l, s, dh, NULL);
-  input_backward(l, s, r, dz, dz, ws);
+  if (!r->rev) KILN_TRY(state_backward(l, s, dh, NULL));
+  return input_backward(l, s, r, dz, dz, ws);
 }
 
-/* With h = (1 - z) n + z h' and n = tanh(a_n + r g) (g = W_hn h' + b_hn): dn = dh (1 - z),
- * dz = dh (h' - n), dr = dn (1 - n^2) g, and h' gets dh z directly besides what the three gates'
- * recurrent terms send back. The input and the recurrent terms share the gradients of r and z;
- * of n's, the recurrent term's is r times the input's. */
-static void gru_backward_dir(kiln_layer *l, rec_state *s, const rec_dir *r) {
+/* GRU's step gradients (gru_cell_bwd): the input and the recurrent terms share the gradients of
+ * r and z; of n's, the recurrent term's is r times the input's; h' also gets dh z directly
+ * besides what the three gates' recurrent terms send back. */
+static int gru_backward_dir(kiln_layer *l, rec_state *s, const rec_dir *r) {
   const int64_t T = s->T, N = s->N, H = s->H, G = s->G, nh = N * H, ld = r->ldy;
   const float *gates = r->buf[BUF_GATES], *ghn = r->buf[BUF_GH_N], *hprev = r->buf[BUF_HPREV];
   float *d_in = l->workspace, *d_rec = d_in + T * N * G; /* rows x G each */
   float *dh = d_rec + T * N * G, *ws = dh + nh;
-  final_state_grad(l, s, 0, dh);
+  KILN_TRY(final_state_grad(l, s, 0, dh));
   for (int64_t k = T - 1; k >= 0; k--) {
     const int64_t t = step_time(r, T, k);
-    const float *a = gates + t * N * G, *gn = ghn + t * nh, *hp = hprev + t * nh;
-    const float *dy = r->dy + t * N * ld;
-    float *di = d_in + t * N * G, *dr = d_rec + t * N * G;
-#pragma omp parallel for schedule(static) num_threads(l->nthreads) if (nh > 32768)
-    for (int64_t n = 0; n < N; n++)
-#pragma omp simd
-      for (int64_t j = 0; j < H; j++) {
-        const int64_t e = n * H + j;
-        const float *an = a + n * G;
-        const float rr = an[j], z = an[H + j], c = an[2 * H + j];
-        const float dh_t = dy[n * ld + j] + dh[e];
-        const float da_n = dh_t * (1 - z) * (1 - c * c);
-        const float da_z = dh_t * (hp[e] - c) * z * (1 - z);
-        const float da_r = da_n * gn[e] * rr * (1 - rr);
-        float *din = di + n * G, *drn = dr + n * G;
-        din[j] = drn[j] = da_r;
-        din[H + j] = drn[H + j] = da_z;
-        din[2 * H + j] = da_n;
-        drn[2 * H + j] = da_n * rr;
-        dh[e] = dh_t * z;
-      }
-    recurrent_backward(l, s, r, t, dr, dh, 1.0f);
+    float *dr = d_rec + t * N * G;
+    KILN_TRY(KILN_OP(l, gru_cell_bwd, d_in + t * N * G, dr, dh, r->dy + t * N * ld, ld,
+                     gates + t * N * G, ghn + t * nh, hprev + t * nh, N, H));
+    KILN_TRY(recurrent_backward(l, s, r, t, dr, dh, 1.0f));
   }
-  if (!r->rev) state_backward(l, s, dh, NULL);
-  input_backward(l, s, r, d_in, d_rec, ws);
+  if (!r->rev) KILN_TRY(state_backward(l, s, dh, NULL));
+  return input_backward(l, s, r, d_in, d_rec, ws);
 }
 
 static int lstm_backward(kiln_layer *l) { return rec_backward(l, lstm_backward_dir); }
@@ -678,18 +611,26 @@ static int gru_backward(kiln_layer *l) { return rec_backward(l, gru_backward_dir
 
 static void rec_destroy(kiln_layer *l) {
   rec_state *s = l->priv;
-  if (s) {
-    kiln_gemm_plan_destroy(s->plan[0]);
-    kiln_gemm_plan_destroy(s->plan[1]);
+  if (s && l->backend) {
+    KILN_OP(l, gemm_plan_free, s->plan[0]);
+    KILN_OP(l, gemm_plan_free, s->plan[1]);
   }
   free(s);
 }
+
+/* The kernels every recurrent type runs, then the cells of its own. */
+#define REC_KERNELS(...)                                                                        \
+  KILN_KERNELS(KILN_OP_copy, KILN_OP_fill, KILN_OP_copy_blocks, KILN_OP_gemm,                  \
+               KILN_OP_add_bias_rows, KILN_OP_sum_rows_into, KILN_OP_gemm_plan_update,         \
+               KILN_OP_gemm_plan_set_b, KILN_OP_gemm_plan_run, KILN_OP_gemm_plan_free,         \
+               KILN_OP_carry_rows, __VA_ARGS__)
 
 const kiln_layer_ops kiln_layer_lstm = {
     .type = "LSTM", .min_bottoms = 2, .max_bottoms = 5, .min_tops = 1, .max_tops = 3,
     .no_gradient_bottoms = 1u << 1,
     .setup = lstm_setup, .reshape = rec_reshape, .forward = lstm_forward,
     .backward = lstm_backward, .destroy = rec_destroy,
+    .kernels = REC_KERNELS(KILN_OP_lstm_cell_fwd, KILN_OP_lstm_cell_bwd),
 };
 
 const kiln_layer_ops kiln_layer_rnn = {
@@ -697,6 +638,8 @@ const kiln_layer_ops kiln_layer_rnn = {
     .no_gradient_bottoms = 1u << 1,
     .setup = rnn_setup, .reshape = rec_reshape, .forward = rnn_forward,
     .backward = rnn_backward, .destroy = rec_destroy,
+    .kernels = REC_KERNELS(KILN_OP_rnn_step_fwd, KILN_OP_rnn_step_bwd, KILN_OP_rnn_out_fwd,
+                           KILN_OP_rnn_out_bwd),
 };
 
 const kiln_layer_ops kiln_layer_gru = {
@@ -704,4 +647,5 @@ const kiln_layer_ops kiln_layer_gru = {
     .no_gradient_bottoms = 1u << 1,
     .setup = gru_setup, .reshape = rec_reshape, .forward = gru_forward,
     .backward = gru_backward, .destroy = rec_destroy,
+    .kernels = REC_KERNELS(KILN_OP_gru_cell_fwd, KILN_OP_gru_cell_bwd),
 };

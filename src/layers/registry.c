@@ -46,6 +46,7 @@ kiln_blob *kiln_layer_add_param(kiln_layer *l, int naxes, const int64_t *shape,
   kiln_blob *b = kiln_blob_new(name);
   if (!b) return NULL;
   b->owned = false; /* storage is a view the net assigns */
+  b->device = l->backend ? l->backend->device : NULL;
   if (kiln_blob_reshape(b, naxes, shape) != KILN_OK) {
     kiln_blob_free(b);
     return NULL;
@@ -65,6 +66,7 @@ kiln_blob *kiln_layer_add_buffer(kiln_layer *l, const char *what) {
   if (!b) return NULL;
   b->defer_alloc = true;
   b->no_diff = true;
+  b->device = l->backend ? l->backend->device : NULL; /* on the device of its kernels */
   l->buffer[l->nbuffer++] = b;
   return b;
 }

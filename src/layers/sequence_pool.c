@@ -4,9 +4,7 @@
  * padding), which TextData's SEQUENCES mode produces; without it every step is valid. A
  * sequence's valid steps need not be a prefix, but a sequence without any is an error (its
  * vector would be undefined). The mask is a step function: its gradient is zero. */
-#include <math.h>
 #include <stdlib.h>
-#include <string.h>
 
 #include "layer_util.h"
 
@@ -53,93 +51,35 @@ static int seqpool_reshape(kiln_layer *l) {
   return KILN_OK;
 }
 
-static bool valid(const kiln_layer *l, int t, int n, int N) {
-  return l->nbottom < 2 || l->bottom[1]->data[(int64_t)t * N + n] != 0;
+/* The mask, or NULL when every step is valid. */
+static const float *mask_of(const kiln_layer *l) {
+  return l->nbottom > 1 ? l->bottom[1]->data : NULL;
 }
 
+static kiln_seq_pool pool_of(const seqpool_state *s) {
+  switch (s->pool) {
+  case CAFFE__SEQUENCE_POOL_PARAMETER__POOL__LAST: return KILN_SEQ_POOL_LAST;
+  case CAFFE__SEQUENCE_POOL_PARAMETER__POOL__MEAN: return KILN_SEQ_POOL_MEAN;
+  default: return KILN_SEQ_POOL_MAX;
+  }
+}
+
+/* The op reads the mask to find each sequence's steps and reports one without any. */
 static int seqpool_forward(kiln_layer *l) {
   seqpool_state *s = l->priv;
-  const int T = s->T, N = s->N, D = s->D;
-  const float *x = l->bottom[0]->data;
-  float *y = l->top[0]->data;
-  float *arg = l->nbuffer > 0 ? l->buffer[0]->data : NULL;
-  for (int n = 0; n < N; n++) {
-    float *yn = y + (int64_t)n * D;
-    int count = 0, last = -1;
-    for (int t = 0; t < T; t++)
-      if (valid(l, t, n, N)) {
-        count++;
-        last = t;
-      }
-    if (count == 0)
-      return KILN_LAYER_ERROR(l, KILN_ERR_DATA, "sequence %d of the batch has no valid step in the mask", n);
-    switch (s->pool) {
-    case CAFFE__SEQUENCE_POOL_PARAMETER__POOL__LAST:
-      memcpy(yn, x + ((int64_t)last * N + n) * D, sizeof(float) * (size_t)D);
-      break;
-    case CAFFE__SEQUENCE_POOL_PARAMETER__POOL__MEAN:
-      for (int d = 0; d < D; d++) {
-        double sum = 0;
-        for (int t = 0; t < T; t++)
-          if (valid(l, t, n, N)) sum += x[((int64_t)t * N + n) * D + d];
-        yn[d] = (float)(sum / count);
-      }
-      break;
-    default: /* MAX */
-      for (int d = 0; d < D; d++) {
-        float best = -INFINITY;
-        int at = last;
-        for (int t = 0; t < T; t++) {
-          float v = x[((int64_t)t * N + n) * D + d];
-          if (valid(l, t, n, N) && v > best) {
-            best = v;
-            at = t;
-          }
-        }
-        yn[d] = best;
-        arg[(int64_t)n * D + d] = (float)at;
-      }
-    }
-  }
-  return KILN_OK;
+  int rc = KILN_OP(l, seq_pool_fwd, l->top[0]->data, l->nbuffer > 0 ? l->buffer[0]->data : NULL,
+                   l->bottom[0]->data, mask_of(l), s->T, s->N, s->D, pool_of(s));
+  return rc ? kiln_error_context(rc, "layer '%s' (%s): ", l->name, l->ops->type) : KILN_OK;
 }
 
 static int seqpool_backward(kiln_layer *l) {
   if (l->nbottom > 1 && l->propagate_down[1])
-    memset(l->bottom[1]->diff, 0, sizeof(float) * (size_t)l->bottom[1]->count);
+    KILN_TRY(KILN_OP(l, fill, l->bottom[1]->diff, 0.0f, l->bottom[1]->count));
   if (!l->propagate_down[0]) return KILN_OK;
   seqpool_state *s = l->priv;
-  const int T = s->T, N = s->N, D = s->D;
-  const float *dy = l->top[0]->diff;
-  float *dx = l->bottom[0]->diff;
-  const float *arg = l->nbuffer > 0 ? l->buffer[0]->data : NULL;
-  memset(dx, 0, sizeof(float) * (size_t)l->bottom[0]->count);
-  for (int n = 0; n < N; n++) {
-    const float *dyn = dy + (int64_t)n * D;
-    int count = 0, last = -1;
-    for (int t = 0; t < T; t++)
-      if (valid(l, t, n, N)) {
-        count++;
-        last = t;
-      }
-    if (count == 0) continue;
-    switch (s->pool) {
-    case CAFFE__SEQUENCE_POOL_PARAMETER__POOL__LAST:
-      memcpy(dx + ((int64_t)last * N + n) * D, dyn, sizeof(float) * (size_t)D);
-      break;
-    case CAFFE__SEQUENCE_POOL_PARAMETER__POOL__MEAN:
-      for (int t = 0; t < T; t++)
-        if (valid(l, t, n, N))
-          for (int d = 0; d < D; d++) dx[((int64_t)t * N + n) * D + d] = dyn[d] / (float)count;
-      break;
-    default:
-      for (int d = 0; d < D; d++) {
-        int t = (int)arg[(int64_t)n * D + d];
-        dx[((int64_t)t * N + n) * D + d] = dyn[d];
-      }
-    }
-  }
-  return KILN_OK;
+  return KILN_OP(l, seq_pool_bwd, l->bottom[0]->diff, l->top[0]->diff,
+                 l->nbuffer > 0 ? l->buffer[0]->data : NULL, mask_of(l), s->T, s->N, s->D,
+                 pool_of(s));
 }
 
 static void seqpool_destroy(kiln_layer *l) { free(l->priv); }
@@ -148,4 +88,5 @@ const kiln_layer_ops kiln_layer_sequence_pool = {
     .type = "SequencePool", .min_bottoms = 1, .max_bottoms = 2, .min_tops = 1, .max_tops = 1,
     .setup = seqpool_setup, .reshape = seqpool_reshape, .forward = seqpool_forward,
     .backward = seqpool_backward, .destroy = seqpool_destroy,
+    .kernels = KILN_KERNELS(KILN_OP_seq_pool_fwd, KILN_OP_seq_pool_bwd, KILN_OP_fill),
 };

@@ -69,6 +69,7 @@ typedef struct {
   uint64_t units;  /* windows or buckets */
   kiln_batch_share share;
   kiln_record_order order;
+  kiln_stage stage; /* tops on a device are filled here, then handed over */
 } text_state;
 
 /* ---- reading ------------------------------------------------------------------------------- */
@@ -436,12 +437,13 @@ static void fill_bucket(kiln_layer *l, int64_t lo, int N, int S, int T) {
   }
 }
 
-static int text_forward(kiln_layer *l) {
+static int text_fill(kiln_layer *l) {
   text_state *s = l->priv;
   int count = 0;
   uint64_t first = 0;
   KILN_TRY(kiln_batch_share_next(l, &s->share, &first, &count));
   if (s->windows) {
+    KILN_TRY(kiln_stage_begin(l, &s->stage));
     kiln_blob *data = l->top[0], *label = top(l, 1), *cont = top(l, 2);
     int N = s->batch, T = s->T;
     for (int n = 0; n < N; n++) {
@@ -472,9 +474,17 @@ static int text_forward(kiln_layer *l) {
       KILN_TRY(shape_tops(l, S, T, N));
       l->reshaped = true;
     }
+    KILN_TRY(kiln_stage_begin(l, &s->stage)); /* after the reshape: it may move the tops */
     fill_bucket(l, lo, N, S, T);
   }
   return KILN_OK;
+}
+
+static int text_forward(kiln_layer *l) {
+  text_state *s = l->priv;
+  int rc = text_fill(l);
+  int rc2 = kiln_stage_end(l, &s->stage);
+  return rc ? rc : rc2;
 }
 
 static uint64_t text_get_cursor(kiln_layer *l) {
@@ -526,6 +536,7 @@ static void text_destroy(kiln_layer *l) {
   free(s->label);
   free(s->sorted);
   kiln_record_order_free(&s->order);
+  kiln_stage_free(&s->stage);
   free(s);
 }
 
@@ -533,5 +544,5 @@ const kiln_layer_ops kiln_layer_text_data = {
     .type = "TextData", .min_bottoms = 0, .max_bottoms = 0, .min_tops = 1, .max_tops = 6,
     .is_data = true, .setup = text_setup, .reshape = text_reshape, .forward = text_forward,
     .destroy = text_destroy, .get_cursor = text_get_cursor, .set_cursor = text_set_cursor,
-    .fingerprint = text_fingerprint,
+    .fingerprint = text_fingerprint, .kernels = KILN_NO_KERNELS,
 };

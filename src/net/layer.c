@@ -108,12 +108,18 @@ int kiln_layer_create(const Caffe__LayerParameter *lp, int phase, kiln_blob **bo
     if (!s->data || !s->diff || !s->workspace) rc = kiln_errorf(KILN_ERR_NOMEM, "out of memory");
   }
   int64_t off = 0;
+  /* A layer outside a net keeps its memory on the host whatever its backend's device: its
+   * callers read and write it there (tests/support/device_mirror.c moves it for a pass). */
   for (int i = 0; !rc && i < l->nparam; i++) {
+    l->param[i]->device = NULL;
     kiln_blob_set_view(l->param[i], s->data + off, s->diff + off);
     off += l->param[i]->count;
     rc = kiln_fill(l->param[i], l->param_filler[i], l->param_default_value[i], rng);
   }
-  for (int i = 0; !rc && i < l->nbuffer; i++) rc = kiln_blob_alloc(l->buffer[i]);
+  for (int i = 0; !rc && i < l->nbuffer; i++) {
+    l->buffer[i]->device = NULL;
+    rc = kiln_blob_alloc(l->buffer[i]);
+  }
   l->workspace = s->workspace;
   if (rc) {
     kiln_layer_free(l);

@@ -31,6 +31,13 @@ kiln_blob *kiln_net_blob(const kiln_net *net, const char *name) {
   return find_blob((kiln_net *)net, name);
 }
 
+const kiln_backend *kiln_net_backend(const kiln_net *net) { return net->backend; }
+
+kiln_op_ctx kiln_net_op_ctx(const kiln_net *net) {
+  return (kiln_op_ctx){.nthreads = net->nthreads, .config = &net->config,
+                       .device = net->backend->device};
+}
+
 kiln_layer *kiln_net_layer(const kiln_net *net, const char *name) {
   for (int i = 0; i < net->nlayers; i++)
     if (strcmp(net->layers[i]->name, name) == 0) return net->layers[i];
@@ -49,6 +56,7 @@ static int add_blob(kiln_net *net, const char *name, kiln_blob **out) {
   kiln_blob *b = kiln_blob_new(name);
   if (!b) return kiln_errorf(KILN_ERR_NOMEM, "out of memory");
   b->defer_alloc = true;
+  b->device = net->device;
   b->id = net->nblobs;
   net->blobs[net->nblobs++] = b;
   *out = b;
@@ -380,8 +388,13 @@ int kiln_net_create(const Caffe__NetParameter *np, const kiln_net_options *opt, 
   net->seed = opt->seed;
   net->nthreads = opt->nthreads > 0 ? opt->nthreads : kiln_get_num_threads();
   net->config = opt->config ? *opt->config : *kiln_config_defaults();
+  net->device = net->config.device == KILN_DEVICE_HOSTSIM ? kiln_device_hostsim() : NULL;
   kiln_rng_seed(&net->rng, opt->seed, 0x6b696c6eULL);
-  int rc = build(net, np, opt);
+  /* by device and engine, as kiln_layer_choose_backend picks its layers' */
+  net->backend = kiln_backend_for(net->device, net->config.engine);
+  int rc = net->backend ? build(net, np, opt)
+                        : kiln_errorf(KILN_ERR_UNSUPPORTED, "net '%s': no backend for device %s",
+                                      net->name, net->device ? net->device->name : "host");
   if (rc) {
     if (opt->source && strncmp(kiln_last_error(), opt->source, strlen(opt->source)) != 0)
       kiln_error_context(rc, "%s: ", opt->source);
@@ -405,7 +418,8 @@ void kiln_net_free(kiln_net *net) {
     free(in->synth);
     free(in->layer_storage);
     free(in->param_owner_blob);
-    for (int k = 0; k < in->ndiff_pool && in->diff_pool; k++) kiln_free(in->diff_pool[k]);
+    for (int k = 0; k < in->ndiff_pool && in->diff_pool; k++)
+      kiln_net_free_floats(net, in->diff_pool[k]);
     free(in->diff_pool);
     free(in->diff_pool_floats);
     free(in->diff_slot);
@@ -422,9 +436,9 @@ void kiln_net_free(kiln_net *net) {
   free(net->decay_mult);
   free(net->is_state);
   free(net->learnable_offset);
-  kiln_free(net->param_data);
-  if (!net->param_diff_placed) kiln_free(net->param_diff);
-  kiln_free(net->workspace);
+  kiln_net_free_floats(net, net->param_data);
+  if (!net->param_diff_placed) kiln_net_free_floats(net, net->param_diff);
+  kiln_net_free_floats(net, net->workspace);
   free(net->outputs);
   free(net->output_loss_weight);
   free(net->name);
@@ -433,6 +447,33 @@ void kiln_net_free(kiln_net *net) {
 
 /* ---- running ------------------------------------------------------------------------------- */
 
+int kiln_net_blob_read(const kiln_net *net, const kiln_blob *b, float *out, int64_t n) {
+  if (n > b->count) n = b->count;
+  if (n <= 0) return KILN_OK;
+  return kiln_device_to_host(net->device, out, b->data, sizeof(float) * (size_t)n);
+}
+
+int kiln_net_blob_sum(const kiln_net *net, const kiln_blob *b, double *sum) {
+  float few[64];
+  const float *d = b->data;
+  float *copy = NULL;
+  if (!kiln_device_is_host(net->device)) {
+    copy = b->count <= 64 ? few : malloc(sizeof(float) * (size_t)b->count);
+    if (!copy) return kiln_errorf(KILN_ERR_NOMEM, "out of memory");
+    int rc = kiln_device_to_host(net->device, copy, b->data, sizeof(float) * (size_t)b->count);
+    if (rc) {
+      if (copy != few) free(copy);
+      return rc;
+    }
+    d = copy;
+  }
+  double s = 0;
+  for (int64_t k = 0; k < b->count; k++) s += d[k];
+  if (copy != few) free(copy);
+  *sum = s;
+  return KILN_OK;
+}
+
 /* After layers were reshaped at run time: the shared workspace grows if one of them now asks
  * more than the planned maximum (a shape the plan did not foresee), instead of being overrun. */
 static int fit_workspace(kiln_net *net) {
@@ -440,11 +481,11 @@ static int fit_workspace(kiln_net *net) {
   for (int i = 0; i < net->nlayers; i++)
     if (net->layers[i]->workspace_floats > need) need = net->layers[i]->workspace_floats;
   if (need == net->workspace_floats) return KILN_OK;
-  float *w = kiln_alloc((size_t)need * sizeof(float));
+  float *w = kiln_net_alloc_floats(net, need, false);
   if (!w)
     return kiln_errorf(KILN_ERR_NOMEM, "net '%s': cannot grow the workspace to %lld floats",
                        net->name, (long long)need);
-  kiln_free(net->workspace);
+  kiln_net_free_floats(net, net->workspace);
   net->workspace = w;
   net->workspace_floats = need;
   for (int i = 0; i < net->nlayers; i++) net->layers[i]->workspace = w;
@@ -525,9 +566,8 @@ int kiln_net_forward(kiln_net *net, float *loss) {
     if (i == in->fault_layer) kiln_fault_sleep(&net->config.fault);
     for (int t = 0; t < l->ntop; t++)
       if (l->loss_weight[t] != 0) {
-        const float *d = l->top[t]->data;
         double s = 0;
-        for (int64_t k = 0; k < l->top[t]->count; k++) s += d[k];
+        KILN_TRY(kiln_net_blob_sum(net, l->top[t], &s));
         total += l->loss_weight[t] * s;
       }
   }
@@ -541,7 +581,7 @@ int kiln_net_backward(kiln_net *net) {
     kiln_layer *l = net->layers[i];
     for (int t = 0; t < l->ntop; t++)
       if (l->loss_weight[t] != 0)
-        for (int64_t k = 0; k < l->top[t]->count; k++) l->top[t]->diff[k] = l->loss_weight[t];
+        KILN_TRY(KILN_OP(l, fill, l->top[t]->diff, l->loss_weight[t], l->top[t]->count));
   }
   for (int i = net->nlayers - 1; i >= 0; i--) {
     KILN_TRY(kiln_net_layer_backward(net, i));
@@ -551,7 +591,7 @@ int kiln_net_backward(kiln_net *net) {
 }
 
 void kiln_net_zero_param_diff(kiln_net *net) {
-  memset(net->param_diff, 0, (size_t)net->nparam_floats * sizeof(float));
+  kiln_device_set(net->device, net->param_diff, 0, (size_t)net->nparam_floats * sizeof(float));
 }
 
 /* b's diff, if it lies in from[0 .. n), moves to the same place in to (addresses compared as

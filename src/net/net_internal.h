@@ -93,6 +93,11 @@ void kiln_net_free_recompute(net_internal *in);
 /* ---- layer.c ------------------------------------------------------------------------------ */
 
 /* Fills `l` (zeroed by the caller) and checks the number of bottoms and tops. */
+/* n zeroed floats on the net's device (huge: the host's huge pages for the flat parameter and
+ * gradient buffers), and their release; NULL when it cannot. */
+float *kiln_net_alloc_floats(const kiln_net *net, int64_t n, bool huge);
+void kiln_net_free_floats(const kiln_net *net, float *p);
+
 int kiln_layer_wire(kiln_layer *l, const Caffe__LayerParameter *lp, const kiln_layer_ops *ops,
                     const char *name, int phase, kiln_blob **bottoms, int nbottom,
                     kiln_blob **tops, int ntop);

@@ -378,6 +378,7 @@ static int plan_data_sharing(kiln_net *net) {
         break;
       }
       in->data_pool[k] = p;
+      p->device = net->device;
       p->defer_alloc = true;
       p->no_diff = true;
       rc = kiln_blob_reshape(p, 1, (const int64_t[]){floats[k]});
@@ -452,6 +453,23 @@ int kiln_net_plan_memory(kiln_net *net, const kiln_net_options *opt) {
   return KILN_OK;
 }
 
+float *kiln_net_alloc_floats(const kiln_net *net, int64_t n, bool huge) {
+  const size_t bytes = (size_t)(n > 0 ? n : 1) * sizeof(float);
+  if (kiln_device_is_host(net->device)) return huge ? kiln_alloc_huge(bytes) : kiln_alloc(bytes);
+  void *p = NULL;
+  if (kiln_device_alloc(net->device, bytes, &p)) return NULL;
+  if (kiln_device_set(net->device, p, 0, bytes)) { /* zeroed, as the host's */
+    kiln_device_free(net->device, p);
+    return NULL;
+  }
+  return p;
+}
+
+void kiln_net_free_floats(const kiln_net *net, float *p) {
+  if (kiln_device_is_host(net->device)) kiln_free(p);
+  else kiln_device_free(net->device, p);
+}
+
 int kiln_net_allocate_and_fill(kiln_net *net) {
   net_internal *in = net->internal;
   /* first the shared data, which blobs and buffers point into as they are allocated */
@@ -463,9 +481,9 @@ int kiln_net_allocate_and_fill(kiln_net *net) {
   }
   net->nparam_floats = total;
   /* huge pages: every step streams these, and MPI pins them for its single-copy transfers */
-  net->param_data = kiln_alloc_huge((size_t)total * sizeof(float));
-  net->param_diff = kiln_alloc_huge((size_t)total * sizeof(float));
-  net->workspace = kiln_alloc((size_t)net->workspace_floats * sizeof(float));
+  net->param_data = kiln_net_alloc_floats(net, total, true);
+  net->param_diff = kiln_net_alloc_floats(net, total, true);
+  net->workspace = kiln_net_alloc_floats(net, net->workspace_floats, false);
   if (!net->param_data || !net->param_diff || !net->workspace)
     return kiln_errorf(KILN_ERR_NOMEM, "net '%s': cannot allocate parameters", net->name);
   for (int k = 0; k < net->nlearnable; k++)
@@ -490,7 +508,7 @@ int kiln_net_allocate_and_fill(kiln_net *net) {
     in->diff_pool = calloc((size_t)in->ndiff_pool, sizeof(float *));
     if (!in->diff_pool) return kiln_errorf(KILN_ERR_NOMEM, "out of memory");
     for (int k = 0; k < in->ndiff_pool; k++)
-      if (!(in->diff_pool[k] = kiln_alloc((size_t)in->diff_pool_floats[k] * sizeof(float))))
+      if (!(in->diff_pool[k] = kiln_net_alloc_floats(net, in->diff_pool_floats[k], false)))
         return kiln_errorf(KILN_ERR_NOMEM, "net '%s': cannot allocate gradients", net->name);
   }
   for (int i = 0; i < net->nblobs; i++) {
@@ -531,7 +549,10 @@ char *kiln_net_describe(const kiln_net *net) {
   char a[32], b[32], c[32], d[32], e[32], f[32], g[32], t[32];
   OUT("total: %lld parameters, %.2f MFLOPs forward per pass\n", (long long)total_params,
       kiln_net_forward_flops(net) / 1e6);
-  OUT("memory: %s = parameters %s + gradients %s + solver history %s + activations %s + buffers "
+  /* all of it on the net's device (every blob of a net is on one): named when not the host */
+  if (!kiln_device_is_host(net->device)) OUT("memory on %s: ", net->device->name);
+  else OUT("memory: ");
+  OUT("%s = parameters %s + gradients %s + solver history %s + activations %s + buffers "
       "%s + workspace %s + prefetch %s\n",
       human_bytes(m->total, t, sizeof t), human_bytes(m->params, a, sizeof a),
       human_bytes(m->grads, b, sizeof b), human_bytes(m->history, c, sizeof c),

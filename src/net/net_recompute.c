@@ -66,7 +66,7 @@ static kiln_blob *kept_buffer(kiln_layer *l) {
   return NULL;
 }
 
-static int scratch_blob(kiln_blob **out, const char *name);
+static int scratch_blob(const kiln_net *net, kiln_blob **out, const char *name);
 
 /* The prefix layer whose top `b` is, directly or through a Split top sharing its data; -1: none. */
 static int prefix_producer(const kiln_net *net, const kiln_blob *b) {
@@ -143,7 +143,8 @@ static int plan_prefix_chains(kiln_net *net) {
     for (int c = k; c != end && !rc; c = link[c], parity ^= 1) {
       kiln_blob *t = net->layers[c]->top[0];
       if (!in->scratch_prefix[parity] &&
-          (rc = scratch_blob(&in->scratch_prefix[parity], parity ? "prefix tops b" : "prefix tops a")))
+          (rc = scratch_blob(net, &in->scratch_prefix[parity],
+                             parity ? "prefix tops b" : "prefix tops a")))
         break;
       t->data_of = in->scratch_prefix[parity];
       if (t->count > floats) floats = t->count;
@@ -163,8 +164,9 @@ static int plan_prefix_chains(kiln_net *net) {
   return KILN_OK;
 }
 
-static int scratch_blob(kiln_blob **out, const char *name) {
+static int scratch_blob(const kiln_net *net, kiln_blob **out, const char *name) {
   if (!(*out = kiln_blob_new(name))) return kiln_errorf(KILN_ERR_NOMEM, "out of memory");
+  (*out)->device = net->device;
   (*out)->defer_alloc = true;
   (*out)->no_diff = true;
   return KILN_OK;
@@ -183,8 +185,8 @@ int kiln_net_plan_recompute(kiln_net *net, const kiln_net_options *opt) {
       if (!(in->recompute_before = malloc(sizeof(int) * (size_t)net->nlayers)))
         return kiln_errorf(KILN_ERR_NOMEM, "out of memory");
       for (int k = 0; k < net->nlayers; k++) in->recompute_before[k] = -1;
-      KILN_TRY(scratch_blob(&in->scratch_top, "recomputed tops"));
-      KILN_TRY(scratch_blob(&in->scratch_kept, "recomputed kept outputs"));
+      KILN_TRY(scratch_blob(net, &in->scratch_top, "recomputed tops"));
+      KILN_TRY(scratch_blob(net, &in->scratch_kept, "recomputed kept outputs"));
     }
     in->recompute_before[j + l->fused + 1] = j;
     y->data_of = in->scratch_top;
@@ -212,7 +214,7 @@ int kiln_net_alloc_recompute(kiln_net *net) {
 }
 
 /* The top of prefix layer c copied back from the start of its chain's kept last top. */
-static void refill(kiln_net *net, int c, int end) {
+static int refill(kiln_net *net, int c, int end) {
   const kiln_layer *l = net->layers[c];
   kiln_blob *t = l->top[0];
   const kiln_blob *from = net->layers[end]->top[0];
@@ -220,15 +222,14 @@ static void refill(kiln_net *net, int c, int end) {
   int64_t outer = 1;
   for (int a = 0; a < axis; a++) outer *= t->shape[a];
   const int64_t inner = outer ? t->count / outer : 0, inner_from = outer ? from->count / outer : 0;
-  for (int64_t o = 0; o < outer; o++)
-    memcpy(t->data + o * inner, from->data + o * inner_from, sizeof(float) * (size_t)inner);
+  return KILN_OP(l, copy_blocks, t->data, inner, from->data, inner_from, inner, outer);
 }
 
 int kiln_net_recompute_for(kiln_net *net, int i) {
   const net_internal *in = net->internal;
   if (!in->recompute_before || in->recompute_before[i] < 0) return KILN_OK;
   const int c = in->refill_before[i];
-  if (c >= 0) refill(net, c, in->refill_from[c]);
+  if (c >= 0) KILN_TRY(refill(net, c, in->refill_from[c]));
   kiln_layer *l = net->layers[in->recompute_before[i]];
   return l->ops->recompute(l);
 }

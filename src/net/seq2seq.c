@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kiln/device.h"
 #include "kiln/net.h"
 
 static const char *const input_names[KILN_S2S_NINPUTS] = {"source", "source_mask", "source_cont",
@@ -109,6 +110,10 @@ struct kiln_seq2seq {
   hyp best;             /* the best finished hypothesis */
   int32_t *tokens;      /* the hypotheses' token storage */
   struct cand { double score; int from, token; } *cand; /* max_streams x V */
+  /* The inputs are written here and handed to the net's device before each pass; the scores
+   * of the last step are read back into `row` (max_streams x V). */
+  float *host_in[KILN_S2S_NINPUTS];
+  float *row;
 };
 
 int kiln_seq2seq_open(kiln_net *net, int vocab_size, const kiln_seq2seq_marks *marks,
@@ -154,7 +159,15 @@ int kiln_seq2seq_open(kiln_net *net, int vocab_size, const kiln_seq2seq_marks *m
   d->next = calloc(K, sizeof *d->next);
   d->tokens = malloc((2 * K + 1) * L * sizeof *d->tokens);
   d->cand = malloc(K * V * sizeof *d->cand);
-  if (!d->logp || !d->live || !d->next || !d->tokens || !d->cand) {
+  d->row = malloc(K * V * sizeof *d->row);
+  bool host_ok = true;
+  for (int k = 0; k < KILN_S2S_NINPUTS; k++)
+    if (d->in[k]) {
+      size_t steps = k < IN_TARGET ? (size_t)d->max_source : L;
+      d->host_in[k] = malloc(steps * K * sizeof(float));
+      host_ok = host_ok && d->host_in[k];
+    }
+  if (!d->logp || !d->live || !d->next || !d->tokens || !d->cand || !d->row || !host_ok) {
     kiln_seq2seq_free(d);
     return kiln_errorf(KILN_ERR_NOMEM, "out of memory for a decoder of %zu streams", K);
   }
@@ -174,6 +187,8 @@ void kiln_seq2seq_free(kiln_seq2seq *d) {
   free(d->next);
   free(d->tokens);
   free(d->cand);
+  free(d->row);
+  for (int k = 0; k < KILN_S2S_NINPUTS; k++) free(d->host_in[k]);
   free(d);
 }
 
@@ -198,9 +213,9 @@ static int shape_inputs(kiln_seq2seq *d, const int32_t *source, int S, int T, in
   for (int t = 0; t < S; t++)
     for (int n = 0; n < N; n++) {
       int64_t i = (int64_t)t * N + n;
-      d->in[IN_SOURCE]->data[i] = (float)source[t];
-      if (d->in[IN_MASK]) d->in[IN_MASK]->data[i] = 1;
-      if (d->in[IN_SCONT]) d->in[IN_SCONT]->data[i] = t ? 1.0f : 0.0f;
+      d->host_in[IN_SOURCE][i] = (float)source[t];
+      if (d->in[IN_MASK]) d->host_in[IN_MASK][i] = 1;
+      if (d->in[IN_SCONT]) d->host_in[IN_SCONT][i] = t ? 1.0f : 0.0f;
     }
   return KILN_OK;
 }
@@ -208,6 +223,12 @@ static int shape_inputs(kiln_seq2seq *d, const int32_t *source, int S, int T, in
 /* Runs the net and turns stream n's scores at the last step into log-probabilities in
  * d->logp[n * V ..]. */
 static int run(kiln_seq2seq *d, int T, int N) {
+  for (int k = 0; k < KILN_S2S_NINPUTS; k++) {
+    kiln_blob *b = d->in[k];
+    if (b)
+      KILN_TRY(kiln_device_to_device(b->device, b->data, d->host_in[k],
+                                     sizeof(float) * (size_t)b->count));
+  }
   KILN_TRY(kiln_net_forward(d->net, NULL));
   const kiln_blob *s = d->scores;
   if (s->naxes != 3 || s->shape[0] != T || s->shape[1] != N || s->shape[2] != d->V)
@@ -216,8 +237,10 @@ static int run(kiln_seq2seq *d, int T, int N) {
                        "%d steps of %d streams)",
                        d->model, s->name, d->V, T, N);
   const int V = d->V;
+  KILN_TRY(kiln_device_to_host(s->device, d->row, s->data + (int64_t)(T - 1) * N * V,
+                                sizeof(float) * (size_t)N * (size_t)V));
   for (int n = 0; n < N; n++) {
-    const float *x = s->data + ((int64_t)(T - 1) * N + n) * V;
+    const float *x = d->row + (int64_t)n * V;
     double *lp = d->logp + (int64_t)n * V, top = x[0], sum = 0;
     for (int v = 1; v < V; v++)
       if (x[v] > top) top = x[v];
@@ -239,8 +262,8 @@ int kiln_seq2seq_greedy(kiln_seq2seq *d, const int32_t *source, int S, int max_l
   *score = 0;
   for (int k = 0; k < max_len; k++) {
     KILN_TRY(shape_inputs(d, source, S, 1, 1));
-    d->in[IN_TARGET]->data[0] = (float)(k ? out[k - 1] : d->marks.bos);
-    if (d->in[IN_TCONT]) d->in[IN_TCONT]->data[0] = k ? 1.0f : 0.0f;
+    d->host_in[IN_TARGET][0] = (float)(k ? out[k - 1] : d->marks.bos);
+    if (d->in[IN_TCONT]) d->host_in[IN_TCONT][0] = k ? 1.0f : 0.0f;
     KILN_TRY(run(d, 1, 1));
     int best = -1;
     for (int v = 0; v < d->V; v++)
@@ -278,8 +301,8 @@ int kiln_seq2seq_beam(kiln_seq2seq *d, const int32_t *source, int S, int beam, i
     for (int t = 0; t <= k; t++)
       for (int h = 0; h < nlive; h++) {
         int64_t i = (int64_t)t * nlive + h;
-        d->in[IN_TARGET]->data[i] = (float)(t ? d->live[h].tok[t - 1] : d->marks.bos);
-        if (d->in[IN_TCONT]) d->in[IN_TCONT]->data[i] = t ? 1.0f : 0.0f;
+        d->host_in[IN_TARGET][i] = (float)(t ? d->live[h].tok[t - 1] : d->marks.bos);
+        if (d->in[IN_TCONT]) d->host_in[IN_TCONT][i] = t ? 1.0f : 0.0f;
       }
     KILN_TRY(run(d, k + 1, nlive));
     int nc = 0;

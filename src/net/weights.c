@@ -6,6 +6,27 @@
 
 #include "kiln/net.h"
 
+/* The net's parameters readable on the host: the flat buffer itself on the host, else a copy
+ * made through the device table (*copy: to free). */
+static int host_params(const kiln_net *net, float **host, float **copy) {
+  *copy = NULL;
+  *host = net->param_data;
+  if (kiln_device_is_host(net->device)) return KILN_OK;
+  const size_t bytes = sizeof(float) * (size_t)(net->nparam_floats > 0 ? net->nparam_floats : 1);
+  if (!(*copy = malloc(bytes))) return kiln_errorf(KILN_ERR_NOMEM, "out of memory");
+  *host = *copy;
+  return kiln_device_to_host(net->device, *copy, net->param_data,
+                             sizeof(float) * (size_t)net->nparam_floats);
+}
+
+/* Where a parameter's data lies in the host copy (the data itself on the host). Weights are
+ * saved from and loaded into a net that owns its parameters (a solver's test nets, which share
+ * the training net's, kiln_net_share_params, are neither). */
+static float *in_host(const kiln_net *net, float *host, float *data) {
+  if (host == net->param_data) return data;
+  return host + (data - net->param_data);
+}
+
 int kiln_net_save_weights(const kiln_net *net, const char *path) {
   Caffe__NetParameter np = CAFFE__NET_PARAMETER__INIT;
   np.name = net->name;
@@ -14,11 +35,13 @@ int kiln_net_save_weights(const kiln_net *net, const char *path) {
   Caffe__BlobProto *bps = calloc((size_t)net->nlayers * KILN_MAX_LAYER_PARAMS + 1, sizeof *bps);
   Caffe__BlobProto **bpp = calloc((size_t)net->nlayers * KILN_MAX_LAYER_PARAMS + 1, sizeof *bpp);
   Caffe__BlobShape *shapes = calloc((size_t)net->nlayers * KILN_MAX_LAYER_PARAMS + 1, sizeof *shapes);
+  float *host = NULL, *copy = NULL;
   int rc = KILN_OK;
   if (!np.layer || !lps || !bps || !bpp || !shapes) {
     rc = kiln_errorf(KILN_ERR_NOMEM, "out of memory");
     goto done;
   }
+  if ((rc = host_params(net, &host, &copy))) goto done;
   int nb = 0;
   for (int i = 0; i < net->nlayers; i++) {
     const kiln_layer *l = net->layers[i];
@@ -40,7 +63,7 @@ int kiln_net_save_weights(const kiln_net *net, const char *path) {
       shapes[nb].dim = (int64_t *)l->param[p]->shape;
       bp->shape = &shapes[nb];
       bp->n_data = (size_t)l->param[p]->count;
-      bp->data = l->param[p]->data;
+      bp->data = in_host(net, host, l->param[p]->data);
       bpp[nb] = bp;
       lp->n_blobs++;
     }
@@ -48,6 +71,7 @@ int kiln_net_save_weights(const kiln_net *net, const char *path) {
   }
   rc = kiln_h5_path(path) ? kiln_h5_write_net(path, &np) : kiln_proto_write_binary(path, &np.base);
 done:
+  free(copy);
   free(np.layer);
   free(lps);
   free(bps);
@@ -80,7 +104,9 @@ int kiln_net_load_weights(kiln_net *net, const char *path) {
     KILN_TRY(kiln_proto_read_binary(path, &caffe__net_parameter__descriptor, &m));
   }
   Caffe__NetParameter *np = (Caffe__NetParameter *)m;
+  float *host = NULL, *copy = NULL;
   int rc = kiln_net_param_upgrade(np, path, NULL), matched = 0; /* V0/V1 files of old Caffe */
+  if (!rc) rc = host_params(net, &host, &copy);
   if (!rc && np->n_layer == 0)
     rc = kiln_errorf(KILN_ERR_INVALID, "%s: holds no layers (%s)", path,
                      np->base.n_unknown_fields ? "not a .caffemodel?" : "an empty file?");
@@ -152,13 +178,18 @@ int kiln_net_load_weights(kiln_net *net, const char *path) {
         }
       }
       if (rc) break;
-      if (bp->n_data) memcpy(b->data, bp->data, sizeof(float) * (size_t)b->count);
+      float *to = in_host(net, host, b->data);
+      if (bp->n_data) memcpy(to, bp->data, sizeof(float) * (size_t)b->count);
       else
-        for (int64_t k = 0; k < b->count; k++) b->data[k] = (float)bp->double_data[k];
+        for (int64_t k = 0; k < b->count; k++) to[k] = (float)bp->double_data[k];
     }
     matched++;
   }
   protobuf_c_message_free_unpacked(m, NULL);
+  if (!rc && copy) /* the values loaded, to the device */
+    rc = kiln_device_to_device(net->device, net->param_data, copy,
+                               sizeof(float) * (size_t)net->nparam_floats);
+  free(copy);
   /* Layers the net lacks are skipped, as Caffe skips them when fine-tuning; but a file of which
    * nothing matches is a wrong file, not a start from those weights. */
   if (!rc && matched == 0 && net->nlearnable > 0)

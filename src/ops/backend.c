@@ -20,6 +20,8 @@ static void make_cpu(void) {
   cpu.name = "cpu";
   cpu.gemm = kiln_cpu_gemm;
   cpu.conv_plan_update = kiln_cpu_conv_plan_update;
+  cpu.gemm_plan_update = kiln_cpu_gemm_plan_update;
+  cpu.gemm_rows = kiln_cpu_gemm_rows;
 }
 
 /* hostsim: every op is cpu's, with the device's walls opened for the call. */

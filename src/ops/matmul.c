@@ -2,7 +2,8 @@
  * through kiln_sgemm, oneDNN's matmul where it wins), a bias added to every row, the bias
  * gradient as column sums in row order; and the products of a sparse (CSR) left operand, which
  * loop over its entries, so their cost and memory follow the entries and nothing of its dense
- * size is ever formed. */
+ * size is ever formed. On one thread (c->nthreads 1) a product runs on one thread of either
+ * library (KILN_ON_OP_THREADS). */
 #include <omp.h>
 
 #include "kiln/ops.h"
@@ -11,15 +12,15 @@
 int kiln_ref_gemm(const kiln_op_ctx *c, float *C, int64_t ldc, const float *A, int64_t lda,
                   const float *B, int64_t ldb, bool ta, bool tb, int64_t M, int64_t N, int64_t K,
                   float alpha, float beta) {
-  (void)c;
-  kiln_sgemm_blas(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  KILN_ON_OP_THREADS(c, kiln_sgemm_blas(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc));
   return KILN_OK;
 }
 
 int kiln_cpu_gemm(const kiln_op_ctx *c, float *C, int64_t ldc, const float *A, int64_t lda,
                   const float *B, int64_t ldb, bool ta, bool tb, int64_t M, int64_t N, int64_t K,
                   float alpha, float beta) {
-  kiln_sgemm(c->config, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  KILN_ON_OP_THREADS(c, kiln_sgemm(c->config, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C,
+                                    ldc));
   return KILN_OK;
 }
 

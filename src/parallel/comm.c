@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kiln/backend.h"
 #include "kiln/parallel.h"
 
 int kiln_comm_rank(const kiln_comm *c) { return c ? c->rank : 0; }
@@ -168,22 +169,23 @@ int kiln_comm_agree_settings(kiln_comm *c, const kiln_comm_setting *s, int n) {
   return rc;
 }
 
+/* The sums are ops of the host's cpu backend (include/kiln/backend.h), on the calling thread
+ * alone: the communicator's buffers are host memory (MPI moves host memory; gradients on another
+ * device reach them through a host copy), and the thread driving a sum may be the communication
+ * thread. The same kernel (acc) adds a solver's iter_size passes, so the bits agree. Neither op
+ * can fail. */
+static kiln_op_ctx host_ctx(void) {
+  return (kiln_op_ctx){.nthreads = 1, .config = kiln_config_defaults(), .device = NULL};
+}
+
 void kiln_parallel_accumulate(float *restrict acc, const float *restrict x, int64_t n) {
-  /* Elementwise, so vectorising it changes nothing: each element gets exactly one rounding.
-   * gcc's -O2 left the plain loop scalar. */
-#pragma omp simd
-  for (int64_t i = 0; i < n; i++) acc[i] += x[i];
+  const kiln_op_ctx c = host_ctx();
+  (void)kiln_backend_cpu()->acc(&c, acc, x, n);
 }
 
 void kiln_parallel_sum_to_all(float *const *p, int np, int64_t n) {
-  enum { BLOCK = 1024 }; /* 4 KiB on the stack; the blocks stay in L1 between the passes */
-  float acc[BLOCK];
-  for (int64_t i = 0; i < n; i += BLOCK) {
-    int64_t m = n - i < BLOCK ? n - i : BLOCK;
-    memcpy(acc, p[0] + i, sizeof(float) * (size_t)m);
-    for (int r = 1; r < np; r++) kiln_parallel_accumulate(acc, p[r] + i, m);
-    for (int r = 0; r < np; r++) memcpy(p[r] + i, acc, sizeof(float) * (size_t)m);
-  }
+  const kiln_op_ctx c = host_ctx();
+  (void)kiln_backend_cpu()->ordered_sum(&c, p, np, n);
 }
 
 #ifndef KILN_HAVE_MPI

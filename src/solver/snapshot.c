@@ -71,6 +71,17 @@ int kiln_solver_snapshot(kiln_solver *s, char **path_out) {
   ProtobufCBinaryData *worker_rng = calloc((size_t)s->nworkers, sizeof *worker_rng);
   if (!rc && (!bps || !bpp || !shapes || !cursors || !test_cursors || !worker_rng))
     rc = kiln_errorf(KILN_ERR_NOMEM, "out of memory");
+  /* The histories readable on the host: the buffer itself there, else a copy through the
+   * device table. */
+  const float *history = s->history;
+  float *history_copy = NULL;
+  if (!rc && !kiln_device_is_host(net->device)) {
+    size_t bytes = sizeof(float) * (size_t)net->nparam_floats * (size_t)s->history_per_param;
+    history_copy = malloc(bytes ? bytes : 1);
+    rc = history_copy ? kiln_device_to_host(net->device, history_copy, s->history, bytes)
+                      : kiln_errorf(KILN_ERR_NOMEM, "out of memory");
+    history = history_copy;
+  }
   if (!rc) {
     st.has_iter = st.has_current_step = true;
     st.iter = s->iter;
@@ -86,7 +97,8 @@ int kiln_solver_snapshot(kiln_solver *s, char **path_out) {
         shapes[i].dim = net->learnable[k]->shape;
         bps[i].shape = &shapes[i];
         bps[i].n_data = (size_t)net->learnable[k]->count;
-        bps[i].data = s->history + (int64_t)h * net->nparam_floats + net->learnable_offset[k];
+        /* protobuf-c's field is not const; the message is only packed */
+        bps[i].data = (float *)history + (int64_t)h * net->nparam_floats + net->learnable_offset[k];
         bpp[i] = &bps[i];
       }
     st.n_history = (size_t)nh;
@@ -127,6 +139,7 @@ int kiln_solver_snapshot(kiln_solver *s, char **path_out) {
     }
     rc = *h5 ? kiln_h5_write_state(state_path, &st) : kiln_proto_write_binary(state_path, &st.base);
   }
+  free(history_copy);
   free(worker_rng);
   free(cursors);
   free(test_cursors);
@@ -245,8 +258,9 @@ int kiln_solver_restore(kiln_solver *s, const char *path) {
         break;
       }
     if (rc) break;
-    memcpy(s->history + (int64_t)h * net->nparam_floats + net->learnable_offset[k],
-           st->history[i]->data, sizeof(float) * (size_t)net->learnable[k]->count);
+    float *to = s->history + (int64_t)h * net->nparam_floats + net->learnable_offset[k];
+    rc = kiln_device_to_device(net->device, to, st->history[i]->data,
+                               sizeof(float) * (size_t)net->learnable[k]->count);
   }
   if (!rc && s->rank == 0) {
     /* The weights file: as recorded, else beside the solverstate. Rank 0 alone reads it: its

@@ -5,9 +5,10 @@
  * worker_sync.h at fixed points of each iteration; with one they return at once.
  *
  * iter_size > 1: each pass computes its gradient from zero and the passes are added in order,
- * ((g0 + g1) + g2) ..., with kiln_parallel_accumulate (layers accumulating inside their GEMMs would
- * round differently). N workers with the ordered reduction add the same way, so N workers x one
- * pass and one worker x iter_size N give the same bits. */
+ * ((g0 + g1) + g2) ..., with the net's backend's acc (layers accumulating inside their GEMMs would
+ * round differently). N workers with the ordered reduction add the same way (the same kernel, in
+ * kiln_parallel_accumulate), so N workers x one pass and one worker x iter_size N give the same
+ * bits. */
 #include <libgen.h>
 #include <limits.h>
 #include <math.h>
@@ -297,6 +298,24 @@ static int train_batch_size(const kiln_net *net) {
   return 1;
 }
 
+/* `bytes` zeroed where the net's parameters are (on the host from huge pages, as the flat
+ * parameter and gradient buffers, when `huge`), and their release. NULL when it cannot. */
+static void *solver_alloc(const kiln_net *net, size_t bytes, bool huge) {
+  if (kiln_device_is_host(net->device)) return huge ? kiln_alloc_huge(bytes) : kiln_alloc(bytes);
+  void *p = NULL;
+  if (kiln_device_alloc(net->device, bytes, &p)) return NULL;
+  if (kiln_device_set(net->device, p, 0, bytes)) {
+    kiln_device_free(net->device, p);
+    return NULL;
+  }
+  return p;
+}
+
+static void solver_release(const kiln_device *device, void *p) {
+  if (kiln_device_is_host(device)) kiln_free(p);
+  else kiln_device_free(device, p);
+}
+
 int kiln_solver_create(const char *solver_path, const kiln_solver_options *opt, kiln_solver **out) {
   *out = NULL;
   kiln_solver *s = calloc(1, sizeof *s);
@@ -343,10 +362,11 @@ int kiln_solver_create(const char *solver_path, const kiln_solver_options *opt, 
   if (!rc) rc = check_fault(s);
   if (!rc) {
     size_t model = (size_t)s->net->nparam_floats * sizeof(float);
-    s->history = kiln_alloc_huge(model * s->history_per_param);
+    s->history = solver_alloc(s->net, model * s->history_per_param, true);
+    s->scalars = solver_alloc(s->net, sizeof *s->scalars, false);
     s->loss_window = calloc((size_t)p->average_loss, sizeof(float));
-    if (p->iter_size > 1) s->grad_acc = kiln_alloc_huge(model);
-    if (!s->history || !s->loss_window || (p->iter_size > 1 && !s->grad_acc))
+    if (p->iter_size > 1) s->grad_acc = solver_alloc(s->net, model, true);
+    if (!s->history || !s->scalars || !s->loss_window || (p->iter_size > 1 && !s->grad_acc))
       rc = kiln_errorf(KILN_ERR_NOMEM, "out of memory");
   }
   if (!rc) {
@@ -367,6 +387,7 @@ int kiln_solver_create(const char *solver_path, const kiln_solver_options *opt, 
 
 void kiln_solver_free(kiln_solver *s) {
   if (!s) return;
+  const kiln_device *device = s->net ? s->net->device : NULL; /* the history's */
   for (int i = 0; i < s->ntest; i++) kiln_net_free(s->test_nets[i]);
   free(s->test_nets);
   kiln_net_free(s->net);
@@ -374,8 +395,9 @@ void kiln_solver_free(kiln_solver *s) {
   for (int i = 0; i < s->nnet_params; i++) protobuf_c_message_free_unpacked(&s->net_params[i]->base, NULL);
   free(s->net_params);
   if (s->param) protobuf_c_message_free_unpacked(&s->param->base, NULL);
-  kiln_free(s->history);
-  kiln_free(s->grad_acc);
+  solver_release(device, s->history);
+  solver_release(device, s->grad_acc);
+  solver_release(device, s->scalars);
   free(s->loss_window);
   free(s->source);
   free(s->snapshot_prefix);
@@ -422,9 +444,8 @@ int kiln_solver_test(kiln_solver *s, int k) {
     rc = kiln_net_forward(net, &l);
     loss += l;
     for (int o = 0; o < n && !rc; o++) {
-      const kiln_blob *b = net->outputs[o];
       double v = 0;
-      for (int64_t i = 0; i < b->count; i++) v += b->data[i];
+      rc = kiln_net_blob_sum(net, net->outputs[o], &v);
       sum[o] += v;
     }
   }
@@ -514,12 +535,12 @@ static int compute_gradients(kiln_solver *s, bool local, double *loss_sum) {
     *loss_sum += l;
     if (passes == 1) break;
     if (i == 0)
-      memcpy(s->grad_acc, net->param_diff, sizeof(float) * (size_t)net->nparam_floats);
+      KILN_TRY(KILN_NET_OP(net, copy, s->grad_acc, net->param_diff, net->nparam_floats));
     else if (!last)
-      kiln_parallel_accumulate(s->grad_acc, net->param_diff, net->nparam_floats);
+      KILN_TRY(KILN_NET_OP(net, acc, s->grad_acc, net->param_diff, net->nparam_floats));
     else if (!overlap) /* the last pass adds the sum into its own gradient: a + b == b + a, and
                           no copy back */
-      kiln_parallel_accumulate(net->param_diff, s->grad_acc, net->nparam_floats);
+      KILN_TRY(KILN_NET_OP(net, acc, net->param_diff, s->grad_acc, net->nparam_floats));
   }
   return KILN_OK;
 }
@@ -563,7 +584,8 @@ static int one_iteration(kiln_solver *s, bool local, rate_window *w) {
     if (no > 64) no = 64;
     for (int o = 0; o < no; o++) {
       names[o] = s->net->outputs[o]->name;
-      vals[o] = s->net->outputs[o]->count ? s->net->outputs[o]->data[0] : 0;
+      vals[o] = 0;
+      KILN_TRY(kiln_net_blob_read(s->net, s->net->outputs[o], &vals[o], 1));
     }
     kiln_event e = {.event = "train", .iter = s->iter, .loss = (float)smoothed, .lr = rate,
                     .samples_per_s = sps, .noutputs = no, .output_names = names,
@@ -572,7 +594,9 @@ static int one_iteration(kiln_solver *s, bool local, rate_window *w) {
     w->start_ms = now;
     w->iters = 0;
   }
-  if (!update_apply(s, rate, summed)) KILN_TRY(update_check_finite(s, rate));
+  bool finite;
+  KILN_TRY(update_apply(s, rate, summed, &finite));
+  if (!finite) KILN_TRY(update_check_finite(s, rate));
   if (s->opt.config->debug_slow_ms > 0 && s->rank == s->opt.config->debug_slow_rank)
     kiln_sleep_ms(s->opt.config->debug_slow_ms);
   s->work_ms += kiln_now_ms() - work_start;

@@ -7,6 +7,14 @@
 
 #include "kiln/solver.h"
 
+/* What the update's ops reduce into, on the train net's device; update.c reads it back through
+ * the device table. */
+typedef struct solver_scalars {
+  double sumsq;  /* clipping: the gradients' squared L2 norm */
+  int64_t at;    /* the check: the first value of a parameter that is not finite, or -1 */
+  int32_t bad;   /* SGD: set when its pass left a value that is not finite */
+} solver_scalars;
+
 struct kiln_solver {
   /* the solver file and the caller's options */
   Caffe__SolverParameter *param;
@@ -44,7 +52,9 @@ struct kiln_solver {
 
   /* the update rule (update.c) */
   int history_per_param;
-  float *history;          /* history_per_param x net->nparam_floats, flat like the params */
+  float *history;          /* history_per_param x net->nparam_floats, flat like the params, on
+                              the train net's device as grad_acc is */
+  solver_scalars *scalars; /* on the train net's device */
 
   /* the workers (worker_sync.c) */
   int rank, nworkers;
@@ -74,9 +84,10 @@ int update_resolve_type(kiln_solver *s);
 /* History copies per parameter the rule keeps (2 for Adam and AdaDelta, else 1). */
 int update_history_count(kiln_solver_type t);
 /* Clips, normalises (`workers` gradient sets were summed, 1 when each worker steps on its own),
- * regularises and applies the rule with learning rate `rate`. True when the update's own pass
- * has already found every parameter finite; otherwise update_check_finite must look. */
-bool update_apply(kiln_solver *s, float rate, int workers);
+ * regularises and applies the rule with learning rate `rate`. *all_finite: true when the
+ * update's own pass has already found every parameter finite; otherwise update_check_finite
+ * must look. */
+int update_apply(kiln_solver *s, float rate, int workers, bool *all_finite);
 /* KILN_ERR_NUMERIC, naming the parameter, when the update left one that is not finite. */
 int update_check_finite(kiln_solver *s, float rate);
 

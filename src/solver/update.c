@@ -2,12 +2,11 @@
  * the iteration's gradients are summed: clip by global L2 norm, normalise by 1 / (workers x
  * iter_size), regularise (L2 or L1), compute the step with the solver's rule (SGD, Nesterov,
  * AdaGrad, RMSProp, AdaDelta, Adam), subtract. The parameters, gradients and histories are flat
- * buffers, so each stage is one loop per blob.
+ * buffers, so each stage is one op per blob, run by the net's backend where they live.
  *
  * The sum is divided once, by workers x iter_size, after clipping: clip_gradients sees the same
  * sum as on one worker with iter_size N (Caffe's multi-GPU solver clips each worker's mean
  * instead). */
-#include <float.h>
 #include <math.h>
 #include <string.h>
 #include <strings.h>
@@ -81,15 +80,22 @@ float kiln_solver_learning_rate(kiln_solver *s) {
 
 /* ---- update ---------------------------------------------------------------------------------- */
 
-static void clip_gradients(kiln_solver *s) {
+/* Every loop over the parameters, gradients and histories is an op of the net's backend
+ * (include/kiln/backend.h, src/ops/solver.c), so it runs where they live; the learning rates
+ * and the rules' settings are scalars computed here, and the sums and flags the ops reduce
+ * into (s->scalars, on the net's device) come back through the device table. */
+#define OP(s, op, ...) KILN_NET_OP((s)->net, op, __VA_ARGS__)
+
+static int clip_gradients(kiln_solver *s) {
   float clip = s->param->clip_gradients;
-  if (clip < 0) return;
+  if (clip < 0) return KILN_OK;
   kiln_net *net = s->net;
-  double sumsq = 0;
-  for (int k = 0; k < net->nlearnable; k++) {
-    const float *g = net->learnable[k]->diff;
-    for (int64_t i = 0; i < net->learnable[k]->count; i++) sumsq += (double)g[i] * g[i];
-  }
+  /* one sum in double over every gradient in order, the blobs one after another */
+  double *dev_sumsq = &s->scalars->sumsq, sumsq;
+  KILN_TRY(kiln_device_set(net->device, dev_sumsq, 0, sizeof *dev_sumsq));
+  for (int k = 0; k < net->nlearnable; k++)
+    KILN_TRY(OP(s, sumsq_acc, dev_sumsq, net->learnable[k]->diff, net->learnable[k]->count));
+  KILN_TRY(kiln_device_to_host(net->device, &sumsq, dev_sumsq, sizeof sumsq));
   double norm = sqrt(sumsq);
   if (norm > clip) {
     float f = (float)(clip / norm);
@@ -97,15 +103,17 @@ static void clip_gradients(kiln_solver *s) {
              norm, clip, f);
     for (int k = 0; k < net->nlearnable; k++) {
       float *g = net->learnable[k]->diff;
-      for (int64_t i = 0; i < net->learnable[k]->count; i++) g[i] *= f;
+      KILN_TRY(OP(s, scale, g, g, f, net->learnable[k]->count));
     }
   }
+  return KILN_OK;
 }
 
-bool update_apply(kiln_solver *s, float rate, int workers) {
+int update_apply(kiln_solver *s, float rate, int workers, bool *all_finite) {
   const Caffe__SolverParameter *p = s->param;
   kiln_net *net = s->net;
-  clip_gradients(s);
+  *all_finite = false;
+  KILN_TRY(clip_gradients(s));
   bool l1 = p->regularization_type && strcmp(p->regularization_type, "L1") == 0;
   /* One division for the whole sum (workers x passes), after clipping, as one worker with
    * iter_size N divides its passes' sum. */
@@ -117,7 +125,10 @@ bool update_apply(kiln_solver *s, float rate, int workers) {
   double t = s->iter + 1.0;
   double b1 = p->momentum, b2 = p->momentum2;
   float adam_rate = (float)(rate * sqrt(1.0 - pow(b2, t)) / (1.0 - pow(b1, t)));
-  bool all_finite = s->type == KILN_SOLVER_SGD && !l1;
+  /* SGD checks the new weights in its own pass: a flag on the device, set by any blob */
+  int32_t *dev_bad = &s->scalars->bad;
+  if (s->type == KILN_SOLVER_SGD)
+    KILN_TRY(kiln_device_set(net->device, dev_bad, 0, sizeof *dev_bad));
   for (int k = 0; k < net->nlearnable; k++) {
     kiln_blob *b = net->learnable[k];
     float *w = b->data, *g = b->diff;
@@ -126,112 +137,59 @@ bool update_apply(kiln_solver *s, float rate, int workers) {
     int64_t n = b->count;
     float lr = rate * net->lr_mult[k];
     float wd = p->weight_decay * net->decay_mult[k];
-    if (s->type == KILN_SOLVER_SGD && !l1) {
-      /* The steps below fused into one pass over memory (the update reads three arrays the
-       * size of the model; apart, the passes made it memory-bound), with the finite check of
-       * the new weights: per element the same operations in the same order, so the same bits. */
-      int bad = 0;
-#pragma omp simd reduction(| : bad)
-      for (int64_t i = 0; i < n; i++) {
-        float gi = g[i];
-        if (norm != 1.0f) gi *= norm;
-        if (wd != 0) gi += wd * w[i];
-        g[i] = gi;
-        h[i] = m * h[i] + lr * gi;
-        w[i] -= h[i];
-        bad |= !(fabsf(w[i]) <= FLT_MAX);
+    if (s->type == KILN_SOLVER_SGD) {
+      /* the normalisation and L2's decay in SGD's pass; L1's decay in a pass before it */
+      if (l1) {
+        KILN_TRY(OP(s, regularize, g, w, n, norm, wd, true));
+        KILN_TRY(OP(s, sgd_update, w, h, g, dev_bad, n, 1.0f, 0.0f, lr, m));
+      } else {
+        KILN_TRY(OP(s, sgd_update, w, h, g, dev_bad, n, norm, wd, lr, m));
       }
-      if (bad) all_finite = false;
       continue;
     }
-    /* `omp simd`: w, g and h never overlap, which the compiler cannot see; vectorised, the
-     * same operations in the same order per element, so the same bits. Scalar, these loops were
-     * a visible share of a small net's step (LeNet's, profiled with perf: docs/PERF.md). */
-    if (norm != 1.0f) {
-#pragma omp simd
-      for (int64_t i = 0; i < n; i++) g[i] *= norm;
-    }
-    if (wd != 0) {
-      if (l1) {
-#pragma omp simd
-        for (int64_t i = 0; i < n; i++) g[i] += wd * (float)((w[i] > 0) - (w[i] < 0));
-      } else {
-#pragma omp simd
-        for (int64_t i = 0; i < n; i++) g[i] += wd * w[i];
-      }
-    }
+    KILN_TRY(OP(s, regularize, g, w, n, norm, wd, l1));
     switch (s->type) {
-      case KILN_SOLVER_SGD:
-#pragma omp simd
-        for (int64_t i = 0; i < n; i++) {
-          h[i] = m * h[i] + lr * g[i];
-          w[i] -= h[i];
-        }
+      case KILN_SOLVER_NESTEROV: KILN_TRY(OP(s, nesterov_update, w, h, g, n, lr, m)); break;
+      case KILN_SOLVER_ADAGRAD: KILN_TRY(OP(s, adagrad_update, w, h, g, n, lr, delta)); break;
+      case KILN_SOLVER_RMSPROP:
+        KILN_TRY(OP(s, rmsprop_update, w, h, g, n, lr, p->rms_decay, delta));
         break;
-      case KILN_SOLVER_NESTEROV:
-#pragma omp simd
-        for (int64_t i = 0; i < n; i++) {
-          float old = h[i];
-          h[i] = m * h[i] + lr * g[i];
-          w[i] -= (1 + m) * h[i] - m * old;
-        }
-        break;
-      case KILN_SOLVER_ADAGRAD:
-        for (int64_t i = 0; i < n; i++) {
-          h[i] += g[i] * g[i];
-          w[i] -= lr * g[i] / (sqrtf(h[i]) + delta);
-        }
-        break;
-      case KILN_SOLVER_RMSPROP: {
-        float d = p->rms_decay;
-        for (int64_t i = 0; i < n; i++) {
-          h[i] = d * h[i] + (1 - d) * g[i] * g[i];
-          w[i] -= lr * g[i] / (sqrtf(h[i]) + delta);
-        }
-        break;
-      }
       case KILN_SOLVER_ADADELTA:
-        /* h: running mean of g^2; h2: running mean of squared updates (Caffe's update history). */
-        for (int64_t i = 0; i < n; i++) {
-          h[i] = m * h[i] + (1 - m) * g[i] * g[i];
-          float u = g[i] * sqrtf((h2[i] + delta) / (h[i] + delta));
-          h2[i] = m * h2[i] + (1 - m) * u * u;
-          w[i] -= net->lr_mult[k] * rate * u;
-        }
+        /* Caffe's rate x lr_mult: the same product as lr, float multiplication commuting */
+        KILN_TRY(OP(s, adadelta_update, w, h, h2, g, n, lr, m, delta));
         break;
-      case KILN_SOLVER_ADAM: {
-        float lr_a = adam_rate * net->lr_mult[k];
-        for (int64_t i = 0; i < n; i++) {
-          h[i] = (float)(b1 * h[i] + (1 - b1) * g[i]);
-          h2[i] = (float)(b2 * h2[i] + (1 - b2) * g[i] * g[i]);
-          w[i] -= lr_a * h[i] / (sqrtf(h2[i]) + delta);
-        }
+      case KILN_SOLVER_ADAM:
+        KILN_TRY(OP(s, adam_update, w, h, h2, g, n, adam_rate * net->lr_mult[k], b1, b2, delta));
         break;
-      }
       default: break;
     }
   }
-  return all_finite;
+  if (s->type == KILN_SOLVER_SGD) {
+    int32_t bad;
+    KILN_TRY(kiln_device_to_host(net->device, &bad, dev_bad, sizeof bad));
+    *all_finite = !bad;
+  }
+  return KILN_OK;
 }
 
 /* The loss alone can miss a divergence (a loss layer that clamps its probabilities reports a
  * finite loss from NaN inputs), so the parameters are checked after every update as well. */
 int update_check_finite(kiln_solver *s, float rate) {
   const kiln_net *net = s->net;
+  int64_t *dev_at = &s->scalars->at;
   for (int k = 0; k < net->nlearnable; k++) {
     const kiln_blob *b = net->learnable[k];
-    /* a vectorised scan first (every step reads every parameter), the search only on a hit */
-    int bad = 0;
-#pragma omp simd reduction(| : bad)
-    for (int64_t i = 0; i < b->count; i++) bad |= !(fabsf(b->data[i]) <= FLT_MAX);
-    if (!bad) continue;
-    for (int64_t i = 0; i < b->count; i++)
-      if (!isfinite(b->data[i]))
-        return kiln_errorf(KILN_ERR_NUMERIC,
-                           "iteration %d: parameter '%s' became %g after the update (lr %g); "
-                           "training diverged (lower base_lr, or clip gradients with "
-                           "clip_gradients)",
-                           s->iter, b->name, b->data[i], rate);
+    int64_t at;
+    KILN_TRY(KILN_NET_OP(net, find_nonfinite, dev_at, b->data, b->count));
+    KILN_TRY(kiln_device_to_host(net->device, &at, dev_at, sizeof at));
+    if (at < 0) continue;
+    float v;
+    KILN_TRY(kiln_device_to_host(net->device, &v, b->data + at, sizeof v));
+    return kiln_errorf(KILN_ERR_NUMERIC,
+                       "iteration %d: parameter '%s' became %g after the update (lr %g); "
+                       "training diverged (lower base_lr, or clip gradients with "
+                       "clip_gradients)",
+                       s->iter, b->name, v, rate);
   }
   return KILN_OK;
 }

@@ -189,6 +189,8 @@ static int plan_buckets(kiln_solver *s) {
  * memory: backward writes them where the other workers add them up, and the sum lands where the
  * update reads it (no copy in or out). Elsewhere, or for a gradient too large, they stay. */
 static int place_gradients(kiln_solver *s) {
+  /* Host memory: gradients on another device stay there (the sums would stage them). */
+  if (!kiln_device_is_host(s->net->device)) return KILN_OK;
   float *home = kiln_comm_claim_sum_buffer(s->opt.comm, s->net->nparam_floats);
   if (!home) return KILN_OK;
   kiln_net_place_param_diff(s->net, home);
@@ -231,6 +233,8 @@ int worker_sync_before_steps(kiln_solver *s) {
   if (s->params_synced) return KILN_OK;
   if (s->nworkers > 1) {
     kiln_net *net = s->net;
+    /* MPI moves host memory: parameters and histories on another device would go through a
+     * host copy here (kiln_device_to_host on rank 0, kiln_device_to_device after). */
     int rc = kiln_comm_broadcast(s->opt.comm, net->param_data, net->nparam_floats, 0);
     if (!rc)
       rc = kiln_comm_broadcast(s->opt.comm, s->history,
@@ -248,7 +252,10 @@ static int start_ready_buckets(kiln_solver *s, int layer) {
   while (s->next_bucket < s->nbuckets && s->buckets[s->next_bucket].ready_layer >= layer) {
     const struct worker_bucket *b = &s->buckets[s->next_bucket++];
     float *g = s->net->param_diff + b->off;
-    if (s->param->iter_size > 1) kiln_parallel_accumulate(g, s->grad_acc + b->off, b->n);
+    if (s->param->iter_size > 1)
+      KILN_TRY(KILN_NET_OP(s->net, acc, g, s->grad_acc + b->off, b->n));
+    /* MPI moves host memory: a bucket on another device would be staged through a host copy
+     * (kiln_device_to_host here, back with kiln_device_to_device once its sum is in). */
     KILN_TRY(kiln_comm_bucket_start(s->opt.comm, g, b->n, s->sync.deterministic));
   }
   return kiln_comm_bucket_progress(s->opt.comm);
@@ -275,7 +282,7 @@ int worker_sync_after_backward(kiln_solver *s, bool local, int *summed) {
     int rc = start_ready_buckets(s, -1); /* every layer is done */
     if (!rc) rc = kiln_comm_bucket_finish(s->opt.comm);
     if (rc) return kiln_error_context(rc, "gradient sync: ");
-  } else {
+  } else { /* host memory, as the buckets' (a device's gradients: a host copy first) */
     KILN_TRY(kiln_sync_gradients(s->opt.comm, &s->sync, s->net->param_diff,
                                  s->net->nparam_floats));
   }
@@ -307,6 +314,7 @@ int worker_sync_loss(kiln_solver *s, double local_loss, bool local, float *out) 
  * sum_r weight_r x theirs_r: one model again. */
 static int average_model(kiln_solver *s, float weight) {
   kiln_net *net = s->net;
+  /* host memory for MPI: on another device, a host copy of each buffer and back */
   double t = kiln_now_ms();
   int rc = kiln_sync_average(s->opt.comm, &s->sync, net->param_data, net->nparam_floats, weight);
   if (!rc)

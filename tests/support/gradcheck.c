@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "device_mirror.h"
 #include "gradcheck.h"
 
 const kiln_config *kiln_test_config(void) {
@@ -14,6 +15,17 @@ const kiln_config *kiln_test_config(void) {
       fprintf(stderr, "test configuration: %s\n", kiln_last_error());
       abort();
     }
+    read = true;
+  }
+  return &cfg;
+}
+
+const kiln_config *kiln_test_net_config(void) {
+  static kiln_config cfg;
+  static bool read;
+  if (!read) {
+    cfg = *kiln_test_config();
+    cfg.device = KILN_DEVICE_HOST;
     read = true;
   }
   return &cfg;
@@ -60,7 +72,7 @@ typedef struct {
 
 static double objective(gc_ctx *c) {
   *c->l->rng = c->rng_state;
-  if (c->l->ops->forward(c->l)) {
+  if (layer_forward(c->l)) {
     fprintf(stderr, "gradcheck: forward failed: %s\n", kiln_last_error());
     abort();
   }
@@ -114,7 +126,7 @@ int gradcheck_layer(const char *layer_text, kiln_blob **bottoms, int nbottom, in
   for (int p = 0; p < l->nparam; p++) memset(l->param[p]->diff, 0, sizeof(float) * (size_t)l->param[p]->count);
   for (int b = 0; b < nbottom; b++)
     l->propagate_down[b] = !bottoms[b]->csr && (!o.bottom_mask || (o.bottom_mask >> b & 1));
-  if (l->ops->backward && l->ops->backward(l)) {
+  if (l->ops->backward && layer_backward(l)) {
     fprintf(stderr, "gradcheck: backward failed: %s\n", kiln_last_error());
     abort();
   }

@@ -9,6 +9,10 @@
 /* The configuration tests build layers and nets under: the environment's, read once, so that
  * CTest's reruns with KILN_ENGINE=ref run the reference kernels. A malformed value aborts. */
 const kiln_config *kiln_test_config(void);
+/* The same on the host: the nets that layer tests build and read directly (their reruns with
+ * KILN_DEVICE=hostsim move standalone layers to the device, device_mirror.h; nets on a device
+ * are tested through the net's own device table, tests/cli/hostsim.sh). */
+const kiln_config *kiln_test_net_config(void);
 
 /* Whether b's data lies in a net's shared activation data (kiln_net_options.share_data),
  * directly or as a Split top reading such a blob. */

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "device_mirror.h"
 #include "layer_test.h"
 
 /* ---- blobs ------------------------------------------------------------------------------- */
@@ -76,7 +77,7 @@ void unbuild(built *b) {
 }
 
 void forward(built *b) {
-  int rc = b->l->ops->forward(b->l);
+  int rc = layer_forward(b->l);
   if (rc != KILN_OK) {
     print_error("forward: %s\n", kiln_last_error());
     fail();
@@ -84,7 +85,7 @@ void forward(built *b) {
 }
 
 void backward(built *b) {
-  int rc = b->l->ops->backward(b->l);
+  int rc = layer_backward(b->l);
   if (rc != KILN_OK) {
     print_error("backward: %s\n", kiln_last_error());
     fail();
@@ -258,7 +259,7 @@ kiln_net *net_run(const char *text, Caffe__NetParameter **np) {
     print_error("%s\n", kiln_last_error());
     fail();
   }
-  kiln_net_options opt = {.phase = TRAIN, .seed = 3, .config = kiln_test_config()};
+  kiln_net_options opt = {.phase = TRAIN, .seed = 3, .config = kiln_test_net_config()};
   kiln_net *net;
   if (kiln_net_create(*np, &opt, &net)) {
     print_error("%s\n", kiln_last_error());

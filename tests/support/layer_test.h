@@ -8,6 +8,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "device_mirror.h"
 #include "gradcheck.h"
 #include "kiln/layers.h"
 #include "kiln/net.h"
