@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "kiln/config.h"
+#include "kiln/layout.h"
 
 /* Geometry of a 2-D convolution or pooling window over one image. */
 typedef struct kiln_conv_geom {

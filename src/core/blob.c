@@ -160,10 +160,6 @@ int kiln_blob_alloc(kiln_blob *b) {
   return KILN_OK;
 }
 
-int kiln_layout_for_block(int channels) {
-  return channels == 16 ? KILN_LAYOUT_BLOCKED16 : KILN_LAYOUT_PLAIN;
-}
-
 int kiln_blob_reshape_like(kiln_blob *b, const kiln_blob *other) {
   return kiln_blob_reshape(b, other->naxes, other->shape);
 }

@@ -82,3 +82,8 @@ bool kiln_backend_has(const kiln_backend *b, int op) {
   void *const *slot = (void *const *)((const char *)b + op_offsets[op]);
   return *slot != NULL;
 }
+
+/* The blocked layout is the oneDNN route's (src/ops/conv_dnnl.c): 16 channels a block. */
+int kiln_layout_for_block(int channels) {
+  return channels == 16 ? KILN_LAYOUT_BLOCKED16 : KILN_LAYOUT_PLAIN;
+}
