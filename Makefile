@@ -97,8 +97,8 @@ bench: build data
 	@bench/prefetch $(BUILD)/kiln
 
 # The sequence models against PyTorch (a 2-layer LSTM, two transformer blocks), apart from
-# `make bench`: with three repetitions at 1 and 2 threads, twice where the VM sets
-# OPENBLAS_CORETYPE, they took 14-16 minutes on the loaded 2-core VM (docs/PERF.md).
+# `make bench`: three repetitions at 1 and 2 threads, twice where the VM sets OPENBLAS_CORETYPE
+# (docs/PERF.md says how long that takes).
 bench-seq: build
 	@BENCH_CASES="$${BENCH_CASES:-lstm transformer}" bench/run $(BUILD)/kiln
 

@@ -439,15 +439,15 @@ static double case_conv(int op, const kiln_backend *b, const kiln_op_ctx *c, int
   tensor x = input(c, nx, -1, 1, 0, r), w = input(c, nw, -1, 1, 0, r);
   tensor bias = input(c, sp.M, -1, 1, 0, r), y = make(c, ny), dy = input(c, ny, -1, 1, 0, r);
   tensor dx = make(c, nx), dw = input(c, nw, -1, 1, 0, r), db = input(c, sp.M, -1, 1, 0, r);
-  const bool planned = op == KILN_OP_conv_plan_update || op == KILN_OP_conv_fwd ||
-                       op == KILN_OP_conv_bwd || op == KILN_OP_conv_plan_free;
-  kiln_conv_plan *plan = NULL;
-  kiln_conv_plan_info info = {0};
+  const bool planned = op == KILN_OP_conv_route_update || op == KILN_OP_conv_fwd ||
+                       op == KILN_OP_conv_bwd || op == KILN_OP_conv_route_free;
+  kiln_conv_route *plan = NULL;
+  kiln_conv_route_info info = {0};
   int64_t wsn = kiln_im2col_conv_workspace(g, sp.group, sp.M, c->nthreads);
   if (planned) {
-    assert_int_equal(b->conv_plan_update(c, &plan, &sp, &info), KILN_OK);
-    kiln_conv_plan *again = plan;
-    assert_int_equal(b->conv_plan_update(c, &again, &sp, &info), KILN_OK);
+    assert_int_equal(b->conv_route_update(c, &plan, &sp, &info), KILN_OK);
+    kiln_conv_route *again = plan;
+    assert_int_equal(b->conv_route_update(c, &again, &sp, &info), KILN_OK);
     assert_ptr_equal(again, plan);
     wsn = info.workspace_floats;
   }
@@ -455,7 +455,7 @@ static double case_conv(int op, const kiln_backend *b, const kiln_op_ctx *c, int
   if (planned) {
     assert_int_equal(b->conv_fwd(c, plan, y.d, x.d, w.d, bias.d, ws.d), KILN_OK);
     assert_int_equal(b->conv_bwd(c, plan, dx.d, dw.d, db.d, dy.d, x.d, w.d, ws.d), KILN_OK);
-    assert_int_equal(b->conv_plan_free(c, plan), KILN_OK);
+    assert_int_equal(b->conv_route_free(c, plan), KILN_OK);
   } else {
     assert_int_equal(
         b->im2col_conv_fwd(c, y.d, x.d, w.d, bias.d, (int)sp.N, sp.M, sp.group, g, ws.d), KILN_OK);
@@ -494,8 +494,8 @@ static double case_conv(int op, const kiln_backend *b, const kiln_op_ctx *c, int
     (void)p;                                                                                   \
     return case_conv(KILN_OP_##name, b, c, n, r);                                              \
   }
-CONV_CASE(conv_plan_update)
-CONV_CASE(conv_plan_free)
+CONV_CASE(conv_route_update)
+CONV_CASE(conv_route_free)
 CONV_CASE(conv_fwd)
 CONV_CASE(conv_bwd)
 CONV_CASE(im2col_conv_fwd)
@@ -2868,17 +2868,17 @@ static const int64_t seq_cells[][2] = {{1, 1}, {3, 7}, {5, 33}, {41, 800}};
  * with another A; B set anew and run; an update of the same shape keeps the plan (n: the shape;
  * p: bit 1 B transposed, bit 2 beta 0.5 rather than 0). The last shape takes oneDNN on cpu. */
 static const int64_t seq_plan_shapes[][3] = {{1, 1, 1}, {7, 5, 3}, {33, 17, 65}, {32, 256, 64}};
-static double seq_gemm_plan(const kiln_backend *b, const kiln_op_ctx *c, int64_t n, float p,
-                            kiln_rng *r) {
+static double seq_packed_gemm(const kiln_backend *b, const kiln_op_ctx *c, int64_t n, float p,
+                              kiln_rng *r) {
   const int64_t M = seq_plan_shapes[n][0], N = seq_plan_shapes[n][1], K = seq_plan_shapes[n][2];
   const bool tb = (int)p & 1;
   const float beta = (int)p & 2 ? 0.5f : 0.0f;
   const int64_t lda = K, ldb = tb ? K : N, ldc = N;
-  kiln_gemm_plan *plan = NULL;
-  assert_int_equal(b->gemm_plan_update(c, &plan, tb, M, N, K, lda, ldb, ldc, beta), KILN_OK);
+  kiln_packed_gemm *plan = NULL;
+  assert_int_equal(b->packed_gemm_update(c, &plan, tb, M, N, K, lda, ldb, ldc, beta), KILN_OK);
   assert_non_null(plan);
-  kiln_gemm_plan *first = plan;
-  assert_int_equal(b->gemm_plan_update(c, &plan, tb, M, N, K, lda, ldb, ldc, beta), KILN_OK);
+  kiln_packed_gemm *first = plan;
+  assert_int_equal(b->packed_gemm_update(c, &plan, tb, M, N, K, lda, ldb, ldc, beta), KILN_OK);
   double e = plan == first ? 0 : INFINITY;
   tensor B = {0};
   double *want = malloc(sizeof(double) * (size_t)(M * N));
@@ -2886,10 +2886,10 @@ static double seq_gemm_plan(const kiln_backend *b, const kiln_op_ctx *c, int64_t
     if (round != 1) {
       if (round) drop(&B);
       B = input(c, K * N, -1, 1, 0, r);
-      assert_int_equal(b->gemm_plan_set_b(c, plan, B.d), KILN_OK);
+      assert_int_equal(b->packed_gemm_set_b(c, plan, B.d), KILN_OK);
     }
     tensor A = input(c, M * K, -1, 1, 0, r), C = input(c, M * N, -1, 1, 0, r);
-    assert_int_equal(b->gemm_plan_run(c, plan, C.d, A.d), KILN_OK);
+    assert_int_equal(b->packed_gemm_run(c, plan, C.d, A.d), KILN_OK);
     for (int64_t i = 0; i < M; i++)
       for (int64_t j = 0; j < N; j++) {
         double acc = 0;
@@ -2902,27 +2902,27 @@ static double seq_gemm_plan(const kiln_backend *b, const kiln_op_ctx *c, int64_t
     drop(&A);
     drop(&C);
   }
-  assert_int_equal(b->gemm_plan_free(c, plan), KILN_OK);
-  assert_int_equal(b->gemm_plan_free(c, NULL), KILN_OK);
+  assert_int_equal(b->packed_gemm_free(c, plan), KILN_OK);
+  assert_int_equal(b->packed_gemm_free(c, NULL), KILN_OK);
   free(want);
   drop(&B);
   return e;
 }
-static double case_gemm_plan_update(const kiln_backend *b, const kiln_op_ctx *c, int64_t n,
+static double case_packed_gemm_update(const kiln_backend *b, const kiln_op_ctx *c, int64_t n,
+                                      float p, kiln_rng *r) {
+  return seq_packed_gemm(b, c, n, p, r);
+}
+static double case_packed_gemm_set_b(const kiln_backend *b, const kiln_op_ctx *c, int64_t n,
+                                     float p, kiln_rng *r) {
+  return seq_packed_gemm(b, c, n, p, r);
+}
+static double case_packed_gemm_run(const kiln_backend *b, const kiln_op_ctx *c, int64_t n, float p,
+                                   kiln_rng *r) {
+  return seq_packed_gemm(b, c, n, p, r);
+}
+static double case_packed_gemm_free(const kiln_backend *b, const kiln_op_ctx *c, int64_t n,
                                     float p, kiln_rng *r) {
-  return seq_gemm_plan(b, c, n, p, r);
-}
-static double case_gemm_plan_set_b(const kiln_backend *b, const kiln_op_ctx *c, int64_t n,
-                                   float p, kiln_rng *r) {
-  return seq_gemm_plan(b, c, n, p, r);
-}
-static double case_gemm_plan_run(const kiln_backend *b, const kiln_op_ctx *c, int64_t n, float p,
-                                 kiln_rng *r) {
-  return seq_gemm_plan(b, c, n, p, r);
-}
-static double case_gemm_plan_free(const kiln_backend *b, const kiln_op_ctx *c, int64_t n,
-                                  float p, kiln_rng *r) {
-  return seq_gemm_plan(b, c, n, p, r);
+  return seq_packed_gemm(b, c, n, p, r);
 }
 
 /* y = m x row by row from rows ldx apart, some factors 0 (p: m NULL, all 0). */
@@ -3929,9 +3929,9 @@ static const op_row rows[] = {
     {KILN_OP_csr_weight_grad, case_csr_weight_grad, 3, 0, 1e-6},
     {KILN_OP_csr_weight_grad, case_csr_weight_grad, 200, 1, 1e-5},
     {KILN_OP_csr_weight_grad, case_csr_weight_grad, 200, 0, 1e-5},
-    /* ---- conv (src/ops/conv_plan.c); n picks a shape, pooling's p its kind ---- */
-    {KILN_OP_conv_plan_update, case_conv_plan_update, 0, 0, 1e-6},
-    {KILN_OP_conv_plan_free, case_conv_plan_free, 1, 0, 1e-6},
+    /* ---- conv (src/ops/conv_route.c); n picks a shape, pooling's p its kind ---- */
+    {KILN_OP_conv_route_update, case_conv_route_update, 0, 0, 1e-6},
+    {KILN_OP_conv_route_free, case_conv_route_free, 1, 0, 1e-6},
     {KILN_OP_conv_fwd, case_conv_fwd, 2, 0, 1e-6}, {KILN_OP_conv_fwd, case_conv_fwd, 3, 0, 1e-6},
     {KILN_OP_conv_fwd, case_conv_fwd, 4, 0, 1e-6}, {KILN_OP_conv_bwd, case_conv_bwd, 5, 0, 1e-6},
     {KILN_OP_conv_bwd, case_conv_bwd, 1, 0, 1e-6},
@@ -4194,13 +4194,13 @@ static const op_row rows[] = {
     {KILN_OP_argmax_fwd, case_argmax_fwd, 5, 113, 0},
     /* ---- sequence (src/ops/sequence.c, src/ops/attention.c); the plans' n picks a shape, p
      * B transposed (1) and beta (2); the cells' n picks N x H, the last past the parallel size */
-    {KILN_OP_gemm_plan_update, case_gemm_plan_update, 0, 0, 1e-6},
-    {KILN_OP_gemm_plan_update, case_gemm_plan_update, 3, 2, 1e-6},
-    {KILN_OP_gemm_plan_set_b, case_gemm_plan_set_b, 1, 1, 1e-6},
-    {KILN_OP_gemm_plan_set_b, case_gemm_plan_set_b, 3, 3, 1e-6},
-    {KILN_OP_gemm_plan_run, case_gemm_plan_run, 2, 2, 1e-6},
-    {KILN_OP_gemm_plan_run, case_gemm_plan_run, 3, 0, 1e-6},
-    {KILN_OP_gemm_plan_free, case_gemm_plan_free, 1, 0, 1e-6},
+    {KILN_OP_packed_gemm_update, case_packed_gemm_update, 0, 0, 1e-6},
+    {KILN_OP_packed_gemm_update, case_packed_gemm_update, 3, 2, 1e-6},
+    {KILN_OP_packed_gemm_set_b, case_packed_gemm_set_b, 1, 1, 1e-6},
+    {KILN_OP_packed_gemm_set_b, case_packed_gemm_set_b, 3, 3, 1e-6},
+    {KILN_OP_packed_gemm_run, case_packed_gemm_run, 2, 2, 1e-6},
+    {KILN_OP_packed_gemm_run, case_packed_gemm_run, 3, 0, 1e-6},
+    {KILN_OP_packed_gemm_free, case_packed_gemm_free, 1, 0, 1e-6},
     {KILN_OP_carry_rows, case_carry_rows, 0, 0, 1e-7},
     {KILN_OP_carry_rows, case_carry_rows, 2, 0, 1e-7},
     {KILN_OP_carry_rows, case_carry_rows, 2, 1, 0},

@@ -1,4 +1,4 @@
-/* kiln_sgemm and kiln_gemm_plan (src/ops/gemm.c): every transpose, alpha, beta and leading
+/* kiln_sgemm and kiln_packed_gemm (src/ops/gemm.c): every transpose, alpha, beta and leading
  * dimension against a product summed in double, on shapes below and above the size where the
  * oneDNN route takes over, through kiln_sgemm's choice, OpenBLAS alone and oneDNN alone; the same bits on 1, 2 and
  * 3 threads for the products kiln sends to oneDNN; a plan's packed operand following set_b. */
@@ -186,14 +186,14 @@ static void test_plan_follows_set_b(void **state) {
                           {4, 6, 5, false, true, 1.0f, 1.0f, 0}};
   for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
     const shape *s = &shapes[i];
-    kiln_gemm_plan *plan = NULL;
-    assert_int_equal(kiln_gemm_plan_update(&plan, NULL, s->tb, s->M, s->N, s->K, s->K,
-                                           s->tb ? s->K : s->N, s->beta, s->N),
+    kiln_packed_gemm *plan = NULL;
+    assert_int_equal(kiln_packed_gemm_update(&plan, NULL, s->tb, s->M, s->N, s->K, s->K,
+                                             s->tb ? s->K : s->N, s->beta, s->N),
                      KILN_OK);
     assert_non_null(plan);
-    kiln_gemm_plan *same = plan;
-    assert_int_equal(kiln_gemm_plan_update(&plan, NULL, s->tb, s->M, s->N, s->K, s->K,
-                                           s->tb ? s->K : s->N, s->beta, s->N),
+    kiln_packed_gemm *same = plan;
+    assert_int_equal(kiln_packed_gemm_update(&plan, NULL, s->tb, s->M, s->N, s->K, s->K,
+                                             s->tb ? s->K : s->N, s->beta, s->N),
                      KILN_OK);
     assert_ptr_equal(plan, same);
     for (int round = 0; round < 3; round++) {
@@ -201,27 +201,27 @@ static void test_plan_follows_set_b(void **state) {
       float *C0 = malloc(sizeof(float) * (size_t)(s->M * s->N));
       assert_non_null(C0);
       memcpy(C0, o.C, sizeof(float) * (size_t)(s->M * s->N));
-      kiln_gemm_plan_set_b(plan, o.B);
+      kiln_packed_gemm_set_b(plan, o.B);
       /* two A against the same packed B */
-      kiln_gemm_plan_run(plan, o.A, o.C);
+      kiln_packed_gemm_run(plan, o.A, o.C);
       check("plan", s, &o, C0, o.C);
       kiln_rng r;
       kiln_rng_seed(&r, 5, (uint64_t)round);
       for (int64_t k = 0; k < s->M * s->K; k++) o.A[k] = kiln_rng_uniform(&r, -1, 1);
       memcpy(o.C, C0, sizeof(float) * (size_t)(s->M * s->N));
-      kiln_gemm_plan_run(plan, o.A, o.C);
+      kiln_packed_gemm_run(plan, o.A, o.C);
       check("plan, second A", s, &o, C0, o.C);
       free(C0);
       release(&o);
     }
     /* another shape replaces it */
-    assert_int_equal(kiln_gemm_plan_update(&plan, NULL, s->tb, s->M + 1, s->N, s->K, s->K,
-                                           s->tb ? s->K : s->N, s->beta, s->N),
+    assert_int_equal(kiln_packed_gemm_update(&plan, NULL, s->tb, s->M + 1, s->N, s->K, s->K,
+                                             s->tb ? s->K : s->N, s->beta, s->N),
                      KILN_OK);
     assert_non_null(plan);
-    kiln_gemm_plan_destroy(plan);
+    kiln_packed_gemm_destroy(plan);
   }
-  kiln_gemm_plan_destroy(NULL);
+  kiln_packed_gemm_destroy(NULL);
 }
 
 int main(void) {

@@ -189,7 +189,7 @@ typedef struct {
 
 static int plan(Caffe__NetParameter *np, void *user) {
   const plan_args *p = user;
-  return kiln_seq2seq_plan(np, p->model, p->max_source, p->streams, p->steps);
+  return kiln_seq2seq_size_inputs(np, p->model, p->max_source, p->streams, p->steps);
 }
 
 /* The net planned for a beam search could not be built: when the greedy one (one stream of one

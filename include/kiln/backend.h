@@ -47,18 +47,18 @@ typedef struct kiln_conv_spec {
   int x_layout, y_layout;
 } kiln_conv_spec;
 
-/* What a plan needs and takes: workspace, and the layouts it reads and writes without a
+/* What a route needs and takes: workspace, and the layouts it reads and writes without a
  * reorder: KILN_CONV_ROLE_* bits for the input (BOTTOM) and the output (TOP) in the blocked
  * layout of `block_channels` (0: plain only). */
 enum { KILN_CONV_ROLE_BOTTOM = 2, KILN_CONV_ROLE_TOP = 4 };
-typedef struct kiln_conv_plan_info {
+typedef struct kiln_conv_route_info {
   int64_t workspace_floats;
   int layout_role;
   int block_channels;
-} kiln_conv_plan_info;
+} kiln_conv_route_info;
 
-/* A backend's plan for one convolution (its route and state), opaque. */
-typedef struct kiln_conv_plan kiln_conv_plan;
+/* A backend's route for one convolution (which kernels, and their state), opaque. */
+typedef struct kiln_conv_route kiln_conv_route;
 
 /* Every op: X(name, parameters, arguments). The arguments repeat the parameters' names, so that
  * a wrapper (hostsim's) can pass a call on. The list is kept in families, each one macro, in the
@@ -105,7 +105,8 @@ typedef struct kiln_conv_plan kiln_conv_plan;
 
 /* src/ops/matmul.c: products and the bias rows of dense layers. */
 #define KILN_OPS_MATMUL(X)                                                                      \
-  /* C (M x N, ldc apart) = alpha op(A) op(B) + beta C, row-major; op(A) is M x K, op(B) K x N */ \
+  /* C (M x N, ldc apart) = alpha op(A) op(B) + beta C, row-major; op(A) is M x K, op(B) K x N;  \
+   * on c->nthreads 1 it runs on one thread (OpenBLAS and oneDNN held to one for the call) */   \
   X(gemm,                                                                                      \
     (const kiln_op_ctx *c, float *C, int64_t ldc, const float *A, int64_t lda, const float *B, \
      int64_t ldb, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, float beta),  \
@@ -128,26 +129,26 @@ typedef struct kiln_conv_plan kiln_conv_plan;
      int64_t N, int64_t K, bool transposed),                                                   \
     (c, dw, x, dy, M, N, K, transposed))
 
-/* src/ops/conv_plan.c: convolution plans (the route a backend takes for one layer's shape and
+/* src/ops/conv_route.c: convolution routes (the kernels a backend takes for one layer's shape and
  * its state: oneDNN's primitives), the im2col route as kernels, pooling, the plane-wise bias. */
 #define KILN_OPS_CONV(X)                                                                        \
-  /* *plan (NULL: made) for spec, kept where spec is what it was made for; info filled */      \
-  X(conv_plan_update,                                                                          \
-    (const kiln_op_ctx *c, kiln_conv_plan **plan, const kiln_conv_spec *spec,                  \
-     kiln_conv_plan_info *info),                                                               \
-    (c, plan, spec, info))                                                                     \
-  /* frees a plan (NULL: nothing) */                                                           \
-  X(conv_plan_free, (const kiln_op_ctx *c, kiln_conv_plan *plan), (c, plan))                   \
-  /* y = conv(x, w) + b (b may be NULL) by the plan's route; ws: info.workspace_floats */       \
+  /* *route (NULL: made) for spec, kept where spec is what it was made for; info filled */     \
+  X(conv_route_update,                                                                         \
+    (const kiln_op_ctx *c, kiln_conv_route **route, const kiln_conv_spec *spec,                \
+     kiln_conv_route_info *info),                                                              \
+    (c, route, spec, info))                                                                    \
+  /* frees a route (NULL: nothing) */                                                          \
+  X(conv_route_free, (const kiln_op_ctx *c, kiln_conv_route *route), (c, route))               \
+  /* y = conv(x, w) + b (b may be NULL) by the route; ws: info.workspace_floats */             \
   X(conv_fwd,                                                                                  \
-    (const kiln_op_ctx *c, const kiln_conv_plan *plan, float *y, const float *x,               \
+    (const kiln_op_ctx *c, const kiln_conv_route *route, float *y, const float *x,             \
      const float *w, const float *b, float *ws),                                               \
-    (c, plan, y, x, w, b, ws))                                                                 \
+    (c, route, y, x, w, b, ws))                                                                \
   /* dx = (NULL: skipped), dw +=, db += (NULL: skipped), from dy */                            \
   X(conv_bwd,                                                                                  \
-    (const kiln_op_ctx *c, const kiln_conv_plan *plan, float *dx, float *dw, float *db,        \
+    (const kiln_op_ctx *c, const kiln_conv_route *route, float *dx, float *dw, float *db,      \
      const float *dy, const float *x, const float *w, float *ws),                              \
-    (c, plan, dx, dw, db, dy, x, w, ws))                                                       \
+    (c, route, dx, dw, db, dy, x, w, ws))                                                      \
   /* kiln_conv2d_forward: im2col + GEMM, threads over the batch; ws:                          \
    * kiln_im2col_conv_workspace */                                                             \
   X(im2col_conv_fwd,                                                                           \
@@ -622,26 +623,26 @@ typedef enum { KILN_LOSS_FULL, KILN_LOSS_VALID, KILN_LOSS_BATCH, KILN_LOSS_NONE 
  * its order). */
 typedef enum { KILN_SEQ_POOL_LAST, KILN_SEQ_POOL_MEAN, KILN_SEQ_POOL_MAX } kiln_seq_pool;
 
-/* src/ops/sequence.c: the recurrent layers' steps (LSTM, RNN, GRU, LSTMUnit) and the plans of
- * their per-step products, PositionalEncoding, SequencePool; src/ops/attention.c:
+/* src/ops/sequence.c: the recurrent layers' steps (LSTM, RNN, GRU, LSTMUnit) and the packed
+ * GEMMs of their per-step products, PositionalEncoding, SequencePool; src/ops/attention.c:
  * MultiHeadAttention's. Sequences are time-major: row t N + n is step t of stream n. An op that
  * runs GEMMs on c->nthreads 1 holds OpenBLAS and oneDNN to one thread for that call alone. */
 #define KILN_OPS_SEQUENCE(X)                                                                    \
-  /* *plan (NULL: made) for C (M x N, ldc apart) = A (M x K, lda apart) op(B) + beta C, op(B)  \
+  /* *pg (NULL: made) for C (M x N, ldc apart) = A (M x K, lda apart) op(B) + beta C, op(B)    \
    * K x N read from B (ldb apart, tb: transposed), kept where it has this shape already; ref: \
-   * OpenBLAS, cpu: oneDNN's matmul with B packed where it wins (kiln_gemm_plan) */            \
-  X(gemm_plan_update,                                                                          \
-    (const kiln_op_ctx *c, kiln_gemm_plan **plan, bool tb, int64_t M, int64_t N, int64_t K,    \
+   * OpenBLAS, cpu: oneDNN's matmul with B packed where it wins (kiln_packed_gemm) */          \
+  X(packed_gemm_update,                                                                        \
+    (const kiln_op_ctx *c, kiln_packed_gemm **pg, bool tb, int64_t M, int64_t N, int64_t K,    \
      int64_t lda, int64_t ldb, int64_t ldc, float beta),                                       \
-    (c, plan, tb, M, N, K, lda, ldb, ldc, beta))                                               \
-  /* B for the plan's products from now on (packed once; B must stay valid until the next) */  \
-  X(gemm_plan_set_b, (const kiln_op_ctx *c, kiln_gemm_plan *plan, const float *B),             \
-    (c, plan, B))                                                                              \
-  /* C = A op(B) + beta C by the plan */                                                       \
-  X(gemm_plan_run, (const kiln_op_ctx *c, kiln_gemm_plan *plan, float *C, const float *A),     \
-    (c, plan, C, A))                                                                           \
-  /* frees a plan (NULL: nothing) */                                                           \
-  X(gemm_plan_free, (const kiln_op_ctx *c, kiln_gemm_plan *plan), (c, plan))                   \
+    (c, pg, tb, M, N, K, lda, ldb, ldc, beta))                                                 \
+  /* B for pg's products from now on (packed once; B must stay valid until the next) */        \
+  X(packed_gemm_set_b, (const kiln_op_ctx *c, kiln_packed_gemm *pg, const float *B),           \
+    (c, pg, B))                                                                                \
+  /* C = A op(B) + beta C by pg */                                                             \
+  X(packed_gemm_run, (const kiln_op_ctx *c, kiln_packed_gemm *pg, float *C, const float *A),   \
+    (c, pg, C, A))                                                                             \
+  /* frees pg (NULL: nothing) */                                                               \
+  X(packed_gemm_free, (const kiln_op_ctx *c, kiln_packed_gemm *pg), (c, pg))                   \
   /* y[n][d] = m[n] x[n ldx + d] for N rows of H (m NULL: 0); y may be x when ldx is H */      \
   X(carry_rows,                                                                                \
     (const kiln_op_ctx *c, float *y, const float *x, int64_t ldx, const float *m, int64_t N,   \

@@ -1,7 +1,7 @@
 /* Activation layouts: how a blob's values lie in memory (kiln_blob.layout). Which layouts exist
  * is the kernels' business, not the blob's: the blocked one is what the cpu backend's oneDNN
  * route reads and writes (src/ops/conv_dnnl.c), and the net plans it between layers that ask
- * for it (kiln_layer_ops.layout_role, src/net/net_plan.c). */
+ * for it (kiln_layer_ops.layout_role, src/net/net_layout.c). */
 #ifndef KILN_LAYOUT_H
 #define KILN_LAYOUT_H
 

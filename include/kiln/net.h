@@ -131,7 +131,7 @@ void kiln_net_place_param_diff(kiln_net *net, float *to);
 
 /* After the caller gave the tops of the Input layers other shapes than the prototxt's: every
  * other layer reshaped to follow, in order. Shapes up to those the net was built with allocate
- * nothing (build it at the largest: kiln_seq2seq_plan). */
+ * nothing (build it at the largest: kiln_seq2seq_size_inputs). */
 int kiln_net_reshape_inputs(kiln_net *net);
 
 kiln_blob *kiln_net_blob(const kiln_net *net, const char *name);
@@ -195,8 +195,8 @@ int kiln_net_derived_metrics(const kiln_net *net, const double *mean, kiln_deriv
  * max_streams for the target's, so that the memory planned serves every pass. Refuses, naming
  * `model`, an input of another name, one not declared with two axes, and a net without source
  * or target_in. */
-int kiln_seq2seq_plan(Caffe__NetParameter *np, const char *model, int max_source,
-                      int max_streams, int max_steps);
+int kiln_seq2seq_size_inputs(Caffe__NetParameter *np, const char *model, int max_source,
+                             int max_streams, int max_steps);
 
 /* The target vocabulary's special ids: <s> starts target_in, </s> ends a target; neither <pad>
  * nor <s> is ever decoded. */
@@ -205,7 +205,7 @@ typedef struct kiln_seq2seq_marks {
 } kiln_seq2seq_marks;
 
 typedef struct kiln_seq2seq kiln_seq2seq;
-/* A decoder on a net built after kiln_seq2seq_plan, whose scores have vocab_size tokens. */
+/* A decoder on a net built after kiln_seq2seq_size_inputs, whose scores have vocab_size tokens. */
 int kiln_seq2seq_open(kiln_net *net, int vocab_size, const kiln_seq2seq_marks *marks,
                       const char *model, kiln_seq2seq **out);
 void kiln_seq2seq_free(kiln_seq2seq *d);

@@ -74,13 +74,13 @@ bool kiln_sgemm_onednn(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float 
  * then reads A and C only. update keeps *plan when it already has this shape, configuration and
  * OpenMP thread count, and else replaces it (NULL to start); KILN_ERR_NOMEM when no plan could
  * be made (*plan is then NULL). destroy accepts NULL. */
-typedef struct kiln_gemm_plan kiln_gemm_plan;
-int kiln_gemm_plan_update(kiln_gemm_plan **plan, const kiln_config *cfg, bool tb, int64_t M,
-                          int64_t N, int64_t K, int64_t lda, int64_t ldb, float beta,
-                          int64_t ldc);
-void kiln_gemm_plan_set_b(kiln_gemm_plan *plan, const float *B);
-void kiln_gemm_plan_run(kiln_gemm_plan *plan, const float *A, float *C);
-void kiln_gemm_plan_destroy(kiln_gemm_plan *plan);
+typedef struct kiln_packed_gemm kiln_packed_gemm;
+int kiln_packed_gemm_update(kiln_packed_gemm **plan, const kiln_config *cfg, bool tb, int64_t M,
+                            int64_t N, int64_t K, int64_t lda, int64_t ldb, float beta,
+                            int64_t ldc);
+void kiln_packed_gemm_set_b(kiln_packed_gemm *plan, const float *B);
+void kiln_packed_gemm_run(kiln_packed_gemm *plan, const float *A, float *C);
+void kiln_packed_gemm_destroy(kiln_packed_gemm *plan);
 
 /* Convolution of a batch.
  *   out is (N, M, OH, OW); in is (N, C, H, W); w is (M, C/group, kh, kw); bias is (M) or NULL.

@@ -1,5 +1,5 @@
 /* Convolution (2-D, Caffe's parameters: kernel/pad/stride/dilation as a single value or h/w
- * pair, group, bias). The backend's plan (src/ops/conv_plan.c) runs it by the route it chooses
+ * pair, group, bias). The backend's route (src/ops/conv_route.c) runs it by the route it chooses
  * for the shape: on the cpu backend the one measured fastest (shifted rows, oneDNN, or im2col +
  * GEMM), on the reference im2col + GEMM. */
 #include <stdlib.h>
@@ -14,13 +14,13 @@ typedef struct {
   kiln_conv_geom g;
   int M, group;
   bool bias;
-  kiln_conv_plan *plan; /* the backend's route and state for the current shape */
-  kiln_conv_plan_info info;
+  kiln_conv_route *route; /* the backend's route and state for the current shape */
+  kiln_conv_route_info info;
 } conv_state;
 
 _Static_assert((int)KILN_CONV_ROLE_BOTTOM == (int)KILN_LAYOUT_ROLE_BOTTOM &&
                    (int)KILN_CONV_ROLE_TOP == (int)KILN_LAYOUT_ROLE_TOP,
-               "a plan's layout roles are the layer's");
+               "a route's layout roles are the layer's");
 
 /* Caffe allows a value given once (both axes) or per axis (repeated), or as *_h / *_w. */
 static int pick2(kiln_layer *l, const char *what, size_t n, const uint32_t *vals, bool has_h,
@@ -128,7 +128,7 @@ static int conv_reshape(kiln_layer *l) {
   const kiln_conv_spec spec = {.N = x->shape[0], .M = s->M, .group = s->group, .g = *g,
                                .bias = s->bias, .x_layout = x->layout,
                                .y_layout = l->top[0]->layout};
-  int rc = KILN_OP(l, conv_plan_update, &s->plan, &spec, &s->info);
+  int rc = KILN_OP(l, conv_route_update, &s->route, &spec, &s->info);
   if (rc) return kiln_error_context(rc, "layer '%s' (Convolution): ", l->name);
   l->workspace_floats = s->info.workspace_floats;
   return kiln_blob_reshape(l->top[0], 4, shape);
@@ -136,32 +136,32 @@ static int conv_reshape(kiln_layer *l) {
 
 static int conv_forward(kiln_layer *l) {
   conv_state *s = l->priv;
-  return KILN_OP(l, conv_fwd, s->plan, l->top[0]->data, l->bottom[0]->data, l->param[0]->data,
+  return KILN_OP(l, conv_fwd, s->route, l->top[0]->data, l->bottom[0]->data, l->param[0]->data,
                  s->bias ? l->param[1]->data : NULL, l->workspace);
 }
 
 static int conv_backward(kiln_layer *l) {
   conv_state *s = l->priv;
-  return KILN_OP(l, conv_bwd, s->plan, l->propagate_down[0] ? l->bottom[0]->diff : NULL,
+  return KILN_OP(l, conv_bwd, s->route, l->propagate_down[0] ? l->bottom[0]->diff : NULL,
                  l->param[0]->diff, s->bias ? l->param[1]->diff : NULL, l->top[0]->diff,
                  l->bottom[0]->data, l->param[0]->data, l->workspace);
 }
 
-/* The layouts the plan's route reads and writes without a reorder (oneDNN's, with group 1). */
+/* The layouts the route reads and writes without a reorder (oneDNN's, with group 1). */
 static int conv_layout_role(const kiln_layer *l) {
   const conv_state *s = l->priv;
-  return s && s->plan ? s->info.layout_role : KILN_LAYOUT_ROLE_NONE;
+  return s && s->route ? s->info.layout_role : KILN_LAYOUT_ROLE_NONE;
 }
 
 /* The block of that layout (oneDNN's nChw16c: 16). */
 static int conv_block_channels(const kiln_layer *l) {
   const conv_state *s = l->priv;
-  return s && s->plan ? s->info.block_channels : 0;
+  return s && s->route ? s->info.block_channels : 0;
 }
 
 static void conv_destroy(kiln_layer *l) {
   conv_state *s = l->priv;
-  if (s && l->backend) KILN_OP(l, conv_plan_free, s->plan);
+  if (s && l->backend) KILN_OP(l, conv_route_free, s->route);
   free(l->priv);
 }
 
@@ -170,6 +170,6 @@ const kiln_layer_ops kiln_layer_convolution = {
     .setup = conv_setup, .reshape = conv_reshape, .forward = conv_forward,
     .backward = conv_backward, .destroy = conv_destroy, .layout_role = conv_layout_role,
     .block_channels = conv_block_channels, .backward_reads = kiln_reads_bottom0,
-    .kernels = KILN_KERNELS(KILN_OP_conv_plan_update, KILN_OP_conv_plan_free, KILN_OP_conv_fwd,
+    .kernels = KILN_KERNELS(KILN_OP_conv_route_update, KILN_OP_conv_route_free, KILN_OP_conv_fwd,
                             KILN_OP_conv_bwd),
 };

@@ -125,8 +125,4 @@ int kiln_stage_begin(kiln_layer *l, kiln_stage *s);
 int kiln_stage_end(kiln_layer *l, kiln_stage *s);
 void kiln_stage_free(kiln_stage *s);
 
-/* exp, the logistic function, erfc and tanh that vectorize (kiln_vexpf, kiln_vsigmoidf,
- * kiln_verfcf, kiln_vtanhf): src/ops/vmath.h, shared with the kernels. */
-#include "ops/vmath.h"
-
 #endif

@@ -65,7 +65,7 @@ typedef struct {
   int64_t carried_n;        /* streams the carried state belongs to; -1: none yet */
   /* parameter indices within one direction's blobs (-1: none), and how many it has */
   int p_wx, p_b, p_ws, p_wh, p_bh, p_wo, p_bo, nparam_dir;
-  kiln_gemm_plan *plan[2]; /* the per-step products of forward and backward (step_plan) */
+  kiln_packed_gemm *pg[2]; /* the per-step products of forward and backward (step_gemm) */
   int gemm_threads;        /* the threads of this pass's GEMMs (each_direction) */
 } rec_state;
 
@@ -270,8 +270,8 @@ static int rec_reshape(kiln_layer *l) {
   return KILN_OK;
 }
 
-/* An op of the pass's products (its GEMMs and the step plans), on the threads each_direction
- * chose for them (rec_state.gemm_threads). */
+/* An op of the pass's products (its GEMMs and the packed step products), on the threads
+ * each_direction chose for them (rec_state.gemm_threads). */
 #define GEMM_OP(l, s, op, ...)                                                                  \
   ((l)->backend->op(&(kiln_op_ctx){(s)->gemm_threads, (l)->config, (l)->backend->device},      \
                     __VA_ARGS__))
@@ -329,17 +329,17 @@ static int input_projection(kiln_layer *l, rec_state *s, const rec_dir *r, float
 }
 
 /* The per-step product of a pass (which 0: forward, hp W_h^T; 1: backward, d_t W_h), with this
- * direction's W_h packed once for its T steps; NULL when no plan could be made (the steps then
+ * direction's W_h packed once for its T steps; NULL when none could be made (the steps then
  * take plain GEMMs). Called at a direction's first step, since each direction has its own W_h. */
-static kiln_gemm_plan *step_plan(kiln_layer *l, rec_state *s, const rec_dir *r, int which,
-                                 float beta) {
+static kiln_packed_gemm *step_gemm(kiln_layer *l, rec_state *s, const rec_dir *r, int which,
+                                   float beta) {
   const int64_t N = s->N, H = s->H, G = s->G;
   const int rc =
-      which == 0 ? GEMM_OP(l, s, gemm_plan_update, &s->plan[0], true, N, G, H, H, H, G, beta)
-                 : GEMM_OP(l, s, gemm_plan_update, &s->plan[1], false, N, H, G, G, H, H, beta);
-  if (rc || GEMM_OP(l, s, gemm_plan_set_b, s->plan[which], r->param[s->p_wh]->data))
+      which == 0 ? GEMM_OP(l, s, packed_gemm_update, &s->pg[0], true, N, G, H, H, H, G, beta)
+                 : GEMM_OP(l, s, packed_gemm_update, &s->pg[1], false, N, H, G, G, H, H, beta);
+  if (rc || GEMM_OP(l, s, packed_gemm_set_b, s->pg[which], r->param[s->p_wh]->data))
     return NULL;
-  return s->plan[which];
+  return s->pg[which];
 }
 
 /* hp = carry_t h_prev (N x H, h_prev's rows ld apart; kept for backward), then
@@ -349,8 +349,8 @@ static int recurrent_term(kiln_layer *l, rec_state *s, const rec_dir *r, int64_t
   const int64_t N = s->N, H = s->H;
   float *hp = r->buf[BUF_HPREV] + t * N * H;
   KILN_TRY(KILN_OP(l, carry_rows, hp, h_prev, ld, carry(l, s, r, t), N, H));
-  kiln_gemm_plan *plan = t == step_time(r, s->T, 0) ? step_plan(l, s, r, 0, beta) : s->plan[0];
-  if (plan) return GEMM_OP(l, s, gemm_plan_run, plan, out, hp);
+  kiln_packed_gemm *pg = t == step_time(r, s->T, 0) ? step_gemm(l, s, r, 0, beta) : s->pg[0];
+  if (pg) return GEMM_OP(l, s, packed_gemm_run, pg, out, hp);
   return GEMM_OP(l, s, gemm, out, s->G, hp, H, r->param[s->p_wh]->data, H, false, true, N, s->G,
                  H, 1.0f, beta);
 }
@@ -488,10 +488,10 @@ static int input_backward(kiln_layer *l, rec_state *s, const rec_dir *r, const f
 static int recurrent_backward(kiln_layer *l, rec_state *s, const rec_dir *r, int64_t t,
                               const float *d_t, float *dh, float beta) {
   const int64_t N = s->N, H = s->H;
-  kiln_gemm_plan *plan =
-      t == step_time(r, s->T, s->T - 1) ? step_plan(l, s, r, 1, beta) : s->plan[1];
-  if (plan)
-    KILN_TRY(GEMM_OP(l, s, gemm_plan_run, plan, dh, d_t));
+  kiln_packed_gemm *pg =
+      t == step_time(r, s->T, s->T - 1) ? step_gemm(l, s, r, 1, beta) : s->pg[1];
+  if (pg)
+    KILN_TRY(GEMM_OP(l, s, packed_gemm_run, pg, dh, d_t));
   else
     KILN_TRY(GEMM_OP(l, s, gemm, dh, H, d_t, s->G, r->param[s->p_wh]->data, H, false, false, N, H,
                      s->G, 1.0f, beta));
@@ -612,8 +612,8 @@ static int gru_backward(kiln_layer *l) { return rec_backward(l, gru_backward_dir
 static void rec_destroy(kiln_layer *l) {
   rec_state *s = l->priv;
   if (s && l->backend) {
-    KILN_OP(l, gemm_plan_free, s->plan[0]);
-    KILN_OP(l, gemm_plan_free, s->plan[1]);
+    KILN_OP(l, packed_gemm_free, s->pg[0]);
+    KILN_OP(l, packed_gemm_free, s->pg[1]);
   }
   free(s);
 }
@@ -621,8 +621,8 @@ static void rec_destroy(kiln_layer *l) {
 /* The kernels every recurrent type runs, then the cells of its own. */
 #define REC_KERNELS(...)                                                                        \
   KILN_KERNELS(KILN_OP_copy, KILN_OP_fill, KILN_OP_copy_blocks, KILN_OP_gemm,                  \
-               KILN_OP_add_bias_rows, KILN_OP_sum_rows_into, KILN_OP_gemm_plan_update,         \
-               KILN_OP_gemm_plan_set_b, KILN_OP_gemm_plan_run, KILN_OP_gemm_plan_free,         \
+               KILN_OP_add_bias_rows, KILN_OP_sum_rows_into, KILN_OP_packed_gemm_update,       \
+               KILN_OP_packed_gemm_set_b, KILN_OP_packed_gemm_run, KILN_OP_packed_gemm_free,   \
                KILN_OP_carry_rows, __VA_ARGS__)
 
 const kiln_layer_ops kiln_layer_lstm = {

@@ -8,9 +8,10 @@
  *   6. decide which layers need backward (they have learnable parameters or gradient-needing
  *      inputs, and something they produce reaches a loss);
  *   7. plan memory and refuse a net that would not fit, then allocate and fill.
- * Steps 1 to 3 and the naming rule of step 4 are net_graph.c's (the build plan, by name); the
- * layouts, fusion and shared Split data decided after step 4, and step 7, are net_plan.c's. This
- * file wires the layers and blobs, runs the steps in order, and runs the built net. */
+ * Steps 1 to 3 and the naming rule of step 4 are net_graph.c's (the layer graph, by name); the
+ * layouts, fusion and shared Split data decided after step 4 are net_layout.c's, and step 7 is
+ * net_memory.c's. This file wires the layers and blobs, runs the steps in order, and runs the
+ * built net. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -290,9 +291,9 @@ static int check_sparse(const kiln_net *net) {
 
 static int build(kiln_net *net, const Caffe__NetParameter *np, const kiln_net_options *opt) {
   net_internal *in = net->internal;
-  KILN_TRY(kiln_net_plan_layers(in, np, opt));
+  KILN_TRY(kiln_net_build_graph(in, np, opt));
 
-  plan *p = &in->plan;
+  layer_graph *p = &in->graph;
   if (p->n == 0) /* an empty or truncated file, or include rules that leave nothing */
     return kiln_errorf(KILN_ERR_INVALID, "the net '%s' has no layers in phase %s",
                        net->name, opt->phase == CAFFE__PHASE__TEST ? "TEST" : "TRAIN");
@@ -301,7 +302,7 @@ static int build(kiln_net *net, const Caffe__NetParameter *np, const kiln_net_op
   in->layer_storage = calloc((size_t)p->n + 1, sizeof(kiln_layer));
   if (!net->layers || !in->layer_storage) return kiln_errorf(KILN_ERR_NOMEM, "out of memory");
   for (int i = 0; i < p->n; i++) {
-    plan_layer *pl = &p->v[i];
+    graph_layer *pl = &p->v[i];
     kiln_blob *bottoms[64], *tops[64];
     if (pl->nbottom > 64 || pl->ntop > 64)
       return kiln_errorf(KILN_ERR_UNSUPPORTED, "layer '%s': more than 64 bottoms or tops", pl->name);
@@ -344,8 +345,8 @@ static int build(kiln_net *net, const Caffe__NetParameter *np, const kiln_net_op
       KILN_TRY(b->ops->reshape(b));
     }
   }
-  KILN_TRY(kiln_net_plan_layouts(net));
-  kiln_net_plan_fusion(net);
+  KILN_TRY(kiln_net_choose_layouts(net));
+  kiln_net_choose_fusion(net);
   kiln_net_share_split_data(net);
   KILN_TRY(check_param_layer_names(net));
   KILN_TRY(setup_params(net));
@@ -360,7 +361,7 @@ static int build(kiln_net *net, const Caffe__NetParameter *np, const kiln_net_op
   }
   KILN_TRY(find_outputs(net));
   KILN_TRY(check_sparse(net));
-  KILN_TRY(kiln_net_plan_recompute(net, opt));
+  KILN_TRY(kiln_net_choose_recompute(net, opt));
   KILN_TRY(kiln_net_plan_memory(net, opt));
   if (net->config.fault.kind == KILN_FAULT_SLEEP)
     for (int i = 0; i < net->nlayers; i++)
@@ -411,8 +412,8 @@ void kiln_net_free(kiln_net *net) {
   for (int i = 0; i < net->nlayers; i++) kiln_layer_release(net->layers[i]);
   for (int i = 0; i < net->nblobs; i++) kiln_blob_free(net->blobs[i]);
   if (in) {
-    for (int i = 0; i < in->plan.n; i++) kiln_net_plan_layer_free(&in->plan.v[i]);
-    free(in->plan.v);
+    for (int i = 0; i < in->graph.n; i++) kiln_net_graph_layer_free(&in->graph.v[i]);
+    free(in->graph.v);
     for (int i = 0; i < in->nsynth; i++)
       protobuf_c_message_free_unpacked(&in->synth[i]->base, NULL);
     free(in->synth);

@@ -1,4 +1,4 @@
-/* The build plan (steps 1 to 3 of the construction in net.c, and the naming rule of step 4): the
+/* The layer graph (steps 1 to 3 of the construction in net.c, and the naming rule of step 4): the
  * NetParameter's layers for this net state, by name, before any blob exists, each bottom resolved
  * to the layer and top that last produced it, with the Splits inserted. It works on names because
  * where a Split goes is known only once every consumer of each top has been counted. */
@@ -11,7 +11,7 @@
 #include "kiln/net.h"
 #include "net_internal.h"
 
-void kiln_net_plan_layer_free(plan_layer *p) {
+void kiln_net_graph_layer_free(graph_layer *p) {
   free(p->name);
   for (int i = 0; i < p->nbottom; i++) free(p->bottom[i]);
   for (int i = 0; i < p->ntop; i++) free(p->top[i]);
@@ -23,20 +23,20 @@ void kiln_net_plan_layer_free(plan_layer *p) {
   free(p->top_uses);
 }
 
-static plan_layer *plan_push(plan *p) {
+static graph_layer *graph_push(layer_graph *p) {
   if (p->n == p->cap) {
     int cap = p->cap ? p->cap * 2 : 16;
-    plan_layer *v = realloc(p->v, (size_t)cap * sizeof *v);
+    graph_layer *v = realloc(p->v, (size_t)cap * sizeof *v);
     if (!v) return NULL;
     p->v = v;
     p->cap = cap;
   }
-  plan_layer *l = &p->v[p->n++];
+  graph_layer *l = &p->v[p->n++];
   memset(l, 0, sizeof *l);
   return l;
 }
 
-static int plan_layer_alloc(plan_layer *l, int nbottom, int ntop) {
+static int plan_layer_alloc(graph_layer *l, int nbottom, int ntop) {
   l->nbottom = nbottom;
   l->ntop = ntop;
   l->bottom = calloc((size_t)nbottom + 1, sizeof(char *));
@@ -136,7 +136,7 @@ static int add_deploy_inputs(net_internal *in, const Caffe__NetParameter *np) {
   return KILN_OK;
 }
 
-/* ---- the plan ----------------------------------------------------------------------------- */
+/* ---- the graph ---------------------------------------------------------------------------- */
 
 static int find_type(const Caffe__LayerParameter *lp, const kiln_layer_ops **ops) {
   *ops = kiln_layer_find(lp->type);
@@ -191,8 +191,8 @@ static int finite_settings(const ProtobufCMessage *m, const char *layer, const c
   return KILN_OK;
 }
 
-static int plan_add(plan *p, const Caffe__LayerParameter *lp) {
-  plan_layer *l = plan_push(p);
+static int graph_add(layer_graph *p, const Caffe__LayerParameter *lp) {
+  graph_layer *l = graph_push(p);
   if (!l) return kiln_errorf(KILN_ERR_NOMEM, "out of memory");
   l->lp = lp;
   l->name = xstrdup(lp->name && lp->name[0] ? lp->name : lp->type);
@@ -220,7 +220,7 @@ static int plan_add(plan *p, const Caffe__LayerParameter *lp) {
 }
 
 /* Blob names to the layer and top that last produced them: an open-addressed table (names are
- * borrowed from the plan), so that resolving a net of N layers takes time linear in N. */
+ * borrowed from the graph), so that resolving a net of N layers takes time linear in N. */
 typedef struct {
   const char *name;
   int layer, top;
@@ -244,7 +244,7 @@ static producer *producer_slot(producers *m, const char *name) {
 }
 
 /* Resolves each bottom to the layer and top that last produced it, and counts consumers. */
-static int plan_resolve(plan *p, const char *source, int phase) {
+static int graph_resolve(layer_graph *p, const char *source, int phase) {
   size_t ntops = 0;
   for (int i = 0; i < p->n; i++) ntops += (size_t)p->v[i].ntop;
   producers m = {.mask = 15};
@@ -253,7 +253,7 @@ static int plan_resolve(plan *p, const char *source, int phase) {
   if (!m.slot) return kiln_errorf(KILN_ERR_NOMEM, "out of memory");
   int rc = KILN_OK;
   for (int i = 0; i < p->n && !rc; i++) {
-    plan_layer *l = &p->v[i];
+    graph_layer *l = &p->v[i];
     for (int b = 0; b < l->nbottom; b++) {
       const producer *src = producer_slot(&m, l->bottom[b]);
       if (!src->name) {
@@ -310,9 +310,9 @@ static char *split_blob_name(const char *layer, const char *blob, int top, int k
   return s;
 }
 
-/* Rebuilds the plan with a Split after every top used more than once. */
-static int plan_insert_splits(net_internal *in, plan *out) {
-  plan *p = &in->plan;
+/* Rebuilds the graph with a Split after every top used more than once. */
+static int graph_insert_splits(net_internal *in, layer_graph *out) {
+  layer_graph *p = &in->graph;
   int total_tops = 0;
   for (int i = 0; i < p->n; i++) total_tops += p->v[i].ntop;
   int *next_split = calloc((size_t)total_tops + 1, sizeof(int));
@@ -325,8 +325,8 @@ static int plan_insert_splits(net_internal *in, plan *out) {
   for (int i = 1; i < p->n; i++) top_base[i] = top_base[i - 1] + p->v[i - 1].ntop;
   int rc = KILN_OK;
   for (int i = 0; i < p->n && !rc; i++) {
-    plan_layer *src = &p->v[i];
-    plan_layer *l = plan_push(out);
+    graph_layer *src = &p->v[i];
+    graph_layer *l = graph_push(out);
     if (!l) {
       rc = kiln_errorf(KILN_ERR_NOMEM, "out of memory");
       break;
@@ -354,12 +354,12 @@ static int plan_insert_splits(net_internal *in, plan *out) {
       char lname[1024];
       snprintf(lname, sizeof lname, "%s_%s_%d_split", src->top[t], src->name, t);
       Caffe__LayerParameter *slp = synth_layer(in, lname, "Split");
-      plan_layer *s = plan_push(out);
+      graph_layer *s = graph_push(out);
       if (!slp || !s) {
         rc = kiln_errorf(KILN_ERR_NOMEM, "out of memory");
         break;
       }
-      l = &out->v[li]; /* plan_push may have moved the array */
+      l = &out->v[li]; /* graph_push may have moved the array */
       s->lp = slp;
       s->ops = kiln_layer_find(slp->type);
       s->name = xstrdup(lname);
@@ -379,23 +379,23 @@ static int plan_insert_splits(net_internal *in, plan *out) {
   return rc;
 }
 
-/* ---- the whole plan ------------------------------------------------------------------------ */
+/* ---- the whole graph ----------------------------------------------------------------------- */
 
-int kiln_net_plan_layers(net_internal *in, const Caffe__NetParameter *np,
+int kiln_net_build_graph(net_internal *in, const Caffe__NetParameter *np,
                          const kiln_net_options *opt) {
   KILN_TRY(add_deploy_inputs(in, np));
-  for (int i = 0; i < in->nsynth; i++) KILN_TRY(plan_add(&in->plan, in->synth[i]));
+  for (int i = 0; i < in->nsynth; i++) KILN_TRY(graph_add(&in->graph, in->synth[i]));
   for (size_t i = 0; i < np->n_layer; i++) {
     bool inc = false;
     int rc = layer_included(np->layer[i], opt, &inc);
     if (rc) return rc;
-    if (inc) KILN_TRY(plan_add(&in->plan, np->layer[i]));
+    if (inc) KILN_TRY(graph_add(&in->graph, np->layer[i]));
   }
-  KILN_TRY(plan_resolve(&in->plan, opt->source, opt->phase));
-  plan full = {0};
-  int rc = plan_insert_splits(in, &full);
-  for (int i = 0; i < in->plan.n; i++) kiln_net_plan_layer_free(&in->plan.v[i]);
-  free(in->plan.v);
-  in->plan = full;
+  KILN_TRY(graph_resolve(&in->graph, opt->source, opt->phase));
+  layer_graph full = {0};
+  int rc = graph_insert_splits(in, &full);
+  for (int i = 0; i < in->graph.n; i++) kiln_net_graph_layer_free(&in->graph.v[i]);
+  free(in->graph.v);
+  in->graph = full;
   return rc;
 }

@@ -1,7 +1,7 @@
 /* Private to src/net: what its files share. net.c builds, runs and frees the net; net_graph.c
- * turns the NetParameter into the build plan (layers by name); net_plan.c decides, once the net
- * is built, layouts, fusion and memory; layer.c holds the layer lifecycle that the net and
- * standalone layers share. */
+ * turns the NetParameter into the layer graph (layers by name); net_layout.c decides, once the
+ * net is built, layouts, fusion and shared Split data, and net_memory.c its memory plan; layer.c
+ * holds the layer lifecycle that the net and standalone layers share. */
 #ifndef KILN_NET_INTERNAL_H
 #define KILN_NET_INTERNAL_H
 
@@ -13,7 +13,7 @@
 /* A copy of `s`, NULL (a string the message leaves out) copied as "". */
 static inline char *xstrdup(const char *s) { return kiln_strdup(s ? s : ""); }
 
-/* One layer of the build plan: names only, before any blob exists. */
+/* One layer of the layer graph: names only, before any blob exists. */
 typedef struct {
   const Caffe__LayerParameter *lp;
   const kiln_layer_ops *ops;
@@ -23,15 +23,15 @@ typedef struct {
   float *loss_weight; /* per top */
   int *bottom_src_layer, *bottom_src_top;
   int *top_uses; /* consumers of each top (+1 if it carries a loss) */
-} plan_layer;
+} graph_layer;
 
 typedef struct {
-  plan_layer *v;
+  graph_layer *v;
   int n, cap;
-} plan;
+} layer_graph;
 
 typedef struct {
-  plan plan;
+  layer_graph graph;
   Caffe__LayerParameter **synth; /* layer messages kiln made (Input for deploy headers, Split) */
   int nsynth;
   kiln_layer *layer_storage;
@@ -60,20 +60,28 @@ typedef struct {
   int blobs_cap;                /* room in net->blobs */
 } net_internal;
 
-/* ---- net_graph.c: the build plan ---------------------------------------------------------- */
+/* Blob b's index in net->blobs, -1 for a blob that is not one of its activations. */
+static inline int kiln_net_blob_index(const kiln_net *net, const kiln_blob *b) {
+  return b->id >= 0 && b->id < net->nblobs && net->blobs[b->id] == b ? b->id : -1;
+}
 
-/* Fills in->plan from `np`: the layers the net state includes (a deploy header becoming an Input
+/* ---- net_graph.c: the layer graph ---------------------------------------------------------- */
+
+/* Fills in->graph from `np`: the layers the net state includes (a deploy header becoming an Input
  * layer), each bottom resolved to the top that produces it, a Split after every top used more
  * than once. */
-int kiln_net_plan_layers(net_internal *in, const Caffe__NetParameter *np,
+int kiln_net_build_graph(net_internal *in, const Caffe__NetParameter *np,
                          const kiln_net_options *opt);
-void kiln_net_plan_layer_free(plan_layer *p);
+void kiln_net_graph_layer_free(graph_layer *p);
 
-/* ---- net_plan.c: decisions once the net is built, in the order build() takes them ---------- */
+/* ---- net_layout.c: decisions once the layers are built, in the order build() takes them --- */
 
-int kiln_net_plan_layouts(kiln_net *net);
-void kiln_net_plan_fusion(kiln_net *net);
+int kiln_net_choose_layouts(kiln_net *net);
 void kiln_net_share_split_data(kiln_net *net);
+void kiln_net_choose_fusion(kiln_net *net);
+
+/* ---- net_memory.c: the memory plan, allocation ---------------------------------------------- */
+
 /* Fills net->memory, deciding which activation gradients share buffers; refuses a net over the
  * memory limit. */
 int kiln_net_plan_memory(kiln_net *net, const kiln_net_options *opt);
@@ -83,7 +91,7 @@ int kiln_net_allocate_and_fill(kiln_net *net);
 
 /* Decides which layers recompute (their tops and kept outputs then share scratch data). After
  * fusion and Split sharing, before the memory plan. */
-int kiln_net_plan_recompute(kiln_net *net, const kiln_net_options *opt);
+int kiln_net_choose_recompute(kiln_net *net, const kiln_net_options *opt);
 /* Allocates the scratch buffers: before kiln_net_allocate_and_fill. */
 int kiln_net_alloc_recompute(kiln_net *net);
 /* Before layer i's backward: recomputes the layer that needs it. */

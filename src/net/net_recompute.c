@@ -172,7 +172,7 @@ static int scratch_blob(const kiln_net *net, kiln_blob **out, const char *name) 
   return KILN_OK;
 }
 
-int kiln_net_plan_recompute(kiln_net *net, const kiln_net_options *opt) {
+int kiln_net_choose_recompute(kiln_net *net, const kiln_net_options *opt) {
   net_internal *in = net->internal;
   if (net->config.no_recompute || !opt->share_diffs || net->phase != CAFFE__PHASE__TRAIN)
     return KILN_OK;

@@ -56,8 +56,8 @@ static int plan_input(const char *model, const char *name, Caffe__BlobShape *sha
   return KILN_OK;
 }
 
-int kiln_seq2seq_plan(Caffe__NetParameter *np, const char *model, int max_source,
-                      int max_streams, int max_steps) {
+int kiln_seq2seq_size_inputs(Caffe__NetParameter *np, const char *model, int max_source,
+                             int max_streams, int max_steps) {
   if (max_source < 1 || max_streams < 1 || max_steps < 1)
     return kiln_errorf(KILN_ERR_INVALID, "%s: a decode of %d source steps, %d streams, %d steps",
                        model, max_source, max_streams, max_steps);

@@ -19,8 +19,8 @@ static void make_cpu(void) {
   cpu = ref;
   cpu.name = "cpu";
   cpu.gemm = kiln_cpu_gemm;
-  cpu.conv_plan_update = kiln_cpu_conv_plan_update;
-  cpu.gemm_plan_update = kiln_cpu_gemm_plan_update;
+  cpu.conv_route_update = kiln_cpu_conv_route_update;
+  cpu.packed_gemm_update = kiln_cpu_packed_gemm_update;
   cpu.gemm_rows = kiln_cpu_gemm_rows;
 }
 

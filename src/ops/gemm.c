@@ -16,7 +16,7 @@
  * count on either route; every other product gives the same bits on any number of threads
  * (tests/test_gemm.c).
  *
- * A kiln_gemm_plan serves a product whose right operand stays the same over many calls (a
+ * A kiln_packed_gemm serves a product whose right operand stays the same over many calls (a
  * recurrent layer's weights over the steps of a pass): oneDNN copies B once into the blocked
  * layout its kernel for that shape reads fastest, and each call then reads only A and C. */
 #include <cblas.h>
@@ -211,7 +211,7 @@ void kiln_sgemm(const kiln_config *cfg, bool ta, bool tb, int64_t M, int64_t N, 
   blas(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
-struct kiln_gemm_plan {
+struct kiln_packed_gemm {
   const kiln_config *cfg;
   bool tb;
   int64_t M, N, K, lda, ldb, ldc;
@@ -226,7 +226,7 @@ struct kiln_gemm_plan {
 };
 
 #ifdef KILN_HAVE_DNNL
-static void plan_dnnl_free(kiln_gemm_plan *p) {
+static void pg_dnnl_free(kiln_packed_gemm *p) {
   if (p->mm) dnnl_primitive_destroy(p->mm);
   if (p->pack) dnnl_primitive_destroy(p->pack);
   dnnl_memory_t *m[] = {&p->m_a, &p->m_b, &p->m_packed, &p->m_c};
@@ -237,8 +237,8 @@ static void plan_dnnl_free(kiln_gemm_plan *p) {
 }
 
 /* The matmul with B in the layout oneDNN picks ("any") and the reorder that packs a plain B into
- * it; on any failure the plan stays on the OpenBLAS route. */
-static void plan_dnnl_make(kiln_gemm_plan *p) {
+ * it; on any failure the product stays on the OpenBLAS route. */
+static void pg_dnnl_make(kiln_packed_gemm *p) {
   dnnl_engine_t eng;
   if (kiln_dnnl_runtime(&eng, &p->stream) != dnnl_success) return;
   dnnl_memory_desc_t a, b, c, b_any;
@@ -275,31 +275,31 @@ static void plan_dnnl_make(kiln_gemm_plan *p) {
        dnnl_memory_create(&p->m_packed, packed, eng, DNNL_MEMORY_ALLOCATE) == dnnl_success;
   if (rpd) dnnl_primitive_desc_destroy(rpd);
   dnnl_primitive_desc_destroy(pd);
-  if (!ok) plan_dnnl_free(p);
+  if (!ok) pg_dnnl_free(p);
 }
 #endif
 
-int kiln_gemm_plan_update(kiln_gemm_plan **plan, const kiln_config *cfg, bool tb, int64_t M,
-                          int64_t N, int64_t K, int64_t lda, int64_t ldb, float beta,
-                          int64_t ldc) {
-  kiln_gemm_plan *p = *plan;
+int kiln_packed_gemm_update(kiln_packed_gemm **pg, const kiln_config *cfg, bool tb, int64_t M,
+                            int64_t N, int64_t K, int64_t lda, int64_t ldb, float beta,
+                            int64_t ldc) {
+  kiln_packed_gemm *p = *pg;
   const int nthreads = omp_get_max_threads();
   if (p && p->cfg == cfg && p->tb == tb && p->M == M && p->N == N && p->K == K &&
       p->lda == lda && p->ldb == ldb && p->beta == beta && p->ldc == ldc &&
       p->nthreads == nthreads)
     return KILN_OK;
-  kiln_gemm_plan_destroy(p);
-  *plan = p = calloc(1, sizeof *p);
-  if (!p) return kiln_errorf(KILN_ERR_NOMEM, "out of memory for a GEMM plan");
+  kiln_packed_gemm_destroy(p);
+  *pg = p = calloc(1, sizeof *p);
+  if (!p) return kiln_errorf(KILN_ERR_NOMEM, "out of memory for a packed GEMM");
   p->cfg = cfg, p->tb = tb, p->M = M, p->N = N, p->K = K, p->lda = lda, p->ldb = ldb;
   p->beta = beta, p->ldc = ldc, p->nthreads = nthreads;
 #ifdef KILN_HAVE_DNNL
-  if (M > 0 && N > 0 && K > 0 && use_dnnl(cfg, false, M, N, K)) plan_dnnl_make(p);
+  if (M > 0 && N > 0 && K > 0 && use_dnnl(cfg, false, M, N, K)) pg_dnnl_make(p);
 #endif
   return KILN_OK;
 }
 
-void kiln_gemm_plan_set_b(kiln_gemm_plan *p, const float *B) {
+void kiln_packed_gemm_set_b(kiln_packed_gemm *p, const float *B) {
   p->B = B;
 #ifdef KILN_HAVE_DNNL
   if (p->mm) {
@@ -307,12 +307,12 @@ void kiln_gemm_plan_set_b(kiln_gemm_plan *p, const float *B) {
     dnnl_exec_arg_t args[2] = {{DNNL_ARG_FROM, p->m_b}, {DNNL_ARG_TO, p->m_packed}};
     if (dnnl_primitive_execute(p->pack, p->stream, 2, args) != dnnl_success ||
         dnnl_stream_wait(p->stream) != dnnl_success)
-      plan_dnnl_free(p); /* not packed: the OpenBLAS route reads B as it lies */
+      pg_dnnl_free(p); /* not packed: the OpenBLAS route reads B as it lies */
   }
 #endif
 }
 
-void kiln_gemm_plan_run(kiln_gemm_plan *p, const float *A, float *C) {
+void kiln_packed_gemm_run(kiln_packed_gemm *p, const float *A, float *C) {
 #ifdef KILN_HAVE_DNNL
   if (p->mm) {
     dnnl_memory_set_data_handle(p->m_a, (void *)A);
@@ -328,10 +328,10 @@ void kiln_gemm_plan_run(kiln_gemm_plan *p, const float *A, float *C) {
     blas(false, p->tb, p->M, p->N, p->K, 1.0f, A, p->lda, p->B, p->ldb, p->beta, C, p->ldc);
 }
 
-void kiln_gemm_plan_destroy(kiln_gemm_plan *p) {
+void kiln_packed_gemm_destroy(kiln_packed_gemm *p) {
   if (!p) return;
 #ifdef KILN_HAVE_DNNL
-  plan_dnnl_free(p);
+  pg_dnnl_free(p);
 #endif
   free(p);
 }

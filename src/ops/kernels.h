@@ -15,13 +15,13 @@ int kiln_cpu_gemm(const kiln_op_ctx *c, float *C, int64_t ldc, const float *A, i
                   const float *B, int64_t ldb, bool ta, bool tb, int64_t M, int64_t N, int64_t K,
                   float alpha, float beta);
 
-int kiln_cpu_conv_plan_update(const kiln_op_ctx *c, kiln_conv_plan **plan,
-                              const kiln_conv_spec *spec, kiln_conv_plan_info *info);
+int kiln_cpu_conv_route_update(const kiln_op_ctx *c, kiln_conv_route **route,
+                               const kiln_conv_spec *spec, kiln_conv_route_info *info);
 
 /* The sequence family's (src/ops/sequence.c, src/ops/attention.c). */
-int kiln_cpu_gemm_plan_update(const kiln_op_ctx *c, kiln_gemm_plan **plan, bool tb, int64_t M,
-                              int64_t N, int64_t K, int64_t lda, int64_t ldb, int64_t ldc,
-                              float beta);
+int kiln_cpu_packed_gemm_update(const kiln_op_ctx *c, kiln_packed_gemm **pg, bool tb, int64_t M,
+                                int64_t N, int64_t K, int64_t lda, int64_t ldb, int64_t ldc,
+                                float beta);
 int kiln_cpu_gemm_rows(const kiln_op_ctx *c, float *C, int64_t ldc, const float *A, int64_t lda,
                        const float *B, int64_t ldb, bool ta, bool tb, int64_t M, int64_t N,
                        int64_t K, float alpha, float beta);

@@ -1,10 +1,10 @@
 /* The sequence family's kernels besides attention (include/kiln/backend.h, KILN_OPS_SEQUENCE;
- * attention.c holds MultiHeadAttention's): the plans of a recurrent layer's per-step products,
- * the cells of LSTM, GRU and RNN steps, PositionalEncoding and SequencePool.
+ * attention.c holds MultiHeadAttention's): the packed GEMMs of a recurrent layer's per-step
+ * products, the cells of LSTM, GRU and RNN steps, PositionalEncoding and SequencePool.
  *
  * A recurrent layer's step is a product with its recurrent weights W_h, the same over the T
- * steps of a pass, then a cell over the N x H state: the plan serves the product with W_h
- * packed once (gemm.c's kiln_gemm_plan: oneDNN's blocked layout on the cpu backend where it
+ * steps of a pass, then a cell over the N x H state: a packed GEMM serves the product with W_h
+ * packed once (gemm.c's kiln_packed_gemm: oneDNN's blocked layout on the cpu backend where it
  * wins, OpenBLAS as it lies on the reference), and the cells are loops over the state, each
  * element its own arithmetic (vectorised through vmath.h's tanh and logistic function), split
  * over the op's threads from KILN_PARALLEL_FROM elements. Nothing here depends on the thread
@@ -17,46 +17,46 @@
 #include "ops/kernels.h"
 #include "ops/vmath.h"
 
-/* ---- the plans of the per-step products ------------------------------------------------------ */
+/* ---- the packed GEMMs of the per-step products --------------------------------------------- */
 
-/* The reference's plans are OpenBLAS's route alone: what kiln_gemm_plan takes under the
+/* The reference's packed GEMMs are OpenBLAS's route alone: what kiln_packed_gemm takes under the
  * reference engine, whatever the layer's configuration. */
 static const kiln_config blas_only = {.engine = KILN_ENGINE_REF};
 
-static int plan_update(const kiln_op_ctx *c, const kiln_config *cfg, kiln_gemm_plan **plan,
-                       bool tb, int64_t M, int64_t N, int64_t K, int64_t lda, int64_t ldb,
-                       int64_t ldc, float beta) {
+static int pg_update(const kiln_op_ctx *c, const kiln_config *cfg, kiln_packed_gemm **pg,
+                     bool tb, int64_t M, int64_t N, int64_t K, int64_t lda, int64_t ldb,
+                     int64_t ldc, float beta) {
   int rc = KILN_OK;
   /* made on the threads it will run on: oneDNN fixes a primitive's threads when making it */
-  KILN_ON_OP_THREADS(c, rc = kiln_gemm_plan_update(plan, cfg, tb, M, N, K, lda, ldb, beta, ldc));
+  KILN_ON_OP_THREADS(c, rc = kiln_packed_gemm_update(pg, cfg, tb, M, N, K, lda, ldb, beta, ldc));
   return rc;
 }
 
-int kiln_ref_gemm_plan_update(const kiln_op_ctx *c, kiln_gemm_plan **plan, bool tb, int64_t M,
-                              int64_t N, int64_t K, int64_t lda, int64_t ldb, int64_t ldc,
-                              float beta) {
-  return plan_update(c, &blas_only, plan, tb, M, N, K, lda, ldb, ldc, beta);
+int kiln_ref_packed_gemm_update(const kiln_op_ctx *c, kiln_packed_gemm **pg, bool tb, int64_t M,
+                                int64_t N, int64_t K, int64_t lda, int64_t ldb, int64_t ldc,
+                                float beta) {
+  return pg_update(c, &blas_only, pg, tb, M, N, K, lda, ldb, ldc, beta);
 }
 
-int kiln_cpu_gemm_plan_update(const kiln_op_ctx *c, kiln_gemm_plan **plan, bool tb, int64_t M,
-                              int64_t N, int64_t K, int64_t lda, int64_t ldb, int64_t ldc,
-                              float beta) {
-  return plan_update(c, c->config, plan, tb, M, N, K, lda, ldb, ldc, beta);
+int kiln_cpu_packed_gemm_update(const kiln_op_ctx *c, kiln_packed_gemm **pg, bool tb, int64_t M,
+                                int64_t N, int64_t K, int64_t lda, int64_t ldb, int64_t ldc,
+                                float beta) {
+  return pg_update(c, c->config, pg, tb, M, N, K, lda, ldb, ldc, beta);
 }
 
-int kiln_ref_gemm_plan_set_b(const kiln_op_ctx *c, kiln_gemm_plan *plan, const float *B) {
-  KILN_ON_OP_THREADS(c, kiln_gemm_plan_set_b(plan, B));
+int kiln_ref_packed_gemm_set_b(const kiln_op_ctx *c, kiln_packed_gemm *pg, const float *B) {
+  KILN_ON_OP_THREADS(c, kiln_packed_gemm_set_b(pg, B));
   return KILN_OK;
 }
 
-int kiln_ref_gemm_plan_run(const kiln_op_ctx *c, kiln_gemm_plan *plan, float *C, const float *A) {
-  KILN_ON_OP_THREADS(c, kiln_gemm_plan_run(plan, A, C));
+int kiln_ref_packed_gemm_run(const kiln_op_ctx *c, kiln_packed_gemm *pg, float *C, const float *A) {
+  KILN_ON_OP_THREADS(c, kiln_packed_gemm_run(pg, A, C));
   return KILN_OK;
 }
 
-int kiln_ref_gemm_plan_free(const kiln_op_ctx *c, kiln_gemm_plan *plan) {
+int kiln_ref_packed_gemm_free(const kiln_op_ctx *c, kiln_packed_gemm *pg) {
   (void)c;
-  kiln_gemm_plan_destroy(plan);
+  kiln_packed_gemm_destroy(pg);
   return KILN_OK;
 }
 

@@ -1,20 +1,20 @@
-/* Convolution plans and the conv family's kernels (include/kiln/backend.h, KILN_OPS_CONV).
+/* Convolution routes and the conv family's kernels (include/kiln/backend.h, KILN_OPS_CONV).
  *
- * A plan is what one Convolution layer runs for its current shape: the route, and on oneDNN's
- * route its primitives. The cpu backend chooses the route measured fastest for the shape:
- * shifted rows (conv_shift.c), oneDNN (conv_dnnl.c), or im2col + GEMM (conv.c); the reference
- * backend always takes im2col + GEMM. Pooling, im2col and col2im, and the plane-wise bias of
- * Deconvolution are kernels of this family too. */
+ * A route (kiln_conv_route) is what one Convolution layer runs for its current shape: which
+ * kernels, and on oneDNN's route its primitives. The cpu backend chooses the route measured
+ * fastest for the shape: shifted rows (conv_shift.c), oneDNN (conv_dnnl.c), or im2col + GEMM
+ * (conv.c); the reference backend always takes im2col + GEMM. Pooling, im2col and col2im, and
+ * the plane-wise bias of Deconvolution are kernels of this family too. */
 #include <stdlib.h>
 
 #include "kiln/ops.h"
 #include "ops/kernels.h"
 
-typedef enum { ROUTE_IM2COL, ROUTE_SHIFT, ROUTE_DNNL } conv_route;
+typedef enum { ROUTE_IM2COL, ROUTE_SHIFT, ROUTE_DNNL } route_kind;
 
-struct kiln_conv_plan {
-  conv_route route;
-  kiln_conv_spec spec; /* what the plan was last updated for */
+struct kiln_conv_route {
+  route_kind route;
+  kiln_conv_spec spec; /* what the route was last updated for */
   kiln_dnnl_conv *dn;  /* oneDNN primitives for the current shape, or NULL */
   int64_t dn_n;        /* batch the primitives were made for */
   int dn_h, dn_w;
@@ -61,19 +61,19 @@ static int64_t im2col_workspace(const kiln_conv_spec *s, int nthreads) {
   return kiln_conv_workspace(g, s->group, nthreads) + (int64_t)nthreads * wcount;
 }
 
-static void drop_dnnl(kiln_conv_plan *p) {
+static void drop_dnnl(kiln_conv_route *p) {
   kiln_dnnl_conv_destroy(p->dn);
   p->dn = NULL;
 }
 
 /* The route and its state for spec; fills info. `fast`: the cpu backend's choice of routes,
  * else im2col alone (the reference). */
-static int update(const kiln_op_ctx *c, kiln_conv_plan **plan, const kiln_conv_spec *spec,
-                  kiln_conv_plan_info *info, bool fast) {
-  kiln_conv_plan *p = *plan;
+static int update(const kiln_op_ctx *c, kiln_conv_route **cr, const kiln_conv_spec *spec,
+                  kiln_conv_route_info *info, bool fast) {
+  kiln_conv_route *p = *cr;
   if (!p) {
     if (!(p = calloc(1, sizeof *p))) return kiln_errorf(KILN_ERR_NOMEM, "out of memory");
-    *plan = p;
+    *cr = p;
   }
   p->spec = *spec;
   p->nthreads = c->nthreads;
@@ -134,54 +134,54 @@ static int update(const kiln_op_ctx *c, kiln_conv_plan **plan, const kiln_conv_s
   return KILN_OK;
 }
 
-int kiln_ref_conv_plan_update(const kiln_op_ctx *c, kiln_conv_plan **plan,
-                              const kiln_conv_spec *spec, kiln_conv_plan_info *info) {
-  return update(c, plan, spec, info, false);
+int kiln_ref_conv_route_update(const kiln_op_ctx *c, kiln_conv_route **cr,
+                               const kiln_conv_spec *spec, kiln_conv_route_info *info) {
+  return update(c, cr, spec, info, false);
 }
 
-int kiln_cpu_conv_plan_update(const kiln_op_ctx *c, kiln_conv_plan **plan,
-                              const kiln_conv_spec *spec, kiln_conv_plan_info *info) {
-  return update(c, plan, spec, info, true);
+int kiln_cpu_conv_route_update(const kiln_op_ctx *c, kiln_conv_route **cr,
+                               const kiln_conv_spec *spec, kiln_conv_route_info *info) {
+  return update(c, cr, spec, info, true);
 }
 
-int kiln_ref_conv_plan_free(const kiln_op_ctx *c, kiln_conv_plan *plan) {
+int kiln_ref_conv_route_free(const kiln_op_ctx *c, kiln_conv_route *cr) {
   (void)c;
-  if (plan) drop_dnnl(plan);
-  free(plan);
+  if (cr) drop_dnnl(cr);
+  free(cr);
   return KILN_OK;
 }
 
-int kiln_ref_conv_fwd(const kiln_op_ctx *c, const kiln_conv_plan *plan, float *y,
+int kiln_ref_conv_fwd(const kiln_op_ctx *c, const kiln_conv_route *cr, float *y,
                       const float *x, const float *w, const float *b, float *ws) {
-  const kiln_conv_spec *s = &plan->spec;
+  const kiln_conv_spec *s = &cr->spec;
   if (s->N == 0) return KILN_OK; /* a batch of no images */
-  switch (plan->route) {
+  switch (cr->route) {
     case ROUTE_SHIFT:
       kiln_conv_shift_forward(y, x, w, b, (int)s->N, s->M, &s->g, ws, c->nthreads);
       return KILN_OK;
     case ROUTE_DNNL:
-      return kiln_dnnl_conv_forward(plan->dn, y, x, w, b, ws);
+      return kiln_dnnl_conv_forward(cr->dn, y, x, w, b, ws);
     default:
       kiln_conv2d_forward(y, x, w, b, (int)s->N, s->M, s->group, &s->g, ws, c->nthreads);
       return KILN_OK;
   }
 }
 
-int kiln_ref_conv_bwd(const kiln_op_ctx *c, const kiln_conv_plan *plan, float *dx, float *dw,
+int kiln_ref_conv_bwd(const kiln_op_ctx *c, const kiln_conv_route *cr, float *dx, float *dw,
                       float *db, const float *dy, const float *x, const float *w, float *ws) {
-  const kiln_conv_spec *s = &plan->spec;
+  const kiln_conv_spec *s = &cr->spec;
   if (s->N == 0) return KILN_OK; /* nothing flows back, nothing accumulates */
-  switch (plan->route) {
+  switch (cr->route) {
     case ROUTE_SHIFT:
       kiln_conv_shift_backward(dx, dw, db, dy, x, w, (int)s->N, s->M, &s->g, ws, c->nthreads);
       return KILN_OK;
     case ROUTE_DNNL:
-      if (dx && plan->plain_din) {
+      if (dx && cr->plain_din) {
         kiln_conv2d_backward(dx, NULL, NULL, dy, x, w, (int)s->N, s->M, s->group, &s->g, ws,
                              NULL, c->nthreads);
         dx = NULL;
       }
-      return kiln_dnnl_conv_backward(plan->dn, dx, dw, db, dy, x, w, ws);
+      return kiln_dnnl_conv_backward(cr->dn, dx, dw, db, dy, x, w, ws);
     default:
       kiln_conv2d_backward(dx, dw, db, dy, x, w, (int)s->N, s->M, s->group, &s->g, ws,
                            ws + kiln_conv_workspace(&s->g, s->group, c->nthreads), c->nthreads);
