@@ -61,6 +61,9 @@ struct kiln_solver {
   kiln_sync_config sync;   /* resolved: file, then options */
   float *sum_buffer;       /* the communicator's memory the train net's gradients lie in (summed
                               there with no copies), or NULL */
+  float *stage;            /* a train net on another device than the host: the host copy that
+                              its buffers pass through for MPI, which moves host memory */
+  int64_t stage_floats;
   bool params_synced;      /* rank 0's parameters broadcast since creation or restore */
   double sync_ms;          /* this worker's time in collectives that wait for the others
                               (gradient sums, model averages) */

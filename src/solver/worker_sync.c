@@ -185,6 +185,47 @@ static int plan_buckets(kiln_solver *s) {
   return KILN_OK;
 }
 
+/* ---- host copies for the collectives --------------------------------------------------------- */
+
+/* MPI moves host memory. A buffer of a train net on another device goes through the solver's
+ * host copy (made in worker_sync_attach, as large as the largest buffer a collective moves):
+ * to_host_view gives the host values of dev[0 .. n) at stage + at (dev itself on the host),
+ * from_host_view puts them back after the collective changed them. One copy serves every
+ * collective, one at a time, and the buckets in flight at their own offsets (so it never moves
+ * while a sum is under way). */
+static int to_host_view(kiln_solver *s, float *dev, int64_t n, int64_t at, float **host) {
+  const kiln_device *d = s->net->device;
+  if (kiln_device_is_host(d)) {
+    *host = dev;
+    return KILN_OK;
+  }
+  if (at < 0 || at + n > s->stage_floats)
+    return kiln_errorf(KILN_ERR_INTERNAL, "%lld floats at %lld past the host copy's %lld",
+                       (long long)n, (long long)at, (long long)s->stage_floats);
+  *host = s->stage + at;
+  return kiln_device_to_host(d, *host, dev, sizeof(float) * (size_t)n);
+}
+
+static int from_host_view(kiln_solver *s, float *dev, const float *host, int64_t n) {
+  if (host == dev) return KILN_OK;
+  return kiln_device_to_device(s->net->device, dev, host, sizeof(float) * (size_t)n);
+}
+
+/* kiln_sync_average of dev[0 .. n) by way of the host copy. */
+static int average_on_host(kiln_solver *s, float *dev, int64_t n, float weight) {
+  float *h = NULL;
+  KILN_TRY(to_host_view(s, dev, n, 0, &h));
+  KILN_TRY(kiln_sync_average(s->opt.comm, &s->sync, h, n, weight));
+  return from_host_view(s, dev, h, n);
+}
+
+static int broadcast_on_host(kiln_solver *s, float *dev, int64_t n) {
+  float *h = NULL;
+  KILN_TRY(to_host_view(s, dev, n, 0, &h));
+  KILN_TRY(kiln_comm_broadcast(s->opt.comm, h, n, 0));
+  return from_host_view(s, dev, h, n);
+}
+
 /* With workers on one host, the train net's gradients move into the communicator's shared
  * memory: backward writes them where the other workers add them up, and the sum lands where the
  * update reads it (no copy in or out). Elsewhere, or for a gradient too large, they stay. */
@@ -209,6 +250,14 @@ int worker_sync_attach(kiln_solver *s) {
   s->overlap = s->nworkers > 1 && !s->opt.no_overlap;
   if (s->overlap) KILN_TRY(plan_buckets(s));
   if (s->nworkers > 1) KILN_TRY(place_gradients(s));
+  if (s->nworkers > 1 && !kiln_device_is_host(s->net->device)) {
+    const int64_t n = s->net->nparam_floats,
+                  most = s->history_per_param > 1 ? n * s->history_per_param : n;
+    if (most > 0 && !(s->stage = malloc(sizeof(float) * (size_t)most)))
+      return kiln_errorf(KILN_ERR_NOMEM, "out of memory for the host copy of %lld floats",
+                         (long long)most);
+    s->stage_floats = most;
+  }
   uint8_t digest[32];
   KILN_TRY(config_digest(s, digest));
   KILN_TRY(workers_agree(s, digest, "the solver and train net",
@@ -225,6 +274,7 @@ int worker_sync_attach(kiln_solver *s) {
 void worker_sync_release(kiln_solver *s) {
   kiln_comm_release_sum_buffer(s->opt.comm, s->sum_buffer);
   free(s->buckets);
+  free(s->stage);
 }
 
 /* ---- the loop's hooks ------------------------------------------------------------------------ */
@@ -233,12 +283,8 @@ int worker_sync_before_steps(kiln_solver *s) {
   if (s->params_synced) return KILN_OK;
   if (s->nworkers > 1) {
     kiln_net *net = s->net;
-    /* MPI moves host memory: parameters and histories on another device would go through a
-     * host copy here (kiln_device_to_host on rank 0, kiln_device_to_device after). */
-    int rc = kiln_comm_broadcast(s->opt.comm, net->param_data, net->nparam_floats, 0);
-    if (!rc)
-      rc = kiln_comm_broadcast(s->opt.comm, s->history,
-                               net->nparam_floats * (int64_t)s->history_per_param, 0);
+    int rc = broadcast_on_host(s, net->param_data, net->nparam_floats);
+    if (!rc) rc = broadcast_on_host(s, s->history, net->nparam_floats * (int64_t)s->history_per_param);
     if (rc) return kiln_error_context(rc, "broadcast of rank 0's parameters: ");
   }
   s->params_synced = true;
@@ -254,9 +300,9 @@ static int start_ready_buckets(kiln_solver *s, int layer) {
     float *g = s->net->param_diff + b->off;
     if (s->param->iter_size > 1)
       KILN_TRY(KILN_NET_OP(s->net, acc, g, s->grad_acc + b->off, b->n));
-    /* MPI moves host memory: a bucket on another device would be staged through a host copy
-     * (kiln_device_to_host here, back with kiln_device_to_device once its sum is in). */
-    KILN_TRY(kiln_comm_bucket_start(s->opt.comm, g, b->n, s->sync.deterministic));
+    float *h = NULL; /* another device: the bucket's place in the host copy, back after */
+    KILN_TRY(to_host_view(s, g, b->n, b->off, &h));
+    KILN_TRY(kiln_comm_bucket_start(s->opt.comm, h, b->n, s->sync.deterministic));
   }
   return kiln_comm_bucket_progress(s->opt.comm);
 }
@@ -281,10 +327,17 @@ int worker_sync_after_backward(kiln_solver *s, bool local, int *summed) {
   if (s->overlap) {
     int rc = start_ready_buckets(s, -1); /* every layer is done */
     if (!rc) rc = kiln_comm_bucket_finish(s->opt.comm);
+    for (int i = 0; i < s->nbuckets && !rc && !kiln_device_is_host(s->net->device); i++) {
+      const struct worker_bucket *b = &s->buckets[i];
+      rc = from_host_view(s, s->net->param_diff + b->off, s->stage + b->off, b->n);
+    }
     if (rc) return kiln_error_context(rc, "gradient sync: ");
-  } else { /* host memory, as the buckets' (a device's gradients: a host copy first) */
-    KILN_TRY(kiln_sync_gradients(s->opt.comm, &s->sync, s->net->param_diff,
-                                 s->net->nparam_floats));
+  } else {
+    float *h = NULL;
+    const int64_t n = s->net->nparam_floats;
+    KILN_TRY(to_host_view(s, s->net->param_diff, n, 0, &h));
+    KILN_TRY(kiln_sync_gradients(s->opt.comm, &s->sync, h, n));
+    KILN_TRY(from_host_view(s, s->net->param_diff, h, n));
   }
   s->sync_ms += kiln_now_ms() - t;
   *summed = s->nworkers;
@@ -314,12 +367,11 @@ int worker_sync_loss(kiln_solver *s, double local_loss, bool local, float *out) 
  * sum_r weight_r x theirs_r: one model again. */
 static int average_model(kiln_solver *s, float weight) {
   kiln_net *net = s->net;
-  /* host memory for MPI: on another device, a host copy of each buffer and back */
   double t = kiln_now_ms();
-  int rc = kiln_sync_average(s->opt.comm, &s->sync, net->param_data, net->nparam_floats, weight);
+  int rc = average_on_host(s, net->param_data, net->nparam_floats, weight);
   if (!rc)
-    rc = kiln_sync_average(s->opt.comm, &s->sync, s->history,
-                           net->nparam_floats * (int64_t)s->history_per_param, weight);
+    rc = average_on_host(s, s->history, net->nparam_floats * (int64_t)s->history_per_param,
+                         weight);
   s->sync_ms += kiln_now_ms() - t;
   if (rc) return rc;
   s->naverages++;
@@ -337,8 +389,7 @@ static int average_state(kiln_solver *s) {
   double t = kiln_now_ms();
   for (int k = 0; k < net->nlearnable; k++)
     if (net->is_state[k])
-      KILN_TRY(kiln_sync_average(s->opt.comm, &s->sync, net->learnable[k]->data,
-                                 net->learnable[k]->count, w));
+      KILN_TRY(average_on_host(s, net->learnable[k]->data, net->learnable[k]->count, w));
   s->sync_ms += kiln_now_ms() - t;
   s->state_diverged = false;
   return KILN_OK;
