@@ -2,6 +2,7 @@
 random input with SGD (momentum 0.9, weight decay 5e-4), with a given number of threads, and
 prints `samples_per_s peak_rss_mb`, a sample being a label (one step of a sequence in the
 sequence cases, lstm and transformer). Run with Debian's /usr/bin/python3 (python3-torch)."""
+import os
 import resource
 import sys
 import time
@@ -281,6 +282,12 @@ CASES = {
 
 def main():
     case, threads, iters = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+    # Subnormal floats flushed to zero, as kiln flushes them (KILN_DENORMALS): the labels are
+    # constant, the loss falls to 0, and the gradients fade into the subnormal range, where
+    # many x86 processors take a microcode assist per operand. Before any thread is started,
+    # so that each inherits it. BENCH_TORCH_DENORMALS=keep leaves PyTorch's default.
+    if os.environ.get("BENCH_TORCH_DENORMALS") != "keep":
+        torch.set_flush_denormal(True)
     torch.set_num_threads(threads)
     torch.manual_seed(1)
     make, shape, label_shape = CASES[case]

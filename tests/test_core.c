@@ -5,7 +5,9 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
+#include <float.h>
 #include <math.h>
+#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -261,10 +263,38 @@ static void test_fault_parse(void **state) {
   assert_int_equal(c.fault.kind, KILN_FAULT_NONE);
 }
 
+/* kiln_set_flush_denormals on every thread of the pool: with it, half of FLT_MIN is flushed to
+ * zero (FTZ) and a subnormal input reads as zero (DAZ); without it both are IEEE's. The
+ * inputs are volatile, so that the compiler folds nothing. */
+static int subnormal_results(volatile float *in) {
+  int n = 0;
+#pragma omp parallel num_threads(2) reduction(+ : n)
+  {
+    volatile float half = in[0] * 0.5f, twice = in[1] * 2.0f;
+    n += (half != 0.0f) + (twice != 0.0f);
+  }
+  return n;
+}
+
+static void test_flush_denormals(void **state) {
+  (void)state;
+  volatile float in[2] = {FLT_MIN, FLT_MIN / 8}; /* a normal, and a subnormal made by IEEE */
+  assert_true(in[1] > 0.0f);
+  if (!kiln_set_flush_denormals(true)) {
+    print_message("skipped: this processor has no FTZ/DAZ bits\n");
+    return;
+  }
+  assert_int_equal(subnormal_results(in), 0);
+  assert_true(kiln_set_flush_denormals(false));
+  assert_int_equal(subnormal_results(in), 4); /* both threads, both results */
+  assert_true(in[0] * 0.5f == FLT_MIN / 2);
+}
+
 /* Each switch of the runtime configuration from its variable; unknown values leave the
  * default. */
 static const char *const config_vars[] = {
-    "KILN_ENGINE", "KILN_LAYOUT", "KILN_FUSE", "KILN_CONV_ALGO", "KILN_DNNL_LAYOUT",
+    "KILN_ENGINE", "KILN_DEVICE", "KILN_LAYOUT", "KILN_FUSE", "KILN_CONV_ALGO", "KILN_DENORMALS",
+    "KILN_DNNL_LAYOUT",
     "KILN_COMM_THREAD", "KILN_COMM_SHM", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE",
     "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK",
     "OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "OMP_NUM_THREADS", "KILN_DATA",
@@ -284,7 +314,8 @@ static void test_config_from_env(void **state) {
   assert_int_equal(kiln_config_from_env(&c), KILN_OK);
   assert_memory_equal(&c, kiln_config_defaults(), offsetof(kiln_config, search_path));
   assert_int_equal(c.engine, KILN_ENGINE_CPU);
-  assert_false(c.plain_layouts || c.unfused || c.conv_direct);
+  assert_false(c.plain_layouts || c.unfused || c.conv_direct || c.keep_denormals);
+  assert_int_equal(c.device, KILN_DEVICE_HOST);
   assert_int_equal(c.comm_shm, KILN_COMM_SHM_ON);
   assert_string_equal(c.data_dir, "");
   assert_string_equal(c.ce_db, "");
@@ -293,6 +324,8 @@ static void test_config_from_env(void **state) {
   setenv("KILN_LAYOUT", "plain", 1);
   setenv("KILN_FUSE", "0", 1);
   setenv("KILN_CONV_ALGO", "direct", 1);
+  setenv("KILN_DENORMALS", "keep", 1);
+  setenv("KILN_DEVICE", "hostsim", 1);
   setenv("KILN_DNNL_LAYOUT", "nhwc", 1);
   setenv("KILN_COMM_THREAD", "50", 1);
   setenv("KILN_COMM_SHM", "copy", 1);
@@ -306,7 +339,8 @@ static void test_config_from_env(void **state) {
   assert_int_equal(kiln_config_from_env(&c), KILN_OK);
   assert_true(c.hdf5_file_limit == 3ull << 29);
   assert_int_equal(c.engine, KILN_ENGINE_REF);
-  assert_true(c.plain_layouts && c.unfused && c.conv_direct);
+  assert_true(c.plain_layouts && c.unfused && c.conv_direct && c.keep_denormals);
+  assert_int_equal(c.device, KILN_DEVICE_HOSTSIM);
   assert_int_equal(c.dnnl_layout, KILN_DNNL_LAYOUT_NHWC);
   assert_int_equal(c.comm_thread_us, 50);
   assert_int_equal(c.comm_shm, KILN_COMM_SHM_COPY);
@@ -457,6 +491,7 @@ int main(void) {
       cmocka_unit_test(test_fault_parse),
       cmocka_unit_test(test_fault_effects),
       cmocka_unit_test(test_config_from_env),
+      cmocka_unit_test(test_flush_denormals),
       cmocka_unit_test(test_strbuf),
       cmocka_unit_test(test_mkdir_p),
       cmocka_unit_test(test_thread_cpu_wait),

@@ -130,7 +130,23 @@ static int help(int argc, char **argv) {
   return run(argc - 1, args);
 }
 
+static void quiet(kiln_log_level level, const char *msg, void *user) {
+  (void)level, (void)msg, (void)user;
+}
+
+/* Subnormal floats flushed to zero on every kernel thread unless KILN_DENORMALS=keep: set on
+ * this thread before any other exists, so that each inherits it. The configuration is read
+ * again, and its complaints made, by the command itself. */
+static void set_denormals(void) {
+  kiln_config cfg;
+  kiln_log_set_handler(quiet, NULL);
+  const int rc = kiln_config_from_env(&cfg);
+  kiln_log_set_handler(NULL, NULL);
+  if (rc == KILN_OK && !cfg.keep_denormals) kiln_set_flush_denormals(true);
+}
+
 int main(int argc, char **argv) {
+  set_denormals();
   if (argc < 2) {
     usage(stderr);
     return 2;

@@ -40,7 +40,7 @@ enum { KILN_CONFIG_PATH_MAX = 4096 };
 
 typedef struct kiln_config {
   /* computation (KILN_ENGINE, KILN_DEVICE, KILN_LAYOUT, KILN_FUSE, KILN_RECOMPUTE, KILN_SHARE_DATA,
-   * KILN_CONV_ALGO, KILN_DNNL_LAYOUT) */
+   * KILN_CONV_ALGO, KILN_DENORMALS, KILN_DNNL_LAYOUT) */
   kiln_engine engine;     /* which kernels run (KILN_ENGINE=ref: the reference) */
   kiln_device_kind device; /* where nets keep their tensors (KILN_DEVICE=hostsim: the host behind
                               a device's walls, for tests; include/kiln/device.h) */
@@ -50,6 +50,8 @@ typedef struct kiln_config {
   bool no_share_data;     /* every activation keeps its own data (no sharing by lifetime,
                              kiln_net_options.share_data) */
   bool conv_direct;       /* no Winograd for 3x3 convolutions */
+  bool keep_denormals;    /* KILN_DENORMALS=keep: subnormal floats as IEEE computes them, not
+                             flushed to zero (kiln_set_flush_denormals; the tools apply it) */
   kiln_dnnl_layout dnnl_layout;
   /* workers (KILN_COMM_THREAD, KILN_COMM_SHM, and what the MPI launcher announces) */
   int comm_thread_us;     /* > 0: a communication thread polls the sums this often */

@@ -10,7 +10,7 @@
 #include "kiln/rng.h"     /* the seeded random generator */
 #include "kiln/strbuf.h"  /* a growing string */
 #include "kiln/sha256.h"  /* SHA-256 */
-#include "kiln/threads.h" /* the kernels' thread count */
+#include "kiln/threads.h" /* the kernels' threads */
 #include "kiln/fault.h"   /* fault injection */
 
 #endif

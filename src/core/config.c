@@ -76,6 +76,7 @@ int kiln_config_from_env(kiln_config *c) {
   c->no_recompute = is(env("KILN_RECOMPUTE"), "0");
   c->no_share_data = is(env("KILN_SHARE_DATA"), "0");
   c->conv_direct = is(env("KILN_CONV_ALGO"), "direct");
+  c->keep_denormals = is(env("KILN_DENORMALS"), "keep");
   const char *dl = env("KILN_DNNL_LAYOUT");
   c->dnnl_layout = is(dl, "any")    ? KILN_DNNL_LAYOUT_ANY
                    : is(dl, "nhwc") ? KILN_DNNL_LAYOUT_NHWC
