@@ -374,7 +374,8 @@ static void test_many_files_through_the_loader(void **state) {
 /* Three files that fit in memory together stay there once loaded: moved away after the first
  * pass, they still give the second and third passes. With an allowance that holds two files'
  * buffers but not three, the layer keeps two and loads the third again when the walk reaches it,
- * which then fails naming the file that is gone. */
+ * which then fails naming the file that is gone (which of the three was let go depends on how
+ * far the threads that read ahead had got). */
 static void test_small_files_stay_resident(void **state) {
   (void)state;
   write_records(at("r1.h5"), 4, 40, H5T_IEEE_F32LE, H5T_IEEE_F32LE, H5T_STD_I32LE);
@@ -417,7 +418,11 @@ static void test_small_files_stay_resident(void **state) {
       int rc = KILN_OK;
       for (int b = 0; b < 6 && rc == KILN_OK; b++) rc = layer_forward(d.l);
       assert_int_not_equal(rc, KILN_OK);
-      assert_non_null(strstr(kiln_last_error(), "r1.h5"));
+      /* r1.h5 most often, r2.h5 in about one run of twenty on a busy machine: the threads that
+       * read ahead decide which file was let go before the files moved */
+      const char *e = kiln_last_error();
+      assert_non_null(strstr(e, "cannot open"));
+      assert_true(strstr(e, "r1.h5") || strstr(e, "r2.h5") || strstr(e, "r3.h5"));
     }
     close_h5(&d);
     for (int i = 1; i <= 3; i++) {

@@ -54,7 +54,8 @@ void kiln_blas_serial_end(int prev);
 /* C = alpha op(A) op(B) + beta C, row-major, as cblas_sgemm (op: transposed when ta / tb; A is
  * M x K after op, B K x N, C M x N). Through oneDNN's matmul where the build has it and the shape
  * is one where it is faster (src/ops/gemm.c), else OpenBLAS; always OpenBLAS inside an OpenMP
- * parallel region and under cfg->ref_engine (cfg NULL: the defaults). */
+ * parallel region and under the reference engine (cfg->engine KILN_ENGINE_REF; cfg NULL: the
+ * defaults). */
 void kiln_sgemm(const kiln_config *cfg, bool ta, bool tb, int64_t M, int64_t N, int64_t K,
                 float alpha, const float *A, int64_t lda, const float *B, int64_t ldb, float beta,
                 float *C, int64_t ldc);
