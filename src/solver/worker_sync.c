@@ -284,7 +284,8 @@ int worker_sync_before_steps(kiln_solver *s) {
   if (s->nworkers > 1) {
     kiln_net *net = s->net;
     int rc = broadcast_on_host(s, net->param_data, net->nparam_floats);
-    if (!rc) rc = broadcast_on_host(s, s->history, net->nparam_floats * (int64_t)s->history_per_param);
+    if (!rc)
+      rc = broadcast_on_host(s, s->history, net->nparam_floats * (int64_t)s->history_per_param);
     if (rc) return kiln_error_context(rc, "broadcast of rank 0's parameters: ");
   }
   s->params_synced = true;
@@ -327,7 +328,7 @@ int worker_sync_after_backward(kiln_solver *s, bool local, int *summed) {
   if (s->overlap) {
     int rc = start_ready_buckets(s, -1); /* every layer is done */
     if (!rc) rc = kiln_comm_bucket_finish(s->opt.comm);
-    for (int i = 0; i < s->nbuckets && !rc && !kiln_device_is_host(s->net->device); i++) {
+    for (int i = 0; i < s->nbuckets && !rc && s->stage; i++) { /* sums landed in the host copy */
       const struct worker_bucket *b = &s->buckets[i];
       rc = from_host_view(s, s->net->param_diff + b->off, s->stage + b->off, b->n);
     }

@@ -12,24 +12,8 @@ cd "$WORK"
 source "$(dirname "$0")/mpi.bash"
 mpi_tiny_lmdb
 
-net() {  # net BATCH
-  cat <<NET
-name: "bn"
-layer { name: "d" type: "Data" top: "data" top: "label"
-  data_param { source: "$WORK/tiny_lmdb" batch_size: $1 backend: LMDB }
-  transform_param { scale: 0.00390625 } }
-layer { name: "conv" type: "Convolution" bottom: "data" top: "conv"
-  convolution_param { num_output: 4 kernel_size: 3 weight_filler { type: "xavier" } } }
-layer { name: "bn" type: "BatchNorm" bottom: "conv" top: "conv" }
-layer { name: "scale" type: "Scale" bottom: "conv" top: "conv" scale_param { bias_term: true } }
-layer { name: "relu" type: "ReLU" bottom: "conv" top: "conv" }
-layer { name: "ip" type: "InnerProduct" bottom: "conv" top: "ip"
-  inner_product_param { num_output: 4 weight_filler { type: "xavier" } } }
-layer { name: "loss" type: "SoftmaxWithLoss" bottom: "ip" bottom: "label" top: "loss" }
-NET
-}
-net 4 > net4.prototxt
-net 8 > net8.prototxt
+tiny_bn_net 4 > net4.prototxt
+tiny_bn_net 8 > net8.prototxt
 solver() {  # solver NAME NET MAX_ITER: snapshots NAME_iter_MAX_ITER at the end
   printf 'net: "%s"\nbase_lr: 0.05\nlr_policy: "fixed"\nmomentum: 0.9\nmax_iter: %s\n' "$2" "$3"
   printf 'display: 0\nrandom_seed: 5\nsnapshot_prefix: "%s"\n' "$WORK/$1"

@@ -10,20 +10,7 @@ cd "$WORK"
 source "$(dirname "$0")/mpi.bash"
 mpi_tiny_lmdb
 
-cat > bn.prototxt <<NET
-name: "bn"
-layer { name: "d" type: "Data" top: "data" top: "label"
-  data_param { source: "$WORK/tiny_lmdb" batch_size: 4 backend: LMDB }
-  transform_param { scale: 0.00390625 } }
-layer { name: "conv" type: "Convolution" bottom: "data" top: "conv"
-  convolution_param { num_output: 4 kernel_size: 3 weight_filler { type: "xavier" } } }
-layer { name: "bn" type: "BatchNorm" bottom: "conv" top: "conv" }
-layer { name: "scale" type: "Scale" bottom: "conv" top: "conv" scale_param { bias_term: true } }
-layer { name: "relu" type: "ReLU" bottom: "conv" top: "conv" }
-layer { name: "ip" type: "InnerProduct" bottom: "conv" top: "ip"
-  inner_product_param { num_output: 4 weight_filler { type: "xavier" } } }
-layer { name: "loss" type: "SoftmaxWithLoss" bottom: "ip" bottom: "label" top: "loss" }
-NET
+tiny_bn_net 4 > bn.prototxt
 solver() {  # solver PREFIX TYPE: 6 iterations of TYPE, a snapshot at the end
   printf 'net: "%s"\nbase_lr: 0.01\nlr_policy: "fixed"\nmomentum: 0.9\nmax_iter: 6\n' "$WORK/bn.prototxt"
   printf 'type: "%s"\ndisplay: 0\nrandom_seed: 3\nsnapshot_prefix: "%s"\n' "$2" "$1"
