@@ -1,7 +1,10 @@
 /* kiln: the command-line entry point; dispatches to one file per subcommand. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "kiln/config.h"
+#include "kiln/device.h"
 #include "tool.h"
 
 static void usage(FILE *f) {
@@ -83,12 +86,17 @@ static void usage(FILE *f) {
           "                      decode; not describe or sample, which have none)\n"
           "  --threads N         threads for kernels and BLAS (default: OMP_NUM_THREADS or all)\n"
           "  --max-memory SIZE   refuse nets needing more (e.g. 512M, 4G; default: available)\n"
+          "  --device D          where nets run: host (the default), cuda (the worker's GPU by\n"
+          "                      local rank), cuda:N; the same as KILN_DEVICE. Caffe's -gpu N\n"
+          "                      and solver_mode: GPU pick a GPU too (docs/formats.md)\n"
+          "  devices             the devices this build and machine have\n"
           "\n"
           "In a prototxt, a data source starting with $KILN_DATA/ is read from the cache.\n");
 }
 
 /* The subcommands, by name. compare-weights is hidden (tests and scripts): it compares two
  * .caffemodel files within tolerances. */
+static int cmd_devices(int argc, char **argv);
 static const struct {
   const char *name;
   int (*run)(int argc, char **argv);
@@ -97,6 +105,7 @@ static const struct {
     {"test", cmd_test},
     {"time", cmd_time},
     {"describe", cmd_describe},
+    {"devices", cmd_devices},
     {"convert", cmd_convert},
     {"data", cmd_data},
     {"compute-mean", cmd_compute_mean},
@@ -111,6 +120,27 @@ static int (*find_command(const char *name))(int, char **) {
   for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
     if (!strcmp(commands[i].name, name)) return commands[i].run;
   return NULL;
+}
+
+/* kiln devices: one line a device, GPUs by the name --device takes, then why there are none. */
+static int cmd_devices(int argc, char **argv) {
+  if (argc > 1) {
+    if (tool_is_help(argv[1])) {
+      printf("usage: kiln devices\n  the devices this build of kiln can run nets on\n");
+      return 0;
+    }
+    fprintf(stderr, "usage: kiln devices\n");
+    return 2;
+  }
+  printf("host\n");
+  const int n = kiln_cuda_device_count();
+  for (int i = 0; i < n; i++) {
+    char what[256];
+    kiln_cuda_describe(i, what, sizeof what);
+    printf("cuda:%d %s\n", i, what);
+  }
+  if (n == 0) printf("(no GPU: %s)\n", kiln_cuda_unavailable());
+  return 0;
 }
 
 /* kiln help [COMMAND [FORM]]: the same as kiln [COMMAND [FORM]] --help. */
@@ -145,6 +175,38 @@ static void set_denormals(void) {
   if (rc == KILN_OK && !cfg.keep_denormals) kiln_set_flush_denormals(true);
 }
 
+/* kiln's own --device NAME (or --device=NAME), anywhere on the line: the same as KILN_DEVICE,
+ * which it sets for the command (the library reads the configuration in one place). Taken out
+ * of argv; the count left, or -1 after saying what is wrong. */
+static int device_option(int argc, char **argv) {
+  int n = 0;
+  for (int i = 0; i < argc; i++) {
+    const char *a = argv[i];
+    const char *v = NULL;
+    if (i > 0 && !strcmp(a, "--device")) {
+      if (i + 1 >= argc) {
+        fprintf(stderr, "kiln: --device needs a device (host, cuda, cuda:N)\n");
+        return -1;
+      }
+      v = argv[++i];
+    } else if (i > 0 && !strncmp(a, "--device=", 9)) {
+      v = a + 9;
+    } else {
+      argv[n++] = argv[i];
+      continue;
+    }
+    kiln_config probe;
+    kiln_config_init(&probe);
+    if (kiln_config_set_device(&probe, v, "--device") != KILN_OK) {
+      fprintf(stderr, "kiln: %s\n", kiln_last_error());
+      return -1;
+    }
+    setenv("KILN_DEVICE", v, 1);
+  }
+  argv[n] = NULL;
+  return n;
+}
+
 int main(int argc, char **argv) {
   set_denormals();
   if (argc < 2) {
@@ -160,10 +222,20 @@ int main(int argc, char **argv) {
     usage(stderr);
     return 2;
   }
+  if ((argc = device_option(argc, argv)) < 0) return 2;
   const char *cmd = argv[1];
-  /* train says it through the solver, once for all its workers */
-  if (tool_caffe_gpu && strcmp(cmd, "train"))
-    kiln_log(KILN_LOG_WARN, "-gpu %s: kiln has no GPU backend; running on the CPU", tool_caffe_gpu);
+  /* train resolves -gpu through the solver (with solver_mode and device_id, per worker); the
+   * other commands run on the first GPU it names */
+  if (tool_caffe_gpu && strcmp(cmd, "train")) {
+    if (kiln_cuda_device_count() == 0) {
+      kiln_log(KILN_LOG_WARN, "-gpu %s: no GPU (%s); running on the CPU", tool_caffe_gpu,
+               kiln_cuda_unavailable());
+    } else if (!getenv("KILN_DEVICE")) {
+      char dev[32];
+      snprintf(dev, sizeof dev, "cuda:%d", strcmp(tool_caffe_gpu, "all") ? atoi(tool_caffe_gpu) : 0);
+      setenv("KILN_DEVICE", dev, 1);
+    }
+  }
   if (tool_is_help(cmd)) tool_help(usage);
   if (!strcmp(cmd, "help")) return help(argc, argv);
   int (*run)(int, char **) = find_command(cmd);

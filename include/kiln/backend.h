@@ -799,7 +799,7 @@ typedef enum { KILN_SEQ_POOL_LAST, KILN_SEQ_POOL_MEAN, KILN_SEQ_POOL_MAX } kiln_
 
 #define KILN_OP_FIELD_(name, params, args) int(*name) params;
 typedef struct kiln_backend {
-  const char *name;          /* "ref", "cpu", "hostsim" */
+  const char *name;          /* "ref", "cpu", "hostsim", "cudaemu", "cuda" */
   const kiln_device *device; /* where its kernels' tensors are */
   KILN_OP_LIST(KILN_OP_FIELD_)
 } kiln_backend;
@@ -823,9 +823,18 @@ bool kiln_backend_has(const kiln_backend *b, int op);
 const kiln_backend *kiln_backend_ref(void);
 const kiln_backend *kiln_backend_cpu(void);
 const kiln_backend *kiln_backend_hostsim(void);
-/* The table for a device and an engine: the host's cpu or ref, hostsim's (which runs the cpu
- * kernels whatever the engine); NULL for a device without one. */
+/* The CUDA backend's kernels (src/cuda) built as C and run on hostsim, one small grid's threads in
+ * turn (KILN_DEVICE=hostsim KILN_ENGINE=cuda); ops the CUDA backend lacks are NULL. */
+const kiln_backend *kiln_backend_cudaemu(void);
+/* The CUDA backend on GPU `index` (NULL: no such GPU, or a build without CUDA). */
+const kiln_backend *kiln_backend_cuda(int index);
+/* The table for a device and an engine: the host's cpu or ref; on hostsim the cpu kernels, or
+ * with KILN_ENGINE_CUDA the emulated CUDA kernels; a GPU's CUDA backend; NULL for a device without
+ * one. */
 const kiln_backend *kiln_backend_for(const kiln_device *d, kiln_engine e);
+/* The device a configuration puts nets on (kiln_config.device, .device_index); NULL where it is
+ * not in this build or this machine. */
+const kiln_device *kiln_config_device(const kiln_config *c);
 
 /* A layer's kernels (kiln_layer_ops.kernels): op ids, KILN_KERNELS_END last. */
 #define KILN_KERNELS_END (-1)

@@ -25,7 +25,7 @@ typedef enum {
 /* The kernels a net runs (include/kiln/backend.h): the optimised CPU ones, or the plain C
  * reference (kiln's im2col + GEMM convolutions and serial loops; results do not depend on the
  * thread count), which the optimised ones are tested against. */
-typedef enum { KILN_ENGINE_CPU = 0, KILN_ENGINE_REF = 1 } kiln_engine;
+typedef enum { KILN_ENGINE_CPU = 0, KILN_ENGINE_REF = 1, KILN_ENGINE_CUDA = 2 } kiln_engine;
 
 /* Sums of several workers on one host: through MPI's shared-memory window, gradients summed
  * where they lie (ON); through the window with copies in and out (COPY, for measurements); or
@@ -41,9 +41,14 @@ enum { KILN_CONFIG_PATH_MAX = 4096 };
 typedef struct kiln_config {
   /* computation (KILN_ENGINE, KILN_DEVICE, KILN_LAYOUT, KILN_FUSE, KILN_RECOMPUTE, KILN_SHARE_DATA,
    * KILN_CONV_ALGO, KILN_DENORMALS, KILN_DNNL_LAYOUT) */
-  kiln_engine engine;     /* which kernels run (KILN_ENGINE=ref: the reference) */
+  kiln_engine engine;     /* which kernels run (KILN_ENGINE=ref: the reference; =cuda on hostsim:
+                              the CUDA backend's kernels emulated, for tests) */
   kiln_device_kind device; /* where nets keep their tensors (KILN_DEVICE=hostsim: the host behind
-                              a device's walls, for tests; include/kiln/device.h) */
+                              a device's walls, for tests; =cuda:N, or a solver's solver_mode GPU:
+                              GPU N; include/kiln/device.h) */
+  int device_index;       /* the GPU's number for KILN_DEVICE_CUDA; -1: by local rank */
+  bool tf32;              /* KILN_TF32=1: cuBLAS and cuDNN may use TF32 tensor cores for fp32
+                             products (10-bit mantissas in the products); off, results track fp32 */
   bool plain_layouts;     /* every activation in Caffe's plain layout */
   bool unfused;           /* every layer on its own (no kiln_layer_ops.fuse) */
   bool no_recompute;      /* every activation kept for backward (no kiln_layer_ops.recompute) */
@@ -58,6 +63,7 @@ typedef struct kiln_config {
   kiln_comm_shm comm_shm;
   int launcher_size;      /* processes announced by an MPI launcher (0: none) */
   int launcher_rank;      /* this process's rank as the launcher announces it (-1: none) */
+  int local_rank;         /* its rank among this host's processes (-1: none announced) */
   double comm_timeout_s;  /* a worker waiting longer for the others ends the job, from the
                              start-up on (--comm-timeout; 0: wait forever) */
   int local_ranks;        /* of them on this host (0: unknown) */
@@ -83,6 +89,10 @@ typedef struct kiln_config {
 
 /* Compiled-in defaults: every switch off, no fault, no places known. */
 void kiln_config_init(kiln_config *c);
+/* The device from its name: "host", "hostsim", "cuda" (the GPU of the worker's local rank, around
+ * the GPUs there are: GPU 0 for a single process) or "cuda:N"; another is
+ * KILN_ERR_INVALID naming `what` (the variable or option it came from). */
+int kiln_config_set_device(kiln_config *c, const char *name, const char *what);
 const kiln_config *kiln_config_defaults(void);
 /* kiln_config_init, then the environment. A malformed KILN_FAULT or KILN_HDF5_FILE_LIMIT is
  * KILN_ERR_INVALID with a message naming it; a malformed KILN_COMM_THREAD is logged as a warning and ignored, as is any

@@ -20,7 +20,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-typedef enum { KILN_DEVICE_HOST = 0, KILN_DEVICE_HOSTSIM = 1 } kiln_device_kind;
+typedef enum { KILN_DEVICE_HOST = 0, KILN_DEVICE_HOSTSIM = 1, KILN_DEVICE_CUDA = 2 } kiln_device_kind;
 
 typedef struct kiln_device kiln_device;
 
@@ -54,7 +54,20 @@ struct kiln_device {
 /* The devices kiln has in this build. */
 const kiln_device *kiln_device_host(void);
 const kiln_device *kiln_device_hostsim(void);
-/* By name ("host", "hostsim"); NULL for another. */
+/* GPU `index` (src/cuda/gpu/device.c): NULL in a build without CUDA (-DKILN_CUDA=ON), or where
+ * the machine has no such GPU; kiln_cuda_unavailable says which. */
+const kiln_device *kiln_device_cuda(int index);
+/* The GPUs this process sees (0 without CUDA). */
+int kiln_cuda_device_count(void);
+/* GPU `index` in words ("NVIDIA H200, 139.8 GiB, sm_90") into buf. */
+void kiln_cuda_describe(int index, char *buf, size_t n);
+/* Why kiln_device_cuda gives none: "built without CUDA", "no CUDA device", the driver's error. */
+const char *kiln_cuda_unavailable(void);
+/* A GPU's memory: what its pool has handed out now and at most so far (the peak device memory
+ * that runs report), and what it holds from the driver (cached blocks and scratch too);
+ * KILN_ERR_INVALID for a device that is not a GPU. */
+int kiln_cuda_memory(const kiln_device *d, size_t *in_use, size_t *peak, size_t *reserved);
+/* By name ("host", "hostsim", "cuda:N" / "cuda" for GPU 0); NULL for another. */
 const kiln_device *kiln_device_find(const char *name);
 
 /* The table's functions through the device, NULL meaning the host. */

@@ -6,8 +6,14 @@
 #include <stdint.h>
 
 /* Computed by Nettle (src/core/sha256.c); the context is its state, kept opaque here. */
+/* (C++ spells the alignment differently: the CUDA kernels' files include these headers) */
+#ifdef __cplusplus
+#define KILN_ALIGNAS_(n) alignas(n)
+#else
+#define KILN_ALIGNAS_(n) _Alignas(n)
+#endif
 typedef struct kiln_sha256_ctx {
-  _Alignas(8) unsigned char opaque[128];
+  KILN_ALIGNAS_(8) unsigned char opaque[128];
 } kiln_sha256_ctx;
 
 void kiln_sha256_init(kiln_sha256_ctx *c);

@@ -39,9 +39,9 @@ typedef struct kiln_solver_options {
   /* GRADIENT mode sums the whole gradient after backward instead of bucket by bucket during it
    * (for measuring what the overlap gives). */
   bool no_overlap;
-  /* Caffe's `caffe train -gpu` as given ("0", "0,1", "all"), or NULL. Caffe lets it override the
-   * solver file's solver_mode and device_id; kiln has no GPU backend, so the solver says once
-   * that it trains on the CPU, naming the flag, and does not look at those fields. */
+  /* Caffe's `caffe train -gpu` as given ("0", "0,1", "all"), or NULL. As in Caffe it overrides
+   * the solver file's solver_mode and device_id: the worker trains on the GPU it names (by local
+   * rank where it names several), or on the CPU, saying why, where kiln has no GPU. */
   const char *gpu_flag;
 } kiln_solver_options;
 

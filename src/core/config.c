@@ -11,6 +11,7 @@
 static const kiln_config defaults = {.dnnl_layout = KILN_DNNL_LAYOUT_RULE,
                                      .comm_shm = KILN_COMM_SHM_ON,
                                      .launcher_rank = -1,
+                                     .local_rank = -1,
                                      .comm_timeout_s = KILN_COMM_DEFAULT_TIMEOUT_S,
                                      .fault = {.kind = KILN_FAULT_NONE}};
 
@@ -24,6 +25,32 @@ static const char *env(const char *name) {
 }
 
 static bool is(const char *v, const char *word) { return v && !strcmp(v, word); }
+
+int kiln_config_set_device(kiln_config *c, const char *name, const char *what) {
+  if (is(name, "host") || is(name, "cpu")) {
+    c->device = KILN_DEVICE_HOST;
+    return KILN_OK;
+  }
+  if (is(name, "hostsim")) {
+    c->device = KILN_DEVICE_HOSTSIM;
+    return KILN_OK;
+  }
+  if (name && !strncmp(name, "cuda", 4) && (name[4] == '\0' || name[4] == ':')) {
+    long n = -1; /* "cuda": the worker's GPU by its local rank */
+    if (name[4] == ':') {
+      char *end;
+      errno = 0;
+      n = strtol(name + 5, &end, 10);
+      if (end == name + 5 || *end || errno || n < 0 || n > 1023)
+        return kiln_errorf(KILN_ERR_INVALID, "%s: '%s' is not a GPU number (cuda:N)", what, name);
+    }
+    c->device = KILN_DEVICE_CUDA;
+    c->device_index = (int)n;
+    return KILN_OK;
+  }
+  return kiln_errorf(KILN_ERR_INVALID, "%s: unknown device '%s' (host, cuda, cuda:N, hostsim)", what,
+                     name ? name : "");
+}
 
 /* A positive whole number, or 0 for anything else. */
 static int positive(const char *v) {
@@ -69,8 +96,13 @@ static int place(char *buf, size_t n, const char *var, const char *a, const char
 
 int kiln_config_from_env(kiln_config *c) {
   kiln_config_init(c);
-  c->engine = is(env("KILN_ENGINE"), "ref") ? KILN_ENGINE_REF : KILN_ENGINE_CPU;
-  c->device = is(env("KILN_DEVICE"), "hostsim") ? KILN_DEVICE_HOSTSIM : KILN_DEVICE_HOST;
+  const char *engine = env("KILN_ENGINE");
+  c->engine = is(engine, "ref") ? KILN_ENGINE_REF : is(engine, "cuda") ? KILN_ENGINE_CUDA
+                                                                      : KILN_ENGINE_CPU;
+  const char *device = env("KILN_DEVICE");
+  if (device && device[0])
+    KILN_TRY(kiln_config_set_device(c, device, "KILN_DEVICE"));
+  c->tf32 = is(env("KILN_TF32"), "1");
   c->plain_layouts = is(env("KILN_LAYOUT"), "plain");
   c->unfused = is(env("KILN_FUSE"), "0");
   c->no_recompute = is(env("KILN_RECOMPUTE"), "0");
@@ -108,6 +140,14 @@ int kiln_config_from_env(kiln_config *c) {
   }
   c->local_ranks = positive(env("OMPI_COMM_WORLD_LOCAL_SIZE"));
   if (!c->local_ranks) c->local_ranks = positive(env("MPI_LOCALNRANKS"));
+  /* The rank among this host's, which picks its GPU (one GPU a rank). */
+  static const char *const local[] = {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID",
+                                      "SLURM_LOCALID"};
+  for (size_t i = 0; i < sizeof local / sizeof local[0] && c->local_rank < 0; i++) {
+    const char *r = env(local[i]);
+    if (is(r, "0")) c->local_rank = 0;
+    else if (positive(r)) c->local_rank = positive(r);
+  }
   c->omp_threads = positive(env("OMP_NUM_THREADS"));
 
   KILN_TRY(kiln_fault_parse(env(KILN_FAULT_ENV), &c->fault));

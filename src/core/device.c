@@ -165,6 +165,12 @@ const kiln_device *kiln_device_find(const char *name) {
   if (!name) return NULL;
   if (!strcmp(name, "host")) return &host;
   if (!strcmp(name, "hostsim")) return &hostsim;
+  if (!strcmp(name, "cuda")) return kiln_device_cuda(0);
+  if (!strncmp(name, "cuda:", 5) && name[5] >= '0' && name[5] <= '9') {
+    char *end;
+    long n = strtol(name + 5, &end, 10);
+    return *end || n > 1023 ? NULL : kiln_device_cuda((int)n);
+  }
   return NULL;
 }
 

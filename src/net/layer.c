@@ -38,8 +38,10 @@ int kiln_layer_wire(kiln_layer *l, const Caffe__LayerParameter *lp, const kiln_l
 }
 
 int kiln_layer_choose_backend(kiln_layer *l) {
-  const kiln_device *d = l->config->device == KILN_DEVICE_HOSTSIM ? kiln_device_hostsim()
-                                                                  : kiln_device_host();
+  const kiln_device *d = kiln_config_device(l->config);
+  if (!d)
+    return kiln_errorf(KILN_ERR_UNSUPPORTED, "layer '%s' (%s): no CUDA device %d (%s)", l->name,
+                       l->ops->type, l->config->device_index, kiln_cuda_unavailable());
   const kiln_backend *b = kiln_backend_for(d, l->config->engine);
   if (!b)
     return kiln_errorf(KILN_ERR_UNSUPPORTED, "layer '%s' (%s): no backend for device %s", l->name,

@@ -389,11 +389,14 @@ int kiln_net_create(const Caffe__NetParameter *np, const kiln_net_options *opt, 
   net->seed = opt->seed;
   net->nthreads = opt->nthreads > 0 ? opt->nthreads : kiln_get_num_threads();
   net->config = opt->config ? *opt->config : *kiln_config_defaults();
-  net->device = net->config.device == KILN_DEVICE_HOSTSIM ? kiln_device_hostsim() : NULL;
+  const kiln_device *dev = kiln_config_device(&net->config);
+  net->device = kiln_device_is_host(dev) ? NULL : dev;
   kiln_rng_seed(&net->rng, opt->seed, 0x6b696c6eULL);
   /* by device and engine, as kiln_layer_choose_backend picks its layers' */
-  net->backend = kiln_backend_for(net->device, net->config.engine);
+  net->backend = dev ? kiln_backend_for(net->device, net->config.engine) : NULL;
   int rc = net->backend ? build(net, np, opt)
+           : !dev       ? kiln_errorf(KILN_ERR_UNSUPPORTED, "net '%s': no CUDA device %d (%s)",
+                                      net->name, net->config.device_index, kiln_cuda_unavailable())
                         : kiln_errorf(KILN_ERR_UNSUPPORTED, "net '%s': no backend for device %s",
                                       net->name, net->device ? net->device->name : "host");
   if (rc) {

@@ -63,8 +63,22 @@ const kiln_backend *kiln_backend_hostsim(void) {
 
 const kiln_backend *kiln_backend_for(const kiln_device *d, kiln_engine e) {
   if (kiln_device_is_host(d)) return e == KILN_ENGINE_REF ? kiln_backend_ref() : kiln_backend_cpu();
-  if (d->kind == KILN_DEVICE_HOSTSIM) return kiln_backend_hostsim();
+  if (d->kind == KILN_DEVICE_HOSTSIM)
+    return e == KILN_ENGINE_CUDA ? kiln_backend_cudaemu() : kiln_backend_hostsim();
+  if (d->kind == KILN_DEVICE_CUDA) return kiln_backend_cuda(d->index);
   return NULL;
+}
+
+const kiln_device *kiln_config_device(const kiln_config *c) {
+  switch (c->device) {
+    case KILN_DEVICE_HOSTSIM: return kiln_device_hostsim();
+    case KILN_DEVICE_CUDA: {
+      const int n = kiln_cuda_device_count();
+      if (c->device_index >= 0 || n == 0) return kiln_device_cuda(c->device_index);
+      return kiln_device_cuda((c->local_rank > 0 ? c->local_rank : 0) % n);
+    }
+    default: return kiln_device_host();
+  }
 }
 
 #define OP_NAME_(name, params, args) #name,

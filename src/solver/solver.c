@@ -237,32 +237,84 @@ static int check_params(kiln_solver *s) {
 }
 
 /* Caffe trains on a GPU when the solver file says solver_mode: GPU (device_id picks which) or
- * when `-gpu` says so. kiln has no GPU backend: it says so once, so that nobody takes a CPU run
- * for a GPU one, and trains on the CPU. A device number that cannot exist is a mistake in the
- * file (Caffe would fail on it), and is refused naming the field. As in Caffe's tool, the mode
- * counts only when the file gives it (the field's default, GPU, does not), and -gpu replaces
- * both fields. Every worker checks; rank 0 speaks for them. */
+ * when `-gpu` says so; so does kiln, on its CUDA backend. As in Caffe's tool, the mode counts only
+ * when the file gives it (the field's default, GPU, does not), and -gpu replaces both fields; a
+ * device chosen by kiln's own --device (KILN_DEVICE) replaces all three. One GPU a worker: the
+ * workers on one host take theirs by their rank among the host's (local rank), from device_id
+ * on, around the GPUs there are (two workers share a machine's only GPU). A device number that
+ * cannot exist is a mistake in the file (Caffe would fail on it), refused naming the field. Where
+ * kiln has no GPU (built without CUDA, or none in the machine) it says so once, so that nobody
+ * takes a CPU run for a GPU one, and trains on the CPU. Every worker checks; rank 0 speaks. */
+static int gpu_from_flag(const kiln_solver *s, int local, int count, int *want) {
+  const char *f = s->opt.gpu_flag;
+  if (!strcmp(f, "all")) {
+    *want = local % count;
+    return KILN_OK;
+  }
+  int ids[64], n = 0;
+  for (const char *q = f; *q && n < 64;) {
+    char *end;
+    long v = strtol(q, &end, 10);
+    if (end == q || v < 0 || v > 1023)
+      return kiln_errorf(KILN_ERR_INVALID, "-gpu %s: not a device list", f);
+    ids[n++] = (int)v;
+    q = *end == ',' ? end + 1 : end;
+    if (*end && *end != ',') return kiln_errorf(KILN_ERR_INVALID, "-gpu %s: not a device list", f);
+  }
+  if (n == 0) return kiln_errorf(KILN_ERR_INVALID, "-gpu %s: not a device list", f);
+  if (n > 1 && s->nworkers <= 1 && s->rank == 0)
+    kiln_log(KILN_LOG_WARN,
+             "-gpu %s: one process trains on one GPU (cuda:%d); for all of them start one worker "
+             "a GPU: mpirun -np %d kiln train ...",
+             f, ids[0], n);
+  *want = ids[local % n];
+  if (*want >= count)
+    return kiln_errorf(KILN_ERR_INVALID, "-gpu %s: no GPU %d (this machine has %d)", f, *want,
+                       count);
+  return KILN_OK;
+}
+
 static int check_device(kiln_solver *s) {
   const Caffe__SolverParameter *p = s->param;
-  if (s->opt.gpu_flag) {
-    if (s->rank == 0)
-      kiln_log(KILN_LOG_WARN, "-gpu %s: kiln has no GPU backend; training on the CPU",
-               s->opt.gpu_flag);
-    return KILN_OK;
-  }
-  if (!p->has_solver_mode || p->solver_mode != CAFFE__SOLVER_PARAMETER__SOLVER_MODE__GPU)
-    return KILN_OK;
-  if (p->device_id < 0)
+  const kiln_config *cfg = s->opt.config;
+  const bool mode_gpu =
+      p->has_solver_mode && p->solver_mode == CAFFE__SOLVER_PARAMETER__SOLVER_MODE__GPU;
+  if (cfg->device != KILN_DEVICE_HOST || (!s->opt.gpu_flag && !mode_gpu)) return KILN_OK;
+  if (!s->opt.gpu_flag && p->device_id < 0)
     return kiln_errorf(KILN_ERR_INVALID,
                        "%s: solver_mode: GPU with device_id: %d: no such device (device numbers "
-                       "start at 0; kiln trains on the CPU in any case)",
+                       "start at 0)",
                        s->source, (int)p->device_id);
-  if (s->rank == 0) {
-    char dev[48] = "";
-    if (p->has_device_id) snprintf(dev, sizeof dev, " (device_id: %d)", (int)p->device_id);
-    kiln_log(KILN_LOG_WARN, "%s: solver_mode: GPU%s: kiln has no GPU backend; training on the CPU",
-             s->source, dev);
+  char asked[4200];
+  if (s->opt.gpu_flag) snprintf(asked, sizeof asked, "-gpu %s", s->opt.gpu_flag);
+  else if (p->has_device_id)
+    snprintf(asked, sizeof asked, "%s: solver_mode: GPU (device_id: %d)", s->source,
+             (int)p->device_id);
+  else snprintf(asked, sizeof asked, "%s: solver_mode: GPU", s->source);
+  const int count = kiln_cuda_device_count();
+  if (count == 0) {
+    if (s->rank == 0)
+      kiln_log(KILN_LOG_WARN, "%s: no GPU (%s); training on the CPU", asked,
+               kiln_cuda_unavailable());
+    return KILN_OK;
   }
+  const int local = cfg->local_rank >= 0 ? cfg->local_rank : s->rank;
+  int want = 0;
+  if (s->opt.gpu_flag) {
+    KILN_TRY(gpu_from_flag(s, local, count, &want));
+  } else {
+    if (p->device_id >= count)
+      return kiln_errorf(KILN_ERR_INVALID, "%s: device_id: %d: no such GPU (this machine has %d)",
+                         s->source, (int)p->device_id, count);
+    want = (int)((p->device_id + local) % count);
+  }
+  s->device_config = *cfg;
+  s->device_config.device = KILN_DEVICE_CUDA;
+  s->device_config.device_index = want;
+  s->opt.config = &s->device_config;
+  if (s->rank == 0)
+    kiln_log(KILN_LOG_INFO, "%s: training on cuda:%d%s", asked, want,
+             s->nworkers > 1 ? " (each worker on its host's GPU by local rank)" : "");
   return KILN_OK;
 }
 

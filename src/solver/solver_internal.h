@@ -24,6 +24,8 @@ struct kiln_solver {
   uint64_t seed;
   kiln_solver_options opt;
   kiln_fault fault;        /* the configuration's: an injected slowdown or leak */
+  kiln_config device_config; /* the caller's with the GPU that solver_mode / -gpu chose, which
+                              opt.config then points at */
 
   /* the nets */
   kiln_net *net;           /* the train net */

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "device_mirror.h"
+#include "kiln/backend.h"
 #include "gradcheck.h"
 
 const kiln_config *kiln_test_config(void) {
@@ -14,6 +15,13 @@ const kiln_config *kiln_test_config(void) {
     if (kiln_config_from_env(&cfg)) {
       fprintf(stderr, "test configuration: %s\n", kiln_last_error());
       abort();
+    }
+    /* KILN_DEVICE=cuda:N on a machine without that GPU: the whole binary skips (CTest's
+     * SKIP_RETURN_CODE), saying why */
+    if (cfg.device == KILN_DEVICE_CUDA && !kiln_config_device(&cfg)) {
+      printf("skipped: no CUDA device (%s)\n", kiln_cuda_unavailable());
+      fflush(stdout);
+      exit(77);
     }
     read = true;
   }

@@ -1,0 +1,3 @@
+/* src/cuda/conv.cu built as C: the emulated CUDA backend (src/cuda/kcuda.h). */
+#define KCUDA_EMU
+#include "../conv.cu"
