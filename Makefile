@@ -4,11 +4,12 @@ BUILD ?= build
 ASAN_BUILD ?= build-asan
 MPICH_BUILD ?= build-mpich
 CLANG_BUILD ?= build-clang
+CUDA_BUILD ?= build-cuda
 FUZZ_BUILD ?= build-fuzz
 FUZZ_SECONDS ?= 60
 JOBS ?= $(shell nproc)
 
-.PHONY: all deps build build-asan build-mpich build-clang build-fuzz fuzz test test-fast test-asan run run-lenet bench bench-seq data data-text ce-text ce-full clean
+.PHONY: all deps build build-asan build-mpich build-clang build-cuda build-fuzz fuzz test test-cuda test-fast test-asan run run-lenet bench bench-gpu bench-seq data data-text ce-text ce-full clean
 
 all: build
 
@@ -34,6 +35,18 @@ build-mpich: deps
 build-clang: deps
 	@CC=clang cmake -S . -B $(CLANG_BUILD) -DCMAKE_BUILD_TYPE=Release >/dev/null
 	@cmake --build $(CLANG_BUILD) -j $(JOBS)
+
+# The CUDA backend (cmake -DKILN_CUDA=ON; the toolkit from scripts/install-deps --cuda). It builds
+# on machines without a GPU, where its GPU tests skip, saying so.
+build-cuda: deps
+	@scripts/install-deps --cuda
+	@cmake -S . -B $(CUDA_BUILD) -DCMAKE_BUILD_TYPE=Release -DKILN_CUDA=ON >/dev/null
+	@cmake --build $(CUDA_BUILD) -j $(JOBS)
+
+# Its unit tests: the CUDA backend's op table and every layer's tests on GPU 0 (skipped without
+# one), and the rest of the unit tests in that build.
+test-cuda: build-cuda
+	@cd $(CUDA_BUILD) && ctest --output-on-failure -j 2 -L unit
 
 # libFuzzer targets (tests/fuzz): every reader and parser under clang's fuzzer and sanitizers,
 # FUZZ_SECONDS each; make test replays their stored corpus and every crash input found.
@@ -99,8 +112,13 @@ bench: build data
 # The sequence models against PyTorch (a 2-layer LSTM, two transformer blocks), apart from
 # `make bench`: three repetitions at 1 and 2 threads, twice where the VM sets OPENBLAS_CORETYPE
 # (docs/PERF.md says how long that takes).
+# The GPU benchmark against PyTorch on the same GPU (bench/gpu; scripts/gpu-check runs it on a
+# lent GPU machine).
+bench-gpu: build-cuda
+	@bench/gpu $(CUDA_BUILD)/kiln
+
 bench-seq: build
 	@BENCH_CASES="$${BENCH_CASES:-lstm transformer}" bench/run $(BUILD)/kiln
 
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD) $(MPICH_BUILD) $(CLANG_BUILD) $(FUZZ_BUILD)
+	rm -rf $(BUILD) $(ASAN_BUILD) $(MPICH_BUILD) $(CLANG_BUILD) $(CUDA_BUILD) $(FUZZ_BUILD)

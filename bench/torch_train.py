@@ -1,11 +1,23 @@
-"""PyTorch side of `make bench`: trains the same architecture as bench/nets/<case>.prototxt on
-random input with SGD (momentum 0.9, weight decay 5e-4), with a given number of threads, and
-prints `samples_per_s peak_rss_mb`, a sample being a label (one step of a sequence in the
-sequence cases, lstm and transformer). Run with Debian's /usr/bin/python3 (python3-torch)."""
+"""PyTorch side of `make bench` and bench/gpu: trains the same architecture as
+bench/nets/<case>.prototxt on random input with SGD (momentum 0.9, weight decay 5e-4), with a
+given number of threads, and prints `samples_per_s peak_mb`, a sample being a label (one step of
+a sequence in the sequence cases, lstm and transformer). On the CPU (the default; run with
+Debian's /usr/bin/python3, python3-torch) peak_mb is the peak RSS.
+
+usage: torch_train.py CASE THREADS ITERS [--params] [--device cuda] [--tf32] [--batch N]
+  --params      print the parameter count and stop (to check the nets)
+  --device D    train on D (cuda, cuda:N): model and data on the GPU, cudnn.benchmark on, the
+                clock read after torch.cuda.synchronize(); peak_mb is then
+                torch.cuda.max_memory_allocated() in MiB
+  --tf32        let cuBLAS and cuDNN use TF32 tensor cores (without it both are kept off on
+                CUDA); no effect on the CPU, which has no TF32
+  --batch N     the batch: the first axis of an image case, the second (N) of a time-major
+                T x N x D sequence case"""
 import os
 import resource
 import sys
 import time
+import warnings
 
 import torch
 import torch.nn as nn
@@ -280,8 +292,41 @@ CASES = {
 }
 
 
+def options(argv):
+    """The flags after the three positional arguments: (params, device, tf32, batch)."""
+    params, device, tf32, batch = False, "cpu", False, None
+    i = 0
+    while i < len(argv):
+        a = argv[i]
+        if a == "--params":
+            params = True
+        elif a == "--tf32":
+            tf32 = True
+        elif a in ("--device", "--batch") and i + 1 < len(argv):
+            i += 1
+            if a == "--device":
+                device = argv[i]
+            else:
+                batch = int(argv[i])
+        else:
+            sys.exit(f"torch_train.py: unknown option {a!r} (see the usage in its docstring)")
+        i += 1
+    return params, device, tf32, batch
+
+
+def with_batch(shape, label_shape, batch):
+    """The case's input and label shapes at another batch: the first axis of an image case, the
+    second of a time-major sequence case (its labels T x N)."""
+    axis = 1 if len(label_shape) == 2 else 0
+    shape, label_shape = list(shape), list(label_shape)
+    shape[axis] = label_shape[axis] = batch
+    return tuple(shape), tuple(label_shape)
+
+
 def main():
     case, threads, iters = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+    params, device, tf32, batch = options(sys.argv[4:])
+    cuda = device.startswith("cuda")
     # Subnormal floats flushed to zero, as kiln flushes them (KILN_DENORMALS): the labels are
     # constant, the loss falls to 0, and the gradients fade into the subnormal range, where
     # many x86 processors take a microcode assist per operand. Before any thread is started,
@@ -291,12 +336,25 @@ def main():
     torch.set_num_threads(threads)
     torch.manual_seed(1)
     make, shape, label_shape = CASES[case]
+    if batch is not None:
+        shape, label_shape = with_batch(shape, label_shape, batch)
     model = make()
-    if len(sys.argv) > 4 and sys.argv[4] == "--params":  # the parameter count, to check the nets
+    if params:  # the parameter count, to check the nets
         print(sum(p.numel() for p in model.parameters()))
         return
-    x = torch.rand(shape)
-    y = torch.full(label_shape, 3, dtype=torch.long).flatten()
+    if cuda:
+        # TF32 set both ways explicitly: PyTorch's defaults differ between cuBLAS (off) and
+        # cuDNN (on), and the comparison needs both sides on the same arithmetic. The legacy
+        # flags, which set cudnn's conv and rnn alike; newer PyTorch warns that they will go.
+        warnings.filterwarnings("ignore", message=".*new API settings to control TF32.*")
+        torch.backends.cuda.matmul.allow_tf32 = tf32
+        torch.backends.cudnn.allow_tf32 = tf32
+        # what a PyTorch user training fixed shapes sets: cuDNN picks its fastest algorithms
+        # in the warm-up step
+        torch.backends.cudnn.benchmark = True
+        model = model.to(device)
+    x = torch.rand(shape, device=device)
+    y = torch.full(label_shape, 3, dtype=torch.long, device=device).flatten()
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, weight_decay=5e-4)
 
     def step():
@@ -306,12 +364,20 @@ def main():
         opt.step()
 
     step()  # warm-up, as kiln's first iteration is not timed either
+    if cuda:  # the clock starts and stops with the GPU idle: kernels run asynchronously
+        torch.cuda.synchronize(device)
     t0 = time.perf_counter()
     for _ in range(iters):
         step()
+    if cuda:
+        torch.cuda.synchronize(device)
     dt = time.perf_counter() - t0
-    rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
-    print(f"{iters * y.numel() / dt:.1f} {rss_mb:.1f}")
+    if cuda:  # the caching allocator's peak of live tensors: with the warm-up's, and the
+        # workspaces of cuDNN's algorithm trials
+        peak_mb = torch.cuda.max_memory_allocated(device) / 2**20
+    else:
+        peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+    print(f"{iters * y.numel() / dt:.1f} {peak_mb:.1f}")
 
 
 if __name__ == "__main__":

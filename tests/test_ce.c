@@ -87,7 +87,8 @@ static const char metrics_text[] =
     "{\"event\":\"worker\",\"iter\":400,\"time_ms\":4000,\"rank\":0,\"samples_per_s\":550}\n"
     "{\"event\":\"worker\",\"iter\":400,\"time_ms\":4000,\"rank\":1,\"samples_per_s\":540,"
     "\"peak_rss_mb\":70}\n"
-    "{\"event\":\"done\",\"iter\":400,\"time_ms\":4200,\"rank\":0,\"peak_rss_mb\":64}\n";
+    "{\"event\":\"done\",\"iter\":400,\"time_ms\":4200,\"rank\":0,\"peak_rss_mb\":64,"
+    "\"peak_device_mb\":31.5}\n";
 
 static void test_metrics_extraction(void **state) {
   (void)state;
@@ -112,6 +113,7 @@ static void test_metrics_extraction(void **state) {
   assert_int_equal(m.f1.iter[0], 200);
   assert_float_equal(m.f1.value[1], 0.7, 1e-12);
   assert_float_equal(m.peak_rss_mb, 70, 0); /* the largest over every rank */
+  assert_float_equal(m.peak_device_mb, 31.5, 0);
   assert_float_equal(m.duration_s, 4.2, 1e-12);
   /* the first window (start-up) is left out: median of 1000, 1200, 1100 */
   assert_float_equal(m.samples_per_s, 1100, 1e-9);

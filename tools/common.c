@@ -255,8 +255,10 @@ void tool_on_event(const kiln_event *e, void *user) {
             e->rank, e->nworkers, (long long)e->worker_iters, e->samples_per_s,
             e->wall_samples_per_s, e->sync_ms / 1e3);
   } else if (!strcmp(e->event, KILN_EV_DONE)) {
-    fprintf(stderr, "done at iteration %d in %.1f s, peak RSS %.1f MB\n", e->iter, e->time_ms / 1e3,
+    fprintf(stderr, "done at iteration %d in %.1f s, peak RSS %.1f MB", e->iter, e->time_ms / 1e3,
             e->peak_rss_mb);
+    if (e->peak_device_mb > 0) fprintf(stderr, ", peak device memory %.1f MB", e->peak_device_mb);
+    fputc('\n', stderr);
   }
   metrics_result(m, kiln_metrics_write_event(m->file, e));
 }

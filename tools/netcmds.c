@@ -389,7 +389,8 @@ int cmd_time(int argc, char **argv) {
   for (int it = 0; it < a.iterations; it++) {
     for (int i = 0; i < L; i++) {
       double t0 = kiln_now_ms();
-      if (kiln_net_layer_forward(net, i)) {
+      /* a device's kernels are queued: each layer's time is until they are done */
+      if (kiln_net_layer_forward(net, i) || kiln_device_sync(net->device)) {
         code = tool_fail("time");
         goto done;
       }
@@ -406,7 +407,7 @@ int cmd_time(int argc, char **argv) {
     }
     for (int i = L - 1; i >= 0; i--) {
       double t0 = kiln_now_ms();
-      if (kiln_net_layer_backward(net, i)) {
+      if (kiln_net_layer_backward(net, i) || kiln_device_sync(net->device)) {
         code = tool_fail("time");
         goto done;
       }
@@ -449,13 +450,18 @@ int cmd_time(int argc, char **argv) {
          fsum, bsum, per_iter);
   printf("%.1f samples/s (batch %d), %.2f GFLOP/s forward\n", batch / (per_iter / 1e3), batch,
          kiln_net_forward_flops(net) / (fsum * 1e6));
+  size_t dev_peak = 0;
+  const bool on_device = net->device && kiln_device_memory(net->device, NULL, &dev_peak) == KILN_OK;
+  if (on_device)
+    printf("peak device memory: %.1f MB on %s\n", (double)dev_peak / (1 << 20), net->device->name);
   const kiln_metric_field fl[] = {{KILN_MF_FORWARD_MS, fsum, NULL},
                                   {KILN_MF_BACKWARD_MS, bsum, NULL},
                                   {KILN_MF_TOTAL_MS, per_iter, NULL},
                                   {KILN_MF_SAMPLES_PER_S, batch / (per_iter / 1e3), NULL},
                                   {KILN_MF_BATCH, batch, NULL},
-                                  {KILN_MF_PEAK_RSS_MB, kiln_peak_rss_mb(), NULL}};
-  tool_metrics_write(&m, KILN_EV_TIME, a.iterations, total, 6, fl);
+                                  {KILN_MF_PEAK_RSS_MB, kiln_peak_rss_mb(), NULL},
+                                  {KILN_MF_PEAK_DEVICE_MB, (double)dev_peak / (1 << 20), NULL}};
+  tool_metrics_write(&m, KILN_EV_TIME, a.iterations, total, on_device ? 7 : 6, fl);
 done:
   free(fwd);
   free(bwd);

@@ -78,6 +78,7 @@ typedef struct kiln_ce_metrics {
   kiln_ce_series f1;          /* their "f1" (an F1 layer's, derived over the whole pass) */
   kiln_ce_series perplexity;  /* their "perplexity", or exp(loss) when they have none */
   double peak_rss_mb;         /* the largest over all events and ranks; NaN without any */
+  double peak_device_mb;      /* likewise of peak_device_mb (nets on a GPU); NaN without any */
   double duration_s;          /* the "done" event's time_ms of rank 0; NaN without one */
   double samples_per_s;       /* the median over the train events after the first (rank 0 writes
                                * them with the throughput of all workers); NaN without any */

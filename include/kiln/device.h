@@ -67,6 +67,8 @@ const char *kiln_cuda_unavailable(void);
  * that runs report), and what it holds from the driver (cached blocks and scratch too);
  * KILN_ERR_INVALID for a device that is not a GPU. */
 int kiln_cuda_memory(const kiln_device *d, size_t *in_use, size_t *peak, size_t *reserved);
+/* The driver's free memory on that GPU (cudaMemGetInfo). */
+int kiln_cuda_free_memory(const kiln_device *d, size_t *bytes);
 /* By name ("host", "hostsim", "cuda:N" / "cuda" for GPU 0); NULL for another. */
 const kiln_device *kiln_device_find(const char *name);
 
@@ -83,6 +85,15 @@ int kiln_device_set(const kiln_device *d, void *dst, int byte, size_t bytes);
 int kiln_device_sync(const kiln_device *d);
 void kiln_device_enter(const kiln_device *d);
 void kiln_device_leave(const kiln_device *d);
+
+/* The memory a device's allocations hold now and at most so far, in bytes (a GPU: what its pool
+ * handed out; hostsim: its mappings); KILN_ERR_UNSUPPORTED on the host, whose memory is the
+ * process's (its peak RSS). */
+int kiln_device_memory(const kiln_device *d, size_t *in_use, size_t *peak);
+
+/* The bytes a device can still hand out (a GPU: the driver's free memory and the pool's cached
+ * blocks); KILN_ERR_UNSUPPORTED where that is the host's (host, hostsim). */
+int kiln_device_available(const kiln_device *d, size_t *bytes);
 
 /* hostsim's bookkeeping, for its tests: the mappings it holds, and whether its memory is open
  * (inside enter .. leave). */

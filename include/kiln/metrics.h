@@ -29,6 +29,7 @@
 #define KILN_MF_LR "lr"
 #define KILN_MF_SAMPLES_PER_S "samples_per_s"
 #define KILN_MF_PEAK_RSS_MB "peak_rss_mb"
+#define KILN_MF_PEAK_DEVICE_MB "peak_device_mb" /* a net on a device: its memory's peak (GPU) */
 #define KILN_MF_CPU_WAIT_MS "cpu_wait_ms"
 #define KILN_MF_TEST_NET "test_net"
 #define KILN_MF_ACCURACY "accuracy"     /* a test (or train) net's output of that name */
@@ -58,6 +59,8 @@ typedef struct kiln_event {
   float lr;
   double samples_per_s;
   double peak_rss_mb;
+  double peak_device_mb; /* the nets' device's memory at its peak (kiln_device_memory); 0 or NaN for
+                            nets on the host */
   double cpu_wait_ms;  /* since the solver was created, the training thread's time runnable but
                           waiting for a CPU (kiln_thread_cpu_wait_ms); NaN where unknown */
   int test_net;        /* test: which test net */

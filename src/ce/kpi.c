@@ -22,6 +22,9 @@ static const kiln_ce_kpi_info kpis[] = {
     {"train_accuracy", "", true, false, false, false, false, 0, 0.02},
     {"test_loss", "", false, false, false, false, false, 0.05, 0.01},
     {"peak_rss_mb", "MB", false, true, false, false, false, 0.10, 8},
+    /* a GPU's memory at its peak (the "gpu_memory" KPI of model-evaluation suites): the pool's
+     * high-water mark, which a given net and batch reproduce closely */
+    {"peak_device_mb", "MB", false, true, false, false, false, 0.05, 4},
     {"duration_s", "s", false, true, true, false, false, 0.15, 0},
     {"samples_per_s", "samples/s", true, true, true, false, false, 0.15, 0},
     {"speedup", "x", true, true, true, true, false, 0.15, 0},
@@ -39,6 +42,7 @@ const kiln_ce_kpi_info *kiln_ce_kpi_lookup(const char *name) {
 
 const char *kiln_ce_kpi_names(void) {
   return "accuracy, f1, perplexity, train_loss, train_accuracy, test_loss, peak_rss_mb, "
+         "peak_device_mb, "
          "duration_s, samples_per_s, speedup, efficiency, per, word_accuracy";
 }
 

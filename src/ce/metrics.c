@@ -109,6 +109,9 @@ static int handle_event(kiln_ce_metrics *m, const cJSON *o, parse_state *st, con
   bool have;
   double rss = field(o, KILN_MF_PEAK_RSS_MB, &have);
   if (isfinite(rss) && (isnan(m->peak_rss_mb) || rss > m->peak_rss_mb)) m->peak_rss_mb = rss;
+  double dev = field(o, KILN_MF_PEAK_DEVICE_MB, &have);
+  if (isfinite(dev) && (isnan(m->peak_device_mb) || dev > m->peak_device_mb))
+    m->peak_device_mb = dev;
 
   bool train = !strcmp(event, KILN_EV_TRAIN), test = !strcmp(event, KILN_EV_TEST);
   if (train || test) {
@@ -161,6 +164,7 @@ static int handle_event(kiln_ce_metrics *m, const cJSON *o, parse_state *st, con
 int kiln_ce_metrics_parse(const char *text, size_t len, const char *name, kiln_ce_metrics *out) {
   memset(out, 0, sizeof *out);
   out->peak_rss_mb = NAN;
+  out->peak_device_mb = NAN;
   out->duration_s = NAN;
   out->samples_per_s = NAN;
   out->cpu_wait_s = NAN;
@@ -259,6 +263,7 @@ double kiln_ce_kpi_value(const kiln_ce_metrics *m, const kiln_ce_kpi_spec *k) {
                                                           : NULL;
   if (s) return kiln_ce_reduce(s->value, s->n, k->reduction, k->mean_last_n, k->higher_is_better);
   if (!strcmp(name, "peak_rss_mb")) return m->peak_rss_mb;
+  if (!strcmp(name, "peak_device_mb")) return m->peak_device_mb;
   if (!strcmp(name, "duration_s")) return m->duration_s;
   if (!strcmp(name, "samples_per_s")) return m->samples_per_s;
   if (!strcmp(name, "per")) return m->per;

@@ -454,6 +454,7 @@ static bool run_once(const ctx *x, const Caffe__CeModel *m, const prepared *p,
                      (!strcmp(name, "train_accuracy") && met.train_accuracy.n == 0) ||
                      (!strcmp(name, "samples_per_s") && isnan(met.samples_per_s)) ||
                      (!strcmp(name, "peak_rss_mb") && isnan(met.peak_rss_mb)) ||
+                     (!strcmp(name, "peak_device_mb") && isnan(met.peak_device_mb)) ||
                      (specs[k].info->decoded && !met.decoded);
       if (missing) v = INFINITY;
     }

@@ -60,6 +60,7 @@ typedef struct {
 static pthread_mutex_t sim_lock = PTHREAD_MUTEX_INITIALIZER;
 static mapping *maps;
 static int nmaps, cap_maps;
+static size_t mapped, peak_mapped; /* bytes */
 static int depth; /* enter .. leave nesting: open while > 0 */
 
 static void protect_all(int prot) {
@@ -101,6 +102,8 @@ static int sim_alloc(const kiln_device *d, size_t bytes, void **out) {
     cap_maps = cap;
   }
   maps[nmaps++] = (mapping){p, len};
+  mapped += len;
+  if (mapped > peak_mapped) peak_mapped = mapped;
   if (depth == 0) mprotect(p, len, PROT_NONE);
   pthread_mutex_unlock(&sim_lock);
   *out = p;
@@ -114,6 +117,7 @@ static void sim_free(const kiln_device *d, void *p) {
   for (int i = 0; i < nmaps; i++)
     if (maps[i].p == p) {
       munmap(maps[i].p, maps[i].len);
+      mapped -= maps[i].len;
       maps[i] = maps[--nmaps];
       break;
     }
@@ -160,6 +164,28 @@ bool kiln_hostsim_open(void) {
 }
 
 /* ---- through the table --------------------------------------------------------------------- */
+
+int kiln_device_available(const kiln_device *d, size_t *bytes) {
+  if (d && d->kind == KILN_DEVICE_CUDA) {
+    size_t in_use, reserved;
+    KILN_TRY(kiln_cuda_memory(d, &in_use, NULL, &reserved));
+    KILN_TRY(kiln_cuda_free_memory(d, bytes));
+    *bytes += reserved > in_use ? reserved - in_use : 0;
+    return KILN_OK;
+  }
+  return KILN_ERR_UNSUPPORTED;
+}
+
+int kiln_device_memory(const kiln_device *d, size_t *in_use, size_t *peak) {
+  if (kiln_device_is_host(d))
+    return kiln_errorf(KILN_ERR_UNSUPPORTED, "the host's memory is the process's (peak RSS)");
+  if (d->kind == KILN_DEVICE_CUDA) return kiln_cuda_memory(d, in_use, peak, NULL);
+  pthread_mutex_lock(&sim_lock);
+  if (in_use) *in_use = mapped;
+  if (peak) *peak = peak_mapped;
+  pthread_mutex_unlock(&sim_lock);
+  return KILN_OK;
+}
 
 const kiln_device *kiln_device_find(const char *name) {
   if (!name) return NULL;

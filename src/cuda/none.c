@@ -30,6 +30,12 @@ int kiln_cuda_memory(const kiln_device *d, size_t *in_use, size_t *peak, size_t 
   return KILN_ERR_INVALID;
 }
 
+int kiln_cuda_free_memory(const kiln_device *d, size_t *bytes) {
+  (void)d;
+  *bytes = 0;
+  return KILN_ERR_INVALID;
+}
+
 const kiln_backend *kiln_backend_cuda(int index) {
   (void)index;
   return NULL;

@@ -284,7 +284,12 @@ int kiln_net_plan_memory(kiln_net *net, const kiln_net_options *opt) {
   m->workspace = net->workspace_floats * 4;
   m->total = m->params + m->grads + m->history + m->activations + m->buffers + m->workspace +
              m->data_queues;
-  uint64_t limit = opt->max_memory ? opt->max_memory : kiln_mem_available();
+  /* a net on a GPU: its memory is the GPU's (--max-memory counts that too) */
+  size_t dev_free = 0;
+  const bool dev_limit = kiln_device_available(net->device, &dev_free) == KILN_OK;
+  uint64_t limit = opt->max_memory ? opt->max_memory
+                   : dev_limit     ? (uint64_t)dev_free
+                                   : kiln_mem_available();
   if (limit && (uint64_t)m->total > limit) {
     const char *names[] = {"parameters", "gradients", "solver history", "activations",
                            "layer buffers", "workspace", "data prefetch queues"};
@@ -303,7 +308,9 @@ int kiln_net_plan_memory(kiln_net *net, const kiln_net_options *opt) {
                        "%s: %s%s",
                        net->name, net->phase == CAFFE__PHASE__TRAIN ? "TRAIN" : "TEST",
                        human_bytes(m->total, a, sizeof a), human_bytes((int64_t)limit, b, sizeof b),
-                       opt->max_memory ? " (--max-memory)" : " (memory available on this machine)",
+                       opt->max_memory ? " (--max-memory)"
+                       : dev_limit     ? " (memory free on the GPU)"
+                                       : " (memory available on this machine)",
                        names[big], human_bytes(parts[big], c, sizeof c), hint);
   }
   return KILN_OK;

@@ -102,11 +102,17 @@ int kiln_metrics_write_event(kiln_metrics_file *m, const kiln_event *e) {
   kiln_metric_field fl[MAX_FIELDS];
   int n = 0;
 #define FIELD(NAME, VALUE) fl[n++] = (kiln_metric_field){.name = (NAME), .value = (VALUE)}
+  /* only for nets on a device: a host run's files stay as they were */
+#define DEVICE_FIELD()                                                   \
+  do {                                                                   \
+    if (e->peak_device_mb > 0) FIELD(KILN_MF_PEAK_DEVICE_MB, e->peak_device_mb); \
+  } while (0)
   if (!strcmp(e->event, KILN_EV_TRAIN)) {
     FIELD(KILN_MF_LOSS, e->loss);
     FIELD(KILN_MF_LR, e->lr);
     FIELD(KILN_MF_SAMPLES_PER_S, e->samples_per_s);
     FIELD(KILN_MF_PEAK_RSS_MB, e->peak_rss_mb);
+    DEVICE_FIELD();
     FIELD(KILN_MF_CPU_WAIT_MS, e->cpu_wait_ms);
     /* the train net's outputs on this iteration's batch (an Accuracy layer's, for CE's
      * train_accuracy); its "loss" output is left out, behind the smoothed loss above */
@@ -118,8 +124,10 @@ int kiln_metrics_write_event(kiln_metrics_file *m, const kiln_event *e) {
     for (int i = 0; i < e->noutputs && n < MAX_FIELDS - 1; i++)
       FIELD(e->output_names[i], e->output_values[i]);
     FIELD(KILN_MF_PEAK_RSS_MB, e->peak_rss_mb);
+    DEVICE_FIELD();
   } else if (!strcmp(e->event, KILN_EV_SNAPSHOT)) {
     FIELD(KILN_MF_PEAK_RSS_MB, e->peak_rss_mb);
+    DEVICE_FIELD();
   } else if (!strcmp(e->event, KILN_EV_WORKER)) {
     FIELD(KILN_MF_SAMPLES_PER_S, e->samples_per_s);
     FIELD(KILN_MF_SYNC_MS, e->sync_ms);
@@ -127,8 +135,10 @@ int kiln_metrics_write_event(kiln_metrics_file *m, const kiln_event *e) {
     FIELD(KILN_MF_ITERS, (double)e->worker_iters);
   } else if (!strcmp(e->event, KILN_EV_DONE)) {
     FIELD(KILN_MF_PEAK_RSS_MB, e->peak_rss_mb);
+    DEVICE_FIELD();
     FIELD(KILN_MF_CPU_WAIT_MS, e->cpu_wait_ms);
   }
+#undef DEVICE_FIELD
 #undef FIELD
   return kiln_metrics_write(m, e->event, e->iter, e->time_ms, e->rank, n, fl);
 }

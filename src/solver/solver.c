@@ -28,6 +28,11 @@ void solver_emit(kiln_solver *s, kiln_event *e) {
   /* /proc reads: not for the per-iteration progress event */
   bool progress = !strcmp(e->event, "progress");
   e->peak_rss_mb = progress ? 0 : kiln_peak_rss_mb();
+  size_t peak;
+  e->peak_device_mb = !progress && s->net && s->net->device &&
+                              kiln_device_memory(s->net->device, NULL, &peak) == KILN_OK
+                          ? (double)peak / (1 << 20)
+                          : NAN;
   e->cpu_wait_ms = progress ? 0 : kiln_thread_cpu_wait_ms() - s->start_cpu_wait_ms;
   s->opt.on_event(e, s->opt.user);
 }

@@ -25,13 +25,15 @@ mk lenet > sim/solver.prototxt
   > ../sim.log 2>&1)
 rc=$?
 [ $rc -eq 0 ] && pass || fail "hostsim run: exit $rc: $(tail -3 sim.log)"
+grep -q '"event":"done".*"peak_device_mb":[1-9]' sim.jsonl && ! grep -q peak_device_mb host.jsonl && pass \
+  || fail "the hostsim run's metrics lack its device memory, or the host's have one: $(grep done sim.jsonl host.jsonl)"
 grep -q "^memory on hostsim: " sim.log && ! grep -q "^memory on" host.log && pass \
   || fail "the hostsim run's memory plan does not say it is on hostsim: $(grep memory sim.log)"
 cmp -s host/lenet_iter_50.caffemodel sim/lenet_iter_50.caffemodel && pass \
   || fail "the weights after 50 iterations differ between the host and hostsim"
 cmp -s host/lenet_iter_50.solverstate sim/lenet_iter_50.solverstate && pass \
   || fail "the solver states after 50 iterations differ"
-figures() { grep -E '"event":"(train|test)"' "$1" | sed -E 's/"(time_ms|samples_per_s|peak_rss_mb|cpu_wait_ms)":[^,}]*,?//g'; }
+figures() { grep -E '"event":"(train|test)"' "$1" | sed -E 's/"(time_ms|samples_per_s|peak_rss_mb|peak_device_mb|cpu_wait_ms)":[^,}]*,?//g'; }
 [ -n "$(figures host.jsonl)" ] && [ "$(figures host.jsonl)" = "$(figures sim.jsonl)" ] && pass \
   || fail "losses or test figures differ: $(diff <(figures host.jsonl) <(figures sim.jsonl) | head -5)"
 # resumed half-way on hostsim from the host's snapshot: the same final weights again

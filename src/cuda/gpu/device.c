@@ -287,6 +287,14 @@ int kiln_cuda_memory(const kiln_device *d, size_t *in_use, size_t *peak, size_t 
   return KILN_OK;
 }
 
+int kiln_cuda_free_memory(const kiln_device *d, size_t *bytes) {
+  size_t free_b = 0, total = 0;
+  kiln_cuda_use(d);
+  cudaError_t e = cudaMemGetInfo(&free_b, &total);
+  *bytes = free_b;
+  return e == cudaSuccess ? KILN_OK : cuda_error(e, "memory", d);
+}
+
 /* ---- the kernels' runtime (src/cuda/kcuda.h) ----------------------------------------------- */
 
 int kiln_cuda_launched(const kiln_op_ctx *c, const char *op) {
