@@ -37,6 +37,10 @@ typedef struct kiln_device_ops {
   int (*set)(const kiln_device *d, void *dst, int byte, size_t bytes);
   /* Waits for everything queued. */
   int (*sync)(const kiln_device *d);
+  /* Host memory the device copies to and from directly (a GPU's pinned memory), 64-byte
+   * aligned; NULL: the process's own (kiln_alloc). */
+  int (*host_alloc)(const kiln_device *d, size_t bytes, void **out);
+  void (*host_free)(const kiln_device *d, void *p);
   /* The backend's kernels run between enter and leave (hostsim: its memory readable there);
    * NULL on devices with nothing to do. */
   void (*enter)(const kiln_device *d);
@@ -83,6 +87,8 @@ int kiln_device_to_host(const kiln_device *d, void *dst, const void *src, size_t
 int kiln_device_copy(const kiln_device *d, void *dst, const void *src, size_t bytes);
 int kiln_device_set(const kiln_device *d, void *dst, int byte, size_t bytes);
 int kiln_device_sync(const kiln_device *d);
+int kiln_device_host_alloc(const kiln_device *d, size_t bytes, void **out);
+void kiln_device_host_free(const kiln_device *d, void *p);
 void kiln_device_enter(const kiln_device *d);
 void kiln_device_leave(const kiln_device *d);
 

@@ -230,6 +230,17 @@ int kiln_device_sync(const kiln_device *d) {
   d = or_host(d);
   return d->ops->sync(d);
 }
+int kiln_device_host_alloc(const kiln_device *d, size_t bytes, void **out) {
+  d = or_host(d);
+  if (d->ops->host_alloc) return d->ops->host_alloc(d, bytes, out);
+  *out = kiln_alloc(bytes ? bytes : 1);
+  return *out ? KILN_OK : kiln_errorf(KILN_ERR_NOMEM, "out of memory for %zu bytes", bytes);
+}
+void kiln_device_host_free(const kiln_device *d, void *p) {
+  d = or_host(d);
+  if (d->ops->host_free) d->ops->host_free(d, p);
+  else kiln_free(p);
+}
 void kiln_device_enter(const kiln_device *d) {
   if (d && d->ops->enter) d->ops->enter(d);
 }

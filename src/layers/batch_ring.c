@@ -66,12 +66,16 @@ static void *fill_thread(void *arg) {
   return NULL;
 }
 
+/* In host memory the tops' device copies from directly (pinned on a GPU: the batch's copy runs
+ * at the bus's speed, without a staging copy by the driver). */
 static int alloc_slots(kiln_batch_ring *r, kiln_layer *l) {
   r->slots = calloc((size_t)r->nslots, sizeof *r->slots);
   if (!r->slots) return kiln_errorf(KILN_ERR_NOMEM, "out of memory");
+  r->slot_device = l->ntop > 0 ? l->top[0]->device : NULL;
   for (int i = 0; i < r->nslots; i++)
     for (int t = 0; t < r->ntops; t++)
-      if (!(r->slots[i].top[t] = kiln_alloc(sizeof(float) * (size_t)r->per[t] * (size_t)r->batch)))
+      if (kiln_device_host_alloc(r->slot_device, sizeof(float) * (size_t)r->per[t] * (size_t)r->batch,
+                                 (void **)&r->slots[i].top[t]))
         return KILN_LAYER_ERROR(l, KILN_ERR_NOMEM,
                                 "out of memory for %d prefetched batches of %d records", r->nslots,
                                 r->batch);
@@ -140,7 +144,7 @@ void kiln_batch_ring_destroy(kiln_batch_ring *r) {
   kiln_batch_ring_stop(r);
   if (r->slots)
     for (int i = 0; i < r->nslots; i++)
-      for (int t = 0; t < r->ntops; t++) kiln_free(r->slots[i].top[t]);
+      for (int t = 0; t < r->ntops; t++) kiln_device_host_free(r->slot_device, r->slots[i].top[t]);
   free(r->slots);
   r->slots = NULL;
   pthread_mutex_destroy(&r->mu);

@@ -39,6 +39,7 @@ typedef struct kiln_batch_ring {
   int rank, nworkers;
   /* The ring, under mu. The layer may wait on cv with mu held for its own conditions too. */
   kiln_ring_slot *slots;
+  const kiln_device *slot_device; /* whose host memory the slots are (kiln_device_host_alloc) */
   int head, count, tail; /* slots[head] is the next to take; count are filled */
   uint64_t fill_k;       /* this worker's batches filled */
   uint64_t taken_k;      /* this worker's batches taken by the net */

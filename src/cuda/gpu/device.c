@@ -202,9 +202,27 @@ static int gpu_sync(const kiln_device *d) {
   return e == cudaSuccess ? KILN_OK : cuda_error(e, "kernels", d);
 }
 
+static int gpu_host_alloc(const kiln_device *d, size_t bytes, void **out) {
+  kiln_cuda_use(d);
+  cudaError_t e = cudaMallocHost(out, bytes ? bytes : 1);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    *out = NULL;
+    return cuda_error(e, "pinned host memory", d);
+  }
+  return KILN_OK;
+}
+
+static void gpu_host_free(const kiln_device *d, void *p) {
+  if (!p) return;
+  kiln_cuda_use(d);
+  cudaFreeHost(p);
+}
+
 static const kiln_device_ops gpu_ops = {
     .alloc = gpu_alloc, .free = gpu_free, .to_device = gpu_to_device, .to_host = gpu_to_host,
-    .copy = gpu_copy, .set = gpu_set, .sync = gpu_sync,
+    .copy = gpu_copy, .set = gpu_set, .sync = gpu_sync, .host_alloc = gpu_host_alloc,
+    .host_free = gpu_host_free,
 };
 
 static void count_gpus(void) {
