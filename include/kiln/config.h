@@ -47,6 +47,8 @@ typedef struct kiln_config {
                               a device's walls, for tests; =cuda:N, or a solver's solver_mode GPU:
                               GPU N; include/kiln/device.h) */
   int device_index;       /* the GPU's number for KILN_DEVICE_CUDA; -1: by local rank */
+  bool no_cudnn;          /* KILN_CUDNN=0: the GPU's convolutions by im2col + cuBLAS even where
+                             kiln was built with cuDNN */
   bool tf32;              /* KILN_TF32=1: cuBLAS and cuDNN may use TF32 tensor cores for fp32
                              products (10-bit mantissas in the products); off, results track fp32 */
   bool plain_layouts;     /* every activation in Caffe's plain layout */

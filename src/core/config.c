@@ -103,6 +103,7 @@ int kiln_config_from_env(kiln_config *c) {
   if (device && device[0])
     KILN_TRY(kiln_config_set_device(c, device, "KILN_DEVICE"));
   c->tf32 = is(env("KILN_TF32"), "1");
+  c->no_cudnn = is(env("KILN_CUDNN"), "0");
   c->plain_layouts = is(env("KILN_LAYOUT"), "plain");
   c->unfused = is(env("KILN_FUSE"), "0");
   c->no_recompute = is(env("KILN_RECOMPUTE"), "0");
