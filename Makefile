@@ -43,10 +43,10 @@ build-cuda: deps
 	@cmake -S . -B $(CUDA_BUILD) -DCMAKE_BUILD_TYPE=Release -DKILN_CUDA=ON >/dev/null
 	@cmake --build $(CUDA_BUILD) -j $(JOBS)
 
-# Its unit tests: the CUDA backend's op table and every layer's tests on GPU 0 (skipped without
-# one), and the rest of the unit tests in that build.
+# Its tests: the CUDA backend's op table, every layer's tests and tests/cli/gpu.sh on GPU 0
+# (skipped, saying so, without one), and the emulated GPU's training tests, in that build.
 test-cuda: build-cuda
-	@cd $(CUDA_BUILD) && ctest --output-on-failure -j 2 -L unit
+	@cd $(CUDA_BUILD) && ctest --output-on-failure -j 2 -L cuda
 
 # libFuzzer targets (tests/fuzz): every reader and parser under clang's fuzzer and sanitizers,
 # FUZZ_SECONDS each; make test replays their stored corpus and every crash input found.
