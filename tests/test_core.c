@@ -15,6 +15,7 @@
 
 #include "kiln/config.h"
 #include "kiln/core.h"
+#include "kiln/cpu.h"
 
 static void test_blob_reshape_keeps_capacity(void **state) {
   (void)state;
@@ -299,7 +300,8 @@ static const char *const config_vars[] = {
     "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK",
     "OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "OMP_NUM_THREADS", "KILN_DATA",
     "XDG_DATA_HOME", "XDG_CACHE_HOME", "KILN_GIT_COMMIT", "HOME", "KILN_FAULT",
-    "KILN_HDF5_FILE_LIMIT"};
+    "KILN_HDF5_FILE_LIMIT", "KILN_TF32", "KILN_CUDNN", "OMPI_COMM_WORLD_LOCAL_RANK",
+    "MPI_LOCALRANKID", "SLURM_LOCALID"};
 enum { NCONFIG_VARS = sizeof config_vars / sizeof config_vars[0] };
 
 static void test_config_from_env(void **state) {
@@ -482,6 +484,72 @@ static void test_mkdir_p(void **state) {
   assert_int_equal(system(cmd), 0);
 }
 
+/* The device switches: KILN_DEVICE's names (a GPU by number, or by local rank), a name that is
+ * none refused naming the variable, the GPU switches, and the local rank from each launcher's
+ * variable. */
+static void test_config_devices(void **state) {
+  (void)state;
+  char *saved[NCONFIG_VARS];
+  for (int i = 0; i < NCONFIG_VARS; i++) {
+    const char *v = getenv(config_vars[i]);
+    saved[i] = v ? kiln_strdup(v) : NULL;
+    unsetenv(config_vars[i]);
+  }
+  kiln_config c;
+  assert_int_equal(kiln_config_from_env(&c), KILN_OK);
+  assert_int_equal(c.local_rank, -1);
+  assert_false(c.tf32 || c.no_cudnn);
+  setenv("KILN_DEVICE", "cuda:3", 1);
+  setenv("KILN_TF32", "1", 1);
+  setenv("KILN_CUDNN", "0", 1);
+  setenv("MPI_LOCALRANKID", "1", 1);
+  assert_int_equal(kiln_config_from_env(&c), KILN_OK);
+  assert_int_equal(c.device, KILN_DEVICE_CUDA);
+  assert_int_equal(c.device_index, 3);
+  assert_true(c.tf32 && c.no_cudnn);
+  assert_int_equal(c.local_rank, 1);
+  setenv("KILN_DEVICE", "cuda", 1);
+  setenv("OMPI_COMM_WORLD_LOCAL_RANK", "0", 1); /* Open MPI's comes first */
+  assert_int_equal(kiln_config_from_env(&c), KILN_OK);
+  assert_int_equal(c.device, KILN_DEVICE_CUDA);
+  assert_int_equal(c.device_index, -1);
+  assert_int_equal(c.local_rank, 0);
+  setenv("KILN_DEVICE", "host", 1);
+  assert_int_equal(kiln_config_from_env(&c), KILN_OK);
+  assert_int_equal(c.device, KILN_DEVICE_HOST);
+  const char *bad[] = {"gpu", "cuda:", "cuda:x", "cuda:-1", "cuda:1x", "cudax"};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    setenv("KILN_DEVICE", bad[i], 1);
+    assert_int_equal(kiln_config_from_env(&c), KILN_ERR_INVALID);
+    if (!strstr(kiln_last_error(), "KILN_DEVICE") || !strstr(kiln_last_error(), bad[i]))
+      fail_msg("KILN_DEVICE=%s: %s", bad[i], kiln_last_error());
+  }
+  for (int i = 0; i < NCONFIG_VARS; i++) {
+    if (saved[i]) setenv(config_vars[i], saved[i], 1);
+    else unsetenv(config_vars[i]);
+    free(saved[i]);
+  }
+}
+
+/* The peak loops run where the CPU has their instructions and say 0 elsewhere; the bf16 one
+ * wants AVX512-BF16 beside AVX-512F. (Their rates are measurements, kiln-fma-peak's.) */
+static void test_fma_loops(void **state) {
+  (void)state;
+  const int kinds[] = {KILN_FMA_AVX2, KILN_FMA_AVX512, KILN_FMA_AVX512_BF16};
+  for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++) {
+    const long rounds = kiln_fma_calibrate(kinds[k], 0.005);
+    const double g = kiln_fma_gflops(kinds[k], 1, rounds > 0 ? rounds : 1, 1);
+    if (kiln_fma_supported(kinds[k])) assert_true(rounds > 0 && g > 0 && isfinite(g));
+    else assert_true(rounds == 0 && g == 0);
+  }
+#if defined(__x86_64__)
+  __builtin_cpu_init();
+  assert_int_equal(kiln_fma_supported(KILN_FMA_AVX512_BF16),
+                   __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bf16"));
+#endif
+  assert_false(kiln_fma_supported(7));
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_blob_reshape_keeps_capacity),
@@ -491,6 +559,8 @@ int main(void) {
       cmocka_unit_test(test_fault_parse),
       cmocka_unit_test(test_fault_effects),
       cmocka_unit_test(test_config_from_env),
+      cmocka_unit_test(test_config_devices),
+      cmocka_unit_test(test_fma_loops),
       cmocka_unit_test(test_flush_denormals),
       cmocka_unit_test(test_strbuf),
       cmocka_unit_test(test_mkdir_p),

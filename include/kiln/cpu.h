@@ -9,11 +9,12 @@
 
 #include <stdbool.h>
 
-/* Vector widths of the FMA loops, in float lanes. */
-enum { KILN_FMA_AVX2 = 8, KILN_FMA_AVX512 = 16 };
+/* Vector widths of the FMA loops, in multiply-adds an instruction: fp32 lanes, or for
+ * AVX512-BF16's VDPBF16PS the 32 bf16 products of its 16 fp32 lanes. */
+enum { KILN_FMA_AVX2 = 8, KILN_FMA_AVX512 = 16, KILN_FMA_AVX512_BF16 = 32 };
 
-/* Whether this CPU runs the loop of `lanes` lanes (8: AVX2 and FMA; 16: AVX-512F); false for
- * any other width and on processors other than x86-64. */
+/* Whether this CPU runs the loop of `lanes` lanes (8: AVX2 and FMA; 16: AVX-512F; 32:
+ * AVX-512F with AVX512-BF16); false for any other width and on processors other than x86-64. */
 bool kiln_fma_supported(int lanes);
 
 /* The loop's rounds that take about `seconds` on one thread (from a short calibration run);
