@@ -320,22 +320,30 @@ int kiln_cuda_launched(const kiln_op_ctx *c, const char *op) {
   return e == cudaSuccess ? KILN_OK : cuda_error(e, op, c->device);
 }
 
-/* One buffer a device, grown: cudaFree waits for the kernels that used the old one. */
+/* A buffer of the device's grown to `bytes` and a quarter more (the old one freed: cudaFree and
+ * cudaFreeHost wait for the kernels that used it), device memory or pinned host memory. */
+static int grow(const kiln_op_ctx *c, void **buf, size_t *have, size_t bytes, bool pinned) {
+  if (bytes <= *have) return KILN_OK;
+  kiln_cuda_use(c->device);
+  if (pinned) cudaFreeHost(*buf);
+  else cudaFree(*buf);
+  *buf = NULL;
+  *have = 0;
+  const size_t want = bytes + bytes / 4;
+  cudaError_t e = pinned ? cudaMallocHost(buf, want) : cudaMalloc(buf, want);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    *buf = NULL;
+    return cuda_error(e, pinned ? "pinned host scratch" : "scratch", c->device);
+  }
+  *have = want;
+  return KILN_OK;
+}
+
+/* One buffer a device. */
 int kiln_cuda_scratch(const kiln_op_ctx *c, size_t bytes, void **out) {
   gpu *g = of(c->device);
-  if (bytes > g->scratch_bytes) {
-    kiln_cuda_use(c->device);
-    cudaFree(g->scratch);
-    g->scratch = NULL;
-    g->scratch_bytes = 0;
-    size_t want = bytes + bytes / 4;
-    cudaError_t e = cudaMalloc(&g->scratch, want);
-    if (e != cudaSuccess) {
-      cudaGetLastError();
-      return cuda_error(e, "scratch", c->device);
-    }
-    g->scratch_bytes = want;
-  }
+  KILN_TRY(grow(c, &g->scratch, &g->scratch_bytes, bytes, false));
   *out = g->scratch;
   return KILN_OK;
 }
@@ -343,19 +351,7 @@ int kiln_cuda_scratch(const kiln_op_ctx *c, size_t bytes, void **out) {
 /* Pinned; its users wait for their copies before the next op can take it. */
 int kiln_cuda_host_scratch(const kiln_op_ctx *c, size_t bytes, void **out) {
   gpu *g = of(c->device);
-  if (bytes > g->host_scratch_bytes) {
-    kiln_cuda_use(c->device);
-    cudaFreeHost(g->host_scratch);
-    g->host_scratch = NULL;
-    g->host_scratch_bytes = 0;
-    size_t want = bytes + bytes / 4;
-    cudaError_t e = cudaMallocHost(&g->host_scratch, want);
-    if (e != cudaSuccess) {
-      cudaGetLastError();
-      return cuda_error(e, "pinned host scratch", c->device);
-    }
-    g->host_scratch_bytes = want;
-  }
+  KILN_TRY(grow(c, &g->host_scratch, &g->host_scratch_bytes, bytes, true));
   *out = g->host_scratch;
   return KILN_OK;
 }
