@@ -59,7 +59,7 @@ int main(int argc, char **argv) {
       kiln_config_init(&cfg);
       cfg.dnnl_layout = r == 1 ? KILN_DNNL_LAYOUT_ANY : KILN_DNNL_LAYOUT_NHWC;
       if (kiln_dnnl_conv_create(&dn, N, M, G, &g, true, true, KILN_LAYOUT_PLAIN,
-                                KILN_LAYOUT_PLAIN, &cfg, 0) != KILN_OK) {
+                                KILN_LAYOUT_PLAIN, &cfg, 0, false) != KILN_OK) {
         printf("%-12s %s\n", routes[r], kiln_last_error());
         continue;
       }

@@ -172,7 +172,7 @@ static void run_dnnl_case(const conv_case *c, const kiln_conv_geom *g, const flo
   const int64_t nw = (int64_t)c->M * (c->C / c->group) * c->kh * c->kw;
   kiln_dnnl_conv *dn = NULL;
   if (kiln_dnnl_conv_create(&dn, c->N, c->M, c->group, g, c->bias, true, KILN_LAYOUT_PLAIN,
-                            KILN_LAYOUT_PLAIN, NULL, 0) != KILN_OK)
+                            KILN_LAYOUT_PLAIN, NULL, 0, false) != KILN_OK)
     fail_msg("oneDNN has no convolution for N%d C%d %dx%d M%d k%dx%d: %s", c->N, c->C, c->H,
              c->W, c->M, c->kh, c->kw, kiln_last_error());
   /* 3x3 at stride 1 with 16 | channels runs Winograd; the same tolerance holds for it. */
@@ -352,7 +352,7 @@ static void test_dnnl_conv_in_chunks(void **state) {
   const kiln_conv_geom g = geom_of(&c);
   kiln_dnnl_conv *dn = NULL;
   assert_int_equal(kiln_dnnl_conv_create(&dn, c.N, c.M, 1, &g, true, true, KILN_LAYOUT_PLAIN,
-                                         KILN_LAYOUT_PLAIN, NULL, 0),
+                                         KILN_LAYOUT_PLAIN, NULL, 0, false),
                    KILN_OK);
   if (kiln_dnnl_conv_chunks(dn) < 2)
     fail_msg("N%d C%d %dx%d M%d runs in %d chunk: oneDNN's Winograd schedule for this shape "
@@ -414,7 +414,7 @@ static void test_dnnl_conv_in_chunks(void **state) {
     while (other[k] / want_chunks > images || other[k] % want_chunks) want_chunks++;
     kiln_dnnl_conv *o = NULL;
     assert_int_equal(kiln_dnnl_conv_create(&o, other[k], c.M, 1, &g, true, true,
-                                           KILN_LAYOUT_PLAIN, KILN_LAYOUT_PLAIN, NULL, images),
+                                           KILN_LAYOUT_PLAIN, KILN_LAYOUT_PLAIN, NULL, images, false),
                      KILN_OK);
     assert_int_equal(kiln_dnnl_conv_chunks(o), want_chunks);
     assert_true(kiln_dnnl_conv_workspace(o) <= nws);

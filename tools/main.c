@@ -89,6 +89,9 @@ static void usage(FILE *f) {
           "  --device D          where nets run: host (the default), cuda (the worker's GPU by\n"
           "                      local rank), cuda:N; the same as KILN_DEVICE. Caffe's -gpu N\n"
           "                      and solver_mode: GPU pick a GPU too (docs/formats.md)\n"
+          "  --precision P       fp32 or bf16: products in bfloat16 with fp32 sums, on CPUs with\n"
+          "                      AVX512_BF16 or AMX (the same as KILN_PRECISION; a solver's\n"
+          "                      precision: BF16 too)\n"
           "  devices             the devices this build and machine have\n"
           "\n"
           "In a prototxt, a data source starting with $KILN_DATA/ is read from the cache.\n");
@@ -175,33 +178,51 @@ static void set_denormals(void) {
   if (rc == KILN_OK && !cfg.keep_denormals) kiln_set_flush_denormals(true);
 }
 
-/* kiln's own --device NAME (or --device=NAME), anywhere on the line: the same as KILN_DEVICE,
- * which it sets for the command (the library reads the configuration in one place). Taken out
- * of argv; the count left, or -1 after saying what is wrong. */
-static int device_option(int argc, char **argv) {
+/* kiln's own --device NAME and --precision P (or --device=NAME, --precision=P), anywhere on the
+ * line: the same as KILN_DEVICE and KILN_PRECISION, which they set for the command (the library
+ * reads the configuration in one place). Taken out of argv; the count left, or -1 after saying
+ * what is wrong. */
+static const struct {
+  const char *flag, *var, *what;
+  int (*check)(kiln_config *, const char *, const char *);
+} config_options[] = {
+    {"--device", "KILN_DEVICE", "a device (host, cuda, cuda:N)", kiln_config_set_device},
+    {"--precision", "KILN_PRECISION", "a precision (fp32, bf16)", kiln_config_set_precision},
+};
+
+static int config_option(int argc, char **argv) {
   int n = 0;
   for (int i = 0; i < argc; i++) {
     const char *a = argv[i];
     const char *v = NULL;
-    if (i > 0 && !strcmp(a, "--device")) {
-      if (i + 1 >= argc) {
-        fprintf(stderr, "kiln: --device needs a device (host, cuda, cuda:N)\n");
-        return -1;
+    size_t k = 0;
+    for (; i > 0 && k < sizeof config_options / sizeof config_options[0]; k++) {
+      const char *f = config_options[k].flag;
+      const size_t len = strlen(f);
+      if (!strcmp(a, f)) {
+        if (i + 1 >= argc) {
+          fprintf(stderr, "kiln: %s needs %s\n", f, config_options[k].what);
+          return -1;
+        }
+        v = argv[++i];
+        break;
       }
-      v = argv[++i];
-    } else if (i > 0 && !strncmp(a, "--device=", 9)) {
-      v = a + 9;
-    } else {
+      if (!strncmp(a, f, len) && a[len] == '=') {
+        v = a + len + 1;
+        break;
+      }
+    }
+    if (!v) {
       argv[n++] = argv[i];
       continue;
     }
     kiln_config probe;
     kiln_config_init(&probe);
-    if (kiln_config_set_device(&probe, v, "--device") != KILN_OK) {
+    if (config_options[k].check(&probe, v, config_options[k].flag) != KILN_OK) {
       fprintf(stderr, "kiln: %s\n", kiln_last_error());
       return -1;
     }
-    setenv("KILN_DEVICE", v, 1);
+    setenv(config_options[k].var, v, 1);
   }
   argv[n] = NULL;
   return n;
@@ -222,7 +243,7 @@ int main(int argc, char **argv) {
     usage(stderr);
     return 2;
   }
-  if ((argc = device_option(argc, argv)) < 0) return 2;
+  if ((argc = config_option(argc, argv)) < 0) return 2;
   const char *cmd = argv[1];
   /* train resolves -gpu through the solver (with solver_mode and device_id, per worker); the
    * other commands run on the first GPU it names */

@@ -799,7 +799,7 @@ typedef enum { KILN_SEQ_POOL_LAST, KILN_SEQ_POOL_MEAN, KILN_SEQ_POOL_MAX } kiln_
 
 #define KILN_OP_FIELD_(name, params, args) int(*name) params;
 typedef struct kiln_backend {
-  const char *name;          /* "ref", "cpu", "hostsim", "cudaemu", "cuda" */
+  const char *name;          /* "ref", "cpu", "cpu-bf16", "hostsim", "cudaemu", "cuda" */
   const kiln_device *device; /* where its kernels' tensors are */
   KILN_OP_LIST(KILN_OP_FIELD_)
 } kiln_backend;
@@ -823,6 +823,10 @@ bool kiln_backend_has(const kiln_backend *b, int op);
 const kiln_backend *kiln_backend_ref(void);
 const kiln_backend *kiln_backend_cpu(void);
 const kiln_backend *kiln_backend_hostsim(void);
+/* cpu's table with the products in bf16 (precision BF16): gemm, gemm_rows and the packed GEMMs
+ * round their operands to bfloat16 and sum in fp32, convolutions run oneDNN's bf16 primitives
+ * (src/ops/bf16.c); every other op is cpu's, in fp32. */
+const kiln_backend *kiln_backend_cpu_bf16(void);
 /* The CUDA backend's kernels (src/cuda) built as C and run on hostsim, one small grid's threads in
  * turn (KILN_DEVICE=hostsim KILN_ENGINE=cuda); ops the CUDA backend lacks are NULL. */
 const kiln_backend *kiln_backend_cudaemu(void);
@@ -832,6 +836,10 @@ const kiln_backend *kiln_backend_cuda(int index);
  * with KILN_ENGINE_CUDA the emulated CUDA kernels; a GPU's CUDA backend; NULL for a device without
  * one. */
 const kiln_backend *kiln_backend_for(const kiln_device *d, kiln_engine e);
+/* The table a configuration runs on device d: kiln_backend_for's by engine, or in precision BF16
+ * cpu-bf16, which needs the host, the cpu engine and a CPU with bf16 kernels (kiln_bf16_check);
+ * KILN_ERR_UNSUPPORTED saying what is missing otherwise. */
+int kiln_backend_choose(const kiln_config *cfg, const kiln_device *d, const kiln_backend **out);
 /* The device a configuration puts nets on (kiln_config.device, .device_index); NULL where it is
  * not in this build or this machine. */
 const kiln_device *kiln_config_device(const kiln_config *c);

@@ -27,6 +27,13 @@ typedef enum {
  * thread count), which the optimised ones are tested against. */
 typedef enum { KILN_ENGINE_CPU = 0, KILN_ENGINE_REF = 1, KILN_ENGINE_CUDA = 2 } kiln_engine;
 
+/* The number format of the products (include/kiln/backend.h, "cpu-bf16"): kiln_config.precision
+ * is DEFAULT until the command line (--precision) or KILN_PRECISION says, and then a solver's
+ * `precision` field decides (fp32 where it has none). BF16 is mixed precision: the inputs of
+ * convolutions, InnerProducts and the recurrent and attention projections rounded to bfloat16,
+ * their sums and everything else (weights, their update, normalisation, losses) in fp32. */
+typedef enum { KILN_PRECISION_DEFAULT = 0, KILN_PRECISION_FP32 = 1, KILN_PRECISION_BF16 = 2 } kiln_precision;
+
 /* Sums of several workers on one host: through MPI's shared-memory window, gradients summed
  * where they lie (ON); through the window with copies in and out (COPY, for measurements); or
  * through MPI's own collectives (OFF). */
@@ -41,6 +48,8 @@ enum { KILN_CONFIG_PATH_MAX = 4096 };
 typedef struct kiln_config {
   /* computation (KILN_ENGINE, KILN_DEVICE, KILN_LAYOUT, KILN_FUSE, KILN_RECOMPUTE, KILN_SHARE_DATA,
    * KILN_CONV_ALGO, KILN_DENORMALS, KILN_DNNL_LAYOUT) */
+  kiln_precision precision; /* KILN_PRECISION=fp32|bf16 (--precision): the products' number
+                               format; DEFAULT: the solver's field, else fp32 */
   kiln_engine engine;     /* which kernels run (KILN_ENGINE=ref: the reference; =cuda on hostsim:
                               the CUDA backend's kernels emulated, for tests) */
   kiln_device_kind device; /* where nets keep their tensors (KILN_DEVICE=hostsim: the host behind
@@ -95,6 +104,9 @@ void kiln_config_init(kiln_config *c);
  * the GPUs there are: GPU 0 for a single process) or "cuda:N"; another is
  * KILN_ERR_INVALID naming `what` (the variable or option it came from). */
 int kiln_config_set_device(kiln_config *c, const char *name, const char *what);
+/* The precision from its name: "fp32" (or "float", "FP32") or "bf16" ("BF16", "bfloat16"); another
+ * is KILN_ERR_INVALID naming `what`. */
+int kiln_config_set_precision(kiln_config *c, const char *name, const char *what);
 const kiln_config *kiln_config_defaults(void);
 /* kiln_config_init, then the environment. A malformed KILN_FAULT or KILN_HDF5_FILE_LIMIT is
  * KILN_ERR_INVALID with a message naming it; a malformed KILN_COMM_THREAD is logged as a warning and ignored, as is any

@@ -69,6 +69,33 @@ bool kiln_sgemm_onednn(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float 
                        const float *A, int64_t lda, const float *B, int64_t ldb, float beta,
                        float *C, int64_t ldc);
 
+/* bfloat16: the upper 16 bits of an fp32 (8 exponent bits, 7 of mantissa), rounded to nearest
+ * even; a NaN stays a (quiet) NaN. kiln_bf16_round is the fp32 value of x's bf16. */
+static inline uint16_t kiln_bf16_of(float x) {
+  union { float f; uint32_t u; } v = {.f = x};
+  if ((v.u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((v.u >> 16) | 0x40);
+  return (uint16_t)((v.u + 0x7fffu + ((v.u >> 16) & 1u)) >> 16);
+}
+static inline float kiln_bf16_round(float x) {
+  union { float f; uint32_t u; } v = {.u = (uint32_t)kiln_bf16_of(x) << 16};
+  return v.f;
+}
+/* y[i] = x[i] in bf16, n values (vectorised; one thread) */
+void kiln_bf16_from_f32(uint16_t *y, const float *x, int64_t n);
+/* KILN_OK where bf16 products run on this CPU through oneDNN's kernels for it (AVX512_BF16 or
+ * AMX-BF16), else KILN_ERR_UNSUPPORTED saying which feature is missing: kiln does not emulate
+ * bf16 (oneDNN would, on AVX-512 alone, slower than fp32). */
+int kiln_bf16_check(void);
+/* Products of fewer multiply-adds stay fp32 in the bf16 backend: rounding the operands and the
+ * call would cost more than the product (and fp32 is exact where bf16 rounds). */
+#define KILN_BF16_MIN_MACS (1LL << 16)
+/* kiln_sgemm's product with A and B rounded to bf16 and the products summed in fp32, through
+ * oneDNN's bf16 matmul: false (C untouched) where the build has no oneDNN or oneDNN no JIT kernel
+ * for the shape. */
+bool kiln_sgemm_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
+                     const float *A, int64_t lda, const float *B, int64_t ldb, float beta,
+                     float *C, int64_t ldc);
+
 /* A product C = A op(B) + beta C of one shape (A M x K row-major, lda apart; op(B) K x N) whose B
  * stays the same over many calls: set_b copies B once into the layout the fast kernel reads
  * (on the oneDNN route; the OpenBLAS route only keeps the pointer, which must stay valid), run
@@ -79,6 +106,11 @@ typedef struct kiln_packed_gemm kiln_packed_gemm;
 int kiln_packed_gemm_update(kiln_packed_gemm **plan, const kiln_config *cfg, bool tb, int64_t M,
                             int64_t N, int64_t K, int64_t lda, int64_t ldb, float beta,
                             int64_t ldc);
+/* The same in bf16: B packed in bf16 by set_b, A rounded by each run, sums in fp32 (the OpenBLAS
+ * route in fp32 for products under KILN_BF16_MIN_MACS or without a oneDNN kernel). */
+int kiln_packed_gemm_update_bf16(kiln_packed_gemm **plan, const kiln_config *cfg, bool tb,
+                                 int64_t M, int64_t N, int64_t K, int64_t lda, int64_t ldb,
+                                 float beta, int64_t ldc);
 void kiln_packed_gemm_set_b(kiln_packed_gemm *plan, const float *B);
 void kiln_packed_gemm_run(kiln_packed_gemm *plan, const float *A, float *C);
 void kiln_packed_gemm_destroy(kiln_packed_gemm *plan);
@@ -109,8 +141,10 @@ void kiln_conv2d_backward(float *din, float *dw, float *dbias, const float *dout
  * `max_images` > 0 caps the images each call runs at once (kiln_dnnl_conv_chunks): a layer that
  * made its primitives for its planned batch passes that creation's N / chunks when it remakes
  * them for another batch, so that no batch asks for more workspace than the planned one; 0: the
- * chunks are chosen for N alone. Creation fails with KILN_ERR_UNSUPPORTED when oneDNN has no
- * kernel for a shape. */
+ * chunks are chosen for N alone. `bf16`: the primitives read their inputs in bfloat16 (rounded
+ * to nearest even from kiln's fp32, in the workspace) and write fp32, with no Winograd.
+ * Creation fails with KILN_ERR_UNSUPPORTED when oneDNN has no kernel for a shape (in bf16, no
+ * JIT kernel). */
 typedef struct kiln_dnnl_conv kiln_dnnl_conv;
 bool kiln_dnnl_available(void);
 /* The channel block of the blocked activation layout the primitives read and write directly
@@ -118,7 +152,7 @@ bool kiln_dnnl_available(void);
 int kiln_dnnl_block_channels(void);
 int kiln_dnnl_conv_create(kiln_dnnl_conv **out, int N, int M, int group, const kiln_conv_geom *g,
                           bool bias, bool backward, int x_layout, int y_layout,
-                          const kiln_config *cfg, int max_images);
+                          const kiln_config *cfg, int max_images, bool bf16);
 int64_t kiln_dnnl_conv_workspace(const kiln_dnnl_conv *c);
 /* How many chunks of the batch each call runs in turn (1: the whole batch at once; more where a
  * Winograd scratchpad for the whole batch would be larger than the output, conv_dnnl.c). */

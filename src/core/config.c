@@ -52,6 +52,19 @@ int kiln_config_set_device(kiln_config *c, const char *name, const char *what) {
                      name ? name : "");
 }
 
+int kiln_config_set_precision(kiln_config *c, const char *name, const char *what) {
+  if (is(name, "fp32") || is(name, "FP32") || is(name, "float")) {
+    c->precision = KILN_PRECISION_FP32;
+    return KILN_OK;
+  }
+  if (is(name, "bf16") || is(name, "BF16") || is(name, "bfloat16")) {
+    c->precision = KILN_PRECISION_BF16;
+    return KILN_OK;
+  }
+  return kiln_errorf(KILN_ERR_INVALID, "%s: unknown precision '%s' (fp32, bf16)", what,
+                     name ? name : "");
+}
+
 /* A positive whole number, or 0 for anything else. */
 static int positive(const char *v) {
   if (!v) return 0;
@@ -102,6 +115,8 @@ int kiln_config_from_env(kiln_config *c) {
   const char *device = env("KILN_DEVICE");
   if (device && device[0])
     KILN_TRY(kiln_config_set_device(c, device, "KILN_DEVICE"));
+  const char *precision = env("KILN_PRECISION");
+  if (precision) KILN_TRY(kiln_config_set_precision(c, precision, "KILN_PRECISION"));
   c->tf32 = is(env("KILN_TF32"), "1");
   c->no_cudnn = is(env("KILN_CUDNN"), "0");
   c->plain_layouts = is(env("KILN_LAYOUT"), "plain");

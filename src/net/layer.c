@@ -42,10 +42,9 @@ int kiln_layer_choose_backend(kiln_layer *l) {
   if (!d)
     return kiln_errorf(KILN_ERR_UNSUPPORTED, "layer '%s' (%s): no CUDA device %d (%s)", l->name,
                        l->ops->type, l->config->device_index, kiln_cuda_unavailable());
-  const kiln_backend *b = kiln_backend_for(d, l->config->engine);
-  if (!b)
-    return kiln_errorf(KILN_ERR_UNSUPPORTED, "layer '%s' (%s): no backend for device %s", l->name,
-                       l->ops->type, d->name);
+  const kiln_backend *b = NULL;
+  int rc = kiln_backend_choose(l->config, kiln_device_is_host(d) ? NULL : d, &b);
+  if (rc) return kiln_error_context(rc, "layer '%s' (%s): ", l->name, l->ops->type);
   if (!l->ops->kernels && !kiln_device_is_host(b->device))
     return kiln_errorf(KILN_ERR_UNSUPPORTED,
                        "layer '%s' (%s): no kernels for device %s (the layer's arithmetic is host "

@@ -392,13 +392,12 @@ int kiln_net_create(const Caffe__NetParameter *np, const kiln_net_options *opt, 
   const kiln_device *dev = kiln_config_device(&net->config);
   net->device = kiln_device_is_host(dev) ? NULL : dev;
   kiln_rng_seed(&net->rng, opt->seed, 0x6b696c6eULL);
-  /* by device and engine, as kiln_layer_choose_backend picks its layers' */
-  net->backend = dev ? kiln_backend_for(net->device, net->config.engine) : NULL;
-  int rc = net->backend ? build(net, np, opt)
-           : !dev       ? kiln_errorf(KILN_ERR_UNSUPPORTED, "net '%s': no CUDA device %d (%s)",
-                                      net->name, net->config.device_index, kiln_cuda_unavailable())
-                        : kiln_errorf(KILN_ERR_UNSUPPORTED, "net '%s': no backend for device %s",
-                                      net->name, net->device ? net->device->name : "host");
+  /* by device, engine and precision, as kiln_layer_choose_backend picks its layers' */
+  int rc = !dev ? kiln_errorf(KILN_ERR_UNSUPPORTED, "net '%s': no CUDA device %d (%s)", net->name,
+                              net->config.device_index, kiln_cuda_unavailable())
+                : kiln_backend_choose(&net->config, net->device, &net->backend);
+  if (rc && dev) kiln_error_context(rc, "net '%s': ", net->name);
+  if (!rc) rc = build(net, np, opt);
   if (rc) {
     if (opt->source && strncmp(kiln_last_error(), opt->source, strlen(opt->source)) != 0)
       kiln_error_context(rc, "%s: ", opt->source);

@@ -24,6 +24,19 @@ static void make_cpu(void) {
   cpu.gemm_rows = kiln_cpu_gemm_rows;
 }
 
+/* cpu-bf16: cpu's table with the products in bf16 (src/ops/bf16.c). */
+static kiln_backend cpu_bf16;
+static pthread_once_t bf16_once = PTHREAD_ONCE_INIT;
+
+static void make_bf16(void) {
+  cpu_bf16 = *kiln_backend_cpu();
+  cpu_bf16.name = "cpu-bf16";
+  cpu_bf16.gemm = kiln_bf16_gemm;
+  cpu_bf16.gemm_rows = kiln_bf16_gemm_rows;
+  cpu_bf16.packed_gemm_update = kiln_bf16_packed_gemm_update;
+  cpu_bf16.conv_route_update = kiln_bf16_conv_route_update;
+}
+
 /* hostsim: every op is cpu's, with the device's walls opened for the call. */
 #define SIM_WRAP_(name, params, args)                                 \
   static int sim_##name params {                                      \
@@ -56,6 +69,11 @@ const kiln_backend *kiln_backend_cpu(void) {
   return &cpu;
 }
 
+const kiln_backend *kiln_backend_cpu_bf16(void) {
+  pthread_once(&bf16_once, make_bf16);
+  return &cpu_bf16;
+}
+
 const kiln_backend *kiln_backend_hostsim(void) {
   pthread_once(&sim_once, make_sim);
   return &sim;
@@ -67,6 +85,26 @@ const kiln_backend *kiln_backend_for(const kiln_device *d, kiln_engine e) {
     return e == KILN_ENGINE_CUDA ? kiln_backend_cudaemu() : kiln_backend_hostsim();
   if (d->kind == KILN_DEVICE_CUDA) return kiln_backend_cuda(d->index);
   return NULL;
+}
+
+int kiln_backend_choose(const kiln_config *cfg, const kiln_device *d, const kiln_backend **out) {
+  *out = NULL;
+  if (cfg->precision != KILN_PRECISION_BF16) {
+    if (!(*out = kiln_backend_for(d, cfg->engine)))
+      return kiln_errorf(KILN_ERR_UNSUPPORTED, "no backend for device %s", d ? d->name : "(none)");
+    return KILN_OK;
+  }
+  if (!kiln_device_is_host(d))
+    return kiln_errorf(KILN_ERR_UNSUPPORTED,
+                       "precision BF16 runs on the CPU (device host), not on %s; there, train in "
+                       "fp32", d ? d->name : "a missing device");
+  if (cfg->engine == KILN_ENGINE_REF)
+    return kiln_errorf(KILN_ERR_UNSUPPORTED,
+                       "precision BF16 runs on the cpu engine's kernels; KILN_ENGINE=ref is fp32 "
+                       "alone");
+  KILN_TRY(kiln_bf16_check());
+  *out = kiln_backend_cpu_bf16();
+  return KILN_OK;
 }
 
 const kiln_device *kiln_config_device(const kiln_config *c) {

@@ -7,7 +7,14 @@
  * shares across layers, so the JIT path adds no memory that lives from one layer to the next.
  *
  * Weight and bias gradients are ACCUMULATED (+=) as the op contract asks: oneDNN writes them
- * whole into workspace and a reorder with a sum post-op adds them to the parameter gradient. */
+ * whole into workspace and a reorder with a sum post-op adds them to the parameter gradient.
+ *
+ * In bf16 (the cpu-bf16 backend) the primitives read their inputs in bfloat16 and write fp32:
+ * the forward reads x and w in bf16 and writes y in fp32, backward data dy and w in bf16 into an
+ * fp32 dx, backward weights x and dy in bf16 into fp32 dw and db. The reorders into oneDNN's
+ * layouts are also the conversions (round to nearest even), so kiln's blobs stay fp32 and the
+ * bf16 copies live in the workspace. Only JIT kernels are taken: a shape oneDNN serves with its
+ * reference kernel is refused, and the route falls back to fp32. */
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -214,7 +221,7 @@ static int64_t bwd_ws(const kiln_dnnl_conv *c) {
 
 static int conv_create(kiln_dnnl_conv **out, int N, int M, int group, const kiln_conv_geom *g,
                        bool bias, bool backward, int x_layout, int y_layout, dnnl_alg_kind_t alg,
-                       kiln_dnnl_layout forced) {
+                       kiln_dnnl_layout forced, bool bf16) {
   *out = NULL;
   dnnl_primitive_desc_t hint = NULL;
   if ((x_layout == KILN_LAYOUT_BLOCKED16 && (g->channels % 16 || group != 1)) ||
@@ -263,6 +270,9 @@ static int conv_create(kiln_dnnl_conv **out, int N, int M, int group, const kiln
   TRYD(dnnl_memory_desc_init_by_tag(&c->w_md, wnd, wd, dnnl_f32, wtag));
   TRYD(dnnl_memory_desc_init_by_tag(&c->b_md, 1, bd, dnnl_f32, dnnl_x));
   dnnl_memory_desc_t xa, ya, wa;
+  /* bf16: the primitives' inputs (xb, wb, yb for dy) in bfloat16; their outputs as xa, wa, ya */
+  const dnnl_data_type_t in_t = bf16 ? dnnl_bf16 : dnnl_f32;
+  dnnl_memory_desc_t xb, yb, wb;
   /* Channel counts that fill oneDNN's 16-wide blocks get its blocked layouts, and so do first
    * layers with a few input channels (oneDNN reads those plain). Others (LeNet's 20 -> 50) waste
    * less in channels-last, where oneDNN has batch-reduce GEMM kernels than in padded blocks
@@ -275,11 +285,14 @@ static int conv_create(kiln_dnnl_conv **out, int N, int M, int group, const kiln
                            : blocks                         ? dnnl_format_tag_any
                                                             : dnnl_nhwc;
   /* A blocked side is given to oneDNN as it is, so no reorder is made for it. */
-  if (x_layout == KILN_LAYOUT_BLOCKED16) xa = c->x_md;
-  else TRYD(dnnl_memory_desc_init_by_tag(&xa, 4, xd, dnnl_f32, atag));
-  if (y_layout == KILN_LAYOUT_BLOCKED16) ya = c->y_md;
-  else TRYD(dnnl_memory_desc_init_by_tag(&ya, 4, yd, dnnl_f32, atag));
+  const dnnl_format_tag_t xtag = x_layout == KILN_LAYOUT_BLOCKED16 ? dnnl_nChw16c : atag;
+  const dnnl_format_tag_t ytag = y_layout == KILN_LAYOUT_BLOCKED16 ? dnnl_nChw16c : atag;
+  TRYD(dnnl_memory_desc_init_by_tag(&xa, 4, xd, dnnl_f32, xtag));
+  TRYD(dnnl_memory_desc_init_by_tag(&ya, 4, yd, dnnl_f32, ytag));
   TRYD(dnnl_memory_desc_init_by_tag(&wa, wnd, wd, dnnl_f32, dnnl_format_tag_any));
+  TRYD(dnnl_memory_desc_init_by_tag(&xb, 4, xd, in_t, xtag));
+  TRYD(dnnl_memory_desc_init_by_tag(&yb, 4, yd, in_t, ytag));
+  TRYD(dnnl_memory_desc_init_by_tag(&wb, wnd, wd, in_t, dnnl_format_tag_any));
   /* Caffe's output size rounds down; oneDNN wants the right padding that makes it exact. */
   const int ext_h = g->dilation_h * (g->kernel_h - 1) + 1;
   const int ext_w = g->dilation_w * (g->kernel_w - 1) + 1;
@@ -291,8 +304,8 @@ static int conv_create(kiln_dnnl_conv **out, int N, int M, int group, const kiln
   dnnl_convolution_desc_t fd;
   const int training = backward;
   TRYD(dnnl_dilated_convolution_forward_desc_init(
-      &fd, training ? dnnl_forward_training : dnnl_forward_inference, alg, &xa,
-      &wa, bias ? &c->b_md : NULL, &ya, strides, dil, pl, pr));
+      &fd, training ? dnnl_forward_training : dnnl_forward_inference, alg, &xb,
+      &wb, bias ? &c->b_md : NULL, &ya, strides, dil, pl, pr));
   /* The forward descriptor is created again as the hint for the backward ones. */
   TRYD(dnnl_primitive_desc_create(&hint, &fd, NULL, g_engine, NULL));
   TRY(prim_make(&c->fwd, &fd, NULL, 0, bias ? &c->b_md : NULL, c->impl[0]));
@@ -301,11 +314,11 @@ static int conv_create(kiln_dnnl_conv **out, int N, int M, int group, const kiln
   TRY(reorder_make(&c->y_out, &c->fwd.dst, &c->y_md, false));
   if (backward) {
     dnnl_convolution_desc_t dd, wdsc;
-    TRYD(dnnl_dilated_convolution_backward_data_desc_init(&dd, alg, &xa, &wa,
-                                                          &ya, strides, dil, pl, pr));
+    TRYD(dnnl_dilated_convolution_backward_data_desc_init(&dd, alg, &xa, &wb,
+                                                          &yb, strides, dil, pl, pr));
     TRY(prim_make(&c->bwd_data, &dd, hint, 1, NULL, c->impl[1]));
     TRYD(dnnl_dilated_convolution_backward_weights_desc_init(
-        &wdsc, alg, &xa, &wa, bias ? &c->b_md : NULL, &ya, strides, dil, pl, pr));
+        &wdsc, alg, &xb, &wa, bias ? &c->b_md : NULL, &yb, strides, dil, pl, pr));
     TRY(prim_make(&c->bwd_weights, &wdsc, hint, 2, bias ? &c->b_md : NULL, c->impl[2]));
     TRY(reorder_make(&c->dy_in_d, &c->y_md, &c->bwd_data.dst, false));
     TRY(reorder_make(&c->w_in_d, &c->w_md, &c->bwd_data.wei, false));
@@ -318,6 +331,14 @@ static int conv_create(kiln_dnnl_conv **out, int N, int M, int group, const kiln
                   dnnl_memory_desc_equal(&c->bwd_data.dst, &c->bwd_weights.dst);
   }
   if (hint) dnnl_primitive_desc_destroy(hint);
+  hint = NULL;
+  /* oneDNN's reference kernels would be an emulation, many times slower than fp32's JIT ones */
+  for (int i = 0; bf16 && i < (backward ? 3 : 1); i++)
+    if (!strncmp(c->impl[i], "ref", 3)) {
+      rc = kiln_errorf(KILN_ERR_UNSUPPORTED, "oneDNN: no bf16 kernel for this shape (%s)",
+                       c->impl[i]);
+      goto fail;
+    }
   c->ws_floats = backward ? max64(fwd_ws(c), bwd_ws(c)) : fwd_ws(c);
   *out = c;
   return KILN_OK;
@@ -350,9 +371,10 @@ static int64_t largest_scratch(const kiln_dnnl_conv *c) {
  * gradients add up as the contract's += does. */
 int kiln_dnnl_conv_create(kiln_dnnl_conv **out, int N, int M, int group, const kiln_conv_geom *g,
                           bool bias, bool backward, int x_layout, int y_layout,
-                          const kiln_config *cfg, int max_images) {
+                          const kiln_config *cfg, int max_images, bool bf16) {
   if (!cfg) cfg = kiln_config_defaults();
-  const bool wino = !cfg->conv_direct && g->kernel_h == 3 && g->kernel_w == 3 &&
+  /* oneDNN's Winograd is fp32 alone */
+  const bool wino = !bf16 && !cfg->conv_direct && g->kernel_h == 3 && g->kernel_w == 3 &&
                     g->stride_h == 1 && g->stride_w == 1 && g->dilation_h == 1 &&
                     g->dilation_w == 1 && group == 1 && g->channels % 16 == 0 && M % 16 == 0;
   const int64_t x_image = (int64_t)g->channels * g->height * g->width;
@@ -364,11 +386,11 @@ int kiln_dnnl_conv_create(kiln_dnnl_conv **out, int N, int M, int group, const k
   if (max_images > 0)
     while (N / k > max_images || N % k) k++;
   if (wino && conv_create(&c, N / k, M, group, g, bias, backward, x_layout, y_layout,
-                          dnnl_convolution_winograd, cfg->dnnl_layout) == KILN_OK) {
+                          dnnl_convolution_winograd, cfg->dnnl_layout, false) == KILN_OK) {
     while (max_images <= 0 && largest_scratch(c) > (int64_t)N * y_image && N % (2 * k) == 0) {
       kiln_dnnl_conv *half;
       if (conv_create(&half, N / (2 * k), M, group, g, bias, backward, x_layout, y_layout,
-                      dnnl_convolution_winograd, cfg->dnnl_layout) != KILN_OK)
+                      dnnl_convolution_winograd, cfg->dnnl_layout, false) != KILN_OK)
         break;
       if (largest_scratch(half) * 5 > largest_scratch(c) * 3) {
         kiln_dnnl_conv_destroy(half);
@@ -385,7 +407,7 @@ int kiln_dnnl_conv_create(kiln_dnnl_conv **out, int N, int M, int group, const k
     return KILN_OK;
   }
   KILN_TRY(conv_create(out, N, M, group, g, bias, backward, x_layout, y_layout,
-                       dnnl_convolution_direct, cfg->dnnl_layout));
+                       dnnl_convolution_direct, cfg->dnnl_layout, bf16));
   (*out)->chunks = 1;
   (*out)->x_chunk = (int64_t)N * x_image;
   (*out)->y_chunk = (int64_t)N * y_image;
@@ -505,9 +527,9 @@ bool kiln_dnnl_available(void) { return false; }
 int kiln_dnnl_block_channels(void) { return 0; }
 int kiln_dnnl_conv_create(kiln_dnnl_conv **out, int N, int M, int group, const kiln_conv_geom *g,
                           bool bias, bool backward, int x_layout, int y_layout,
-                          const kiln_config *cfg, int max_images) {
+                          const kiln_config *cfg, int max_images, bool bf16) {
   (void)N, (void)M, (void)group, (void)g, (void)bias, (void)backward, (void)x_layout,
-      (void)y_layout, (void)cfg, (void)max_images;
+      (void)y_layout, (void)cfg, (void)max_images, (void)bf16;
   *out = NULL;
   return kiln_errorf(KILN_ERR_UNSUPPORTED, "this build has no oneDNN");
 }

@@ -3,7 +3,9 @@
  * A route (kiln_conv_route) is what one Convolution layer runs for its current shape: which
  * kernels, and on oneDNN's route its primitives. The cpu backend chooses the route measured
  * fastest for the shape: shifted rows (conv_shift.c), oneDNN (conv_dnnl.c), or im2col + GEMM
- * (conv.c); the reference backend always takes im2col + GEMM. Pooling, im2col and col2im, and
+ * (conv.c); the reference backend always takes im2col + GEMM; the cpu-bf16 backend oneDNN's bf16
+ * primitives for every shape they have a JIT kernel for, and cpu's routes in fp32 for the rest
+ * (the shifted rows are fp32 kernels). Pooling, im2col and col2im, and
  * the plane-wise bias of Deconvolution are kernels of this family too. */
 #include <stdlib.h>
 
@@ -25,6 +27,8 @@ struct kiln_conv_route {
   int64_t dn_planned_n;
   int dn_call_images;
   bool plain_din;      /* with oneDNN: the input gradient still on the plain route */
+  bool dn_bf16;        /* the primitives read bf16 */
+  bool dn_bf16_failed; /* oneDNN had no bf16 kernel for the layer's shape */
   int nthreads;        /* the im2col route's workspace is per thread */
 };
 
@@ -67,9 +71,9 @@ static void drop_dnnl(kiln_conv_route *p) {
 }
 
 /* The route and its state for spec; fills info. `fast`: the cpu backend's choice of routes,
- * else im2col alone (the reference). */
+ * else im2col alone (the reference); `bf16`: oneDNN's bf16 primitives first. */
 static int update(const kiln_op_ctx *c, kiln_conv_route **cr, const kiln_conv_spec *spec,
-                  kiln_conv_route_info *info, bool fast) {
+                  kiln_conv_route_info *info, bool fast, bool bf16) {
   kiln_conv_route *p = *cr;
   if (!p) {
     if (!(p = calloc(1, sizeof *p))) return kiln_errorf(KILN_ERR_NOMEM, "out of memory");
@@ -80,22 +84,32 @@ static int update(const kiln_op_ctx *c, kiln_conv_route **cr, const kiln_conv_sp
   const kiln_conv_geom *g = &spec->g;
   p->route = ROUTE_IM2COL;
   info->workspace_floats = im2col_workspace(spec, c->nthreads);
-  if (fast && want_shift(spec)) {
+  /* A shape with no bf16 kernel keeps cpu's fp32 routes (remembered, not tried each reshape). */
+  if (bf16 && p->dn_bf16_failed) bf16 = false;
+  if (fast && !bf16 && want_shift(spec)) {
     drop_dnnl(p);
     p->route = ROUTE_SHIFT;
     info->workspace_floats =
         kiln_conv_shift_workspace(g, (int)spec->N, spec->M, c->nthreads, true);
-  } else if (fast && want_dnnl(spec)) {
+  } else if (fast && (bf16 ? kiln_dnnl_available() : want_dnnl(spec))) {
     const int xl = spec->x_layout, yl = spec->y_layout;
     /* A batch of no images has no work, and oneDNN divides by the batch: the primitives stay as
      * they are (forward and backward return at once). */
     if (spec->N > 0 && (!p->dn || p->dn_n != spec->N || p->dn_h != g->height ||
-                        p->dn_w != g->width || p->dn_xl != xl || p->dn_yl != yl)) {
+                        p->dn_w != g->width || p->dn_xl != xl || p->dn_yl != yl ||
+                        p->dn_bf16 != bf16)) {
       drop_dnnl(p);
       const bool planned = spec->N >= p->dn_planned_n;
       int rc = kiln_dnnl_conv_create(&p->dn, (int)spec->N, spec->M, spec->group, g, spec->bias,
-                                     true, xl, yl, c->config, planned ? 0 : p->dn_call_images);
+                                     true, xl, yl, c->config, planned ? 0 : p->dn_call_images,
+                                     bf16);
+      if (rc != KILN_OK && bf16) {
+        /* no bf16 kernel for the shape: fp32's routes, chosen afresh */
+        p->dn_bf16_failed = true;
+        return update(c, cr, spec, info, fast, false);
+      }
       if (rc == KILN_OK) {
+        p->dn_bf16 = bf16;
         if (planned) {
           p->dn_planned_n = spec->N;
           p->dn_call_images = (int)(spec->N / kiln_dnnl_conv_chunks(p->dn));
@@ -136,12 +150,17 @@ static int update(const kiln_op_ctx *c, kiln_conv_route **cr, const kiln_conv_sp
 
 int kiln_ref_conv_route_update(const kiln_op_ctx *c, kiln_conv_route **cr,
                                const kiln_conv_spec *spec, kiln_conv_route_info *info) {
-  return update(c, cr, spec, info, false);
+  return update(c, cr, spec, info, false, false);
 }
 
 int kiln_cpu_conv_route_update(const kiln_op_ctx *c, kiln_conv_route **cr,
                                const kiln_conv_spec *spec, kiln_conv_route_info *info) {
-  return update(c, cr, spec, info, true);
+  return update(c, cr, spec, info, true, false);
+}
+
+int kiln_bf16_conv_route_update(const kiln_op_ctx *c, kiln_conv_route **cr,
+                                const kiln_conv_spec *spec, kiln_conv_route_info *info) {
+  return update(c, cr, spec, info, true, true);
 }
 
 int kiln_ref_conv_route_free(const kiln_op_ctx *c, kiln_conv_route *cr) {

@@ -18,7 +18,11 @@
  *
  * A kiln_packed_gemm serves a product whose right operand stays the same over many calls (a
  * recurrent layer's weights over the steps of a pass): oneDNN copies B once into the blocked
- * layout its kernel for that shape reads fastest, and each call then reads only A and C. */
+ * layout its kernel for that shape reads fastest, and each call then reads only A and C.
+ *
+ * In bf16 (kiln_sgemm_bf16, the cpu-bf16 backend's products) the operands are rounded to
+ * bfloat16 (nearest even) into a buffer the table keeps, and oneDNN's bf16 matmul sums their
+ * products in fp32 into C; a packed B is packed in bf16 once per set_b, and each run rounds A. */
 #include <cblas.h>
 #include <omp.h>
 #include <pthread.h>
@@ -29,6 +33,7 @@
 
 #include "kiln/core.h"
 #include "kiln/ops.h"
+#include "ops/kernels.h"
 #include "dnnl_rt.h"
 
 static void blas(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A,
@@ -52,7 +57,7 @@ static void blas(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
 typedef struct {
   int64_t M, N, K, lda, ldb, ldc;
   float alpha, beta;
-  int ta, tb, nthreads;
+  int ta, tb, nthreads, bf16;
 } gemm_key;
 
 typedef struct {
@@ -69,19 +74,25 @@ static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static bool key_eq(const gemm_key *a, const gemm_key *b) { return !memcmp(a, b, sizeof *a); }
 
-/* dims rows x cols, stored row-major with leading dimension ld, or transposed. */
-static dnnl_status_t plain_md(dnnl_memory_desc_t *md, int64_t rows, int64_t cols, int64_t ld,
-                              bool trans) {
+/* dims rows x cols of type t, stored row-major with leading dimension ld, or transposed. */
+static dnnl_status_t typed_md(dnnl_memory_desc_t *md, int64_t rows, int64_t cols, int64_t ld,
+                              bool trans, dnnl_data_type_t t) {
   dnnl_dims_t dims = {rows, cols};
   dnnl_dims_t strides = {trans ? 1 : ld, trans ? ld : 1};
-  return dnnl_memory_desc_init_by_strides(md, 2, dims, dnnl_f32, strides);
+  return dnnl_memory_desc_init_by_strides(md, 2, dims, t, strides);
+}
+static dnnl_status_t plain_md(dnnl_memory_desc_t *md, int64_t rows, int64_t cols, int64_t ld,
+                              bool trans) {
+  return typed_md(md, rows, cols, ld, trans, dnnl_f32);
 }
 
 /* The matmul of one shape; e->prim stays NULL when oneDNN has no fast kernel for it. */
 static void entry_make(gemm_entry *e, dnnl_engine_t eng) {
   const gemm_key *k = &e->key;
   e->prim = NULL;
-  if (plain_md(&e->a, k->M, k->K, k->lda, k->ta) || plain_md(&e->b, k->K, k->N, k->ldb, k->tb) ||
+  const dnnl_data_type_t in_t = k->bf16 ? dnnl_bf16 : dnnl_f32;
+  if (typed_md(&e->a, k->M, k->K, k->lda, k->ta, in_t) ||
+      typed_md(&e->b, k->K, k->N, k->ldb, k->tb, in_t) ||
       plain_md(&e->c, k->M, k->N, k->ldc, false))
     return;
   dnnl_matmul_desc_t md;
@@ -126,6 +137,60 @@ static gemm_entry *entry_for(const gemm_key *k, dnnl_engine_t eng) {
   e->used = true;
   entry_make(e, eng);
   return e;
+}
+
+/* The bf16 operands of the product running under g_lock (grown, never shrunk: the largest
+ * product's, as oneDNN keeps its own scratch). */
+static uint16_t *g_bf16;
+static size_t g_bf16_cap;
+
+/* rows x cols of x (ld apart) rounded into y, cols apart. */
+static void round_rows(uint16_t *y, const float *x, int64_t rows, int64_t cols, int64_t ld) {
+  const int nt = rows * cols >= KILN_PARALLEL_FROM ? omp_get_max_threads() : 1;
+#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
+  for (int64_t r = 0; r < rows; r++) kiln_bf16_from_f32(y + r * cols, x + r * ld, cols);
+}
+
+bool kiln_sgemm_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
+                     const float *A, int64_t lda, const float *B, int64_t ldb, float beta,
+                     float *C, int64_t ldc) {
+  if (M <= 0 || N <= 0 || K <= 0) return false;
+  dnnl_engine_t eng;
+  dnnl_stream_t stream;
+  if (kiln_dnnl_runtime(&eng, &stream) != dnnl_success) return false;
+  /* the operands as they lie: rows x cols, rounded into rows of cols */
+  const int64_t ar = ta ? K : M, ac = ta ? M : K, br = tb ? N : K, bc = tb ? K : N;
+  gemm_key k;
+  memset(&k, 0, sizeof k);
+  k.M = M, k.N = N, k.K = K, k.lda = ac, k.ldb = bc, k.ldc = ldc;
+  k.alpha = alpha, k.beta = beta, k.ta = ta, k.tb = tb, k.nthreads = omp_get_max_threads();
+  k.bf16 = 1;
+  pthread_mutex_lock(&g_lock);
+  gemm_entry *e = entry_for(&k, eng);
+  bool done = false;
+  const size_t need = (size_t)(ar * ac + br * bc) + 32;
+  if (e->prim && need > g_bf16_cap) {
+    free(g_bf16);
+    g_bf16 = aligned_alloc(64, (need * sizeof *g_bf16 + 63) / 64 * 64);
+    g_bf16_cap = g_bf16 ? need : 0;
+  }
+  dnnl_memory_t ma = NULL, mb = NULL, mc = NULL;
+  uint16_t *a16 = g_bf16, *b16 = g_bf16 ? g_bf16 + (ar * ac + 31) / 32 * 32 : NULL;
+  if (e->prim && g_bf16 && dnnl_memory_create(&ma, &e->a, eng, a16) == dnnl_success &&
+      dnnl_memory_create(&mb, &e->b, eng, b16) == dnnl_success &&
+      dnnl_memory_create(&mc, &e->c, eng, C) == dnnl_success) {
+    round_rows(a16, A, ar, ac, lda);
+    round_rows(b16, B, br, bc, ldb);
+    dnnl_exec_arg_t args[3] = {{DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mb}, {DNNL_ARG_DST, mc}};
+    dnnl_primitive_execute(e->prim, stream, 3, args);
+    dnnl_stream_wait(stream);
+    done = true;
+  }
+  if (ma) dnnl_memory_destroy(ma);
+  if (mb) dnnl_memory_destroy(mb);
+  if (mc) dnnl_memory_destroy(mc);
+  pthread_mutex_unlock(&g_lock);
+  return done;
 }
 
 bool kiln_sgemm_onednn(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
@@ -181,6 +246,13 @@ static bool use_dnnl(const kiln_config *cfg, bool ta, int64_t M, int64_t N, int6
 #endif
 
 #ifndef KILN_HAVE_DNNL
+bool kiln_sgemm_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
+                     const float *A, int64_t lda, const float *B, int64_t ldb, float beta,
+                     float *C, int64_t ldc) {
+  (void)ta, (void)tb, (void)M, (void)N, (void)K, (void)alpha, (void)A, (void)lda, (void)B;
+  (void)ldb, (void)beta, (void)C, (void)ldc;
+  return false;
+}
 bool kiln_sgemm_onednn(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
                        const float *A, int64_t lda, const float *B, int64_t ldb, float beta,
                        float *C, int64_t ldc) {
@@ -213,7 +285,8 @@ void kiln_sgemm(const kiln_config *cfg, bool ta, bool tb, int64_t M, int64_t N, 
 
 struct kiln_packed_gemm {
   const kiln_config *cfg;
-  bool tb;
+  bool tb, bf16;
+  uint16_t *a16; /* bf16: A rounded for the run (M x K) */
   int64_t M, N, K, lda, ldb, ldc;
   float beta;
   int nthreads;
@@ -234,6 +307,8 @@ static void pg_dnnl_free(kiln_packed_gemm *p) {
     if (*m[i]) dnnl_memory_destroy(*m[i]);
   p->mm = p->pack = NULL;
   p->m_a = p->m_b = p->m_packed = p->m_c = NULL;
+  free(p->a16);
+  p->a16 = NULL;
 }
 
 /* The matmul with B in the layout oneDNN picks ("any") and the reorder that packs a plain B into
@@ -243,9 +318,12 @@ static void pg_dnnl_make(kiln_packed_gemm *p) {
   if (kiln_dnnl_runtime(&eng, &p->stream) != dnnl_success) return;
   dnnl_memory_desc_t a, b, c, b_any;
   dnnl_dims_t b_dims = {p->K, p->N};
-  if (plain_md(&a, p->M, p->K, p->lda, false) || plain_md(&b, p->K, p->N, p->ldb, p->tb) ||
-      plain_md(&c, p->M, p->N, p->ldc, false) ||
-      dnnl_memory_desc_init_by_tag(&b_any, 2, b_dims, dnnl_f32, dnnl_format_tag_any))
+  const dnnl_data_type_t in_t = p->bf16 ? dnnl_bf16 : dnnl_f32;
+  if (p->bf16 && !(p->a16 = aligned_alloc(64, ((size_t)(p->M * p->K) * 2 + 63) / 64 * 64)))
+    return;
+  if (typed_md(&a, p->M, p->K, p->bf16 ? p->K : p->lda, false, in_t) ||
+      plain_md(&b, p->K, p->N, p->ldb, p->tb) || plain_md(&c, p->M, p->N, p->ldc, false) ||
+      dnnl_memory_desc_init_by_tag(&b_any, 2, b_dims, in_t, dnnl_format_tag_any))
     return;
   dnnl_matmul_desc_t md;
   if (dnnl_matmul_desc_init(&md, &a, &b_any, NULL, &c) != dnnl_success) return;
@@ -279,12 +357,12 @@ static void pg_dnnl_make(kiln_packed_gemm *p) {
 }
 #endif
 
-int kiln_packed_gemm_update(kiln_packed_gemm **pg, const kiln_config *cfg, bool tb, int64_t M,
-                            int64_t N, int64_t K, int64_t lda, int64_t ldb, float beta,
-                            int64_t ldc) {
+static int pg_update(kiln_packed_gemm **pg, const kiln_config *cfg, bool tb, int64_t M,
+                     int64_t N, int64_t K, int64_t lda, int64_t ldb, float beta, int64_t ldc,
+                     bool bf16) {
   kiln_packed_gemm *p = *pg;
   const int nthreads = omp_get_max_threads();
-  if (p && p->cfg == cfg && p->tb == tb && p->M == M && p->N == N && p->K == K &&
+  if (p && p->cfg == cfg && p->tb == tb && p->bf16 == bf16 && p->M == M && p->N == N && p->K == K &&
       p->lda == lda && p->ldb == ldb && p->beta == beta && p->ldc == ldc &&
       p->nthreads == nthreads)
     return KILN_OK;
@@ -292,11 +370,25 @@ int kiln_packed_gemm_update(kiln_packed_gemm **pg, const kiln_config *cfg, bool 
   *pg = p = calloc(1, sizeof *p);
   if (!p) return kiln_errorf(KILN_ERR_NOMEM, "out of memory for a packed GEMM");
   p->cfg = cfg, p->tb = tb, p->M = M, p->N = N, p->K = K, p->lda = lda, p->ldb = ldb;
-  p->beta = beta, p->ldc = ldc, p->nthreads = nthreads;
+  p->beta = beta, p->ldc = ldc, p->nthreads = nthreads, p->bf16 = bf16;
 #ifdef KILN_HAVE_DNNL
-  if (M > 0 && N > 0 && K > 0 && use_dnnl(cfg, false, M, N, K)) pg_dnnl_make(p);
+  if (M > 0 && N > 0 && K > 0 &&
+      (bf16 ? !omp_in_parallel() && M * N * K >= KILN_BF16_MIN_MACS : use_dnnl(cfg, false, M, N, K)))
+    pg_dnnl_make(p);
 #endif
   return KILN_OK;
+}
+
+int kiln_packed_gemm_update(kiln_packed_gemm **pg, const kiln_config *cfg, bool tb, int64_t M,
+                            int64_t N, int64_t K, int64_t lda, int64_t ldb, float beta,
+                            int64_t ldc) {
+  return pg_update(pg, cfg, tb, M, N, K, lda, ldb, beta, ldc, false);
+}
+
+int kiln_packed_gemm_update_bf16(kiln_packed_gemm **pg, const kiln_config *cfg, bool tb,
+                                 int64_t M, int64_t N, int64_t K, int64_t lda, int64_t ldb,
+                                 float beta, int64_t ldc) {
+  return pg_update(pg, cfg, tb, M, N, K, lda, ldb, beta, ldc, true);
 }
 
 void kiln_packed_gemm_set_b(kiln_packed_gemm *p, const float *B) {
@@ -315,7 +407,8 @@ void kiln_packed_gemm_set_b(kiln_packed_gemm *p, const float *B) {
 void kiln_packed_gemm_run(kiln_packed_gemm *p, const float *A, float *C) {
 #ifdef KILN_HAVE_DNNL
   if (p->mm) {
-    dnnl_memory_set_data_handle(p->m_a, (void *)A);
+    if (p->bf16) round_rows(p->a16, A, p->M, p->K, p->lda);
+    dnnl_memory_set_data_handle(p->m_a, p->bf16 ? (void *)p->a16 : (void *)A);
     dnnl_memory_set_data_handle(p->m_c, C);
     dnnl_exec_arg_t args[3] = {
         {DNNL_ARG_SRC, p->m_a}, {DNNL_ARG_WEIGHTS, p->m_packed}, {DNNL_ARG_DST, p->m_c}};

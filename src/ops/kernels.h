@@ -26,6 +26,19 @@ int kiln_cpu_gemm_rows(const kiln_op_ctx *c, float *C, int64_t ldc, const float 
                        const float *B, int64_t ldb, bool ta, bool tb, int64_t M, int64_t N,
                        int64_t K, float alpha, float beta);
 
+/* The cpu-bf16 backend's (src/ops/bf16.c, conv_route.c). */
+int kiln_bf16_gemm(const kiln_op_ctx *c, float *C, int64_t ldc, const float *A, int64_t lda,
+                   const float *B, int64_t ldb, bool ta, bool tb, int64_t M, int64_t N, int64_t K,
+                   float alpha, float beta);
+int kiln_bf16_gemm_rows(const kiln_op_ctx *c, float *C, int64_t ldc, const float *A, int64_t lda,
+                        const float *B, int64_t ldb, bool ta, bool tb, int64_t M, int64_t N,
+                        int64_t K, float alpha, float beta);
+int kiln_bf16_packed_gemm_update(const kiln_op_ctx *c, kiln_packed_gemm **pg, bool tb, int64_t M,
+                                 int64_t N, int64_t K, int64_t lda, int64_t ldb, int64_t ldc,
+                                 float beta);
+int kiln_bf16_conv_route_update(const kiln_op_ctx *c, kiln_conv_route **route,
+                                const kiln_conv_spec *spec, kiln_conv_route_info *info);
+
 /* Runs `stmt` (calls into OpenBLAS or oneDNN) on the op's threads. With c->nthreads 1 both run
  * on one thread for this call alone: OpenBLAS is held to one (kiln_blas_serial_begin, restored
  * after) and, where OpenMP would still give more, the call runs in a team of one whose own

@@ -34,6 +34,8 @@ static const kiln_caffe_field fields[] = {
      "kiln's divergence stop"},
     {&caffe__solver_parameter__descriptor, "divergence_iters", 1002, KILN_CAFFE_DROP, KILN_ONLY,
      "kiln's divergence stop"},
+    {&caffe__solver_parameter__descriptor, "precision", 1003, KILN_CAFFE_DROP, KILN_ONLY,
+     "kiln's bf16 mixed precision (Caffe 1.0 trains in fp32)"},
     {&caffe__solver_state__descriptor, "kiln_data_cursor", 1000, KILN_CAFFE_DROP, KILN_ONLY,
      "kiln's resume state"},
     {&caffe__solver_state__descriptor, "kiln_rng_state", 1001, KILN_CAFFE_DROP, KILN_ONLY,

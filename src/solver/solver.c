@@ -323,6 +323,26 @@ static int check_device(kiln_solver *s) {
   return KILN_OK;
 }
 
+/* The solver's `precision` where neither --precision nor KILN_PRECISION chose one. Whether the
+ * CPU can is asked when the nets pick their kernels (kiln_backend_choose). */
+static int check_precision(kiln_solver *s) {
+  const Caffe__SolverParameter *p = s->param;
+  const kiln_config *cfg = s->opt.config;
+  const bool bf16 = cfg->precision == KILN_PRECISION_BF16 ||
+                    (cfg->precision == KILN_PRECISION_DEFAULT && p->has_precision &&
+                     p->precision == CAFFE__SOLVER_PARAMETER__PRECISION__BF16);
+  if (!bf16) return KILN_OK;
+  if (cfg->precision != KILN_PRECISION_BF16) {
+    if (cfg != &s->device_config) s->device_config = *cfg;
+    s->device_config.precision = KILN_PRECISION_BF16;
+    s->opt.config = &s->device_config;
+  }
+  if (s->rank == 0)
+    kiln_log(KILN_LOG_INFO, "precision bf16: products in bfloat16 with fp32 sums; weights, "
+                            "updates, normalisation and losses in fp32");
+  return KILN_OK;
+}
+
 /* An injected fault must hit something: a sleep names a layer of the train net. The log says a
  * fault is on, so nobody mistakes the run for a real one. */
 static int check_fault(kiln_solver *s) {
@@ -411,6 +431,7 @@ int kiln_solver_create(const char *solver_path, const kiln_solver_options *opt, 
   rc = update_resolve_type(s);
   if (!rc) rc = check_params(s); /* after the type: delta's range depends on it */
   if (!rc) rc = check_device(s);
+  if (!rc) rc = check_precision(s);
   if (!rc) rc = worker_sync_configure(s);
   if (!rc) {
     s->history_per_param = update_history_count(s->type);
