@@ -947,6 +947,8 @@ static void test_suite_load(void **state) {
        "threads 0 is not in 1..1024"},
       {"model { name: 'a' solver: 's.prototxt' threads: 100000 kpi { name: 'accuracy' } }",
        "threads 100000 is not in 1..1024"},
+      {"model { name: 'a' solver: 's.prototxt' precision: 'fp16' kpi { name: 'accuracy' } }",
+       "precision 'fp16' is not fp32 or bf16"},
       {"model { name: 'a' solver: 's.prototxt' iters_per_epoch: -1 kpi { name: 'accuracy' } }",
        "iters_per_epoch -1 must be a positive number"},
       {"model { name: 'a' solver: 's.prototxt' test_iter: 0 kpi { name: 'accuracy' } }",
@@ -1021,7 +1023,7 @@ static void test_suite_load(void **state) {
 
 /* A stand-in for `kiln train` that writes metrics as kiln does, with figures the test chooses:
  * line N of ctl/durations is the N-th run's duration (and sets its throughput), ctl/mode makes it
- * crash, diverge or hang. It records its arguments, and how many workers it was started as. It
+ * crash, diverge or hang, or (nobf16) refuse --precision bf16 as a CPU without bf16 does. It records its arguments, and how many workers it was started as. It
  * writes the final weights when the solver asks for them (mode noweights: it does not), and as
  * `kiln decode` writes a "decode" event (ctl/decode: fail exits 1, silent writes nothing). */
 static const char fake_kiln[] =
@@ -1029,8 +1031,8 @@ static const char fake_kiln[] =
     "CTL=$(dirname \"$0\")/ctl\n"
     "echo \"$@\" >> \"$CTL/argv\"\n"
     "cmd=$1\n"
-    "while [ $# -gt 0 ]; do case \"$1\" in --metrics) M=$2; shift;; --solver) S=$2; shift;; esac;"
-    " shift; done\n"
+    "while [ $# -gt 0 ]; do case \"$1\" in --metrics) M=$2; shift;; --solver) S=$2; shift;;"
+    " --precision) P=$2; shift;; esac; shift; done\n"
     "if [ \"$cmd\" = decode ]; then\n"
     "  case \"$(cat \"$CTL/decode\" 2>/dev/null)\" in\n"
     "    fail) echo 'kiln: decode: broken.prototxt: no such file' >&2; exit 1 ;;\n"
@@ -1042,6 +1044,9 @@ static const char fake_kiln[] =
     "fi\n"
     "n=$(cat \"$CTL/count\" 2>/dev/null || echo 0); n=$((n+1)); echo $n > \"$CTL/count\"\n"
     "mode=$(cat \"$CTL/mode\" 2>/dev/null)\n"
+    "if [ \"$mode\" = nobf16 ] && [ \"${P:-}\" = bf16 ]; then\n"
+    "  echo 'kiln: train: s.prototxt: net: precision BF16 needs a CPU with AVX512_BF16' >&2; exit 1\n"
+    "fi\n"
     "if [ \"$mode\" != noweights ] && grep -q '^snapshot_after_train: true' \"$S\"; then\n"
     "  touch \"snapshot_iter_$(sed -n 's/^max_iter: //p' \"$S\").caffemodel\"\n"
     "fi\n"
@@ -1230,6 +1235,24 @@ static void test_runner_workers_and_failures(void **state) {
   assert_int_equal(row_of(&r, 2, "run")->verdict, KILN_CE_SKIP);
   assert_contains(row_of(&r, 2, "run")->reason, "mpirun not found");
   assert_int_equal(row_of(&r, 1, "accuracy")->verdict, KILN_CE_NEW);
+  assert_int_equal(kiln_ce_result_exit_code(&r), 0);
+  kiln_ce_result_free(&r);
+
+  /* a bf16 model: --precision bf16 on the command line; skipped where the CPU refuses it */
+  const char *bf16 = "repeats: 1\nmodel { name: 'm' solver: 'solver.prototxt' precision: 'bf16'\n"
+                     "  kpi { name: 'accuracy' } }\n";
+  runner_setup(&e, "bf16", "10\n", "", bf16, NULL);
+  if (runner_run(&e, &r)) fail_msg("%s", kiln_last_error());
+  assert_int_equal(row_of(&r, 1, "accuracy")->verdict, KILN_CE_NEW);
+  snprintf(p, sizeof p, "%s/argv", e.ctl);
+  assert_int_equal(kiln_read_file(p, &text, &len), KILN_OK);
+  assert_contains(text, " --precision bf16");
+  free(text);
+  kiln_ce_result_free(&r);
+  runner_setup(&e, "nobf16", "10\n", "nobf16", bf16, NULL);
+  if (runner_run(&e, &r)) fail_msg("%s", kiln_last_error());
+  assert_int_equal(row_of(&r, 1, "run")->verdict, KILN_CE_SKIP);
+  assert_contains(row_of(&r, 1, "run")->reason, "precision BF16 needs a CPU with AVX512_BF16");
   assert_int_equal(kiln_ce_result_exit_code(&r), 0);
   kiln_ce_result_free(&r);
 
@@ -1562,7 +1585,7 @@ static void test_repository_suites(void **state) {
     const char *file;
     size_t models;
     const char *baselines;
-  } suites[] = {{"quick.prototxt", 3, "/ce/baselines"},
+  } suites[] = {{"quick.prototxt", 4, "/ce/baselines"},
                 {"full.prototxt", 16, "/ce/baselines-full"},
                 {"text.prototxt", 6, "/ce/baselines-text"}};
   for (size_t i = 0; i < sizeof suites / sizeof suites[0]; i++) {

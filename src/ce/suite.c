@@ -88,6 +88,9 @@ static int check_model(const char *path, const char *dir, const Caffe__CeModel *
   if (!(m->min_epochs_learning >= 0 && isfinite(m->min_epochs_learning)))
     return kiln_errorf(KILN_ERR_INVALID, "%s: model '%s': min_epochs_learning %g must be >= 0",
                        path, m->name, m->min_epochs_learning);
+  if (m->precision && strcmp(m->precision, "fp32") && strcmp(m->precision, "bf16"))
+    return kiln_errorf(KILN_ERR_INVALID, "%s: model '%s': precision '%s' is not fp32 or bf16",
+                       path, m->name, m->precision);
   if (m->decode) KILN_TRY(check_decode(path, dir, m));
   if (m->n_kpi == 0 || m->n_kpi > CE_MAX_KPIS)
     return kiln_errorf(KILN_ERR_INVALID, "%s: model '%s': give 1 to %d kpi entries", path, m->name,
