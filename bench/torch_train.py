@@ -5,6 +5,7 @@ a sequence in the sequence cases, lstm and transformer). On the CPU (the default
 Debian's /usr/bin/python3, python3-torch) peak_mb is the peak RSS.
 
 usage: torch_train.py CASE THREADS ITERS [--params] [--device cuda] [--tf32] [--batch N]
+                       [--autocast]
   --params      print the parameter count and stop (to check the nets)
   --device D    train on D (cuda, cuda:N): model and data on the GPU, cudnn.benchmark on, the
                 clock read after torch.cuda.synchronize(); peak_mb is then
@@ -12,7 +13,12 @@ usage: torch_train.py CASE THREADS ITERS [--params] [--device cuda] [--tf32] [--
   --tf32        let cuBLAS and cuDNN use TF32 tensor cores (without it both are kept off on
                 CUDA); no effect on the CPU, which has no TF32
   --batch N     the batch: the first axis of an image case, the second (N) of a time-major
-                T x N x D sequence case"""
+                T x N x D sequence case
+  --autocast    bf16 mixed precision as PyTorch's AMP recipe has it: the forward and the loss
+                under torch.autocast("cpu", dtype=torch.bfloat16) (on CUDA, "cuda"), the
+                backward and the optimizer step outside it; the weights stay fp32 (bench/run's
+                bf16 table, against kiln --precision bf16)"""
+import contextlib
 import os
 import resource
 import sys
@@ -293,8 +299,8 @@ CASES = {
 
 
 def options(argv):
-    """The flags after the three positional arguments: (params, device, tf32, batch)."""
-    params, device, tf32, batch = False, "cpu", False, None
+    """The flags after the three positional arguments: (params, device, tf32, batch, autocast)."""
+    params, device, tf32, batch, autocast = False, "cpu", False, None, False
     i = 0
     while i < len(argv):
         a = argv[i]
@@ -302,6 +308,8 @@ def options(argv):
             params = True
         elif a == "--tf32":
             tf32 = True
+        elif a == "--autocast":
+            autocast = True
         elif a in ("--device", "--batch") and i + 1 < len(argv):
             i += 1
             if a == "--device":
@@ -311,7 +319,7 @@ def options(argv):
         else:
             sys.exit(f"torch_train.py: unknown option {a!r} (see the usage in its docstring)")
         i += 1
-    return params, device, tf32, batch
+    return params, device, tf32, batch, autocast
 
 
 def with_batch(shape, label_shape, batch):
@@ -325,7 +333,7 @@ def with_batch(shape, label_shape, batch):
 
 def main():
     case, threads, iters = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-    params, device, tf32, batch = options(sys.argv[4:])
+    params, device, tf32, batch, autocast = options(sys.argv[4:])
     cuda = device.startswith("cuda")
     # Subnormal floats flushed to zero, as kiln flushes them (KILN_DENORMALS): the labels are
     # constant, the loss falls to 0, and the gradients fade into the subnormal range, where
@@ -357,10 +365,18 @@ def main():
     y = torch.full(label_shape, 3, dtype=torch.long, device=device).flatten()
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, weight_decay=5e-4)
 
+    # --autocast: the forward and the loss in the autocast region, the backward (which runs
+    # each op in the dtype its forward had) and the step outside, as PyTorch's AMP recipe.
+    # bf16 has fp32's exponent range, so no GradScaler; without the flag, no region at all
+    amp = (torch.autocast("cuda" if cuda else "cpu", dtype=torch.bfloat16) if autocast
+           else contextlib.nullcontext())
+
     def step():
         opt.zero_grad()
-        out = model(x)
-        F.cross_entropy(out.reshape(-1, out.shape[-1]), y).backward()
+        with amp:
+            out = model(x)
+            loss = F.cross_entropy(out.reshape(-1, out.shape[-1]), y)
+        loss.backward()
         opt.step()
 
     step()  # warm-up, as kiln's first iteration is not timed either
