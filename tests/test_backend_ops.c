@@ -4298,6 +4298,23 @@ enum { NROWS = sizeof rows / sizeof rows[0] };
 /* Runs every row on backend b; returns the failures, and prints each. */
 /* Every row on b: the failures; an op b lacks is one, unless `missing` is given, which then
  * counts the rows skipped for that reason. */
+/* The ops the cpu-bf16 backend runs in bf16 (its products), whose rows it is held to within
+ * BF16_TOL instead of their fp32 tolerance. */
+static const int bf16_ops[] = {KILN_OP_gemm,     KILN_OP_gemm_rows,         KILN_OP_packed_gemm_update,
+                               KILN_OP_conv_fwd, KILN_OP_conv_bwd,          KILN_OP_packed_gemm_run,
+                               KILN_OP_conv_route_update, KILN_OP_packed_gemm_set_b};
+/* bf16 keeps 8 significant bits (2^-9 relative rounding an operand); sums of products of such
+ * operands stay within about 2^-8 of the largest term's size. */
+#define BF16_TOL 1e-2
+static double tol_bf16;
+
+static double row_tol(const kiln_backend *b, const op_row *row) {
+  if (!tol_bf16 || strcmp(b->name, "cpu-bf16")) return row->tol;
+  for (size_t k = 0; k < sizeof bf16_ops / sizeof bf16_ops[0]; k++)
+    if (row->op == bf16_ops[k]) return row->tol > tol_bf16 ? row->tol : tol_bf16;
+  return row->tol;
+}
+
 static int run_rows(const kiln_backend *b, int nthreads, int *failed_op, int *missing) {
   kiln_op_ctx c = {.nthreads = nthreads, .config = kiln_test_config(), .device = b->device};
   int failures = 0;
@@ -4315,10 +4332,10 @@ static int run_rows(const kiln_backend *b, int nthreads, int *failed_op, int *mi
     kiln_rng r;
     kiln_rng_seed(&r, 1234 + (uint64_t)i, 7);
     double e = row->run(b, &c, row->n, row->p, &r);
-    if (!(e <= row->tol)) {
+    const double tol = row_tol(b, row);
+    if (!(e <= tol)) {
       print_message("%s %s (n %lld, setting %g, %d threads): error %g above %g\n", b->name,
-                    kiln_op_name(row->op), (long long)row->n, (double)row->p, nthreads, e,
-                    row->tol);
+                    kiln_op_name(row->op), (long long)row->n, (double)row->p, nthreads, e, tol);
       if (failed_op) *failed_op = row->op;
       failures++;
     }
@@ -4413,6 +4430,24 @@ static void test_cpu(void **state) {
   (void)state;
   assert_int_equal(run_table(kiln_backend_cpu(), 1, NULL), 0);
   assert_int_equal(run_table(kiln_backend_cpu(), 2, NULL), 0);
+}
+
+/* cpu-bf16 (precision BF16): every row against the same double-precision references, its products
+ * within bf16's tolerance and every other op (cpu's) within fp32's; where the CPU has no bf16
+ * kernels, skipped saying why. tests/test_bf16.c checks the products to fp32 accuracy against
+ * references of the bf16-rounded operands. */
+static void test_cpu_bf16(void **state) {
+  (void)state;
+  if (kiln_bf16_check() != KILN_OK) {
+    print_message("SKIP: %s\n", kiln_last_error());
+    skip();
+  }
+  tol_bf16 = BF16_TOL;
+  const int f1 = run_table(kiln_backend_cpu_bf16(), 1, NULL);
+  const int f2 = run_table(kiln_backend_cpu_bf16(), 2, NULL);
+  tol_bf16 = 0;
+  assert_int_equal(f1, 0);
+  assert_int_equal(f2, 0);
 }
 
 /* hostsim: its tensors in walled-off mappings, moved only through the device table; the walls
@@ -4549,7 +4584,7 @@ static void test_hostsim_walls(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_every_op_has_a_row), cmocka_unit_test(test_ref),
-      cmocka_unit_test(test_cpu), cmocka_unit_test(test_hostsim), cmocka_unit_test(test_cudaemu),
+      cmocka_unit_test(test_cpu), cmocka_unit_test(test_cpu_bf16), cmocka_unit_test(test_hostsim), cmocka_unit_test(test_cudaemu),
       cmocka_unit_test(test_cuda), cmocka_unit_test(test_cuda_covers_every_layer_type),
       cmocka_unit_test(test_a_wrong_kernel_is_caught), cmocka_unit_test(test_hostsim_walls),
       cmocka_unit_test(test_layers_choose_their_backend),
