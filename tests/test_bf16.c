@@ -364,9 +364,9 @@ static const char *small_net =
     "  inner_product_param { num_output: 10 weight_filler { type: 'gaussian' std: 0.05 } } } "
     "layer { name: 'loss' type: 'SoftmaxWithLoss' bottom: 'ip' bottom: 'label' top: 'loss' }";
 
-static kiln_net *make_net(kiln_precision p) {
-  Caffe__NetParameter *np = NULL;
-  assert_int_equal(kiln_net_param_from_text(small_net, "<small>", &np), KILN_OK);
+/* The net (its parameter message, which the net reads from while it lives, in *np). */
+static kiln_net *make_net(kiln_precision p, Caffe__NetParameter **np) {
+  assert_int_equal(kiln_net_param_from_text(small_net, "<small>", np), KILN_OK);
   static kiln_config cfg[3];
   kiln_config_init(&cfg[p]);
   cfg[p].precision = p;
@@ -376,9 +376,8 @@ static kiln_net *make_net(kiln_precision p) {
   o.nthreads = 2;
   o.config = &cfg[p];
   kiln_net *net = NULL;
-  const int rc = kiln_net_create(np, &o, &net);
+  const int rc = kiln_net_create(*np, &o, &net);
   if (rc) fail_msg("%s", kiln_last_error());
-  protobuf_c_message_free_unpacked(&np->base, NULL);
   return net;
 }
 
@@ -398,7 +397,8 @@ static void set_inputs(kiln_net *net) {
 static void test_bf16_net_gradients(void **state) {
   (void)state;
   if (!have_bf16()) skip();
-  kiln_net *n16 = make_net(KILN_PRECISION_BF16), *n32 = make_net(KILN_PRECISION_FP32);
+  Caffe__NetParameter *p16 = NULL, *p32 = NULL;
+  kiln_net *n16 = make_net(KILN_PRECISION_BF16, &p16), *n32 = make_net(KILN_PRECISION_FP32, &p32);
   assert_string_equal(kiln_net_backend(n16)->name, "cpu-bf16");
   assert_string_equal(kiln_net_backend(n32)->name, "cpu");
   assert_int_equal(n16->nparam_floats, n32->nparam_floats);
@@ -448,6 +448,8 @@ static void test_bf16_net_gradients(void **state) {
   }
   kiln_net_free(n16);
   kiln_net_free(n32);
+  protobuf_c_message_free_unpacked(&p16->base, NULL);
+  protobuf_c_message_free_unpacked(&p32->base, NULL);
 }
 
 /* ---- where bf16 cannot run ------------------------------------------------------------------- */
