@@ -4302,7 +4302,8 @@ enum { NROWS = sizeof rows / sizeof rows[0] };
  * BF16_TOL instead of their fp32 tolerance. */
 static const int bf16_ops[] = {KILN_OP_gemm,     KILN_OP_gemm_rows,         KILN_OP_packed_gemm_update,
                                KILN_OP_conv_fwd, KILN_OP_conv_bwd,          KILN_OP_packed_gemm_run,
-                               KILN_OP_conv_route_update, KILN_OP_packed_gemm_set_b};
+                               KILN_OP_conv_route_update, KILN_OP_packed_gemm_set_b,
+                               KILN_OP_attention_fwd, KILN_OP_attention_bwd};
 /* bf16 keeps 8 significant bits (2^-9 relative rounding an operand); sums of products of such
  * operands stay within about 2^-8 of the largest term's size. */
 #define BF16_TOL 1e-2

@@ -350,6 +350,66 @@ static void test_bf16_conv_against_rounded_reference(void **state) {
   }
 }
 
+/* ---- attention ------------------------------------------------------------------------------- */
+
+/* max |a - b| over n, and max |b| */
+static void spread(const float *a, const float *b, int64_t n, double *diff, double *mag) {
+  *diff = 0, *mag = 0;
+  for (int64_t i = 0; i < n; i++) {
+    if (fabs((double)a[i] - b[i]) > *diff) *diff = fabs((double)a[i] - b[i]);
+    if (fabs((double)b[i]) > *mag) *mag = fabs((double)b[i]);
+  }
+}
+
+/* Scores, weighted sums and their gradients in bf16 against cpu's fp32 kernels on the same
+ * inputs (causal, and with padding): within 1e-2 of each output's largest value (bf16 rounds each
+ * operand by 2^-9), and not equal to fp32's (so they did run in bf16). */
+static void test_bf16_attention(void **state) {
+  (void)state;
+  if (!have_bf16()) skip();
+  const int T = 12, S = 12, N = 3, H = 2, hd = 32, D = H * hd;
+  const int64_t nq = (int64_t)T * N * D, nk = (int64_t)S * N * D, np = (int64_t)N * H * T * S;
+  for (int variant = 0; variant < 2; variant++) {
+    kiln_rng r;
+    kiln_rng_seed(&r, 17, (uint64_t)variant);
+    float *q = fbuf(nq), *k = fbuf(nk), *v = fbuf(nk), *dctx = fbuf(nq), valid[12 * 3];
+    fill(&r, q, nq), fill(&r, k, nk), fill(&r, v, nk), fill(&r, dctx, nq);
+    for (int i = 0; i < S * N; i++) valid[i] = (i % 5 == 4) ? 0.0f : 1.0f;
+    const bool causal = variant == 0;
+    const float *vm = variant ? valid : NULL;
+    float *out[2][6];
+    const kiln_backend *bs[2] = {kiln_backend_cpu(), kiln_backend_cpu_bf16()};
+    for (int b = 0; b < 2; b++) {
+      float *cx = fbuf(nq), *probs = fbuf(np), *dq = fbuf(nq), *dk = fbuf(nk), *dv = fbuf(nk);
+      float *work = fbuf(kiln_attention_workspace(T, S, 2));
+      const kiln_op_ctx c = ctx(2);
+      assert_int_equal(bs[b]->attention_fwd(&c, cx, probs, q, k, v, vm, T, S, N, H, hd, 0.125f,
+                                            causal),
+                       KILN_OK);
+      assert_int_equal(bs[b]->attention_bwd(&c, dq, dk, dv, work, dctx, probs, q, k, v, T, S, N,
+                                            H, hd, 0.125f),
+                       KILN_OK);
+      out[b][0] = cx, out[b][1] = probs, out[b][2] = dq, out[b][3] = dk, out[b][4] = dv;
+      out[b][5] = work;
+    }
+    const int64_t counts[5] = {nq, np, nq, nk, nk};
+    static const char *const names[5] = {"ctx", "probs", "dq", "dk", "dv"};
+    for (int o = 0; o < 5; o++) {
+      double diff, mag;
+      spread(out[1][o], out[0][o], counts[o], &diff, &mag);
+      if (diff > 1e-2 * mag)
+        fail_msg("attention %s (variant %d): bf16 off fp32 by %g of %g", names[o], variant, diff,
+                 mag);
+      if (diff < 1e-6 * mag)
+        fail_msg("attention %s (variant %d): bf16 equals fp32 (%g): not run in bf16", names[o],
+                 variant, diff);
+    }
+    for (int b = 0; b < 2; b++)
+      for (int o = 0; o < 6; o++) free(out[b][o]);
+    free(q), free(k), free(v), free(dctx);
+  }
+}
+
 /* ---- a net's gradients in bf16 ---------------------------------------------------------------- */
 
 static const char *small_net =
@@ -496,6 +556,7 @@ int main(void) {
       cmocka_unit_test(test_bf16_small_gemm_stays_fp32),
       cmocka_unit_test(test_bf16_packed_gemm),
       cmocka_unit_test(test_bf16_conv_against_rounded_reference),
+      cmocka_unit_test(test_bf16_attention),
       cmocka_unit_test(test_bf16_net_gradients),
       cmocka_unit_test(test_bf16_refused_off_the_host),
       cmocka_unit_test(test_precision_names),

@@ -96,6 +96,14 @@ bool kiln_sgemm_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float al
                      const float *A, int64_t lda, const float *B, int64_t ldb, float beta,
                      float *C, int64_t ldc);
 
+/* B0 x B1 products in bf16 with fp32 sums (attention's, through oneDNN's batched matmul):
+ * C[i][j] (M x N) = alpha A[i][j] (M x K) B[i][j] (K x N); A bf16, contiguous (B0, B1, M, K); B
+ * bf16 and C fp32 with the strides bs and cs (elements) of their axes (B0, B1, rows, columns).
+ * false (C untouched) without oneDNN or a JIT kernel for the shape. */
+bool kiln_bmm_bf16(int64_t B0, int64_t B1, int64_t M, int64_t N, int64_t K, float alpha,
+                   const uint16_t *A, const uint16_t *B, const int64_t bs[4], float *C,
+                   const int64_t cs[4]);
+
 /* A product C = A op(B) + beta C of one shape (A M x K row-major, lda apart; op(B) K x N) whose B
  * stays the same over many calls: set_b copies B once into the layout the fast kernel reads
  * (on the oneDNN route; the OpenBLAS route only keeps the pointer, which must stay valid), run

@@ -10,6 +10,8 @@
  * call, or (the cpu backend's large projections) the gemm op itself. */
 #include <math.h>
 #include <omp.h>
+#include <pthread.h>
+#include <stdlib.h>
 
 #include "kiln/ops.h"
 #include "ops/kernels.h"
@@ -172,4 +174,150 @@ int kiln_ref_attention_bwd(const kiln_op_ctx *c, float *dq, float *dk, float *dv
   }
   kiln_blas_serial_end(blas_prev);
   return KILN_OK;
+}
+
+/* ---- attention in bf16 (the cpu-bf16 backend) ------------------------------------------------ */
+
+/* The scores, the weighted sums and their gradients as batched bf16 products over the (sequence,
+ * head) items (kiln_bmm_bf16): each operand is first rounded into a bf16 copy laid out item by
+ * item, (N, H, rows, hd) or its transpose where oneDNN needs the contracted axis inside; the masked
+ * softmax and its gradient stay fp32, on the fp32 scores. The copies are a buffer kept between
+ * calls (grown to the largest), as the GEMMs' are. Without a JIT kernel for a shape the op is the
+ * fp32 one. */
+static pthread_mutex_t att_lock = PTHREAD_MUTEX_INITIALIZER;
+static uint16_t *att_buf;
+static size_t att_cap;
+static float *att_dp;
+static size_t att_dp_cap;
+
+static uint16_t *att_take(size_t n16, size_t nf) {
+  if (n16 > att_cap) {
+    free(att_buf);
+    att_buf = aligned_alloc(64, (n16 * 2 + 63) / 64 * 64);
+    att_cap = att_buf ? n16 : 0;
+  }
+  if (nf > att_dp_cap) {
+    free(att_dp);
+    att_dp = aligned_alloc(64, (nf * 4 + 63) / 64 * 64);
+    att_dp_cap = att_dp ? nf : 0;
+  }
+  return att_buf && (nf == 0 || att_dp) ? att_buf : NULL;
+}
+
+/* y (N, H, R, hd) = x (R x N x D, time-major) rounded, item by item. */
+static void gather_rows(const kiln_op_ctx *c, uint16_t *y, const float *x, int R, int N, int H,
+                        int hd) {
+  const int64_t items = (int64_t)N * H, D = (int64_t)H * hd;
+#pragma omp parallel for schedule(static) num_threads(team_size(c->nthreads, items))
+  for (int64_t it = 0; it < items; it++) {
+    const int64_t n = it / H, h = it % H;
+    for (int r = 0; r < R; r++)
+      kiln_bf16_from_f32(y + (it * R + r) * hd, x + (int64_t)r * N * D + n * D + h * hd, hd);
+  }
+}
+
+/* y = x rounded ((items, R, C) both), or transposed into (items, C, R). */
+static void round_items(const kiln_op_ctx *c, uint16_t *y, const float *x, int64_t items, int R,
+                        int C, bool transpose) {
+#pragma omp parallel for schedule(static) num_threads(team_size(c->nthreads, items))
+  for (int64_t it = 0; it < items; it++) {
+    const float *xi = x + it * R * C;
+    uint16_t *yi = y + it * R * C;
+    if (!transpose) kiln_bf16_from_f32(yi, xi, (int64_t)R * C);
+    else
+      for (int r = 0; r < R; r++)
+        for (int cc = 0; cc < C; cc++) yi[(int64_t)cc * R + r] = kiln_bf16_of(xi[(int64_t)r * C + cc]);
+  }
+}
+
+/* One batched product on the op's threads. */
+static bool bmm(const kiln_op_ctx *c, int N, int H, int64_t M, int64_t Nc, int64_t K, float alpha,
+                const uint16_t *A, const uint16_t *B, const int64_t bs[4], float *C,
+                const int64_t cs[4]) {
+  bool ok = false;
+  KILN_ON_OP_THREADS(c, ok = kiln_bmm_bf16(N, H, M, Nc, K, alpha, A, B, bs, C, cs));
+  return ok;
+}
+
+int kiln_bf16_attention_fwd(const kiln_op_ctx *c, float *ctx, float *probs, const float *q,
+                            const float *k, const float *v, const float *valid, int T, int S,
+                            int N, int H, int hd, float scale, bool causal) {
+  const int64_t D = (int64_t)H * hd, items = (int64_t)N * H;
+  const size_t nq = (size_t)(items * T * hd), nk = (size_t)(items * S * hd);
+  const size_t np = (size_t)(items * T * S);
+  pthread_mutex_lock(&att_lock);
+  uint16_t *q16 = att_take(nq + 2 * nk + np, 0);
+  bool ok = q16 != NULL;
+  if (ok) {
+    uint16_t *k16 = q16 + nq, *v16 = k16 + nk, *p16 = v16 + nk;
+    gather_rows(c, q16, q, T, N, H, hd);
+    gather_rows(c, k16, k, S, N, H, hd);
+    gather_rows(c, v16, v, S, N, H, hd);
+    /* scores (N, H, T, S) = scale q k^T: k's copy (N, H, S, hd) read as (N, H, hd, S) */
+    const int64_t kt[4] = {H * S * hd, S * hd, 1, hd}, pc[4] = {H * T * S, T * S, S, 1};
+    ok = bmm(c, N, H, T, S, hd, scale, q16, k16, kt, probs, pc);
+    if (ok) {
+#pragma omp parallel for schedule(static) num_threads(team_size(c->nthreads, items))
+      for (int64_t it = 0; it < items; it++)
+        for (int t = 0; t < T; t++)
+          masked_softmax_row(probs + (it * T + t) * S, t, S, valid ? valid + it / H : NULL, N,
+                             causal);
+      round_items(c, p16, probs, items, T, S, false);
+      /* ctx (T x N x D, as (N, H, T, hd)) = p v */
+      const int64_t vb[4] = {H * S * hd, S * hd, hd, 1}, cc[4] = {D, hd, N * D, 1};
+      ok = bmm(c, N, H, T, hd, S, 1.0f, p16, v16, vb, ctx, cc);
+    }
+  }
+  pthread_mutex_unlock(&att_lock);
+  if (ok) return KILN_OK;
+  return kiln_ref_attention_fwd(c, ctx, probs, q, k, v, valid, T, S, N, H, hd, scale, causal);
+}
+
+int kiln_bf16_attention_bwd(const kiln_op_ctx *c, float *dq, float *dk, float *dv, float *work,
+                            const float *dctx, const float *probs, const float *q, const float *k,
+                            const float *v, int T, int S, int N, int H, int hd, float scale) {
+  const int64_t D = (int64_t)H * hd, items = (int64_t)N * H;
+  const size_t nq = (size_t)(items * T * hd), nk = (size_t)(items * S * hd);
+  const size_t np = (size_t)(items * T * S);
+  pthread_mutex_lock(&att_lock);
+  /* dctx, q (N, H, T, hd); k, v (N, H, S, hd); p^T, ds, ds^T (N, H, .., ..) */
+  uint16_t *g16 = att_take(2 * nq + 2 * nk + 3 * np, np);
+  bool ok = g16 != NULL;
+  if (ok) {
+    uint16_t *q16 = g16 + nq, *k16 = q16 + nq, *v16 = k16 + nk, *pt16 = v16 + nk;
+    uint16_t *ds16 = pt16 + np, *dst16 = ds16 + np;
+    float *dp = att_dp;
+    gather_rows(c, g16, dctx, T, N, H, hd);
+    gather_rows(c, q16, q, T, N, H, hd);
+    gather_rows(c, k16, k, S, N, H, hd);
+    gather_rows(c, v16, v, S, N, H, hd);
+    round_items(c, pt16, probs, items, T, S, true);
+    const int64_t pc[4] = {H * T * S, T * S, S, 1}, oc[4] = {D, hd, N * D, 1};
+    const int64_t vt[4] = {H * S * hd, S * hd, 1, hd};   /* v's copy as (N, H, hd, S) */
+    const int64_t tb[4] = {H * T * hd, T * hd, hd, 1};   /* dctx's or q's copy as it is */
+    const int64_t sb[4] = {H * S * hd, S * hd, hd, 1};   /* k's copy as it is */
+    /* dp (N, H, T, S) = dctx v^T; dv (S x N x D) = p^T dctx */
+    ok = bmm(c, N, H, T, S, hd, 1.0f, g16, v16, vt, dp, pc) &&
+         bmm(c, N, H, S, hd, T, 1.0f, pt16, g16, tb, dv, oc);
+    if (ok) {
+      /* through the softmax in fp32, as the fp32 kernel */
+#pragma omp parallel for schedule(static) num_threads(team_size(c->nthreads, items))
+      for (int64_t it = 0; it < items; it++)
+        for (int t = 0; t < T; t++) {
+          const float *pr = probs + (it * T + t) * S;
+          float *dr = dp + (it * T + t) * S;
+          double dot = 0;
+          for (int s = 0; s < S; s++) dot += (double)pr[s] * dr[s];
+          for (int s = 0; s < S; s++) dr[s] = pr[s] * (dr[s] - (float)dot);
+        }
+      round_items(c, ds16, dp, items, T, S, false);
+      round_items(c, dst16, dp, items, T, S, true);
+      /* dq = scale ds k; dk = scale ds^T q */
+      ok = bmm(c, N, H, T, hd, S, scale, ds16, k16, sb, dq, oc) &&
+           bmm(c, N, H, S, hd, T, scale, dst16, q16, tb, dk, oc);
+    }
+  }
+  pthread_mutex_unlock(&att_lock);
+  if (ok) return KILN_OK;
+  return kiln_ref_attention_bwd(c, dq, dk, dv, work, dctx, probs, q, k, v, T, S, N, H, hd, scale);
 }

@@ -35,6 +35,8 @@ static void make_bf16(void) {
   cpu_bf16.gemm_rows = kiln_bf16_gemm_rows;
   cpu_bf16.packed_gemm_update = kiln_bf16_packed_gemm_update;
   cpu_bf16.conv_route_update = kiln_bf16_conv_route_update;
+  cpu_bf16.attention_fwd = kiln_bf16_attention_fwd;
+  cpu_bf16.attention_bwd = kiln_bf16_attention_bwd;
 }
 
 /* hostsim: every op is cpu's, with the device's walls opened for the call. */

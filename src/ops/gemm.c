@@ -193,6 +193,96 @@ bool kiln_sgemm_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float al
   return done;
 }
 
+/* Batched bf16 products (attention's), one primitive per shape and strides, kept as the GEMMs'. */
+typedef struct {
+  int64_t dims[5], bs[4], cs[4];
+  float alpha;
+} bmm_key;
+typedef struct {
+  bmm_key key;
+  bool used;
+  dnnl_primitive_t prim; /* NULL: no JIT kernel for it */
+  dnnl_memory_desc_t a, b, c;
+} bmm_entry;
+enum { BMM_TABLE = 32 };
+static bmm_entry g_bmm[BMM_TABLE];
+static int g_bmm_next;
+
+static void bmm_make(bmm_entry *e, dnnl_engine_t eng) {
+  const bmm_key *k = &e->key;
+  const int64_t B0 = k->dims[0], B1 = k->dims[1], M = k->dims[2], N = k->dims[3], K = k->dims[4];
+  dnnl_dims_t ad = {B0, B1, M, K}, bd = {B0, B1, K, N}, cd = {B0, B1, M, N};
+  dnnl_dims_t as = {B1 * M * K, M * K, K, 1};
+  dnnl_dims_t bs = {k->bs[0], k->bs[1], k->bs[2], k->bs[3]}, cs = {k->cs[0], k->cs[1], k->cs[2], k->cs[3]};
+  e->prim = NULL;
+  if (dnnl_memory_desc_init_by_strides(&e->a, 4, ad, dnnl_bf16, as) ||
+      dnnl_memory_desc_init_by_strides(&e->b, 4, bd, dnnl_bf16, bs) ||
+      dnnl_memory_desc_init_by_strides(&e->c, 4, cd, dnnl_f32, cs))
+    return;
+  dnnl_matmul_desc_t md;
+  if (dnnl_matmul_desc_init(&md, &e->a, &e->b, NULL, &e->c) != dnnl_success) return;
+  dnnl_primitive_attr_t attr = NULL;
+  bool ok = dnnl_primitive_attr_create(&attr) == dnnl_success;
+  if (ok && k->alpha != 1.0f)
+    ok = dnnl_primitive_attr_set_output_scales(attr, 1, 0, &k->alpha) == dnnl_success;
+  dnnl_primitive_desc_t pd = NULL;
+  if (ok) ok = dnnl_primitive_desc_create(&pd, &md, attr, eng, NULL) == dnnl_success;
+  if (attr) dnnl_primitive_attr_destroy(attr);
+  if (!ok) return;
+  const char *impl = "";
+  dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl);
+  if (impl && strncmp(impl, "ref", 3) && dnnl_primitive_create(&e->prim, pd) != dnnl_success)
+    e->prim = NULL;
+  dnnl_primitive_desc_destroy(pd);
+}
+
+bool kiln_bmm_bf16(int64_t B0, int64_t B1, int64_t M, int64_t N, int64_t K, float alpha,
+                   const uint16_t *A, const uint16_t *B, const int64_t bs[4], float *C,
+                   const int64_t cs[4]) {
+  if (B0 <= 0 || B1 <= 0 || M <= 0 || N <= 0 || K <= 0) return false;
+  dnnl_engine_t eng;
+  dnnl_stream_t stream;
+  if (kiln_dnnl_runtime(&eng, &stream) != dnnl_success) return false;
+  bmm_key k;
+  memset(&k, 0, sizeof k);
+  const int64_t dims[5] = {B0, B1, M, N, K};
+  memcpy(k.dims, dims, sizeof dims);
+  memcpy(k.bs, bs, sizeof k.bs);
+  memcpy(k.cs, cs, sizeof k.cs);
+  k.alpha = alpha;
+  pthread_mutex_lock(&g_lock);
+  bmm_entry *e = NULL;
+  for (int i = 0; i < BMM_TABLE && !e; i++)
+    if (g_bmm[i].used && !memcmp(&g_bmm[i].key, &k, sizeof k)) e = &g_bmm[i];
+  if (!e) {
+    for (int i = 0; i < BMM_TABLE && !e; i++)
+      if (!g_bmm[i].used) e = &g_bmm[i];
+    if (!e) {
+      e = &g_bmm[g_bmm_next];
+      g_bmm_next = (g_bmm_next + 1) % BMM_TABLE;
+      if (e->prim) dnnl_primitive_destroy(e->prim);
+    }
+    memset(e, 0, sizeof *e);
+    e->key = k;
+    e->used = true;
+    bmm_make(e, eng);
+  }
+  bool done = false;
+  dnnl_memory_t ma = NULL, mb = NULL, mc = NULL;
+  if (e->prim && dnnl_memory_create(&ma, &e->a, eng, (void *)A) == dnnl_success &&
+      dnnl_memory_create(&mb, &e->b, eng, (void *)B) == dnnl_success &&
+      dnnl_memory_create(&mc, &e->c, eng, C) == dnnl_success) {
+    dnnl_exec_arg_t args[3] = {{DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mb}, {DNNL_ARG_DST, mc}};
+    done = dnnl_primitive_execute(e->prim, stream, 3, args) == dnnl_success &&
+           dnnl_stream_wait(stream) == dnnl_success;
+  }
+  if (ma) dnnl_memory_destroy(ma);
+  if (mb) dnnl_memory_destroy(mb);
+  if (mc) dnnl_memory_destroy(mc);
+  pthread_mutex_unlock(&g_lock);
+  return done;
+}
+
 bool kiln_sgemm_onednn(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
                        const float *A, int64_t lda, const float *B, int64_t ldb, float beta,
                        float *C, int64_t ldc) {
@@ -246,6 +336,13 @@ static bool use_dnnl(const kiln_config *cfg, bool ta, int64_t M, int64_t N, int6
 #endif
 
 #ifndef KILN_HAVE_DNNL
+bool kiln_bmm_bf16(int64_t B0, int64_t B1, int64_t M, int64_t N, int64_t K, float alpha,
+                   const uint16_t *A, const uint16_t *B, const int64_t bs[4], float *C,
+                   const int64_t cs[4]) {
+  (void)B0, (void)B1, (void)M, (void)N, (void)K, (void)alpha, (void)A, (void)B, (void)bs;
+  (void)C, (void)cs;
+  return false;
+}
 bool kiln_sgemm_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
                      const float *A, int64_t lda, const float *B, int64_t ldb, float beta,
                      float *C, int64_t ldc) {

@@ -36,6 +36,12 @@ int kiln_bf16_gemm_rows(const kiln_op_ctx *c, float *C, int64_t ldc, const float
 int kiln_bf16_packed_gemm_update(const kiln_op_ctx *c, kiln_packed_gemm **pg, bool tb, int64_t M,
                                  int64_t N, int64_t K, int64_t lda, int64_t ldb, int64_t ldc,
                                  float beta);
+int kiln_bf16_attention_fwd(const kiln_op_ctx *c, float *ctx, float *probs, const float *q,
+                            const float *k, const float *v, const float *valid, int T, int S,
+                            int N, int H, int hd, float scale, bool causal);
+int kiln_bf16_attention_bwd(const kiln_op_ctx *c, float *dq, float *dk, float *dv, float *work,
+                            const float *dctx, const float *probs, const float *q, const float *k,
+                            const float *v, int T, int S, int N, int H, int hd, float scale);
 int kiln_bf16_conv_route_update(const kiln_op_ctx *c, kiln_conv_route **route,
                                 const kiln_conv_spec *spec, kiln_conv_route_info *info);
 
