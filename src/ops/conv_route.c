@@ -61,6 +61,18 @@ static bool want_shift(const kiln_conv_spec *s) {
   return per_image * (int64_t)sizeof(float) <= 512 * 1024;
 }
 
+/* In bf16, 3x3 stride-1 layers of 64 channels and more stay on fp32's Winograd: it does about a
+ * quarter of the multiplications, which oneDNN's bf16 kernels (direct only) do not make up for
+ * there. VGG-16 trained at 4.42 samples/s in bf16 against 5.68 in fp32 with every convolution in
+ * bf16; resnet20's 64-channel backward ran at 0.88x fp32's, its 16- and 32-channel layers at
+ * 1.15-1.39x (docs/PERF.md). */
+static bool winograd_over_bf16(const kiln_conv_spec *s, const kiln_config *cfg) {
+  const kiln_conv_geom *g = &s->g;
+  return !cfg->conv_direct && g->kernel_h == 3 && g->kernel_w == 3 && g->stride_h == 1 &&
+         g->stride_w == 1 && g->dilation_h == 1 && g->dilation_w == 1 && s->group == 1 &&
+         g->channels % 16 == 0 && s->M % 16 == 0 && g->channels >= 64 && s->M >= 64;
+}
+
 static int64_t im2col_workspace(const kiln_conv_spec *s, int nthreads) {
   const kiln_conv_geom *g = &s->g;
   const int64_t wcount = (int64_t)s->M * (g->channels / s->group) * g->kernel_h * g->kernel_w;
@@ -87,7 +99,7 @@ static int update(const kiln_op_ctx *c, kiln_conv_route **cr, const kiln_conv_sp
   p->route = ROUTE_IM2COL;
   info->workspace_floats = im2col_workspace(spec, c->nthreads);
   /* A shape with no bf16 kernel keeps cpu's fp32 routes (remembered, not tried each reshape). */
-  if (bf16 && p->dn_bf16_failed) bf16 = false;
+  if (bf16 && (p->dn_bf16_failed || winograd_over_bf16(spec, c->config))) bf16 = false;
   if (fast && want_shift(spec) && !(bf16 && want_dnnl(spec))) {
     drop_dnnl(p);
     p->route = ROUTE_SHIFT;
