@@ -86,7 +86,8 @@ static void test_bf16_rounding(void **state) {
   union { uint32_t u; float f; } nan_low = {.u = 0x7f800001u};
   assert_true(isnan(kiln_bf16_round(nan_low.f)));
   assert_true(isinf(kiln_bf16_round(3.4028235e38f))); /* FLT_MAX rounds past bf16's largest */
-  assert_true(kiln_bf16_round(1e-40f) == 0.0f || fabsf(kiln_bf16_round(1e-40f)) < 1e-39f);
+  /* subnormals round too, not flushed: 1e-40 (bits 0x000116c2) to 2^-133 (0x0001) */
+  assert_true(kiln_bf16_round(1e-40f) == ldexpf(1.0f, -133));
   float x[37];
   uint16_t y[37];
   kiln_rng r;
@@ -317,7 +318,7 @@ static void test_bf16_conv_against_rounded_reference(void **state) {
                 }
           }
     const double K = (double)Cg * k->kh * k->kw;
-    const double T = (double)k->N * OH * OW * Mg / Mg; /* terms of a weight gradient */
+    const double T = (double)k->N * OH * OW; /* terms of a weight gradient */
     score sy = {0, 0}, sx = {0, 0}, sw = {0, 0};
     for (int64_t i = 0; i < ny; i++) {
       const int m = (int)(i / ((int64_t)OH * OW) % k->M);
@@ -334,7 +335,7 @@ static void test_bf16_conv_against_rounded_reference(void **state) {
     score_check(what, &sy, sqrt(K) / 3);
     snprintf(what, sizeof what, "conv case %zu input gradient", ci);
     if (Cg >= 16) score_check(what, &sx, sqrt(K) / 3);
-    else if (sx.worst_share > 0 && sx.far > 1e-3) /* the plain fp32 route (few channels) */
+    else if (sx.far > 1e-3) /* the plain fp32 route (few channels) */
       fail_msg("%s: %g from the fp32 gradient", what, sx.far);
     snprintf(what, sizeof what, "conv case %zu weight gradient", ci);
     score_check(what, &sw, sqrt(T) / 3);

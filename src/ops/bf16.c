@@ -5,7 +5,6 @@
  * Products under KILN_BF16_MIN_MACS, products called from inside a parallel region, and shapes
  * oneDNN has no JIT kernel for run cpu's fp32 kernels: more exact, and for those faster. */
 #include <omp.h>
-#include <stdio.h>
 
 #include "kiln/cpu.h"
 #include "kiln/ops.h"

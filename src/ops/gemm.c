@@ -86,6 +86,60 @@ static dnnl_status_t plain_md(dnnl_memory_desc_t *md, int64_t rows, int64_t cols
   return typed_md(md, rows, cols, ld, trans, dnnl_f32);
 }
 
+/* The matmul C = alpha A B + beta C of these descriptors, or NULL where oneDNN has only its
+ * reference kernel for them (far slower than OpenBLAS, and in bf16 an emulation) or none. */
+static dnnl_primitive_t matmul_make(const dnnl_memory_desc_t *a, const dnnl_memory_desc_t *b,
+                                    const dnnl_memory_desc_t *c, float alpha, float beta,
+                                    dnnl_engine_t eng) {
+  dnnl_matmul_desc_t md;
+  if (dnnl_matmul_desc_init(&md, a, b, NULL, c) != dnnl_success) return NULL;
+  dnnl_primitive_attr_t attr = NULL;
+  dnnl_post_ops_t po = NULL;
+  bool ok = dnnl_primitive_attr_create(&attr) == dnnl_success;
+  if (ok && alpha != 1.0f)
+    ok = dnnl_primitive_attr_set_output_scales(attr, 1, 0, &alpha) == dnnl_success;
+  if (ok && beta != 0.0f) {
+    ok = dnnl_post_ops_create(&po) == dnnl_success &&
+         dnnl_post_ops_append_sum(po, beta) == dnnl_success &&
+         dnnl_primitive_attr_set_post_ops(attr, po) == dnnl_success;
+    if (po) dnnl_post_ops_destroy(po);
+  }
+  dnnl_primitive_desc_t pd = NULL;
+  if (ok) ok = dnnl_primitive_desc_create(&pd, &md, attr, eng, NULL) == dnnl_success;
+  if (attr) dnnl_primitive_attr_destroy(attr);
+  if (!ok) return NULL;
+  const char *impl = "";
+  dnnl_primitive_t prim = NULL;
+  dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl);
+  if (impl && strncmp(impl, "ref", 3) && dnnl_primitive_create(&prim, pd) != dnnl_success)
+    prim = NULL;
+  dnnl_primitive_desc_destroy(pd);
+  return prim;
+}
+
+/* Runs prim on A, B and C as the descriptors a, b, c lay them out: -1 when its memory objects
+ * could not be made (nothing ran), else 0, or 1 where oneDNN reported a failure once running. */
+static int matmul_run(dnnl_primitive_t prim, const dnnl_memory_desc_t *a,
+                      const dnnl_memory_desc_t *b, const dnnl_memory_desc_t *c,
+                      dnnl_engine_t eng, dnnl_stream_t stream, const void *A, const void *B,
+                      void *C) {
+  int rc = -1;
+  dnnl_memory_t ma = NULL, mb = NULL, mc = NULL;
+  if (dnnl_memory_create(&ma, a, eng, (void *)A) == dnnl_success &&
+      dnnl_memory_create(&mb, b, eng, (void *)B) == dnnl_success &&
+      dnnl_memory_create(&mc, c, eng, C) == dnnl_success) {
+    dnnl_exec_arg_t args[3] = {{DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mb}, {DNNL_ARG_DST, mc}};
+    rc = dnnl_primitive_execute(prim, stream, 3, args) == dnnl_success &&
+                 dnnl_stream_wait(stream) == dnnl_success
+             ? 0
+             : 1;
+  }
+  if (ma) dnnl_memory_destroy(ma);
+  if (mb) dnnl_memory_destroy(mb);
+  if (mc) dnnl_memory_destroy(mc);
+  return rc;
+}
+
 /* The matmul of one shape; e->prim stays NULL when oneDNN has no fast kernel for it. */
 static void entry_make(gemm_entry *e, dnnl_engine_t eng) {
   const gemm_key *k = &e->key;
@@ -95,29 +149,7 @@ static void entry_make(gemm_entry *e, dnnl_engine_t eng) {
       typed_md(&e->b, k->K, k->N, k->ldb, k->tb, in_t) ||
       plain_md(&e->c, k->M, k->N, k->ldc, false))
     return;
-  dnnl_matmul_desc_t md;
-  if (dnnl_matmul_desc_init(&md, &e->a, &e->b, NULL, &e->c) != dnnl_success) return;
-  dnnl_primitive_attr_t attr = NULL;
-  dnnl_post_ops_t po = NULL;
-  bool ok = dnnl_primitive_attr_create(&attr) == dnnl_success;
-  if (ok && k->alpha != 1.0f)
-    ok = dnnl_primitive_attr_set_output_scales(attr, 1, 0, &k->alpha) == dnnl_success;
-  if (ok && k->beta != 0.0f) {
-    ok = dnnl_post_ops_create(&po) == dnnl_success &&
-         dnnl_post_ops_append_sum(po, k->beta) == dnnl_success &&
-         dnnl_primitive_attr_set_post_ops(attr, po) == dnnl_success;
-    if (po) dnnl_post_ops_destroy(po);
-  }
-  dnnl_primitive_desc_t pd = NULL;
-  if (ok) ok = dnnl_primitive_desc_create(&pd, &md, attr, eng, NULL) == dnnl_success;
-  if (attr) dnnl_primitive_attr_destroy(attr);
-  if (!ok) return;
-  const char *impl = "";
-  dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl);
-  /* oneDNN's reference kernels are far slower than OpenBLAS. */
-  if (impl && strncmp(impl, "ref", 3) && dnnl_primitive_create(&e->prim, pd) != dnnl_success)
-    e->prim = NULL;
-  dnnl_primitive_desc_destroy(pd);
+  e->prim = matmul_make(&e->a, &e->b, &e->c, k->alpha, k->beta, eng);
 }
 
 /* The table's entry for the key, made on first sight. Under g_lock. */
@@ -174,21 +206,13 @@ bool kiln_sgemm_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float al
     g_bf16 = aligned_alloc(64, (need * sizeof *g_bf16 + 63) / 64 * 64);
     g_bf16_cap = g_bf16 ? need : 0;
   }
-  dnnl_memory_t ma = NULL, mb = NULL, mc = NULL;
   uint16_t *a16 = g_bf16, *b16 = g_bf16 ? g_bf16 + (ar * ac + 31) / 32 * 32 : NULL;
-  if (e->prim && g_bf16 && dnnl_memory_create(&ma, &e->a, eng, a16) == dnnl_success &&
-      dnnl_memory_create(&mb, &e->b, eng, b16) == dnnl_success &&
-      dnnl_memory_create(&mc, &e->c, eng, C) == dnnl_success) {
+  if (e->prim && g_bf16) {
     round_rows(a16, A, ar, ac, lda);
     round_rows(b16, B, br, bc, ldb);
-    dnnl_exec_arg_t args[3] = {{DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mb}, {DNNL_ARG_DST, mc}};
-    dnnl_primitive_execute(e->prim, stream, 3, args);
-    dnnl_stream_wait(stream);
-    done = true;
+    /* once running, the call is oneDNN's, as kiln_sgemm_onednn's */
+    done = matmul_run(e->prim, &e->a, &e->b, &e->c, eng, stream, a16, b16, C) >= 0;
   }
-  if (ma) dnnl_memory_destroy(ma);
-  if (mb) dnnl_memory_destroy(mb);
-  if (mc) dnnl_memory_destroy(mc);
   pthread_mutex_unlock(&g_lock);
   return done;
 }
@@ -219,21 +243,7 @@ static void bmm_make(bmm_entry *e, dnnl_engine_t eng) {
       dnnl_memory_desc_init_by_strides(&e->b, 4, bd, dnnl_bf16, bs) ||
       dnnl_memory_desc_init_by_strides(&e->c, 4, cd, dnnl_f32, cs))
     return;
-  dnnl_matmul_desc_t md;
-  if (dnnl_matmul_desc_init(&md, &e->a, &e->b, NULL, &e->c) != dnnl_success) return;
-  dnnl_primitive_attr_t attr = NULL;
-  bool ok = dnnl_primitive_attr_create(&attr) == dnnl_success;
-  if (ok && k->alpha != 1.0f)
-    ok = dnnl_primitive_attr_set_output_scales(attr, 1, 0, &k->alpha) == dnnl_success;
-  dnnl_primitive_desc_t pd = NULL;
-  if (ok) ok = dnnl_primitive_desc_create(&pd, &md, attr, eng, NULL) == dnnl_success;
-  if (attr) dnnl_primitive_attr_destroy(attr);
-  if (!ok) return;
-  const char *impl = "";
-  dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl);
-  if (impl && strncmp(impl, "ref", 3) && dnnl_primitive_create(&e->prim, pd) != dnnl_success)
-    e->prim = NULL;
-  dnnl_primitive_desc_destroy(pd);
+  e->prim = matmul_make(&e->a, &e->b, &e->c, k->alpha, 0.0f, eng);
 }
 
 bool kiln_bmm_bf16(int64_t B0, int64_t B1, int64_t M, int64_t N, int64_t K, float alpha,
@@ -267,18 +277,8 @@ bool kiln_bmm_bf16(int64_t B0, int64_t B1, int64_t M, int64_t N, int64_t K, floa
     e->used = true;
     bmm_make(e, eng);
   }
-  bool done = false;
-  dnnl_memory_t ma = NULL, mb = NULL, mc = NULL;
-  if (e->prim && dnnl_memory_create(&ma, &e->a, eng, (void *)A) == dnnl_success &&
-      dnnl_memory_create(&mb, &e->b, eng, (void *)B) == dnnl_success &&
-      dnnl_memory_create(&mc, &e->c, eng, C) == dnnl_success) {
-    dnnl_exec_arg_t args[3] = {{DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mb}, {DNNL_ARG_DST, mc}};
-    done = dnnl_primitive_execute(e->prim, stream, 3, args) == dnnl_success &&
-           dnnl_stream_wait(stream) == dnnl_success;
-  }
-  if (ma) dnnl_memory_destroy(ma);
-  if (mb) dnnl_memory_destroy(mb);
-  if (mc) dnnl_memory_destroy(mc);
+  /* C is written whole (no beta): after a failed run the fp32 kernel may redo it */
+  const bool done = e->prim && matmul_run(e->prim, &e->a, &e->b, &e->c, eng, stream, A, B, C) == 0;
   pthread_mutex_unlock(&g_lock);
   return done;
 }
@@ -296,20 +296,8 @@ bool kiln_sgemm_onednn(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float 
   k.alpha = alpha, k.beta = beta, k.ta = ta, k.tb = tb, k.nthreads = omp_get_max_threads();
   pthread_mutex_lock(&g_lock);
   gemm_entry *e = entry_for(&k, eng);
-  bool done = false;
-  dnnl_memory_t ma = NULL, mb = NULL, mc = NULL;
-  if (e->prim && dnnl_memory_create(&ma, &e->a, eng, (void *)A) == dnnl_success &&
-      dnnl_memory_create(&mb, &e->b, eng, (void *)B) == dnnl_success &&
-      dnnl_memory_create(&mc, &e->c, eng, C) == dnnl_success) {
-    dnnl_exec_arg_t args[3] = {{DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mb}, {DNNL_ARG_DST, mc}};
-    /* Once executing, the call is oneDNN's: a second run through OpenBLAS could add twice. */
-    dnnl_primitive_execute(e->prim, stream, 3, args);
-    dnnl_stream_wait(stream);
-    done = true;
-  }
-  if (ma) dnnl_memory_destroy(ma);
-  if (mb) dnnl_memory_destroy(mb);
-  if (mc) dnnl_memory_destroy(mc);
+  /* Once executing, the call is oneDNN's: a second run through OpenBLAS could add twice. */
+  const bool done = e->prim && matmul_run(e->prim, &e->a, &e->b, &e->c, eng, stream, A, B, C) >= 0;
   pthread_mutex_unlock(&g_lock);
   return done;
 }
