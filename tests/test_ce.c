@@ -76,14 +76,14 @@ static const char metrics_text[] =
     "{\"event\":\"train\",\"iter\":200,\"time_ms\":2000,\"rank\":1,\"loss\":0.7,\"lr\":0.01,"
     "\"accuracy\":0.01}\n"
     "{\"event\":\"test\",\"iter\":200,\"time_ms\":2100,\"rank\":0,\"loss\":0.6,\"test_net\":0,"
-    "\"accuracy\":0.8,\"f1\":0.75,\"peak_rss_mb\":62}\n"
+    "\"accuracy\":0.8,\"f1\":0.75,\"mAP\":0.625,\"peak_rss_mb\":62}\n"
     "{\"event\":\"test\",\"iter\":200,\"time_ms\":2100,\"rank\":0,\"loss\":9,\"test_net\":1,"
-    "\"accuracy\":0.01,\"f1\":0.01}\n"
+    "\"accuracy\":0.01,\"f1\":0.01,\"mAP\":0.01}\n"
     "{\"event\":\"train\",\"iter\":300,\"time_ms\":3000,\"rank\":0,\"loss\":0.5,\"lr\":0.01,"
     "\"samples_per_s\":1100,\"peak_rss_mb\":63,\"accuracy\":0.875}\n"
     "\n"
     "{\"event\":\"test\",\"iter\":400,\"time_ms\":4000,\"rank\":0,\"loss\":0.4,\"test_net\":0,"
-    "\"accuracy\":0.85,\"f1\":0.7,\"peak_rss_mb\":64}\n"
+    "\"accuracy\":0.85,\"f1\":0.7,\"mAP\":0.75,\"peak_rss_mb\":64}\n"
     "{\"event\":\"worker\",\"iter\":400,\"time_ms\":4000,\"rank\":0,\"samples_per_s\":550}\n"
     "{\"event\":\"worker\",\"iter\":400,\"time_ms\":4000,\"rank\":1,\"samples_per_s\":540,"
     "\"peak_rss_mb\":70}\n"
@@ -112,6 +112,10 @@ static void test_metrics_extraction(void **state) {
   assert_int_equal(m.f1.n, 2);
   assert_int_equal(m.f1.iter[0], 200);
   assert_float_equal(m.f1.value[1], 0.7, 1e-12);
+  /* mAP likewise (a detection net's DetectionEvaluate, over the pass) */
+  assert_int_equal(m.map.n, 2);
+  assert_float_equal(m.map.value[0], 0.625, 1e-12);
+  assert_float_equal(m.map.value[1], 0.75, 1e-12);
   assert_float_equal(m.peak_rss_mb, 70, 0); /* the largest over every rank */
   assert_float_equal(m.peak_device_mb, 31.5, 0);
   assert_float_equal(m.duration_s, 4.2, 1e-12);
@@ -128,6 +132,8 @@ static void test_metrics_extraction(void **state) {
   assert_float_equal(kiln_ce_kpi_value(&m, &acc), 0.85, 1e-12);
   kiln_ce_kpi_spec f1 = spec_of("name: 'f1' reduction: BEST"); /* higher is better */
   assert_float_equal(kiln_ce_kpi_value(&m, &f1), 0.75, 1e-12);
+  kiln_ce_kpi_spec map = spec_of("name: 'mAP'");
+  assert_float_equal(kiln_ce_kpi_value(&m, &map), 0.75, 1e-12); /* the last pass's */
   kiln_ce_kpi_spec best = spec_of("name: 'test_loss' reduction: BEST");
   assert_float_equal(kiln_ce_kpi_value(&m, &best), 0.4, 1e-12);
   kiln_ce_kpi_spec mean = spec_of("name: 'train_loss' reduction: MEAN_LAST mean_last_n: 2");
@@ -332,6 +338,11 @@ static void test_kpi_defaults(void **state) {
   assert_true(isnan(ta.floor) && isnan(ta.ceiling));
   assert_true(ta.abs_tolerance > 0);
   assert_contains(kiln_ce_kpi_names(), "train_accuracy");
+  kiln_ce_kpi_spec map = spec_of("name: 'mAP'");
+  assert_true(map.higher_is_better);
+  assert_false(map.info->machine_dependent || map.info->timing || map.info->multi_worker);
+  assert_true(isnan(map.floor));
+  assert_contains(kiln_ce_kpi_names(), "mAP");
   kiln_ce_kpi_spec f = spec_of("name: 'f1'");
   assert_true(f.higher_is_better);
   assert_false(f.info->machine_dependent || f.info->timing);

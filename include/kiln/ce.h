@@ -33,7 +33,7 @@ typedef struct kiln_ce_kpi_info {
 
 /* The catalogue entry for a KPI name, or NULL when there is none. */
 const kiln_ce_kpi_info *kiln_ce_kpi_lookup(const char *name);
-/* "accuracy, f1, perplexity, ..." for error messages. */
+/* "accuracy, f1, mAP, perplexity, ..." for error messages. */
 const char *kiln_ce_kpi_names(void);
 
 /* A suite's CeKpi with every default applied. */
@@ -76,6 +76,7 @@ typedef struct kiln_ce_metrics {
   kiln_ce_series test_loss;   /* "test" events of rank 0, test net 0 */
   kiln_ce_series accuracy;    /* the same events' "accuracy" */
   kiln_ce_series f1;          /* their "f1" (an F1 layer's, derived over the whole pass) */
+  kiln_ce_series map;         /* their "mAP" (DetectionEvaluate's rows, over the whole pass) */
   kiln_ce_series perplexity;  /* their "perplexity", or exp(loss) when they have none */
   double peak_rss_mb;         /* the largest over all events and ranks; NaN without any */
   double peak_device_mb;      /* likewise of peak_device_mb (nets on a GPU); NaN without any */

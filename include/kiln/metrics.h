@@ -35,6 +35,7 @@
 #define KILN_MF_ACCURACY "accuracy"     /* a test (or train) net's output of that name */
 #define KILN_MF_PERPLEXITY "perplexity" /* likewise, or derived: kiln/net.h's KILN_NET_PERPLEXITY */
 #define KILN_MF_F1 "f1" /* derived from an F1 layer's counts: kiln/net.h's KILN_NET_F1 */
+#define KILN_MF_MAP "mAP" /* a detection test pass's mean average precision: KILN_NET_MAP */
 #define KILN_MF_SYNC_MS "sync_ms"
 #define KILN_MF_WALL_SAMPLES_PER_S "wall_samples_per_s"
 #define KILN_MF_ITERS "iters"

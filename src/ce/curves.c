@@ -37,6 +37,7 @@ int ce_curves_metrics(const char *report_dir, const char *model, int workers,
 const char *ce_test_metric(const kiln_ce_metrics *m) {
   if (m->accuracy.n > 0) return "accuracy";
   if (m->f1.n > 0) return "f1";
+  if (m->map.n > 0) return "mAP";
   if (m->perplexity.n > 0) return "perplexity";
   return NULL;
 }
@@ -45,6 +46,7 @@ static const kiln_ce_series *series_of(const kiln_ce_metrics *m, const char *met
   return !strcmp(metric, "train_loss")   ? &m->train_loss
          : !strcmp(metric, "accuracy")   ? &m->accuracy
          : !strcmp(metric, "f1")         ? &m->f1
+         : !strcmp(metric, "mAP")        ? &m->map
          : !strcmp(metric, "perplexity") ? &m->perplexity
                                          : NULL;
 }
@@ -96,9 +98,10 @@ bool ce_curve_from_baseline(const Caffe__CeBaseline *b, const char *metric, int 
 int ce_curve_check(const char *path, const Caffe__CeCurve *c, size_t index) {
   const char *metric = c->metric ? c->metric : "";
   if (strcmp(metric, "train_loss") && strcmp(metric, "accuracy") && strcmp(metric, "f1") &&
-      strcmp(metric, "perplexity"))
+      strcmp(metric, "mAP") && strcmp(metric, "perplexity"))
     return kiln_errorf(KILN_ERR_INVALID,
-                       "%s: curve %zu: metric '%s' is none of train_loss, accuracy, f1, perplexity",
+                       "%s: curve %zu: metric '%s' is none of train_loss, accuracy, f1, mAP, "
+                       "perplexity",
                        path, index + 1, metric);
   if (c->workers < 1)
     return kiln_errorf(KILN_ERR_INVALID, "%s: curve %zu (%s): workers %d must be >= 1", path,

@@ -69,7 +69,7 @@ int ce_legend_layout(const char *const *entries, int n, double key, double x, do
 /* curves.c: convergence curves of a run and of a baseline. */
 enum { CE_CURVE_POINTS = 100 }; /* at most, per curve */
 typedef struct ce_curve {
-  char metric[32]; /* "train_loss", or the test figure: "accuracy", "f1", "perplexity" */
+  char metric[32]; /* "train_loss", or the test figure: "accuracy", "f1", "mAP", "perplexity" */
   int workers;
   int n;
   bool has_seconds; /* every point has its time (metrics written before it had none) */
@@ -81,7 +81,8 @@ int ce_run_file(const char *report_dir, const char *model, int workers, const ch
 /* The first repeat's metrics; *found false (and KILN_OK) when there is no such file. */
 int ce_curves_metrics(const char *report_dir, const char *model, int workers,
                       kiln_ce_metrics *m, bool *found);
-/* The test figure the curves show: accuracy, else f1, else perplexity; NULL with no test. */
+/* The test figure the curves show: accuracy, else f1, else mAP, else perplexity; NULL with no
+ * test. */
 const char *ce_test_metric(const kiln_ce_metrics *m);
 /* A metric's finite points, at most CE_CURVE_POINTS of them evenly picked (first and last in). */
 void ce_curve_from_metrics(const kiln_ce_metrics *m, const char *metric, int workers,

@@ -16,6 +16,8 @@
 static const kiln_ce_kpi_info kpis[] = {
     {"accuracy", "", true, false, false, false, false, 0, 0.01},
     {"f1", "", true, false, false, false, false, 0, 0.01},
+    /* a detection test pass's mean average precision, over every class and image of the pass */
+    {"mAP", "", true, false, false, false, false, 0, 0.01},
     {"perplexity", "", false, false, false, false, false, 0.05, 0},
     {"train_loss", "", false, false, false, false, false, 0.10, 0.01},
     /* one batch's figure at each display: noisier than a test pass over many batches */
@@ -41,7 +43,7 @@ const kiln_ce_kpi_info *kiln_ce_kpi_lookup(const char *name) {
 }
 
 const char *kiln_ce_kpi_names(void) {
-  return "accuracy, f1, perplexity, train_loss, train_accuracy, test_loss, peak_rss_mb, "
+  return "accuracy, f1, mAP, perplexity, train_loss, train_accuracy, test_loss, peak_rss_mb, "
          "peak_device_mb, "
          "duration_s, samples_per_s, speedup, efficiency, per, word_accuracy";
 }

@@ -44,6 +44,7 @@ void kiln_ce_metrics_free(kiln_ce_metrics *m) {
   series_free(&m->test_loss);
   series_free(&m->accuracy);
   series_free(&m->f1);
+  series_free(&m->map);
   series_free(&m->perplexity);
   series_free(&m->window_sps);
   series_free(&m->window_time_ms);
@@ -146,6 +147,8 @@ static int handle_event(kiln_ce_metrics *m, const cJSON *o, parse_state *st, con
     if (have) KILN_TRY(series_push(&m->accuracy, iter, t, acc));
     double f1 = field(o, KILN_MF_F1, &have);
     if (have) KILN_TRY(series_push(&m->f1, iter, t, f1));
+    double map = field(o, KILN_MF_MAP, &have);
+    if (have) KILN_TRY(series_push(&m->map, iter, t, map));
   } else if (!strcmp(event, KILN_EV_DECODE)) {
     int words;
     KILN_TRY(int_field(o, KILN_MF_WORDS, 0, name, line, &words));
@@ -256,6 +259,7 @@ double kiln_ce_kpi_value(const kiln_ce_metrics *m, const kiln_ce_kpi_spec *k) {
   const char *name = k->info->name;
   const kiln_ce_series *s = !strcmp(name, "accuracy")     ? &m->accuracy
                             : !strcmp(name, "f1")         ? &m->f1
+                            : !strcmp(name, "mAP")        ? &m->map
                             : !strcmp(name, "perplexity") ? &m->perplexity
                             : !strcmp(name, "train_loss") ? &m->train_loss
                             : !strcmp(name, "train_accuracy") ? &m->train_accuracy

@@ -1,5 +1,5 @@
-/* The report's convergence charts: per model, training loss and the test figure (accuracy, f1
- * or perplexity) against iteration and against seconds, one curve per worker count from the
+/* The report's convergence charts: per model, training loss and the test figure (accuracy, f1,
+ * mAP or perplexity) against iteration and against seconds, one curve per worker count from the
  * first repeat's metrics, the accepted baseline's curves dashed in the same colour; and, when
  * the model ran at more than one worker count, samples/s against workers beside the ideal line
  * of the 1-worker rate. They show whether data-parallel training converges as one worker does,

@@ -456,6 +456,7 @@ static bool run_once(const ctx *x, const Caffe__CeModel *m, const prepared *p,
       const char *name = specs[k].info->name;
       bool missing = (!strcmp(name, "accuracy") && met.accuracy.n == 0) ||
                      (!strcmp(name, "f1") && met.f1.n == 0) ||
+                     (!strcmp(name, "mAP") && met.map.n == 0) ||
                      ((!strcmp(name, "test_loss") || !strcmp(name, "perplexity")) &&
                       met.test_loss.n == 0) ||
                      (!strcmp(name, "train_loss") && met.train_loss.n == 0) ||
@@ -559,7 +560,8 @@ static void judge(const ctx *x, kiln_ce_row *row, const kiln_ce_kpi_spec *spec,
     else
       snprintf(row->reason, sizeof row->reason,
                "the metrics have no %s figure (for accuracy the net needs an Accuracy layer, for "
-               "f1 an F1 layer, and a test pass at the end: test_interval dividing max_iter)",
+               "f1 an F1 layer, for mAP a DetectionEvaluate layer, and a test pass at the end: "
+               "test_interval dividing max_iter)",
                spec->info->name);
     return;
   }
