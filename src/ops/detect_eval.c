@@ -529,7 +529,7 @@ static int check_map_row(const float *v, int64_t r) {
     return kiln_errorf(KILN_ERR_DATA, "evaluation row %lld: label %g: expected a class >= 0",
                        (long long)r, v[1]);
   if (v[0] == -1) {
-    if (!whole(v[2]) || v[2] < 0)
+    if (!whole(v[2]) || v[2] < 0 || v[2] > 1e15)
       return kiln_errorf(KILN_ERR_DATA, "evaluation row %lld: %g positives: expected a count",
                          (long long)r, v[2]);
     return KILN_OK;
