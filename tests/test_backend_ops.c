@@ -2689,6 +2689,58 @@ static double case_crop_copy(const kiln_backend *b, const kiln_op_ctx *c, int64_
   return e;
 }
 
+/* Permute's cases: a shape and an order; one value, 3 and 4 axes (SSD's 0 2 3 1 among them), an
+ * identity, the inverse of 0 2 3 1, 6 axes, and past the parallel threshold. */
+static const struct {
+  int naxes;
+  int64_t shape[6];
+  int order[6];
+} perm_cases[] = {
+    {1, {1}, {0}},
+    {3, {2, 3, 5}, {2, 0, 1}},
+    {3, {4, 1, 7}, {1, 2, 0}},
+    {4, {2, 3, 4, 5}, {0, 2, 3, 1}},
+    {4, {2, 4, 5, 3}, {0, 3, 1, 2}},
+    {4, {3, 2, 5, 7}, {0, 1, 2, 3}},
+    {6, {2, 1, 3, 2, 4, 3}, {5, 3, 0, 4, 1, 2}},
+    {4, {4, 33, 17, 19}, {0, 2, 3, 1}},
+    {4, {4, 33, 17, 19}, {3, 1, 0, 2}},
+};
+
+static double case_permute(const kiln_backend *b, const kiln_op_ctx *c, int64_t n, float p,
+                           kiln_rng *r) {
+  (void)p;
+  const int naxes = perm_cases[n].naxes;
+  const int64_t *shape = perm_cases[n].shape;
+  const int *order = perm_cases[n].order;
+  int64_t count = 1, stride[6], out[6];
+  for (int a = naxes - 1; a >= 0; a--) {
+    stride[a] = count;
+    count *= shape[a];
+  }
+  tensor x = input(c, count, -1, 1, 0, r), y = make(c, count);
+  double *want = norm_doubles(count);
+  for (int i = 0; i < naxes; i++) out[i] = shape[order[i]];
+  for (int64_t i = 0; i < count; i++) { /* output index i: its input place, axis by axis */
+    int64_t rem = i, at = 0;
+    for (int a = naxes - 1; a >= 0; a--) {
+      at += rem % out[a] * stride[order[a]];
+      rem /= out[a];
+    }
+    want[i] = x.h[at];
+  }
+  assert_int_equal(b->permute(c, y.d, x.d, naxes, shape, order, count), KILN_OK);
+  double e = norm_check(0, &y, want);
+  /* an order that is no permutation, and a count that is not the shape's, are refused */
+  const int bad[6] = {0, 0, 1, 2, 3, 4};
+  if (naxes > 1)
+    assert_int_equal(b->permute(c, y.d, x.d, naxes, shape, bad, count), KILN_ERR_INVALID);
+  assert_int_equal(b->permute(c, y.d, x.d, naxes, shape, order, count + 1), KILN_ERR_INVALID);
+  free(want);
+  drop(&x), drop(&y);
+  return e;
+}
+
 /* Rows by index: select_nonzero on a selector with zeros; gather_rows and scatter_rows by
  * those positions; the float-index forms with repeats (BatchReindex) and an index out of range
  * refused. Rows of 3 floats. */
@@ -4179,6 +4231,11 @@ static const op_row rows[] = {
     {KILN_OP_tile_bwd, case_tile_bwd, 1, 0, 1e-7}, {KILN_OP_tile_bwd, case_tile_bwd, 9, 0, 1e-7},
     {KILN_OP_crop_copy, case_crop_copy, 1, 1, 0}, {KILN_OP_crop_copy, case_crop_copy, 3, 1, 0},
     {KILN_OP_crop_copy, case_crop_copy, 3, 0, 0},
+    {KILN_OP_permute, case_permute, 0, 0, 0}, {KILN_OP_permute, case_permute, 1, 0, 0},
+    {KILN_OP_permute, case_permute, 2, 0, 0}, {KILN_OP_permute, case_permute, 3, 0, 0},
+    {KILN_OP_permute, case_permute, 4, 0, 0}, {KILN_OP_permute, case_permute, 5, 0, 0},
+    {KILN_OP_permute, case_permute, 6, 0, 0}, {KILN_OP_permute, case_permute, 7, 0, 0},
+    {KILN_OP_permute, case_permute, 8, 0, 0},
     {KILN_OP_select_nonzero, case_select_nonzero, 1, 0, 0},
     {KILN_OP_select_nonzero, case_select_nonzero, 77, 0, 0},
     {KILN_OP_gather_rows, case_gather_rows, 33, 0, 0},

@@ -508,8 +508,8 @@ typedef enum { KILN_LOSS_FULL, KILN_LOSS_VALID, KILN_LOSS_BATCH, KILN_LOSS_NONE 
      float margin, bool legacy),                                                               \
     (c, da, db, a, b, sim, dist_sq, dloss, N, C, margin, legacy))
 
-/* src/ops/arrange.c: Eltwise, Concat, Slice, Embed, Tile, ArgMax and the other layers that
- * move, gather or combine values. s(z) below is a fused ReLU's select, z > 0 ? z : slope z
+/* src/ops/arrange.c: Eltwise, Concat, Slice, Embed, Tile, ArgMax, Permute and the other layers
+ * that move, gather or combine values. s(z) below is a fused ReLU's select, z > 0 ? z : slope z
  * (slope 1: none). */
 #define KILN_OPS_ARRANGE(X)                                                                     \
   /* y = v (n floats) */                                                                       \
@@ -617,7 +617,13 @@ typedef enum { KILN_LOSS_FULL, KILN_LOSS_VALID, KILN_LOSS_BATCH, KILN_LOSS_NONE 
   X(argmax_fwd,                                                                                \
     (const kiln_op_ctx *c, float *y, void *ws, const float *x, int64_t num, int64_t dim,       \
      int64_t dist, int64_t top_k, bool out_max_val, bool along_axis),                          \
-    (c, y, ws, x, num, dim, dist, top_k, out_max_val, along_axis))
+    (c, y, ws, x, num, dim, dist, top_k, out_max_val, along_axis))                             \
+  /* y = x with its axes reordered (Permute): y's axis i is x's axis order[i], of the naxes     \
+   * axes of x's shape; n = x's count; y is not x */                                            \
+  X(permute,                                                                                   \
+    (const kiln_op_ctx *c, float *y, const float *x, int naxes, const int64_t *shape,          \
+     const int *order, int64_t n),                                                             \
+    (c, y, x, naxes, shape, order, n))
 
 /* What SequencePool takes of each sequence's valid steps (Caffe's SequencePoolParameter.Pool, in
  * its order). */
