@@ -69,6 +69,7 @@ typedef struct kiln_conv_route kiln_conv_route;
   KILN_OPS_CONV(X)                                                                             \
   KILN_OPS_NEURON(X)                                                                           \
   KILN_OPS_NORM(X)                                                                             \
+  KILN_OPS_L2NORM(X)                                                                           \
   KILN_OPS_LOSS(X)                                                                             \
   KILN_OPS_ARRANGE(X)                                                                          \
   KILN_OPS_SEQUENCE(X)                                                                         \
@@ -394,6 +395,27 @@ static inline size_t kiln_batch_norm_scratch(int64_t N, int64_t C) {
   return sizeof(double) * (size_t)(blocks * chunks * 32 + blocks * 16) +
          sizeof(float) * (size_t)(2 * C);
 }
+
+/* src/ops/l2norm.c: Normalize (the SSD fork's L2 normalisation) over N x C x S values (S:
+ * everything after the channel axis), plain layout. A group is the C values at one (n, s), or
+ * (across) one image's C x S; its norm is sqrt(sum of x^2 over it + eps). Every sum is in double,
+ * in an order fixed by the sizes, never by the thread count. */
+#define KILN_OPS_L2NORM(X)                                                                      \
+  /* norm[g] of each group (N x S values, or N across); y = x / norm[g] * scale[c] (scale[0]   \
+   * with shared) */                                                                            \
+  X(l2norm_fwd,                                                                                 \
+    (const kiln_op_ctx *c, float *y, float *norm, const float *x, const float *scale,           \
+     int64_t N, int64_t C, int64_t S, bool across, bool shared, float eps),                     \
+    (c, y, norm, x, scale, N, C, S, across, shared, eps))                                       \
+  /* from l2norm_fwd's norm, with d = dy scale[c] (scale[0] with shared): dscale[c] (dscale[0]  \
+   * with shared; NULL: none) += sum of dy x / norm[g] over the channel's values (all values   \
+   * with shared); dx (NULL: none) = (d - x k[g]) / norm[g], k[g] = (sum over the group of      \
+   * d x) / norm[g]^2; ws: 2 C floats when dscale and shared, else unused (NULL) */             \
+  X(l2norm_bwd,                                                                                 \
+    (const kiln_op_ctx *c, float *dx, float *dscale, float *ws, const float *dy,                \
+     const float *x, const float *norm, const float *scale, int64_t N, int64_t C, int64_t S,    \
+     bool across, bool shared),                                                                 \
+    (c, dx, dscale, ws, dy, x, norm, scale, N, C, S, across, shared))
 
 /* How a loss is divided (Caffe's LossParameter.NormalizationMode, in its order): by every
  * position, by the positions whose label is not ignored, by the batch (the first axis), or not
