@@ -1620,6 +1620,114 @@ static double case_reduction_bwd(const kiln_backend *b, const kiln_op_ctx *c, in
 #define FOUR_ROWS(op, fn, p, tol)                                                                \
   {op, fn, 0, p, tol}, {op, fn, 1, p, tol}, {op, fn, 2, p, tol}, {op, fn, 3, p, tol}
 
+/* ---- l2norm cases ---- */
+
+/* Normalize's shapes (N, C, S): 1, odd, a 2-axis input (S 1), and past the parallel threshold
+ * with positions past a block of 64 and images past a chunk of 256. p: the L2_* bits. */
+static const int64_t l2_shapes[][3] = {{1, 1, 1}, {2, 3, 5}, {3, 17, 33}, {5, 9, 1}, {4, 70, 130}};
+enum { L2_ACROSS = 1, L2_SHARED = 2, L2_NO_DX = 4, L2_NO_DSCALE = 8 };
+
+typedef struct {
+  int64_t N, C, S;
+  bool across, shared;
+  double eps;
+} l2_case;
+
+static l2_case l2_setting(int64_t n, float p) {
+  const int set = (int)p;
+  const l2_case q = {.N = l2_shapes[n][0], .C = l2_shapes[n][1], .S = l2_shapes[n][2],
+                     .across = set & L2_ACROSS, .shared = set & L2_SHARED, .eps = 0.25};
+  return q;
+}
+
+static int64_t l2_group_of(const l2_case *q, int64_t e) {
+  const int64_t n = e / (q->C * q->S);
+  return q->across ? n : n * q->S + e % q->S;
+}
+
+static double l2_scale_of(const l2_case *q, const float *s, int64_t e) {
+  return q->shared ? s[0] : s[e / q->S % q->C];
+}
+
+/* In double, per group: sq[g] = sum of x^2 + eps and, with dy, dot[g] = sum of dy scale x. */
+static void l2_sums(const l2_case *q, double *sq, double *dot, const float *x, const float *dy,
+                    const float *s) {
+  const int64_t count = q->N * q->C * q->S;
+  for (int64_t g = 0; g < (q->across ? q->N : q->N * q->S); g++) sq[g] = q->eps;
+  for (int64_t e = 0; e < count; e++) {
+    const int64_t g = l2_group_of(q, e);
+    sq[g] += (double)x[e] * x[e];
+    if (dy) dot[g] += dy[e] * l2_scale_of(q, s, e) * x[e];
+  }
+}
+
+static double case_l2norm_fwd(const kiln_backend *b, const kiln_op_ctx *c, int64_t n, float p,
+                              kiln_rng *r) {
+  const l2_case q = l2_setting(n, p);
+  const int64_t count = q.N * q.C * q.S, groups = q.across ? q.N : q.N * q.S;
+  tensor x = input(c, count, -2, 2, 0, r), s = input(c, q.shared ? 1 : q.C, -3, 3, 0, r);
+  tensor y = make(c, count), norm = make(c, groups);
+  double *sq = norm_doubles(groups), *want_y = norm_doubles(count), *want_n = norm_doubles(groups);
+  l2_sums(&q, sq, NULL, x.h, NULL, s.h);
+  for (int64_t g = 0; g < groups; g++) want_n[g] = sqrt(sq[g]);
+  for (int64_t e = 0; e < count; e++)
+    want_y[e] = x.h[e] / want_n[l2_group_of(&q, e)] * l2_scale_of(&q, s.h, e);
+  assert_int_equal(b->l2norm_fwd(c, y.d, norm.d, x.d, s.d, q.N, q.C, q.S, q.across, q.shared,
+                                 (float)q.eps),
+                   KILN_OK);
+  double e = norm_check(0, &y, want_y);
+  e = norm_check(e, &norm, want_n);
+  free(sq), free(want_y), free(want_n);
+  drop(&x), drop(&s), drop(&y), drop(&norm);
+  return e;
+}
+
+/* L = sum of dy y. dx by central differences of the double forward: moving x_j by t moves only
+ * its group's share, (dot + dy_j scale_j t) / sqrt(sq + 2 x_j t + t^2). L is linear in the
+ * scale, so its gradient is sum of dy x / norm exactly; it adds to what dscale held. */
+static double case_l2norm_bwd(const kiln_backend *b, const kiln_op_ctx *c, int64_t n, float p,
+                              kiln_rng *r) {
+  const l2_case q = l2_setting(n, p);
+  const int set = (int)p;
+  const bool has_dx = !(set & L2_NO_DX), has_ds = !(set & L2_NO_DSCALE);
+  const int64_t count = q.N * q.C * q.S, groups = q.across ? q.N : q.N * q.S;
+  const int64_t ns = q.shared ? 1 : q.C;
+  const double h = 1e-4;
+  tensor x = input(c, count, -2, 2, 0, r), dy = input(c, count, -1, 1, 0, r);
+  tensor s = input(c, ns, -3, 3, 0, r), ds = input(c, ns, -1, 1, 0, r);
+  tensor dx = make(c, count), norm = make(c, groups), ws = make(c, 2 * q.C);
+  double *sq = norm_doubles(groups), *dot = norm_doubles(groups);
+  double *want_dx = norm_doubles(count), *want_ds = norm_doubles(ns);
+  l2_sums(&q, sq, dot, x.h, dy.h, s.h);
+  for (int64_t g = 0; g < groups; g++) norm.h[g] = (float)sqrt(sq[g]);
+  norm_upload(&norm);
+  for (int64_t e = 0; e < count; e++) {
+    const int64_t g = l2_group_of(&q, e);
+    const double d = dy.h[e] * l2_scale_of(&q, s.h, e), v = x.h[e];
+    const double up = (dot[g] + d * h) / sqrt(sq[g] + 2 * v * h + h * h);
+    const double down = (dot[g] - d * h) / sqrt(sq[g] - 2 * v * h + h * h);
+    want_dx[e] = (up - down) / (2 * h);
+  }
+  for (int64_t k = 0; k < ns; k++) want_ds[k] = ds.h[k];
+  for (int64_t e = 0; e < count; e++)
+    want_ds[q.shared ? 0 : e / q.S % q.C] +=
+        (double)dy.h[e] * x.h[e] / sqrt(sq[l2_group_of(&q, e)]);
+  assert_int_equal(b->l2norm_bwd(c, has_dx ? dx.d : NULL, has_ds ? ds.d : NULL,
+                                 q.shared && has_ds ? ws.d : NULL, dy.d, x.d, norm.d, s.d, q.N,
+                                 q.C, q.S, q.across, q.shared),
+                   KILN_OK);
+  double e = 0;
+  if (has_dx) e = norm_check(e, &dx, want_dx);
+  if (has_ds) e = norm_check(e, &ds, want_ds);
+  free(sq), free(dot), free(want_dx), free(want_ds);
+  drop(&x), drop(&dy), drop(&s), drop(&ds), drop(&dx), drop(&norm), drop(&ws);
+  return e;
+}
+
+#define L2_ROWS(op, fn, p, tol)                                                                  \
+  {op, fn, 0, p, tol}, {op, fn, 1, p, tol}, {op, fn, 2, p, tol}, {op, fn, 3, p, tol},           \
+      {op, fn, 4, p, tol}
+
 /* ---- loss cases ---- */
 
 #include <float.h> /* FLT_MIN, softmax_loss's clamp */
@@ -2686,6 +2794,58 @@ static double case_crop_copy(const kiln_backend *b, const kiln_op_ctx *c, int64_
   free(want);
   drop(&big);
   drop(&small);
+  return e;
+}
+
+/* Permute's cases: a shape and an order; one value, 3 and 4 axes (SSD's 0 2 3 1 among them), an
+ * identity, the inverse of 0 2 3 1, 6 axes, and past the parallel threshold. */
+static const struct {
+  int naxes;
+  int64_t shape[6];
+  int order[6];
+} perm_cases[] = {
+    {1, {1}, {0}},
+    {3, {2, 3, 5}, {2, 0, 1}},
+    {3, {4, 1, 7}, {1, 2, 0}},
+    {4, {2, 3, 4, 5}, {0, 2, 3, 1}},
+    {4, {2, 4, 5, 3}, {0, 3, 1, 2}},
+    {4, {3, 2, 5, 7}, {0, 1, 2, 3}},
+    {6, {2, 1, 3, 2, 4, 3}, {5, 3, 0, 4, 1, 2}},
+    {4, {4, 33, 17, 19}, {0, 2, 3, 1}},
+    {4, {4, 33, 17, 19}, {3, 1, 0, 2}},
+};
+
+static double case_permute(const kiln_backend *b, const kiln_op_ctx *c, int64_t n, float p,
+                           kiln_rng *r) {
+  (void)p;
+  const int naxes = perm_cases[n].naxes;
+  const int64_t *shape = perm_cases[n].shape;
+  const int *order = perm_cases[n].order;
+  int64_t count = 1, stride[6], out[6];
+  for (int a = naxes - 1; a >= 0; a--) {
+    stride[a] = count;
+    count *= shape[a];
+  }
+  tensor x = input(c, count, -1, 1, 0, r), y = make(c, count);
+  double *want = norm_doubles(count);
+  for (int i = 0; i < naxes; i++) out[i] = shape[order[i]];
+  for (int64_t i = 0; i < count; i++) { /* output index i: its input place, axis by axis */
+    int64_t rem = i, at = 0;
+    for (int a = naxes - 1; a >= 0; a--) {
+      at += rem % out[a] * stride[order[a]];
+      rem /= out[a];
+    }
+    want[i] = x.h[at];
+  }
+  assert_int_equal(b->permute(c, y.d, x.d, naxes, shape, order, count), KILN_OK);
+  double e = norm_check(0, &y, want);
+  /* an order that is no permutation, and a count that is not the shape's, are refused */
+  const int bad[6] = {0, 0, 1, 2, 3, 4};
+  if (naxes > 1)
+    assert_int_equal(b->permute(c, y.d, x.d, naxes, shape, bad, count), KILN_ERR_INVALID);
+  assert_int_equal(b->permute(c, y.d, x.d, naxes, shape, order, count + 1), KILN_ERR_INVALID);
+  free(want);
+  drop(&x), drop(&y);
   return e;
 }
 
@@ -4077,6 +4237,19 @@ static const op_row rows[] = {
     FOUR_ROWS(KILN_OP_reduction_bwd, case_reduction_bwd, KILN_REDUCE_SUM, 1e-6),
     FOUR_ROWS(KILN_OP_reduction_bwd, case_reduction_bwd, KILN_REDUCE_ASUM, 1e-6),
     FOUR_ROWS(KILN_OP_reduction_bwd, case_reduction_bwd, KILN_REDUCE_SUMSQ, 1e-6),
+    /* ---- l2norm (src/ops/l2norm.c); n picks a shape, p the L2_* bits ---- */
+    L2_ROWS(KILN_OP_l2norm_fwd, case_l2norm_fwd, 0, 2e-6),
+    L2_ROWS(KILN_OP_l2norm_fwd, case_l2norm_fwd, L2_ACROSS, 2e-6),
+    L2_ROWS(KILN_OP_l2norm_fwd, case_l2norm_fwd, L2_SHARED, 2e-6),
+    L2_ROWS(KILN_OP_l2norm_fwd, case_l2norm_fwd, L2_ACROSS | L2_SHARED, 2e-6),
+    L2_ROWS(KILN_OP_l2norm_bwd, case_l2norm_bwd, 0, 1e-5),
+    L2_ROWS(KILN_OP_l2norm_bwd, case_l2norm_bwd, L2_ACROSS, 1e-5),
+    L2_ROWS(KILN_OP_l2norm_bwd, case_l2norm_bwd, L2_SHARED, 1e-5),
+    L2_ROWS(KILN_OP_l2norm_bwd, case_l2norm_bwd, L2_ACROSS | L2_SHARED, 1e-5),
+    L2_ROWS(KILN_OP_l2norm_bwd, case_l2norm_bwd, L2_NO_DX, 1e-5),
+    L2_ROWS(KILN_OP_l2norm_bwd, case_l2norm_bwd, L2_ACROSS | L2_SHARED | L2_NO_DX, 1e-5),
+    L2_ROWS(KILN_OP_l2norm_bwd, case_l2norm_bwd, L2_SHARED | L2_NO_DSCALE, 1e-5),
+    L2_ROWS(KILN_OP_l2norm_bwd, case_l2norm_bwd, L2_ACROSS | L2_NO_DSCALE, 1e-5),
     /* ---- loss (src/ops/loss.c) ---- */
     /* (n: a shape of loss_shapes, or a count for sigmoid_ce and euclidean; p: the setting's
      * bits, LOSS_* in the loss cases) */
@@ -4179,6 +4352,11 @@ static const op_row rows[] = {
     {KILN_OP_tile_bwd, case_tile_bwd, 1, 0, 1e-7}, {KILN_OP_tile_bwd, case_tile_bwd, 9, 0, 1e-7},
     {KILN_OP_crop_copy, case_crop_copy, 1, 1, 0}, {KILN_OP_crop_copy, case_crop_copy, 3, 1, 0},
     {KILN_OP_crop_copy, case_crop_copy, 3, 0, 0},
+    {KILN_OP_permute, case_permute, 0, 0, 0}, {KILN_OP_permute, case_permute, 1, 0, 0},
+    {KILN_OP_permute, case_permute, 2, 0, 0}, {KILN_OP_permute, case_permute, 3, 0, 0},
+    {KILN_OP_permute, case_permute, 4, 0, 0}, {KILN_OP_permute, case_permute, 5, 0, 0},
+    {KILN_OP_permute, case_permute, 6, 0, 0}, {KILN_OP_permute, case_permute, 7, 0, 0},
+    {KILN_OP_permute, case_permute, 8, 0, 0},
     {KILN_OP_select_nonzero, case_select_nonzero, 1, 0, 0},
     {KILN_OP_select_nonzero, case_select_nonzero, 77, 0, 0},
     {KILN_OP_gather_rows, case_gather_rows, 33, 0, 0},

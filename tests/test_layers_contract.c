@@ -130,8 +130,8 @@ static void test_every_listed_layer_registered_and_tested(void **state) {
  * bottom diff must come out the same (overwritten, every element written) and every parameter
  * diff doubled (accumulated). Convolution, Pooling, InnerProduct, ReLU, Sigmoid, TanH, Dropout,
  * Softmax, SoftmaxWithLoss (with labels that take no gradient), Flatten, Split, GELU, LayerNorm,
- * Exp, Log, BNLL, Tile, Reduction, MVN, Silence, Deconvolution, Im2col and SPP, on one 4-D
- * bottom. */
+ * Exp, Log, BNLL, Tile, Reduction, MVN, Silence, Deconvolution, Im2col, SPP, Normalize and
+ * Permute, on one 4-D bottom. */
 static void test_backward_contract_one_bottom(void **state) {
   (void)state;
   static const struct {
@@ -190,6 +190,13 @@ static void test_backward_contract_one_bottom(void **state) {
        false},
       {"name: 'sp' type: 'SPP' spp_param { pyramid_height: 2 }", TRAIN, 1, false},
       {"name: 'sp' type: 'SPP' spp_param { pyramid_height: 2 pool: AVE }", TRAIN, 1, false},
+      {"name: 'nz' type: 'Normalize' norm_param { across_spatial: false channel_shared: false "
+       "scale_filler { type: 'gaussian' } }",
+       TRAIN, 1, false},
+      {"name: 'nz' type: 'Normalize' norm_param { scale_filler { type: 'constant' value: 20 } }",
+       TRAIN, 1, false},
+      {"name: 'pm' type: 'Permute' permute_param { order: 0 order: 2 order: 3 order: 1 }", TRAIN,
+       1, false},
   };
   kiln_rng rng;
   kiln_rng_seed(&rng, 22, 1);

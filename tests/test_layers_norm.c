@@ -1,10 +1,11 @@
-/* Normalisation and per-channel affine layers: BatchNorm, Scale, Bias, LRN. Each has a forward
- * (and where it matters backward) worked out by hand, a finite-difference gradient check
- * (tests/support/gradcheck.c), its bad-parameter errors (a status and a message naming the
- * layer), and in-place runs where Caffe nets use them in place. BatchNorm also has its
- * statistics checked: the normalised output, the stored sums after two passes, TEST mode on the
- * stored statistics, and the frozen blobs inside a net. LRN is also checked against the formula
- * in double precision on random input. */
+/* Normalisation and per-channel affine layers: BatchNorm, Scale, Bias, LRN, and the SSD fork's
+ * Normalize. Each has a forward (and where it matters backward) worked out by hand, a
+ * finite-difference gradient check (tests/support/gradcheck.c), its bad-parameter errors (a
+ * status and a message naming the layer), and in-place runs where Caffe nets use them in place.
+ * BatchNorm also has its statistics checked: the normalised output, the stored sums after two
+ * passes, TEST mode on the stored statistics, and the frozen blobs inside a net. LRN is also
+ * checked against the formula in double precision on random input; Normalize runs in a net as
+ * SSD writes it. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -716,6 +717,180 @@ static void test_lrn_bad_parameters(void **state) {
   kiln_blob_free(flat);
 }
 
+/* ---- Normalize (the SSD fork's) ------------------------------------------------------------ */
+
+/* Per position, a scale per channel: x (1, 2, 1, 2) holds channel 0 = 3 5, channel 1 = 4 12, so
+ * position 0 is (3, 4), norm 5, and position 1 is (5, 12), norm 13 (eps 1e-10 changes neither in
+ * float): x / norm = 0.6 5/13 | 0.8 12/13; times the scale (2, -1): 1.2 10/13 | -0.8 -12/13.
+ * Across the image instead (default), with the default scale (one value, 1): x (2, 2, 1, 2) =
+ * 1 2 2 4 | 0 3 0 4 has one norm an image, sqrt(1 + 4 + 4 + 16) = 5 and sqrt(9 + 16) = 5:
+ * y = x / 5; with SSD's scale_filler constant 20, y = 4 x. */
+static void test_normalize_forward_hand(void **state) {
+  (void)state;
+  kiln_blob *x = blob_of("x", 4, SHAPE(1, 2, 1, 2), (const float[]){3, 5, 4, 12});
+  built n = build("name: 'nz' type: 'Normalize' norm_param { across_spatial: false "
+                  "channel_shared: false }",
+                  TRAIN, &x, 1, 1);
+  assert_int_equal(n.l->nparam, 1);
+  expect_shape(n.l->param[0], 1, SHAPE(2));
+  expect_close("default scale", n.l->param[0]->data, (const float[]){1, 1}, 2, 0);
+  set_params(&n, 0, (const float[]){2, -1});
+  forward(&n);
+  expect_shape(n.top[0], 4, SHAPE(1, 2, 1, 2));
+  expect_close("per position", n.top[0]->data,
+               (const float[]){1.2f, 10.0f / 13, -0.8f, -12.0f / 13}, 4, 1e-6);
+  unbuild(&n);
+  kiln_blob_free(x);
+
+  kiln_blob *x2 = blob_of("x2", 4, SHAPE(2, 2, 1, 2), (const float[]){1, 2, 2, 4, 0, 3, 0, 4});
+  built a = build("name: 'nz' type: 'Normalize'", TRAIN, &x2, 1, 1);
+  expect_shape(a.l->param[0], 0, NULL); /* shared: the fork's scalar blob */
+  expect_close("default shared scale", a.l->param[0]->data, (const float[]){1}, 1, 0);
+  forward(&a);
+  expect_close("across", a.top[0]->data,
+               (const float[]){0.2f, 0.4f, 0.4f, 0.8f, 0, 0.6f, 0, 0.8f}, 8, 1e-6);
+  unbuild(&a);
+  built f = build("name: 'nz' type: 'Normalize' norm_param { scale_filler { type: 'constant' "
+                  "value: 20 } }",
+                  TRAIN, &x2, 1, 1);
+  expect_close("filled scale", f.l->param[0]->data, (const float[]){20}, 1, 0);
+  forward(&f);
+  expect_close("across, scale 20", f.top[0]->data, (const float[]){4, 8, 8, 16, 0, 12, 0, 16}, 8,
+               1e-6);
+  unbuild(&f);
+  /* per position with a shared scale 2: image 0's positions are (1, 2) and (2, 4), norms
+   * sqrt(5) and sqrt(20); image 1's are (0, 0), whose norm sqrt(eps) leaves 0 at 0, and (3, 4),
+   * norm 5. Across with a scale per channel (3, -2): each image's norm is 5 as above. */
+  built ps = build("name: 'nz' type: 'Normalize' norm_param { across_spatial: false "
+                   "scale_filler { type: 'constant' value: 2 } }",
+                   TRAIN, &x2, 1, 1);
+  forward(&ps);
+  const float r5 = 2 / sqrtf(5), r20 = 2 / sqrtf(20);
+  expect_close("per position, shared", ps.top[0]->data,
+               (const float[]){r5, 2 * r20, 2 * r5, 4 * r20, 0, 1.2f, 0, 1.6f}, 8, 1e-6);
+  unbuild(&ps);
+  built ac = build("name: 'nz' type: 'Normalize' norm_param { channel_shared: false }", TRAIN, &x2,
+                   1, 1);
+  set_params(&ac, 0, (const float[]){3, -2});
+  forward(&ac);
+  expect_close("across, per channel", ac.top[0]->data,
+               (const float[]){0.6f, 1.2f, -0.8f, -1.6f, 0, 1.8f, 0, -1.6f}, 8, 1e-6);
+  unbuild(&ac);
+  kiln_blob_free(x2);
+}
+
+/* eps goes inside the square root, once: x (1, 2) = 3 4 with eps 11 gives sqrt(9 + 16 + 11) = 6
+ * (once per value would give sqrt(47)), y = 0.5 2/3. A 2-axis input is N x C with one position.
+ * Backward on x = 3 4, eps 0, dy = 1 0: y0 = x0 / r, r = 5, so dx0 = (r^2 - x0^2) / r^3 =
+ * 16/125 and dx1 = -x0 x1 / r^3 = -12/125; the scale's gradient is dy . x / r = 3/5, added on
+ * each backward. */
+static void test_normalize_eps_and_backward_hand(void **state) {
+  (void)state;
+  kiln_blob *x = blob_of("x", 2, SHAPE(1, 2), (const float[]){3, 4});
+  built e = build("name: 'nz' type: 'Normalize' norm_param { eps: 11 }", TRAIN, &x, 1, 1);
+  forward(&e);
+  expect_close("eps inside the root", e.top[0]->data, (const float[]){0.5f, 2.0f / 3}, 2, 1e-6);
+  unbuild(&e);
+  built b = build("name: 'nz' type: 'Normalize' norm_param { eps: 0 across_spatial: false }",
+                  TRAIN, &x, 1, 1);
+  forward(&b);
+  expect_close("eps 0", b.top[0]->data, (const float[]){0.6f, 0.8f}, 2, 1e-6);
+  b.top[0]->diff[0] = 1;
+  b.top[0]->diff[1] = 0;
+  fill(x->diff, 2, 99);
+  fill(b.l->param[0]->diff, 1, 0);
+  backward(&b);
+  expect_close("dx", x->diff, (const float[]){16.0f / 125, -12.0f / 125}, 2, 1e-6);
+  expect_close("dscale", b.l->param[0]->diff, (const float[]){0.6f}, 1, 1e-6);
+  backward(&b);
+  expect_close("dx again", x->diff, (const float[]){16.0f / 125, -12.0f / 125}, 2, 1e-6);
+  expect_close("dscale accumulates", b.l->param[0]->diff, (const float[]){1.2f}, 1, 1e-6);
+  /* no gradient wanted for the input: the scale's still accumulates, x's diff stays */
+  b.l->propagate_down[0] = false;
+  fill(x->diff, 2, 7);
+  backward(&b);
+  expect_close("dx untouched", x->diff, (const float[]){7, 7}, 2, 0);
+  expect_close("dscale without dx", b.l->param[0]->diff, (const float[]){1.8f}, 1, 1e-6);
+  unbuild(&b);
+  kiln_blob_free(x);
+}
+
+static void test_normalize_gradients(void **state) {
+  (void)state;
+  kiln_rng rng;
+  kiln_rng_seed(&rng, 42, 1);
+  const char *params[] = {
+      "across_spatial: false channel_shared: false",
+      "across_spatial: false channel_shared: true",
+      "across_spatial: true channel_shared: false",
+      "across_spatial: true channel_shared: true eps: 0.5",
+  };
+  kiln_blob *x4 = gc_blob("x", 4, SHAPE(2, 5, 2, 3), -1, 1, &rng);
+  kiln_blob *x3 = gc_blob("x", 3, SHAPE(2, 4, 5), -1, 1, &rng);
+  kiln_blob *x2 = gc_blob("x", 2, SHAPE(3, 6), -1, 1, &rng);
+  char text[256];
+  for (size_t i = 0; i < sizeof params / sizeof params[0]; i++) {
+    snprintf(text, sizeof text,
+             "name: 'nz' type: 'Normalize' norm_param { %s scale_filler { type: 'uniform' "
+             "min: -2 max: 2 } }",
+             params[i]);
+    check_grad(text, &x4, 1, 1, NULL);
+    check_grad(text, &x3, 1, 1, NULL);
+    check_grad(text, &x2, 1, 1, NULL);
+  }
+  kiln_blob_free(x2);
+  kiln_blob_free(x3);
+  kiln_blob_free(x4);
+}
+
+static void test_normalize_bad_parameters(void **state) {
+  (void)state;
+  kiln_blob *x = blob_of("x", 4, SHAPE(2, 3, 2, 2), NULL);
+  expect_create_fails("name: 'nz_eps' type: 'Normalize' norm_param { eps: -0.001 }", TRAIN, &x, 1,
+                      1, KILN_ERR_INVALID, "layer 'nz_eps' (Normalize)", "eps");
+  expect_fails_ex("name: 'nz_in_place' type: 'Normalize'", TRAIN, &x, 1, 1, true,
+                  KILN_ERR_INVALID, "layer 'nz_in_place' (Normalize)", "in place", NULL);
+  kiln_blob_free(x);
+  kiln_blob *v = blob_of("v", 1, SHAPE(6), NULL);
+  expect_create_fails("name: 'nz_1d' type: 'Normalize'", TRAIN, &v, 1, 1, KILN_ERR_SHAPE,
+                      "layer 'nz_1d' (Normalize)", "2 or more");
+  kiln_blob_free(v);
+}
+
+/* SSD's use in a net: conv4_3 -> Normalize (per position, a scale per channel, 20 to start)
+ * -> three readers of its top; the scale's gradient reaches the solver's blob. */
+static void test_normalize_in_net(void **state) {
+  (void)state;
+  Caffe__NetParameter *np = NULL;
+  kiln_net *net = net_run(
+      "name: 'ssd'\n"
+      "layer { name: 'in' type: 'Input' top: 'x' top: 'label'\n"
+      "  input_param { shape { dim: 2 dim: 3 dim: 4 dim: 4 } shape { dim: 2 } } }\n"
+      "layer { name: 'conv4_3' type: 'Convolution' bottom: 'x' top: 'conv4_3'\n"
+      "  convolution_param { num_output: 4 kernel_size: 3 pad: 1\n"
+      "    weight_filler { type: 'xavier' } } }\n"
+      "layer { name: 'conv4_3_norm' type: 'Normalize' bottom: 'conv4_3' top: 'conv4_3_norm'\n"
+      "  norm_param { across_spatial: false channel_shared: false\n"
+      "    scale_filler { type: 'constant' value: 20 } } }\n"
+      "layer { name: 'loc' type: 'Convolution' bottom: 'conv4_3_norm' top: 'loc'\n"
+      "  convolution_param { num_output: 2 kernel_size: 1 weight_filler { type: 'xavier' } } }\n"
+      "layer { name: 'conf' type: 'Convolution' bottom: 'conv4_3_norm' top: 'conf'\n"
+      "  convolution_param { num_output: 2 kernel_size: 1 weight_filler { type: 'xavier' } } }\n"
+      "layer { name: 'sum' type: 'Eltwise' bottom: 'loc' bottom: 'conf' top: 'sum' }\n"
+      "layer { name: 'ip' type: 'InnerProduct' bottom: 'sum' top: 'ip'\n"
+      "  inner_product_param { num_output: 3 weight_filler { type: 'xavier' } } }\n"
+      "layer { name: 'loss' type: 'SoftmaxWithLoss' bottom: 'ip' bottom: 'label' top: 'loss' }\n",
+      &np);
+  kiln_layer *nz = kiln_net_layer(net, "conv4_3_norm");
+  assert_non_null(nz);
+  expect_shape(nz->param[0], 1, SHAPE(4));
+  bool moved = false;
+  for (int c = 0; c < 4; c++) moved |= nz->param[0]->diff[c] != 0;
+  assert_true(moved);
+  kiln_net_free(net);
+  protobuf_c_message_free_unpacked(&np->base, NULL);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_bn_forward_hand),
@@ -740,6 +915,11 @@ int main(void) {
       cmocka_unit_test(test_lrn_reference),
       cmocka_unit_test(test_lrn_gradients),
       cmocka_unit_test(test_lrn_bad_parameters),
+      cmocka_unit_test(test_normalize_forward_hand),
+      cmocka_unit_test(test_normalize_eps_and_backward_hand),
+      cmocka_unit_test(test_normalize_gradients),
+      cmocka_unit_test(test_normalize_bad_parameters),
+      cmocka_unit_test(test_normalize_in_net),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

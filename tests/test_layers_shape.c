@@ -1,8 +1,8 @@
 /* Layers that route, join, split and reshape blobs: Flatten, Split, Eltwise, Concat, Slice,
- * Reshape. Forward passes and shapes against values worked out by hand, backward passes against
- * finite differences (tests/support/gradcheck.c), in-place runs where Caffe allows them, the
- * errors that bad parameters give (a status and a message naming the layer), and these layers
- * wired together in a net. */
+ * Reshape, and the SSD fork's Permute. Forward passes and shapes against values worked out by
+ * hand, backward passes against finite differences (tests/support/gradcheck.c), in-place runs
+ * where Caffe allows them, the errors that bad parameters give (a status and a message naming
+ * the layer), and these layers wired together in a net. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -474,6 +474,89 @@ static void test_reshape_bad_parameters(void **state) {
   kiln_blob_free(x);
 }
 
+/* ---- Permute (the SSD fork's) ---------------------------------------------------------------- */
+
+/* Runs `param` on x and expects the top's shape and values; backward with dy = the top + 100
+ * must give x + 100 everywhere (every bottom diff overwritten through the inverse order). */
+static void permute_expect(const char *param, kiln_blob *x, int naxes, const int64_t *shape,
+                           const float *want) {
+  char text[160];
+  snprintf(text, sizeof text, "name: 'pm' type: 'Permute' %s", param);
+  built p = build(text, TRAIN, &x, 1, 1);
+  forward(&p);
+  expect_shape(p.top[0], naxes, shape);
+  expect_close(text, p.top[0]->data, want, x->count, 0);
+  for (int64_t i = 0; i < x->count; i++) p.top[0]->diff[i] = p.top[0]->data[i] + 100;
+  fill(x->diff, x->count, -1);
+  backward(&p);
+  for (int64_t i = 0; i < x->count; i++) assert_float_equal(x->diff[i], x->data[i] + 100, 0);
+  unbuild(&p);
+}
+
+/* x (2, 3, 2) = 0..11, x[i][j][k] = 6i + 2j + k. Order 2 0 1: top (2, 2, 3), top[k][i][j] =
+ * x[i][j][k]: k = 0 gives 0 2 4 | 6 8 10, k = 1 gives 1 3 5 | 7 9 11. The partial order 2 is
+ * completed with the axes not given, ascending (0, 1): the same. 1 0 (completed with 2): top
+ * (3, 2, 2), top[j][i][k] = 0 1 6 7 | 2 3 8 9 | 4 5 10 11.
+ * SSD's 0 2 3 1 on x (1, 2, 2, 3) = 0..11 (x[0][c][h][w] = 6c + 3h + w): top (1, 2, 3, 2), each
+ * position's two channels side by side: 0 6 1 7 2 8 | 3 9 4 10 5 11. The partial 0 2 is 0 2 1 3:
+ * top (1, 2, 2, 3), top[0][h][c][w]: 0 1 2 6 7 8 | 3 4 5 9 10 11. No order, or one in order: a
+ * copy. */
+static void test_permute_hand(void **state) {
+  (void)state;
+  kiln_blob *x = iota_blob("x", 3, SHAPE(2, 3, 2), 0);
+  const float want201[12] = {0, 2, 4, 6, 8, 10, 1, 3, 5, 7, 9, 11};
+  permute_expect("permute_param { order: 2 order: 0 order: 1 }", x, 3, SHAPE(2, 2, 3), want201);
+  permute_expect("permute_param { order: 2 }", x, 3, SHAPE(2, 2, 3), want201);
+  permute_expect("permute_param { order: 1 order: 0 }", x, 3, SHAPE(3, 2, 2),
+                 (const float[]){0, 1, 6, 7, 2, 3, 8, 9, 4, 5, 10, 11});
+  permute_expect("", x, 3, SHAPE(2, 3, 2), x->data);
+  kiln_blob_free(x);
+
+  kiln_blob *y = iota_blob("y", 4, SHAPE(1, 2, 2, 3), 0);
+  permute_expect("permute_param { order: 0 order: 2 order: 3 order: 1 }", y, 4, SHAPE(1, 2, 3, 2),
+                 (const float[]){0, 6, 1, 7, 2, 8, 3, 9, 4, 10, 5, 11});
+  permute_expect("permute_param { order: 0 order: 2 }", y, 4, SHAPE(1, 2, 2, 3),
+                 (const float[]){0, 1, 2, 6, 7, 8, 3, 4, 5, 9, 10, 11});
+  permute_expect("permute_param { order: 0 order: 1 order: 2 order: 3 }", y, 4,
+                 SHAPE(1, 2, 2, 3), y->data);
+  kiln_blob_free(y);
+}
+
+static void test_permute_gradients(void **state) {
+  (void)state;
+  kiln_rng rng;
+  kiln_rng_seed(&rng, 71, 1);
+  kiln_blob *x = gc_blob("x", 4, SHAPE(2, 3, 4, 5), -1, 1, &rng);
+  check_grad("name: 'pm' type: 'Permute' permute_param { order: 0 order: 2 order: 3 order: 1 }",
+             &x, 1, 1, NULL);
+  check_grad("name: 'pm' type: 'Permute' permute_param { order: 3 order: 1 }", &x, 1, 1, NULL);
+  check_grad("name: 'pm' type: 'Permute'", &x, 1, 1, NULL);
+  kiln_blob *x3 = gc_blob("x3", 3, SHAPE(3, 2, 4), -1, 1, &rng);
+  check_grad("name: 'pm' type: 'Permute' permute_param { order: 2 order: 0 }", &x3, 1, 1, NULL);
+  kiln_blob_free(x3);
+  kiln_blob_free(x);
+}
+
+static void test_permute_bad_parameters(void **state) {
+  (void)state;
+  kiln_blob *x = blob_of("x", 4, SHAPE(2, 3, 2, 2), NULL);
+  expect_create_fails("name: 'pm_range' type: 'Permute' permute_param { order: 0 order: 4 }",
+                      TRAIN, &x, 1, 1, KILN_ERR_INVALID, "layer 'pm_range' (Permute)",
+                      "order 4 (index 1) is not an axis of the 4-axis bottom");
+  expect_create_fails("name: 'pm_twice' type: 'Permute' permute_param { order: 1 order: 2 "
+                      "order: 1 }",
+                      TRAIN, &x, 1, 1, KILN_ERR_INVALID, "layer 'pm_twice' (Permute)",
+                      "order 1 appears twice");
+  expect_create_fails("name: 'pm_many' type: 'Permute' permute_param { order: 0 order: 1 "
+                      "order: 2 order: 3 order: 0 }",
+                      TRAIN, &x, 1, 1, KILN_ERR_INVALID, "layer 'pm_many' (Permute)",
+                      "5 order values for a bottom of 4 axes");
+  expect_fails_ex("name: 'pm_in_place' type: 'Permute' permute_param { order: 0 order: 2 }",
+                  TRAIN, &x, 1, 1, true, KILN_ERR_INVALID, "layer 'pm_in_place' (Permute)",
+                  "in place", NULL);
+  kiln_blob_free(x);
+}
+
 /* ---- in a net ---------------------------------------------------------------------------- */
 
 /* Slice, Concat, Eltwise (with a fan-out the net splits), Reshape and Bias wired in a net. */
@@ -509,6 +592,43 @@ static void test_shape_layers_in_net(void **state) {
   protobuf_c_message_free_unpacked(&np->base, NULL);
 }
 
+/* SSD's prediction head: a convolution's N x C x H x W put channels last with Permute 0 2 3 1 and
+ * flattened, in a net; the permuted blob holds, position by position, the convolution's
+ * channels. */
+static void test_permute_in_net(void **state) {
+  (void)state;
+  const char *text =
+      "name: 'mbox'\n"
+      "layer { name: 'in' type: 'Input' top: 'x' top: 'label' input_param {\n"
+      "  shape { dim: 2 dim: 3 dim: 3 dim: 4 } shape { dim: 2 } } }\n"
+      "layer { name: 'loc' type: 'Convolution' bottom: 'x' top: 'loc'\n"
+      "  convolution_param { num_output: 4 kernel_size: 3 pad: 1\n"
+      "    weight_filler { type: 'xavier' } } }\n"
+      "layer { name: 'perm' type: 'Permute' bottom: 'loc' top: 'loc_perm'\n"
+      "  permute_param { order: 0 order: 2 order: 3 order: 1 } }\n"
+      "layer { name: 'flat' type: 'Flatten' bottom: 'loc_perm' top: 'loc_flat' }\n"
+      "layer { name: 'ip' type: 'InnerProduct' bottom: 'loc_flat' top: 'ip'\n"
+      "  inner_product_param { num_output: 3 weight_filler { type: 'xavier' } } }\n"
+      "layer { name: 'loss' type: 'SoftmaxWithLoss' bottom: 'ip' bottom: 'label' top: 'loss' }\n";
+  Caffe__NetParameter *np;
+  kiln_net *net = net_run(text, &np);
+  kiln_blob *loc = kiln_net_blob(net, "loc"), *perm = kiln_net_blob(net, "loc_perm");
+  assert_non_null(loc);
+  assert_non_null(perm);
+  expect_shape(perm, 4, SHAPE(2, 3, 4, 4));
+  expect_shape(kiln_net_blob(net, "loc_flat"), 2, SHAPE(2, 48));
+  for (int n = 0; n < 2; n++)
+    for (int c = 0; c < 4; c++)
+      for (int s = 0; s < 12; s++)
+        assert_float_equal(perm->data[(n * 12 + s) * 4 + c], loc->data[(n * 4 + c) * 12 + s], 0);
+  kiln_layer *conv = kiln_net_layer(net, "loc");
+  double g = 0;
+  for (int64_t i = 0; i < conv->param[0]->count; i++) g += fabs(conv->param[0]->diff[i]);
+  assert_true(g > 0);
+  kiln_net_free(net);
+  protobuf_c_message_free_unpacked(&np->base, NULL);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_flatten_shapes),
@@ -527,7 +647,11 @@ int main(void) {
       cmocka_unit_test(test_reshape_shapes),
       cmocka_unit_test(test_reshape_gradients),
       cmocka_unit_test(test_reshape_bad_parameters),
+      cmocka_unit_test(test_permute_hand),
+      cmocka_unit_test(test_permute_gradients),
+      cmocka_unit_test(test_permute_bad_parameters),
       cmocka_unit_test(test_shape_layers_in_net),
+      cmocka_unit_test(test_permute_in_net),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -23,9 +23,10 @@
 #include "kiln/net.h"
 
 /* A bottleneck block with a projection shortcut and an identity block, as ResNet-50 has them,
- * then max pooling; LRN, Scale out of place, Sigmoid and TanH joined by Eltwise MAX and PROD
- * (both gradients), Concat, average pooling, Flatten, Dropout, InnerProduct, Reshape, ReLU and
- * Softmax out of place, and a loss with Accuracy and F1 on labels passed through a Reshape. */
+ * then max pooling; Normalize (SSD's), Permute to channels last and back, LRN, Scale out of
+ * place, Sigmoid and TanH joined by Eltwise MAX and PROD (both gradients), Concat, average
+ * pooling, Flatten, Dropout, InnerProduct, Reshape, ReLU and Softmax out of place, and a loss
+ * with Accuracy and F1 on labels passed through a Reshape. */
 static const char *net_text =
     "name: 'shared'\n"
     "layer { name: 'in' type: 'Input' top: 'data' top: 'label'\n"
@@ -55,7 +56,13 @@ static const char *net_text =
     RELU("rs2", "s2")
     "layer { name: 'ps' type: 'Pooling' bottom: 's2' top: 'ps'\n"
     "  pooling_param { pool: MAX kernel_size: 2 stride: 2 } }\n"
-    "layer { name: 'lrn' type: 'LRN' bottom: 'ps' top: 'n' lrn_param { local_size: 3 } }\n"
+    "layer { name: 'nz' type: 'Normalize' bottom: 'ps' top: 'nz'\n"
+    "  norm_param { across_spatial: false channel_shared: false\n"
+    "    scale_filler { type: 'uniform' min: 1 max: 3 } } }\n"
+    "layer { name: 'pm' type: 'Permute' bottom: 'nz' top: 'pm'\n"
+    "  permute_param { order: 0 order: 2 order: 3 order: 1 } }\n"
+    "layer { name: 'pb' type: 'Permute' bottom: 'pm' top: 'pb' permute_param { order: 0 order: 3 } }\n"
+    "layer { name: 'lrn' type: 'LRN' bottom: 'pb' top: 'n' lrn_param { local_size: 3 } }\n"
     "layer { name: 'sc' type: 'Scale' bottom: 'n' top: 'ns' scale_param { bias_term: true\n"
     "  filler { type: 'uniform' min: 0.5 max: 1.5 } } }\n"
     "layer { name: 'sg' type: 'Sigmoid' bottom: 'ns' top: 'sg' }\n"

@@ -69,6 +69,7 @@ typedef struct kiln_conv_route kiln_conv_route;
   KILN_OPS_CONV(X)                                                                             \
   KILN_OPS_NEURON(X)                                                                           \
   KILN_OPS_NORM(X)                                                                             \
+  KILN_OPS_L2NORM(X)                                                                           \
   KILN_OPS_LOSS(X)                                                                             \
   KILN_OPS_ARRANGE(X)                                                                          \
   KILN_OPS_SEQUENCE(X)                                                                         \
@@ -395,6 +396,27 @@ static inline size_t kiln_batch_norm_scratch(int64_t N, int64_t C) {
          sizeof(float) * (size_t)(2 * C);
 }
 
+/* src/ops/l2norm.c: Normalize (the SSD fork's L2 normalisation) over N x C x S values (S:
+ * everything after the channel axis), plain layout. A group is the C values at one (n, s), or
+ * (across) one image's C x S; its norm is sqrt(sum of x^2 over it + eps). Every sum is in double,
+ * in an order fixed by the sizes, never by the thread count. */
+#define KILN_OPS_L2NORM(X)                                                                      \
+  /* norm[g] of each group (N x S values, or N across); y = x / norm[g] * scale[c] (scale[0]   \
+   * with shared) */                                                                            \
+  X(l2norm_fwd,                                                                                 \
+    (const kiln_op_ctx *c, float *y, float *norm, const float *x, const float *scale,           \
+     int64_t N, int64_t C, int64_t S, bool across, bool shared, float eps),                     \
+    (c, y, norm, x, scale, N, C, S, across, shared, eps))                                       \
+  /* from l2norm_fwd's norm, with d = dy scale[c] (scale[0] with shared): dscale[c] (dscale[0]  \
+   * with shared; NULL: none) += sum of dy x / norm[g] over the channel's values (all values   \
+   * with shared); dx (NULL: none) = (d - x k[g]) / norm[g], k[g] = (sum over the group of      \
+   * d x) / norm[g]^2; ws: 2 C floats when dscale and shared, else unused (NULL) */             \
+  X(l2norm_bwd,                                                                                 \
+    (const kiln_op_ctx *c, float *dx, float *dscale, float *ws, const float *dy,                \
+     const float *x, const float *norm, const float *scale, int64_t N, int64_t C, int64_t S,    \
+     bool across, bool shared),                                                                 \
+    (c, dx, dscale, ws, dy, x, norm, scale, N, C, S, across, shared))
+
 /* How a loss is divided (Caffe's LossParameter.NormalizationMode, in its order): by every
  * position, by the positions whose label is not ignored, by the batch (the first axis), or not
  * at all; never by less than 1. */
@@ -508,8 +530,8 @@ typedef enum { KILN_LOSS_FULL, KILN_LOSS_VALID, KILN_LOSS_BATCH, KILN_LOSS_NONE 
      float margin, bool legacy),                                                               \
     (c, da, db, a, b, sim, dist_sq, dloss, N, C, margin, legacy))
 
-/* src/ops/arrange.c: Eltwise, Concat, Slice, Embed, Tile, ArgMax and the other layers that
- * move, gather or combine values. s(z) below is a fused ReLU's select, z > 0 ? z : slope z
+/* src/ops/arrange.c: Eltwise, Concat, Slice, Embed, Tile, ArgMax, Permute and the other layers
+ * that move, gather or combine values. s(z) below is a fused ReLU's select, z > 0 ? z : slope z
  * (slope 1: none). */
 #define KILN_OPS_ARRANGE(X)                                                                     \
   /* y = v (n floats) */                                                                       \
@@ -617,7 +639,13 @@ typedef enum { KILN_LOSS_FULL, KILN_LOSS_VALID, KILN_LOSS_BATCH, KILN_LOSS_NONE 
   X(argmax_fwd,                                                                                \
     (const kiln_op_ctx *c, float *y, void *ws, const float *x, int64_t num, int64_t dim,       \
      int64_t dist, int64_t top_k, bool out_max_val, bool along_axis),                          \
-    (c, y, ws, x, num, dim, dist, top_k, out_max_val, along_axis))
+    (c, y, ws, x, num, dim, dist, top_k, out_max_val, along_axis))                             \
+  /* y = x with its axes reordered (Permute): y's axis i is x's axis order[i], of the naxes     \
+   * axes of x's shape; n = x's count; y is not x */                                            \
+  X(permute,                                                                                   \
+    (const kiln_op_ctx *c, float *y, const float *x, int naxes, const int64_t *shape,          \
+     const int *order, int64_t n),                                                             \
+    (c, y, x, naxes, shape, order, n))
 
 /* What SequencePool takes of each sequence's valid steps (Caffe's SequencePoolParameter.Pool, in
  * its order). */

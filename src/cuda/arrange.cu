@@ -1,8 +1,8 @@
 /* The arrange family on the CUDA backend (KILN_OPS_ARRANGE): one thread an output value. Where
  * several inputs add into one place (Tile's, BatchReindex's and Embed's gradients) one thread
  * owns each output column and adds the items in their order, the reference's sum bit for bit,
- * without atomics. Host-side arrays (Eltwise's bottoms, Filter's indices, Crop's shapes) reach
- * the kernels as a table copied to device scratch or as a struct by value. */
+ * without atomics. Host-side arrays (Eltwise's bottoms, Filter's indices, Crop's and Permute's
+ * shapes) reach the kernels as a table copied to device scratch or as a struct by value. */
 #include "cuda/kcuda.h"
 #ifdef __cplusplus
 extern "C" {
@@ -545,6 +545,55 @@ KCUDA_OP(argmax_fwd)(const kiln_op_ctx *c, float *y, void *ws, const float *x, i
   return kcuda_launched(c, "argmax_fwd");
 }
 
+/* ---- Permute -------------------------------------------------------------------------------- */
+
+/* Permute's plan, by value: the output's shape and the input's stride along each output axis. */
+typedef struct {
+  int64_t shape[KILN_MAX_AXES], stride[KILN_MAX_AXES];
+  int naxes;
+} kcuda_perm;
+
+/* One thread a value of the output: its place in the input from its index, last axis first. */
+KCUDA_GLOBAL void k_permute(float *y, const float *x, kcuda_perm g, int64_t n) {
+  KCUDA_FOR(i, n) {
+    int64_t rem = i, at = 0;
+    for (int a = g.naxes - 1; a >= 0; a--) {
+      at += rem % g.shape[a] * g.stride[a];
+      rem /= g.shape[a];
+    }
+    y[i] = x[at];
+  }
+}
+
+/* The reference's checks: a permutation of the axes, and n the shape's count. */
+KCUDA_OP(permute)(const kiln_op_ctx *c, float *y, const float *x, int naxes, const int64_t *shape,
+                  const int *order, int64_t n) {
+  if (naxes < 0 || naxes > KILN_MAX_AXES)
+    return kiln_errorf(KILN_ERR_INVALID, "permute: %d axes (at most %d)", naxes, KILN_MAX_AXES);
+  kcuda_perm g;
+  int64_t stride[KILN_MAX_AXES], count = 1;
+  for (int a = naxes - 1; a >= 0; a--) {
+    stride[a] = count;
+    count *= shape[a];
+  }
+  if (count != n)
+    return kiln_errorf(KILN_ERR_INVALID, "permute: %lld values for a shape of %lld",
+                       (long long)n, (long long)count);
+  unsigned seen = 0;
+  g.naxes = naxes;
+  for (int i = 0; i < naxes; i++) {
+    if (order[i] < 0 || order[i] >= naxes || (seen >> order[i] & 1))
+      return kiln_errorf(KILN_ERR_INVALID, "permute: order[%d] = %d is no unused axis of %d", i,
+                         order[i], naxes);
+    seen |= 1u << order[i];
+    g.shape[i] = shape[order[i]];
+    g.stride[i] = stride[order[i]];
+  }
+  if (n <= 0) return KILN_OK;
+  KCUDA_LAUNCH(c, n, k_permute, y, x, g, n);
+  return kcuda_launched(c, "permute");
+}
+
 KCUDA_REGISTER(arrange) {
   b->fill = KCUDA_FN(fill);
   b->scale = KCUDA_FN(scale);
@@ -570,4 +619,5 @@ KCUDA_REGISTER(arrange) {
   b->embed_fwd = KCUDA_FN(embed_fwd);
   b->embed_bwd = KCUDA_FN(embed_bwd);
   b->argmax_fwd = KCUDA_FN(argmax_fwd);
+  b->permute = KCUDA_FN(permute);
 }

@@ -1,9 +1,10 @@
 /* Kernels that move, gather or combine values: scaling and sums of whole tensors, Eltwise's SUM
  * (with a fused ReLU's select), PROD and MAX and their gradients, blocks copied between strided
  * places (Concat, Slice, SPP), Tile, Crop's window, rows gathered and scattered by index (Filter,
- * BatchReindex, Embed) and ArgMax. The element-wise ones are vectorised and, from
- * KILN_PARALLEL_FROM elements, split over the op's threads; sums over several inputs add them one
- * input after another, in the inputs' order, whatever the thread count. */
+ * BatchReindex, Embed), ArgMax and Permute's reordered axes. The element-wise ones are
+ * vectorised and, from KILN_PARALLEL_FROM elements, split over the op's threads; sums over
+ * several inputs add them one input after another, in the inputs' order, whatever the thread
+ * count. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -354,6 +355,58 @@ int kiln_ref_argmax_fwd(const kiln_op_ctx *c, float *y, void *ws, const float *x
         y[i * k + j] = (float)pr[j].index;
       }
     }
+  }
+  return KILN_OK;
+}
+
+/* ---- Permute --------------------------------------------------------------------------------- */
+
+/* The output's shape and, per output axis, the input's stride along it; KILN_ERR_INVALID for an
+ * order that is not a permutation of the axes or a count that is not the shape's. */
+static int permute_plan(int naxes, const int64_t *shape, const int *order, int64_t n,
+                        int64_t *out_shape, int64_t *src_stride) {
+  if (naxes < 0 || naxes > KILN_MAX_AXES)
+    return kiln_errorf(KILN_ERR_INVALID, "permute: %d axes (at most %d)", naxes, KILN_MAX_AXES);
+  int64_t stride[KILN_MAX_AXES], count = 1;
+  for (int a = naxes - 1; a >= 0; a--) {
+    stride[a] = count;
+    count *= shape[a];
+  }
+  if (count != n)
+    return kiln_errorf(KILN_ERR_INVALID, "permute: %lld values for a shape of %lld",
+                       (long long)n, (long long)count);
+  unsigned seen = 0;
+  for (int i = 0; i < naxes; i++) {
+    if (order[i] < 0 || order[i] >= naxes || (seen >> order[i] & 1))
+      return kiln_errorf(KILN_ERR_INVALID, "permute: order[%d] = %d is no unused axis of %d", i,
+                         order[i], naxes);
+    seen |= 1u << order[i];
+    out_shape[i] = shape[order[i]];
+    src_stride[i] = stride[order[i]];
+  }
+  return KILN_OK;
+}
+
+/* Row by row of the output (its last axis), each row's start in the input from its index. */
+int kiln_ref_permute(const kiln_op_ctx *c, float *y, const float *x, int naxes,
+                     const int64_t *shape, const int *order, int64_t n) {
+  int64_t ts[KILN_MAX_AXES], ss[KILN_MAX_AXES];
+  KILN_TRY(permute_plan(naxes, shape, order, n, ts, ss));
+  if (n == 0) return KILN_OK;
+  const int last = naxes - 1;
+  const int64_t inner = naxes ? ts[last] : 1, step = naxes ? ss[last] : 1, rows = n / inner;
+#pragma omp parallel for schedule(static) num_threads(c->nthreads) if (n > KILN_PARALLEL_FROM)
+  for (int64_t r = 0; r < rows; r++) {
+    int64_t rem = r, at = 0;
+    for (int a = last - 1; a >= 0; a--) {
+      at += rem % ts[a] * ss[a];
+      rem /= ts[a];
+    }
+    const float *xr = x + at;
+    float *yr = y + r * inner;
+    if (step == 1) memcpy(yr, xr, sizeof(float) * (size_t)inner);
+    else
+      for (int64_t j = 0; j < inner; j++) yr[j] = xr[j * step];
   }
   return KILN_OK;
 }

@@ -152,7 +152,8 @@ static const kiln_caffe_extra_layer extra_layers[] = {
     {"TextData", KILN_ONLY}, {"LibSVMData", KILN_ONLY}, {"F1", KILN_ONLY},
     {"SequencePool", KILN_ONLY}, {"GRU", KILN_ONLY}, {"GELU", KILN_ONLY},
     {"LayerNorm", KILN_ONLY}, {"PositionalEncoding", KILN_ONLY},
-    {"MultiHeadAttention", KILN_ONLY}, {"Swish", CAFFE_LATER}, {NULL, NULL},
+    {"MultiHeadAttention", KILN_ONLY}, {"Swish", CAFFE_LATER}, {"Normalize", SSD},
+    {"Permute", SSD}, {NULL, NULL},
 };
 
 const kiln_caffe_extra_layer *kiln_caffe_extra_layers(void) { return extra_layers; }

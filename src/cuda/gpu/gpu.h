@@ -11,7 +11,8 @@ void kiln_cuda_use(const kiln_device *d);
 
 /* Each family's kernels into the table (src/cuda/<family>.cu built by nvcc). */
 #define KCUDA_GPU_FAMILIES(X) \
-  X(elementwise) X(matmul) X(conv) X(neuron) X(norm) X(loss) X(arrange) X(sequence) X(solver)
+  X(elementwise) X(matmul) X(conv) X(neuron) X(norm) X(l2norm) X(loss) X(arrange) X(sequence) \
+  X(solver)
 #define KCUDA_GPU_REGISTER_DECL_(family) void kiln_cuda_register_##family(kiln_backend *b);
 KCUDA_GPU_FAMILIES(KCUDA_GPU_REGISTER_DECL_)
 #undef KCUDA_GPU_REGISTER_DECL_
