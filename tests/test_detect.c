@@ -383,7 +383,7 @@ static kiln_multibox_spec base_spec(int C) {
   s.loc_loss = KILN_LOC_SMOOTH_L1;
   s.conf_loss = KILN_CONF_SOFTMAX;
   s.loc_weight = 1;
-  s.normalization = KILN_NORM_VALID;
+  s.normalization = KILN_LOSS_VALID;
   return s;
 }
 
@@ -680,17 +680,17 @@ static void test_loss_hand_case(void **state) {
   for (int k = 0; k < 6; k++) near("dconf", dconf[k], want_conf[k], 1e-6);
   /* loc_weight 2 over BATCH_SIZE (1 image); FULL divides by 3 priors; NONE by 1 */
   s.loc_weight = 2;
-  s.normalization = KILN_NORM_BATCH_SIZE;
+  s.normalization = KILN_LOSS_BATCH;
   assert_int_equal(kiln_multibox_loss(&s, &sel, loc, conf, prior, &loss, dloc, NULL), KILN_OK);
   near("loss, BATCH_SIZE", loss, 2 * lloc + lconf, 1e-5);
   near("dloc x loc_weight", dloc[0], 2, 1e-7);
-  s.normalization = KILN_NORM_FULL;
+  s.normalization = KILN_LOSS_FULL;
   assert_int_equal(kiln_multibox_loss(&s, &sel, loc, conf, prior, &loss, NULL, dconf), KILN_OK);
   near("loss, FULL", loss, (2 * lloc + lconf) / 3, 1e-5);
   near("dconf / 3", dconf[0], s0 / 3, 1e-7);
   /* L2: half the squares, (4 + .25 + 0 + .0625) / 2 = 2.15625 */
   s.loc_weight = 1;
-  s.normalization = KILN_NORM_NONE;
+  s.normalization = KILN_LOSS_NONE;
   s.loc_loss = KILN_LOC_L2;
   assert_int_equal(kiln_multibox_loss(&s, &sel, loc, conf, prior, &loss, dloc, NULL), KILN_OK);
   near("loss, L2", loss, 2.15625 + lconf, 1e-5);

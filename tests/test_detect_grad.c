@@ -101,10 +101,10 @@ static double ref_loss(const ref *r, const double *loc, const double *conf) {
     }
   double n = 1;
   switch (s->normalization) {
-    case KILN_NORM_FULL: n = NUM * P; break;
-    case KILN_NORM_VALID: n = (double)npos; break;
-    case KILN_NORM_BATCH_SIZE: n = NUM; break;
-    case KILN_NORM_NONE: n = 1; break;
+    case KILN_LOSS_FULL: n = NUM * P; break;
+    case KILN_LOSS_VALID: n = (double)npos; break;
+    case KILN_LOSS_BATCH: n = NUM; break;
+    case KILN_LOSS_NONE: n = 1; break;
   }
   n = n < 1 ? 1 : n;
   return s->loc_weight * lsum / n + csum / n;

@@ -33,6 +33,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "kiln/backend.h"
+
 typedef struct kiln_bbox {
   float xmin, ymin, xmax, ymax;
 } kiln_bbox;
@@ -131,8 +133,8 @@ typedef enum { KILN_MATCH_BIPARTITE = 0, KILN_MATCH_PER_PREDICTION = 1 } kiln_ma
 typedef enum { KILN_MINE_NONE = 0, KILN_MINE_MAX_NEGATIVE = 1, KILN_MINE_HARD_EXAMPLE = 2 } kiln_mining;
 typedef enum { KILN_LOC_L2 = 0, KILN_LOC_SMOOTH_L1 = 1 } kiln_loc_loss;
 typedef enum { KILN_CONF_SOFTMAX = 0, KILN_CONF_LOGISTIC = 1 } kiln_conf_loss;
-/* LossParameter.NormalizationMode's values. */
-typedef enum { KILN_NORM_FULL = 0, KILN_NORM_VALID = 1, KILN_NORM_BATCH_SIZE = 2, KILN_NORM_NONE = 3 } kiln_loss_norm;
+/* The normalization is backend.h's kiln_loss_norm (LossParameter.NormalizationMode's values in
+ * its order: KILN_LOSS_FULL, _VALID, _BATCH, _NONE), as the other losses take it. */
 
 /* multibox_loss_param, with loss_param's normalization. */
 typedef struct kiln_multibox_spec {

@@ -45,7 +45,7 @@ static int check_spec(const kiln_multibox_spec *s, int num, int priors) {
                        "background class (background_label_id in [0, %d))", s->num_classes);
   if ((unsigned)s->match_type > KILN_MATCH_PER_PREDICTION ||
       (unsigned)s->mining > KILN_MINE_HARD_EXAMPLE || (unsigned)s->loc_loss > KILN_LOC_SMOOTH_L1 ||
-      (unsigned)s->conf_loss > KILN_CONF_LOGISTIC || (unsigned)s->normalization > KILN_NORM_NONE)
+      (unsigned)s->conf_loss > KILN_CONF_LOGISTIC || (unsigned)s->normalization > KILN_LOSS_NONE)
     return kiln_errorf(KILN_ERR_INVALID, "MultiBoxLoss: match_type %d, mining_type %d, "
                        "loc_loss_type %d, conf_loss_type %d or normalization %d is no such value",
                        (int)s->match_type, (int)s->mining, (int)s->loc_loss, (int)s->conf_loss,
@@ -484,10 +484,10 @@ int kiln_multibox_select(const kiln_multibox_spec *s, int num, int priors, const
 static double normalizer(const kiln_multibox_spec *s, int num, int P, int64_t npos) {
   double n = 1;
   switch (s->normalization) {
-    case KILN_NORM_FULL: n = (double)num * P; break;
-    case KILN_NORM_VALID: n = (double)npos; break;
-    case KILN_NORM_BATCH_SIZE: n = num; break;
-    case KILN_NORM_NONE: n = 1; break;
+    case KILN_LOSS_FULL: n = (double)num * P; break;
+    case KILN_LOSS_VALID: n = (double)npos; break;
+    case KILN_LOSS_BATCH: n = num; break;
+    case KILN_LOSS_NONE: n = 1; break;
   }
   return n < 1 ? 1 : n;
 }
