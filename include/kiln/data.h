@@ -74,6 +74,38 @@ int kiln_image_read(const char *path, kiln_image_color color, int new_height, in
  * KILN_ERR_NOMEM is the only error. */
 int kiln_image_resize(const uint8_t *src, int channels, int sh, int sw, uint8_t *dst, int dh,
                       int dw);
+/* The buffers of kiln_image_warp: its tables and one row-resized plane. Zero-initialise. */
+typedef struct kiln_warp_work {
+  void *buf;
+  size_t cap;
+} kiln_warp_work;
+void kiln_warp_work_free(kiln_warp_work *w);
+
+/* ResizeParameter.Interp_mode's values (the SSD fork's resize_param): OpenCV's INTER_LINEAR,
+ * INTER_AREA, INTER_NEAREST, INTER_CUBIC and INTER_LANCZOS4. */
+typedef enum {
+  KILN_INTERP_LINEAR = 1,
+  KILN_INTERP_AREA = 2,
+  KILN_INTERP_NEAREST = 3,
+  KILN_INTERP_CUBIC = 4,
+  KILN_INTERP_LANCZOS4 = 5
+} kiln_interp;
+/* "LINEAR", "AREA", ...; "?" for another value. */
+const char *kiln_interp_name(kiln_interp mode);
+
+/* Resizes C x sh x sw planes into C x dh x dw as OpenCV's cv::resize does with `mode`: LINEAR,
+ * CUBIC (Keys' kernel, a = -0.75) and LANCZOS4 (8 x 8 taps) sample the source at
+ * (i + 0.5) sh / dh - 0.5, repeating the border pixels; NEAREST takes pixel floor(i sh / dh)
+ * (OpenCV's INTER_NEAREST, no half-pixel shift); AREA averages the source over each
+ * destination pixel's footprint when neither axis grows, and otherwise takes OpenCV's two taps
+ * an axis (the footprint's average on a growing axis, two of its pixels on a shrinking one).
+ * Computed in float, rounded to nearest and saturated to 0 .. 255: a value may differ from
+ * OpenCV's fixed point by one level (NEAREST never). Unlike kiln_image_resize (kept as it is),
+ * no allocation once `w` has grown to the sizes: tables and the intermediate plane live there.
+ * Errors: KILN_ERR_INVALID (a size below 1, an unknown mode), KILN_ERR_NOMEM. */
+int kiln_image_warp(const uint8_t *src, int channels, int sh, int sw, uint8_t *dst, int dh,
+                    int dw, kiln_interp mode, kiln_warp_work *w);
+
 /* A PNG of C x H x W planes (C 1: gray, 3: B, G, R), in a malloc'd buffer. */
 int kiln_image_encode_png(const uint8_t *chw, int channels, int height, int width, uint8_t **out,
                           size_t *len);
