@@ -16,6 +16,10 @@ static void convert_usage(FILE *f) {
              "       kiln convert cifar100 ARCHIVE_OR_DIR OUT_LMDB [--test] [--coarse]\n"
              "       kiln convert images LIST ROOT OUT_LMDB [--resize H W] [--gray] [--encoded]\n"
              "                           [--shuffle [--seed S]]\n"
+             "       kiln convert annoset LIST ROOT OUT_DB --label-map LABELMAP [--resize H W]\n"
+             "                            [--gray] [--encoded] [--encode-type jpg|png]\n"
+             "                            [--shuffle [--seed S]] [--backend lmdb|leveldb]\n"
+             "                            [--name-size FILE] [--check-size]\n"
              "       kiln convert text TEXT... OUT_VOCAB [--level char|word] [--lowercase]\n"
              "                         [--min-count K] [--max-size V] [--pairs source|target]\n"
              "\n"
@@ -74,6 +78,33 @@ static void images_usage(FILE *f) {
              "                         recoloured) rather than their pixels\n"
              "  --shuffle              shuffle the list's order\n"
              "  --seed S               the shuffle's seed (default 1701; with --shuffle)\n");
+  tool_help_usage(f);
+}
+
+static void annoset_usage(FILE *f) {
+  fprintf(f, "usage: kiln convert annoset LIST ROOT OUT_DB --label-map LABELMAP [options]\n"
+             "\n"
+             "Images and their PASCAL VOC annotations, listed as 'IMAGE ANNOTATION' lines (ROOT\n"
+             "joined to both), to an LMDB (or LevelDB) of AnnotatedDatum records for SSD's\n"
+             "AnnotatedData layer, as the SSD fork's create_annoset: the image as kiln convert\n"
+             "images writes it, each object's box normalised to the image, grouped by label.\n"
+             "\n"
+             "options:\n"
+             "  --label-map LABELMAP   the label map (labelmap_voc.prototxt): object names to\n"
+             "                         labels (required)\n"
+             "  --resize H W           resize every image to H x W pixels\n"
+             "  --gray                 one channel (grey levels)\n"
+             "  --encoded              store the image files themselves (re-encoded where resized\n"
+             "                         or recoloured) rather than their pixels\n"
+             "  --encode-type jpg|png  with --encoded (implied): files of another format, and\n"
+             "                         changed images, re-encoded in this one (default: the file\n"
+             "                         as it is, PNG where changed)\n"
+             "  --shuffle              shuffle the list's order\n"
+             "  --seed S               the shuffle's seed (default 1701; with --shuffle)\n"
+             "  --backend lmdb|leveldb the database written (default lmdb)\n"
+             "  --name-size FILE       also write 'NAME HEIGHT WIDTH' per image, in the list's\n"
+             "                         order (DetectionEvaluate's name_size_file)\n"
+             "  --check-size           refuse an image whose size is not its annotation's\n");
   tool_help_usage(f);
 }
 
@@ -209,6 +240,98 @@ static int convert_images(int argc, char **argv) {
   return 0;
 }
 
+/* kiln convert annoset LIST ROOT OUT --label-map MAP [options]: the SSD fork's create_annoset.
+ * Options may come anywhere. */
+static int convert_annoset(int argc, char **argv) {
+  kiln_convert_annoset_opts o = {.seed = 1701, .backend = KILN_DB_LMDB};
+  const char *pos[3], *label_map = NULL;
+  int npos = 0;
+  bool seeded = false, backend_given = false;
+  for (int i = 2; i < argc; i++) {
+    const char *a = argv[i];
+    long long v, v2;
+    if (tool_is_help(a)) tool_help(annoset_usage);
+    const bool valued = !strcmp(a, "--label-map") || !strcmp(a, "--encode-type") ||
+                        !strcmp(a, "--seed") || !strcmp(a, "--backend") ||
+                        !strcmp(a, "--name-size");
+    if (valued && (i + 1 >= argc || !argv[i + 1][0])) {
+      fprintf(stderr, "kiln convert annoset: %s '%s'\n",
+              i + 1 >= argc ? "missing value for" : "an empty value for", a);
+      return 2;
+    }
+    if (!strcmp(a, "--gray")) {
+      o.gray = true;
+    } else if (!strcmp(a, "--encoded")) {
+      o.encoded = true;
+    } else if (!strcmp(a, "--shuffle")) {
+      o.shuffle = true;
+    } else if (!strcmp(a, "--check-size")) {
+      o.check_size = true;
+    } else if (!strcmp(a, "--label-map")) {
+      label_map = argv[++i];
+    } else if (!strcmp(a, "--name-size")) {
+      o.name_size = argv[++i];
+    } else if (!strcmp(a, "--encode-type")) {
+      const char *t = argv[++i];
+      if (strcmp(t, "jpg") && strcmp(t, "jpeg") && strcmp(t, "png")) {
+        fprintf(stderr, "kiln convert annoset: --encode-type takes jpg or png, not '%s'\n", t);
+        return 2;
+      }
+      o.encode_type = t;
+    } else if (!strcmp(a, "--backend")) {
+      const char *b = argv[++i];
+      if ((strcmp(b, "lmdb") && strcmp(b, "leveldb")) || backend_given) {
+        fprintf(stderr, "kiln convert annoset: --backend %s\n",
+                backend_given ? "given twice" : "takes lmdb or leveldb");
+        return 2;
+      }
+      backend_given = true;
+      o.backend = !strcmp(b, "lmdb") ? KILN_DB_LMDB : KILN_DB_LEVELDB;
+    } else if (!strcmp(a, "--resize")) {
+      if (i + 2 >= argc) {
+        fprintf(stderr, "kiln convert annoset: --resize needs a height and a width\n");
+        return 2;
+      }
+      if (!whole_arg("annoset", "--resize height", argv[i + 1], 1, KILN_IMAGE_MAX_SIDE, &v) ||
+          !whole_arg("annoset", "--resize width", argv[i + 2], 1, KILN_IMAGE_MAX_SIDE, &v2))
+        return 2;
+      o.new_height = (int)v;
+      o.new_width = (int)v2;
+      i += 2;
+    } else if (!strcmp(a, "--seed")) {
+      if (!whole_arg("annoset", "--seed", argv[++i], 0, INT64_MAX, &v)) return 2;
+      o.seed = (uint64_t)v;
+      seeded = true;
+    } else if (a[0] == '-' && a[1] == '-') {
+      fprintf(stderr, "kiln convert annoset: unknown option '%s'\n", a);
+      return bad_usage(annoset_usage);
+    } else if (npos < 3) {
+      static const char *const names[] = {"LIST", "ROOT"}; /* the output: the library's check */
+      if (npos < 2 && !tool_nonempty("convert annoset", names[npos], a)) return 2;
+      pos[npos++] = a;
+    } else {
+      return tool_unexpected("convert annoset", a);
+    }
+  }
+  if (npos != 3) return bad_usage(annoset_usage);
+  if (!label_map) {
+    fprintf(stderr, "kiln convert annoset: --label-map LABELMAP is required (the names of the "
+                    "annotations' objects and their labels)\n");
+    return 2;
+  }
+  if (seeded && !o.shuffle) {
+    fprintf(stderr, "kiln convert annoset: --seed orders the --shuffle; give --shuffle too\n");
+    return 2;
+  }
+  uint64_t n = 0, boxes = 0;
+  if (kiln_convert_annoset(pos[0], pos[1], pos[2], label_map, &o, &n, &boxes))
+    return tool_fail("convert annoset");
+  printf("wrote %llu records (%llu boxes) to %s\n", (unsigned long long)n,
+         (unsigned long long)boxes, pos[2]);
+  if (o.name_size) printf("wrote the images' sizes to %s\n", o.name_size);
+  return 0;
+}
+
 /* One side of a .tsv of pairs: the builder counts it, ignoring the other. */
 typedef struct {
   kiln_vocab_builder *b;
@@ -339,6 +462,7 @@ int cmd_convert(int argc, char **argv) {
   if (argc >= 2 && tool_is_help(argv[1])) tool_help(convert_usage);
   if (argc >= 2 && !strcmp(argv[1], "text")) return convert_text(argc, argv);
   if (argc >= 2 && !strcmp(argv[1], "images")) return convert_images(argc, argv);
+  if (argc >= 2 && !strcmp(argv[1], "annoset")) return convert_annoset(argc, argv);
   if (argc >= 2 && (!strcmp(argv[1], "cifar10") || !strcmp(argv[1], "cifar100")))
     return convert_cifar(argc, argv);
   if (argc < 2 || strcmp(argv[1], "idx") != 0) {

@@ -3,9 +3,7 @@
  * resize_param, emit_constraint, crop_size and mirror, and the layer's batch_sampler), on host
  * planes (src/data/anno_*.c, image_warp.c; docs/formats.md, "Detection augmentation").
  *
- * A header of its own in the data module, beside data.h rather than in it, because it needs
- * detect.h's kiln_bbox and every layer file includes data.h: detect.h's kiln_loss_norm clashes
- * with backend.h's, so data.h cannot pull it in until that is settled. */
+ * Its boxes are data.h's kiln_anno_box, which the AnnotatedDatum reader fills. */
 #ifndef KILN_ANNO_H
 #define KILN_ANNO_H
 
@@ -24,12 +22,8 @@
  * tests use) and one that draws them. The order of the whole chain is kiln_anno_augment's.
  * Mean subtraction and scaling are left to the layer. */
 
-/* One object: its group's label, its instance id, its box normalised to the image, difficult. */
-typedef struct kiln_anno_box {
-  int label, instance_id;
-  bool difficult;
-  kiln_bbox box;
-} kiln_anno_box;
+/* The boxes are data.h's kiln_anno_box: label, instance id, box normalised to the image,
+ * difficult. */
 
 /* An image's objects, in order (the steps below keep the order, dropping boxes in place).
  * Zero-initialise; free with kiln_anno_boxes_free. */

@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "kiln/config.h"
+#include "kiln/detect.h"
 
 /* ---- IDX files (LeCun's MNIST format), gzipped or plain ---------------------------------- */
 
@@ -109,6 +110,10 @@ int kiln_image_warp(const uint8_t *src, int channels, int sh, int sw, uint8_t *d
 /* A PNG of C x H x W planes (C 1: gray, 3: B, G, R), in a malloc'd buffer. */
 int kiln_image_encode_png(const uint8_t *chw, int channels, int height, int width, uint8_t **out,
                           size_t *len);
+/* A baseline JPEG of C x H x W planes (C 1: gray, 3: B, G, R) at `quality` 1 to 100 (OpenCV's
+ * imencode uses 95), in a malloc'd buffer (src/data/image_jpeg_encode.c). */
+int kiln_image_encode_jpeg(const uint8_t *chw, int channels, int height, int width, int quality,
+                           uint8_t **out, size_t *len);
 void kiln_image_free(kiln_image *img);
 
 /* ---- image lists (Caffe's ImageData source, convert_imageset's input) --------------------- */
@@ -236,6 +241,151 @@ int kiln_convert_idx_to_db(const char *images_path, const char *labels_path, con
  * device, a FIFO or a folder is refused before anything is read (kiln_check_output).
  * `n_records` may be NULL. */
 int kiln_compute_mean(const char *db_path, const char *out_path, uint64_t *n_records);
+
+/* ---- object detection data (the SSD fork of Caffe: label maps, PASCAL VOC annotations,
+ * AnnotatedDatum records, create_annoset) ---------------------------------------------------- */
+
+/* A label map (the fork's labelmap_voc.prototxt: `item { name: "none_of_the_above" label: 0
+ * display_name: "background" } item { name: "aeroplane" label: 1 ... }`, a LabelMap message in
+ * text format): item i is name[i], label[i] and display_name[i] ("" when the item has none),
+ * written at line[i], in the file's order. */
+typedef struct kiln_labelmap {
+  size_t n;
+  char **name;
+  int32_t *label;
+  char **display_name;
+  int *line;    /* the line each item starts on (0 when unknown) */
+  char *source; /* the file's path, for messages */
+} kiln_labelmap;
+/* Parses a label map's text (`path` names it in messages) with kiln's text-format parser.
+ * Errors: KILN_ERR_PARSE (the parser's message: the file, the line and the column), and
+ * KILN_ERR_DATA naming the file and the item's line for a map of no items, an item without a
+ * name or without a label, an empty name, a negative label, and two items with the same name or
+ * the same label (both items named, with their lines). On failure *out is zeroed. */
+int kiln_labelmap_parse(const char *text, size_t len, const char *path, kiln_labelmap *out);
+/* The same for a file (KILN_ERR_IO when it cannot be read). */
+int kiln_labelmap_read(const char *path, kiln_labelmap *out);
+void kiln_labelmap_free(kiln_labelmap *m);
+/* The index of the item named `name` (compared whole, case and all), or of the item with
+ * `label`; -1 when there is none. */
+int kiln_labelmap_find_name(const kiln_labelmap *m, const char *name);
+int kiln_labelmap_find_label(const kiln_labelmap *m, int32_t label);
+
+/* One object's box as AnnotatedDatum records hold it: its AnnotationGroup's label (the class),
+ * its Annotation's instance_id, its NormalizedBBox (fractions of the image's width and height,
+ * x right and y down) and `difficult`. The augmentation (anno.h) works on the same boxes. */
+typedef struct kiln_anno_box {
+  int label, instance_id;
+  bool difficult;
+  kiln_bbox box;
+} kiln_anno_box;
+
+/* One <object> of a PASCAL VOC annotation: `box` (group_label: the label map's label for its
+ * <name>; instance_id: how many objects of that label come before it in the file; the
+ * coordinates normalised as the fork does, xmin / width, ymin / height, xmax / width,
+ * ymax / height, in float; difficult: <difficult>1</difficult>, 0 when absent), the <bndbox>
+ * as written (pixels, xmin ymin xmax ymax) and the line of the <object>. */
+typedef struct kiln_voc_object {
+  kiln_anno_box box;
+  double pixels[4];
+  int line;
+} kiln_voc_object;
+typedef struct kiln_voc_annotation {
+  int width, height, depth; /* <size>; depth 0 when absent */
+  size_t n;                 /* at least one */
+  kiln_voc_object *object;  /* in the file's order */
+} kiln_voc_annotation;
+/* Reads a VOC annotation (`<annotation>` with `<size>` `<width>` `<height>` [`<depth>`] and
+ * `<object>`s, each with `<name>`, optional `<difficult>` 0 or 1, and `<bndbox>` `<xmin>`
+ * `<ymin>` `<xmax>` `<ymax>`, numbers in pixels) through libxml2, with no network access, no
+ * DTD (a document with a DOCTYPE is refused, so no entity is ever declared or expanded: no XXE)
+ * and libxml2's messages kept, never printed. Other elements (<filename>, <pose>, <part>...)
+ * are ignored. Errors, each naming `path` and the line: KILN_ERR_PARSE (not well-formed XML:
+ * libxml2's message and line; an empty document), KILN_ERR_DATA (no <annotation> root; a <size>
+ * missing, or a width or height that is not a whole number from 1 to KILN_IMAGE_MAX_SIDE, a
+ * depth that is not a whole number >= 0; no <object> ("no objects"); an object without a <name>
+ * or a <bndbox>, or with two; a name not in `map`; a coordinate missing or not a finite number;
+ * xmin > xmax or ymin > ymax; a coordinate below 0 or beyond the width or height; a <difficult>
+ * other than 0 or 1). Threads may parse at once: libxml2's error handlers are per thread, and
+ * the calling thread's are kiln's during the parse and put back after it. On failure *out is
+ * zeroed. */
+int kiln_voc_parse(const char *xml, size_t len, const char *path, const kiln_labelmap *map,
+                   kiln_voc_annotation *out);
+/* The same for a file of at most 16 MiB (KILN_ERR_IO when it cannot be read). */
+int kiln_voc_read(const char *path, const kiln_labelmap *map, kiln_voc_annotation *out);
+void kiln_voc_free(kiln_voc_annotation *a);
+
+/* Databases of AnnotatedDatum records (what the fork's create_annoset writes and its
+ * AnnotatedData layer reads): a kiln_datum_db opened in annotated mode. Everything of the
+ * kiln_datum_db API holds for it (LMDB or LevelDB, size, seek, position, set_color,
+ * fingerprint, last_key, close; one thread at a time, any thread: open it on one, read it on a
+ * prefetch thread), and each record's Datum is checked and decoded as kiln_datum_db_next does
+ * (encoded PNG or JPEG decoded, raw bytes checked against the shape), except that raw records
+ * may differ in shape from one another (detection images do). */
+typedef struct kiln_annotated_datum {
+  kiln_datum datum;          /* the image; label: the Datum's (create_annoset writes -1) */
+  const kiln_anno_box *box;  /* n_box boxes in the record's order: group after group, each */
+  size_t n_box;              /* group's annotations in order (0 boxes: none in the record) */
+} kiln_annotated_datum;      /* pointers valid until the next call on the db */
+/* Opens `path` (as kiln_datum_db_open_as) and reads its first record, so that a database of
+ * plain Datum records or a damaged first record is refused here rather than at the first read;
+ * the cursor is then back at record 0, position 0. */
+int kiln_datum_db_open_annotated(const char *path, kiln_db_backend backend, kiln_datum_db **out);
+bool kiln_datum_db_is_annotated(const kiln_datum_db *db);
+/* The record at the cursor, then advance (kiln_datum_db_next), or record `index` in key order
+ * without moving the cursor (kiln_datum_db_read), with its boxes. On a db not opened annotated:
+ * KILN_ERR_INVALID. A damaged record is KILN_ERR_DATA naming the database and the key: not an
+ * AnnotatedDatum (a plain Datum is not one), no datum, an annotation without a bbox, a
+ * coordinate that is not finite; and the Datum's own errors; a type other than BBOX is
+ * KILN_ERR_UNSUPPORTED. kiln_datum_db_next and kiln_datum_db_read on an annotated db give the
+ * image alone. */
+int kiln_datum_db_next_annotated(kiln_datum_db *db, kiln_annotated_datum *out);
+int kiln_datum_db_read_annotated(kiln_datum_db *db, uint64_t index, kiln_annotated_datum *out);
+
+/* Writes one AnnotatedDatum record (type BBOX) into a database that kiln_datum_writer_open_as
+ * opened. The image is raw (`image->u8`, image's shape; f32 is refused) or, with `encoded`
+ * non-NULL, the n bytes of a PNG or JPEG file with `encoded: true` and image's shape (which the
+ * fork records and readers ignore); image->label is the Datum's label (create_annoset writes
+ * -1). The boxes, in any order, become one AnnotationGroup per group_label, in ascending label
+ * order, each holding its boxes in the order given with their instance_id, coordinates and
+ * difficult. KILN_ERR_INVALID for a coordinate that is not finite. */
+int kiln_datum_writer_put_annotated(kiln_datum_writer *w, const char *key,
+                                    const kiln_datum *image, const void *encoded, size_t n,
+                                    const kiln_anno_box *box, size_t n_box);
+
+/* kiln convert annoset: the fork's create_annoset. LIST holds one `IMAGE ANNOTATION` pair a
+ * line (two fields separated by spaces or tabs, both joined to `root` as they are, as Caffe
+ * joins root_folder: VOC2007/JPEGImages/000005.jpg VOC2007/Annotations/000005.xml); blank
+ * lines are skipped, any other line without exactly two fields is KILN_ERR_PARSE naming the
+ * list and the line. Each pair becomes an AnnotatedDatum record keyed "%08d_IMAGE" in list
+ * order (after the shuffle, when asked: Fisher-Yates from `seed`, as kiln convert images): the
+ * image as kiln convert images writes it (raw C x H x W bytes; encoded, the file's own bytes
+ * when they decode to what was asked as they are and, with encode_type, are of that format,
+ * else the decoded image re-encoded: as encode_type, PNG without one), Datum label -1, and
+ * the annotation's objects as boxes (kiln_voc_parse against the label map; normalised by the
+ * annotation's <size>). Errors name the list's line and the file: an unreadable or damaged
+ * image or annotation, and with check_size an image whose decoded size is not the
+ * annotation's (both files named). The output is refused (KILN_ERR_INVALID) when it exists,
+ * and written under a temporary name, renamed when complete; name_size (written last, through
+ * a temporary name; the database is removed again if that fails) gets one `NAME HEIGHT WIDTH`
+ * line per image in the list's order, NAME the image's file name without its extension, HEIGHT
+ * and WIDTH its own size before any resize: the fork's test_name_size.txt, DetectionEvaluate's
+ * name_size_file. Nothing is left at out_path on failure. */
+typedef struct kiln_convert_annoset_opts {
+  int new_height, new_width;  /* 0, 0: as they are */
+  bool gray;                  /* 1 channel, else 3 */
+  bool encoded;
+  const char *encode_type;    /* NULL, "jpg" (or "jpeg") or "png"; implies encoded */
+  bool shuffle;
+  uint64_t seed;
+  kiln_db_backend backend;    /* KILN_DB_LEVELDB, else an LMDB */
+  const char *name_size;      /* NULL: none */
+  bool check_size;
+} kiln_convert_annoset_opts;
+/* n_written and n_boxes (records and boxes written) may be NULL. */
+int kiln_convert_annoset(const char *list_path, const char *root, const char *out_path,
+                         const char *label_map_path, const kiln_convert_annoset_opts *opts,
+                         uint64_t *n_written, uint64_t *n_boxes);
 
 /* ---- HDF5 data files (Caffe's HDF5Data layer source) ------------------------------------- */
 

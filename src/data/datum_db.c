@@ -1,7 +1,9 @@
 /* LMDB and LevelDB databases of Caffe Datum records: the sequential, wrapping reader behind the
  * Data layer (which decodes encoded records, PNG or JPEG, through image.c) and the writer that
  * builds new databases atomically (into PATH.tmp, renamed on commit). LMDB is read here; a
- * LevelDB's raw records come from datum_leveldb.c, and both are decoded and checked here. */
+ * LevelDB's raw records come from datum_leveldb.c, and both are decoded and checked here. In
+ * annotated mode a record is an AnnotatedDatum, unpacked by annotated_db.c, whose Datum is then
+ * checked and decoded here. */
 #include <errno.h>
 #include <fcntl.h>
 #include <lmdb.h>
@@ -73,7 +75,8 @@ struct kiln_datum_db {
   uint64_t size;
   uint64_t position; /* records consumed */
   uint64_t index;    /* record under the cursor, in [0, size) */
-  Caffe__Datum *current;
+  ProtobufCMessage *current; /* the last record read: a Datum, or the AnnotatedDatum holding it */
+  kiln_anno_records *anno;   /* annotated mode (annotated_db.c), else NULL */
   bool have_shape;
   int channels, height, width;
   char *last_key;
@@ -253,6 +256,9 @@ const char *kiln_datum_db_last_key(const kiln_datum_db *db) {
   return db->last_key ? db->last_key : "";
 }
 
+kiln_anno_records *kiln_datum_db_anno(const kiln_datum_db *db) { return db->anno; }
+void kiln_datum_db_set_anno(kiln_datum_db *db, kiln_anno_records *a) { db->anno = a; }
+
 /* Moves the cursor `steps` records with `op` (MDB_NEXT or MDB_PREV). */
 static int cursor_walk(kiln_datum_db *db, MDB_cursor_op op, uint64_t steps) {
   MDB_val k, v;
@@ -339,7 +345,7 @@ static int check_datum(kiln_datum_db *db, const Caffe__Datum *m, const char *key
     return kiln_errorf(KILN_ERR_DATA, "%s: record %s: holds neither data nor float_data", db->path,
                        key);
   }
-  if (db->have_shape &&
+  if (db->have_shape && !db->anno && /* detection images differ in size */
       (m->channels != db->channels || m->height != db->height || m->width != db->width))
     return kiln_errorf(KILN_ERR_DATA,
                        "%s: record %s: shape %dx%dx%d differs from the earlier records' %dx%dx%d",
@@ -358,18 +364,25 @@ static int decode_record(kiln_datum_db *db, const void *k, size_t k_len, const v
                          size_t v_len, kiln_datum *out) {
   char key[160];
   kiln_data_key_string(k, k_len, key, sizeof key);
-  Caffe__Datum *m = caffe__datum__unpack(NULL, v_len, v);
-  if (!m) return kiln_errorf(KILN_ERR_DATA, "%s: record %s: not a Datum", db->path, key);
+  ProtobufCMessage *msg;
+  const Caffe__Datum *m;
+  if (db->anno) {
+    KILN_TRY(kiln_anno_unpack(db->anno, db->path, key, v, v_len, &msg, &m));
+  } else {
+    Caffe__Datum *datum = caffe__datum__unpack(NULL, v_len, v);
+    if (!datum) return kiln_errorf(KILN_ERR_DATA, "%s: record %s: not a Datum", db->path, key);
+    msg = &datum->base, m = datum;
+  }
   kiln_datum d;
   int rc = check_datum(db, m, key, &d);
   if (rc) {
-    caffe__datum__free_unpacked(m, NULL);
+    protobuf_c_message_free_unpacked(msg, NULL);
     return rc;
   }
   if (db->last_key_cap < k_len + 1) {
     char *grown = realloc(db->last_key, k_len + 1);
     if (!grown) {
-      caffe__datum__free_unpacked(m, NULL);
+      protobuf_c_message_free_unpacked(msg, NULL);
       return kiln_errorf(KILN_ERR_NOMEM, "%s: out of memory", db->path);
     }
     db->last_key = grown;
@@ -377,8 +390,8 @@ static int decode_record(kiln_datum_db *db, const void *k, size_t k_len, const v
   }
   memcpy(db->last_key, k, k_len);
   db->last_key[k_len] = '\0';
-  if (db->current) caffe__datum__free_unpacked(db->current, NULL);
-  db->current = m;
+  if (db->current) protobuf_c_message_free_unpacked(db->current, NULL);
+  db->current = msg;
   if (!db->have_shape && !(m->has_encoded && m->encoded)) {
     db->have_shape = true;
     db->channels = d.channels;
@@ -478,7 +491,8 @@ int kiln_datum_db_fingerprint(kiln_datum_db *db, int samples, uint8_t digest[32]
 
 void kiln_datum_db_close(kiln_datum_db *db) {
   if (!db) return;
-  if (db->current) caffe__datum__free_unpacked(db->current, NULL);
+  if (db->current) protobuf_c_message_free_unpacked(db->current, NULL);
+  kiln_anno_records_free(db->anno);
   kiln_image_free(&db->image);
   free(db->keys);
   kiln_ldb_close(db->ldb);
@@ -689,9 +703,6 @@ static int arena_reserve(kiln_datum_writer *w, size_t more) {
   return KILN_OK;
 }
 
-static int writer_put_message(kiln_datum_writer *w, const char *key, size_t key_len,
-                              const Caffe__Datum *m);
-
 /* A key the database takes: LMDB's are 1 to its maximum bytes, LevelDB's any but empty. */
 static int check_key(const kiln_datum_writer *w, const char *key, size_t *key_len) {
   *key_len = strlen(key);
@@ -729,7 +740,7 @@ int kiln_datum_writer_put(kiln_datum_writer *w, const char *key, const kiln_datu
     m.n_float_data = (size_t)n;
     m.float_data = (float *)d->f32;
   }
-  return writer_put_message(w, key, key_len, &m);
+  return kiln_datum_writer_put_message(w, key, &m.base);
 }
 
 int kiln_datum_writer_put_encoded(kiln_datum_writer *w, const char *key, const void *bytes,
@@ -744,18 +755,20 @@ int kiln_datum_writer_put_encoded(kiln_datum_writer *w, const char *key, const v
   m.encoded = 1;
   m.data.len = n;
   m.data.data = (uint8_t *)bytes;
-  return writer_put_message(w, key, key_len, &m);
+  return kiln_datum_writer_put_message(w, key, &m.base);
 }
 
 /* Packs `m` into the pending chunk and puts it into the transaction. */
-static int writer_put_message(kiln_datum_writer *w, const char *key, size_t key_len,
-                              const Caffe__Datum *m) {
-  size_t val_len = caffe__datum__get_packed_size(m);
+int kiln_datum_writer_put_message(kiln_datum_writer *w, const char *key,
+                                  const ProtobufCMessage *m) {
+  size_t key_len;
+  KILN_TRY(check_key(w, key, &key_len));
+  size_t val_len = protobuf_c_message_get_packed_size(m);
   if (w->leveldb) { /* the batch keeps its own copy */
     w->arena_len = 0;
     KILN_TRY(arena_reserve(w, val_len));
     return kiln_ldb_writer_put(w->ldb, key, key_len, w->arena,
-                               caffe__datum__pack(m, w->arena));
+                               protobuf_c_message_pack(m, w->arena));
   }
   KILN_TRY(arena_reserve(w, key_len + val_len));
   if (w->n_pending == w->pending_cap) {
@@ -770,7 +783,7 @@ static int writer_put_message(kiln_datum_writer *w, const char *key, size_t key_
   p->key_len = key_len;
   memcpy(w->arena + w->arena_len, key, key_len);
   p->val_off = w->arena_len + key_len;
-  p->val_len = caffe__datum__pack(m, w->arena + p->val_off);
+  p->val_len = protobuf_c_message_pack(m, w->arena + p->val_off);
   w->arena_len += key_len + p->val_len;
   w->n_pending++;
 

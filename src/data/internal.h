@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include "kiln/data.h"
+#include "kiln/proto.h"
 
 /* Removes an LMDB directory that kiln wrote (data.mdb, lock.mdb, then the directory itself).
  * Returns 0 or an errno value; a missing directory counts as success. Anything else inside makes
@@ -55,6 +56,22 @@ int kiln_ldb_writer_finish(kiln_ldb_writer *w);
 void kiln_ldb_writer_discard(kiln_ldb_writer *w);
 /* Removes a LevelDB directory (LevelDB's files, then the directory); a missing one is fine. */
 int kiln_ldb_destroy(const char *path);
+
+/* AnnotatedDatum records, kiln_datum_db's annotated mode (src/data/annotated_db.c). The state
+ * keeps the boxes of the last record unpacked. kiln_anno_unpack unpacks an AnnotatedDatum from
+ * v[0 .. n) and checks its annotations (errors name `path` and `key`): on success *msg is the
+ * message (the caller frees it) and *datum its Datum, and the state holds its boxes. */
+typedef struct kiln_anno_records kiln_anno_records;
+int kiln_anno_unpack(kiln_anno_records *a, const char *path, const char *key, const void *v,
+                     size_t n, ProtobufCMessage **msg, const Caffe__Datum **datum);
+void kiln_anno_records_free(kiln_anno_records *a);
+/* A db's annotated state (src/data/datum_db.c): NULL in plain mode; set once after opening, and
+ * freed with the db. */
+kiln_anno_records *kiln_datum_db_anno(const kiln_datum_db *db);
+void kiln_datum_db_set_anno(kiln_datum_db *db, kiln_anno_records *a);
+/* Puts a record of any message type (its packed bytes) under `key` (src/data/datum_db.c). */
+int kiln_datum_writer_put_message(kiln_datum_writer *w, const char *key,
+                                  const ProtobufCMessage *m);
 
 /* Decodes an escaped line in place (\\ \t \n \r; with `vocab`, also \s for a space and \0):
  * the decoded length, or -1 at a bad escape (src/data/text_records.c). */
