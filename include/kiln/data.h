@@ -77,6 +77,11 @@ int kiln_image_resize(const uint8_t *src, int channels, int sh, int sw, uint8_t 
 /* A PNG of C x H x W planes (C 1: gray, 3: B, G, R), in a malloc'd buffer. */
 int kiln_image_encode_png(const uint8_t *chw, int channels, int height, int width, uint8_t **out,
                           size_t *len);
+/* A JPEG of the same planes at `quality` (1 to 100), in a malloc'd buffer: libjpeg's defaults
+ * (baseline, 4:2:0 chroma for colour), as OpenCV's imencode writes one
+ * (src/data/image_jpeg_encode.c). */
+int kiln_image_encode_jpeg(const uint8_t *chw, int channels, int height, int width, int quality,
+                           uint8_t **out, size_t *len);
 void kiln_image_free(kiln_image *img);
 
 /* ---- image lists (Caffe's ImageData source, convert_imageset's input) --------------------- */
