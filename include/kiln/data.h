@@ -560,4 +560,31 @@ int kiln_convert_cifar_to_lmdb(const char *source, kiln_cifar_kind kind, bool tr
 int kiln_data_fetch_cifar(kiln_cifar_kind kind, const char *archive, const char *cache_dir,
                           bool *already);
 
+/* ---- detection sets in PASCAL VOC's layout (shapes-det, voc2007) ---------------------------- */
+
+/* An entry holds JPEGImages/ID.jpg, Annotations/ID.xml (VOC's XML, boxes in 1-based pixels),
+ * ImageSets/Main/{trainval,test}.txt (ids), trainval.txt and test.txt (create_annoset's lists:
+ * "JPEGImages/ID.jpg Annotations/ID.xml" a line, relative to the entry), test_name_size.txt
+ * ("ID HEIGHT WIDTH" a test image) and labelmap.prototxt (the SSD fork's LabelMap, background 0);
+ * docs/formats.md, "Detection sets". */
+
+/* The cache's shapes-det: this seed, these counts. */
+#define KILN_SHAPES_DET_SEED 1701
+#define KILN_SHAPES_DET_TRAINVAL 4000
+#define KILN_SHAPES_DET_TEST 1000
+
+/* shapes-det, kiln's synthetic detection set (discs, squares, triangles and crosses on cluttered
+ * backgrounds: src/data/shapes_det.c), in VOC's layout in `dir` (created when missing; files of
+ * the same names replaced), with a README: trainval images 1 .. trainval, test images
+ * trainval + 1 .. trainval + test, each a function of the seed and its id alone. `summary` (may
+ * be NULL) gets a line per split: ids, images, objects per class, truncated, difficult.
+ * KILN_ERR_INVALID for a count of 0 or more than 999999 images in all. */
+int kiln_shapes_det_write(const char *dir, uint64_t seed, uint32_t trainval, uint32_t test,
+                          kiln_strbuf *summary);
+/* Caches CACHE/shapes-det (seed KILN_SHAPES_DET_SEED, KILN_SHAPES_DET_TRAINVAL and
+ * KILN_SHAPES_DET_TEST images), SHA256SUMS, and READY last, naming the generator's version, with
+ * concurrent callers serialised by a lock file; with READY of this version there nothing is
+ * done (*already true; may be NULL), an older one is drawn again. src/data/shapes_det_set.c. */
+int kiln_data_fetch_shapes_det(const char *cache_dir, bool *already);
+
 #endif
