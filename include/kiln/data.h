@@ -586,5 +586,15 @@ int kiln_shapes_det_write(const char *dir, uint64_t seed, uint32_t trainval, uin
  * concurrent callers serialised by a lock file; with READY of this version there nothing is
  * done (*already true; may be NULL), an older one is drawn again. src/data/shapes_det_set.c. */
 int kiln_data_fetch_shapes_det(const char *cache_dir, bool *already);
+/* Caches CACHE/voc2007 from the user's PASCAL VOC 2007 tar files (n of them, 1 or 2; plain or
+ * gzipped): VOCtrainval_06-Nov-2007.tar (the trainval split) and VOCtest_06-Nov-2007.tar (the
+ * test split, with annotations). Their VOCdevkit/VOC2007/ JPEGImages, Annotations and
+ * ImageSets/Main members go into the entry, then the lists, test_name_size.txt (from the
+ * annotations' sizes), labelmap.prototxt (VOC's 20 classes), SHA256SUMS and READY. A tar
+ * without VOCdevkit/VOC2007/ members or without either split's list is KILN_ERR_DATA naming it;
+ * an id a list names without its image or annotation KILN_ERR_DATA naming both. With READY
+ * there and every split of the tars cached nothing is done (*already true); a tar of a split
+ * the entry lacks is added to it. src/data/voc_import.c. */
+int kiln_data_fetch_voc2007(const char *const *tars, int n, const char *cache_dir, bool *already);
 
 #endif
