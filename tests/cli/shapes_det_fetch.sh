@@ -182,12 +182,17 @@ tar cf broken.tar -C te VOCdevkit
 expect_refusal "an image without its annotation" --want "ImageSets/Main/test.txt:2: image 000002: Annotations/000002.xml is missing" \
   --gone broken/voc2007/READY -- env KILN_DATA=$WORK/broken "$KILN" data fetch voc2007 --from broken.tar
 "$KILN" data list | grep -q "^voc2007  *yes " && pass || fail "the good entry lost"
-# a failed addition leaves the entry uncached, never half-made and READY
+# a member that is no JPEG; a failed addition to a cached entry leaves it uncached, never half-made
+# and READY (the next fetch starts it afresh)
 cp te/VOCdevkit/VOC2007/Annotations/000001.xml te/VOCdevkit/VOC2007/Annotations/000002.xml
 echo "not a jpeg" > te/VOCdevkit/VOC2007/JPEGImages/000002.jpg
 tar cf notjpeg.tar -C te VOCdevkit
+need "trainval alone" -- env KILN_DATA=$WORK/add "$KILN" data fetch voc2007 --from VOCtrainval_06-Nov-2007.tar
 expect_refusal "a member that is no JPEG" --want "notjpeg.tar: member VOCdevkit/VOC2007/JPEGImages/000002.jpg is not a JPEG image" \
-  --gone notjpeg/voc2007/READY -- env KILN_DATA=$WORK/notjpeg "$KILN" data fetch voc2007 --from notjpeg.tar
+  --absent add/voc2007/READY -- env KILN_DATA=$WORK/add "$KILN" data fetch voc2007 --from notjpeg.tar
+KILN_DATA=$WORK/add "$KILN" data list | grep -q "^voc2007  *no " && pass || fail "a failed addition listed as cached"
+out=$(KILN_DATA=$WORK/add "$KILN" data fetch voc2007 --from VOCtest_06-Nov-2007.tar 2>&1) && [ ! -e add/voc2007/trainval.txt ] \
+  && [ "$(wc -l < add/voc2007/test.txt)" = 2 ] && pass || fail "after a failed addition: $out"
 # a member whose path climbs out of the archive's folders is not written anywhere
 python3 - <<'PY'
 import io, tarfile
