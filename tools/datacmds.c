@@ -544,6 +544,8 @@ static void data_usage(FILE *f) {
              "       kiln data fetch moby-dick|sotu|spam-assassin|cmudict [--from TARBALL]\n"
              "       kiln data fetch spam-bow [--from SPAM_ASSASSIN_TARBALL]\n"
              "       kiln data fetch cifar10|cifar100 --from ARCHIVE\n"
+             "       kiln data fetch shapes-det\n"
+             "       kiln data fetch voc2007 --from TAR [--from TAR]\n"
              "       kiln data list\n"
              "       kiln data verify [NAME...]\n"
              "       kiln data dir\n"
@@ -556,7 +558,7 @@ static void data_usage(FILE *f) {
 }
 
 static void fetch_usage(FILE *f) {
-  fprintf(f, "usage: kiln data fetch NAME [--from FILE]\n"
+  fprintf(f, "usage: kiln data fetch NAME [--from FILE]...\n"
              "\n"
              "Fills the data set cache ($KILN_DATA, default ~/.cache/kiln/datasets) with one data\n"
              "set, checked against its checksums; a data set already cached is left as it is (or\n"
@@ -568,9 +570,14 @@ static void fetch_usage(FILE *f) {
              "  spam-bow               spam-assassin's mails as bag-of-words libsvm rows\n"
              "                         (spam-assassin fetched first, from --from's tarball if given)\n"
              "  cifar10, cifar100      the binary version's .tar.gz, which --from names\n"
+             "  shapes-det             kiln's synthetic detection set (discs, squares, triangles,\n"
+             "                         crosses), drawn here in PASCAL VOC's layout\n"
+             "  voc2007                PASCAL VOC 2007 from VOCtrainval_06-Nov-2007.tar and\n"
+             "                         VOCtest_06-Nov-2007.tar (--from each; one may come later)\n"
              "\n"
              "options:\n"
-             "  --from FILE            the data set's tarball or archive, instead of a download\n",
+             "  --from FILE            the data set's tarball or archive, instead of a download\n"
+             "                         (voc2007: given once for each of its two tar files)\n",
           kiln_text_set_names());
   tool_help_usage(f);
 }
@@ -767,6 +774,28 @@ static int fetch_spam_bow(const kiln_config *cfg, const char *from) {
   return 0;
 }
 
+/* shapes-det: drawn here, once. */
+static int fetch_shapes_det(const kiln_config *cfg) {
+  char dir[4096];
+  if (kiln_data_cache_dir(cfg, dir, sizeof dir)) return tool_fail("data");
+  if (check_entry(dir, "shapes-det")) return 1;
+  bool already = false;
+  if (kiln_data_fetch_shapes_det(dir, &already)) return tool_fail("data fetch");
+  printf("%s %s/shapes-det\n", already ? "already cached:" : "cached:", dir);
+  return 0;
+}
+
+/* voc2007: the user's tar files (one or both; the other may come with a later fetch). */
+static int fetch_voc2007(const kiln_config *cfg, const char *const *tars, int n) {
+  char dir[4096];
+  if (kiln_data_cache_dir(cfg, dir, sizeof dir)) return tool_fail("data");
+  if (check_entry(dir, "voc2007")) return 1;
+  bool already = false;
+  if (kiln_data_fetch_voc2007(tars, n, dir, &already)) return tool_fail("data fetch");
+  printf("%s %s/voc2007\n", already ? "already cached:" : "cached:", dir);
+  return 0;
+}
+
 int cmd_data(int argc, char **argv) {
   if (argc < 2) return bad_usage(data_usage);
   const char *form = argv[1];
@@ -794,17 +823,20 @@ int cmd_data(int argc, char **argv) {
   }
   if (usage == list_usage) return argc == 2 ? data_list(&cfg) : tool_unexpected("data list", argv[2]);
   if (usage == verify_usage) return data_verify(&cfg, argc - 2, argv + 2);
-  /* kiln data fetch NAME [--from FILE], the option before or after the name */
-  const char *name = NULL, *from = NULL;
+  /* kiln data fetch NAME [--from FILE]..., the options before or after the name (a second --from
+   * for voc2007's two tar files alone: checked once the name is known) */
+  const char *name = NULL, *froms[2] = {NULL, NULL}, *from = NULL;
+  int nfrom = 0;
   for (int i = 2; i < argc; i++) {
     const char *a = argv[i];
     if (tool_is_help(a)) tool_help(fetch_usage);
     if (!strcmp(a, "--from")) {
-      if (i + 1 >= argc || from) {
-        fprintf(stderr, "kiln data fetch: --from %s\n", from ? "given twice" : "needs a value");
+      if (i + 1 >= argc || nfrom == 2) {
+        fprintf(stderr, "kiln data fetch: --from %s\n",
+                nfrom == 2 ? "given more than twice" : "needs a value");
         return bad_usage(fetch_usage);
       }
-      from = argv[++i];
+      from = froms[nfrom++] = argv[++i];
       if (!tool_nonempty("data fetch", "--from", from)) return 2;
     } else if (a[0] == '-') {
       fprintf(stderr, "kiln data fetch: unknown option '%s'\n", a);
@@ -817,6 +849,19 @@ int cmd_data(int argc, char **argv) {
     }
   }
   if (!name) return bad_usage(fetch_usage);
+  if (!strcmp(name, "voc2007")) return fetch_voc2007(&cfg, froms, nfrom);
+  if (nfrom > 1) {
+    fprintf(stderr, "kiln data fetch: --from given twice (only voc2007 takes two files)\n");
+    return bad_usage(fetch_usage);
+  }
+  if (!strcmp(name, "shapes-det")) {
+    if (from) {
+      fprintf(stderr, "kiln data fetch: shapes-det is drawn by kiln, not read from a file "
+                      "(--from)\n");
+      return bad_usage(fetch_usage);
+    }
+    return fetch_shapes_det(&cfg);
+  }
   if (!strcmp(name, "cifar10") || !strcmp(name, "cifar100")) {
     char dir[4096];
     if (kiln_data_cache_dir(&cfg, dir, sizeof dir)) return tool_fail("data");
@@ -846,7 +891,8 @@ int cmd_data(int argc, char **argv) {
   const kiln_text_set_info *set = kiln_text_set_find(name);
   if (!set) {
     fprintf(stderr, "kiln data: unknown data set '%s' (known: fashion-mnist, %s, spam-bow, "
-            "cifar10, cifar100; kiln data list)\n", name, kiln_text_set_names());
+            "cifar10, cifar100, shapes-det, voc2007; kiln data list)\n", name,
+            kiln_text_set_names());
     return 2;
   }
   return fetch_text(&cfg, set, from);

@@ -110,8 +110,9 @@ int kiln_image_warp(const uint8_t *src, int channels, int sh, int sw, uint8_t *d
 /* A PNG of C x H x W planes (C 1: gray, 3: B, G, R), in a malloc'd buffer. */
 int kiln_image_encode_png(const uint8_t *chw, int channels, int height, int width, uint8_t **out,
                           size_t *len);
-/* A baseline JPEG of C x H x W planes (C 1: gray, 3: B, G, R) at `quality` 1 to 100 (OpenCV's
- * imencode uses 95), in a malloc'd buffer (src/data/image_jpeg_encode.c). */
+/* A JPEG of the same planes at `quality` (1 to 100), in a malloc'd buffer: libjpeg's defaults
+ * (baseline, 4:2:0 chroma for colour), as OpenCV's imencode writes one
+ * (src/data/image_jpeg_encode.c). */
 int kiln_image_encode_jpeg(const uint8_t *chw, int channels, int height, int width, int quality,
                            uint8_t **out, size_t *len);
 void kiln_image_free(kiln_image *img);
@@ -736,5 +737,42 @@ int kiln_convert_cifar_to_lmdb(const char *source, kiln_cifar_kind kind, bool tr
  * and MATLAB archives are refused, naming the binary one. */
 int kiln_data_fetch_cifar(kiln_cifar_kind kind, const char *archive, const char *cache_dir,
                           bool *already);
+
+/* ---- detection sets in PASCAL VOC's layout (shapes-det, voc2007) ---------------------------- */
+
+/* An entry holds JPEGImages/ID.jpg, Annotations/ID.xml (VOC's XML, boxes in 1-based pixels),
+ * ImageSets/Main/{trainval,test}.txt (ids), trainval.txt and test.txt (create_annoset's lists:
+ * "JPEGImages/ID.jpg Annotations/ID.xml" a line, relative to the entry), test_name_size.txt
+ * ("ID HEIGHT WIDTH" a test image) and labelmap.prototxt (the SSD fork's LabelMap, background 0);
+ * docs/formats.md, "Detection sets". */
+
+/* The cache's shapes-det: this seed, these counts. */
+#define KILN_SHAPES_DET_SEED 1701
+#define KILN_SHAPES_DET_TRAINVAL 4000
+#define KILN_SHAPES_DET_TEST 1000
+
+/* shapes-det, kiln's synthetic detection set (discs, squares, triangles and crosses on cluttered
+ * backgrounds: src/data/shapes_det.c), in VOC's layout in `dir` (created when missing; files of
+ * the same names replaced), with a README: trainval images 1 .. trainval, test images
+ * trainval + 1 .. trainval + test, each a function of the seed and its id alone. `summary` (may
+ * be NULL) gets a line per split: ids, images, objects per class, truncated, difficult.
+ * KILN_ERR_INVALID for a count of 0 or more than 999999 images in all. */
+int kiln_shapes_det_write(const char *dir, uint64_t seed, uint32_t trainval, uint32_t test,
+                          kiln_strbuf *summary);
+/* Caches CACHE/shapes-det (seed KILN_SHAPES_DET_SEED, KILN_SHAPES_DET_TRAINVAL and
+ * KILN_SHAPES_DET_TEST images), SHA256SUMS, and READY last, naming the generator's version, with
+ * concurrent callers serialised by a lock file; with READY of this version there nothing is
+ * done (*already true; may be NULL), an older one is drawn again. src/data/shapes_det_set.c. */
+int kiln_data_fetch_shapes_det(const char *cache_dir, bool *already);
+/* Caches CACHE/voc2007 from the user's PASCAL VOC 2007 tar files (n of them, 1 or 2; plain or
+ * gzipped): VOCtrainval_06-Nov-2007.tar (the trainval split) and VOCtest_06-Nov-2007.tar (the
+ * test split, with annotations). Their VOCdevkit/VOC2007/ JPEGImages, Annotations and
+ * ImageSets/Main members go into the entry, then the lists, test_name_size.txt (from the
+ * annotations' sizes), labelmap.prototxt (VOC's 20 classes), SHA256SUMS and READY. A tar
+ * without VOCdevkit/VOC2007/ members or without either split's list is KILN_ERR_DATA naming it;
+ * an id a list names without its image or annotation KILN_ERR_DATA naming both. With READY
+ * there and every split of the tars cached nothing is done (*already true); a tar of a split
+ * the entry lacks is added to it. src/data/voc_import.c. */
+int kiln_data_fetch_voc2007(const char *const *tars, int n, const char *cache_dir, bool *already);
 
 #endif

