@@ -1,6 +1,7 @@
 /* The data layers' ring of prefetched batches (batch_ring.h). */
 #include "batch_ring.h"
 
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,11 +22,15 @@ int kiln_batch_ring_bytes(const kiln_batch_ring *r, kiln_layer *l, const char *w
       r->ntops > KILN_RING_MAX_TOPS)
     return KILN_LAYER_ERROR(l, KILN_ERR_INTERNAL, "a ring of %d batches of %d tops", r->nslots,
                             r->ntops);
-  int64_t per = 0, total = 0;
+  int64_t per = 0, total = 0, side = 0;
   for (int t = 0; t < r->ntops; t++)
     if (__builtin_add_overflow(per, r->per[t], &per))
       return KILN_LAYER_ERROR(l, KILN_ERR_INVALID, "%s %d: records too large", what, r->batch);
+  for (int k = 0; k < KILN_RING_MAX_SIDES; k++)
+    if (r->side_init[k] < 0 || __builtin_add_overflow(side, r->side_init[k], &side))
+      return KILN_LAYER_ERROR(l, KILN_ERR_INVALID, "%s %d: records too large", what, r->batch);
   if (__builtin_mul_overflow(per, (int64_t)r->batch, &total) ||
+      __builtin_add_overflow(total, side, &total) ||
       __builtin_mul_overflow(total, (int64_t)r->nslots * (int64_t)sizeof(float), &total))
     return KILN_LAYER_ERROR(l, KILN_ERR_INVALID, "%s %d of these records does not fit in memory",
                             what, r->batch);
@@ -72,13 +77,39 @@ static int alloc_slots(kiln_batch_ring *r, kiln_layer *l) {
   r->slots = calloc((size_t)r->nslots, sizeof *r->slots);
   if (!r->slots) return kiln_errorf(KILN_ERR_NOMEM, "out of memory");
   r->slot_device = l->ntop > 0 ? l->top[0]->device : NULL;
-  for (int i = 0; i < r->nslots; i++)
+  for (int i = 0; i < r->nslots; i++) {
     for (int t = 0; t < r->ntops; t++)
       if (kiln_device_host_alloc(r->slot_device, sizeof(float) * (size_t)r->per[t] * (size_t)r->batch,
                                  (void **)&r->slots[i].top[t]))
         return KILN_LAYER_ERROR(l, KILN_ERR_NOMEM,
                                 "out of memory for %d prefetched batches of %d records", r->nslots,
                                 r->batch);
+    for (int k = 0; k < KILN_RING_MAX_SIDES; k++)
+      if (r->side_init[k] > 0 && kiln_ring_slot_side(&r->slots[i], k, r->side_init[k]))
+        return KILN_LAYER_ERROR(l, KILN_ERR_NOMEM,
+                                "out of memory for %d prefetched batches of %d records", r->nslots,
+                                r->batch);
+  }
+  return KILN_OK;
+}
+
+/* Plain host memory: the side buffers grow on the ring's thread, where a device's own host
+ * allocator (pinned memory on a GPU) may not be called; the device copies from them all the
+ * same, and they are small next to the tops (a batch's label rows). */
+int kiln_ring_slot_side(kiln_ring_slot *slot, int k, int64_t n) {
+  if (k < 0 || k >= KILN_RING_MAX_SIDES || n < 0)
+    return kiln_errorf(KILN_ERR_INTERNAL, "side buffer %d of %lld floats", k, (long long)n);
+  if (n <= slot->side_cap[k]) return KILN_OK;
+  int64_t cap = slot->side_cap[k] + slot->side_cap[k] / 2;
+  if (cap < n) cap = n;
+  if ((uint64_t)cap > SIZE_MAX / sizeof(float))
+    return kiln_errorf(KILN_ERR_NOMEM, "a prefetched batch of %lld values", (long long)n);
+  float *p = realloc(slot->side[k], sizeof(float) * (size_t)cap);
+  if (!p)
+    return kiln_errorf(KILN_ERR_NOMEM, "out of memory for a prefetched batch of %lld values",
+                       (long long)n);
+  slot->side[k] = p;
+  slot->side_cap[k] = cap;
   return KILN_OK;
 }
 
@@ -143,8 +174,10 @@ void kiln_batch_ring_reset(kiln_batch_ring *r) {
 void kiln_batch_ring_destroy(kiln_batch_ring *r) {
   kiln_batch_ring_stop(r);
   if (r->slots)
-    for (int i = 0; i < r->nslots; i++)
+    for (int i = 0; i < r->nslots; i++) {
       for (int t = 0; t < r->ntops; t++) kiln_device_host_free(r->slot_device, r->slots[i].top[t]);
+      for (int k = 0; k < KILN_RING_MAX_SIDES; k++) free(r->slots[i].side[k]);
+    }
   free(r->slots);
   r->slots = NULL;
   pthread_mutex_destroy(&r->mu);
