@@ -151,6 +151,7 @@ bool kiln_caffe10_has_layer_type(const char *type) {
 static const kiln_caffe_extra_layer extra_layers[] = {
     {"TextData", KILN_ONLY}, {"LibSVMData", KILN_ONLY}, {"F1", KILN_ONLY},
     {"SequencePool", KILN_ONLY}, {"GRU", KILN_ONLY}, {"GELU", KILN_ONLY},
+    {"AnnotatedData", SSD},
     {"LayerNorm", KILN_ONLY}, {"PositionalEncoding", KILN_ONLY},
     {"MultiHeadAttention", KILN_ONLY}, {"Swish", CAFFE_LATER}, {"Normalize", SSD},
     {"Permute", SSD}, {NULL, NULL},
