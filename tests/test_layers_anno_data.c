@@ -5,7 +5,8 @@
  * expansion and both fixed resizes keeping every box on its object's pixels; FIT_SMALL_SIZE's
  * batches of one image of its own size; the same seed the same batches (whatever the prefetch
  * depth), another seed others, a cursor resuming exactly; data-parallel workers reading the
- * global batches of one stream; and the errors, each naming the layer (and the record). */
+ * global batches of one stream; and the errors, each naming the layer (and the record: one of
+ * another size, a label the label map lacks, a damaged image). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -21,7 +22,8 @@
 #include "kiln/data.h"
 #include "layer_test.h"
 
-static char dir[256], det_path[300], squares_path[300], plain_path[300], map_path[300];
+static char dir[256], det_path[300], squares_path[300], plain_path[300], map_path[300],
+    damaged_path[300];
 
 /* ---- the databases ------------------------------------------------------------------------ */
 
@@ -139,6 +141,22 @@ static int write_plain(void) {
   return kiln_datum_writer_commit(w) ? -1 : 0;
 }
 
+/* damaged: a good record, then a PNG cut in half. */
+static int write_damaged(void) {
+  kiln_datum_writer *w;
+  if (kiln_datum_writer_open_as(damaged_path, KILN_DB_LMDB, &w)) return -1;
+  uint8_t px[3 * SQ_H * SQ_W], *png = NULL;
+  size_t len = 0;
+  squares_image(0, px);
+  kiln_datum d = {.channels = 3, .height = SQ_H, .width = SQ_W, .label = -1, .u8 = px};
+  int rc = kiln_datum_writer_put_annotated(w, "00000000", &d, NULL, 0, NULL, 0);
+  if (!rc) rc = kiln_image_encode_png(px, 3, SQ_H, SQ_W, &png, &len);
+  if (!rc) rc = kiln_datum_writer_put_annotated(w, "00000001", &d, png, len / 2, NULL, 0);
+  free(png);
+  if (rc) return -1;
+  return kiln_datum_writer_commit(w) ? -1 : 0;
+}
+
 static int make_dbs(void **state) {
   (void)state;
   snprintf(dir, sizeof dir, "/tmp/kiln-anno-layer-XXXXXX");
@@ -147,9 +165,10 @@ static int make_dbs(void **state) {
   snprintf(squares_path, sizeof squares_path, "%s/squares", dir);
   snprintf(plain_path, sizeof plain_path, "%s/plain", dir);
   snprintf(map_path, sizeof map_path, "%s/labelmap.prototxt", dir);
+  snprintf(damaged_path, sizeof damaged_path, "%s/damaged", dir);
   const char *map = "item { name: 'background' label: 0 }\nitem { name: 'a' label: 1 }\n"
                     "item { name: 'b' label: 2 }\n";
-  return write_det() || write_squares() || write_plain() ||
+  return write_det() || write_squares() || write_plain() || write_damaged() ||
                  kiln_write_file_atomic(map_path, map, strlen(map))
              ? -1
              : 0;
@@ -630,6 +649,12 @@ static void test_errors(void **state) {
   must_open(&a, det_path, text, TEST, 1);
   next(&a);
   expect_forward_fails(&a, "record 3 (00000003)", "label 3");
+  close_anno(&a);
+  /* a damaged image: the reader's error, naming the database and the record's key */
+  must_open(&a, damaged_path, "batch_size: 1 } transform_param { resize_param { height: 4 width: "
+            "4 } }", TEST, 1);
+  next(&a);
+  expect_forward_fails(&a, damaged_path, "00000001");
   close_anno(&a);
 }
 
