@@ -153,7 +153,8 @@ static const kiln_caffe_extra_layer extra_layers[] = {
     {"SequencePool", KILN_ONLY}, {"GRU", KILN_ONLY}, {"GELU", KILN_ONLY},
     {"LayerNorm", KILN_ONLY}, {"PositionalEncoding", KILN_ONLY},
     {"MultiHeadAttention", KILN_ONLY}, {"Swish", CAFFE_LATER}, {"Normalize", SSD},
-    {"Permute", SSD}, {NULL, NULL},
+    {"Permute", SSD}, {"PriorBox", SSD}, {"MultiBoxLoss", SSD}, {"DetectionOutput", SSD},
+    {"DetectionEvaluate", SSD}, {NULL, NULL},
 };
 
 const kiln_caffe_extra_layer *kiln_caffe_extra_layers(void) { return extra_layers; }
