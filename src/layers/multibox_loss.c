@@ -36,7 +36,8 @@ typedef struct {
   det_host loc, conf, prior, gt; /* host copies (devices other than the host) */
   det_host dloc, dconf;          /* the gradient for a top gradient of 1, from forward */
   kiln_multibox_selection sel;
-  bool have_grad; /* forward filled dloc and dconf */
+  int64_t grad_loc, grad_conf; /* the sizes of the gradients forward left in dloc and dconf
+                                  (0: none yet) */
 } mbox_state;
 
 static kiln_loss_norm mbox_norm(const kiln_layer *l) {
@@ -159,7 +160,6 @@ static int mbox_reshape(kiln_layer *l) {
   }
   KILN_TRY(det_host_reserve(&st->dloc, loc->count));
   KILN_TRY(det_host_reserve(&st->dconf, conf->count));
-  st->have_grad = false;
   l->extra_bytes = det_host_bytes(&st->loc) + det_host_bytes(&st->conf) +
                    det_host_bytes(&st->prior) + det_host_bytes(&st->gt) +
                    det_host_bytes(&st->dloc) + det_host_bytes(&st->dconf) +
@@ -175,13 +175,14 @@ static int mbox_forward(kiln_layer *l) {
   KILN_TRY(det_read(l, l->bottom[1], &st->conf, &conf));
   KILN_TRY(det_read(l, l->bottom[2], &st->prior, &prior));
   KILN_TRY(det_read(l, l->bottom[3], &st->gt, &gt));
-  st->have_grad = false;
+  st->grad_loc = st->grad_conf = 0;
   KILN_TRY(det_in_layer(l, kiln_multibox_select(&st->spec, st->num, st->P, loc, conf, prior, gt,
                                                 st->G, &st->sel)));
   float loss;
   KILN_TRY(det_in_layer(l, kiln_multibox_loss(&st->spec, &st->sel, loc, conf, prior, &loss,
                                               st->dloc.v, st->dconf.v)));
-  st->have_grad = true;
+  st->grad_loc = l->bottom[0]->count;
+  st->grad_conf = l->bottom[1]->count;
   return det_write(l, l->top[0]->data, &loss, 1);
 }
 
@@ -201,8 +202,9 @@ static int mbox_backward(kiln_layer *l) {
                               "the %s; set propagate_down: false for it", b, l->bottom[b]->name,
                               b == 2 ? "priors" : "ground truth");
   if (!l->propagate_down[0] && !l->propagate_down[1]) return KILN_OK;
-  if (!st->have_grad)
-    return KILN_LAYER_ERROR(l, KILN_ERR_INVALID, "backward before a forward pass");
+  if (st->grad_loc != l->bottom[0]->count || st->grad_conf != l->bottom[1]->count)
+    return KILN_LAYER_ERROR(l, KILN_ERR_INVALID, "backward without a forward pass on bottoms of "
+                            "these shapes");
   float g;
   KILN_TRY(kiln_device_to_host(det_device(l), &g, l->top[0]->diff, sizeof g));
   if (l->propagate_down[0])

@@ -16,6 +16,7 @@
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "detection_util.h"
 
@@ -26,6 +27,7 @@ typedef struct {
   bool img_given, step_given;
   det_host boxes; /* 8 P floats */
   int64_t nvalues; /* 8 P for the current shape */
+  int key[4];      /* the sizes the boxes were computed for: layer h, w, image h, w */
 } prior_state;
 
 /* The expanded aspect ratios, as the fork's setup builds them. */
@@ -144,9 +146,13 @@ static int prior_reshape(kiln_layer *l) {
   }
   KILN_TRY(det_in_layer(l, kiln_prior_check(&s)));
   const int64_t P = (int64_t)s.layer_h * s.layer_w * kiln_prior_per_cell(&s);
-  KILN_TRY(det_host_reserve(&st->boxes, 8 * P));
-  kiln_prior_boxes(st->boxes.v, &s);
-  st->nvalues = 8 * P;
+  const int key[4] = {s.layer_h, s.layer_w, s.img_h, s.img_w};
+  if (st->nvalues != 8 * P || memcmp(key, st->key, sizeof key) != 0) { /* once per shape */
+    KILN_TRY(det_host_reserve(&st->boxes, 8 * P));
+    kiln_prior_boxes(st->boxes.v, &s);
+    st->nvalues = 8 * P;
+    memcpy(st->key, key, sizeof key);
+  }
   l->extra_bytes = det_host_bytes(&st->boxes);
   l->flops = 0;
   const int64_t shape[3] = {1, 2, 4 * P};
