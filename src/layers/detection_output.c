@@ -110,12 +110,12 @@ static int detout_reshape(kiln_layer *l) {
                             "both be N x ... for the same N images",
                             det_shape(loc, s0, sizeof s0), det_shape(conf, s1, sizeof s1));
   const int64_t N = loc->shape[0], P = prior->shape[2] / 4;
-  if (loc->count != N * P * L * 4)
+  if (!det_count_is(loc->count, N, P * L * 4))
     return KILN_LAYER_ERROR(l, KILN_ERR_SHAPE, "loc (bottom 0) is %s: expected %lld values an "
                             "image (%lld priors x %d location classes x 4)",
                             det_shape(loc, s0, sizeof s0), (long long)(P * L * 4), (long long)P,
                             L);
-  if (conf->count != N * P * C)
+  if (!det_count_is(conf->count, N, P * C))
     return KILN_LAYER_ERROR(l, KILN_ERR_SHAPE, "conf (bottom 1) is %s: expected %lld values an "
                             "image (%lld priors x %d classes)", det_shape(conf, s0, sizeof s0),
                             (long long)(P * C), (long long)P, C);

@@ -8,6 +8,8 @@
 #ifndef KILN_DETECTION_UTIL_H
 #define KILN_DETECTION_UTIL_H
 
+#include <stdbool.h>
+#include <stdint.h>
 #include <stdlib.h>
 
 #include "kiln/detect.h"
@@ -69,6 +71,12 @@ static inline int det_write(const kiln_layer *l, float *dst, const float *src, i
 /* A library error with the layer's name before it. */
 static inline int det_in_layer(const kiln_layer *l, int rc) {
   return rc ? kiln_error_context(rc, "layer '%s' (%s): ", l->name, l->ops->type) : KILN_OK;
+}
+
+/* Whether count == n x per (n, per >= 0), without overflowing. */
+static inline bool det_count_is(int64_t count, int64_t n, int64_t per) {
+  if (n == 0 || per == 0) return count == 0;
+  return n <= INT64_MAX / per && count == n * per;
 }
 
 /* The shape of `b` in words, for messages. */
