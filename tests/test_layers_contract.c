@@ -362,6 +362,59 @@ static void test_backward_contract_losses(void **state) {
   }
 }
 
+/* The same for the SSD fork's MultiBoxLoss, whose bottoms are predictions (loc, conf) and
+ * neither priors nor ground truth take a gradient: 2 images of 4 priors (the quarters of the
+ * image), 3 classes, two boxes, random predictions; each mining type and both losses. */
+static void test_backward_contract_multibox(void **state) {
+  (void)state;
+  static const char *const cases[] = {
+      "multibox_loss_param { num_classes: 3 code_type: CENTER_SIZE neg_pos_ratio: 1 }",
+      "multibox_loss_param { num_classes: 3 mining_type: NONE loc_loss_type: L2 "
+      "conf_loss_type: LOGISTIC } loss_param { normalization: FULL }",
+      "multibox_loss_param { num_classes: 3 mining_type: NONE share_location: false }",
+      "multibox_loss_param { num_classes: 3 mining_type: HARD_EXAMPLE sample_size: 3 "
+      "nms_param { nms_threshold: 0.5 } }",
+  };
+  static const float quarters[16] = {0, 0, .5f, .5f, .5f, 0, 1, .5f, 0, .5f, .5f, 1, .5f, .5f, 1, 1};
+  static const float gt[16] = {0, 1, 0, .1f, .1f, .5f, .45f, 0, 1, 2, 0, .5f, .4f, .95f, 1, 0};
+  kiln_rng rng;
+  kiln_rng_seed(&rng, 92, 1);
+  for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+    const int L = strstr(cases[k], "share_location: false") ? 3 : 1;
+    kiln_blob *b[4];
+    b[0] = gc_blob("loc", 2, SHAPE(2, 16 * L), -1, 1, &rng);
+    b[1] = gc_blob("conf", 2, SHAPE(2, 12), -1, 1, &rng);
+    b[2] = blob_of("priors", 3, SHAPE(1, 2, 16), NULL);
+    memcpy(b[2]->data, quarters, sizeof quarters);
+    fill(b[2]->data + 16, 16, 0.1f);
+    b[3] = blob_of("label", 4, SHAPE(1, 1, 2, 8), gt);
+    char text[400];
+    snprintf(text, sizeof text, "name: 'mb' type: 'MultiBoxLoss' %s", cases[k]);
+    built l = build(text, TRAIN, b, 4, 1);
+    l.l->propagate_down[2] = l.l->propagate_down[3] = false;
+    forward(&l);
+    l.top[0]->diff[0] = kiln_rng_uniform(&rng, 0.5f, 2);
+    float *dx1[2];
+    for (int i = 0; i < 2; i++) fill(b[i]->diff, b[i]->count, 123.0f);
+    backward(&l);
+    for (int i = 0; i < 2; i++) {
+      dx1[i] = malloc(sizeof(float) * (size_t)b[i]->count);
+      assert_non_null(dx1[i]);
+      memcpy(dx1[i], b[i]->diff, sizeof(float) * (size_t)b[i]->count);
+      fill(b[i]->diff, b[i]->count, -77.0f);
+    }
+    backward(&l);
+    char what[500];
+    for (int i = 0; i < 2; i++) {
+      snprintf(what, sizeof what, "%s: bottom %d diff after a second backward", text, i);
+      expect_close(what, b[i]->diff, dx1[i], b[i]->count, 0);
+      free(dx1[i]);
+    }
+    unbuild(&l);
+    for (int i = 0; i < 4; i++) kiln_blob_free(b[i]);
+  }
+}
+
 /* ---- Caffe's layer types kiln lacks ------------------------------------------------------- */
 
 /* The list of missing types stays true: none is registered, no parameter block of theirs is in
@@ -539,6 +592,7 @@ int main(void) {
       cmocka_unit_test(test_backward_contract_second_bottoms),
       cmocka_unit_test(test_backward_contract_sequences),
       cmocka_unit_test(test_backward_contract_losses),
+      cmocka_unit_test(test_backward_contract_multibox),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -746,6 +746,34 @@ static void test_need_backward(void **state) {
   assert_false(must_layer(b.net, "ip")->propagate_down[0]);
   assert_true(b.net->layer_need_backward[layer_index(b.net, "ip")]); /* its weights still learn */
   built_free(&b);
+
+  /* A layer whose every top is taken with propagate_down: false runs no backward, nor do the
+   * layers below that feed only it (Caffe's blobs_skip_backp): here 'a' learns nothing and
+   * Threshold, which has no gradient, is never asked for one (SSD's PriorBox below the priors
+   * MultiBoxLoss takes without gradient); 'b' still learns. */
+  build_ok(&b,
+           "layer { name: 'in' type: 'Input' top: 'data' top: 'label'\n"
+           "        input_param { shape { dim: 4 dim: 5 } shape { dim: 4 } } }\n"
+           "layer { name: 'a' type: 'InnerProduct' bottom: 'data' top: 'h'\n"
+           "        inner_product_param { num_output: 3 weight_filler { type: 'gaussian' } } }\n"
+           "layer { name: 'th' type: 'Threshold' bottom: 'h' top: 't' }\n"
+           "layer { name: 'b' type: 'InnerProduct' bottom: 't' top: 'ip' propagate_down: false\n"
+           "        inner_product_param { num_output: 3 } }\n"
+           "layer { name: 'loss' type: 'SoftmaxWithLoss' bottom: 'ip' bottom: 'label' top: 'loss' }\n",
+           NULL);
+  assert_false(b.net->layer_need_backward[layer_index(b.net, "a")]);
+  assert_false(b.net->layer_need_backward[layer_index(b.net, "th")]);
+  assert_false(must_layer(b.net, "th")->propagate_down[0]);
+  assert_true(b.net->layer_need_backward[layer_index(b.net, "b")]);
+  assert_false(must_layer(b.net, "b")->propagate_down[0]);
+  set_inputs(b.net, 3);
+  forward_backward(b.net, &l);
+  kiln_layer *a = must_layer(b.net, "a"), *bl = must_layer(b.net, "b");
+  for (int64_t i = 0; i < a->param[0]->count; i++) assert_true(a->param[0]->diff[i] == 0.0f);
+  s = 0;
+  for (int64_t i = 0; i < bl->param[0]->count; i++) s += fabs(bl->param[0]->diff[i]);
+  assert_true(s > 0);
+  built_free(&b);
 }
 
 /* kiln time's marking: every layer with a backward pass runs it, but bottom gradients only where

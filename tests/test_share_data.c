@@ -298,12 +298,87 @@ static void test_undescribed_layer_keeps_its_blobs(void **state) {
   built_free(&b);
 }
 
+/* The SSD fork's MultiBoxLoss computes its gradient in forward and reads no activation in
+ * backward: in a small SSD head its loc and conf inputs (Flatten's outputs) share their data,
+ * and training with those spoiled between forward and backward gives the losses and gradients of
+ * the same net with every blob's own data, bit for bit. */
+static void test_multibox_loss_shares_its_inputs(void **state) {
+  (void)state;
+  const char *text =
+      "name: 'ssd'\n"
+      "layer { name: 'in' type: 'Input' top: 'data' top: 'label'\n"
+      "  input_param { shape { dim: 2 dim: 3 dim: 8 dim: 8 } shape { dim: 1 dim: 1 dim: 2 dim: 8 } } }\n"
+      "layer { name: 'c1' type: 'Convolution' bottom: 'data' top: 'c1'\n"
+      "  convolution_param { num_output: 8 kernel_size: 3 pad: 1 stride: 2\n"
+      "    weight_filler { type: 'msra' } } }\n"
+      "layer { name: 'r1' type: 'ReLU' bottom: 'c1' top: 'c1' }\n"
+      "layer { name: 'loc' type: 'Convolution' bottom: 'c1' top: 'loc'\n"
+      "  convolution_param { num_output: 8 kernel_size: 3 pad: 1\n"
+      "    weight_filler { type: 'gaussian' std: 0.1 } } }\n"
+      "layer { name: 'loc_perm' type: 'Permute' bottom: 'loc' top: 'loc_perm'\n"
+      "  permute_param { order: 0 order: 2 order: 3 order: 1 } }\n"
+      "layer { name: 'loc_flat' type: 'Flatten' bottom: 'loc_perm' top: 'loc_flat' }\n"
+      "layer { name: 'conf' type: 'Convolution' bottom: 'c1' top: 'conf'\n"
+      "  convolution_param { num_output: 6 kernel_size: 3 pad: 1\n"
+      "    weight_filler { type: 'gaussian' std: 0.1 } } }\n"
+      "layer { name: 'conf_perm' type: 'Permute' bottom: 'conf' top: 'conf_perm'\n"
+      "  permute_param { order: 0 order: 2 order: 3 order: 1 } }\n"
+      "layer { name: 'conf_flat' type: 'Flatten' bottom: 'conf_perm' top: 'conf_flat' }\n"
+      "layer { name: 'pb' type: 'PriorBox' bottom: 'c1' bottom: 'data' top: 'pb'\n"
+      "  prior_box_param { min_size: 3 max_size: 6 variance: 0.1 variance: 0.1 variance: 0.2\n"
+      "    variance: 0.2 } }\n"
+      "layer { name: 'loss' type: 'MultiBoxLoss' bottom: 'loc_flat' bottom: 'conf_flat'\n"
+      "  bottom: 'pb' bottom: 'label' top: 'loss' propagate_down: true propagate_down: true\n"
+      "  propagate_down: false propagate_down: false\n"
+      "  multibox_loss_param { num_classes: 3 code_type: CENTER_SIZE } }\n";
+  static const float gt[16] = {0, 1, 0, .1f, .1f, .6f, .5f, 0, 1, 2, 0, .4f, .3f, .9f, .9f, 0};
+  built own, sh;
+  build(&own, text, CAFFE__PHASE__TRAIN, false, kiln_test_config());
+  build(&sh, text, CAFFE__PHASE__TRAIN, true, kiln_test_config());
+  assert_true(kiln_test_data_shared(blob(sh.net, "loc_flat")));
+  assert_true(kiln_test_data_shared(blob(sh.net, "conf_flat")));
+  const size_t bytes = sizeof(float) * (size_t)own.net->nparam_floats;
+  assert_memory_equal(own.net->param_data, sh.net->param_data, bytes);
+  for (int step = 0; step < 3; step++) {
+    kiln_blob *da = blob(own.net, "data"), *db = blob(sh.net, "data");
+    uint32_t seed = 500u + (uint32_t)step;
+    for (int64_t k = 0; k < da->count; k++) {
+      seed = seed * 1664525u + 1013904223u;
+      da->data[k] = db->data[k] = (float)(seed >> 8) / 16777216.0f * 2.0f - 1.0f;
+    }
+    memcpy(blob(own.net, "label")->data, gt, sizeof gt);
+    memcpy(blob(sh.net, "label")->data, gt, sizeof gt);
+    float lo, ls;
+    kiln_net_zero_param_diff(own.net);
+    kiln_net_zero_param_diff(sh.net);
+    assert_int_equal(kiln_net_forward(own.net, &lo), KILN_OK);
+    assert_int_equal(kiln_net_forward(sh.net, &ls), KILN_OK);
+    assert_true(isfinite(lo) && lo > 0);
+    assert_memory_equal(&lo, &ls, sizeof lo);
+    assert_true(kiln_test_spoil_shared_data(sh.net) >= 2);
+    assert_int_equal(kiln_net_backward(own.net), KILN_OK);
+    assert_int_equal(kiln_net_backward(sh.net), KILN_OK);
+    double norm = 0;
+    for (int64_t i = 0; i < own.net->nparam_floats; i++) norm += fabs(own.net->param_diff[i]);
+    assert_true(norm > 0);
+    if (memcmp(own.net->param_diff, sh.net->param_diff, bytes) != 0)
+      fail_msg("step %d: parameter gradients differ with shared data", step);
+    for (int64_t i = 0; i < own.net->nparam_floats; i++) {
+      own.net->param_data[i] -= 0.05f * own.net->param_diff[i];
+      sh.net->param_data[i] -= 0.05f * sh.net->param_diff[i];
+    }
+  }
+  built_free(&own);
+  built_free(&sh);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_shared_data_matches_own),
       cmocka_unit_test(test_shared_data_matches_own_unfused_plain),
       cmocka_unit_test(test_switch_off),
       cmocka_unit_test(test_undescribed_layer_keeps_its_blobs),
+      cmocka_unit_test(test_multibox_loss_shares_its_inputs),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -225,6 +225,10 @@ bool kiln_layer_is_token_xent(const kiln_layer *l);
  * negatives of one class, whose averages over a test pass give that pass's precision, recall
  * and F1 (kiln_net_derived_metrics). */
 bool kiln_layer_is_f1(const kiln_layer *l);
+/* True for a DetectionEvaluate layer (the SSD fork's): its top holds a batch's rows
+ * (-1, label, positives, -1, -1) and (item, label, score, tp, fp), which a test pass adds up
+ * with kiln_map_add (include/kiln/detect.h) into that pass's mAP, instead of averaging them. */
+bool kiln_layer_is_detection_evaluate(const kiln_layer *l);
 
 /* Registry. */
 const kiln_layer_ops *kiln_layer_find(const char *type);

@@ -203,7 +203,11 @@ static void need_backward(kiln_net *net, const Caffe__NetParameter *np) {
   }
   net->force_backward = np->force_backward;
   forward_needs(net, np->force_backward, needs);
-  /* Backward: only what reaches a loss. */
+  /* Backward: only what reaches a loss through bottoms that take its gradient. A blob whose
+   * (single: the net inserts Splits) consumer does not propagate down to it needs no gradient,
+   * so a layer whose tops all lie so skips backward, as in Caffe (its blobs_skip_backp): SSD's
+   * PriorBox, which has no backward, below a Concat of priors that MultiBoxLoss takes with
+   * propagate_down: false. */
   memset(needs, 0, sizeof *needs * (size_t)net->nblobs);
   for (int i = net->nlayers - 1; i >= 0; i--) {
     kiln_layer *l = net->layers[i];
@@ -216,7 +220,8 @@ static void need_backward(kiln_net *net, const Caffe__NetParameter *np) {
       net->layer_need_backward[i] = false;
       for (int b = 0; b < l->nbottom; b++) l->propagate_down[b] = false;
     } else {
-      for (int b = 0; b < l->nbottom; b++) needs[l->bottom[b]->id] = true;
+      for (int b = 0; b < l->nbottom; b++)
+        if (l->propagate_down[b]) needs[l->bottom[b]->id] = true;
     }
   }
   free(needs);

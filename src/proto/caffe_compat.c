@@ -154,7 +154,8 @@ static const kiln_caffe_extra_layer extra_layers[] = {
     {"AnnotatedData", SSD},
     {"LayerNorm", KILN_ONLY}, {"PositionalEncoding", KILN_ONLY},
     {"MultiHeadAttention", KILN_ONLY}, {"Swish", CAFFE_LATER}, {"Normalize", SSD},
-    {"Permute", SSD}, {NULL, NULL},
+    {"Permute", SSD}, {"PriorBox", SSD}, {"MultiBoxLoss", SSD}, {"DetectionOutput", SSD},
+    {"DetectionEvaluate", SSD}, {NULL, NULL},
 };
 
 const kiln_caffe_extra_layer *kiln_caffe_extra_layers(void) { return extra_layers; }
