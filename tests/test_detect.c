@@ -18,6 +18,7 @@
 
 #include "kiln/core.h"
 #include "kiln/detect.h"
+#include "ops/detect_internal.h"
 
 static void near(const char *what, double got, double want, double tol) {
   if (!(fabs(got - want) <= tol)) fail_msg("%s: got %.9g, want %.9g (tolerance %g)", what, got, want, tol);
@@ -808,6 +809,27 @@ static void test_select_errors(void **state) {
   kiln_multibox_selection_free(&sel);
 }
 
+/* Mining's partial sort: its first k are the full sort's first k, in order, whatever the ties
+ * (keys from few values, so many are equal), the NaNs and k. */
+static void test_top_desc_is_sort_prefix(void **state) {
+  (void)state;
+  enum { N = 300 };
+  float key[N];
+  int all[N], top[N];
+  uint32_t r = 12345;
+  for (int trial = 0; trial < 20; trial++) {
+    for (int i = 0; i < N; i++) {
+      r = r * 1664525u + 1013904223u;
+      key[i] = (r >> 28) == 15 ? NAN : (float)((r >> 24) % 7);
+      all[i] = top[i] = i;
+    }
+    const int k = trial * 17 % (N + 5);
+    kiln_det_sort_desc(all, N, key);
+    kiln_det_top_desc(top, N, key, k);
+    for (int i = 0; i < (k < N ? k : N); i++) assert_int_equal(top[i], all[i]);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_bbox_size),
@@ -822,6 +844,7 @@ int main(void) {
       cmocka_unit_test(test_match_ties),
       cmocka_unit_test(test_match_cross_boundary),
       cmocka_unit_test(test_mine_max_negative),
+      cmocka_unit_test(test_top_desc_is_sort_prefix),
       cmocka_unit_test(test_mine_logistic_ranks_differently),
       cmocka_unit_test(test_mine_hard_example),
       cmocka_unit_test(test_loss_hand_case),

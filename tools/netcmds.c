@@ -16,6 +16,8 @@ typedef struct {
   /* kiln test --decode DEPLOY [--beam K] [--max-len L] [--limit N]: the test pairs decoded */
   const char *decode;
   int beam, max_len, limit;
+  /* kiln test --ap-version: how a detection net's mAP averages precision */
+  const char *ap_version;
 } net_args;
 
 /* The options --model, --phase and --stage, which the three commands share. */
@@ -30,7 +32,8 @@ static void test_usage(FILE *f) {
           "usage: kiln test --model M.prototxt [--weights W.caffemodel] [options]\n"
           "\n"
           "Runs the net's forward passes and prints each output averaged over them (the loss and\n"
-          "accuracies; a language model's perplexity, an F1 layer's precision, recall and f1).\n"
+          "accuracies; a language model's perplexity, an F1 layer's precision, recall and f1; a\n"
+          "detection net's mAP over every image of the passes, and each class's AP).\n"
           "\n"
           "options:\n" NET_OPTIONS
           "  --weights FILE         the .caffemodel to test (without it: random weights, with a\n"
@@ -41,7 +44,9 @@ static void test_usage(FILE *f) {
           "                         error rate, word accuracy); needs --weights\n"
           "  --beam K               with --decode: beam search of width K (default: greedy)\n"
           "  --max-len L            with --decode: the longest output, in tokens (default 50)\n"
-          "  --limit N              with --decode: only the first N pairs\n",
+          "  --limit N              with --decode: only the first N pairs\n"
+          "  --ap-version V         a detection net's average precision: 11point (VOC2007),\n"
+          "                         MaxIntegral (VOC2012) or Integral (the SSD fork's default)\n",
           "TEST");
   tool_common_usage(f, "test, decode");
   tool_help_usage(f);
@@ -79,7 +84,7 @@ static int parse_net_args(const char *cmd, int argc, char **argv, net_args *a, i
                           int default_iters) {
   static const char *const test_names[] = {"--model", "--phase", "--stage", "--weights",
                                            "--iterations", "--decode", "--beam", "--max-len",
-                                           "--limit", NULL};
+                                           "--limit", "--ap-version", NULL};
   static const char *const time_names[] = {"--model", "--phase", "--stage", "--iterations", NULL};
   static const char *const describe_names[] = {"--model", "--phase", "--stage", NULL};
   const bool test = !strcmp(cmd, "test"), timing = !strcmp(cmd, "time");
@@ -112,6 +117,13 @@ static int parse_net_args(const char *cmd, int argc, char **argv, net_args *a, i
       }
     } else if (!strcmp(cmd, "test") && !strcmp(o, "--decode")) {
       a->decode = v;
+    } else if (!strcmp(cmd, "test") && !strcmp(o, "--ap-version")) {
+      kiln_ap_version ap;
+      if (kiln_ap_version_parse(v, &ap)) {
+        fprintf(stderr, "kiln %s: --ap-version: %s\n", cmd, kiln_last_error());
+        return 2;
+      }
+      a->ap_version = v;
     } else if (!strcmp(cmd, "test") &&
                (!strcmp(o, "--beam") || !strcmp(o, "--max-len") || !strcmp(o, "--limit"))) {
       int *to = o[2] == 'b' ? &a->beam : o[2] == 'm' ? &a->max_len : &a->limit;
@@ -186,6 +198,25 @@ static int decode_test_pairs(const net_args *a, const kiln_net *net, tool_metric
   return tool_decode(&d, m);
 }
 
+/* A detection net's mAP over the passes and each class's AP, printed; the mAP into *f. */
+static int print_map(kiln_net_map *map, const char *version, kiln_metric_field *f) {
+  kiln_ap_version v = KILN_AP_INTEGRAL; /* the SSD fork's default */
+  if (version && kiln_ap_version_parse(version, &v)) return 1;
+  enum { MAX_CLASSES = 1024 };
+  int label[MAX_CLASSES], n = 0, nclasses = 0;
+  double ap[MAX_CLASSES], m_ap = 0;
+  int64_t pos[MAX_CLASSES];
+  if (kiln_net_map_result(map, v, &m_ap, &nclasses) ||
+      kiln_net_map_per_class(map, v, MAX_CLASSES, label, ap, pos, &n))
+    return 1;
+  for (int i = 0; i < n; i++)
+    printf("class %d: AP %.4f (%lld positives)\n", label[i], ap[i], (long long)pos[i]);
+  printf("%s = %.4f (%s average precision over %d classes)\n", KILN_MF_MAP, m_ap,
+         kiln_ap_version_name(v), nclasses);
+  *f = (kiln_metric_field){KILN_MF_MAP, m_ap, NULL};
+  return 0;
+}
+
 int cmd_test(int argc, char **argv) {
   net_args a;
   int r = parse_net_args("test", argc, argv, &a, CAFFE__PHASE__TEST, 50);
@@ -197,11 +228,15 @@ int cmd_test(int argc, char **argv) {
   kiln_net *net = NULL;
   ProtobufCMessage *msg = NULL;
   double *sum = NULL;
+  kiln_net_map *map = NULL;
   int code = 0;
-  if (load_net(&a, true, &net, &msg) || (a.weights && kiln_net_load_weights(net, a.weights))) {
+  if (load_net(&a, true, &net, &msg) || (a.weights && kiln_net_load_weights(net, a.weights)) ||
+      kiln_net_map_new(net, &map)) {
     code = tool_fail("test");
     goto done;
   }
+  /* a detection net's DetectionEvaluate rows make its mAP, not a figure of their own */
+  const int skip = map ? kiln_net_map_output(map) : -1;
   for (int i = 0; i < net->nlayers; i++) { /* an HDF5Output file may not replace an input */
     const kiln_layer *l = net->layers[i];
     if (strcmp(l->ops->type, "HDF5Output") || !l->lp->hdf5_output_param) continue;
@@ -227,9 +262,13 @@ int cmd_test(int argc, char **argv) {
       goto done;
     }
     loss += l;
+    if (map && kiln_net_map_add(map, net)) {
+      code = tool_fail("test");
+      goto done;
+    }
     for (int o = 0; o < net->noutputs; o++) {
       double v = 0;
-      if (kiln_net_blob_sum(net, net->outputs[o], &v)) {
+      if (o != skip && kiln_net_blob_sum(net, net->outputs[o], &v)) {
         code = tool_fail("test");
         goto done;
       }
@@ -254,6 +293,7 @@ int cmd_test(int argc, char **argv) {
   const char *bad = NULL; /* the output that is not finite, or NULL */
   for (int o = 0; o < net->noutputs; o++) {
     sum[o] /= a.iterations; /* the mean, from here on */
+    if (o == skip) continue;
     if (o < MAX_OUTPUTS) fl[n++] = (kiln_metric_field){net->outputs[o]->name, (float)sum[o], NULL};
     printf("%s = %.4f\n", net->outputs[o]->name, sum[o]);
     if (!bad && !isfinite(sum[o])) bad = net->outputs[o]->name;
@@ -265,6 +305,11 @@ int cmd_test(int argc, char **argv) {
     fl[n++] = (kiln_metric_field){d[k].name, (float)d[k].value, NULL};
     printf("%s = %.4f (%s)\n", d[k].name, d[k].value, d[k].from);
   }
+  if (map && print_map(map, a.ap_version, &fl[n])) {
+    code = tool_fail("test");
+    goto done;
+  }
+  if (map) n++;
   fl[n++] = (kiln_metric_field){KILN_MF_PEAK_RSS_MB, kiln_peak_rss_mb(), NULL};
   tool_metrics_write(&m, KILN_EV_TEST, a.iterations, kiln_now_ms() - start, n, fl);
   if (!isfinite(loss) || bad) { /* a NaN is no test result: the weights or the net are broken */
@@ -279,6 +324,7 @@ int cmd_test(int argc, char **argv) {
            "DEPLOY.prototxt)\n");
 done:
   free(sum);
+  kiln_net_map_free(map);
   tool_free_net(net, msg);
   if (tool_metrics_close(&m) && !code) code = 1;
   return code;

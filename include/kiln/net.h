@@ -6,6 +6,7 @@
 #define KILN_NET_H
 
 #include "kiln/layers.h"
+#include "kiln/detect.h"
 
 typedef struct kiln_net_options {
   int phase;               /* CAFFE__PHASE__TRAIN / TEST */
@@ -181,6 +182,28 @@ typedef struct kiln_derived_metric {
  * already has is left out (the output is reported as it is). Writes at most
  * KILN_NET_MAX_DERIVED entries to out and returns how many. */
 int kiln_net_derived_metrics(const kiln_net *net, const double *mean, kiln_derived_metric *out);
+
+/* ---- object detection's test figure -------------------------------------------------------- */
+
+/* A detection test pass's mean average precision (the SSD fork's eval_type "detection"): the
+ * rows (-1, label, positives, -1, -1) and (item, label, score, tp, fp) that the net's first
+ * DetectionEvaluate layer whose top is an output writes each pass, added up over the pass and
+ * averaged as kiln_map does (include/kiln/detect.h). Its output's sum is no figure: the solver
+ * and `kiln test` leave it out. The metrics file records it as "mAP". */
+#define KILN_NET_MAP "mAP"
+typedef struct kiln_net_map kiln_net_map;
+/* *out is NULL (and KILN_OK) for a net without such a layer. */
+int kiln_net_map_new(const kiln_net *net, kiln_net_map **out);
+/* The rows of the pass just run (after kiln_net_forward), read through the net's device. */
+int kiln_net_map_add(kiln_net_map *m, const kiln_net *net);
+/* The pass's mAP so far and how many classes it averages; kiln_net_map_per_class as
+ * kiln_map_per_class. */
+int kiln_net_map_result(kiln_net_map *m, kiln_ap_version v, double *map, int *nclasses);
+int kiln_net_map_per_class(kiln_net_map *m, kiln_ap_version v, int cap, int *label, double *ap,
+                           int64_t *positives, int *n);
+/* The index in the net's outputs of the layer's top. */
+int kiln_net_map_output(const kiln_net_map *m);
+void kiln_net_map_free(kiln_net_map *m);
 
 /* ---- encoder-decoder models: decoding (src/net/seq2seq.c; docs/sequence.md) --------------- */
 

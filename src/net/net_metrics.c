@@ -3,9 +3,11 @@
  * report the same ones: perplexity from a per-token cross-entropy, and precision, recall and F1
  * from an F1 layer's counts. The counts' means are the pooled counts divided by the number of
  * batches, which cancels in every ratio, so those three are exactly the whole pass's, however
- * the batches differ; a mean of each batch's F1 would not be. */
+ * the batches differ; a mean of each batch's F1 would not be. A detection net's mAP is not a
+ * function of means: its DetectionEvaluate rows are kept pass by pass (kiln_net_map). */
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "kiln/net.h"
@@ -72,4 +74,68 @@ int kiln_net_derived_metrics(const kiln_net *net, const double *mean, kiln_deriv
   }
 #undef ADD
   return n;
+}
+
+/* ---- detection ------------------------------------------------------------------------------ */
+
+struct kiln_net_map {
+  const kiln_blob *rows; /* the DetectionEvaluate layer's top */
+  int output;            /* its index in the net's outputs */
+  float *host;           /* a pass's rows, read from the net's device */
+  int64_t cap;
+  kiln_map *map;
+};
+
+int kiln_net_map_new(const kiln_net *net, kiln_net_map **out) {
+  *out = NULL;
+  for (int i = 0; i < net->nlayers; i++) {
+    const kiln_layer *l = net->layers[i];
+    if (!kiln_layer_is_detection_evaluate(l) || l->ntop < 1) continue;
+    const int o = output_index(net, l->top[0]);
+    if (o < 0) continue;
+    kiln_net_map *m = calloc(1, sizeof *m);
+    if (!m || !(m->map = kiln_map_new())) {
+      free(m);
+      return kiln_errorf(KILN_ERR_NOMEM, "out of memory for a detection test pass");
+    }
+    m->rows = l->top[0];
+    m->output = o;
+    *out = m;
+    return KILN_OK;
+  }
+  return KILN_OK;
+}
+
+int kiln_net_map_add(kiln_net_map *m, const kiln_net *net) {
+  const int64_t n = m->rows->count;
+  if (n % 5)
+    return kiln_errorf(KILN_ERR_SHAPE, "'%s': %lld values, not rows of 5", m->rows->name,
+                       (long long)n);
+  if (n > m->cap) {
+    float *p = realloc(m->host, (size_t)n * sizeof *p);
+    if (!p) return kiln_errorf(KILN_ERR_NOMEM, "out of memory for %lld detection rows", (long long)n / 5);
+    m->host = p;
+    m->cap = n;
+  }
+  KILN_TRY(kiln_net_blob_read(net, m->rows, m->host, n));
+  const int rc = kiln_map_add(m->map, m->host, n / 5);
+  return rc ? kiln_error_context(rc, "'%s': ", m->rows->name) : KILN_OK;
+}
+
+int kiln_net_map_result(kiln_net_map *m, kiln_ap_version v, double *map, int *nclasses) {
+  return kiln_map_result(m->map, v, map, nclasses);
+}
+
+int kiln_net_map_per_class(kiln_net_map *m, kiln_ap_version v, int cap, int *label, double *ap,
+                           int64_t *positives, int *n) {
+  return kiln_map_per_class(m->map, v, cap, label, ap, positives, n);
+}
+
+int kiln_net_map_output(const kiln_net_map *m) { return m->output; }
+
+void kiln_net_map_free(kiln_net_map *m) {
+  if (!m) return;
+  kiln_map_free(m->map);
+  free(m->host);
+  free(m);
 }

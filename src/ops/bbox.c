@@ -175,6 +175,25 @@ void kiln_det_sort_desc(int *idx, int n, const float *key) {
   kiln_det_sort(idx, n, desc_before, key);
 }
 
+void kiln_det_top_desc(int *idx, int n, const float *key, int k) {
+  if (k >= n) {
+    kiln_det_sort_desc(idx, n, key);
+    return;
+  }
+  if (k <= 0) return;
+  /* a heap of the first k whose root is the one of them that sorts last; each later index that
+   * sorts before it takes its place */
+  for (int i = k / 2 - 1; i >= 0; i--) sift_down(idx, i, k, desc_before, key);
+  for (int i = k; i < n; i++)
+    if (desc_before(idx[i], idx[0], key)) {
+      const int t = idx[0];
+      idx[0] = idx[i];
+      idx[i] = t;
+      sift_down(idx, 0, k, desc_before, key);
+    }
+  kiln_det_sort_desc(idx, k, key);
+}
+
 /* ---- PriorBox ------------------------------------------------------------------------------ */
 
 int kiln_prior_per_cell(const kiln_prior_spec *s) { return s->n_min * s->n_ratio + s->n_max; }

@@ -29,6 +29,9 @@ typedef bool (*kiln_det_before)(int a, int b, const void *ctx);
 void kiln_det_sort(int *idx, int n, kiln_det_before before, const void *ctx);
 /* idx[0 .. n) by key[idx] descending, ties by the lower index, NaN after every number. */
 void kiln_det_sort_desc(int *idx, int n, const float *key);
+/* The first k of kiln_det_sort_desc's order, in that order, in idx[0 .. k) (the rest of idx in
+ * no particular order): O(n log k), for mining's few negatives among thousands of priors. */
+void kiln_det_top_desc(int *idx, int n, const float *key, int k);
 
 /* Room for `more` rows of `width` floats after b->rows; KILN_ERR_NOMEM (b unchanged) when the
  * allocation fails. */

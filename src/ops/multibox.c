@@ -297,7 +297,7 @@ static int64_t mine_max_negative(const kiln_multibox_spec *s, int P, const float
   /* the fork's static_cast<int>(num_pos * neg_pos_ratio), a float product */
   const float want = (float)npos * s->neg_pos_ratio;
   const int nsel = want >= (float)nc ? nc : (int)want;
-  kiln_det_sort_desc(w->cand, nc, w->loss);
+  kiln_det_top_desc(w->cand, nc, w->loss, nsel);
   for (int n = 0; n < nsel; n++) neg[w->cand[n]] = 1;
   return nsel;
 }

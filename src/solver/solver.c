@@ -154,6 +154,15 @@ static int build_nets(kiln_solver *s) {
     const Caffe__NetState *st = i < (int)p->n_test_state ? p->test_state[i] : NULL;
     KILN_TRY(make_net(s, np, CAFFE__PHASE__TEST, st, src, &s->test_nets[i]));
     s->ntest++;
+    if (p->eval_type && !strcmp(p->eval_type, "detection")) {
+      kiln_net_map *m;
+      KILN_TRY(kiln_net_map_new(s->test_nets[i], &m));
+      kiln_net_map_free(m);
+      if (!m)
+        return kiln_errorf(KILN_ERR_INVALID, "%s: eval_type is detection, but test net %d (%s) "
+                           "has no DetectionEvaluate layer whose top is an output",
+                           s->source, i, src);
+    }
     KILN_TRY(kiln_net_share_params(s->test_nets[i], s->net));
   }
   return KILN_OK;
@@ -234,6 +243,15 @@ static int check_params(kiln_solver *s) {
   if (p->divergence_iters < 1)
     return kiln_errorf(KILN_ERR_INVALID, "%s: divergence_iters is %d; it must be at least 1",
                        s->source, (int)p->divergence_iters);
+  /* The SSD fork's test figures (eval_type, ap_version): kiln reports a detection net's mAP
+   * whatever eval_type says, and checks in build_nets that a "detection" solver's test nets
+   * give one. */
+  const char *eval = p->eval_type ? p->eval_type : "classification";
+  if (strcmp(eval, "classification") && strcmp(eval, "detection"))
+    return kiln_errorf(KILN_ERR_INVALID, "%s: eval_type '%s' is neither classification nor "
+                       "detection", s->source, eval);
+  if (kiln_ap_version_parse(p->ap_version ? p->ap_version : "Integral", &s->ap_version))
+    return kiln_error_context(KILN_ERR_INVALID, "%s: ap_version: ", s->source);
   if (p->delta == 0 && (s->type == KILN_SOLVER_ADAGRAD || s->type == KILN_SOLVER_RMSPROP ||
                         s->type == KILN_SOLVER_ADADELTA || s->type == KILN_SOLVER_ADAM))
     return kiln_errorf(KILN_ERR_INVALID, "%s: delta is 0; %s divides by it", s->source,
@@ -502,48 +520,69 @@ const float *kiln_solver_history(const kiln_solver *s, int *per_param) {
 
 /* ---- tests ----------------------------------------------------------------------------------- */
 
+/* show_per_class_result: each class's average precision in the log, as the fork prints it. */
+static void log_per_class(kiln_solver *s, kiln_net_map *m, int k) {
+  enum { MAX_CLASSES = 1024 };
+  int label[MAX_CLASSES], n = 0;
+  double ap[MAX_CLASSES];
+  int64_t pos[MAX_CLASSES];
+  if (kiln_net_map_per_class(m, s->ap_version, MAX_CLASSES, label, ap, pos, &n)) return;
+  for (int i = 0; i < n; i++)
+    kiln_log(KILN_LOG_INFO, "test net %d, iteration %d: class %d AP %.4f (%lld positives)", k,
+             s->iter, label[i], ap[i], (long long)pos[i]);
+}
+
 int kiln_solver_test(kiln_solver *s, int k) {
   kiln_net *net = s->test_nets[k];
   int iters = s->param->test_iter[k];
   int n = net->noutputs;
   double *sum = calloc((size_t)n + 1, sizeof(double));
-  float *vals = calloc((size_t)n + KILN_NET_MAX_DERIVED, sizeof(float));
-  const char **names = calloc((size_t)n + KILN_NET_MAX_DERIVED, sizeof(char *));
-  if (!sum || !vals || !names) {
-    free(sum);
-    free(vals);
-    free(names);
-    return kiln_errorf(KILN_ERR_NOMEM, "out of memory");
-  }
-  int rc = KILN_OK;
+  float *vals = calloc((size_t)n + KILN_NET_MAX_DERIVED + 1, sizeof(float));
+  const char **names = calloc((size_t)n + KILN_NET_MAX_DERIVED + 1, sizeof(char *));
+  kiln_net_map *map = NULL;
+  int rc = sum && vals && names ? kiln_net_map_new(net, &map) : kiln_errorf(KILN_ERR_NOMEM, "out of memory");
+  /* a detection net's DetectionEvaluate rows make its mAP, not a figure of their own */
+  const int skip = map ? kiln_net_map_output(map) : -1;
   double loss = 0;
   for (int it = 0; it < iters && !rc; it++) {
     float l;
     rc = kiln_net_forward(net, &l);
     loss += l;
+    if (!rc && map) rc = kiln_net_map_add(map, net);
     for (int o = 0; o < n && !rc; o++) {
       double v = 0;
-      rc = kiln_net_blob_sum(net, net->outputs[o], &v);
+      if (o != skip) rc = kiln_net_blob_sum(net, net->outputs[o], &v);
       sum[o] += v;
     }
   }
+  const float test_loss = iters ? (float)(loss / iters) : 0;
+  int nout = 0;
   if (!rc) {
-    float test_loss = iters ? (float)(loss / iters) : 0;
     for (int o = 0; o < n; o++) {
-      names[o] = net->outputs[o]->name;
       sum[o] = iters ? sum[o] / iters : 0; /* the mean, from here on */
-      vals[o] = (float)sum[o];
+      if (o == skip) continue;
+      names[nout] = net->outputs[o]->name;
+      vals[nout++] = (float)sum[o];
     }
     kiln_derived_metric d[KILN_NET_MAX_DERIVED];
-    int nout = n, nd = kiln_net_derived_metrics(net, sum, d);
+    int nd = kiln_net_derived_metrics(net, sum, d);
     for (int j = 0; j < nd; j++) {
       names[nout] = d[j].name;
       vals[nout++] = (float)d[j].value;
     }
+    double m_ap = 0;
+    if (map && !(rc = kiln_net_map_result(map, s->ap_version, &m_ap, NULL))) {
+      names[nout] = KILN_NET_MAP;
+      vals[nout++] = (float)m_ap;
+      if (s->param->show_per_class_result) log_per_class(s, map, k);
+    }
+  }
+  if (!rc) {
     kiln_event e = {.event = "test", .iter = s->iter, .loss = test_loss, .test_net = k,
                     .noutputs = nout, .output_names = names, .output_values = vals};
     solver_emit(s, &e);
   }
+  kiln_net_map_free(map);
   free(sum);
   free(vals);
   free(names);

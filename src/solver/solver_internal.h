@@ -21,6 +21,7 @@ struct kiln_solver {
   char *source;            /* solver file */
   char *snapshot_prefix;
   kiln_solver_type type;
+  kiln_ap_version ap_version; /* how a detection test pass averages precision (ap_version) */
   uint64_t seed;
   kiln_solver_options opt;
   kiln_fault fault;        /* the configuration's: an injected slowdown or leak */
