@@ -98,6 +98,7 @@ ce-full: build data data-text
 	@$(BUILD)/kiln data fetch spam-assassin
 	@$(BUILD)/kiln data fetch spam-bow
 	@$(BUILD)/kiln data fetch cmudict
+	@$(BUILD)/kiln data fetch shapes-det
 	@$(BUILD)/kiln ce run ce/full.prototxt $(CE_FLAGS)
 
 # The former `make run`: LeNet's full 10,000 iterations and its final test accuracy.

@@ -233,6 +233,10 @@ static int ensure_dataset(const kiln_config *cfg, const char *name) {
     return KILN_OK;
   }
   KILN_TRY(kiln_data_cache_dir(cfg, dir, sizeof dir));
+  if (!strcmp(name, "shapes-det")) { /* drawn here, in seconds */
+    const int rc = kiln_data_fetch_shapes_det(dir, NULL);
+    return rc ? kiln_error_context(rc, "data set shapes-det (kiln data fetch shapes-det): ") : KILN_OK;
+  }
   if (kiln_text_set_find(name)) {
     /* in the cache, with the vocabulary the zoo reads (written now if an older fetch lacks it) */
     int rc = kiln_data_fetch_text(name, NULL, dir, NULL);
