@@ -163,9 +163,14 @@ int kiln_image_draw_text(kiln_image *img, int x, int y, const char *text, int sc
  * never left of 0). */
 void kiln_label_strip(const kiln_image *img, int x0, int y0, const char *text, int scale,
                       int strip[4]);
-/* A detection: the box outlined in c (kiln_image_draw_rect), then, when text is not NULL or "",
- * its label strip (kiln_label_strip) filled with c and the text on it, one scale pixel in from
- * the strip's top and left, black on a light c (luma >= 128) and white on a dark one. */
+/* A box's label, when text is not NULL or "": its strip (kiln_label_strip, for the box whose top
+ * left pixel is x0, y0) filled with c and the text on it, one scale pixel in from the strip's
+ * top and left, black on a light c (luma >= 128) and white on a dark one. */
+int kiln_image_draw_label(kiln_image *img, int x0, int y0, const char *text, kiln_color c,
+                          int scale);
+/* A detection: the box outlined in c (kiln_image_draw_rect), then its label
+ * (kiln_image_draw_label). Several overlapping detections read better with every box drawn
+ * before any label. */
 int kiln_image_draw_detection(kiln_image *img, int x0, int y0, int x1, int y1, const char *text,
                               kiln_color c, int thickness, int scale);
 

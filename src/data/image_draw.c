@@ -223,13 +223,10 @@ void kiln_label_strip(const kiln_image *img, int x0, int y0, const char *text, i
   strip[0] = x, strip[1] = y, strip[2] = x + w - 1, strip[3] = y + h - 1;
 }
 
-int kiln_image_draw_detection(kiln_image *img, int x0, int y0, int x1, int y1, const char *text,
-                              kiln_color c, int thickness, int scale) {
-  KILN_TRY(check_image(img, "draw_detection"));
-  if (scale < 1) return kiln_errorf(KILN_ERR_INVALID, "draw_detection: scale %d", scale);
-  order(&x0, &x1);
-  order(&y0, &y1);
-  KILN_TRY(kiln_image_draw_rect(img, x0, y0, x1, y1, thickness, c));
+int kiln_image_draw_label(kiln_image *img, int x0, int y0, const char *text, kiln_color c,
+                          int scale) {
+  KILN_TRY(check_image(img, "draw_label"));
+  if (scale < 1) return kiln_errorf(KILN_ERR_INVALID, "draw_label: scale %d", scale);
   if (!text || !text[0]) return KILN_OK;
   int s[4];
   kiln_label_strip(img, x0, y0, text, scale, s);
@@ -238,4 +235,14 @@ int kiln_image_draw_detection(kiln_image *img, int x0, int y0, int x1, int y1, c
   const int luma = (299 * c.r + 587 * c.g + 114 * c.b) / 1000;
   const kiln_color ink = luma >= 128 ? (kiln_color){0, 0, 0} : (kiln_color){255, 255, 255};
   return kiln_image_draw_text(img, s[0] + scale, s[1] + scale, text, scale, ink);
+}
+
+int kiln_image_draw_detection(kiln_image *img, int x0, int y0, int x1, int y1, const char *text,
+                              kiln_color c, int thickness, int scale) {
+  KILN_TRY(check_image(img, "draw_detection"));
+  if (scale < 1) return kiln_errorf(KILN_ERR_INVALID, "draw_detection: scale %d", scale);
+  order(&x0, &x1);
+  order(&y0, &y1);
+  KILN_TRY(kiln_image_draw_rect(img, x0, y0, x1, y1, thickness, c));
+  return kiln_image_draw_label(img, x0, y0, text, c, scale);
 }
