@@ -51,6 +51,7 @@ static void usage(FILE *f) {
           "--mean and --scale, or --transform-from (models/ssd: --transform-from\n"
           "models/ssd/ssd_train_test.prototxt, or --mean 127.5 --scale 0.0078125). An image\n"
           "that cannot be read is named on stderr and the others are still processed (exit 1).\n"
+          "Images named after -- may start with -.\n"
           "\n"
           "options:\n"
           "  --model FILE           the deploy net: an Input of N x C x H x W (C 1 or 3) in,\n"
@@ -224,7 +225,7 @@ static bool in_test_phase(const Caffe__LayerParameter *lp) {
  * the label map's path (resolved; "" when none) and the resize's size (0 when none). */
 typedef struct {
   char labelmap[4096];
-  int height, width;
+  long long height, width;
   const char *layer;
 } transform_info;
 
@@ -260,6 +261,9 @@ static int read_transform(detect_args *a, transform_info *t, Caffe__NetParameter
     a->nmean = (int)tp->n_mean_value;
     for (int c = 0; c < a->nmean; c++) a->mean[c] = tp->mean_value[c];
   }
+  if (!isfinite(tp->scale))
+    return kiln_errorf(KILN_ERR_INVALID, "%s: layer '%s': transform_param.scale %g is not finite",
+                       what, t->layer, (double)tp->scale);
   if (!a->has_scale) a->scale = tp->scale;
   const Caffe__ResizeParameter *r = tp->resize_param;
   if (r) {
@@ -267,8 +271,8 @@ static int read_transform(detect_args *a, transform_info *t, Caffe__NetParameter
       return kiln_errorf(KILN_ERR_UNSUPPORTED, "%s: layer '%s': resize_param.resize_mode %d: "
                          "kiln detect warps the whole image (WARP)", what, t->layer,
                          (int)r->resize_mode);
-    t->height = (int)r->height;
-    t->width = (int)r->width;
+    t->height = r->height;
+    t->width = r->width;
     /* the test phase draws one of several modes at random: the first, for repeatable output */
     if (!a->interp && r->n_interp_mode) a->interp = (kiln_interp)r->interp_mode[0];
   }
@@ -576,13 +580,14 @@ static int collect(run_state *s, int64_t nrows, int j) {
   int n = 0;
   for (int64_t r = 0; r < nrows; r++) {
     const float *v = s->rows + 7 * r;
-    if ((int)v[0] != j || v[1] < 0 || !(v[2] >= s->a->threshold)) continue;
+    /* the fork's "nothing found" rows have label -1 */
+    if (v[0] != (float)j || !(v[1] >= 0 && v[1] <= 1e9f) || !(v[2] >= s->a->threshold)) continue;
     detection *d = &s->dets[n];
     d->label = (int)v[1];
     d->score = v[2];
     d->order = n;
     for (int k = 0; k < 4; k++) {
-      const float x = v[3 + k] < 0 ? 0 : v[3 + k] > 1 ? 1 : v[3 + k];
+      const float x = v[3 + k] > 0 ? (v[3 + k] < 1 ? v[3 + k] : 1) : 0; /* NaN and -0 to 0 */
       d->box[k] = x * (k % 2 ? h : w);
     }
     n++;
@@ -665,6 +670,7 @@ int cmd_detect(int argc, char **argv) {
   ProtobufCMessage *msg = NULL;
   run_state s = {.a = &a};
   char **paths = NULL;
+  const bool mean_given = a.nmean > 0;
   if (a.transform_from && read_transform(&a, &t, &tnp)) {
     code = tool_fail("detect: --transform-from");
     goto done;
@@ -711,14 +717,15 @@ int cmd_detect(int argc, char **argv) {
   }
   const det_net *io = &s.io;
   if (a.nmean == 3 && io->C != 3) {
-    fprintf(stderr, "kiln detect: --mean: three values for the %d channel of %s's input\n",
+    fprintf(stderr, "kiln detect: %s: three mean values (B,G,R) for the %d channel of %s's "
+                    "input\n", a.transform_from && !mean_given ? "--transform-from" : "--mean",
             io->C, a.model);
     code = 2;
     goto done;
   }
   if (t.height && t.width && (t.height != io->H || t.width != io->W)) {
-    fprintf(stderr, "kiln detect: --transform-from: layer '%s' of %s resizes to %d x %d (height "
-                    "x width), the input of %s is %d x %d: not the same net?\n", t.layer,
+    fprintf(stderr, "kiln detect: --transform-from: layer '%s' of %s resizes to %lld x %lld "
+                    "(height x width), the input of %s is %d x %d: not the same net?\n", t.layer,
             a.transform_from, t.height, t.width, a.model, io->H, io->W);
     code = 2;
     goto done;
