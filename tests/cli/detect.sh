@@ -102,7 +102,21 @@ item { name: "none_of_the_above" label: 0 display_name: "background" }
 item { name: "disc" label: 1 display_name: "disc" }
 item { name: "square" label: 2 }
 EOF
-D=("$KILN" detect --model det.prototxt)
+# det ARGS...: kiln detect, its stderr kept in stderr.log too, which must hold no sanitizer report
+# at the end (a leak report changes the exit code alone, which a check of the output misses);
+# expect_refusal checks its own commands (R)
+det() {
+  local e rc
+  e=$(mktemp "$WORK/.det.XXXXXX")
+  "$KILN" detect "$@" 2>"$e"
+  rc=$?
+  cat "$e" >&2
+  cat "$e" >> "$WORK/stderr.log"
+  rm -f "$e"
+  return $rc
+}
+D=(det --model det.prototxt)
+R=("$KILN" detect --model det.prototxt)
 
 # ---- the lines: pixels of each image, best first, clipped; a batch of 2 with an unreadable image
 out=$("${D[@]}" --scale 0.0625 --labels labelmap.prototxt quads.png nosuch.png swapped.png empty.png 2>err.txt)
@@ -119,7 +133,7 @@ EOF
   && grep -q "1 of 4 images not processed in full" err.txt && grep -q "no --weights given" err.txt \
   && pass || fail "the missing image: exit $rc: $(cat err.txt)"
 # in order with the output where both go to one file
-both=$("${D[@]}" --scale 0.0625 quads.png nosuch.png empty.png 2>&1 | grep -v weights)
+both=$("${R[@]}" --scale 0.0625 quads.png nosuch.png empty.png 2>&1 | grep -v weights)
 [ "$(echo "$both" | sed -n 3p)" = "kiln detect: nosuch.png: cannot open: No such file or directory" ] \
   && [ "$(echo "$both" | sed -n 4p)" = "empty.png  no detections" ] && pass || fail "order: $both"
 
@@ -175,16 +189,16 @@ quads.png  2  0.6914  90.0 0.0 200.0 55.0" ] && pass || fail "--transform-from w
 sed 's/height: 2 width: 2 interp_mode/height: 3 width: 2 interp_mode/' train_test.prototxt > three.prototxt
 expect_refusal "a resize of another size" --code 2 \
   --want "layer 'data' of three.prototxt resizes to 3 x 2 (height x width), the input of det.prototxt is 2 x 2" \
-  -- "${D[@]}" --transform-from three.prototxt quads.png
+  -- "${R[@]}" --transform-from three.prototxt quads.png
 sed 's|\$KILN_DATA/maps/|missing/|' train_test.prototxt > nomap.prototxt
 expect_refusal "its label map missing" --want "the label map of layer 'data' of nomap.prototxt (--labels to give another)" \
-  --want "missing/labelmap.prototxt" -- "${D[@]}" --transform-from nomap.prototxt quads.png
+  --want "missing/labelmap.prototxt" -- "${R[@]}" --transform-from nomap.prototxt quads.png
 printf 'name: "x"\nlayer { name: "in" type: "Input" top: "data" input_param { shape { dim: 1 } } }\n' > notrans.prototxt
 expect_refusal "no TEST transform" --want "notrans.prototxt: no layer of the TEST phase has a transform_param" \
-  -- "${D[@]}" --transform-from notrans.prototxt quads.png
+  -- "${R[@]}" --transform-from notrans.prototxt quads.png
 sed 's/resize_mode: WARP/resize_mode: FIT_SMALL_SIZE/' train_test.prototxt > fit.prototxt
 expect_refusal "FIT_SMALL_SIZE" --want "resize_param.resize_mode 2: kiln detect warps the whole image" \
-  -- "${D[@]}" --transform-from fit.prototxt quads.png
+  -- "${R[@]}" --transform-from fit.prototxt quads.png
 
 # ---- --json: one object a line, the same detections; an error object for an unreadable image
 "${D[@]}" --scale 0.0625 --labels labelmap.prototxt --threshold 0.4 --json quads.png nosuch.png empty.png \
@@ -248,29 +262,29 @@ ls pics/sub | grep -q tmp && fail "temporaries left: $(ls pics/sub)" || pass
 # never an input, by its name or another; two images of one name; a file for the folder
 mkdir -p a b && cp quads.png a/same.png && cp swapped.png b/same.png
 expect_refusal "--draw over its input" --want "--draw: ./quads.png is the image quads.png: an input is never replaced" \
-  --same quads.png -- "${D[@]}" --scale 0.0625 --draw . quads.png
+  --same quads.png -- "${R[@]}" --scale 0.0625 --draw . quads.png
 ln -s ../quads.png a/empty.png
 expect_refusal "--draw over an input by a link" --want "--draw: a/empty.png is the image quads.png" \
-  --same quads.png --gone a/quads.png -- "${D[@]}" --scale 0.0625 --draw a quads.png empty.png
+  --same quads.png --gone a/quads.png -- "${R[@]}" --scale 0.0625 --draw a quads.png empty.png
 expect_refusal "two images of one name" --want "--draw: a/same.png and b/same.png would both be drawn to out/same.png" \
-  --gone out -- "${D[@]}" --scale 0.0625 --draw out a/same.png b/same.png
+  --gone out -- "${R[@]}" --scale 0.0625 --draw out a/same.png b/same.png
 cp det.prototxt model.png && cp quads.png a/model.png
 expect_refusal "--draw over the model" --want "model.png" --same model.png \
   -- "$KILN" detect --model model.png --scale 0.0625 --draw . a/model.png
 expect_refusal "--draw a file" --want "--draw quads.png: exists and is not a folder" --same quads.png \
-  -- "${D[@]}" --scale 0.0625 --draw quads.png empty.png
+  -- "${R[@]}" --scale 0.0625 --draw quads.png empty.png
 
 # ---- bad options and models
-expect_refusal "--threshold 1.5" --code 2 --want "--threshold: '1.5' is not a number from 0 to 1" -- "${D[@]}" --threshold 1.5 quads.png
-expect_refusal "--threshold x" --code 2 --want "--threshold: 'x' is not a number from 0 to 1" -- "${D[@]}" --threshold x quads.png
-expect_refusal "--mean 1,2" --code 2 --want "--mean: '1,2' is not one number or three" -- "${D[@]}" --mean 1,2 quads.png
-expect_refusal "--scale nan" --code 2 --want "--scale: 'nan' is not a finite number" -- "${D[@]}" --scale nan quads.png
+expect_refusal "--threshold 1.5" --code 2 --want "--threshold: '1.5' is not a number from 0 to 1" -- "${R[@]}" --threshold 1.5 quads.png
+expect_refusal "--threshold x" --code 2 --want "--threshold: 'x' is not a number from 0 to 1" -- "${R[@]}" --threshold x quads.png
+expect_refusal "--mean 1,2" --code 2 --want "--mean: '1,2' is not one number or three" -- "${R[@]}" --mean 1,2 quads.png
+expect_refusal "--scale nan" --code 2 --want "--scale: 'nan' is not a finite number" -- "${R[@]}" --scale nan quads.png
 expect_refusal "--interp" --code 2 --want "--interp: 'bicubic' is not linear, area, nearest, cubic or lanczos4" \
-  -- "${D[@]}" --interp bicubic quads.png
-expect_refusal "no image" --code 2 --want "no IMAGE given" -- "${D[@]}" --scale 1
+  -- "${R[@]}" --interp bicubic quads.png
+expect_refusal "no image" --code 2 --want "no IMAGE given" -- "${R[@]}" --scale 1
 expect_refusal "no model" --code 2 --want "--model is required" -- "$KILN" detect quads.png
-expect_refusal "an empty image" --code 2 --want "IMAGE is empty" -- "${D[@]}" ""
-expect_refusal "--metrics" --code 2 --want "detect writes no events" -- "${D[@]}" --metrics m.jsonl quads.png
+expect_refusal "an empty image" --code 2 --want "IMAGE is empty" -- "${R[@]}" ""
+expect_refusal "--metrics" --code 2 --want "detect writes no events" -- "${R[@]}" --metrics m.jsonl quads.png
 expect_refusal "a classifier" --want "lenet_deploy.prototxt: no output of the net is a DetectionOutput layer's rows of 7" \
   --want "Its outputs: 'prob' (64 x 10)" -- "$KILN" detect --model "$SRC/models/lenet/lenet_deploy.prototxt" quads.png
 printf 'name: "two"\nlayer { name: "a" type: "Input" top: "a" input_param { shape { dim: 1 dim: 3 dim: 2 dim: 2 } } }\nlayer { name: "b" type: "Input" top: "b" input_param { shape { dim: 1 dim: 3 dim: 2 dim: 2 } } }\n' > two.prototxt
@@ -288,7 +302,7 @@ if need "fetch shapes-det" -- "$KILN" data fetch shapes-det; then
     "$SRC/models/ssd/ssd_solver.prototxt" > ssd_solver.prototxt
   if need "train models/ssd" -- "$KILN" train --solver ssd_solver.prototxt; then
     imgs=(data/shapes-det/JPEGImages/004001.jpg data/shapes-det/JPEGImages/004003.jpg data/shapes-det/JPEGImages/004010.jpg)
-    S=("$KILN" detect --model "$SRC/models/ssd/ssd_deploy.prototxt" --weights ssd_iter_2.caffemodel)
+    S=(det --model "$SRC/models/ssd/ssd_deploy.prototxt" --weights ssd_iter_2.caffemodel)
     "${S[@]}" --transform-from ssd_train_test.prototxt --threshold 0.05 "${imgs[@]}" > ssd.txt 2>err.txt \
       && pass || fail "ssd: $(cat err.txt)"
     # each line one image's detection, named from the set's label map, in its pixels
@@ -324,4 +338,5 @@ for o in objs:
 PY
   fi
 fi
+has_sanitizer_report "$(cat stderr.log)" && fail "a sanitizer report: $(grep -m 5 -i sanitizer stderr.log)" || pass
 finish
