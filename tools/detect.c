@@ -676,11 +676,12 @@ int cmd_detect(int argc, char **argv) {
     goto done;
   }
   const char *labels = a.labels ? a.labels : t.labelmap[0] ? t.labelmap : NULL;
+  char label_path[4096] = "";
   if (labels) {
     kiln_config cfg;
-    char path[4096];
-    if (kiln_config_from_env(&cfg) || kiln_data_source_path(&cfg, labels, path, sizeof path) ||
-        kiln_labelmap_read(path, &map)) {
+    if (kiln_config_from_env(&cfg) ||
+        kiln_data_source_path(&cfg, labels, label_path, sizeof label_path) ||
+        kiln_labelmap_read(label_path, &map)) {
       if (!a.labels)
         kiln_error_context(1, "the label map of layer '%s' of %s (--labels to give another): ",
                            t.layer, a.transform_from);
@@ -699,7 +700,7 @@ int cmd_detect(int argc, char **argv) {
       code = 1;
       goto done;
     }
-    if (check_draw(&a, labels, paths)) {
+    if (check_draw(&a, label_path[0] ? label_path : NULL, paths)) {
       code = tool_fail("detect");
       goto done;
     }
