@@ -38,6 +38,11 @@ static void usage(FILE *f) {
           "        beam search of width K) and print the token (phoneme) error rate and the\n"
           "        share decoded exactly right (--metrics: one \"decode\" event with per,\n"
           "        word_accuracy and words)\n"
+          "  detect --model DEPLOY.prototxt --weights W.caffemodel [--labels LABELMAP.prototxt]\n"
+          "        [--threshold T] [--mean M[,M,M]] [--scale S] [--interp MODE]\n"
+          "        [--transform-from TRAIN_TEST.prototxt] [--draw DIR] [--json] IMAGE...\n"
+          "        what a detection net (SSD's DetectionOutput) finds in images: each box's class,\n"
+          "        score and pixels, or --json; --draw: the images with their boxes, as PNGs\n"
           "  time --model M.prototxt [--iterations N] [--phase TRAIN|TEST]\n"
           "        per-layer forward and backward times (random weights and inputs)\n"
           "  describe --model M.prototxt [--phase TRAIN|TEST]\n"
@@ -87,9 +92,9 @@ static void usage(FILE *f) {
           "        baselines, keep the history, find the commit that regressed; `kiln ce --help`\n"
           "        (docs/ce.md)\n"
           "\n"
-          "options of train, test, time, describe, sample and decode:\n"
+          "options of train, test, time, describe, sample, decode and detect:\n"
           "  --metrics FILE      write events as JSON Lines (train, test, snapshot, done, time,\n"
-          "                      decode; not describe or sample, which have none)\n"
+          "                      decode; not describe, sample or detect, which have none)\n"
           "  --threads N         threads for kernels and BLAS (default: OMP_NUM_THREADS or all)\n"
           "  --max-memory SIZE   refuse nets needing more (e.g. 512M, 4G; default: available)\n"
           "  --device D          where nets run: host (the default), cuda (the worker's GPU by\n"
@@ -123,6 +128,7 @@ static const struct {
     {"upgrade", cmd_upgrade},
     {"sample", cmd_sample},
     {"decode", cmd_decode},
+    {"detect", cmd_detect},
 };
 
 static int (*find_command(const char *name))(int, char **) {

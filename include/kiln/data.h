@@ -117,6 +117,63 @@ int kiln_image_encode_jpeg(const uint8_t *chw, int channels, int height, int wid
                            uint8_t **out, size_t *len);
 void kiln_image_free(kiln_image *img);
 
+/* ---- drawing on images (src/data/image_draw.c): how `kiln detect --draw` marks detections ---- */
+
+/* A colour as people write it (red, green, blue): put into the B, G, R planes of a colour
+ * image, or as its luma (0.299 R + 0.587 G + 0.114 B, rounded) into a gray one. */
+typedef struct kiln_color {
+  uint8_t r, g, b;
+} kiln_color;
+/* Each class's colour, from a fixed palette of KILN_PALETTE_SIZE: label 1 red, 2 green, 3 blue,
+ * 4 yellow, 5 orange, 6 purple, 7 cyan, 8 magenta, 9 lime, 10 teal, 11 brown, 12 gray, then
+ * round again (label modulo the size); a negative label gray. */
+#define KILN_PALETTE_SIZE 12
+kiln_color kiln_class_color(int label);
+
+/* kiln's bitmap font (its own, drawn for kiln): printable ASCII, 32 to 126, each glyph
+ * KILN_FONT_WIDTH x KILN_FONT_HEIGHT pixels (capitals and digits on rows 0 to 6, descenders on
+ * row 7), characters KILN_FONT_ADVANCE pixels apart. */
+#define KILN_FONT_WIDTH 5
+#define KILN_FONT_HEIGHT 8
+#define KILN_FONT_ADVANCE 6
+/* Character c's glyph: KILN_FONT_HEIGHT rows, top first, each a byte whose bit 4 is the leftmost
+ * column and bit 0 the rightmost. A character outside 32 .. 126 is drawn as '?'. */
+const uint8_t *kiln_font_glyph(unsigned char c);
+/* The width in pixels of `text` drawn at `scale` (each font pixel a scale x scale square): the
+ * last character's glyph ends it, without the gap after it; 0 for "" or a scale below 1. */
+int kiln_font_text_width(const char *text, int scale);
+
+/* Rectangles are pixel indices x0 .. x1 by y0 .. y1, both ends included (given in either
+ * order), and are clipped to the image: any coordinates are safe, and what lies outside draws
+ * nothing. Each call refuses (KILN_ERR_INVALID) an image that is not 1 or 3 channels with
+ * pixels, a thickness or scale below 1. */
+int kiln_image_fill_rect(kiln_image *img, int x0, int y0, int x1, int y1, kiln_color c);
+/* The outline: `thickness` pixels along each side, inside the rectangle (a box at the image's
+ * edge keeps its whole line); sides thicker than half the box fill it. */
+int kiln_image_draw_rect(kiln_image *img, int x0, int y0, int x1, int y1, int thickness,
+                         kiln_color c);
+/* The glyphs' set pixels only (the background shows through), the first glyph's top left at
+ * (x, y). */
+int kiln_image_draw_text(kiln_image *img, int x, int y, const char *text, int scale,
+                         kiln_color c);
+/* Where a box's label strip goes (strip: x0, y0, x1, y1 as above): text_width + 2 scale wide
+ * and (KILN_FONT_HEIGHT + 2) scale high; its bottom row just above the box's top row y0, or,
+ * when the box is too near the image's top for that, its top row on y0, inside the box; its
+ * left column on the box's x0, moved left where it would run past the image's right edge (and
+ * never left of 0). */
+void kiln_label_strip(const kiln_image *img, int x0, int y0, const char *text, int scale,
+                      int strip[4]);
+/* A box's label, when text is not NULL or "": its strip (kiln_label_strip, for the box whose top
+ * left pixel is x0, y0) filled with c and the text on it, one scale pixel in from the strip's
+ * top and left, black on a light c (luma >= 128) and white on a dark one. */
+int kiln_image_draw_label(kiln_image *img, int x0, int y0, const char *text, kiln_color c,
+                          int scale);
+/* A detection: the box outlined in c (kiln_image_draw_rect), then its label
+ * (kiln_image_draw_label). Several overlapping detections read better with every box drawn
+ * before any label. */
+int kiln_image_draw_detection(kiln_image *img, int x0, int y0, int x1, int y1, const char *text,
+                              kiln_color c, int thickness, int scale);
+
 /* ---- image lists (Caffe's ImageData source, convert_imageset's input) --------------------- */
 
 /* One image a line: PATH LABEL, the label after the last run of spaces or tabs (so a path may
