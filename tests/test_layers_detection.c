@@ -611,8 +611,6 @@ static void test_detection_output_errors(void **state) {
   const char *who = "layer 'detection_out' (DetectionOutput)";
   expect_create_fails("name: 'detection_out' type: 'DetectionOutput'", TEST, b, 3, 1,
                       KILN_ERR_INVALID, who, "num_classes is required");
-  expect_create_fails(DETOUT("save_output_param { output_directory: 'out' }"), TEST, b, 3, 1,
-                      KILN_ERR_UNSUPPORTED, who, "kiln detect");
   expect_create_fails(DETOUT("visualize: true"), TEST, b, 3, 1, KILN_ERR_UNSUPPORTED, who,
                       "kiln detect");
   expect_create_fails(DETOUT_NMS("eta: 1.5", ""), TEST, b, 3, 1, KILN_ERR_INVALID, who, "eta");
@@ -624,6 +622,50 @@ static void test_detection_output_errors(void **state) {
                       "loc (bottom 0)");
   /* an empty output directory writes nothing: accepted, as the fork's default */
   built l = build(DETOUT("save_output_param { output_name_prefix: 'x' }"), TEST, b, 3, 1);
+  unbuild(&l);
+  free_bottoms(b, 3);
+}
+
+typedef struct {
+  int n;
+  char text[1024];
+} det_warnings;
+
+static void keep_det_warning(kiln_log_level level, const char *msg, void *user) {
+  det_warnings *w = user;
+  if (level != KILN_LOG_WARN) return;
+  const size_t used = strlen(w->text);
+  snprintf(w->text + used, sizeof w->text - used, "%s\n", msg);
+  w->n++;
+}
+
+/* The fork's ssd_pascal.py writes save_output_param (its author's output_directory, a label map,
+ * a name-size file, VOC's format) into every test and deploy net it makes, so its published nets
+ * carry one (tests/data/ssd): the layer builds, warns once naming the layer, the field and the
+ * directory, writes nothing there, and detects as without it. */
+static void test_detection_output_save_output_ignored(void **state) {
+  (void)state;
+  kiln_blob *b[3] = {blob_of("loc", 2, SHAPE(1, 8), DO_LOC), blob_of("conf", 2, SHAPE(1, 6), DO_CONF),
+                     priors_of(DO_PRIORS, 2, (const float[]){.1f, .1f, .1f, .1f})};
+  const char *dir = "/nonexistent/kiln-test/results/VOC2007/SSD_300x300/Main";
+  char text[1024];
+  snprintf(text, sizeof text, DETOUT("confidence_threshold: 0.1 save_output_param { "
+                                     "output_directory: '%s' output_name_prefix: 'comp4_det_test_' "
+                                     "output_format: 'VOC' label_map_file: 'labelmap_voc.prototxt' "
+                                     "name_size_file: 'test_name_size.txt' num_test_image: 4952 }"),
+           dir);
+  det_warnings w = {.n = 0};
+  kiln_log_set_handler(keep_det_warning, &w);
+  built l = build(text, TEST, b, 3, 1);
+  kiln_log_set_handler(NULL, NULL);
+  assert_int_equal(w.n, 1);
+  assert_non_null(strstr(w.text, "layer 'detection_out' (DetectionOutput)"));
+  assert_non_null(strstr(w.text, "save_output_param.output_directory"));
+  assert_non_null(strstr(w.text, dir));
+  assert_non_null(strstr(w.text, "ignored"));
+  forward(&l);
+  const float two[14] = {0, 1, .6f, .1f, .1f, .5f, .5f, 0, 2, .3f, .2f, .1f, .6f, .5f};
+  expect_rows("with save_output_param", l.top[0], two, 2, 7);
   unbuild(&l);
   free_bottoms(b, 3);
 }
@@ -992,6 +1034,7 @@ int main(void) {
       cmocka_unit_test(test_detection_output_hand),
       cmocka_unit_test(test_detection_output_rows_change),
       cmocka_unit_test(test_detection_output_errors),
+    cmocka_unit_test(test_detection_output_save_output_ignored),
       cmocka_unit_test(test_detection_evaluate_hand),
       cmocka_unit_test_setup_teardown(test_detection_evaluate_name_size, deteval_setup,
                                       tmpdir_teardown),

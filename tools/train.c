@@ -369,6 +369,11 @@ int cmd_train(int argc, char **argv) {
       printf("%s: read (%s), train net and %d test net%s built; not trained (--check)\n", solver,
              kiln_solver_type_name(kiln_solver_type_of(s)), kiln_solver_test_net_count(s),
              kiln_solver_test_net_count(s) == 1 ? "" : "s");
+    /* the SSD fork's test figure, which kiln_solver_create has checked against the test nets */
+    const Caffe__SolverParameter *sp = kiln_solver_param(s);
+    if (rank == 0 && sp->eval_type && !strcmp(sp->eval_type, "detection"))
+      printf("%s: test passes report mAP (eval_type: detection, ap_version: %s)\n", solver,
+             sp->ap_version ? sp->ap_version : "Integral");
     kiln_solver_free(s);
     tool_metrics_close(&m);
     kiln_comm_free(comm);

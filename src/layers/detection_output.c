@@ -16,8 +16,9 @@
  * background_label_id (0; -1: none), nms_param (nms_threshold 0.3, top_k unset: all, eta 1),
  * keep_top_k (-1: all), confidence_threshold (unset: every score), code_type (CORNER),
  * variance_encoded_in_target. The fork's writing of result files (save_output_param's
- * output_directory) and its display (visualize) are refused: `kiln detect` writes a deploy net's
- * detections. No backward: nothing trains through it. */
+ * output_directory) is ignored with a warning, as the fork's published nets all carry it; its
+ * display (visualize) is refused: `kiln detect` writes a deploy net's detections. No backward:
+ * nothing trains through it. */
 #include <float.h>
 #include <limits.h>
 #include <stdlib.h>
@@ -48,12 +49,14 @@ static int detout_spec(kiln_layer *l, kiln_detect_spec *s) {
     return KILN_LAYER_ERROR(l, KILN_ERR_INVALID, "detection_output_param.background_label_id %d "
                             "is no class of num_classes %u (nor -1, none)",
                             p->background_label_id, p->num_classes);
+  /* The fork's ssd_pascal.py writes save_output_param into every test and deploy net it makes
+   * (its own output_directory, a path on the author's machine): refusing it would refuse the
+   * fork's published nets, so it is ignored, with a warning. */
   if (p->save_output_param && p->save_output_param->output_directory &&
       p->save_output_param->output_directory[0])
-    return KILN_LAYER_ERROR(l, KILN_ERR_UNSUPPORTED, "save_output_param.output_directory '%s': "
-                            "kiln does not write the fork's result files from this layer; "
-                            "`kiln detect` writes a net's detections",
-                            p->save_output_param->output_directory);
+    kiln_log(KILN_LOG_WARN, "layer '%s' (DetectionOutput): save_output_param.output_directory "
+             "'%s' is ignored: kiln writes no result files from this layer (`kiln detect` writes "
+             "a net's detections)", l->name, p->save_output_param->output_directory);
   if (p->visualize)
     return KILN_LAYER_ERROR(l, KILN_ERR_UNSUPPORTED, "visualize: true: kiln does not display "
                             "detections from this layer; `kiln detect` writes a net's "

@@ -2,8 +2,8 @@
 # bench/nets/. Those whose layer types are all Caffe 1.0's must be written, with each field kiln
 # adds named on stderr, and the nets then read by OpenCV's Caffe reader (cv2.dnn.readNetFromCaffe,
 # which parses with protobuf's text parser as Caffe does); those with a kiln-only layer type (or
-# a bidirectional LSTM, which Caffe 1.0 cannot express) must be refused naming it, writing
-# nothing. Each original that had kiln fields must be one OpenCV refuses ("has no field named"),
+# a bidirectional LSTM, which Caffe 1.0 cannot express), or a layer type of the SSD fork's (or its
+# solvers' eval_type "detection"), must be refused naming it, writing nothing. Each original that had kiln fields must be one OpenCV refuses ("has no field named"),
 # which is why the command exists; a binary file with them is one it reads (protobuf skips
 # unknown fields there). Also: `kiln upgrade` says what it wrote for a current file, OUT may not
 # be IN (by any name) nor a device or a folder, a solver's own fields and those of its inline
@@ -82,6 +82,9 @@ PY
 
 # What kiln has and Caffe 1.0 lacks (the library's table is checked by tests/test_caffe_compat.c)
 KILN_TYPES="TextData LibSVMData F1 SequencePool GRU GELU LayerNorm PositionalEncoding MultiHeadAttention Swish"
+# What the SSD fork added to Caffe after 1.0 (models/ssd, models/ssd300), and its solvers' test
+# figure, eval_type "detection"
+FORK_TYPES="AnnotatedData Normalize Permute PriorBox MultiBoxLoss DetectionOutput DetectionEvaluate"
 
 cv_args=()
 fields_named=()
@@ -92,21 +95,26 @@ for f in "$SRC"/models/*/*.prototxt "$SRC"/bench/nets/*.prototxt; do
   out="$WORK/caffe/$(echo "$rel" | tr / _)"
   own=()
   for t in $KILN_TYPES; do grep -q "type: *\"$t\"" "$f" && own+=("$t"); done
-  bidir=false
+  fork=()
+  for t in $FORK_TYPES; do grep -q "type: *\"$t\"" "$f" && fork+=("$t"); done
+  bidir=false detection=false
   grep -q 'bidirectional: *true' "$f" && bidir=true
+  grep -q '^eval_type: *"detection"' "$f" && detection=true
   "$KILN" upgrade --caffe "$f" "$out" > up.out 2> up.err
   rc=$?
-  if [ ${#own[@]} -gt 0 ] || $bidir; then
+  if [ ${#own[@]} -gt 0 ] || [ ${#fork[@]} -gt 0 ] || $bidir || $detection; then
     # refused, naming the type (or the field), and nothing written
     ok=false
     for t in "${own[@]}"; do grep -q "type '$t' is kiln's own; Caffe 1.0 has no such layer type" up.err && ok=true; done
+    for t in "${fork[@]}"; do grep -q "type '$t' was added to Caffe after 1.0; Caffe 1.0 has no such layer type" up.err && ok=true; done
     $bidir && grep -q "recurrent_param.bidirectional: true (kiln only) has no Caffe 1.0 equivalent" up.err && ok=true
-    if [ $rc -eq 1 ] && $ok && grep -q "^kiln: upgrade --caffe (nothing written): $f: layer '" up.err \
+    $detection && grep -q "eval_type: a value other than its default (the SSD fork's) has no Caffe 1.0 equivalent" up.err && ok=true
+    if [ $rc -eq 1 ] && $ok && grep -qE "^kiln: upgrade --caffe \(nothing written\): $f: (layer '|eval_type: )" up.err \
       && [ -z "$(left_behind "$out")" ] && [ ! -s up.out ]; then
       pass
       refused=$((refused + 1))
     else
-      fail "$rel (types ${own[*]:-none}, bidirectional $bidir): exit $rc, expected a refusal naming it: $(cat up.err up.out)"
+      fail "$rel (types ${own[*]:-none} ${fork[*]:-}, bidirectional $bidir, detection $detection): exit $rc, expected a refusal naming it: $(cat up.err up.out)"
     fi
     continue
   fi
