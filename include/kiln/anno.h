@@ -1,7 +1,7 @@
 /* kiln anno: SSD's augmentation of a training image together with its objects' boxes, as the
  * fork's AnnotatedData layer does it (transform_param's distort_param, expand_param,
  * resize_param, emit_constraint, crop_size and mirror, and the layer's batch_sampler), on host
- * planes (src/data/anno_*.c, image_warp.c; docs/formats.md, "Detection augmentation").
+ * planes (src/data/anno_*.c, image_warp.c; docs/detection.md, "Detection augmentation").
  *
  * Its boxes are data.h's kiln_anno_box, which the AnnotatedDatum reader fills. */
 #ifndef KILN_ANNO_H

@@ -801,7 +801,7 @@ int kiln_data_fetch_cifar(kiln_cifar_kind kind, const char *archive, const char 
  * ImageSets/Main/{trainval,test}.txt (ids), trainval.txt and test.txt (create_annoset's lists:
  * "JPEGImages/ID.jpg Annotations/ID.xml" a line, relative to the entry), test_name_size.txt
  * ("ID HEIGHT WIDTH" a test image) and labelmap.prototxt (the SSD fork's LabelMap, background 0);
- * docs/formats.md, "Detection sets". */
+ * docs/detection.md, "Detection sets". */
 
 /* The cache's shapes-det: this seed, these counts. */
 #define KILN_SHAPES_DET_SEED 1701

@@ -7,7 +7,7 @@
  * boxes by the normalised geometry it asked for (a crop's drawn box, FIT_LARGE_SIZE_AND_PAD's
  * fractional padding), kiln places them on the pixels the image actually went to; the two
  * differ by less than a pixel, and the fork's padding formula for tall images is wrong
- * (docs/formats.md, "Detection augmentation"). */
+ * (docs/detection.md, "Detection augmentation"). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>

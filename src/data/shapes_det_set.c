@@ -89,7 +89,7 @@ static int write_readme(const char *dir, uint64_t seed, const char *summary) {
   kiln_strbuf_printf(
       &b,
       "shapes-det: a synthetic object detection set in PASCAL VOC's layout, drawn by kiln\n"
-      "(kiln data fetch shapes-det; kiln's docs/formats.md, \"Detection sets\").\n\n"
+      "(kiln data fetch shapes-det; kiln's docs/detection.md, \"Detection sets\").\n\n"
       "generator %d, seed %llu\n%s"
       "classes (labelmap.prototxt): 0 background, 1 disc, 2 square, 3 triangle, 4 cross\n\n"
       "Image ID is a function of the seed and ID alone (PCG32 stream ID, integer arithmetic), so\n"

@@ -239,16 +239,6 @@ static int output_size(kiln_layer *l, anno_state *s) {
   return KILN_OK;
 }
 
-/* transform_param's force_color and force_gray; data_param's old force_encoded_color. */
-static int color_of(kiln_layer *l, const Caffe__TransformationParameter *t, bool force_color,
-                    kiln_image_color *out) {
-  force_color |= t->force_color;
-  if (force_color && t->force_gray)
-    return KILN_LAYER_ERROR(l, KILN_ERR_INVALID, "give force_color or force_gray, not both");
-  *out = force_color ? KILN_IMAGE_COLOR : t->force_gray ? KILN_IMAGE_GRAY : KILN_IMAGE_AS_IS;
-  return KILN_OK;
-}
-
 /* Opens the database and reads its first record: channels, size, boxes. */
 static int open_source(kiln_layer *l, anno_state *s, const Caffe__DataParameter *p,
                        kiln_image_color color, size_t *first_boxes) {
@@ -320,7 +310,7 @@ static int anno_setup(kiln_layer *l) {
   s->shuffle = p->shuffle;
   s->last_batch = p->last_batch;
   kiln_image_color color = KILN_IMAGE_AS_IS;
-  KILN_TRY(color_of(l, t, p->force_encoded_color, &color));
+  KILN_TRY(kiln_data_color_of(l, t, p->force_encoded_color, &color));
   size_t first_boxes = 0;
   KILN_TRY(open_source(l, s, p, color, &first_boxes));
   int rc = kiln_anno_augment_check(t, ap->batch_sampler, ap->n_batch_sampler, s->C);

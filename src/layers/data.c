@@ -295,17 +295,6 @@ int kiln_data_layer_init(kiln_layer *l, data_state **out) {
   return KILN_OK;
 }
 
-/* transform_param's force_color and force_gray (Caffe's for encoded records); data_param's old
- * force_encoded_color is force_color. */
-static int color_of(kiln_layer *l, const Caffe__TransformationParameter *t, bool force_color,
-                    kiln_image_color *out) {
-  force_color |= t->force_color;
-  if (force_color && t->force_gray)
-    return KILN_LAYER_ERROR(l, KILN_ERR_INVALID, "give force_color or force_gray, not both");
-  *out = force_color ? KILN_IMAGE_COLOR : t->force_gray ? KILN_IMAGE_GRAY : KILN_IMAGE_AS_IS;
-  return KILN_OK;
-}
-
 static int data_setup(kiln_layer *l) {
   const Caffe__DataParameter *p = KILN_PARAM_OR(l->lp->data_param, data_defaults);
   const Caffe__TransformationParameter *t =
@@ -322,7 +311,7 @@ static int data_setup(kiln_layer *l) {
   s->last_batch = p->last_batch;
   s->read = read_db;
   s->name = name_db;
-  KILN_TRY(color_of(l, t, p->force_encoded_color, &s->color));
+  KILN_TRY(kiln_data_color_of(l, t, p->force_encoded_color, &s->color));
   KILN_TRY(open_sources(l, s, p));
   return kiln_data_layer_finish(l, s, t, p->prefetch);
 }

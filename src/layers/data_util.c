@@ -125,3 +125,12 @@ void kiln_stage_free(kiln_stage *s) {
   for (int t = 0; t < KILN_STAGE_MAX_TOPS; t++) free(s->host[t]);
   memset(s, 0, sizeof *s);
 }
+
+int kiln_data_color_of(kiln_layer *l, const Caffe__TransformationParameter *t, bool force_color,
+                       kiln_image_color *out) {
+  force_color |= t->force_color;
+  if (force_color && t->force_gray)
+    return KILN_LAYER_ERROR(l, KILN_ERR_INVALID, "give force_color or force_gray, not both");
+  *out = force_color ? KILN_IMAGE_COLOR : t->force_gray ? KILN_IMAGE_GRAY : KILN_IMAGE_AS_IS;
+  return KILN_OK;
+}

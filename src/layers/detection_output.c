@@ -101,27 +101,8 @@ static int detout_reshape(kiln_layer *l) {
   detout_state *st = l->priv;
   const kiln_blob *loc = l->bottom[0], *conf = l->bottom[1], *prior = l->bottom[2];
   const int C = st->spec.num_classes, L = st->spec.share_location ? 1 : C;
-  char s0[128], s1[128];
-  if (prior->naxes != 3 || prior->shape[0] != 1 || prior->shape[1] != 2 ||
-      prior->shape[2] % 4 != 0 || prior->shape[2] / 4 > INT_MAX)
-    return KILN_LAYER_ERROR(l, KILN_ERR_SHAPE, "the priors (bottom 2, '%s') are %s: expected 1 x "
-                            "2 x 4P (PriorBox's boxes, then their variances)", prior->name,
-                            det_shape(prior, s0, sizeof s0));
-  if (loc->naxes < 2 || conf->naxes < 2 || loc->shape[0] != conf->shape[0] ||
-      loc->shape[0] > INT_MAX)
-    return KILN_LAYER_ERROR(l, KILN_ERR_SHAPE, "loc (bottom 0) %s and conf (bottom 1) %s must "
-                            "both be N x ... for the same N images",
-                            det_shape(loc, s0, sizeof s0), det_shape(conf, s1, sizeof s1));
-  const int64_t N = loc->shape[0], P = prior->shape[2] / 4;
-  if (!det_count_is(loc->count, N, P * L * 4))
-    return KILN_LAYER_ERROR(l, KILN_ERR_SHAPE, "loc (bottom 0) is %s: expected %lld values an "
-                            "image (%lld priors x %d location classes x 4)",
-                            det_shape(loc, s0, sizeof s0), (long long)(P * L * 4), (long long)P,
-                            L);
-  if (!det_count_is(conf->count, N, P * C))
-    return KILN_LAYER_ERROR(l, KILN_ERR_SHAPE, "conf (bottom 1) is %s: expected %lld values an "
-                            "image (%lld priors x %d classes)", det_shape(conf, s0, sizeof s0),
-                            (long long)(P * C), (long long)P, C);
+  int64_t N = 0, P = 0;
+  KILN_TRY(det_check_predictions(l, L, C, &N, &P));
   st->num = (int)N;
   st->P = (int)P;
   if (!kiln_device_is_host(det_device(l))) {

@@ -8,6 +8,7 @@
 #ifndef KILN_DETECTION_UTIL_H
 #define KILN_DETECTION_UTIL_H
 
+#include <limits.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -82,6 +83,36 @@ static inline bool det_count_is(int64_t count, int64_t n, int64_t per) {
 /* The shape of `b` in words, for messages. */
 static inline const char *det_shape(const kiln_blob *b, char *buf, size_t n) {
   return kiln_blob_shape_string(b, buf, n);
+}
+
+/* The shapes MultiBoxLoss and DetectionOutput both take: loc (bottom 0) N x (P L 4), conf
+ * (bottom 1) N x (P C), the priors (bottom 2) 1 x 2 x 4P; their N and P, or an error naming
+ * the layer and the bottom. */
+static inline int det_check_predictions(kiln_layer *l, int L, int C, int64_t *N, int64_t *P) {
+  const kiln_blob *loc = l->bottom[0], *conf = l->bottom[1], *prior = l->bottom[2];
+  char s0[128], s1[128];
+  if (prior->naxes != 3 || prior->shape[0] != 1 || prior->shape[1] != 2 ||
+      prior->shape[2] % 4 != 0 || prior->shape[2] / 4 > INT_MAX)
+    return KILN_LAYER_ERROR(l, KILN_ERR_SHAPE, "the priors (bottom 2, '%s') are %s: expected 1 x "
+                            "2 x 4P (PriorBox's boxes, then their variances)", prior->name,
+                            det_shape(prior, s0, sizeof s0));
+  if (loc->naxes < 2 || conf->naxes < 2 || loc->shape[0] != conf->shape[0] ||
+      loc->shape[0] > INT_MAX)
+    return KILN_LAYER_ERROR(l, KILN_ERR_SHAPE, "loc (bottom 0) %s and conf (bottom 1) %s must "
+                            "both be N x ... for the same N images",
+                            det_shape(loc, s0, sizeof s0), det_shape(conf, s1, sizeof s1));
+  *N = loc->shape[0];
+  *P = prior->shape[2] / 4;
+  if (!det_count_is(loc->count, *N, *P * L * 4))
+    return KILN_LAYER_ERROR(l, KILN_ERR_SHAPE, "loc (bottom 0) is %s: expected %lld values an "
+                            "image (%lld priors x %d location classes x 4)",
+                            det_shape(loc, s0, sizeof s0), (long long)(*P * L * 4),
+                            (long long)*P, L);
+  if (!det_count_is(conf->count, *N, *P * C))
+    return KILN_LAYER_ERROR(l, KILN_ERR_SHAPE, "conf (bottom 1) is %s: expected %lld values an "
+                            "image (%lld priors x %d classes)", det_shape(conf, s0, sizeof s0),
+                            (long long)(*P * C), (long long)*P, C);
+  return KILN_OK;
 }
 
 #endif

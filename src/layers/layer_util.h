@@ -5,6 +5,7 @@
 
 #include <string.h>
 
+#include "kiln/data.h"
 #include "kiln/layers.h"
 #include "kiln/parallel.h"
 
@@ -109,6 +110,12 @@ int kiln_batch_share_next(kiln_layer *l, kiln_batch_share *s, uint64_t *first, i
 
 uint64_t kiln_batch_share_cursor(const kiln_batch_share *s);
 void kiln_batch_share_set_cursor(kiln_batch_share *s, uint64_t cursor);
+
+/* How a data layer decodes encoded images: transform_param's force_color and force_gray
+ * (Caffe's for encoded records), data_param's old force_encoded_color being force_color; both
+ * at once is an error naming the layer. */
+int kiln_data_color_of(kiln_layer *l, const Caffe__TransformationParameter *t, bool force_color,
+                       kiln_image_color *out);
 
 /* Tops a data layer fills on the host (element by element, from its records) when they live on
  * a device: kiln_stage_begin points each device top's data at a host buffer of the layer's (kept

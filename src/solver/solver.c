@@ -251,7 +251,7 @@ static int check_params(kiln_solver *s) {
     return kiln_errorf(KILN_ERR_INVALID, "%s: eval_type '%s' is neither classification nor "
                        "detection", s->source, eval);
   if (kiln_ap_version_parse(p->ap_version ? p->ap_version : "Integral", &s->ap_version))
-    return kiln_error_context(KILN_ERR_INVALID, "%s: ap_version: ", s->source);
+    return kiln_error_context(KILN_ERR_INVALID, "%s: ", s->source);
   if (p->delta == 0 && (s->type == KILN_SOLVER_ADAGRAD || s->type == KILN_SOLVER_RMSPROP ||
                         s->type == KILN_SOLVER_ADADELTA || s->type == KILN_SOLVER_ADAM))
     return kiln_errorf(KILN_ERR_INVALID, "%s: delta is 0; %s divides by it", s->source,
