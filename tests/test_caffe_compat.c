@@ -19,8 +19,8 @@
  * message kiln's schema shares with it, as NAME=NUMBER, a leading + for a repeated field. Kept
  * here, apart from the library's table, so that each checks the other: a field kiln adds to one of
  * these messages must be either here (Caffe's own) or in kiln_caffe_fields(). Messages kiln lacks
- * (PythonParameter, WindowDataParameter) and their LayerParameter fields are listed too, since
- * Caffe 1.0 has them. */
+ * (WindowDataParameter) and their LayerParameter fields are listed too, since Caffe 1.0 has
+ * them. */
 static const struct {
   const char *message, *fields;
 } caffe10[] = {
@@ -108,6 +108,7 @@ static const struct {
     {"TanHParameter", "engine=1"},
     {"TileParameter", "axis=1 tiles=2"},
     {"ThresholdParameter", "threshold=1"},
+    {"PythonParameter", "module=1 layer=2 param_str=3 share_in_parallel=4"},
     {"SPPParameter", "pyramid_height=1 pool=2 engine=6"},
     {"PReLUParameter", "filler=1 channel_shared=2"},
     {"V1LayerParameter",

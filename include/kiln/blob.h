@@ -52,6 +52,11 @@ typedef struct kiln_blob {
   /* Where data and diff live (include/kiln/device.h); NULL: the host. Code other than its
    * backend's kernels moves values in and out only through the device's table. */
   const struct kiln_device *device;
+  /* When set (host blobs): storage a reshape outgrows goes to retire(retire_user, p) instead of
+   * being freed, and whoever set it frees it with kiln_free. The Python module keeps it until
+   * the net is gone, because NumPy arrays made before the reshape may still point into it. */
+  void (*retire)(void *user, void *p);
+  void *retire_user;
 } kiln_blob;
 
 kiln_blob *kiln_blob_new(const char *name);

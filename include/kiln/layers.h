@@ -230,8 +230,13 @@ bool kiln_layer_is_f1(const kiln_layer *l);
  * with kiln_map_add (include/kiln/detect.h) into that pass's mAP, instead of averaging them. */
 bool kiln_layer_is_detection_evaluate(const kiln_layer *l);
 
-/* Registry. */
+/* Registry: the built-in types, then those registered at run time. */
 const kiln_layer_ops *kiln_layer_find(const char *type);
+/* Adds a layer type whose code lives outside the library (Caffe's `Python`, which the kiln
+ * command and the kiln Python module supply when they have a Python runtime). Registering a
+ * type again replaces its table; a built-in type cannot be replaced (KILN_ERR_INVALID). Not
+ * thread-safe: register before building nets. At most 16 types. */
+int kiln_layer_register(const kiln_layer_ops *ops);
 /* The known type names, NULL-terminated (for suggestions and docs). */
 const char *const *kiln_layer_type_names(void);
 

@@ -23,6 +23,12 @@ static void free_floats(const kiln_blob *b, float *p) {
   else kiln_device_free(b->device, p);
 }
 
+/* Storage a reshape outgrew: to the blob's keeper when it has one (kiln_blob.retire) */
+static void outgrown(const kiln_blob *b, float *p) {
+  if (p && b->retire && kiln_device_is_host(b->device)) b->retire(b->retire_user, p);
+  else free_floats(b, p);
+}
+
 kiln_blob *kiln_blob_new(const char *name) {
   kiln_blob *b = calloc(1, sizeof *b);
   if (!b) return NULL;
@@ -131,7 +137,7 @@ int kiln_blob_alloc(kiln_blob *b) {
       if (!g)
         return kiln_errorf(KILN_ERR_NOMEM, "blob '%s': cannot allocate %lld floats", b->name,
                            (long long)count);
-      free_floats(b, b->diff);
+      outgrown(b, b->diff);
       b->diff = g;
       b->capacity = count;
     }
@@ -151,8 +157,8 @@ int kiln_blob_alloc(kiln_blob *b) {
       return kiln_errorf(KILN_ERR_NOMEM, "blob '%s': cannot allocate %lld floats", b->name,
                          (long long)count);
     }
-    free_floats(b, b->data);
-    free_floats(b, b->diff);
+    outgrown(b, b->data);
+    outgrown(b, b->diff);
     b->data = d;
     b->diff = g;
     b->capacity = count;

@@ -21,11 +21,42 @@ static const struct {
 };
 #define NREGISTRY (sizeof registry / sizeof registry[0])
 
-const kiln_layer_ops *kiln_layer_find(const char *type) {
-  if (!type) return NULL;
+/* Types registered at run time (kiln_layer_register). */
+enum { MAX_REGISTERED = 16 };
+static const kiln_layer_ops *registered[MAX_REGISTERED];
+static int nregistered;
+
+static const kiln_layer_ops *find_builtin(const char *type) {
   for (size_t i = 0; i < NREGISTRY; i++)
     if (strcmp(registry[i].type, type) == 0) return registry[i].ops;
   return NULL;
+}
+
+const kiln_layer_ops *kiln_layer_find(const char *type) {
+  if (!type) return NULL;
+  const kiln_layer_ops *ops = find_builtin(type);
+  for (int i = 0; !ops && i < nregistered; i++)
+    if (strcmp(registered[i]->type, type) == 0) ops = registered[i];
+  return ops;
+}
+
+int kiln_layer_register(const kiln_layer_ops *ops) {
+  if (!ops || !ops->type || !ops->reshape || !ops->forward)
+    return kiln_errorf(KILN_ERR_INVALID, "kiln_layer_register: a table without type, reshape or "
+                                         "forward");
+  if (find_builtin(ops->type))
+    return kiln_errorf(KILN_ERR_INVALID, "kiln_layer_register: '%s' is a built-in layer type",
+                       ops->type);
+  for (int i = 0; i < nregistered; i++)
+    if (strcmp(registered[i]->type, ops->type) == 0) {
+      registered[i] = ops;
+      return KILN_OK;
+    }
+  if (nregistered == MAX_REGISTERED)
+    return kiln_errorf(KILN_ERR_INVALID, "kiln_layer_register: more than %d types",
+                       MAX_REGISTERED);
+  registered[nregistered++] = ops;
+  return KILN_OK;
 }
 
 const char *const *kiln_layer_type_names(void) {

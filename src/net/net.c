@@ -208,6 +208,10 @@ static void need_backward(kiln_net *net, const Caffe__NetParameter *np) {
    * so a layer whose tops all lie so skips backward, as in Caffe (its blobs_skip_backp): SSD's
    * PriorBox, which has no backward, below a Concat of priors that MultiBoxLoss takes with
    * propagate_down: false. */
+  /* With force_backward the net's outputs that no loss weighs take gradients too (a caller
+   * sets their diffs: pycaffe's net.backward(prob=...) on a deploy net), as Caffe forces
+   * backward through every layer that has one. `read` marks the blobs a later layer reads. */
+  bool *read = np->force_backward ? calloc((size_t)net->nblobs + 1, sizeof *read) : NULL;
   memset(needs, 0, sizeof *needs * (size_t)net->nblobs);
   for (int i = net->nlayers - 1; i >= 0; i--) {
     kiln_layer *l = net->layers[i];
@@ -215,7 +219,9 @@ static void need_backward(kiln_net *net, const Caffe__NetParameter *np) {
     for (int t = 0; t < l->ntop; t++) {
       if (l->loss_weight[t] != 0) contributes = true;
       contributes |= needs[l->top[t]->id];
+      if (read && !read[l->top[t]->id] && l->ops->backward && !l->ops->is_data) contributes = true;
     }
+    for (int b = 0; read && b < l->nbottom; b++) read[l->bottom[b]->id] = true;
     if (!contributes) {
       net->layer_need_backward[i] = false;
       for (int b = 0; b < l->nbottom; b++) l->propagate_down[b] = false;
@@ -224,6 +230,7 @@ static void need_backward(kiln_net *net, const Caffe__NetParameter *np) {
         if (l->propagate_down[b]) needs[l->bottom[b]->id] = true;
     }
   }
+  free(read);
   free(needs);
 }
 

@@ -8,9 +8,12 @@
 #include "kiln/proto.h"
 
 static const kiln_caffe_missing_layer missing[] = {
-    {"Python", "python_param",
-     "kiln runs no Python layers: a Python layer's code lives outside the net file, and kiln is C "
-     "with no Python interpreter inside; write the layer in C (docs/adding-a-layer.md)"},
+    /* Known only where a Python runtime registers it (kiln_layer_register): the kiln command
+     * built with Python, and the kiln Python module. Its block parses everywhere. */
+    {"Python", NULL,
+     "a Python layer runs where kiln has Python: the kiln command built with Python's "
+     "development files (python3-dev, python3-numpy), or the kiln Python module "
+     "(docs/python.md)"},
     {"WindowData", "window_data_param",
      "it crops R-CNN detection windows out of images listed in a window file; cut the windows "
      "into image files and list them for an ImageData layer, or convert them to an LMDB of "
