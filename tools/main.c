@@ -6,6 +6,9 @@
 #include "kiln/config.h"
 #include "kiln/device.h"
 #include "tool.h"
+#ifdef KILN_HAVE_PYTHON
+#include "kilnpy_embed.h"
+#endif
 
 static void usage(FILE *f) {
   fprintf(f,
@@ -272,6 +275,11 @@ int main(int argc, char **argv) {
   if (tool_is_help(cmd)) tool_help(usage);
   if (!strcmp(cmd, "help")) return help(argc, argv);
   int (*run)(int, char **) = find_command(cmd);
+#ifdef KILN_HAVE_PYTHON
+  /* Python layers: the interpreter starts with the first net that has one; at exit it ends,
+   * flushing what the layers printed */
+  if (run && kilnpy_register_embedded() == KILN_OK) atexit(kilnpy_finalize_embedded);
+#endif
   if (run) return run(argc - 1, argv + 1);
   fprintf(stderr, "kiln: unknown command '%s' (see kiln --help)\n", cmd);
   return 2;

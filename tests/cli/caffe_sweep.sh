@@ -41,6 +41,31 @@ name: "ToyPython"
 layer { name: "x" type: "DummyData" top: "x" dummy_data_param { shape { dim: 2 dim: 3 } } }
 layer { name: "loss" type: "Python" bottom: "x" top: "loss" python_param { module: "m" layer: "L" } }
 EOF
+# a pycaffe-style loss (it imports caffe) in a folder of its own, as examples/pycaffe/layers
+mkdir -p caffe/examples/toy/layers
+cat > caffe/examples/toy/layers/toyloss.py <<'EOF'
+import caffe
+import numpy as np
+
+
+class HalfSquare(caffe.Layer):
+    def reshape(self, bottom, top):
+        top[0].reshape(1)
+
+    def forward(self, bottom, top):
+        top[0].data[...] = 0.5 * np.sum(bottom[0].data ** 2)
+
+    def backward(self, top, propagate_down, bottom):
+        if propagate_down[0]:
+            bottom[0].diff[...] = top[0].diff[0] * bottom[0].data
+EOF
+cat > caffe/examples/toy/pylinreg.prototxt <<'EOF'
+name: "ToyPythonFound"
+layer { name: "x" type: "DummyData" top: "x" dummy_data_param { shape { dim: 4 dim: 3 } } }
+layer { name: "ip" type: "InnerProduct" bottom: "x" top: "ip" inner_product_param { num_output: 2 } }
+layer { name: "loss" type: "Python" bottom: "ip" top: "loss"
+  python_param { module: 'toyloss' layer: 'HalfSquare' } loss_weight: 1 }
+EOF
 cat > caffe/examples/toy/windows.prototxt <<'EOF'
 name: "ToyWindows"
 layer { name: "w" type: "WindowData" top: "data" top: "label"
@@ -124,7 +149,20 @@ row() {  # row FILE PHASE RESULT REASON_FRAGMENT
 }
 row examples/toy/v1_train_test.prototxt TRAIN built "total: "
 row examples/toy/v1_train_test.prototxt TEST built "total: "
-row examples/toy/python_loss.prototxt read refused "Caffe's Python layer"
+# a Python layer whose module is nowhere: refused naming it (kiln built with Python), or the
+# type (without); one whose module is in the folder: built
+if grep -q "where kiln has Python" <<< "$("$KILN" describe --model caffe/examples/toy/python_loss.prototxt 2>&1)"; then
+  row examples/toy/python_loss.prototxt TRAIN refused "Caffe's layer type 'Python'"
+  row examples/toy/pylinreg.prototxt TRAIN refused "Caffe's layer type 'Python'"
+  python_rows=0
+else
+  row examples/toy/python_loss.prototxt TRAIN refused "No module named 'm'"
+  row examples/toy/python_loss.prototxt TEST refused "No module named 'm'"
+  row examples/toy/pylinreg.prototxt TRAIN built "total: 8 parameters"
+  row examples/toy/pylinreg.prototxt TEST built "total: 8 parameters"
+  python_rows=1
+fi
+[ ! -e caffe/examples/toy/layers/__pycache__ ] && pass || fail "the sweep wrote into the folder's layers"
 row examples/toy/windows.prototxt read refused "the parameter block of Caffe's WindowData layer"
 row models/toy/sources.prototxt TRAIN built "total: "
 row models/toy/sources.prototxt TEST:images built "total: "
@@ -137,7 +175,8 @@ row examples/toy/siamese_train_test.prototxt TEST built "total: 3138 parameters"
 row examples/toy/solver.prototxt solver built "read (Nesterov), train net and 1 test net built"
 row examples/toy/inline_solver.prototxt solver built "read (AdaDelta), train net and 0 test nets built"
 row models/toy/lost_solver.prototxt solver read "models/toy/not_here.prototxt is not in the folder"
-grep -q "^9 files (6 nets, 3 solvers): 11 built, 1 read, 2 refused, 0 failed$" table.txt && pass \
+if [ $python_rows = 1 ]; then summary="13 built, 1 read, 3 refused"; else summary="11 built, 1 read, 5 refused"; fi
+grep -q "^10 files (7 nets, 3 solvers): $summary, 0 failed$" table.txt && pass \
   || fail "summary: $(tail -n 1 table.txt)"
 find caffe -type f | LC_ALL=C sort | xargs cksum | cmp -s - before.txt && pass \
   || fail "the swept folder changed"
