@@ -189,7 +189,7 @@ class Net(_kiln.Net):
                     value.shape[0] != blob.shape[0]:
                 raise Error("forward: %r has %d items, the blob %d" %
                             (name, value.shape[0], blob.shape[0]))
-            blob.data[...] = value
+            blob.data = value  # a copy into the blob (on a GPU, too)
         self._forward(a, b)
         return {name: self.blobs[name].data for name in outputs}
 
@@ -207,7 +207,7 @@ class Net(_kiln.Net):
             if name not in self.outputs:
                 raise Error("backward: %r is not an output of the net (outputs: %s)" %
                             (name, ", ".join(self.outputs)))
-            self.blobs[name].diff[...] = value
+            self.blobs[name].diff = value
         self._backward(a, b)
         return {name: self.blobs[name].diff for name in outputs}
 

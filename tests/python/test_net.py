@@ -287,3 +287,51 @@ def test_threads_and_device():
     kiln.set_mode_cpu()
     with pytest.raises(kiln.Error, match="nodevice"):
         kiln.set_device("nodevice")
+
+
+def test_device_copies_on_hostsim():
+    """On a device (hostsim: the host's memory behind a device's walls, as a GPU's is) data and
+    diff are read-only copies, `blob.data = x` writes, and the net computes what the host's
+    does."""
+    x = np.random.RandomState(8).rand(64, 1, 28, 28).astype(np.float32)
+    host = deploy_net()
+    ref = host.forward(data=x)["prob"].copy()
+    kiln.set_device("hostsim")
+    try:
+        kiln.set_random_seed(1701)
+        dev = kiln.Net(LENET_DEPLOY, kiln.TEST)
+    finally:
+        kiln.set_device("cpu")
+    for k in host.params:
+        for a, b in zip(host.params[k], dev.params[k]):
+            b.data = a.data
+    d = dev.blobs["data"].data
+    assert not d.flags["WRITEABLE"]
+    with pytest.raises(ValueError):
+        d[...] = 0
+    dev.blobs["data"].data = x
+    dev.forward()
+    assert np.allclose(dev.blobs["prob"].data, ref, atol=1e-5)
+    rev = x[::-1].copy()
+    assert np.allclose(dev.forward(data=rev)["prob"], ref[::-1], atol=1e-5)
+    with pytest.raises(ValueError):
+        dev.blobs["data"].data[...] = x
+
+
+def test_stages_and_level(tmp_path):
+    text = """name: "s"
+input: "a" input_shape { dim: 1 dim: 2 }
+layer { name: "p" type: "Power" bottom: "a" top: "b" power_param { scale: 2 }
+  include { stage: "double" } }
+layer { name: "q" type: "Power" bottom: "a" top: "b" power_param { scale: 3 }
+  exclude { stage: "double" } }
+layer { name: "r" type: "Power" bottom: "b" top: "c" power_param { scale: 5 }
+  include { min_level: 1 } }
+"""
+    path = tmp_path / "s.prototxt"
+    path.write_text(text)
+    x = np.array([[1.0, 2.0]], np.float32)
+    assert np.array_equal(kiln.Net(str(path), kiln.TEST).forward(a=x)["b"], 3 * x)
+    assert np.array_equal(kiln.Net(str(path), kiln.TEST, stages=["double"]).forward(a=x)["b"],
+                          2 * x)
+    assert np.array_equal(kiln.Net(str(path), kiln.TEST, level=1).forward(a=x)["c"], 15 * x)
