@@ -139,6 +139,11 @@ typedef struct kiln_layer_ops {
    * hosts can check that they hold the same data) and, in `what` (n bytes), the source it names.
    * Called before the first forward. NULL: the layer reads no files. */
   int (*fingerprint)(kiln_layer *l, uint8_t digest[32], char *what, size_t n);
+  /* Parameter p's first values, chosen by the layer itself (a Python layer's setup writes them,
+   * as pycaffe's do): called once the net has given the parameter its storage and its filler
+   * has run, for each parameter the layer owns (not one it shares by name from another layer).
+   * Weights loaded later replace them. NULL: the filler's values stand. */
+  int (*init_param)(kiln_layer *l, int p);
 } kiln_layer_ops;
 
 struct kiln_layer {

@@ -13,11 +13,103 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* self.blobs, the layer's learnable parameters (pycaffe's BlobVec): add_blob(*shape) in setup,
+ * then indexing, len and iteration. In setup each is a staging blob of the layer's own, which
+ * its setup may fill; init_param copies it into the storage the net gives the parameter and
+ * points its kiln.Blob there. */
+typedef struct {
+  PyObject_HEAD
+  kiln_layer *l;  /* NULL once the layer is gone */
+  PyObject *list; /* a kiln.Blob per parameter */
+  kiln_blob *staging[KILN_MAX_LAYER_PARAMS];
+  bool in_setup;
+} layer_blobs;
+
 typedef struct {
   PyObject *self;         /* the layer's instance */
   PyObject *bottom, *top; /* lists of kiln.Blob */
+  layer_blobs *blobs;
   char what[256];         /* "module.Class", for messages */
 } pylayer;
+
+static void blobs_dealloc(layer_blobs *b) {
+  for (int i = 0; i < KILN_MAX_LAYER_PARAMS; i++) kiln_blob_free(b->staging[i]);
+  Py_XDECREF(b->list);
+  PyObject_Free(b);
+}
+
+static PyObject *blobs_add(layer_blobs *b, PyObject *args) {
+  if (!b->l || !b->in_setup) {
+    PyErr_SetString(kilnpy_error, "add_blob: a Python layer adds its parameters in setup");
+    return NULL;
+  }
+  Py_ssize_t n = PyTuple_GET_SIZE(args);
+  if (n > KILN_MAX_AXES) {
+    PyErr_Format(kilnpy_error, "add_blob: %zd axes (at most %d)", n, KILN_MAX_AXES);
+    return NULL;
+  }
+  int64_t shape[KILN_MAX_AXES];
+  for (Py_ssize_t i = 0; i < n; i++) {
+    long long d = PyLong_AsLongLong(PyTuple_GET_ITEM(args, i));
+    if (d == -1 && PyErr_Occurred()) return NULL;
+    if (d < 0) {
+      PyErr_Format(kilnpy_error, "add_blob: negative dimension %lld", d);
+      return NULL;
+    }
+    shape[i] = d;
+  }
+  kiln_layer *l = b->l;
+  const int k = l->nparam;
+  if (k >= KILN_MAX_LAYER_PARAMS) {
+    PyErr_Format(kilnpy_error, "layer '%s': add_blob: at most %d parameters", l->name,
+                 KILN_MAX_LAYER_PARAMS);
+    return NULL;
+  }
+  kiln_blob *st = kiln_blob_new("staging");
+  if (!st || kiln_blob_reshape(st, (int)n, shape) || !kiln_layer_add_param(l, (int)n, shape, NULL, 0)) {
+    kiln_blob_free(st);
+    return PyErr_Occurred() ? NULL : kilnpy_raise();
+  }
+  b->staging[k] = st;
+  PyObject *w = kilnpy_blob_new(st, NULL);
+  if (!w || PyList_Append(b->list, w) < 0) {
+    Py_XDECREF(w);
+    return NULL;
+  }
+  Py_DECREF(w);
+  Py_RETURN_NONE;
+}
+
+static Py_ssize_t blobs_len(layer_blobs *b) { return PyList_GET_SIZE(b->list); }
+
+static PyObject *blobs_item(layer_blobs *b, Py_ssize_t i) {
+  if (i < 0 || i >= PyList_GET_SIZE(b->list)) {
+    PyErr_SetString(PyExc_IndexError, "the layer has no such parameter");
+    return NULL;
+  }
+  return Py_NewRef(PyList_GET_ITEM(b->list, i));
+}
+
+static PyMethodDef blobs_methods[] = {
+    {"add_blob", (PyCFunction)blobs_add, METH_VARARGS,
+     "add_blob(*shape): a learnable parameter of this shape (in setup)"},
+    {NULL, NULL, 0, NULL},
+};
+
+static PySequenceMethods blobs_seq = {
+    .sq_length = (lenfunc)blobs_len,
+    .sq_item = (ssizeargfunc)blobs_item,
+};
+
+static PyTypeObject layer_blobs_type = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "kiln.LayerBlobs",
+    .tp_basicsize = sizeof(layer_blobs),
+    .tp_dealloc = (destructor)blobs_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "A Python layer's learnable parameters: add_blob(*shape) in setup, then [i]",
+    .tp_methods = blobs_methods,
+    .tp_as_sequence = &blobs_seq,
+};
 
 /* Set by the kiln command: starts the interpreter on the first Python layer */
 static int (*start_runtime)(void);
@@ -115,13 +207,28 @@ static int py_setup(kiln_layer *l) {
   }
   Py_DECREF(ps);
   Py_DECREF(ph);
+  if (PyType_Ready(&layer_blobs_type) < 0 ||
+      !(p->blobs = PyObject_New(layer_blobs, &layer_blobs_type))) {
+    rc = fail(l, p, "setup");
+    goto out;
+  }
+  p->blobs->l = l;
+  p->blobs->in_setup = false;
+  memset(p->blobs->staging, 0, sizeof p->blobs->staging);
+  if (!(p->blobs->list = PyList_New(0)) ||
+      PyObject_SetAttrString(p->self, "blobs", (PyObject *)p->blobs) < 0) {
+    rc = fail(l, p, "setup");
+    goto out;
+  }
   p->bottom = blob_list(l->bottom, l->nbottom);
   p->top = p->bottom ? blob_list(l->top, l->ntop) : NULL;
   if (!p->top) {
     rc = fail(l, p, "setup");
     goto out;
   }
+  p->blobs->in_setup = true;
   rc = call(l, p, "setup", p->bottom, p->top, NULL);
+  p->blobs->in_setup = false;
 out:
   Py_XDECREF(cls);
   Py_XDECREF(mod);
@@ -173,11 +280,32 @@ static int py_backward(kiln_layer *l) {
   return rc;
 }
 
+/* The values setup gave parameter k, into the net's storage for it */
+static int py_init_param(kiln_layer *l, int k) {
+  pylayer *p = l->priv;
+  kiln_blob *st = p->blobs ? p->blobs->staging[k] : NULL, *dst = l->param[k];
+  if (!st) return KILN_OK;
+  const size_t bytes = (size_t)dst->count * sizeof(float);
+  int rc = KILN_OK;
+  if (kiln_device_is_host(dst->device)) memcpy(dst->data, st->data, bytes);
+  else rc = dst->device->ops->to_device(dst->device, dst->data, st->data, bytes);
+  PyGILState_STATE g = PyGILState_Ensure();
+  ((kilnpy_blob *)PyList_GET_ITEM(p->blobs->list, k))->blob = dst;
+  PyGILState_Release(g);
+  kiln_blob_free(st);
+  p->blobs->staging[k] = NULL;
+  return rc;
+}
+
 static void py_destroy(kiln_layer *l) {
   pylayer *p = l->priv;
   if (!p) return;
   if (Py_IsInitialized()) { /* the kiln command may have ended the interpreter at exit */
     PyGILState_STATE g = PyGILState_Ensure();
+    if (p->blobs) {
+      p->blobs->l = NULL;
+      Py_DECREF(p->blobs);
+    }
     Py_XDECREF(p->self);
     Py_XDECREF(p->bottom);
     Py_XDECREF(p->top);
@@ -198,6 +326,7 @@ static const kiln_layer_ops python_layer = {
     .forward = py_forward,
     .backward = py_backward,
     .destroy = py_destroy,
+    .init_param = py_init_param,
 };
 
 int kilnpy_register_layer(void) { return kiln_layer_register(&python_layer); }

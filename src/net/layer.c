@@ -116,6 +116,7 @@ int kiln_layer_create(const Caffe__LayerParameter *lp, int phase, kiln_blob **bo
     kiln_blob_set_view(l->param[i], s->data + off, s->diff + off);
     off += l->param[i]->count;
     rc = kiln_fill(l->param[i], l->param_filler[i], l->param_default_value[i], rng);
+    if (!rc && ops->init_param) rc = ops->init_param(l, i);
   }
   for (int i = 0; !rc && i < l->nbuffer; i++) {
     l->buffer[i]->device = NULL;

@@ -360,6 +360,7 @@ int kiln_net_allocate_and_fill(kiln_net *net) {
       kiln_blob *o = in->param_owner_blob[slot];
       if (o == l->param[p]) {
         int rc = kiln_fill(o, l->param_filler[p], l->param_default_value[p], &net->rng);
+        if (!rc && l->ops->init_param) rc = l->ops->init_param(l, p);
         if (rc) return kiln_error_context(rc, "layer '%s': ", l->name);
       } else {
         kiln_blob_set_view(l->param[p], o->data, o->diff);

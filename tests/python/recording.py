@@ -39,3 +39,29 @@ class Raiser(kiln.Layer):
 
 class NoClassHere:
     pass
+
+
+class LearnedScale(kiln.Layer):
+    """top = bottom * w (w per column, learnable, starting at 1.5 as setup writes it): pycaffe's
+    self.blobs in a layer of kiln's."""
+
+    def setup(self, bottom, top):
+        self.blobs.add_blob(bottom[0].shape[1])
+        self.blobs[0].data[...] = 1.5
+
+    def reshape(self, bottom, top):
+        top[0].reshape(*bottom[0].shape)
+
+    def forward(self, bottom, top):
+        top[0].data[...] = bottom[0].data * self.blobs[0].data
+
+    def backward(self, top, propagate_down, bottom):
+        self.blobs[0].diff[...] += (top[0].diff * bottom[0].data).sum(axis=0)
+        if propagate_down[0]:
+            bottom[0].diff[...] = top[0].diff * self.blobs[0].data
+
+
+class LateBlob(kiln.Layer):
+    def reshape(self, bottom, top):
+        top[0].reshape(*bottom[0].shape)
+        self.blobs.add_blob(3)

@@ -168,3 +168,49 @@ def test_solver_with_python_layer_equals_kiln_train(tmp_path):
     a = (tmp_path / "kp" / "r_iter_12.caffemodel").read_bytes()
     b = (tmp_path / "kc" / "r_iter_12.caffemodel").read_bytes()
     assert a == b
+
+
+LEARNED = """name: "learned"
+layer {{ name: "x" type: "DummyData" top: "x" top: "y"
+  dummy_data_param {{ shape {{ dim: 6 dim: 4 }} shape {{ dim: 6 dim: 4 }}
+    data_filler {{ type: "gaussian" std: 1 }} data_filler {{ type: "gaussian" std: 1 }} }} }}
+{scale}
+layer {{ name: "loss" type: "EuclideanLoss" bottom: "s" bottom: "y" top: "loss" }}
+"""
+PY_SCALE = ('layer { name: "scale" type: "Python" bottom: "x" top: "s" '
+            'python_param { module: "recording" layer: "LearnedScale" } }')
+C_SCALE = ('layer { name: "scale" type: "Scale" bottom: "x" top: "s" '
+           'scale_param { axis: 1 filler { type: "constant" value: 1.5 } } }')
+
+
+def test_learnable_python_layer(tmp_path):
+    """A Python layer's own parameter (self.blobs.add_blob in setup, its first values written
+    there): in net.params, trained by the solver as the built-in Scale layer is (the same
+    weights after 10 steps), saved in the snapshot and loaded back."""
+    nets = {}
+    for name, layer in (("py", PY_SCALE), ("c", C_SCALE)):
+        net = write(tmp_path, name + ".prototxt", LEARNED.format(scale=layer))
+        (tmp_path / (name + "_s.prototxt")).write_text(
+            'net: "%s"\nbase_lr: 0.1\nlr_policy: "fixed"\nmax_iter: 10\nrandom_seed: 2\n'
+            'snapshot_prefix: "%s"\n' % (net, tmp_path / name))
+        s = kiln.get_solver(str(tmp_path / (name + "_s.prototxt")))
+        assert np.array_equal(s.net.params["scale"][0].data, np.full(4, 1.5, np.float32))
+        s.step(10)
+        s.snapshot()
+        nets[name] = (s, net)
+    w_py = nets["py"][0].net.params["scale"][0].data
+    w_c = nets["c"][0].net.params["scale"][0].data
+    assert not np.allclose(w_py, 1.5)
+    assert np.allclose(w_py, w_c, rtol=1e-5, atol=1e-6), (w_py, w_c)
+    back = kiln.Net(nets["py"][1], str(tmp_path / "py_iter_10.caffemodel"), kiln.TEST)
+    assert np.array_equal(back.params["scale"][0].data, w_py)
+
+
+def test_add_blob_outside_setup(tmp_path):
+    text = """name: "late"
+input: "a" input_shape { dim: 2 dim: 3 }
+layer { name: "late" type: "Python" bottom: "a" top: "b"
+  python_param { module: "recording" layer: "LateBlob" } }
+"""
+    with pytest.raises(kiln.Error, match="adds its parameters in setup"):
+        kiln.Net(write(tmp_path, "late.prototxt", text), kiln.TEST)
