@@ -50,6 +50,8 @@ static void usage(FILE *f) {
           "        per-layer forward and backward times (random weights and inputs)\n"
           "  describe --model M.prototxt [--phase TRAIN|TEST]\n"
           "        layer table (output shapes, parameters, FLOPs) and memory plan\n"
+          "  export onnx --model DEPLOY.prototxt --weights W.caffemodel OUT.onnx [--dynamic-batch]\n"
+          "        a deploy net and its weights as an ONNX model (opset 13; docs/onnx.md)\n"
           "  convert idx IMAGES LABELS OUT_LMDB|OUT.h5 [--backend lmdb|leveldb]\n"
           "        IDX files (gzip or plain; images N x H x W or N x C x H x W) to a\n"
           "        Caffe-style LMDB (or LevelDB) of Datum records, or (OUT named *.h5) to an\n"
@@ -132,6 +134,7 @@ static const struct {
     {"sample", cmd_sample},
     {"decode", cmd_decode},
     {"detect", cmd_detect},
+    {"export", cmd_export},
 };
 
 static int (*find_command(const char *name))(int, char **) {

@@ -1,0 +1,46 @@
+/* kiln onnx: a deploy net written as an ONNX model (docs/onnx.md): its Input layers' tops as the
+ * graph's inputs, its outputs (the blobs no layer reads) as the graph's outputs under their Caffe
+ * names, every parameter blob as an initializer (float32, raw little-endian bytes), each layer as
+ * the ONNX nodes that compute what it computes at inference. */
+#ifndef KILN_ONNX_H
+#define KILN_ONNX_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "kiln/net.h"
+
+/* The operator set the model imports (ai.onnx), and the IR version that goes with it. */
+#define KILN_ONNX_OPSET 13
+#define KILN_ONNX_IR_VERSION 7
+
+typedef struct kiln_onnx_options {
+  /* The inputs' and outputs' first axis as the symbol "N" instead of the net's batch size; a
+   * layer that would have to bake the batch size into the graph (a Reshape or Slice across the
+   * batch axis) is then refused, naming it. */
+  bool dynamic_batch;
+  /* For the model's doc_string and messages: the deploy prototxt and the weights (may be NULL). */
+  const char *model, *weights;
+} kiln_onnx_options;
+
+/* What was written, for the tool to report. */
+typedef struct kiln_onnx_summary {
+  int nodes, initializers, inputs, outputs;
+  int64_t parameters;   /* floats in the initializers */
+  int dropped;          /* layers that are the identity at inference (Dropout), left out */
+  uint64_t bytes;       /* the file's size */
+} kiln_onnx_summary;
+
+/* Writes `net` (built in the TEST phase, weights loaded) as an ONNX model to `path`, through a
+ * temporary file renamed into place, so that nothing is left under `path` when it fails. A layer
+ * type with no ONNX form here (a data or loss layer, the sequence layers, ...) is refused with
+ * KILN_ERR_UNSUPPORTED naming the layer and its type, before anything is written. `summary` may
+ * be NULL. */
+int kiln_onnx_export(const kiln_net *net, const kiln_onnx_options *opt, const char *path,
+                     kiln_onnx_summary *summary);
+
+/* Whether the exporter has an ONNX form for layer type `type` (docs/onnx.md's table), and when
+ * it has none, why (a sentence, for messages), in *why. */
+bool kiln_onnx_exports_type(const char *type, const char **why);
+
+#endif

@@ -1,0 +1,138 @@
+/* A helper of tests/cli/onnx_export.sh and slow_onnx_zoo.sh (not installed): kiln's side of the
+ * comparison with OpenCV's ONNX runtime. Builds a deploy net (TEST phase, plain layouts, every
+ * blob kept), gives it random weights that make every part of it matter (He-scaled weights,
+ * biases, BatchNorm statistics with a scale factor other than 1, Scale's gamma and beta, PReLU's
+ * slopes), saves them, runs one forward pass on random inputs and writes the inputs and the
+ * blobs asked for as raw float32 files.
+ *
+ *   onnx_ref MODEL WEIGHTS_OUT DIR SEED [BLOB...]
+ *
+ * DIR/manifest.txt gets one line a file: "input NAME FILE D0 D1 ..." for each input, then
+ * "blob NAME FILE D0 D1 ..." for each output of the net, "inner NAME FILE ..." for each BLOB
+ * named (its value after the forward pass: the last in-place layer's). Exit 1 with kiln's
+ * message on stderr when something fails. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kiln/net.h"
+#include "kiln/proto.h"
+
+static int fail(const char *what) {
+  fprintf(stderr, "onnx_ref: %s: %s\n", what, kiln_last_error());
+  return 1;
+}
+
+static float uniform(kiln_rng *r, float lo, float hi) {
+  return kiln_rng_uniform(r, lo, hi);
+}
+
+static void fill(kiln_rng *r, kiln_blob *b, float lo, float hi) {
+  for (int64_t i = 0; i < b->count; i++) b->data[i] = uniform(r, lo, hi);
+}
+
+static void randomize(kiln_net *net, kiln_rng *r) {
+  for (int i = 0; i < net->nlayers; i++) {
+    kiln_layer *l = net->layers[i];
+    const char *t = l->ops->type;
+    if (!l->nparam) continue;
+    if (!strcmp(t, "BatchNorm")) {
+      const float f = uniform(r, 0.5f, 2.0f); /* Caffe's stored sums are the statistics x f */
+      fill(r, l->param[0], -0.5f * f, 0.5f * f);
+      fill(r, l->param[1], 0.5f * f, 2.0f * f);
+      l->param[2]->data[0] = f;
+    } else if (!strcmp(t, "Scale")) {
+      fill(r, l->param[0], 0.5f, 1.5f);
+      if (l->nparam > 1) fill(r, l->param[1], -0.5f, 0.5f);
+    } else if (!strcmp(t, "PReLU")) {
+      fill(r, l->param[0], 0.05f, 0.5f);
+    } else if (!strcmp(t, "Convolution") || !strcmp(t, "Deconvolution") ||
+               !strcmp(t, "InnerProduct")) {
+      kiln_blob *w = l->param[0];
+      const bool transposed = !strcmp(t, "InnerProduct") && l->lp->inner_product_param &&
+                              l->lp->inner_product_param->transpose;
+      const int64_t fan_in = !strcmp(t, "Deconvolution") ? w->count / w->shape[1]
+                             : transposed                ? w->shape[0]
+                                                         : w->count / w->shape[0];
+      const float a = sqrtf(6.0f / (float)(fan_in > 0 ? fan_in : 1));
+      fill(r, w, -a, a);
+      if (l->nparam > 1) fill(r, l->param[1], -0.1f, 0.1f);
+    } else {
+      for (int p = 0; p < l->nparam; p++) fill(r, l->param[p], -0.5f, 0.5f);
+    }
+  }
+}
+
+static int write_blob(FILE *manifest, const char *dir, const char *kind, int k, const char *name,
+                      const kiln_blob *b) {
+  char path[4096];
+  snprintf(path, sizeof path, "%s/%s%d.f32", dir, kind, k);
+  FILE *f = fopen(path, "wb");
+  if (!f || fwrite(b->data, sizeof(float), (size_t)b->count, f) != (size_t)b->count ||
+      fclose(f)) {
+    fprintf(stderr, "onnx_ref: cannot write %s\n", path);
+    return 1;
+  }
+  fprintf(manifest, "%s %s %s%d.f32", kind, name, kind, k);
+  for (int a = 0; a < b->naxes; a++) fprintf(manifest, " %lld", (long long)b->shape[a]);
+  fprintf(manifest, "\n");
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  if (argc < 5) {
+    fprintf(stderr, "usage: onnx_ref MODEL WEIGHTS_OUT DIR SEED [BLOB...]\n");
+    return 2;
+  }
+  const char *model = argv[1], *weights = argv[2], *dir = argv[3];
+  const uint64_t seed = strtoull(argv[4], NULL, 10);
+  kiln_config cfg;
+  if (kiln_config_from_env(&cfg)) return fail("configuration");
+  cfg.plain_layouts = true;
+  ProtobufCMessage *msg;
+  if (kiln_text_parse_file(model, &caffe__net_parameter__descriptor, &msg)) return fail(model);
+  if (kiln_net_param_upgrade((Caffe__NetParameter *)msg, model, NULL)) return fail(model);
+  kiln_net_options o = {.phase = CAFFE__PHASE__TEST, .seed = seed, .source = model,
+                        .config = &cfg};
+  kiln_net *net;
+  if (kiln_net_create((Caffe__NetParameter *)msg, &o, &net)) return fail(model);
+  kiln_rng r;
+  kiln_rng_seed(&r, seed, 11);
+  randomize(net, &r);
+  if (kiln_net_save_weights(net, weights)) return fail(weights);
+  char path[4096];
+  snprintf(path, sizeof path, "%s/manifest.txt", dir);
+  FILE *manifest = fopen(path, "w");
+  if (!manifest) {
+    fprintf(stderr, "onnx_ref: cannot write %s\n", path);
+    return 1;
+  }
+  int k = 0;
+  for (int i = 0; i < net->nlayers; i++) {
+    kiln_layer *l = net->layers[i];
+    if (strcmp(l->ops->type, "Input")) continue;
+    for (int t = 0; t < l->ntop; t++, k++) {
+      kiln_blob *b = l->top[t];
+      for (int64_t j = 0; j < b->count; j++) b->data[j] = uniform(&r, -1.0f, 1.0f);
+      if (write_blob(manifest, dir, "input", k, b->name, b)) return 1;
+    }
+  }
+  float loss;
+  if (kiln_net_forward(net, &loss)) return fail("forward");
+  k = 0;
+  for (int o2 = 0; o2 < net->noutputs; o2++, k++)
+    if (write_blob(manifest, dir, "blob", k, net->outputs[o2]->name, net->outputs[o2])) return 1;
+  for (int a = 5; a < argc; a++, k++) {
+    const kiln_blob *b = kiln_net_blob(net, argv[a]);
+    if (!b) {
+      fprintf(stderr, "onnx_ref: %s: no blob '%s'\n", model, argv[a]);
+      return 1;
+    }
+    if (write_blob(manifest, dir, "inner", k, b->name, b)) return 1;
+  }
+  if (fclose(manifest)) return 1;
+  kiln_net_free(net);
+  protobuf_c_message_free_unpacked(msg, NULL);
+  return 0;
+}
