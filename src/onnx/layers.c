@@ -72,12 +72,13 @@ static int emit_conv(ox_graph *g) {
 /* Caffe's pooling windows (src/ops/pool.c): out = ceil or floor of (in + 2 pad - k) / stride,
  * plus 1, less one where the last window would start past the input and its first padding;
  * windows clipped to the input for MAX; for AVE, the sum over the window clipped to the input,
- * divided by the window clipped to [-pad, in + pad), not by the kernel's size where the last
- * window runs past in + pad. ONNX's pads are explicit here (no ceil_mode): the begin pad, and at
- * the end the pad plus the overhang of the last window, so that ONNX's floor rule gives Caffe's
- * size; MAX ignores padding (-inf); AVE divides by the kernel (count_include_pad 1) where no
- * window overhangs, and otherwise the padding is made real by a Pad node of zeros and the
- * overhang left out of the divisor (count_include_pad 0). */
+ * divided by the window clipped to [-pad, in + pad): the padding counts, but not the part of the
+ * last window that runs past in + pad. ONNX's pads are explicit here (no ceil_mode): the begin
+ * pad, and at the end the pad plus the overhang of the last window, so that ONNX's floor rule
+ * gives Caffe's size. MAX ignores padding (-inf). For AVE the padding is made real, a Pad node of
+ * zeros, and the pooling then pads only the overhang, which count_include_pad 0 leaves out of
+ * the divisor: exact whatever a runtime does with count_include_pad 1 and ceil_mode, on which
+ * they differ (OpenCV 4.6 divides by the unpadded window). */
 static int emit_pool(ox_graph *g) {
   const kiln_layer *l = g->l;
   const Caffe__PoolingParameter *p = l->lp->pooling_param;
@@ -98,12 +99,10 @@ static int emit_pool(ox_graph *g) {
   pad[1] = p->has_pad_w ? p->pad_w : p->pad;
   stride[0] = p->has_stride_h ? p->stride_h : p->stride;
   stride[1] = p->has_stride_w ? p->stride_w : p->stride;
-  bool overhang = false;
   for (int a = 0; a < 2; a++) {
     const int64_t in = x->shape[2 + a], out = y->shape[2 + a];
     over[a] = (out - 1) * stride[a] + k[a] - in - 2 * pad[a];
     if (over[a] < 0) over[a] = 0;
-    overhang |= over[a] > 0;
     /* ONNX's size (floor) with these pads must be Caffe's */
     if ((in + 2 * pad[a] + over[a] - k[a]) / stride[a] + 1 != out)
       return ox_fail(g, KILN_ERR_INTERNAL, "no ONNX padding gives Caffe's output size %lld "
@@ -111,9 +110,7 @@ static int emit_pool(ox_graph *g) {
   }
   const char *in = ox_bottom(g, 0);
   int64_t pads[4] = {pad[0], pad[1], pad[0] + over[0], pad[1] + over[1]};
-  int include_pad = pad[0] || pad[1];
-  if (!max && overhang && (pad[0] || pad[1])) {
-    /* the padding as zeros of the input, the overhang outside the divisor */
+  if (!max && (pad[0] || pad[1])) {
     const int64_t zero_pads[8] = {0, 0, pad[0], pad[1], 0, 0, pad[0], pad[1]};
     const char *pv = ox_init_int64(g, "pads", 8, zero_pads);
     const char *padded = ox_tmp(g, "padded");
@@ -123,9 +120,6 @@ static int emit_pool(ox_graph *g) {
     pads[0] = pads[1] = 0;
     pads[2] = over[0];
     pads[3] = over[1];
-    include_pad = 0;
-  } else if (!max && overhang) {
-    include_pad = 0; /* no padding: the divisor is the window clipped to the input */
   }
   const char *out = ox_top(g, 0);
   Onnx__NodeProto *n = ox_node1(g, max ? "MaxPool" : "AveragePool", in, out);
@@ -133,7 +127,7 @@ static int emit_pool(ox_graph *g) {
   KILN_TRY(ox_attr_ints(g, n, "kernel_shape", 2, k));
   KILN_TRY(ox_attr_ints(g, n, "strides", 2, stride));
   KILN_TRY(ox_attr_ints(g, n, "pads", 4, pads));
-  if (!max) KILN_TRY(ox_attr_int(g, n, "count_include_pad", include_pad));
+  if (!max) KILN_TRY(ox_attr_int(g, n, "count_include_pad", 0));
   ox_set_top(g, 0, out);
   return KILN_OK;
 }
@@ -465,7 +459,7 @@ static int emit_scale_bias(ox_graph *g) {
 
 /* LRN: ACROSS_CHANNELS is ONNX's LRN (the same window and formula, k as bias); WITHIN_CHANNEL is
  * x (1 + alpha / n^2 * sum of x^2 over an n x n square, zero padded)^-beta, as Caffe builds it:
- * the square's mean through AveragePool counting the padding. */
+ * the square's mean through Pad and AveragePool. */
 static int emit_lrn(ox_graph *g) {
   static const Caffe__LRNParameter defaults = CAFFE__LRNPARAMETER__INIT;
   const Caffe__LRNParameter *p = g->l->lp->lrn_param ? g->l->lp->lrn_param : &defaults;
@@ -481,14 +475,19 @@ static int emit_lrn(ox_graph *g) {
   const char *sq = ox_tmp(g, "square"), *avg = ox_tmp(g, "mean_square");
   const char *xx[2] = {x, x};
   TRY_NODE(ox_node(g, "Mul", 2, xx, 1, &sq));
+  const int64_t size = p->local_size, pad = (size - 1) / 2;
+  if (pad) { /* zeros around, counted in the mean (see emit_pool) */
+    const int64_t zero_pads[8] = {0, 0, pad, pad, 0, 0, pad, pad};
+    const char *pin[2] = {sq, ox_init_int64(g, "pads", 8, zero_pads)};
+    const char *padded = ox_tmp(g, "padded");
+    TRY_NODE(ox_node(g, "Pad", 2, pin, 1, &padded));
+    sq = padded;
+  }
   Onnx__NodeProto *n = ox_node1(g, "AveragePool", sq, avg);
   TRY_NODE(n);
-  const int64_t size = p->local_size, pad = (size - 1) / 2;
-  const int64_t k[2] = {size, size}, pads[4] = {pad, pad, pad, pad}, ones[2] = {1, 1};
+  const int64_t k[2] = {size, size}, ones[2] = {1, 1};
   KILN_TRY(ox_attr_ints(g, n, "kernel_shape", 2, k));
   KILN_TRY(ox_attr_ints(g, n, "strides", 2, ones));
-  KILN_TRY(ox_attr_ints(g, n, "pads", 4, pads));
-  KILN_TRY(ox_attr_int(g, n, "count_include_pad", 1));
   const char *s = affine(g, avg, p->alpha, 1.0f, NULL);
   if (!s) return KILN_ERR_NOMEM;
   const char *pw = ox_tmp(g, "factor");

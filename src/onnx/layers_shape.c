@@ -39,7 +39,8 @@ static int emit_concat(ox_graph *g) {
   return KILN_OK;
 }
 
-/* Slice: Split along the axis into the tops' sizes. */
+/* Slice: Split along the axis into equal pieces, or one Slice node a top for pieces of different
+ * sizes (Split's sizes are an input since opset 13, which OpenCV 4.6 does not read). */
 static int emit_slice(ox_graph *g) {
   const kiln_layer *l = g->l;
   const Caffe__SliceParameter *p = l->lp->slice_param;
@@ -49,21 +50,31 @@ static int emit_slice(ox_graph *g) {
     return ox_refuse(g, "a slice of the batch axis fixes the batch size: not exported with "
                      "--dynamic-batch");
   const char **outs = ox_alloc(g, sizeof(char *) * (size_t)l->ntop);
-  int64_t *sizes = ox_alloc(g, sizeof(int64_t) * (size_t)l->ntop);
-  if (!outs || !sizes) return KILN_ERR_NOMEM;
+  if (!outs) return KILN_ERR_NOMEM;
+  bool equal = true;
   for (int t = 0; t < l->ntop; t++) {
     outs[t] = ox_top(g, t);
-    sizes[t] = l->top[t]->shape[axis];
+    equal &= l->top[t]->shape[axis] == l->top[0]->shape[axis];
   }
-  Onnx__NodeProto *n;
+  const char *in = ox_bottom(g, 0);
   if (l->ntop == 1) {
-    n = ox_node1(g, "Identity", ox_bottom(g, 0), outs[0]);
+    TRY_NODE(ox_node1(g, "Identity", in, outs[0]));
+  } else if (equal) {
+    Onnx__NodeProto *n = ox_node(g, "Split", 1, &in, l->ntop, outs);
+    TRY_NODE(n);
+    KILN_TRY(ox_attr_int(g, n, "axis", axis));
   } else {
-    const char *in[2] = {ox_bottom(g, 0), ox_init_int64(g, "split", l->ntop, sizes)};
-    n = ox_node(g, "Split", 2, in, l->ntop, outs);
+    const int64_t ax = axis;
+    const char *axes = ox_init_int64(g, "axes", 1, &ax);
+    int64_t start = 0;
+    for (int t = 0; t < l->ntop; t++) {
+      const int64_t end = start + l->top[t]->shape[axis];
+      const char *sin[4] = {in, ox_init_int64(g, "starts", 1, &start),
+                            ox_init_int64(g, "ends", 1, &end), axes};
+      TRY_NODE(ox_node(g, "Slice", 4, sin, 1, &outs[t]));
+      start = end;
+    }
   }
-  TRY_NODE(n);
-  if (l->ntop > 1) KILN_TRY(ox_attr_int(g, n, "axis", axis));
   for (int t = 0; t < l->ntop; t++) ox_set_top(g, t, outs[t]);
   return KILN_OK;
 }

@@ -1,8 +1,8 @@
 /* A helper of tests/cli/onnx_export.sh and slow_onnx_zoo.sh (not installed): kiln's side of the
  * comparison with OpenCV's ONNX runtime. Builds a deploy net (TEST phase, plain layouts, every
  * blob kept), gives it random weights that make every part of it matter (He-scaled weights,
- * biases, BatchNorm statistics with a scale factor other than 1, Scale's gamma and beta, PReLU's
- * slopes), saves them, runs one forward pass on random inputs and writes the inputs and the
+ * biases, BatchNorm statistics near those of what reaches it, stored with a scale factor other
+ * than 1, Scale's gamma and beta, PReLU's slopes), saves them, runs one forward pass on random inputs and writes the inputs and the
  * blobs asked for as raw float32 files.
  *
  *   onnx_ref MODEL WEIGHTS_OUT DIR SEED [BLOB...]
@@ -30,6 +30,34 @@ static float uniform(kiln_rng *r, float lo, float hi) {
 
 static void fill(kiln_rng *r, kiln_blob *b, float lo, float hi) {
   for (int64_t i = 0; i < b->count; i++) b->data[i] = uniform(r, lo, hi);
+}
+
+/* BatchNorm's statistics from what reaches it: one pass, layer by layer, each BatchNorm given
+ * the mean and variance of its input (each channel's, perturbed by up to 20%) before it runs, so
+ * that deep nets keep their activations near 1 and their scores unsaturated. */
+static int calibrate(kiln_net *net, kiln_rng *r) {
+  for (int i = 0; i < net->nlayers; i++) {
+    kiln_layer *l = net->layers[i];
+    if (!strcmp(l->ops->type, "BatchNorm")) {
+      const kiln_blob *x = l->bottom[0];
+      const int64_t N = x->shape[0], C = x->shape[1], S = x->count / (N * C);
+      const float f = l->param[2]->data[0];
+      for (int64_t c = 0; c < C; c++) {
+        double sum = 0, sq = 0;
+        for (int64_t n = 0; n < N; n++)
+          for (int64_t k = 0; k < S; k++) {
+            const double v = x->data[(n * C + c) * S + k];
+            sum += v;
+            sq += v * v;
+          }
+        const double mean = sum / (double)(N * S), var = sq / (double)(N * S) - mean * mean;
+        l->param[0]->data[c] = (float)(mean + 0.2 * sqrt(var) * uniform(r, -1, 1)) * f;
+        l->param[1]->data[c] = (float)(var * uniform(r, 0.8f, 1.25f) + 1e-3) * f;
+      }
+    }
+    if (kiln_net_layer_forward(net, i)) return 1;
+  }
+  return 0;
 }
 
 static void randomize(kiln_net *net, kiln_rng *r) {
@@ -90,6 +118,7 @@ int main(int argc, char **argv) {
   kiln_config cfg;
   if (kiln_config_from_env(&cfg)) return fail("configuration");
   cfg.plain_layouts = true;
+  cfg.unfused = true; /* calibrate() reads each BatchNorm's input before it runs */
   ProtobufCMessage *msg;
   if (kiln_text_parse_file(model, &caffe__net_parameter__descriptor, &msg)) return fail(model);
   if (kiln_net_param_upgrade((Caffe__NetParameter *)msg, model, NULL)) return fail(model);
@@ -100,6 +129,15 @@ int main(int argc, char **argv) {
   kiln_rng r;
   kiln_rng_seed(&r, seed, 11);
   randomize(net, &r);
+  int k = 0;
+  for (int i = 0; i < net->nlayers; i++) {
+    kiln_layer *l = net->layers[i];
+    if (strcmp(l->ops->type, "Input")) continue;
+    for (int t = 0; t < l->ntop; t++, k++)
+      for (int64_t j = 0; j < l->top[t]->count; j++)
+        l->top[t]->data[j] = uniform(&r, -1.0f, 1.0f);
+  }
+  if (calibrate(net, &r)) return fail("forward");
   if (kiln_net_save_weights(net, weights)) return fail(weights);
   char path[4096];
   snprintf(path, sizeof path, "%s/manifest.txt", dir);
@@ -108,15 +146,12 @@ int main(int argc, char **argv) {
     fprintf(stderr, "onnx_ref: cannot write %s\n", path);
     return 1;
   }
-  int k = 0;
+  k = 0;
   for (int i = 0; i < net->nlayers; i++) {
     kiln_layer *l = net->layers[i];
     if (strcmp(l->ops->type, "Input")) continue;
-    for (int t = 0; t < l->ntop; t++, k++) {
-      kiln_blob *b = l->top[t];
-      for (int64_t j = 0; j < b->count; j++) b->data[j] = uniform(&r, -1.0f, 1.0f);
-      if (write_blob(manifest, dir, "input", k, b->name, b)) return 1;
-    }
+    for (int t = 0; t < l->ntop; t++, k++)
+      if (write_blob(manifest, dir, "input", k, l->top[t]->name, l->top[t])) return 1;
   }
   float loss;
   if (kiln_net_forward(net, &loss)) return fail("forward");
