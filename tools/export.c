@@ -108,8 +108,9 @@ int cmd_export(int argc, char **argv) {
     return tool_fail("export onnx (nothing written)");
   const kiln_onnx_options opt = {.dynamic_batch = dynamic, .model = model, .weights = weights};
   kiln_onnx_summary s;
-  int rc = kiln_net_load_weights(net, weights);
-  if (!rc && (rc = kiln_onnx_export(net, &opt, out, &s)))
+  int rc = kiln_onnx_check(net); /* a refused layer is said before the weights are read */
+  if (rc) kiln_error_context(rc, "%s: ", model);
+  else if (!(rc = kiln_net_load_weights(net, weights)) && (rc = kiln_onnx_export(net, &opt, out, &s)))
     kiln_error_context(rc, "%s: ", model);
   if (rc) {
     tool_free_net(net, msg);

@@ -39,6 +39,11 @@ typedef struct kiln_onnx_summary {
 int kiln_onnx_export(const kiln_net *net, const kiln_onnx_options *opt, const char *path,
                      kiln_onnx_summary *summary);
 
+/* What kiln_onnx_export checks first, before anything is built, for a caller to ask before it
+ * loads the weights: the net is built in the TEST phase, and each of its layers has an ONNX form
+ * (the first that has none refused, KILN_ERR_UNSUPPORTED naming it and its type). */
+int kiln_onnx_check(const kiln_net *net);
+
 /* Whether the exporter has an ONNX form for layer type `type` (docs/onnx.md's table), and when
  * it has none, why (a sentence, for messages), in *why. */
 bool kiln_onnx_exports_type(const char *type, const char **why);

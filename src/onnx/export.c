@@ -388,8 +388,10 @@ static Onnx__ValueInfoProto *value_info(ox_graph *g, const char *name, const kil
   return v;
 }
 
-/* Every layer has a form, before anything is built: the first that has none, named. */
-static int check_types(const kiln_net *net) {
+int kiln_onnx_check(const kiln_net *net) {
+  if (net->phase != CAFFE__PHASE__TEST)
+    return kiln_errorf(KILN_ERR_INVALID, "net '%s' is built in the TRAIN phase: a model for "
+                       "inference is the net of the TEST phase", net->name ? net->name : "");
   for (int i = 0; i < net->nlayers; i++) {
     const kiln_layer *l = net->layers[i];
     const char *why;
@@ -489,10 +491,7 @@ static int build_graph(ox_graph *g, Onnx__GraphProto *graph) {
 
 int kiln_onnx_export(const kiln_net *net, const kiln_onnx_options *opt, const char *path,
                      kiln_onnx_summary *summary) {
-  if (net->phase != CAFFE__PHASE__TEST)
-    return kiln_errorf(KILN_ERR_INVALID, "net '%s' is built in the TRAIN phase: a model for "
-                       "inference is the net of the TEST phase", net->name ? net->name : "");
-  KILN_TRY(check_types(net));
+  KILN_TRY(kiln_onnx_check(net));
   const kiln_onnx_options defaults = {0};
   ox_graph g = {.net = net, .opt = opt ? opt : &defaults};
   float *copy = NULL;
