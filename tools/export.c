@@ -58,13 +58,28 @@ static int check_folder(const char *out) {
   return rc;
 }
 
+static void export_usage(FILE *f) {
+  fprintf(f, "usage: kiln export onnx --model DEPLOY.prototxt --weights W.caffemodel OUT.onnx\n"
+             "                        [--dynamic-batch]\n"
+             "\n"
+             "A trained net in another format: ONNX (docs/onnx.md). kiln export FORM --help for\n"
+             "one form's options.\n"
+             "\n"
+             "options:\n");
+  tool_help_usage(f);
+}
+
 int cmd_export(int argc, char **argv) {
-  for (int i = 1; i < argc; i++)
-    if (tool_is_help(argv[i])) tool_help(usage);
+  if (argc >= 2 && tool_is_help(argv[1])) tool_help(export_usage);
+  for (int i = 2; i < argc; i++)
+    if (tool_is_help(argv[i]) && !strcmp(argv[1], "onnx")) tool_help(usage);
   if (argc < 2 || strcmp(argv[1], "onnx")) {
-    if (argc >= 2)
+    if (argc >= 2 && argv[1][0] == '-')
+      fprintf(stderr, "kiln export: unknown option '%s' (see kiln export --help)\n", argv[1]);
+    else if (argc >= 2)
       fprintf(stderr, "kiln export: unknown format '%s' (kiln export onnx ...)\n", argv[1]);
-    usage(stderr);
+    else
+      export_usage(stderr);
     return 2;
   }
   static const char *const names[] = {"--model", "--weights", NULL};
@@ -110,7 +125,8 @@ int cmd_export(int argc, char **argv) {
   kiln_onnx_summary s;
   int rc = kiln_onnx_check(net); /* a refused layer is said before the weights are read */
   if (rc) kiln_error_context(rc, "%s: ", model);
-  else if (!(rc = kiln_net_load_weights(net, weights)) && (rc = kiln_onnx_export(net, &opt, out, &s)))
+  else if (!(rc = kiln_net_load_weights(net, weights)) &&
+           (rc = kiln_onnx_export(net, &opt, out, &s)))
     kiln_error_context(rc, "%s: ", model);
   if (rc) {
     tool_free_net(net, msg);
