@@ -48,4 +48,45 @@ int kiln_onnx_check(const kiln_net *net);
  * it has none, why (a sentence, for messages), in *why. */
 bool kiln_onnx_exports_type(const char *type, const char **why);
 
+/* ---- import (src/onnx/import.c) -------------------------------------------------------------
+ * An ONNX model as a Caffe deploy net and its weights: the graph's constant parts folded
+ * (Constant, Shape of a known shape, Gather, Unsqueeze, Concat, ... on constants), each remaining
+ * node mapped onto the kiln layer (or layers) that compute exactly what it computes, or refused
+ * naming the node and its op type. docs/onnx.md has the op table. */
+
+/* The opsets of the default domain (ai.onnx) the importer reads. */
+#define KILN_ONNX_IMPORT_OPSET_MIN 7
+#define KILN_ONNX_IMPORT_OPSET_MAX 17
+
+typedef struct kiln_onnx_import_options {
+  /* The size given to an input's first axis when the model leaves it symbolic ("N",
+   * "batch_size"); 0: 1. Any other symbolic axis is refused. */
+  int64_t batch;
+} kiln_onnx_import_options;
+
+typedef struct kiln_onnx_imported {
+  /* The deploy net as prototxt text (Input layers for the graph's inputs, the graph's outputs
+   * under their ONNX names), and the same net with every layer's parameter blobs, for the
+   * .caffemodel. Owned; kiln_onnx_imported_free. */
+  char *prototxt;
+  Caffe__NetParameter *net;
+  int opset;
+  int nodes, folded, dropped, layers, inputs, outputs;
+  int64_t parameters;
+} kiln_onnx_imported;
+
+/* Imports the model in data[0 .. len), `name` standing for it in messages. Malformed models (a
+ * truncated file, a cycle, a tensor no node writes, an initializer whose bytes disagree with its
+ * dims, an opset outside KILN_ONNX_IMPORT_OPSET_MIN .. MAX) are KILN_ERR_PARSE or
+ * KILN_ERR_INVALID naming the node or field; an op or attribute kiln cannot express exactly is
+ * KILN_ERR_UNSUPPORTED naming the node and its op type. */
+int kiln_onnx_import(const void *data, size_t len, const char *name,
+                     const kiln_onnx_import_options *opt, kiln_onnx_imported *out);
+void kiln_onnx_imported_free(kiln_onnx_imported *m);
+/* Writes the net (text) and its weights (.caffemodel, binary NetParameter), each through a
+ * temporary file renamed into place; when the second write fails the first file is removed, so a
+ * failed import leaves neither. */
+int kiln_onnx_imported_write(const kiln_onnx_imported *m, const char *net_path,
+                             const char *weights_path);
+
 #endif

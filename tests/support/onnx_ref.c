@@ -10,7 +10,14 @@
  * DIR/manifest.txt gets one line a file: "input NAME FILE D0 D1 ..." for each input, then
  * "blob NAME FILE D0 D1 ..." for each output of the net, "inner NAME FILE ..." for each BLOB
  * named (its value after the forward pass: the last in-place layer's). Exit 1 with kiln's
- * message on stderr when something fails. */
+ * message on stderr when something fails.
+ *
+ *   onnx_ref --compare MODEL WEIGHTS DIR TOL
+ *
+ * The other direction (tests/cli/onnx_import.sh): runs a net with its weights (an imported one) on
+ * the inputs of DIR/manifest.txt (written as above, by this helper or by PyTorch) and compares
+ * each "blob" (and "inner") of the manifest with kiln's blob of that name: one line each, "NAME
+ * max|d| X"; exit 1 when one differs by more than TOL (0: bit for bit). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -108,7 +115,99 @@ static int write_blob(FILE *manifest, const char *dir, const char *kind, int k, 
   return 0;
 }
 
+static float *read_floats(const char *dir, const char *file, int64_t n) {
+  char path[4096];
+  snprintf(path, sizeof path, "%s/%s", dir, file);
+  FILE *f = fopen(path, "rb");
+  float *v = malloc(sizeof(float) * (size_t)(n ? n : 1));
+  if (!f || !v || fread(v, sizeof(float), (size_t)n, f) != (size_t)n) {
+    fprintf(stderr, "onnx_ref: cannot read %lld floats from %s\n", (long long)n, path);
+    if (f) fclose(f);
+    free(v);
+    return NULL;
+  }
+  fclose(f);
+  return v;
+}
+
+static int compare(int argc, char **argv) {
+  if (argc != 6) {
+    fprintf(stderr, "usage: onnx_ref --compare MODEL WEIGHTS DIR TOL\n");
+    return 2;
+  }
+  const char *model = argv[2], *weights = argv[3], *dir = argv[4];
+  const double tol = strtod(argv[5], NULL);
+  kiln_config cfg;
+  if (kiln_config_from_env(&cfg)) return fail("configuration");
+  cfg.plain_layouts = true;
+  ProtobufCMessage *msg;
+  if (kiln_text_parse_file(model, &caffe__net_parameter__descriptor, &msg)) return fail(model);
+  kiln_net_options o = {.phase = CAFFE__PHASE__TEST, .seed = 1, .source = model, .config = &cfg};
+  kiln_net *net;
+  if (kiln_net_create((Caffe__NetParameter *)msg, &o, &net)) return fail(model);
+  if (kiln_net_load_weights(net, weights)) return fail(weights);
+  char path[4096], line[4096];
+  snprintf(path, sizeof path, "%s/manifest.txt", dir);
+  FILE *mf = fopen(path, "r");
+  if (!mf) {
+    fprintf(stderr, "onnx_ref: cannot read %s\n", path);
+    return 1;
+  }
+  /* the inputs first, then the forward pass, then the comparisons */
+  for (int pass = 0; pass < 2; pass++) {
+    rewind(mf);
+    if (pass == 1) {
+      float loss;
+      if (kiln_net_forward(net, &loss)) return fail("forward");
+    }
+    while (fgets(line, sizeof line, mf)) {
+      char kind[64], name[1024], file[1024];
+      int off = 0;
+      if (sscanf(line, "%63s %1023s %1023s%n", kind, name, file, &off) != 3) continue;
+      const bool is_input = !strcmp(kind, "input");
+      if (is_input != (pass == 0)) continue;
+      kiln_blob *b = kiln_net_blob(net, name);
+      if (!b) {
+        fprintf(stderr, "onnx_ref: %s: no blob '%s'\n", model, name);
+        return 1;
+      }
+      int64_t n = 1;
+      long long d;
+      int used;
+      for (const char *p = line + off; sscanf(p, "%lld%n", &d, &used) == 1; p += used) n *= d;
+      if (n != b->count) {
+        fprintf(stderr, "onnx_ref: %s: '%s' has %lld values in %s, %lld in kiln\n", model, name,
+                (long long)n, dir, (long long)b->count);
+        return 1;
+      }
+      float *v = read_floats(dir, file, n);
+      if (!v) return 1;
+      if (is_input) {
+        memcpy(b->data, v, sizeof(float) * (size_t)n);
+      } else {
+        double md = 0;
+        for (int64_t j = 0; j < n; j++) {
+          const double e = fabs((double)b->data[j] - (double)v[j]);
+          if (!(e <= md)) md = e; /* a NaN shows as one */
+        }
+        printf("%s max|d| %.3g\n", name, md);
+        if (!(md <= tol)) {
+          fprintf(stderr, "onnx_ref: %s: '%s' differs by %.3g, more than %.3g\n", model, name, md, tol);
+          free(v);
+          return 1;
+        }
+      }
+      free(v);
+    }
+  }
+  fclose(mf);
+  kiln_net_free(net);
+  protobuf_c_message_free_unpacked(msg, NULL);
+  return 0;
+}
+
 int main(int argc, char **argv) {
+  if (argc >= 2 && !strcmp(argv[1], "--compare")) return compare(argc, argv);
   if (argc < 5) {
     fprintf(stderr, "usage: onnx_ref MODEL WEIGHTS_OUT DIR SEED [BLOB...]\n");
     return 2;
