@@ -61,6 +61,7 @@ typedef struct tensor {
 
 typedef struct {
   const char *name;
+  size_t bias_off; /* where " bias_term: false" is in the text (a MatMul's, for an Add), or 0 */
   int nblobs;
   shp bs[8];
   float *bd[8];
@@ -741,6 +742,8 @@ static int op_binary(imp *m) {
     for (int k = 0; k < c->s.nd - 1; k++) vec &= c->s.d[k] == 1;
     if (vec && c->dt == DT_F) {
       KILN_TRY(add_blob(m, x->ip_layer, &(shp){1, {c->n}}, c->f));
+      if (m->text.failed) return nomem();
+      memset(m->text.s + m->layers[x->ip_layer].bias_off, ' ', strlen(" bias_term: false"));
       KILN_TRY(alias_out(m, 0, x, &x->s));
       m->dropped++;
       return KILN_OK;
@@ -1129,7 +1132,9 @@ static int op_matmul(imp *m) {
   os.d[os.nd - 1] = N;
   int li = layer1(m, "InnerProduct", b, &os);
   if (li < 0) return KILN_ERR_NOMEM;
-  params(m, "inner_product_param { num_output: %lld bias_term: false axis: %d transpose: true }", (long long)N, a->s.nd - 1);
+  kiln_strbuf_printf(&m->text, "  inner_product_param { num_output: %lld", (long long)N);
+  m->layers[li].bias_off = m->text.len;
+  kiln_strbuf_printf(&m->text, " bias_term: false axis: %d transpose: true }\n", a->s.nd - 1);
   end_layer(m);
   KILN_TRY(add_blob(m, li, &w->s, w->f));
   tensor *t = out(m, 0);
@@ -1777,7 +1782,7 @@ static bool foldable(const char *op) {
   static const char *const ops[] = {"Constant", "Identity", "Shape", "Gather", "Unsqueeze", "Squeeze",
                                     "Concat", "Reshape", "Flatten", "Cast", "Slice", "Add", "Sub",
                                     "Mul", "Div", "Neg", "ConstantOfShape", "Equal", "Where", "Less",
-                                    "Greater", "Max", "Min", "Transpose", "Size", "Range", "Dropout", "Pow", "Sqrt", NULL};
+                                    "Greater", "Max", "Min", "Transpose", "Size", "Range", "Dropout", "Pow", "Sqrt", "Expand", NULL};
   for (int k = 0; ops[k]; k++)
     if (!strcmp(ops[k], op)) return true;
   return false;
@@ -1891,6 +1896,20 @@ static int fold(imp *m) {
       const double v = cval(a, bidx(&s, &a->s, j)) != 0 ? cval(b, bidx(&s, &b->s, j)) : cval(c, bidx(&s, &c->s, j));
       if (dt == DT_F) o->f[j] = (float)v;
       else o->i[j] = (int64_t)v;
+    }
+    return KILN_OK;
+  }
+  if (!strcmp(op, "Expand")) {
+    if (!b || b->dt != DT_I || b->n > MAXD) return BAD("the shape is not an int64 list");
+    shp bs;
+    KILN_TRY(shape_set(&bs, (size_t)b->n, b->i, "Expand's shape"));
+    shp s;
+    KILN_TRY(broadcast(m, &a->s, &bs, &s));
+    KILN_TRY(make_const(m, o, a->dt, &s));
+    for (int64_t j = 0; j < o->n; j++) {
+      const int64_t src = bidx(&s, &a->s, j);
+      if (a->dt == DT_F) o->f[j] = a->f[src];
+      else o->i[j] = a->i[src];
     }
     return KILN_OK;
   }
@@ -2105,6 +2124,7 @@ static int map_node(imp *m) {
   if (n->domain && *n->domain && strcmp(n->domain, "ai.onnx"))
     return REFUSE("an op of domain '%s': kiln imports the default domain (ai.onnx)", n->domain);
   const char *op = nop(n);
+  if (folds(m)) return fold(m);
   if (!strcmp(op, "Cast")) {
     tensor *x;
     KILN_TRY(blob_in(m, 0, &x));
