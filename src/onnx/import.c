@@ -2299,8 +2299,8 @@ static int run_graph(imp *m, int *order_out) {
     for (int k = 0; k < nn; k++)
       if (indeg[k] > 0) {
         m->node = g->node[k], m->node_index = k;
-        rc = nfail(m, KILN_ERR_INVALID, "the graph has a cycle: this node waits on its own output through %d node%s",
-                   nn - done, nn - done == 1 ? "" : "s");
+        rc = nfail(m, KILN_ERR_INVALID, "the graph has a cycle: this node's inputs depend on its own "
+                   "output (%d node%s in the cycle or after it)", nn - done, nn - done == 1 ? "" : "s");
         break;
       }
   }
