@@ -1175,7 +1175,7 @@ static int op_batchnorm(imp *m) {
   }
   int li = begin_layer(m, "BatchNorm", nname(m), 1, &b, 1, &bn_top);
   if (li < 0) return KILN_ERR_NOMEM;
-  params(m, "batch_norm_param { use_global_stats: true eps: %.9g }", eps);
+  params(m, "batch_norm_param { eps: %.9g }", eps); /* global statistics in TEST, batch ones in TRAIN */
   end_layer(m);
   const float one = 1;
   KILN_TRY(add_blob(m, li, &shape1(C), mean->f));
