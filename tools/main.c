@@ -50,6 +50,11 @@ static void usage(FILE *f) {
           "        per-layer forward and backward times (random weights and inputs)\n"
           "  describe --model M.prototxt [--phase TRAIN|TEST]\n"
           "        layer table (output shapes, parameters, FLOPs) and memory plan\n"
+          "  export onnx --model DEPLOY.prototxt --weights W.caffemodel OUT.onnx [--dynamic-batch]\n"
+          "        a deploy net and its weights as an ONNX model (opset 13; docs/onnx.md)\n"
+          "  import onnx IN.onnx OUT_NET.prototxt OUT_WEIGHTS.caffemodel [--batch N]\n"
+          "        an ONNX model (opsets 7 to 17, as PyTorch exports them) as a deploy net and\n"
+          "        its weights (docs/onnx.md)\n"
           "  convert idx IMAGES LABELS OUT_LMDB|OUT.h5 [--backend lmdb|leveldb]\n"
           "        IDX files (gzip or plain; images N x H x W or N x C x H x W) to a\n"
           "        Caffe-style LMDB (or LevelDB) of Datum records, or (OUT named *.h5) to an\n"
@@ -132,6 +137,8 @@ static const struct {
     {"sample", cmd_sample},
     {"decode", cmd_decode},
     {"detect", cmd_detect},
+    {"export", cmd_export},
+    {"import", cmd_import},
 };
 
 static int (*find_command(const char *name))(int, char **) {

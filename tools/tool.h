@@ -30,6 +30,8 @@ int cmd_upgrade(int argc, char **argv);
 int cmd_sample(int argc, char **argv);
 int cmd_decode(int argc, char **argv);
 int cmd_detect(int argc, char **argv);
+int cmd_export(int argc, char **argv);
+int cmd_import(int argc, char **argv);
 
 /* Caffe's spellings of the options (-solver=F, --solver=F, -solver F) rewritten as kiln's
  * (--solver F), Caffe's -gpu checked and dropped (its value in tool_caffe_gpu): the new argument

@@ -1,0 +1,2535 @@
+/* kiln_onnx_import: an ONNX model as a Caffe deploy net and its weights (docs/onnx.md).
+ *
+ * The model is checked whole first (its opset, every initializer's bytes against its dims, every
+ * node's inputs written by something, the graph free of cycles), then the nodes are visited in
+ * topological order (the file's order where it is one). A node whose inputs are all constants is
+ * folded: computed here into a new constant (PyTorch's Shape -> Gather -> Unsqueeze -> Concat
+ * chains that build a Reshape's target, its Constant nodes). Every other node becomes the kiln
+ * layers that compute exactly what it computes, or is refused naming it and its op type.
+ *
+ * Each ONNX tensor that is not a constant lives in a Caffe blob. Ops that only rename the axes
+ * (Reshape, Flatten, Squeeze, Unsqueeze, a Transpose that moves only axes of size 1, Identity,
+ * Dropout) make no layer: the tensor keeps its blob and records its own ONNX shape beside the
+ * blob's, and a layer that needs the blob in the tensor's shape gets a Reshape layer then
+ * (materialize). So a Flatten before a Gemm is nothing (InnerProduct flattens), as in Caffe.
+ *
+ * The net is written as prototxt text and parsed back by kiln's own text reader into the
+ * NetParameter, to which the weights are attached as the layers' blobs. */
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "kiln/files.h"
+#include "kiln/onnx.h"
+#include "kiln/proto.h"
+#include "kiln/strbuf.h"
+#include "onnx.pb-c.h"
+
+#define MAXD 8
+#define MAX_CONST ((int64_t)1 << 26) /* elements of a constant the folding makes */
+
+typedef struct {
+  int nd;
+  int64_t d[MAXD];
+} shp;
+
+enum { T_NONE, T_CONST, T_BLOB, T_PAD };
+enum { DT_F, DT_I };
+
+typedef struct tensor {
+  const char *name;
+  int kind;
+  bool ready;
+  shp s; /* the ONNX shape */
+  /* T_CONST */
+  int dt;
+  float *f;
+  int64_t *i;
+  int64_t n;
+  /* T_BLOB and T_PAD: the blob and its Caffe shape */
+  const char *blob;
+  shp cs;
+  int uses;
+  int ip_layer;        /* a MatMul's InnerProduct that an Add may give its bias, or -1 */
+  int64_t pad[4];      /* T_PAD: zeros before and after axes 2 and 3 (hb, wb, he, we) */
+  const char *pad_node;
+  int producer;        /* the node that writes it, -1 for inputs and initializers */
+} tensor;
+
+typedef struct {
+  const char *name;
+  size_t bias_off; /* where " bias_term: false" is in the text (a MatMul's, for an Add), or 0 */
+  int nblobs;
+  shp bs[8];
+  float *bd[8];
+} ilayer;
+
+typedef struct {
+  char **v;
+  size_t cap, n;
+} strset;
+
+typedef struct imp {
+  const char *src;
+  const kiln_onnx_import_options *opt;
+  Onnx__ModelProto *model;
+  Onnx__GraphProto *g;
+  int opset;
+  /* tensors by name (open addressing) */
+  tensor **tv;
+  size_t ntv, cap_tv;
+  size_t *hidx;
+  size_t hcap;
+  /* names: of layers, of blobs, and the ONNX tensors' (which their own blobs take) */
+  strset layer_names, blobs, reserved;
+  /* memory freed at the end */
+  void **allocs;
+  size_t nallocs, cap_allocs;
+  kiln_strbuf text;
+  ilayer *layers;
+  int nlayers, cap_layers;
+  /* the node being mapped */
+  const Onnx__NodeProto *node;
+  int node_index;
+  int folded, dropped;
+} imp;
+
+/* ---- memory, names, messages ------------------------------------------------------------ */
+
+static void *ialloc(imp *m, size_t n) {
+  if (m->nallocs == m->cap_allocs) {
+    size_t cap = m->cap_allocs ? 2 * m->cap_allocs : 256;
+    void **a = realloc(m->allocs, cap * sizeof *a);
+    if (!a) return NULL;
+    m->allocs = a;
+    m->cap_allocs = cap;
+  }
+  void *p = calloc(1, n ? n : 1);
+  if (p) m->allocs[m->nallocs++] = p;
+  return p;
+}
+
+static int nomem(void) { return kiln_errorf(KILN_ERR_NOMEM, "out of memory"); }
+
+static const char *nname(const imp *m) {
+  static char buf[64];
+  const Onnx__NodeProto *n = m->node;
+  if (n->name && *n->name) return n->name;
+  snprintf(buf, sizeof buf, "#%d", m->node_index);
+  return buf;
+}
+
+static const char *nop(const Onnx__NodeProto *n) { return n->op_type ? n->op_type : "?"; }
+
+/* KILN_ERR_* naming the source, the node and its op type. */
+static int nfail(const imp *m, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static int nfail(const imp *m, int code, const char *fmt, ...) {
+  char msg[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  return kiln_errorf(code, "%s: node '%s' (%s): %s", m->src, nname(m), nop(m->node), msg);
+}
+#define REFUSE(...) nfail(m, KILN_ERR_UNSUPPORTED, __VA_ARGS__)
+#define BAD(...) nfail(m, KILN_ERR_INVALID, __VA_ARGS__)
+
+static uint64_t hash(const char *s) {
+  uint64_t h = 1469598103934665603ull;
+  for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
+  return h;
+}
+
+static size_t set_slot(const strset *st, const char *s) {
+  size_t i = hash(s) & (st->cap - 1);
+  while (st->v[i] && strcmp(st->v[i], s)) i = (i + 1) & (st->cap - 1);
+  return i;
+}
+
+static bool set_has(const strset *st, const char *s) { return st->cap && st->v[set_slot(st, s)]; }
+
+static char *istrdup(imp *m, const char *s) {
+  size_t n = strlen(s) + 1;
+  char *d = ialloc(m, n);
+  if (d) memcpy(d, s, n);
+  return d;
+}
+
+static const char *set_add(imp *m, strset *st, const char *s) {
+  if (2 * (st->n + 1) > st->cap) {
+    size_t cap = st->cap ? 2 * st->cap : 1024;
+    char **old = st->v;
+    size_t old_cap = st->cap;
+    if (!(st->v = calloc(cap, sizeof *st->v))) {
+      st->v = old;
+      return NULL;
+    }
+    st->cap = cap;
+    for (size_t i = 0; i < old_cap; i++)
+      if (old[i]) st->v[set_slot(st, old[i])] = old[i];
+    free(old);
+  }
+  char *d = istrdup(m, s);
+  if (!d) return NULL;
+  st->v[set_slot(st, d)] = d;
+  st->n++;
+  return d;
+}
+
+/* `base`, or `base` with "_2", "_3", ...: a name not in `st` (nor, for a blob, an ONNX tensor's
+ * name, which that tensor may claim later). */
+static const char *fresh(imp *m, strset *st, const char *base) {
+  const bool blob = st == &m->blobs;
+  if (!set_has(st, base) && !(blob && set_has(&m->reserved, base))) return set_add(m, st, base);
+  size_t n = strlen(base) + 24;
+  char *buf = malloc(n);
+  if (!buf) return NULL;
+  const char *r = NULL;
+  for (long k = 2;; k++) {
+    snprintf(buf, n, "%s_%ld", base, k);
+    if (!set_has(st, buf) && !(blob && set_has(&m->reserved, buf))) {
+      r = set_add(m, st, buf);
+      break;
+    }
+  }
+  free(buf);
+  return r;
+}
+
+/* A layer's name. */
+static const char *unique(imp *m, const char *base) { return fresh(m, &m->layer_names, base); }
+/* A fresh blob's name. */
+static const char *fresh_blob(imp *m, const char *base) { return fresh(m, &m->blobs, base); }
+/* The blob named after tensor `name` itself, when no blob has taken it yet. */
+static const char *own_blob(imp *m, const char *name) {
+  if (!set_has(&m->blobs, name)) return set_add(m, &m->blobs, name);
+  return fresh_blob(m, name);
+}
+
+/* ---- tensors ---------------------------------------------------------------------------- */
+
+static size_t t_slot(const imp *m, const char *s) {
+  size_t i = hash(s) & (m->hcap - 1);
+  while (m->hidx[i] != (size_t)-1 && strcmp(m->tv[m->hidx[i]]->name, s)) i = (i + 1) & (m->hcap - 1);
+  return i;
+}
+
+static tensor *t_find(const imp *m, const char *s) {
+  if (!m->hcap || !s) return NULL;
+  size_t i = m->hidx[t_slot(m, s)];
+  return i == (size_t)-1 ? NULL : m->tv[i];
+}
+
+static tensor *t_new(imp *m, const char *name) {
+  if (2 * (m->ntv + 1) > m->hcap) {
+    size_t cap = m->hcap ? 2 * m->hcap : 1024;
+    size_t *h = malloc(cap * sizeof *h);
+    if (!h) return NULL;
+    for (size_t i = 0; i < cap; i++) h[i] = (size_t)-1;
+    free(m->hidx);
+    m->hidx = h;
+    m->hcap = cap;
+    for (size_t i = 0; i < m->ntv; i++) m->hidx[t_slot(m, m->tv[i]->name)] = i;
+  }
+  if (m->ntv == m->cap_tv) {
+    size_t cap = m->cap_tv ? 2 * m->cap_tv : 256;
+    tensor **v = realloc(m->tv, cap * sizeof *v);
+    if (!v) return NULL;
+    m->tv = v;
+    m->cap_tv = cap;
+  }
+  tensor *t = ialloc(m, sizeof *t);
+  if (!t) return NULL;
+  t->name = name;
+  t->ip_layer = -1;
+  t->producer = -1;
+  m->tv[m->ntv] = t;
+  m->hidx[t_slot(m, name)] = m->ntv++;
+  return t;
+}
+
+static int64_t count(const shp *s) {
+  int64_t n = 1;
+  for (int a = 0; a < s->nd; a++) n *= s->d[a];
+  return n;
+}
+
+static bool same_shape(const shp *a, const shp *b) {
+  if (a->nd != b->nd) return false;
+  for (int i = 0; i < a->nd; i++)
+    if (a->d[i] != b->d[i]) return false;
+  return true;
+}
+
+static const char *shape_str(const shp *s) {
+  static char buf[4][160];
+  static int k;
+  char *b = buf[k++ & 3];
+  size_t o = 0;
+  o += (size_t)snprintf(b + o, 160 - o, "[");
+  for (int a = 0; a < s->nd && o < 150; a++)
+    o += (size_t)snprintf(b + o, 160 - o, "%s%lld", a ? ", " : "", (long long)s->d[a]);
+  snprintf(b + o, 160 - o, "]");
+  return b;
+}
+
+/* A shape from dims, checked: at most MAXD axes, each 0 .. 2^31, the count under 2^40. */
+static int shape_set(shp *s, size_t nd, const int64_t *d, const char *what) {
+  if (nd > MAXD) return kiln_errorf(KILN_ERR_UNSUPPORTED, "%s has %zu axes (kiln: at most %d)", what, nd, MAXD);
+  s->nd = (int)nd;
+  int64_t n = 1;
+  for (size_t a = 0; a < nd; a++) {
+    if (d[a] < 0 || d[a] > ((int64_t)1 << 31))
+      return kiln_errorf(KILN_ERR_INVALID, "%s: dim %zu is %lld", what, a, (long long)d[a]);
+    s->d[a] = d[a];
+    n *= d[a] ? d[a] : 1;
+    if (n > ((int64_t)1 << 40)) return kiln_errorf(KILN_ERR_INVALID, "%s: too many elements", what);
+  }
+  return KILN_OK;
+}
+
+/* A constant of n elements of type dt (the data zeroed). */
+static int make_const(imp *m, tensor *t, int dt, const shp *s) {
+  int64_t n = count(s);
+  if (n > MAX_CONST) return BAD("a constant of %lld elements is beyond the folding's limit", (long long)n);
+  t->kind = T_CONST;
+  t->dt = dt;
+  t->s = *s;
+  t->n = n;
+  t->f = NULL;
+  t->i = NULL;
+  if (dt == DT_F) t->f = ialloc(m, sizeof(float) * (size_t)n);
+  else t->i = ialloc(m, sizeof(int64_t) * (size_t)n);
+  if (!t->f && !t->i) return nomem();
+  t->ready = true;
+  return KILN_OK;
+}
+
+static double cval(const tensor *t, int64_t k) { return t->dt == DT_F ? t->f[k] : (double)t->i[k]; }
+
+/* ---- tensors from the file -------------------------------------------------------------- */
+
+static size_t dt_size(int32_t dt) {
+  switch (dt) {
+  case ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT: case ONNX__TENSOR_PROTO__DATA_TYPE__INT32:
+  case ONNX__TENSOR_PROTO__DATA_TYPE__UINT32: return 4;
+  case ONNX__TENSOR_PROTO__DATA_TYPE__INT64: case ONNX__TENSOR_PROTO__DATA_TYPE__DOUBLE:
+  case ONNX__TENSOR_PROTO__DATA_TYPE__UINT64: return 8;
+  case ONNX__TENSOR_PROTO__DATA_TYPE__INT8: case ONNX__TENSOR_PROTO__DATA_TYPE__UINT8:
+  case ONNX__TENSOR_PROTO__DATA_TYPE__BOOL: return 1;
+  case ONNX__TENSOR_PROTO__DATA_TYPE__INT16: case ONNX__TENSOR_PROTO__DATA_TYPE__UINT16: return 2;
+  default: return 0;
+  }
+}
+
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "ONNX's raw_data is little-endian: byte swapping is needed on this machine"
+#endif
+
+/* A TensorProto (an initializer, a Constant's value) as the constant t. `what` names it. */
+static int read_tensor(imp *m, tensor *t, const Onnx__TensorProto *p, const char *what) {
+  shp s;
+  KILN_TRY(shape_set(&s, p->n_dims, p->dims, what));
+  const int32_t dt = p->has_data_type ? p->data_type : 0;
+  if (p->has_data_location && p->data_location == ONNX__TENSOR_PROTO__DATA_LOCATION__EXTERNAL)
+    return kiln_errorf(KILN_ERR_UNSUPPORTED, "%s: its data is in an external file: kiln reads "
+                       "self-contained models (save it with onnx.save(..., save_as_external_data=False))", what);
+  const size_t es = dt_size(dt);
+  if (!es)
+    return kiln_errorf(KILN_ERR_UNSUPPORTED, "%s: data_type %d is not one kiln reads (float, "
+                       "double, the integers, bool)", what, dt);
+  const int64_t n = count(&s);
+  if (n > ((int64_t)1 << 31)) return kiln_errorf(KILN_ERR_INVALID, "%s: %lld elements", what, (long long)n);
+  const bool isf = dt == ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT || dt == ONNX__TENSOR_PROTO__DATA_TYPE__DOUBLE;
+  t->kind = T_CONST;
+  t->ready = true;
+  t->s = s;
+  t->n = n;
+  t->dt = isf ? DT_F : DT_I;
+  if (isf) t->f = ialloc(m, sizeof(float) * (size_t)n);
+  else t->i = ialloc(m, sizeof(int64_t) * (size_t)n);
+  if (!t->f && !t->i) return nomem();
+  size_t have;
+  const char *field;
+  if (p->has_raw_data) {
+    have = p->raw_data.len / es;
+    field = "raw_data";
+    if (p->raw_data.len % es || have != (size_t)n)
+      return kiln_errorf(KILN_ERR_INVALID, "%s: raw_data holds %zu bytes, its dims %s of %s take %lld",
+                         what, p->raw_data.len, shape_str(&s), dt == 1 ? "float" : "this type",
+                         (long long)n * (long long)es);
+    const uint8_t *b = p->raw_data.data;
+    for (int64_t k = 0; k < n; k++) {
+      const uint8_t *e = b + (size_t)k * es;
+      switch (dt) {
+      case ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT: memcpy(&t->f[k], e, 4); break;
+      case ONNX__TENSOR_PROTO__DATA_TYPE__DOUBLE: { double v; memcpy(&v, e, 8); t->f[k] = (float)v; break; }
+      case ONNX__TENSOR_PROTO__DATA_TYPE__INT64: case ONNX__TENSOR_PROTO__DATA_TYPE__UINT64: memcpy(&t->i[k], e, 8); break;
+      case ONNX__TENSOR_PROTO__DATA_TYPE__INT32: { int32_t v; memcpy(&v, e, 4); t->i[k] = v; break; }
+      case ONNX__TENSOR_PROTO__DATA_TYPE__UINT32: { uint32_t v; memcpy(&v, e, 4); t->i[k] = v; break; }
+      case ONNX__TENSOR_PROTO__DATA_TYPE__INT16: { int16_t v; memcpy(&v, e, 2); t->i[k] = v; break; }
+      case ONNX__TENSOR_PROTO__DATA_TYPE__UINT16: { uint16_t v; memcpy(&v, e, 2); t->i[k] = v; break; }
+      case ONNX__TENSOR_PROTO__DATA_TYPE__INT8: t->i[k] = (int8_t)*e; break;
+      default: t->i[k] = *e; break;
+      }
+    }
+    return KILN_OK;
+  }
+  if (dt == ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT) {
+    have = p->n_float_data, field = "float_data";
+    if (have == (size_t)n) for (int64_t k = 0; k < n; k++) t->f[k] = p->float_data[k];
+  } else if (dt == ONNX__TENSOR_PROTO__DATA_TYPE__DOUBLE) {
+    have = p->n_double_data, field = "double_data";
+    if (have == (size_t)n) for (int64_t k = 0; k < n; k++) t->f[k] = (float)p->double_data[k];
+  } else if (dt == ONNX__TENSOR_PROTO__DATA_TYPE__INT64) {
+    have = p->n_int64_data, field = "int64_data";
+    if (have == (size_t)n) for (int64_t k = 0; k < n; k++) t->i[k] = p->int64_data[k];
+  } else if (dt == ONNX__TENSOR_PROTO__DATA_TYPE__UINT64 || dt == ONNX__TENSOR_PROTO__DATA_TYPE__UINT32) {
+    have = p->n_uint64_data, field = "uint64_data";
+    if (have == (size_t)n) for (int64_t k = 0; k < n; k++) t->i[k] = (int64_t)p->uint64_data[k];
+  } else {
+    have = p->n_int32_data, field = "int32_data";
+    if (have == (size_t)n) for (int64_t k = 0; k < n; k++) t->i[k] = p->int32_data[k];
+  }
+  if (have != (size_t)n)
+    return kiln_errorf(KILN_ERR_INVALID, "%s: %s holds %zu values, its dims %s take %lld", what,
+                       field, have, shape_str(&s), (long long)n);
+  return KILN_OK;
+}
+
+/* ---- attributes ------------------------------------------------------------------------- */
+
+static const Onnx__AttributeProto *attr(const Onnx__NodeProto *n, const char *name) {
+  for (size_t i = 0; i < n->n_attribute; i++)
+    if (n->attribute[i]->name && !strcmp(n->attribute[i]->name, name)) return n->attribute[i];
+  return NULL;
+}
+
+static int64_t attr_i(const Onnx__NodeProto *n, const char *name, int64_t def) {
+  const Onnx__AttributeProto *a = attr(n, name);
+  return a && a->has_i ? a->i : def;
+}
+
+static float attr_f(const Onnx__NodeProto *n, const char *name, float def) {
+  const Onnx__AttributeProto *a = attr(n, name);
+  return a && a->has_f ? a->f : def;
+}
+
+/* The ints of an attribute (count in *nv; NULL and 0 when absent). */
+static const int64_t *attr_ints(const Onnx__NodeProto *n, const char *name, size_t *nv) {
+  const Onnx__AttributeProto *a = attr(n, name);
+  *nv = a ? a->n_ints : 0;
+  return a ? a->ints : NULL;
+}
+
+static const char *attr_s(imp *m, const Onnx__NodeProto *n, const char *name, const char *def) {
+  const Onnx__AttributeProto *a = attr(n, name);
+  if (!a || !a->has_s) return def;
+  char *s = ialloc(m, a->s.len + 1);
+  if (!s) return def;
+  memcpy(s, a->s.data, a->s.len);
+  return s;
+}
+
+/* ---- the node's inputs and outputs ------------------------------------------------------ */
+
+static tensor *in(const imp *m, int k) {
+  const Onnx__NodeProto *n = m->node;
+  if (k >= (int)n->n_input || !n->input[k] || !*n->input[k]) return NULL;
+  return t_find(m, n->input[k]);
+}
+
+static tensor *out(const imp *m, int k) {
+  const Onnx__NodeProto *n = m->node;
+  if (k >= (int)n->n_output || !n->output[k] || !*n->output[k]) return NULL;
+  return t_find(m, n->output[k]);
+}
+
+static int need_in(imp *m, int k, tensor **t) {
+  if (!(*t = in(m, k))) return BAD("input %d is missing", k);
+  return KILN_OK;
+}
+
+/* A computed (blob) input k. */
+static int blob_in(imp *m, int k, tensor **t) {
+  KILN_TRY(need_in(m, k, t));
+  if ((*t)->kind != T_BLOB && (*t)->kind != T_PAD)
+    return REFUSE("input %d ('%s') is expected to be computed, not a constant", k, (*t)->name);
+  return KILN_OK;
+}
+
+static int const_in(imp *m, int k, tensor **t, const char *what) {
+  KILN_TRY(need_in(m, k, t));
+  if ((*t)->kind != T_CONST)
+    return REFUSE("its %s (input %d, '%s') is computed in the graph: kiln needs it constant", what, k,
+                  (*t)->name);
+  return KILN_OK;
+}
+
+static int norm_axis(imp *m, int64_t axis, int nd, int *out_axis) {
+  if (axis < -nd || axis >= nd) return BAD("axis %lld is outside a tensor of %d axes", (long long)axis, nd);
+  *out_axis = (int)(axis < 0 ? axis + nd : axis);
+  return KILN_OK;
+}
+
+/* ---- layers ----------------------------------------------------------------------------- */
+
+static void put_str(imp *m, const char *s) {
+  kiln_strbuf_printf(&m->text, "\"");
+  for (; *s; s++) {
+    if (*s == '"' || *s == '\\') kiln_strbuf_printf(&m->text, "\\%c", *s);
+    else if ((unsigned char)*s < 32) kiln_strbuf_printf(&m->text, "\\%03o", (unsigned char)*s);
+    else kiln_strbuf_printf(&m->text, "%c", *s);
+  }
+  kiln_strbuf_printf(&m->text, "\"");
+}
+
+/* Starts a layer: `layer { name: ... type: ... bottom: ... top: ...`; the caller adds its
+ * parameters and ends it with end_layer. The layer's index, or -1 (the error set). */
+static int begin_layer(imp *m, const char *type, const char *base, int nb, const char *const *b,
+                       int nt, const char *const *t) {
+  const char *name = unique(m, base && *base ? base : type);
+  if (!name) return nomem(), -1;
+  if (m->nlayers == m->cap_layers) {
+    int cap = m->cap_layers ? 2 * m->cap_layers : 64;
+    ilayer *v = realloc(m->layers, sizeof *v * (size_t)cap);
+    if (!v) return nomem(), -1;
+    m->layers = v;
+    m->cap_layers = cap;
+  }
+  ilayer *l = &m->layers[m->nlayers];
+  memset(l, 0, sizeof *l);
+  l->name = name;
+  kiln_strbuf_printf(&m->text, "layer {\n  name: ");
+  put_str(m, name);
+  kiln_strbuf_printf(&m->text, "\n  type: \"%s\"\n", type);
+  for (int i = 0; i < nb; i++) {
+    kiln_strbuf_printf(&m->text, "  bottom: ");
+    put_str(m, b[i]);
+    kiln_strbuf_printf(&m->text, "\n");
+  }
+  for (int i = 0; i < nt; i++) {
+    kiln_strbuf_printf(&m->text, "  top: ");
+    put_str(m, t[i]);
+    kiln_strbuf_printf(&m->text, "\n");
+  }
+  return m->nlayers++;
+}
+
+static void params(imp *m, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void params(imp *m, const char *fmt, ...) {
+  char buf[4096];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(buf, sizeof buf, fmt, ap);
+  va_end(ap);
+  kiln_strbuf_printf(&m->text, "  %s\n", buf);
+}
+
+static void end_layer(imp *m) { kiln_strbuf_printf(&m->text, "}\n"); }
+
+/* A parameter blob of layer li, shaped s, its data copied. */
+static int add_blob(imp *m, int li, const shp *s, const float *data) {
+  ilayer *l = &m->layers[li];
+  if (l->nblobs == 8) return kiln_errorf(KILN_ERR_INTERNAL, "too many blobs");
+  float *d = ialloc(m, sizeof(float) * (size_t)count(s));
+  if (!d) return nomem();
+  if (data) memcpy(d, data, sizeof(float) * (size_t)count(s));
+  l->bs[l->nblobs] = *s;
+  l->bd[l->nblobs++] = d;
+  return KILN_OK;
+}
+
+#define shape1(a) ((shp){1, {(a)}})
+
+/* The blob of t in t's own ONNX shape: a Reshape layer when its blob has another. */
+static int materialize(imp *m, tensor *t, const char **blob) {
+  if (t->kind == T_PAD) {
+    const char *pn = t->pad_node;
+    return kiln_errorf(KILN_ERR_UNSUPPORTED, "%s: node '%s' (Pad): kiln imports a Pad of zeros "
+                       "only where a Conv or an AveragePool reads it (as their padding); node "
+                       "'%s' (%s) reads it", m->src, pn, nname(m), nop(m->node));
+  }
+  if (t->kind != T_BLOB) return kiln_errorf(KILN_ERR_INTERNAL, "%s: '%s' has no blob", m->src, t->name);
+  if (same_shape(&t->s, &t->cs)) {
+    *blob = t->blob;
+    return KILN_OK;
+  }
+  const char *top = own_blob(m, t->name);
+  if (!top) return nomem();
+  int li = begin_layer(m, "Reshape", top, 1, &t->blob, 1, &top);
+  if (li < 0) return KILN_ERR_NOMEM;
+  kiln_strbuf_printf(&m->text, "  reshape_param { shape {");
+  for (int a = 0; a < t->s.nd; a++)
+    kiln_strbuf_printf(&m->text, " dim: %lld",
+                       a == 0 && t->cs.nd > 0 && t->cs.d[0] == t->s.d[0] ? 0LL : (long long)t->s.d[a]);
+  kiln_strbuf_printf(&m->text, " } }\n");
+  end_layer(m);
+  t->blob = top;
+  t->cs = t->s;
+  *blob = top;
+  return KILN_OK;
+}
+
+/* Output k of the node as a new blob of shape s (named after the tensor). */
+static int set_out(imp *m, int k, const shp *s, const char **blob) {
+  tensor *t = out(m, k);
+  if (!t) return BAD("output %d is missing", k);
+  t->kind = T_BLOB;
+  t->ready = true;
+  t->s = *s;
+  t->cs = *s;
+  if (!(t->blob = own_blob(m, t->name))) return nomem();
+  *blob = t->blob;
+  return KILN_OK;
+}
+
+/* Output k is x's blob seen in shape s (no layer). */
+static int alias_out(imp *m, int k, const tensor *x, const shp *s) {
+  tensor *t = out(m, k);
+  if (!t) return KILN_OK;
+  if (count(s) != count(&x->s)) return BAD("reshapes %s (%lld elements) to %s", shape_str(&x->s), (long long)count(&x->s), shape_str(s));
+  t->kind = x->kind;
+  t->ready = true;
+  t->blob = x->blob;
+  t->cs = x->cs;
+  t->s = *s;
+  memcpy(t->pad, x->pad, sizeof t->pad);
+  t->pad_node = x->pad_node;
+  return KILN_OK;
+}
+
+/* A one-bottom one-top layer of op output 0 with shape s; its index or -1. */
+static int layer1(imp *m, const char *type, const char *bottom, const shp *s) {
+  const char *top;
+  if (set_out(m, 0, s, &top)) return -1;
+  return begin_layer(m, type, nname(m), 1, &bottom, 1, &top);
+}
+
+/* ---- elementwise ------------------------------------------------------------------------ */
+
+static int op_unary(imp *m) {
+  tensor *x;
+  KILN_TRY(blob_in(m, 0, &x));
+  const char *b;
+  KILN_TRY(materialize(m, x, &b));
+  const char *op = nop(m->node), *type = NULL;
+  char p[256] = "";
+  if (!strcmp(op, "Relu")) type = "ReLU";
+  else if (!strcmp(op, "LeakyRelu")) type = "ReLU", snprintf(p, sizeof p, "relu_param { negative_slope: %.9g }", attr_f(m->node, "alpha", 0.01f));
+  else if (!strcmp(op, "Elu")) type = "ELU", snprintf(p, sizeof p, "elu_param { alpha: %.9g }", attr_f(m->node, "alpha", 1.0f));
+  else if (!strcmp(op, "Sigmoid")) type = "Sigmoid";
+  else if (!strcmp(op, "Tanh")) type = "TanH";
+  else if (!strcmp(op, "Abs")) type = "AbsVal";
+  else if (!strcmp(op, "Exp")) type = "Exp";
+  else if (!strcmp(op, "Log")) type = "Log";
+  else if (!strcmp(op, "Softplus")) type = "BNLL";
+  else if (!strcmp(op, "Sqrt")) type = "Power", snprintf(p, sizeof p, "power_param { power: 0.5 }");
+  else if (!strcmp(op, "Neg")) type = "Power", snprintf(p, sizeof p, "power_param { scale: -1 }");
+  else if (!strcmp(op, "Reciprocal")) type = "Power", snprintf(p, sizeof p, "power_param { power: -1 }");
+  if (!type) return REFUSE("not an op kiln imports");
+  int li = layer1(m, type, b, &x->s);
+  if (li < 0) return KILN_ERR_NOMEM;
+  if (*p) params(m, "%s", p);
+  end_layer(m);
+  return KILN_OK;
+}
+
+/* Whether constant c (broadcast to x's shape s) varies over one span of x's axes [*a, *b) and
+ * is constant along the others; it is then expanded over that span into *data (the span's
+ * count). */
+static int const_span(imp *m, const tensor *c, const shp *s, int *a, int *b, float **data) {
+  if (c->s.nd > s->nd) return REFUSE("the constant '%s' %s has more axes than the tensor %s it applies to", c->name, shape_str(&c->s), shape_str(s));
+  const int off = s->nd - c->s.nd;
+  int lo = s->nd, hi = 0;
+  for (int k = 0; k < c->s.nd; k++) {
+    if (c->s.d[k] != 1 && c->s.d[k] != s->d[off + k])
+      return BAD("the constant '%s' %s does not broadcast to %s", c->name, shape_str(&c->s), shape_str(s));
+    if (c->s.d[k] != 1) {
+      if (off + k < lo) lo = off + k;
+      hi = off + k + 1;
+    }
+  }
+  if (lo >= hi) lo = 1 < s->nd ? 1 : 0, hi = lo + (s->nd ? 1 : 0), lo = hi ? lo : 0;
+  *a = lo;
+  *b = hi;
+  int64_t n = 1;
+  for (int k = lo; k < hi; k++) n *= s->d[k];
+  float *d = ialloc(m, sizeof(float) * (size_t)(n ? n : 1));
+  if (!d) return nomem();
+  /* element j of the span: its index along each axis, mapped into c (a 1 broadcasts) */
+  for (int64_t j = 0; j < n; j++) {
+    int64_t r = j, ci = 0, stride = 1;
+    for (int k = hi - 1; k >= lo; k--) {
+      const int64_t idx = r % s->d[k];
+      r /= s->d[k];
+      const int kc = k - off;
+      if (kc >= 0 && c->s.d[kc] != 1) ci += idx * stride;
+      if (kc >= 0) stride *= c->s.d[kc];
+    }
+    /* the axes of c after the span are 1s: the stride above already covers them */
+    d[j] = (float)cval(c, ci);
+  }
+  *data = d;
+  return KILN_OK;
+}
+
+/* Add, Sub, Mul, Div, Max (and Min refused) with a constant or between computed tensors. */
+static int op_binary(imp *m) {
+  const char *op = nop(m->node);
+  tensor *x0, *x1;
+  KILN_TRY(need_in(m, 0, &x0));
+  KILN_TRY(need_in(m, 1, &x1));
+  const bool c0 = x0->kind == T_CONST, c1 = x1->kind == T_CONST;
+  if (!c0 && !c1) {
+    const char *b0, *b1;
+    if (!strcmp(op, "Div") || !strcmp(op, "Pow"))
+      return REFUSE("between two computed tensors: kiln has no layer for it");
+    if (same_shape(&x0->s, &x1->s)) {
+      KILN_TRY(materialize(m, x0, &b0));
+      KILN_TRY(materialize(m, x1, &b1));
+      const char *top;
+      KILN_TRY(set_out(m, 0, &x0->s, &top));
+      const char *bs[2] = {b0, b1};
+      if (begin_layer(m, "Eltwise", nname(m), 2, bs, 1, &top) < 0) return KILN_ERR_NOMEM;
+      params(m, "eltwise_param { operation: %s%s }",
+             !strcmp(op, "Mul") ? "PROD" : !strcmp(op, "Max") ? "MAX" : "SUM",
+             !strcmp(op, "Sub") ? " coeff: 1 coeff: -1" : "");
+      if (!strcmp(op, "Min")) return REFUSE("kiln's Eltwise has no MIN");
+      end_layer(m);
+      return KILN_OK;
+    }
+    /* x * y where y spans a run of x's axes (a squeeze-and-excitation gate): Scale with y */
+    tensor *x = count(&x0->s) >= count(&x1->s) ? x0 : x1, *y = x == x0 ? x1 : x0;
+    if (strcmp(op, "Mul") || y->s.nd > x->s.nd)
+      return REFUSE("broadcasts %s against %s between computed tensors: kiln has no layer for it",
+                    shape_str(&x0->s), shape_str(&x1->s));
+    const int off = x->s.nd - y->s.nd;
+    int lo = -1, hi = -1;
+    for (int k = 0; k < y->s.nd; k++) {
+      if (y->s.d[k] == 1) continue;
+      if (y->s.d[k] != x->s.d[off + k] || (hi >= 0 && hi != off + k))
+        return REFUSE("broadcasts %s against %s: kiln's Scale takes a factor over consecutive axes",
+                      shape_str(&x0->s), shape_str(&x1->s));
+      if (lo < 0) lo = off + k;
+      hi = off + k + 1;
+    }
+    if (lo < 0) lo = 0, hi = 0;
+    tensor yv = *y;
+    yv.s.nd = hi - lo;
+    for (int k = lo; k < hi; k++) yv.s.d[k - lo] = x->s.d[k];
+    KILN_TRY(materialize(m, x, &b0));
+    KILN_TRY(materialize(m, &yv, &b1));
+    const char *top;
+    KILN_TRY(set_out(m, 0, &x->s, &top));
+    const char *bs[2] = {b0, b1};
+    if (begin_layer(m, "Scale", nname(m), 2, bs, 1, &top) < 0) return KILN_ERR_NOMEM;
+    params(m, "scale_param { axis: %d num_axes: %d }", lo, hi - lo);
+    end_layer(m);
+    return KILN_OK;
+  }
+  if (c0 && c1) return REFUSE("both inputs constant (not folded)");
+  tensor *x = c0 ? x1 : x0, *c = c0 ? x0 : x1;
+  const bool c_first = c0;
+  /* a MatMul's InnerProduct takes an Add of its bias [N] */
+  if (!strcmp(op, "Add") && x->ip_layer >= 0 && x->uses == 1 && c->n == x->s.d[x->s.nd - 1] &&
+      count(&c->s) == c->n) {
+    bool vec = true;
+    for (int k = 0; k < c->s.nd - 1; k++) vec &= c->s.d[k] == 1;
+    if (vec && c->dt == DT_F) {
+      KILN_TRY(add_blob(m, x->ip_layer, &(shp){1, {c->n}}, c->f));
+      if (m->text.failed) return nomem();
+      memset(m->text.s + m->layers[x->ip_layer].bias_off, ' ', strlen(" bias_term: false"));
+      KILN_TRY(alias_out(m, 0, x, &x->s));
+      m->dropped++;
+      return KILN_OK;
+    }
+  }
+  const char *b;
+  if (c->n == 1) {
+    const float v = (float)cval(c, 0);
+    char p[256];
+    if (!strcmp(op, "Add")) snprintf(p, sizeof p, "power_param { shift: %.9g }", v);
+    else if (!strcmp(op, "Sub")) snprintf(p, sizeof p, c_first ? "power_param { scale: -1 shift: %.9g }" : "power_param { shift: %.9g }", c_first ? v : -v);
+    else if (!strcmp(op, "Mul")) snprintf(p, sizeof p, "power_param { scale: %.9g }", v);
+    else if (!strcmp(op, "Div") && !c_first) snprintf(p, sizeof p, "power_param { scale: %.9g }", 1.0f / v);
+    else if (!strcmp(op, "Pow") && !c_first) snprintf(p, sizeof p, "power_param { power: %.9g }", v);
+    else if (!strcmp(op, "Max") && v == 0) p[0] = 0;
+    else return REFUSE("with the constant %g%s: kiln has no layer for it", v, c_first ? " first" : "");
+    shp s = x->s;
+    if (c->s.nd > s.nd) return REFUSE("the constant has more axes than the tensor");
+    KILN_TRY(materialize(m, x, &b));
+    int li = layer1(m, p[0] ? "Power" : "ReLU", b, &s);
+    if (li < 0) return KILN_ERR_NOMEM;
+    if (p[0]) params(m, "%s", p);
+    end_layer(m);
+    return KILN_OK;
+  }
+  if (c_first && (!strcmp(op, "Sub") || !strcmp(op, "Div")))
+    return REFUSE("a constant %s a computed tensor: kiln has no layer for it", op[0] == 'S' ? "minus" : "over");
+  if (strcmp(op, "Add") && strcmp(op, "Sub") && strcmp(op, "Mul") && strcmp(op, "Div"))
+    return REFUSE("with a constant of %lld values: kiln has no layer for it", (long long)c->n);
+  int a = 0, e = 0;
+  float *d = NULL;
+  KILN_TRY(const_span(m, c, &x->s, &a, &e, &d));
+  int64_t n = 1;
+  for (int k = a; k < e; k++) n *= x->s.d[k];
+  const bool is_scale = !strcmp(op, "Mul") || !strcmp(op, "Div");
+  for (int64_t k = 0; k < n; k++) {
+    if (!strcmp(op, "Sub")) d[k] = -d[k];
+    if (!strcmp(op, "Div")) d[k] = 1.0f / d[k];
+  }
+  KILN_TRY(materialize(m, x, &b));
+  int li = layer1(m, is_scale ? "Scale" : "Bias", b, &x->s);
+  if (li < 0) return KILN_ERR_NOMEM;
+  params(m, "%s { axis: %d num_axes: %d }", is_scale ? "scale_param" : "bias_param", a, e - a);
+  end_layer(m);
+  shp bs = {e - a, {0}};
+  for (int k = a; k < e; k++) bs.d[k - a] = x->s.d[k];
+  return add_blob(m, li, &bs, d);
+}
+
+static int op_prelu(imp *m) {
+  tensor *x, *sl;
+  KILN_TRY(blob_in(m, 0, &x));
+  KILN_TRY(const_in(m, 1, &sl, "slope"));
+  if (x->s.nd < 2) return REFUSE("an input of %d axes (kiln's PReLU: channels on axis 1)", x->s.nd);
+  const int64_t C = x->s.d[1];
+  bool ok = sl->n == 1 || sl->n == C;
+  if (sl->n == C && C > 1) {
+    /* the slopes must run along axis 1 once broadcast */
+    const int off = x->s.nd - sl->s.nd;
+    for (int k = 0; k < sl->s.nd; k++)
+      if (sl->s.d[k] != 1 && off + k != 1) ok = false;
+  }
+  if (!ok || sl->dt != DT_F) return REFUSE("slopes %s: kiln's PReLU takes one per channel (axis 1) or one", shape_str(&sl->s));
+  const char *b;
+  KILN_TRY(materialize(m, x, &b));
+  int li = layer1(m, "PReLU", b, &x->s);
+  if (li < 0) return KILN_ERR_NOMEM;
+  if (sl->n == 1 && C != 1) params(m, "prelu_param { channel_shared: true }");
+  end_layer(m);
+  return add_blob(m, li, &(shp){1, {sl->n}}, sl->f);
+}
+
+/* ---- convolution and pooling ------------------------------------------------------------ */
+
+typedef struct {
+  int64_t k[2], s[2], d[2], pb[2], pe[2];
+} win2;
+
+static int read_window(imp *m, const tensor *x, const int64_t *kshape, win2 *w) {
+  size_t n;
+  const int64_t *v;
+  const char *ap = attr_s(m, m->node, "auto_pad", "NOTSET");
+  if (strcmp(ap, "NOTSET") && strcmp(ap, "VALID"))
+    return REFUSE("auto_pad %s: kiln imports explicit pads (export with pads, PyTorch's default)", ap);
+  for (int i = 0; i < 2; i++) w->k[i] = kshape[i], w->s[i] = 1, w->d[i] = 1, w->pb[i] = w->pe[i] = 0;
+  if ((v = attr_ints(m->node, "strides", &n)) && n) {
+    if (n != 2) return BAD("strides has %zu values for 2 spatial axes", n);
+    w->s[0] = v[0], w->s[1] = v[1];
+  }
+  if ((v = attr_ints(m->node, "dilations", &n)) && n) {
+    if (n != 2) return BAD("dilations has %zu values for 2 spatial axes", n);
+    w->d[0] = v[0], w->d[1] = v[1];
+  }
+  if ((v = attr_ints(m->node, "pads", &n)) && n) {
+    if (n != 4) return BAD("pads has %zu values for 2 spatial axes", n);
+    w->pb[0] = v[0], w->pb[1] = v[1], w->pe[0] = v[2], w->pe[1] = v[3];
+  }
+  for (int i = 0; i < 2; i++) {
+    if (w->k[i] < 1 || w->s[i] < 1 || w->d[i] < 1 || w->pb[i] < 0 || w->pe[i] < 0 ||
+        w->k[i] > 65536 || w->s[i] > 65536 || w->d[i] > 65536 || w->pb[i] > 65536 || w->pe[i] > 65536)
+      return BAD("kernel %lld, stride %lld, dilation %lld, pads %lld and %lld: out of range",
+                 (long long)w->k[i], (long long)w->s[i], (long long)w->d[i], (long long)w->pb[i], (long long)w->pe[i]);
+  }
+  if (x->kind == T_PAD)
+    for (int i = 0; i < 2; i++) w->pb[i] += x->pad[i], w->pe[i] += x->pad[2 + i];
+  return KILN_OK;
+}
+
+/* The blob under a T_PAD (its unpadded input) or the tensor's own. */
+static int window_input(imp *m, tensor *x, const char **b, shp *s) {
+  if (x->kind == T_PAD) {
+    *b = x->blob;
+    *s = x->cs;
+    return KILN_OK;
+  }
+  *s = x->s;
+  return materialize(m, x, b);
+}
+
+static int op_conv(imp *m) {
+  const bool transposed = !strcmp(nop(m->node), "ConvTranspose");
+  tensor *x, *w, *bias = in(m, 2);
+  KILN_TRY(need_in(m, 0, &x));
+  if (x->kind == T_CONST) return REFUSE("input 0 is a constant");
+  KILN_TRY(const_in(m, 1, &w, "weight"));
+  if (w->s.nd != 4 || w->dt != DT_F)
+    return REFUSE("weights %s: kiln imports 2-D convolutions (4-D float weights)", shape_str(&w->s));
+  if (bias && (bias->kind != T_CONST || bias->dt != DT_F)) return REFUSE("its bias is not a float constant");
+  const char *b;
+  shp xs;
+  KILN_TRY(window_input(m, x, &b, &xs));
+  if (xs.nd != 4) return REFUSE("input %s: kiln imports 2-D convolutions of N x C x H x W", shape_str(&xs));
+  win2 wn;
+  KILN_TRY(read_window(m, x, &w->s.d[2], &wn));
+  const int64_t group = attr_i(m->node, "group", 1);
+  if (group < 1 || xs.d[1] % group) return BAD("group %lld does not divide %lld channels", (long long)group, (long long)xs.d[1]);
+  int64_t M;
+  if (!transposed) {
+    M = w->s.d[0];
+    if (w->s.d[1] * group != xs.d[1] || M % group)
+      return BAD("weights %s for %lld input channels in %lld groups", shape_str(&w->s), (long long)xs.d[1], (long long)group);
+  } else {
+    M = w->s.d[1] * group;
+    if (w->s.d[0] != xs.d[1]) return BAD("weights %s for %lld input channels", shape_str(&w->s), (long long)xs.d[1]);
+    size_t n;
+    const int64_t *op = attr_ints(m->node, "output_padding", &n);
+    for (size_t i = 0; op && i < n; i++)
+      if (op[i]) return REFUSE("output_padding %lld: Caffe's Deconvolution has none", (long long)op[i]);
+    if (attr(m->node, "output_shape")) return REFUSE("output_shape: kiln imports explicit pads");
+  }
+  if (bias && bias->n != M) return BAD("bias of %lld values for %lld outputs", (long long)bias->n, (long long)M);
+  shp os = {4, {xs.d[0], M, 0, 0}};
+  for (int i = 0; i < 2; i++) {
+    const int64_t ek = wn.d[i] * (wn.k[i] - 1) + 1, in_ = xs.d[2 + i];
+    if (!transposed) {
+      const int64_t o = (in_ + wn.pb[i] + wn.pe[i] - ek) / wn.s[i] + 1;
+      const int64_t oc = (in_ + 2 * wn.pb[i] - ek) / wn.s[i] + 1;
+      if (in_ + wn.pb[i] + wn.pe[i] < ek) return BAD("the kernel is larger than the padded input");
+      if (o != oc)
+        return REFUSE("pads %lld and %lld on axis %d give %lld outputs; Caffe's symmetric pad %lld gives %lld",
+                      (long long)wn.pb[i], (long long)wn.pe[i], 2 + i, (long long)o, (long long)wn.pb[i], (long long)oc);
+      os.d[2 + i] = o;
+    } else {
+      if (wn.pb[i] != wn.pe[i]) return REFUSE("unequal pads %lld and %lld: Caffe's Deconvolution pads alike", (long long)wn.pb[i], (long long)wn.pe[i]);
+      os.d[2 + i] = wn.s[i] * (in_ - 1) + ek - 2 * wn.pb[i];
+      if (os.d[2 + i] < 1) return BAD("gives an empty output");
+    }
+  }
+  int li = layer1(m, transposed ? "Deconvolution" : "Convolution", b, &os);
+  if (li < 0) return KILN_ERR_NOMEM;
+  kiln_strbuf_printf(&m->text, "  convolution_param { num_output: %lld%s", (long long)M, bias ? "" : " bias_term: false");
+  if (wn.pb[0] == wn.pb[1]) { if (wn.pb[0]) kiln_strbuf_printf(&m->text, " pad: %lld", (long long)wn.pb[0]); }
+  else kiln_strbuf_printf(&m->text, " pad_h: %lld pad_w: %lld", (long long)wn.pb[0], (long long)wn.pb[1]);
+  if (wn.k[0] == wn.k[1]) kiln_strbuf_printf(&m->text, " kernel_size: %lld", (long long)wn.k[0]);
+  else kiln_strbuf_printf(&m->text, " kernel_h: %lld kernel_w: %lld", (long long)wn.k[0], (long long)wn.k[1]);
+  if (wn.s[0] == wn.s[1]) { if (wn.s[0] != 1) kiln_strbuf_printf(&m->text, " stride: %lld", (long long)wn.s[0]); }
+  else kiln_strbuf_printf(&m->text, " stride_h: %lld stride_w: %lld", (long long)wn.s[0], (long long)wn.s[1]);
+  if (group != 1) kiln_strbuf_printf(&m->text, " group: %lld", (long long)group);
+  if (wn.d[0] == wn.d[1]) { if (wn.d[0] != 1) kiln_strbuf_printf(&m->text, " dilation: %lld", (long long)wn.d[0]); }
+  else kiln_strbuf_printf(&m->text, " dilation: %lld dilation: %lld", (long long)wn.d[0], (long long)wn.d[1]);
+  kiln_strbuf_printf(&m->text, " }\n");
+  end_layer(m);
+  KILN_TRY(add_blob(m, li, &w->s, w->f));
+  if (bias) KILN_TRY(add_blob(m, li, &shape1(M), bias->f));
+  return KILN_OK;
+}
+
+/* Caffe's pooled size with pad p (CEIL: its rule that the last window starts inside the padded
+ * input). */
+static int64_t caffe_pooled(int64_t in_, int64_t k, int64_t s, int64_t p, bool ceil_mode) {
+  int64_t o = ceil_mode ? (in_ + 2 * p - k + s - 1) / s + 1 : (in_ + 2 * p - k) / s + 1;
+  if (ceil_mode && p > 0 && (o - 1) * s >= in_ + p) o--;
+  return o;
+}
+
+static int op_pool(imp *m) {
+  const char *op = nop(m->node);
+  const bool ave = !strcmp(op, "AveragePool");
+  tensor *x;
+  KILN_TRY(blob_in(m, 0, &x));
+  if (x->kind == T_PAD && !ave) return REFUSE("reads a Pad of zeros ('%s'): a max over real zeros has no Caffe form", x->name);
+  const char *b;
+  shp xs;
+  KILN_TRY(window_input(m, x, &b, &xs));
+  if (xs.nd != 4) return REFUSE("input %s: kiln imports 2-D pooling of N x C x H x W", shape_str(&xs));
+  size_t n;
+  const int64_t *ks = attr_ints(m->node, "kernel_shape", &n);
+  if (!ks || n != 2) return BAD("kernel_shape has %zu values for 2 spatial axes", n);
+  win2 w;
+  KILN_TRY(read_window(m, x, ks, &w));
+  if (w.d[0] != 1 || w.d[1] != 1) return REFUSE("dilations: Caffe's pooling has none");
+  if (attr_i(m->node, "storage_order", 0)) return REFUSE("storage_order 1");
+  const bool ceil_mode = attr_i(m->node, "ceil_mode", 0) != 0;
+  const bool cip = attr_i(m->node, "count_include_pad", 0) != 0;
+  /* real zeros a Pad node put in: counted by the divisor whatever count_include_pad says */
+  const int64_t rb[2] = {x->kind == T_PAD ? x->pad[0] : 0, x->kind == T_PAD ? x->pad[1] : 0};
+  const int64_t re[2] = {x->kind == T_PAD ? x->pad[2] : 0, x->kind == T_PAD ? x->pad[3] : 0};
+  shp os = {4, {xs.d[0], xs.d[1], 0, 0}};
+  bool mode_ceil = ceil_mode;
+  for (int i = 0; i < 2; i++) {
+    const int64_t in_ = xs.d[2 + i], k = w.k[i], s = w.s[i], pb = w.pb[i], pe = w.pe[i];
+    if (in_ + pb + pe < k) return BAD("the window is larger than the padded input");
+    /* ONNX's size (PyTorch's rule for ceil_mode: a window must start inside the input or its
+     * begin padding) */
+    int64_t o = ceil_mode ? (in_ + pb + pe - k + s - 1) / s + 1 : (in_ + pb + pe - k) / s + 1;
+    if (ceil_mode && (o - 1) * s >= in_ + pb) o--;
+    os.d[2 + i] = o;
+  }
+  /* Caffe's pad is the begin pad; its round mode whichever gives ONNX's sizes on both axes
+   * (CEIL, Caffe's default, where both do: the windows are the same) */
+  bool found = false;
+  for (int tries = 0; tries < 2 && !found; tries++) {
+    const bool cm = tries == 0;
+    if (caffe_pooled(xs.d[2], w.k[0], w.s[0], w.pb[0], cm) == os.d[2] &&
+        caffe_pooled(xs.d[3], w.k[1], w.s[1], w.pb[1], cm) == os.d[3])
+      found = true, mode_ceil = cm;
+  }
+  if (!found)
+    return REFUSE("pads %lld, %lld, %lld, %lld with ceil_mode %d give %s; Caffe's symmetric pads cannot",
+                  (long long)w.pb[0], (long long)w.pb[1], (long long)w.pe[0], (long long)w.pe[1],
+                  ceil_mode, shape_str(&os));
+  if (ave) {
+    /* every window's divisor: ONNX's against Caffe's (the window clipped to [-pad, in + pad)) */
+    for (int i = 0; i < 2; i++) {
+      const int64_t in_ = xs.d[2 + i], k = w.k[i], s = w.s[i], pb = w.pb[i], pe = w.pe[i];
+      for (int64_t o = 0; o < os.d[2 + i]; o++) {
+        const int64_t hs = o * s - pb; /* in the real input's coordinates */
+        const int64_t caffe = (hs + k < in_ + pb ? hs + k : in_ + pb) - hs;
+        int64_t onnx;
+        if (cip) onnx = (hs + k < in_ + pe ? hs + k : in_ + pe) - hs;
+        else {
+          const int64_t lo = hs > -rb[i] ? hs : -rb[i], hi = hs + k < in_ + re[i] ? hs + k : in_ + re[i];
+          onnx = hi - lo;
+        }
+        if (onnx != caffe)
+          return REFUSE("count_include_pad %d with pads %lld and %lld on axis %d: window %lld averages over %lld "
+                        "values, Caffe's over %lld (kiln imports it where the two agree)",
+                        cip, (long long)pb, (long long)pe, 2 + i, (long long)o, (long long)onnx, (long long)caffe);
+      }
+    }
+  }
+  int li = layer1(m, "Pooling", b, &os);
+  if (li < 0) return KILN_ERR_NOMEM;
+  kiln_strbuf_printf(&m->text, "  pooling_param { pool: %s", ave ? "AVE" : "MAX");
+  if (w.k[0] == w.k[1]) kiln_strbuf_printf(&m->text, " kernel_size: %lld", (long long)w.k[0]);
+  else kiln_strbuf_printf(&m->text, " kernel_h: %lld kernel_w: %lld", (long long)w.k[0], (long long)w.k[1]);
+  if (w.s[0] == w.s[1]) kiln_strbuf_printf(&m->text, " stride: %lld", (long long)w.s[0]);
+  else kiln_strbuf_printf(&m->text, " stride_h: %lld stride_w: %lld", (long long)w.s[0], (long long)w.s[1]);
+  if (w.pb[0] == w.pb[1]) { if (w.pb[0]) kiln_strbuf_printf(&m->text, " pad: %lld", (long long)w.pb[0]); }
+  else kiln_strbuf_printf(&m->text, " pad_h: %lld pad_w: %lld", (long long)w.pb[0], (long long)w.pb[1]);
+  if (!mode_ceil) kiln_strbuf_printf(&m->text, " round_mode: FLOOR");
+  kiln_strbuf_printf(&m->text, " }\n");
+  end_layer(m);
+  return KILN_OK;
+}
+
+static int op_global_pool(imp *m) {
+  tensor *x;
+  KILN_TRY(blob_in(m, 0, &x));
+  const char *b;
+  KILN_TRY(materialize(m, x, &b));
+  if (x->s.nd != 4) return REFUSE("input %s: kiln imports 2-D pooling of N x C x H x W", shape_str(&x->s));
+  shp os = {4, {x->s.d[0], x->s.d[1], 1, 1}};
+  if (layer1(m, "Pooling", b, &os) < 0) return KILN_ERR_NOMEM;
+  params(m, "pooling_param { pool: %s global_pooling: true }", !strcmp(nop(m->node), "GlobalAveragePool") ? "AVE" : "MAX");
+  end_layer(m);
+  return KILN_OK;
+}
+
+static int op_pad(imp *m) {
+  tensor *x;
+  KILN_TRY(blob_in(m, 0, &x));
+  const char *mode = attr_s(m, m->node, "mode", "constant");
+  if (strcmp(mode, "constant")) return REFUSE("mode %s: kiln imports padding with zeros", mode);
+  int64_t p[2 * MAXD];
+  size_t n;
+  if (m->opset < 11) {
+    const int64_t *v = attr_ints(m->node, "pads", &n);
+    if (!v) return BAD("no pads");
+    if (n > 2 * MAXD) return BAD("pads has %zu values", n);
+    memcpy(p, v, n * sizeof *p);
+    if (attr_f(m->node, "value", 0) != 0) return REFUSE("a value other than 0");
+  } else {
+    tensor *pt, *cv = in(m, 2);
+    KILN_TRY(const_in(m, 1, &pt, "pads"));
+    if (pt->dt != DT_I || pt->n > 2 * MAXD) return BAD("pads is not an int64 list");
+    n = (size_t)pt->n;
+    memcpy(p, pt->i, n * sizeof *p);
+    if (cv && (cv->kind != T_CONST || cv->n != 1 || cval(cv, 0) != 0)) return REFUSE("a value other than 0");
+    if (in(m, 3)) return REFUSE("axes: kiln imports pads of every axis");
+  }
+  if (x->s.nd != 4 || n != 8 || x->kind == T_PAD)
+    return REFUSE("pads of %zu values on %s: kiln imports padding of H and W before a Conv or AveragePool", n, shape_str(&x->s));
+  if (p[0] || p[1] || p[4] || p[5] || p[2] < 0 || p[3] < 0 || p[6] < 0 || p[7] < 0 || p[2] > 65536 || p[3] > 65536 || p[6] > 65536 || p[7] > 65536)
+    return REFUSE("pads N or C, or negative: kiln imports padding of H and W");
+  const char *b;
+  KILN_TRY(materialize(m, x, &b));
+  tensor *t = out(m, 0);
+  if (!t) return KILN_OK;
+  t->kind = T_PAD;
+  t->ready = true;
+  t->blob = b;
+  t->cs = x->s;
+  t->s = x->s;
+  t->s.d[2] += p[2] + p[6];
+  t->s.d[3] += p[3] + p[7];
+  t->pad[0] = p[2], t->pad[1] = p[3], t->pad[2] = p[6], t->pad[3] = p[7];
+  if (!(t->pad_node = istrdup(m, nname(m)))) return nomem(); /* a copy that lives on */
+  return KILN_OK;
+}
+
+/* ---- products --------------------------------------------------------------------------- */
+
+static int op_gemm(imp *m) {
+  tensor *a, *w, *c = in(m, 2);
+  KILN_TRY(blob_in(m, 0, &a));
+  KILN_TRY(const_in(m, 1, &w, "weight (B)"));
+  if (attr_i(m->node, "transA", 0)) return REFUSE("transA 1: kiln's InnerProduct reads items as rows");
+  const bool tb = attr_i(m->node, "transB", 0) != 0;
+  const float alpha = attr_f(m->node, "alpha", 1), beta = attr_f(m->node, "beta", 1);
+  if (a->s.nd != 2 || w->s.nd != 2 || w->dt != DT_F) return BAD("A %s and B %s are not matrices", shape_str(&a->s), shape_str(&w->s));
+  const int64_t K = a->s.d[1], N = tb ? w->s.d[0] : w->s.d[1];
+  if ((tb ? w->s.d[1] : w->s.d[0]) != K) return BAD("A %s and B %s (transB %d) do not multiply", shape_str(&a->s), shape_str(&w->s), tb);
+  if (c && (c->kind != T_CONST || c->dt != DT_F)) return REFUSE("C is not a float constant");
+  if (c && c->n != N && c->n != 1) return REFUSE("C %s: kiln's InnerProduct adds one bias per output", shape_str(&c->s));
+  if (c && c->s.nd == 2 && c->s.d[0] != 1) return REFUSE("C %s: kiln's InnerProduct adds one bias per output", shape_str(&c->s));
+  /* InnerProduct flattens from axis 1: a blob whose first axis is A's rows serves as it is */
+  const char *b;
+  if (a->kind == T_BLOB && a->cs.nd >= 2 && a->cs.d[0] == a->s.d[0]) b = a->blob;
+  else KILN_TRY(materialize(m, a, &b));
+  shp os = {2, {a->s.d[0], N}};
+  int li = layer1(m, "InnerProduct", b, &os);
+  if (li < 0) return KILN_ERR_NOMEM;
+  params(m, "inner_product_param { num_output: %lld%s }", (long long)N, c ? "" : " bias_term: false");
+  end_layer(m);
+  shp ws = {2, {N, K}};
+  KILN_TRY(add_blob(m, li, &ws, NULL));
+  float *wd = m->layers[li].bd[0];
+  for (int64_t i = 0; i < N; i++)
+    for (int64_t k = 0; k < K; k++) {
+      const float v = tb ? w->f[i * K + k] : w->f[k * N + i];
+      wd[i * K + k] = alpha == 1 ? v : alpha * v;
+    }
+  if (c) {
+    KILN_TRY(add_blob(m, li, &shape1(N), NULL));
+    for (int64_t i = 0; i < N; i++) {
+      const float v = c->f[c->n == 1 ? 0 : i];
+      m->layers[li].bd[1][i] = beta == 1 ? v : beta * v;
+    }
+  }
+  return KILN_OK;
+}
+
+static int op_matmul(imp *m) {
+  tensor *a, *w;
+  KILN_TRY(need_in(m, 0, &a));
+  KILN_TRY(need_in(m, 1, &w));
+  if (a->kind == T_CONST || w->kind != T_CONST)
+    return REFUSE("kiln imports a MatMul of a computed tensor by a constant matrix (an InnerProduct)");
+  if (w->s.nd != 2 || a->s.nd < 1 || w->dt != DT_F) return REFUSE("B %s is not a float matrix", shape_str(&w->s));
+  const int64_t K = w->s.d[0], N = w->s.d[1];
+  if (a->s.d[a->s.nd - 1] != K) return BAD("A %s and B %s do not multiply", shape_str(&a->s), shape_str(&w->s));
+  const char *b;
+  KILN_TRY(materialize(m, a, &b));
+  shp os = a->s;
+  os.d[os.nd - 1] = N;
+  int li = layer1(m, "InnerProduct", b, &os);
+  if (li < 0) return KILN_ERR_NOMEM;
+  kiln_strbuf_printf(&m->text, "  inner_product_param { num_output: %lld", (long long)N);
+  m->layers[li].bias_off = m->text.len;
+  kiln_strbuf_printf(&m->text, " bias_term: false axis: %d transpose: true }\n", a->s.nd - 1);
+  end_layer(m);
+  KILN_TRY(add_blob(m, li, &w->s, w->f));
+  tensor *t = out(m, 0);
+  if (t) t->ip_layer = li;
+  return KILN_OK;
+}
+
+/* ---- normalization ---------------------------------------------------------------------- */
+
+static int op_batchnorm(imp *m) {
+  tensor *x, *sc, *bi, *mean, *var;
+  KILN_TRY(blob_in(m, 0, &x));
+  KILN_TRY(const_in(m, 1, &sc, "scale"));
+  KILN_TRY(const_in(m, 2, &bi, "bias"));
+  KILN_TRY(const_in(m, 3, &mean, "mean"));
+  KILN_TRY(const_in(m, 4, &var, "variance"));
+  if (attr_i(m->node, "training_mode", 0)) return REFUSE("training_mode 1: kiln imports inference graphs (export in eval mode)");
+  if (m->opset < 9 && !attr_i(m->node, "spatial", 1)) return REFUSE("spatial 0");
+  for (int k = 1; k < (int)m->node->n_output; k++)
+    if (out(m, k) && out(m, k)->uses) return REFUSE("output %d (the running statistics) is read: kiln imports inference graphs", k);
+  if (x->s.nd < 2) return REFUSE("input %s: no channel axis", shape_str(&x->s));
+  const int64_t C = x->s.d[1];
+  const tensor *ps[4] = {sc, bi, mean, var};
+  for (int k = 0; k < 4; k++)
+    if (ps[k]->n != C || ps[k]->dt != DT_F) return BAD("input %d has %lld values for %lld channels", k + 1, (long long)ps[k]->n, (long long)C);
+  const float eps = attr_f(m->node, "epsilon", 1e-5f);
+  const char *b;
+  KILN_TRY(materialize(m, x, &b));
+  bool identity = true;
+  for (int64_t c = 0; c < C; c++) identity &= sc->f[c] == 1 && bi->f[c] == 0;
+  const char *top;
+  KILN_TRY(set_out(m, 0, &x->s, &top));
+  const char *bn_top = top;
+  if (!identity) {
+    char nm[1024];
+    snprintf(nm, sizeof nm, "%s@bn", top);
+    if (!(bn_top = fresh_blob(m, nm))) return nomem();
+  }
+  int li = begin_layer(m, "BatchNorm", nname(m), 1, &b, 1, &bn_top);
+  if (li < 0) return KILN_ERR_NOMEM;
+  params(m, "batch_norm_param { eps: %.9g }", eps); /* global statistics in TEST, batch ones in TRAIN */
+  end_layer(m);
+  const float one = 1;
+  KILN_TRY(add_blob(m, li, &shape1(C), mean->f));
+  KILN_TRY(add_blob(m, li, &shape1(C), var->f));
+  KILN_TRY(add_blob(m, li, &shape1(1), &one));
+  if (identity) return KILN_OK;
+  char nm[1024];
+  snprintf(nm, sizeof nm, "%s/scale", nname(m));
+  li = begin_layer(m, "Scale", nm, 1, &bn_top, 1, &top);
+  if (li < 0) return KILN_ERR_NOMEM;
+  params(m, "scale_param { bias_term: true }");
+  end_layer(m);
+  KILN_TRY(add_blob(m, li, &shape1(C), sc->f));
+  return add_blob(m, li, &shape1(C), bi->f);
+}
+
+static int op_lrn(imp *m) {
+  tensor *x;
+  KILN_TRY(blob_in(m, 0, &x));
+  const char *b;
+  KILN_TRY(materialize(m, x, &b));
+  const int64_t size = attr_i(m->node, "size", 0);
+  if (size < 1 || size % 2 == 0) return REFUSE("size %lld: Caffe's LRN takes an odd window", (long long)size);
+  if (layer1(m, "LRN", b, &x->s) < 0) return KILN_ERR_NOMEM;
+  params(m, "lrn_param { local_size: %lld alpha: %.9g beta: %.9g k: %.9g }", (long long)size,
+         attr_f(m->node, "alpha", 1e-4f), attr_f(m->node, "beta", 0.75f), attr_f(m->node, "bias", 1.0f));
+  end_layer(m);
+  return KILN_OK;
+}
+
+static int op_softmax(imp *m) {
+  tensor *x;
+  KILN_TRY(blob_in(m, 0, &x));
+  int axis = 0;
+  KILN_TRY(norm_axis(m, attr_i(m->node, "axis", m->opset >= 13 ? -1 : 1), x->s.nd, &axis));
+  int64_t rest = 1;
+  for (int k = axis + 1; k < x->s.nd; k++) rest *= x->s.d[k];
+  const char *b;
+  if (m->opset < 13 && rest != 1) {
+    /* opset < 13: over all the axes from `axis` at once: a view of two axes */
+    tensor v = *x;
+    v.name = x->name;
+    int64_t lead = 1;
+    for (int k = 0; k < axis; k++) lead *= x->s.d[k];
+    v.s = (shp){2, {lead, rest * x->s.d[axis]}};
+    KILN_TRY(materialize(m, &v, &b));
+    const char *top;
+    KILN_TRY(set_out(m, 0, &v.s, &top));
+    if (begin_layer(m, "Softmax", nname(m), 1, &b, 1, &top) < 0) return KILN_ERR_NOMEM;
+    params(m, "softmax_param { axis: 1 }");
+    end_layer(m);
+    out(m, 0)->s = x->s; /* the view back in the input's shape */
+    return KILN_OK;
+  }
+  KILN_TRY(materialize(m, x, &b));
+  if (layer1(m, "Softmax", b, &x->s) < 0) return KILN_ERR_NOMEM;
+  if (axis != 1) params(m, "softmax_param { axis: %d }", axis);
+  end_layer(m);
+  return KILN_OK;
+}
+
+/* ---- shapes ----------------------------------------------------------------------------- */
+
+/* The int64 list of a constant input k or of attribute `name` (by opset: attributes before
+ * `since`). Missing: *n = -1. */
+static int ints_arg(imp *m, int k, const char *name, int since, int64_t *v, int *n) {
+  *n = -1;
+  if (m->opset < since) {
+    size_t c;
+    const int64_t *a = attr_ints(m->node, name, &c);
+    if (!a) return KILN_OK;
+    if (c > MAXD * 2) return BAD("%s has %zu values", name, c);
+    memcpy(v, a, c * sizeof *v);
+    *n = (int)c;
+    return KILN_OK;
+  }
+  tensor *t = in(m, k);
+  if (!t) return KILN_OK;
+  if (t->kind != T_CONST) return REFUSE("its %s (input %d) is computed in the graph: kiln needs it constant", name, k);
+  if (t->dt != DT_I || t->n > MAXD * 2) return BAD("%s is not an int64 list", name);
+  memcpy(v, t->i, (size_t)t->n * sizeof *v);
+  *n = (int)t->n;
+  return KILN_OK;
+}
+
+/* The output shape of the shape ops, on any tensor (constants too: the folding uses them). */
+static int shape_of_reshape_op(imp *m, const tensor *x, shp *s) {
+  const char *op = nop(m->node);
+  const shp *xs = &x->s;
+  if (!strcmp(op, "Flatten")) {
+    int axis = 0;
+    int64_t ax = attr_i(m->node, "axis", 1);
+    if (ax == xs->nd) axis = xs->nd;
+    else KILN_TRY(norm_axis(m, ax, xs->nd, &axis));
+    int64_t a = 1, b = 1;
+    for (int k = 0; k < xs->nd; k++) {
+      if (k < axis) a *= xs->d[k];
+      else b *= xs->d[k];
+    }
+    *s = (shp){2, {a, b}};
+    return KILN_OK;
+  }
+  if (!strcmp(op, "Reshape")) {
+    tensor *st;
+    KILN_TRY(const_in(m, 1, &st, "shape"));
+    if (st->dt != DT_I || st->n > MAXD) return BAD("shape is not an int64 list of at most %d", MAXD);
+    const bool allowzero = attr_i(m->node, "allowzero", 0) != 0;
+    int infer = -1;
+    int64_t known = 1;
+    s->nd = (int)st->n;
+    for (int k = 0; k < s->nd; k++) {
+      int64_t d = st->i[k];
+      if (d == 0 && !allowzero) {
+        if (k >= xs->nd) return BAD("shape copies axis %d of an input of %d axes", k, xs->nd);
+        d = xs->d[k];
+      }
+      if (d == -1) {
+        if (infer >= 0) return BAD("shape has two -1s");
+        infer = k;
+        d = 1;
+      } else if (d < 0) return BAD("shape has %lld", (long long)d);
+      s->d[k] = d;
+      known *= d;
+      if (known > ((int64_t)1 << 40)) return BAD("shape is too large");
+    }
+    if (infer >= 0) {
+      if (known == 0 || count(xs) % known) return BAD("cannot reshape %s to %s", shape_str(xs), shape_str(s));
+      s->d[infer] = count(xs) / known;
+    }
+    if (count(s) != count(xs)) return BAD("cannot reshape %s to %s", shape_str(xs), shape_str(s));
+    return KILN_OK;
+  }
+  int64_t ax[MAXD * 2];
+  int na;
+  if (!strcmp(op, "Squeeze")) {
+    KILN_TRY(ints_arg(m, 1, "axes", 13, ax, &na));
+    bool drop[MAXD] = {0};
+    if (na < 0) for (int k = 0; k < xs->nd; k++) drop[k] = xs->d[k] == 1;
+    for (int j = 0; j < na; j++) {
+      int a = 0;
+      KILN_TRY(norm_axis(m, ax[j], xs->nd, &a));
+      if (xs->d[a] != 1) return BAD("squeezes axis %d of %s, which is not 1", a, shape_str(xs));
+      drop[a] = true;
+    }
+    s->nd = 0;
+    for (int k = 0; k < xs->nd; k++)
+      if (!drop[k]) s->d[s->nd++] = xs->d[k];
+    return KILN_OK;
+  }
+  if (!strcmp(op, "Unsqueeze")) {
+    KILN_TRY(ints_arg(m, 1, "axes", 13, ax, &na));
+    if (na < 0) return BAD("no axes");
+    const int nd = xs->nd + na;
+    if (nd > MAXD) return REFUSE("gives %d axes (kiln: at most %d)", nd, MAXD);
+    bool ins[MAXD] = {0};
+    for (int j = 0; j < na; j++) {
+      int a = 0;
+      KILN_TRY(norm_axis(m, ax[j], nd, &a));
+      if (ins[a]) return BAD("axis %d twice", a);
+      ins[a] = true;
+    }
+    s->nd = nd;
+    for (int k = 0, src = 0; k < nd; k++) s->d[k] = ins[k] ? 1 : xs->d[src++];
+    return KILN_OK;
+  }
+  return REFUSE("not a shape op");
+}
+
+static int op_reshape_like(imp *m) {
+  tensor *x;
+  KILN_TRY(blob_in(m, 0, &x));
+  if (x->kind == T_PAD) {
+    const char *b;
+    return materialize(m, x, &b);
+  }
+  shp s;
+  KILN_TRY(shape_of_reshape_op(m, x, &s));
+  return alias_out(m, 0, x, &s);
+}
+
+static int op_identity(imp *m) {
+  tensor *x;
+  KILN_TRY(need_in(m, 0, &x));
+  const char *op = nop(m->node);
+  if (!strcmp(op, "Dropout")) {
+    tensor *mask = out(m, 1);
+    if (mask && mask->uses) return REFUSE("its mask is read: kiln imports inference graphs");
+    tensor *tm = in(m, 2);
+    if (tm && (tm->kind != T_CONST || cval(tm, 0) != 0)) return REFUSE("training_mode is not false");
+  }
+  m->dropped++;
+  return alias_out(m, 0, x, &x->s);
+}
+
+static int op_transpose(imp *m) {
+  tensor *x;
+  KILN_TRY(blob_in(m, 0, &x));
+  size_t n;
+  const int64_t *perm = attr_ints(m->node, "perm", &n);
+  int64_t p[MAXD];
+  if (!perm) {
+    n = (size_t)x->s.nd;
+    for (size_t k = 0; k < n; k++) p[k] = x->s.nd - 1 - (int64_t)k;
+  } else {
+    if (n != (size_t)x->s.nd) return BAD("perm has %zu values for %d axes", n, x->s.nd);
+    memcpy(p, perm, n * sizeof *p);
+  }
+  bool seen[MAXD] = {0};
+  shp s = {x->s.nd, {0}};
+  for (size_t k = 0; k < n; k++) {
+    if (p[k] < 0 || p[k] >= x->s.nd || seen[p[k]]) return BAD("perm is not a permutation");
+    seen[p[k]] = true;
+    s.d[k] = x->s.d[p[k]];
+  }
+  /* the axes longer than 1 in their order: a transpose that keeps it moves no data */
+  int64_t last = -1;
+  bool moves = false;
+  for (size_t k = 0; k < n; k++)
+    if (x->s.d[p[k]] != 1) {
+      if (p[k] < last) moves = true;
+      last = p[k];
+    }
+  if (!moves) {
+    m->dropped++;
+    return alias_out(m, 0, x, &s);
+  }
+  const char *b;
+  KILN_TRY(materialize(m, x, &b));
+  if (layer1(m, "Permute", b, &s) < 0) return KILN_ERR_NOMEM;
+  kiln_strbuf_printf(&m->text, "  permute_param {");
+  for (size_t k = 0; k < n; k++) kiln_strbuf_printf(&m->text, " order: %lld", (long long)p[k]);
+  kiln_strbuf_printf(&m->text, " }\n");
+  end_layer(m);
+  return KILN_OK;
+}
+
+static int op_concat(imp *m) {
+  const Onnx__NodeProto *node = m->node;
+  if (node->n_input < 1 || node->n_input > 256) return BAD("%zu inputs", node->n_input);
+  tensor *x0;
+  KILN_TRY(blob_in(m, 0, &x0));
+  int axis = 0;
+  KILN_TRY(norm_axis(m, attr_i(node, "axis", 1), x0->s.nd, &axis));
+  const char *bs[256];
+  shp s = x0->s;
+  s.d[axis] = 0;
+  for (size_t k = 0; k < node->n_input; k++) {
+    tensor *x;
+    KILN_TRY(blob_in(m, (int)k, &x));
+    if (x->s.nd != s.nd) return BAD("input %zu %s and input 0 %s differ in axes", k, shape_str(&x->s), shape_str(&x0->s));
+    for (int a = 0; a < s.nd; a++)
+      if (a != axis && x->s.d[a] != s.d[a]) return BAD("input %zu %s and input 0 %s differ off the axis", k, shape_str(&x->s), shape_str(&x0->s));
+    s.d[axis] += x->s.d[axis];
+    KILN_TRY(materialize(m, x, &bs[k]));
+  }
+  const char *top;
+  KILN_TRY(set_out(m, 0, &s, &top));
+  if (begin_layer(m, "Concat", nname(m), (int)node->n_input, bs, 1, &top) < 0) return KILN_ERR_NOMEM;
+  if (axis != 1) params(m, "concat_param { axis: %d }", axis);
+  end_layer(m);
+  return KILN_OK;
+}
+
+/* A Caffe Slice of blob b (shape xs) along axis at the points given; tops named after the
+ * node's outputs where `outk[j]` >= 0, else fresh names (silenced later: nothing reads them). */
+static int slice_layer(imp *m, const char *b, const shp *xs, int axis, int npts, const int64_t *pts,
+                       const int *outk) {
+  const char *tops[MAXD * 4 + 1];
+  int64_t prev = 0;
+  for (int j = 0; j <= npts; j++) {
+    const int64_t end = j < npts ? pts[j] : xs->d[axis];
+    shp s = *xs;
+    s.d[axis] = end - prev;
+    if (s.d[axis] < 1) return BAD("an empty slice");
+    prev = end;
+    if (outk[j] >= 0) KILN_TRY(set_out(m, outk[j], &s, &tops[j]));
+    else {
+      char nm[1024];
+      snprintf(nm, sizeof nm, "%s/unused", nname(m));
+      if (!(tops[j] = fresh_blob(m, nm))) return nomem();
+    }
+  }
+  if (begin_layer(m, "Slice", nname(m), 1, &b, npts + 1, tops) < 0) return KILN_ERR_NOMEM;
+  kiln_strbuf_printf(&m->text, "  slice_param { axis: %d", axis);
+  for (int j = 0; j < npts; j++) kiln_strbuf_printf(&m->text, " slice_point: %lld", (long long)pts[j]);
+  kiln_strbuf_printf(&m->text, " }\n");
+  end_layer(m);
+  return KILN_OK;
+}
+
+static int op_split(imp *m) {
+  tensor *x;
+  KILN_TRY(blob_in(m, 0, &x));
+  int axis = 0;
+  KILN_TRY(norm_axis(m, attr_i(m->node, "axis", 0), x->s.nd, &axis));
+  const int no = (int)m->node->n_output;
+  if (no < 1 || no > MAXD * 4) return REFUSE("%d outputs", no);
+  int64_t sz[MAXD * 2];
+  int ns;
+  KILN_TRY(ints_arg(m, 1, "split", 13, sz, &ns));
+  int64_t sizes[MAXD * 4];
+  if (ns < 0) {
+    if (x->s.d[axis] % no) return BAD("%lld does not split into %d equal parts", (long long)x->s.d[axis], no);
+    for (int j = 0; j < no; j++) sizes[j] = x->s.d[axis] / no;
+  } else {
+    if (ns != no) return BAD("split has %d sizes for %d outputs", ns, no);
+    int64_t tot = 0;
+    for (int j = 0; j < no; j++) sizes[j] = sz[j], tot += sz[j];
+    if (tot != x->s.d[axis]) return BAD("split sizes add to %lld, the axis has %lld", (long long)tot, (long long)x->s.d[axis]);
+  }
+  if (no == 1) return alias_out(m, 0, x, &x->s);
+  int64_t pts[MAXD * 4];
+  int outk[MAXD * 4 + 1];
+  int64_t acc = 0;
+  for (int j = 0; j < no; j++) {
+    acc += sizes[j];
+    if (j < no - 1) pts[j] = acc;
+    outk[j] = out(m, j) ? j : -1;
+  }
+  const char *b;
+  KILN_TRY(materialize(m, x, &b));
+  return slice_layer(m, b, &x->s, axis, no - 1, pts, outk);
+}
+
+/* One range [start, end) of one axis of a computed tensor (Slice, Gather of one index). */
+static int slice_range(imp *m, tensor *x, int axis, int64_t start, int64_t end, const shp *outshape) {
+  const char *b;
+  KILN_TRY(materialize(m, x, &b));
+  const int64_t D = x->s.d[axis];
+  if (start == 0 && end == D) return alias_out(m, 0, x, outshape);
+  int64_t pts[2];
+  int outk[3], np = 0, k = 0;
+  if (start > 0) pts[np++] = start, outk[k++] = -1;
+  outk[k++] = 0;
+  if (end < D) pts[np++] = end, outk[k++] = -1;
+  shp rs = x->s;
+  rs.d[axis] = end - start;
+  KILN_TRY(slice_layer(m, b, &x->s, axis, np, pts, outk));
+  tensor *t = out(m, 0);
+  if (t) t->s = *outshape; /* the slice's blob is rs; the tensor may drop the axis */
+  if (t && count(&rs) != count(outshape)) return kiln_errorf(KILN_ERR_INTERNAL, "slice shapes");
+  return KILN_OK;
+}
+
+static int op_slice(imp *m) {
+  tensor *x;
+  KILN_TRY(blob_in(m, 0, &x));
+  int64_t st[MAXD * 2], en[MAXD * 2], ax[MAXD * 2], sp[MAXD * 2];
+  int ns, ne, na, nsp;
+  KILN_TRY(ints_arg(m, 1, "starts", 10, st, &ns));
+  KILN_TRY(ints_arg(m, 2, "ends", 10, en, &ne));
+  KILN_TRY(ints_arg(m, 3, "axes", 10, ax, &na));
+  KILN_TRY(ints_arg(m, 4, "steps", 10, sp, &nsp));
+  if (ns < 0 || ne != ns || (na >= 0 && na != ns) || (nsp >= 0 && nsp != ns)) return BAD("starts, ends, axes and steps disagree");
+  shp s = x->s;
+  int axis = -1;
+  int64_t s0 = 0, e0 = 0;
+  for (int j = 0; j < ns; j++) {
+    int a = 0;
+    KILN_TRY(norm_axis(m, na >= 0 ? ax[j] : j, x->s.nd, &a));
+    if (nsp >= 0 && sp[j] != 1) return REFUSE("step %lld: kiln's Slice takes steps of 1", (long long)sp[j]);
+    const int64_t D = x->s.d[a];
+    int64_t b = st[j] < 0 ? st[j] + D : st[j], e = en[j] < 0 ? en[j] + D : en[j];
+    b = b < 0 ? 0 : b > D ? D : b;
+    e = e < 0 ? 0 : e > D ? D : e;
+    if (e <= b) return REFUSE("an empty slice of axis %d", a);
+    if (b == 0 && e == D) continue;
+    if (axis >= 0) return REFUSE("slices axes %d and %d: kiln imports a slice of one axis", axis, a);
+    axis = a, s0 = b, e0 = e;
+    s.d[a] = e - b;
+  }
+  if (axis < 0) {
+    m->dropped++;
+    return alias_out(m, 0, x, &x->s);
+  }
+  return slice_range(m, x, axis, s0, e0, &s);
+}
+
+static int op_gather(imp *m) {
+  tensor *data, *idx;
+  KILN_TRY(need_in(m, 0, &data));
+  KILN_TRY(need_in(m, 1, &idx));
+  int axis = 0;
+  KILN_TRY(norm_axis(m, attr_i(m->node, "axis", 0), data->s.nd, &axis));
+  if (data->kind == T_CONST && idx->kind != T_CONST) {
+    /* a lookup table: Embed */
+    if (axis != 0 || data->s.nd != 2 || data->dt != DT_F)
+      return REFUSE("a Gather from a constant %s on axis %d: kiln imports a lookup table (2-D, axis 0) as Embed", shape_str(&data->s), axis);
+    const char *b;
+    KILN_TRY(materialize(m, idx, &b));
+    shp s = idx->s;
+    if (s.nd >= MAXD) return REFUSE("too many axes");
+    s.d[s.nd++] = data->s.d[1];
+    int li = layer1(m, "Embed", b, &s);
+    if (li < 0) return KILN_ERR_NOMEM;
+    params(m, "embed_param { num_output: %lld input_dim: %lld bias_term: false }", (long long)data->s.d[1], (long long)data->s.d[0]);
+    end_layer(m);
+    return add_blob(m, li, &data->s, data->f);
+  }
+  if (data->kind == T_BLOB && idx->kind == T_CONST && idx->n == 1 && idx->dt == DT_I) {
+    /* one index of one axis: a Slice (the axis dropped for a scalar index) */
+    const int64_t D = data->s.d[axis];
+    int64_t i = idx->i[0] < 0 ? idx->i[0] + D : idx->i[0];
+    if (i < 0 || i >= D) return BAD("index %lld is outside an axis of %lld", (long long)idx->i[0], (long long)D);
+    shp s = {0, {0}};
+    for (int k = 0; k < data->s.nd; k++) {
+      if (k == axis) {
+        for (int j = 0; j < idx->s.nd; j++) s.d[s.nd++] = 1;
+      } else s.d[s.nd++] = data->s.d[k];
+    }
+    return slice_range(m, data, axis, i, i + 1, &s);
+  }
+  return REFUSE("kiln imports a Gather from a constant table (Embed) or of one constant index");
+}
+
+/* ---- LSTM ------------------------------------------------------------------------------- */
+
+/* A constant as a blob: a Parameter layer holding it (lr_mult 0: training leaves it). */
+static int param_blob(imp *m, const char *base, const shp *s, const float *data, const char **blob) {
+  if (!(*blob = fresh_blob(m, base))) return nomem();
+  int li = begin_layer(m, "Parameter", *blob, 0, NULL, 1, blob);
+  if (li < 0) return KILN_ERR_NOMEM;
+  kiln_strbuf_printf(&m->text, "  param { lr_mult: 0 decay_mult: 0 }\n  parameter_param { shape {");
+  for (int a = 0; a < s->nd; a++) kiln_strbuf_printf(&m->text, " dim: %lld", (long long)s->d[a]);
+  kiln_strbuf_printf(&m->text, " } }\n");
+  end_layer(m);
+  return add_blob(m, li, s, data);
+}
+
+static int op_lstm(imp *m) {
+  tensor *x, *W, *R, *B = in(m, 3), *sl = in(m, 4), *h0 = in(m, 5), *c0 = in(m, 6);
+  KILN_TRY(blob_in(m, 0, &x));
+  KILN_TRY(const_in(m, 1, &W, "W"));
+  KILN_TRY(const_in(m, 2, &R, "R"));
+  if (in(m, 7)) return REFUSE("peepholes (P): kiln's LSTM has none");
+  const char *dir = attr_s(m, m->node, "direction", "forward");
+  if (strcmp(dir, "forward")) return REFUSE("direction %s: kiln imports forward LSTMs (a bidirectional one is two LSTM nodes' worth of kiln's bidirectional layer, not done yet)", dir);
+  if (attr(m->node, "activations")) {
+    size_t na = attr(m->node, "activations")->n_strings;
+    const char *want[3] = {"Sigmoid", "Tanh", "Tanh"};
+    for (size_t k = 0; k < na; k++) {
+      const ProtobufCBinaryData *s = &attr(m->node, "activations")->strings[k];
+      if (k >= 3 || s->len != strlen(want[k]) || memcmp(s->data, want[k], s->len))
+        return REFUSE("activations other than Sigmoid, Tanh, Tanh");
+    }
+  }
+  if (attr(m->node, "clip")) return REFUSE("clip: kiln's LSTM does not clip");
+  if (attr_i(m->node, "input_forget", 0)) return REFUSE("input_forget 1");
+  if (attr_i(m->node, "layout", 0)) return REFUSE("layout 1 (batch first): kiln's LSTM reads T x N x D");
+  const int64_t H = attr_i(m->node, "hidden_size", 0);
+  if (x->s.nd != 3) return BAD("X %s is not T x N x D", shape_str(&x->s));
+  const int64_t T = x->s.d[0], N = x->s.d[1], D = x->s.d[2];
+  if (H < 1 || W->s.nd != 3 || W->s.d[0] != 1 || W->s.d[1] != 4 * H || W->s.d[2] != D || R->s.nd != 3 ||
+      R->s.d[0] != 1 || R->s.d[1] != 4 * H || R->s.d[2] != H || W->dt != DT_F || R->dt != DT_F)
+    return BAD("W %s and R %s do not fit hidden_size %lld and X %s", shape_str(&W->s), shape_str(&R->s), (long long)H, shape_str(&x->s));
+  if (B && (B->kind != T_CONST || B->n != 8 * H || B->dt != DT_F)) return BAD("B is not a constant of %lld values", (long long)(8 * H));
+  if (sl) {
+    if (sl->kind != T_CONST) return REFUSE("sequence_lens is computed: kiln runs every step (cont marks sequence starts)");
+    for (int64_t k = 0; k < sl->n; k++)
+      if (cval(sl, k) != (double)T) return REFUSE("sequence_lens other than the %lld steps", (long long)T);
+  }
+  const tensor *st[2] = {h0, c0};
+  bool zero_state = true;
+  for (int k = 0; k < 2; k++) {
+    if (!st[k]) continue;
+    if (count(&st[k]->s) != N * H) return BAD("initial state %s is not 1 x %lld x %lld", shape_str(&st[k]->s), (long long)N, (long long)H);
+    if (st[k]->kind != T_CONST) zero_state = false;
+    else
+      for (int64_t j = 0; j < st[k]->n; j++)
+        if (cval(st[k], j) != 0) zero_state = false;
+  }
+  tensor *yh = out(m, 1), *yc = out(m, 2);
+  const bool expose = !zero_state || (yh && yh->uses) || (yc && yc->uses);
+  /* kiln's gates i, f, o, g from ONNX's i, o, f, c */
+  static const int from[4] = {0, 2, 1, 3};
+  const char *xb;
+  KILN_TRY(materialize(m, x, &xb));
+  /* cont: 0 at the first step (no state from an earlier pass), or 1 where h0 is given */
+  const shp cs = {2, {T, N}};
+  float *cont = ialloc(m, sizeof(float) * (size_t)(T * N));
+  if (!cont) return nomem();
+  for (int64_t k = 0; k < T * N; k++) cont[k] = k >= N || expose ? 1.0f : 0.0f;
+  char nm[1024];
+  const char *bottoms[4], *tops[3];
+  snprintf(nm, sizeof nm, "%s/cont", nname(m));
+  bottoms[0] = xb;
+  KILN_TRY(param_blob(m, nm, &cs, cont, &bottoms[1]));
+  int nb = 2;
+  if (expose) {
+    for (int k = 0; k < 2; k++) {
+      const tensor *s = st[k];
+      const shp ss = {3, {1, N, H}};
+      if (s && s->kind != T_CONST) {
+        tensor *sv = (tensor *)s;
+        tensor v = *sv;
+        v.s = ss;
+        KILN_TRY(materialize(m, &v, &bottoms[nb++]));
+      } else {
+        float *z = ialloc(m, sizeof(float) * (size_t)(N * H));
+        if (!z) return nomem();
+        for (int64_t j = 0; s && j < N * H; j++) z[j] = (float)cval(s, j);
+        snprintf(nm, sizeof nm, "%s/%s", nname(m), k ? "c0" : "h0");
+        KILN_TRY(param_blob(m, nm, &ss, z, &bottoms[nb++]));
+      }
+    }
+  }
+  const shp ys = {3, {T, N, H}}, hs = {3, {1, N, H}};
+  KILN_TRY(set_out(m, 0, &ys, &tops[0]));
+  int nt = 1;
+  if (expose) {
+    for (int k = 1; k <= 2; k++) {
+      if (out(m, k)) KILN_TRY(set_out(m, k, &hs, &tops[nt]));
+      else {
+        snprintf(nm, sizeof nm, "%s/unused", nname(m));
+        if (!(tops[nt] = fresh_blob(m, nm))) return nomem();
+      }
+      nt++;
+    }
+  } else if (yh || yc) {
+    /* Y_h, Y_c present but unread: nothing to give them */
+  }
+  int li = begin_layer(m, "LSTM", nname(m), nb, bottoms, nt, tops);
+  if (li < 0) return KILN_ERR_NOMEM;
+  params(m, "recurrent_param { num_output: %lld%s }", (long long)H, expose ? " expose_hidden: true" : "");
+  end_layer(m);
+  /* the output's ONNX shape is T x 1 x N x H: the same memory */
+  tensor *y = out(m, 0);
+  if (y) y->s = (shp){4, {T, 1, N, H}};
+  for (int k = 1; k <= 2 && expose; k++)
+    if (out(m, k)) out(m, k)->s = (shp){3, {1, N, H}};
+  shp wx = {2, {4 * H, D}}, wh = {2, {4 * H, H}}, bs = shape1(4 * H);
+  KILN_TRY(add_blob(m, li, &wx, NULL));
+  KILN_TRY(add_blob(m, li, &bs, NULL));
+  KILN_TRY(add_blob(m, li, &wh, NULL));
+  float *dwx = m->layers[li].bd[0], *db = m->layers[li].bd[1], *dwh = m->layers[li].bd[2];
+  for (int g = 0; g < 4; g++) {
+    const int64_t src = from[g] * H, dst = g * H;
+    memcpy(dwx + dst * D, W->f + src * D, sizeof(float) * (size_t)(H * D));
+    memcpy(dwh + dst * H, R->f + src * H, sizeof(float) * (size_t)(H * H));
+    for (int64_t j = 0; j < H; j++) db[dst + j] = B ? B->f[src + j] + B->f[4 * H + src + j] : 0.0f;
+  }
+  return KILN_OK;
+}
+
+/* ---- constant folding ------------------------------------------------------------------- */
+
+/* numpy's broadcasting of a and b into *s */
+static int broadcast(imp *m, const shp *a, const shp *b, shp *s) {
+  s->nd = a->nd > b->nd ? a->nd : b->nd;
+  for (int k = 0; k < s->nd; k++) {
+    const int ka = k - (s->nd - a->nd), kb = k - (s->nd - b->nd);
+    const int64_t da = ka >= 0 ? a->d[ka] : 1, db = kb >= 0 ? b->d[kb] : 1;
+    if (da != db && da != 1 && db != 1) return BAD("shapes %s and %s do not broadcast", shape_str(a), shape_str(b));
+    s->d[k] = da == 1 ? db : da;
+  }
+  return KILN_OK;
+}
+
+static int64_t bidx(const shp *s, const shp *x, int64_t j) {
+  int64_t r = j, idx = 0, stride = 1;
+  for (int k = s->nd - 1; k >= 0; k--) {
+    const int64_t i = r % s->d[k];
+    r /= s->d[k];
+    const int kx = k - (s->nd - x->nd);
+    if (kx < 0) continue;
+    if (x->d[kx] != 1) idx += i * stride;
+    stride *= x->d[kx];
+  }
+  return idx;
+}
+
+static int fold_binary(imp *m, const char *op, tensor *a, tensor *b, tensor *o) {
+  shp s;
+  KILN_TRY(broadcast(m, &a->s, &b->s, &s));
+  const bool fl = a->dt == DT_F || b->dt == DT_F;
+  const bool cmp = !strcmp(op, "Equal") || !strcmp(op, "Less") || !strcmp(op, "Greater");
+  KILN_TRY(make_const(m, o, fl && !cmp ? DT_F : DT_I, &s));
+  for (int64_t j = 0; j < o->n; j++) {
+    const double x = cval(a, bidx(&s, &a->s, j)), y = cval(b, bidx(&s, &b->s, j));
+    double r;
+    if (!strcmp(op, "Add")) r = x + y;
+    else if (!strcmp(op, "Sub")) r = x - y;
+    else if (!strcmp(op, "Mul")) r = x * y;
+    else if (!strcmp(op, "Div")) {
+      if (!fl && y == 0) return BAD("an integer division by zero");
+      r = fl ? x / y : (double)((int64_t)x / (int64_t)y);
+    } else if (!strcmp(op, "Equal")) r = x == y;
+    else if (!strcmp(op, "Less")) r = x < y;
+    else if (!strcmp(op, "Greater")) r = x > y;
+    else if (!strcmp(op, "Max")) r = x > y ? x : y;
+    else if (!strcmp(op, "Min")) r = x < y ? x : y;
+    else r = pow(x, y);
+    if (o->dt == DT_F) o->f[j] = fl ? (float)r : (float)r;
+    else o->i[j] = (int64_t)r;
+  }
+  if (fl && o->dt == DT_F && !strcmp(op, "Add")) /* float arithmetic as float32 */
+    for (int64_t j = 0; j < o->n; j++) o->f[j] = (float)cval(a, bidx(&s, &a->s, j)) + (float)cval(b, bidx(&s, &b->s, j));
+  if (fl && o->dt == DT_F && !strcmp(op, "Mul"))
+    for (int64_t j = 0; j < o->n; j++) o->f[j] = (float)cval(a, bidx(&s, &a->s, j)) * (float)cval(b, bidx(&s, &b->s, j));
+  return KILN_OK;
+}
+
+static bool foldable(const char *op) {
+  static const char *const ops[] = {"Constant", "Identity", "Shape", "Gather", "Unsqueeze", "Squeeze",
+                                    "Concat", "Reshape", "Flatten", "Cast", "Slice", "Add", "Sub",
+                                    "Mul", "Div", "Neg", "ConstantOfShape", "Equal", "Where", "Less",
+                                    "Greater", "Max", "Min", "Transpose", "Size", "Range", "Dropout", "Pow", "Sqrt", "Expand", NULL};
+  for (int k = 0; ops[k]; k++)
+    if (!strcmp(ops[k], op)) return true;
+  return false;
+}
+
+/* Whether the node is folded: its inputs are constants (or, for Shape and Size, of a known
+ * shape) and it is one of the ops folded. */
+static bool folds(const imp *m) {
+  const Onnx__NodeProto *n = m->node;
+  const char *op = nop(n);
+  if (!strcmp(op, "Shape") || !strcmp(op, "Size")) return true;
+  if (!strcmp(op, "Constant")) return true;
+  if (!foldable(op)) return false;
+  bool any = false;
+  for (size_t k = 0; k < n->n_input; k++) {
+    const tensor *t = in(m, (int)k);
+    if (!t) continue;
+    any = true;
+    if (t->kind != T_CONST) return false;
+  }
+  return any;
+}
+
+static int fold(imp *m) {
+  const Onnx__NodeProto *node = m->node;
+  const char *op = nop(node);
+  tensor *o = out(m, 0), *a = in(m, 0), *b = in(m, 1);
+  if (!o) return KILN_OK;
+  m->folded++;
+  if (!strcmp(op, "Constant")) {
+    const Onnx__AttributeProto *v = attr(node, "value");
+    if (v && v->t) return read_tensor(m, o, v->t, nname(m));
+    if ((v = attr(node, "value_float")) && v->has_f) {
+      KILN_TRY(make_const(m, o, DT_F, &(shp){0, {0}}));
+      o->f[0] = v->f;
+      return KILN_OK;
+    }
+    if ((v = attr(node, "value_int")) && v->has_i) {
+      KILN_TRY(make_const(m, o, DT_I, &(shp){0, {0}}));
+      o->i[0] = v->i;
+      return KILN_OK;
+    }
+    if ((v = attr(node, "value_ints"))) {
+      KILN_TRY(make_const(m, o, DT_I, &shape1((int64_t)v->n_ints)));
+      for (size_t k = 0; k < v->n_ints; k++) o->i[k] = v->ints[k];
+      return KILN_OK;
+    }
+    if ((v = attr(node, "value_floats"))) {
+      KILN_TRY(make_const(m, o, DT_F, &shape1((int64_t)v->n_floats)));
+      for (size_t k = 0; k < v->n_floats; k++) o->f[k] = v->floats[k];
+      return KILN_OK;
+    }
+    return REFUSE("a value kiln does not read (value, value_float(s), value_int(s) are read)");
+  }
+  if (!a) return BAD("input 0 is missing");
+  if (!strcmp(op, "Shape")) {
+    int64_t st = attr_i(node, "start", 0), en = attr_i(node, "end", a->s.nd);
+    if (st < 0) st += a->s.nd;
+    if (en < 0) en += a->s.nd;
+    st = st < 0 ? 0 : st > a->s.nd ? a->s.nd : st;
+    en = en < st ? st : en > a->s.nd ? a->s.nd : en;
+    KILN_TRY(make_const(m, o, DT_I, &shape1(en - st)));
+    for (int64_t k = st; k < en; k++) o->i[k - st] = a->s.d[k];
+    return KILN_OK;
+  }
+  if (!strcmp(op, "Size")) {
+    KILN_TRY(make_const(m, o, DT_I, &(shp){0, {0}}));
+    o->i[0] = count(&a->s);
+    return KILN_OK;
+  }
+  if (!strcmp(op, "Identity") || !strcmp(op, "Dropout")) {
+    *o = (tensor){.name = o->name, .kind = a->kind, .ready = true, .s = a->s, .dt = a->dt, .f = a->f,
+                  .i = a->i, .n = a->n, .uses = o->uses, .ip_layer = -1, .producer = o->producer};
+    return KILN_OK;
+  }
+  if (!strcmp(op, "Cast")) {
+    const int64_t to = attr_i(node, "to", 1);
+    const int dt = to == 1 || to == 11 || to == 10 || to == 16 ? DT_F : DT_I;
+    KILN_TRY(make_const(m, o, dt, &a->s));
+    for (int64_t k = 0; k < o->n; k++) {
+      if (dt == DT_F) o->f[k] = (float)cval(a, k);
+      else o->i[k] = to == 9 ? cval(a, k) != 0 : (int64_t)cval(a, k);
+    }
+    return KILN_OK;
+  }
+  if (!strcmp(op, "Neg") || !strcmp(op, "Sqrt")) {
+    KILN_TRY(make_const(m, o, a->dt, &a->s));
+    for (int64_t k = 0; k < o->n; k++) {
+      const double v = !strcmp(op, "Neg") ? -cval(a, k) : sqrt(cval(a, k));
+      if (a->dt == DT_F) o->f[k] = (float)v;
+      else o->i[k] = (int64_t)v;
+    }
+    return KILN_OK;
+  }
+  if (!strcmp(op, "Add") || !strcmp(op, "Sub") || !strcmp(op, "Mul") || !strcmp(op, "Div") ||
+      !strcmp(op, "Equal") || !strcmp(op, "Less") || !strcmp(op, "Greater") || !strcmp(op, "Max") ||
+      !strcmp(op, "Min") || !strcmp(op, "Pow")) {
+    if (!b) return BAD("input 1 is missing");
+    if (node->n_input > 2) return REFUSE("more than two inputs");
+    return fold_binary(m, op, a, b, o);
+  }
+  if (!strcmp(op, "Where")) {
+    tensor *c = in(m, 2);
+    if (!b || !c) return BAD("inputs missing");
+    shp s1, s;
+    KILN_TRY(broadcast(m, &a->s, &b->s, &s1));
+    KILN_TRY(broadcast(m, &s1, &c->s, &s));
+    const int dt = b->dt == DT_F || c->dt == DT_F ? DT_F : DT_I;
+    KILN_TRY(make_const(m, o, dt, &s));
+    for (int64_t j = 0; j < o->n; j++) {
+      const double v = cval(a, bidx(&s, &a->s, j)) != 0 ? cval(b, bidx(&s, &b->s, j)) : cval(c, bidx(&s, &c->s, j));
+      if (dt == DT_F) o->f[j] = (float)v;
+      else o->i[j] = (int64_t)v;
+    }
+    return KILN_OK;
+  }
+  if (!strcmp(op, "Expand")) {
+    if (!b || b->dt != DT_I || b->n > MAXD) return BAD("the shape is not an int64 list");
+    shp bs;
+    KILN_TRY(shape_set(&bs, (size_t)b->n, b->i, "Expand's shape"));
+    shp s;
+    KILN_TRY(broadcast(m, &a->s, &bs, &s));
+    KILN_TRY(make_const(m, o, a->dt, &s));
+    for (int64_t j = 0; j < o->n; j++) {
+      const int64_t src = bidx(&s, &a->s, j);
+      if (a->dt == DT_F) o->f[j] = a->f[src];
+      else o->i[j] = a->i[src];
+    }
+    return KILN_OK;
+  }
+  if (!strcmp(op, "ConstantOfShape")) {
+    if (a->dt != DT_I || a->n > MAXD) return BAD("the shape is not an int64 list");
+    shp s;
+    KILN_TRY(shape_set(&s, (size_t)a->n, a->i, "ConstantOfShape's shape"));
+    const Onnx__AttributeProto *v = attr(node, "value");
+    tensor val = {0};
+    if (v && v->t) KILN_TRY(read_tensor(m, &val, v->t, nname(m)));
+    else {
+      KILN_TRY(make_const(m, &val, DT_F, &shape1(1)));
+      val.f[0] = 0;
+    }
+    if (val.n != 1) return BAD("value has %lld elements", (long long)val.n);
+    KILN_TRY(make_const(m, o, val.dt, &s));
+    for (int64_t j = 0; j < o->n; j++) {
+      if (val.dt == DT_F) o->f[j] = val.f[0];
+      else o->i[j] = val.i[0];
+    }
+    return KILN_OK;
+  }
+  if (!strcmp(op, "Range")) {
+    tensor *d = in(m, 2);
+    if (!b || !d) return BAD("inputs missing");
+    const double st = cval(a, 0), lim = cval(b, 0), dl = cval(d, 0);
+    if (dl == 0 || a->n < 1 || b->n < 1 || d->n < 1) return BAD("a zero delta");
+    double nn = ceil((lim - st) / dl);
+    if (nn < 0) nn = 0;
+    if (nn > (double)MAX_CONST) return BAD("a range of %g elements", nn);
+    KILN_TRY(make_const(m, o, a->dt, &shape1((int64_t)nn)));
+    for (int64_t j = 0; j < o->n; j++) {
+      if (a->dt == DT_F) o->f[j] = (float)(st + dl * (double)j);
+      else o->i[j] = (int64_t)(st + dl * (double)j);
+    }
+    return KILN_OK;
+  }
+  if (!strcmp(op, "Gather")) {
+    if (!b || b->dt != DT_I) return BAD("indices are missing or not integers");
+    int axis = 0;
+    KILN_TRY(norm_axis(m, attr_i(node, "axis", 0), a->s.nd, &axis));
+    shp s = {0, {0}};
+    for (int k = 0; k < axis; k++) s.d[s.nd++] = a->s.d[k];
+    for (int k = 0; k < b->s.nd && s.nd < MAXD; k++) s.d[s.nd++] = b->s.d[k];
+    for (int k = axis + 1; k < a->s.nd && s.nd < MAXD; k++) s.d[s.nd++] = a->s.d[k];
+    if (s.nd != a->s.nd - 1 + b->s.nd) return REFUSE("gives too many axes");
+    KILN_TRY(make_const(m, o, a->dt, &s));
+    int64_t outer = 1, inner = 1;
+    for (int k = 0; k < axis; k++) outer *= a->s.d[k];
+    for (int k = axis + 1; k < a->s.nd; k++) inner *= a->s.d[k];
+    const int64_t D = a->s.d[axis];
+    int64_t j = 0;
+    for (int64_t p = 0; p < outer; p++)
+      for (int64_t q = 0; q < b->n; q++) {
+        int64_t i = b->i[q] < 0 ? b->i[q] + D : b->i[q];
+        if (i < 0 || i >= D) return BAD("index %lld is outside an axis of %lld", (long long)b->i[q], (long long)D);
+        for (int64_t r = 0; r < inner; r++, j++) {
+          const int64_t src = (p * D + i) * inner + r;
+          if (a->dt == DT_F) o->f[j] = a->f[src];
+          else o->i[j] = a->i[src];
+        }
+      }
+    return KILN_OK;
+  }
+  if (!strcmp(op, "Concat")) {
+    int axis = 0;
+    KILN_TRY(norm_axis(m, attr_i(node, "axis", 0), a->s.nd, &axis));
+    shp s = a->s;
+    s.d[axis] = 0;
+    bool fl = false;
+    for (size_t k = 0; k < node->n_input; k++) {
+      tensor *t = in(m, (int)k);
+      if (!t) continue;
+      if (t->s.nd != s.nd) return BAD("input %zu has %d axes, input 0 %d", k, t->s.nd, s.nd);
+      for (int q = 0; q < s.nd; q++)
+        if (q != axis && t->s.d[q] != a->s.d[q]) return BAD("input %zu %s and input 0 %s differ off the axis", k, shape_str(&t->s), shape_str(&a->s));
+      s.d[axis] += t->s.d[axis];
+      fl |= t->dt == DT_F;
+    }
+    KILN_TRY(make_const(m, o, fl ? DT_F : DT_I, &s));
+    int64_t outer = 1, inner = 1;
+    for (int q = 0; q < axis; q++) outer *= s.d[q];
+    for (int q = axis + 1; q < s.nd; q++) inner *= s.d[q];
+    int64_t j = 0;
+    for (int64_t p = 0; p < outer; p++)
+      for (size_t k = 0; k < node->n_input; k++) {
+        tensor *t = in(m, (int)k);
+        if (!t) continue;
+        const int64_t len = t->s.d[axis] * inner;
+        for (int64_t r = 0; r < len; r++, j++) {
+          const double v = cval(t, p * len + r);
+          if (fl) o->f[j] = (float)v;
+          else o->i[j] = (int64_t)v;
+        }
+      }
+    return KILN_OK;
+  }
+  if (!strcmp(op, "Reshape") || !strcmp(op, "Flatten") || !strcmp(op, "Squeeze") || !strcmp(op, "Unsqueeze")) {
+    shp s;
+    KILN_TRY(shape_of_reshape_op(m, a, &s));
+    *o = (tensor){.name = o->name, .kind = T_CONST, .ready = true, .s = s, .dt = a->dt, .f = a->f,
+                  .i = a->i, .n = a->n, .uses = o->uses, .ip_layer = -1, .producer = o->producer};
+    return KILN_OK;
+  }
+  if (!strcmp(op, "Slice")) {
+    int64_t st[MAXD * 2], en[MAXD * 2], ax[MAXD * 2], sp[MAXD * 2];
+    int ns, ne, na, nsp;
+    KILN_TRY(ints_arg(m, 1, "starts", 10, st, &ns));
+    KILN_TRY(ints_arg(m, 2, "ends", 10, en, &ne));
+    KILN_TRY(ints_arg(m, 3, "axes", 10, ax, &na));
+    KILN_TRY(ints_arg(m, 4, "steps", 10, sp, &nsp));
+    if (ns < 0 || ne != ns || (na >= 0 && na != ns) || (nsp >= 0 && nsp != ns)) return BAD("starts, ends, axes and steps disagree");
+    int64_t lo[MAXD], step[MAXD];
+    shp s = a->s;
+    for (int k = 0; k < s.nd; k++) lo[k] = 0, step[k] = 1;
+    for (int j = 0; j < ns; j++) {
+      int q = 0;
+      KILN_TRY(norm_axis(m, na >= 0 ? ax[j] : j, a->s.nd, &q));
+      const int64_t D = a->s.d[q], stp = nsp >= 0 ? sp[j] : 1;
+      if (stp == 0) return BAD("a step of 0");
+      int64_t b0 = st[j] < 0 ? st[j] + D : st[j], e0 = en[j] < 0 ? en[j] + D : en[j];
+      if (stp > 0) {
+        b0 = b0 < 0 ? 0 : b0 > D ? D : b0;
+        e0 = e0 < 0 ? 0 : e0 > D ? D : e0;
+        s.d[q] = e0 > b0 ? (e0 - b0 + stp - 1) / stp : 0;
+      } else {
+        b0 = b0 < 0 ? -1 : b0 > D - 1 ? D - 1 : b0;
+        e0 = e0 < -1 ? -1 : e0 > D - 1 ? D - 1 : e0;
+        s.d[q] = b0 > e0 ? (b0 - e0 - stp - 1) / -stp : 0;
+      }
+      lo[q] = b0, step[q] = stp;
+    }
+    KILN_TRY(make_const(m, o, a->dt, &s));
+    for (int64_t j = 0; j < o->n; j++) {
+      int64_t r = j, src = 0, stride = 1;
+      for (int k = s.nd - 1; k >= 0; k--) {
+        const int64_t i = r % s.d[k];
+        r /= s.d[k];
+        src += (lo[k] + i * step[k]) * stride;
+        stride *= a->s.d[k];
+      }
+      if (a->dt == DT_F) o->f[j] = a->f[src];
+      else o->i[j] = a->i[src];
+    }
+    return KILN_OK;
+  }
+  if (!strcmp(op, "Transpose")) {
+    size_t n;
+    const int64_t *perm = attr_ints(node, "perm", &n);
+    int64_t p[MAXD];
+    if (!perm) {
+      n = (size_t)a->s.nd;
+      for (size_t k = 0; k < n; k++) p[k] = a->s.nd - 1 - (int64_t)k;
+    } else {
+      if (n != (size_t)a->s.nd) return BAD("perm has %zu values for %d axes", n, a->s.nd);
+      memcpy(p, perm, n * sizeof *p);
+    }
+    shp s = {a->s.nd, {0}};
+    bool seen[MAXD] = {0};
+    for (size_t k = 0; k < n; k++) {
+      if (p[k] < 0 || p[k] >= a->s.nd || seen[p[k]]) return BAD("perm is not a permutation");
+      seen[p[k]] = true;
+      s.d[k] = a->s.d[p[k]];
+    }
+    KILN_TRY(make_const(m, o, a->dt, &s));
+    int64_t astr[MAXD];
+    for (int k = a->s.nd - 1, st = 1; k >= 0; k--) astr[k] = st, st *= (int)a->s.d[k];
+    for (int64_t j = 0; j < o->n; j++) {
+      int64_t r = j, src = 0;
+      for (int k = s.nd - 1; k >= 0; k--) {
+        const int64_t i = r % s.d[k];
+        r /= s.d[k];
+        src += i * astr[p[k]];
+      }
+      if (a->dt == DT_F) o->f[j] = a->f[src];
+      else o->i[j] = a->i[src];
+    }
+    return KILN_OK;
+  }
+  return REFUSE("computes a constant kiln does not fold");
+}
+
+/* ---- the ops ---------------------------------------------------------------------------- */
+
+typedef int (*op_fn)(imp *m);
+static const struct {
+  const char *op;
+  op_fn fn;
+} ops[] = {
+    {"Conv", op_conv}, {"ConvTranspose", op_conv}, {"MaxPool", op_pool}, {"AveragePool", op_pool},
+    {"GlobalAveragePool", op_global_pool}, {"GlobalMaxPool", op_global_pool}, {"Pad", op_pad},
+    {"Gemm", op_gemm}, {"MatMul", op_matmul}, {"Relu", op_unary}, {"LeakyRelu", op_unary},
+    {"Elu", op_unary}, {"Sigmoid", op_unary}, {"Tanh", op_unary}, {"Abs", op_unary},
+    {"Exp", op_unary}, {"Log", op_unary}, {"Softplus", op_unary}, {"Sqrt", op_unary},
+    {"Neg", op_unary}, {"Reciprocal", op_unary}, {"PRelu", op_prelu}, {"Add", op_binary},
+    {"Sub", op_binary}, {"Mul", op_binary}, {"Div", op_binary}, {"Max", op_binary},
+    {"Min", op_binary}, {"Pow", op_binary}, {"BatchNormalization", op_batchnorm}, {"LRN", op_lrn},
+    {"Softmax", op_softmax}, {"Flatten", op_reshape_like}, {"Reshape", op_reshape_like},
+    {"Squeeze", op_reshape_like}, {"Unsqueeze", op_reshape_like}, {"Identity", op_identity},
+    {"Dropout", op_identity}, {"Transpose", op_transpose}, {"Concat", op_concat},
+    {"Split", op_split}, {"Slice", op_slice}, {"Gather", op_gather}, {"LSTM", op_lstm},
+    {NULL, NULL}};
+
+static op_fn find_op(const char *op) {
+  for (int k = 0; ops[k].op; k++)
+    if (!strcmp(ops[k].op, op)) return ops[k].fn;
+  return NULL;
+}
+
+static int map_node(imp *m) {
+  const Onnx__NodeProto *n = m->node;
+  if (n->domain && *n->domain && strcmp(n->domain, "ai.onnx"))
+    return REFUSE("an op of domain '%s': kiln imports the default domain (ai.onnx)", n->domain);
+  const char *op = nop(n);
+  if (folds(m)) return fold(m);
+  if (!strcmp(op, "Cast")) {
+    tensor *x;
+    KILN_TRY(blob_in(m, 0, &x));
+    const int64_t to = attr_i(n, "to", 0);
+    if (to != ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT) return REFUSE("to data_type %lld: kiln computes in float", (long long)to);
+    m->dropped++;
+    return alias_out(m, 0, x, &x->s);
+  }
+  if (folds(m)) return fold(m);
+  op_fn fn = find_op(op);
+  if (!fn) return REFUSE("an op kiln cannot express (docs/onnx.md lists the ops it imports)");
+  return fn(m);
+}
+
+/* ---- the graph -------------------------------------------------------------------------- */
+
+static int read_inputs(imp *m, Onnx__GraphProto *g, int *ninputs) {
+  *ninputs = 0;
+  for (size_t k = 0; k < g->n_input; k++) {
+    const Onnx__ValueInfoProto *v = g->input[k];
+    if (!v->name || !*v->name) return kiln_errorf(KILN_ERR_INVALID, "%s: graph input %zu has no name", m->src, k);
+    tensor *t = t_find(m, v->name);
+    if (t && t->kind == T_CONST) continue; /* an initializer listed as an input (IR < 4) */
+    if (t) return kiln_errorf(KILN_ERR_INVALID, "%s: graph input '%s' is listed twice", m->src, v->name);
+    const char *nm = set_add(m, &m->reserved, v->name);
+    if (!nm || !(t = t_new(m, nm)) || !(nm = own_blob(m, v->name))) return nomem();
+    const Onnx__TypeProto *ty = v->type;
+    if (!ty || ty->value_case != ONNX__TYPE_PROTO__VALUE_TENSOR_TYPE || !ty->tensor_type)
+      return kiln_errorf(KILN_ERR_UNSUPPORTED, "%s: graph input '%s' is not a tensor", m->src, v->name);
+    const Onnx__TypeProto__Tensor *tt = ty->tensor_type;
+    const int32_t et = tt->has_elem_type ? tt->elem_type : 0;
+    if (et != ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT && et != ONNX__TENSOR_PROTO__DATA_TYPE__INT64 &&
+        et != ONNX__TENSOR_PROTO__DATA_TYPE__INT32)
+      return kiln_errorf(KILN_ERR_UNSUPPORTED, "%s: graph input '%s' has elem_type %d: kiln's inputs are float (or integer ids for an Embed)", m->src, v->name, et);
+    if (!tt->shape) return kiln_errorf(KILN_ERR_UNSUPPORTED, "%s: graph input '%s' has no shape: kiln's nets have fixed shapes", m->src, v->name);
+    int64_t d[MAXD];
+    if (tt->shape->n_dim > MAXD) return kiln_errorf(KILN_ERR_UNSUPPORTED, "%s: graph input '%s' has %zu axes", m->src, v->name, tt->shape->n_dim);
+    for (size_t a = 0; a < tt->shape->n_dim; a++) {
+      const Onnx__TensorShapeProto__Dimension *dm = tt->shape->dim[a];
+      if (dm->value_case == ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_VALUE && dm->dim_value > 0) d[a] = dm->dim_value;
+      else if (a == 0) d[a] = m->opt->batch > 0 ? m->opt->batch : 1;
+      else
+        return kiln_errorf(KILN_ERR_UNSUPPORTED, "%s: graph input '%s': axis %zu is %s: kiln's nets have fixed shapes (only the first axis may be symbolic: --batch)",
+                           m->src, v->name, a, dm->value_case == ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_PARAM ? dm->dim_param : "unknown");
+    }
+    char what[512];
+    snprintf(what, sizeof what, "%s: graph input '%s'", m->src, v->name);
+    KILN_TRY(shape_set(&t->s, tt->shape->n_dim, d, what));
+    t->kind = T_BLOB;
+    t->ready = true;
+    t->blob = nm;
+    t->cs = t->s;
+    if (begin_layer(m, "Input", nm, 0, NULL, 1, &nm) < 0) return KILN_ERR_NOMEM;
+    kiln_strbuf_printf(&m->text, "  input_param { shape {");
+    for (int a = 0; a < t->s.nd; a++) kiln_strbuf_printf(&m->text, " dim: %lld", (long long)t->s.d[a]);
+    kiln_strbuf_printf(&m->text, " } }\n");
+    end_layer(m);
+    ++*ninputs;
+  }
+  return KILN_OK;
+}
+
+static int opset_of(imp *m) {
+  const Onnx__ModelProto *md = m->model;
+  m->opset = -1;
+  for (size_t k = 0; k < md->n_opset_import; k++) {
+    const Onnx__OperatorSetIdProto *o = md->opset_import[k];
+    if (!o->domain || !*o->domain || !strcmp(o->domain, "ai.onnx")) m->opset = o->has_version ? (int)o->version : 1;
+  }
+  if (m->opset < 0 && md->n_opset_import == 0 && md->has_ir_version && md->ir_version < 3) m->opset = 1;
+  if (m->opset < 0) return kiln_errorf(KILN_ERR_INVALID, "%s: opset_import names no opset of the default domain (ai.onnx)", m->src);
+  if (m->opset < KILN_ONNX_IMPORT_OPSET_MIN || m->opset > KILN_ONNX_IMPORT_OPSET_MAX)
+    return kiln_errorf(KILN_ERR_UNSUPPORTED, "%s: opset_import: the model is of opset %d of ai.onnx; kiln reads opsets %d to %d (re-export it, e.g. torch.onnx.export(..., opset_version=13), or convert it with onnx.version_converter)",
+                       m->src, m->opset, KILN_ONNX_IMPORT_OPSET_MIN, KILN_ONNX_IMPORT_OPSET_MAX);
+  return KILN_OK;
+}
+
+/* A min-heap of node indices: the ready nodes, taken in the file's order. */
+static void heap_push(int *h, int *n, int v) {
+  int i = (*n)++;
+  h[i] = v;
+  while (i > 0 && h[(i - 1) / 2] > h[i]) {
+    int p = (i - 1) / 2, t = h[p];
+    h[p] = h[i], h[i] = t, i = p;
+  }
+}
+
+static int heap_pop(int *h, int *n) {
+  int r = h[0];
+  h[0] = h[--*n];
+  for (int i = 0;;) {
+    int l = 2 * i + 1, s = i;
+    if (l < *n && h[l] < h[s]) s = l;
+    if (l + 1 < *n && h[l + 1] < h[s]) s = l + 1;
+    if (s == i) break;
+    int t = h[s];
+    h[s] = h[i], h[i] = t, i = s;
+  }
+  return r;
+}
+
+static int run_graph(imp *m, int *order_out) {
+  Onnx__GraphProto *g = m->g;
+  const int nn = (int)g->n_node;
+  int *indeg = calloc((size_t)nn + 1, sizeof *indeg), *heap = malloc(sizeof(int) * ((size_t)nn + 1));
+  int rc = KILN_OK, nh = 0, done = 0;
+  if (!indeg || !heap) {
+    rc = nomem();
+    goto out;
+  }
+  /* every node output a tensor, written once */
+  for (int k = 0; k < nn; k++) {
+    const Onnx__NodeProto *n = g->node[k];
+    m->node = n, m->node_index = k;
+    if (!n->op_type || !*n->op_type) { rc = BAD("no op_type"); goto out; }
+    for (size_t j = 0; j < n->n_output; j++) {
+      const char *o = n->output[j];
+      if (!o || !*o) continue;
+      tensor *t = t_find(m, o);
+      if (t) {
+        rc = t->producer >= 0 ? BAD("output '%s' is written by node '%s' too", o, g->node[t->producer]->name ? g->node[t->producer]->name : "?")
+                              : BAD("output '%s' is also a graph input or an initializer", o);
+        goto out;
+      }
+      const char *nm = set_add(m, &m->reserved, o);
+      if (!nm || !(t = t_new(m, nm))) { rc = nomem(); goto out; }
+      t->producer = k;
+    }
+  }
+  for (int k = 0; k < nn; k++) {
+    const Onnx__NodeProto *n = g->node[k];
+    m->node = n, m->node_index = k;
+    for (size_t j = 0; j < n->n_input; j++) {
+      const char *i = n->input[j];
+      if (!i || !*i) continue;
+      tensor *t = t_find(m, i);
+      if (!t) { rc = BAD("input '%s' is written by no node, initializer or graph input", i); goto out; }
+      t->uses++;
+      if (t->producer >= 0) indeg[k]++;
+    }
+  }
+  for (size_t k = 0; k < g->n_output; k++) {
+    tensor *t = g->output[k]->name ? t_find(m, g->output[k]->name) : NULL;
+    if (!t) { rc = kiln_errorf(KILN_ERR_INVALID, "%s: graph output '%s' is written by no node", m->src, g->output[k]->name ? g->output[k]->name : ""); goto out; }
+    t->uses++;
+  }
+  for (int k = 0; k < nn; k++)
+    if (!indeg[k]) heap_push(heap, &nh, k);
+  while (nh > 0) {
+    const int k = heap_pop(heap, &nh);
+    const Onnx__NodeProto *n = g->node[k];
+    m->node = n, m->node_index = k;
+    if ((rc = map_node(m))) goto out;
+    for (size_t j = 0; j < n->n_output; j++) {
+      tensor *t = n->output[j] && *n->output[j] ? t_find(m, n->output[j]) : NULL;
+      if (!t) continue;
+      if (!t->ready && t->uses) { rc = REFUSE("output %zu ('%s') is not imported", j, t->name); goto out; }
+    }
+    order_out[done++] = k;
+    /* the nodes this one's outputs feed */
+    for (size_t j = 0; j < n->n_output; j++) {
+      const char *o = n->output[j];
+      if (!o || !*o) continue;
+      for (int q = 0; q < nn; q++) {
+        const Onnx__NodeProto *c = g->node[q];
+        for (size_t i = 0; i < c->n_input; i++)
+          if (c->input[i] && !strcmp(c->input[i], o) && --indeg[q] == 0) heap_push(heap, &nh, q);
+      }
+    }
+  }
+  if (done < nn) {
+    for (int k = 0; k < nn; k++)
+      if (indeg[k] > 0) {
+        m->node = g->node[k], m->node_index = k;
+        rc = nfail(m, KILN_ERR_INVALID, "the graph has a cycle: this node's inputs depend on its own "
+                   "output (%d node%s in the cycle or after it)", nn - done, nn - done == 1 ? "" : "s");
+        break;
+      }
+  }
+out:
+  free(indeg);
+  free(heap);
+  return rc;
+}
+
+/* Graph outputs under their ONNX names; blobs nothing reads that are not outputs silenced. */
+static int finish_outputs(imp *m) {
+  Onnx__GraphProto *g = m->g;
+  for (size_t k = 0; k < g->n_output; k++) {
+    tensor *t = t_find(m, g->output[k]->name);
+    m->node = NULL;
+    if (t->kind == T_CONST)
+      return kiln_errorf(KILN_ERR_UNSUPPORTED, "%s: graph output '%s' is a constant: a kiln net's outputs are computed", m->src, t->name);
+    if (t->kind == T_PAD) return kiln_errorf(KILN_ERR_UNSUPPORTED, "%s: graph output '%s' is a Pad's: kiln imports a Pad only before a Conv or AveragePool", m->src, t->name);
+    const char *b;
+    static const Onnx__NodeProto none = ONNX__NODE_PROTO__INIT;
+    m->node = &none;
+    KILN_TRY(materialize(m, t, &b));
+    if (strcmp(b, t->name)) {
+      /* an alias (Identity, Dropout, a reshape to the same shape): a Split names it */
+      const char *top = own_blob(m, t->name);
+      if (!top) return nomem();
+      char nm[1024];
+      snprintf(nm, sizeof nm, "%s/output", t->name);
+      if (begin_layer(m, "Split", nm, 1, &b, 1, &top) < 0) return KILN_ERR_NOMEM;
+      end_layer(m);
+      t->blob = top;
+    }
+  }
+  return KILN_OK;
+}
+
+/* The blobs of the text's layers that no layer reads and that are not outputs: Silence. */
+static int silence_unread(imp *m, Caffe__NetParameter *np) {
+  kiln_strbuf extra = {0};
+  for (size_t i = 0; i < np->n_layer; i++) {
+    const Caffe__LayerParameter *l = np->layer[i];
+    for (size_t t = 0; t < l->n_top; t++) {
+      bool read = false;
+      for (size_t j = i + 1; j < np->n_layer && !read; j++)
+        for (size_t b = 0; b < np->layer[j]->n_bottom; b++)
+          if (!strcmp(np->layer[j]->bottom[b], l->top[t])) read = true;
+      for (size_t k = 0; k < m->g->n_output && !read; k++)
+        if (!strcmp(m->g->output[k]->name, l->top[t])) read = true;
+      if (read) continue;
+      const char *nm = unique(m, "silence");
+      if (!nm) {
+        free(extra.s);
+        return nomem();
+      }
+      kiln_strbuf_printf(&m->text, "layer {\n  name: ");
+      put_str(m, nm);
+      kiln_strbuf_printf(&m->text, "\n  type: \"Silence\"\n  bottom: ");
+      put_str(m, l->top[t]);
+      kiln_strbuf_printf(&m->text, "\n}\n");
+    }
+  }
+  free(extra.s);
+  return KILN_OK;
+}
+
+static int attach_blobs(imp *m, Caffe__NetParameter *np, int64_t *params) {
+  *params = 0;
+  if ((int)np->n_layer < m->nlayers) return kiln_errorf(KILN_ERR_INTERNAL, "%s: the net text lost layers", m->src);
+  for (int i = 0; i < m->nlayers; i++) {
+    const ilayer *il = &m->layers[i];
+    Caffe__LayerParameter *l = np->layer[i];
+    if (!il->nblobs) continue;
+    if (strcmp(l->name, il->name)) return kiln_errorf(KILN_ERR_INTERNAL, "%s: layer %d is '%s' in the text, '%s' here", m->src, i, l->name, il->name);
+    l->blobs = calloc((size_t)il->nblobs, sizeof *l->blobs);
+    if (!l->blobs) return nomem();
+    for (int k = 0; k < il->nblobs; k++) {
+      Caffe__BlobProto *b = malloc(sizeof *b);
+      Caffe__BlobShape *s = b ? malloc(sizeof *s) : NULL;
+      const int64_t n = count(&il->bs[k]);
+      float *d = s ? malloc(sizeof(float) * (size_t)(n ? n : 1)) : NULL;
+      int64_t *dims = d ? malloc(sizeof(int64_t) * (size_t)(il->bs[k].nd + 1)) : NULL;
+      if (!dims) {
+        free(b), free(s), free(d);
+        return nomem();
+      }
+      caffe__blob_proto__init(b);
+      caffe__blob_shape__init(s);
+      memcpy(dims, il->bs[k].d, sizeof(int64_t) * (size_t)il->bs[k].nd);
+      s->n_dim = (size_t)il->bs[k].nd;
+      s->dim = dims;
+      b->shape = s;
+      memcpy(d, il->bd[k], sizeof(float) * (size_t)n);
+      b->n_data = (size_t)n;
+      b->data = d;
+      l->blobs[l->n_blobs++] = b;
+      *params += n;
+    }
+  }
+  return KILN_OK;
+}
+
+int kiln_onnx_import(const void *data, size_t len, const char *name,
+                     const kiln_onnx_import_options *opt, kiln_onnx_imported *outm) {
+  memset(outm, 0, sizeof *outm);
+  const kiln_onnx_import_options defaults = {0};
+  imp M = {.src = name ? name : "model", .opt = opt ? opt : &defaults};
+  imp *m = &M;
+  int rc = KILN_OK;
+  int *order = NULL;
+  ProtobufCMessage *msg = NULL;
+  static const Onnx__NodeProto none = ONNX__NODE_PROTO__INIT;
+  m->node = &none;
+  if (len == 0) {
+    rc = kiln_errorf(KILN_ERR_PARSE, "%s: an empty file, not an ONNX model", m->src);
+    goto done;
+  }
+  m->model = (Onnx__ModelProto *)protobuf_c_message_unpack(&onnx__model_proto__descriptor, NULL, len, data);
+  if (!m->model) {
+    rc = kiln_errorf(KILN_ERR_PARSE, "%s: not an ONNX model (%zu bytes that protobuf cannot read as a ModelProto: truncated or another format)", m->src, len);
+    goto done;
+  }
+  if (!m->model->graph) {
+    rc = kiln_errorf(KILN_ERR_PARSE, "%s: not an ONNX model: ModelProto.graph is missing", m->src);
+    goto done;
+  }
+  m->g = m->model->graph;
+  if ((rc = opset_of(m))) goto done;
+  /* initializers */
+  for (size_t k = 0; k < m->g->n_initializer; k++) {
+    const Onnx__TensorProto *p = m->g->initializer[k];
+    if (!p->name || !*p->name) {
+      rc = kiln_errorf(KILN_ERR_INVALID, "%s: initializer %zu has no name", m->src, k);
+      goto done;
+    }
+    if (t_find(m, p->name)) {
+      rc = kiln_errorf(KILN_ERR_INVALID, "%s: initializer '%s' is given twice", m->src, p->name);
+      goto done;
+    }
+    const char *nm = set_add(m, &m->reserved, p->name);
+    tensor *t = nm ? t_new(m, nm) : NULL;
+    if (!t) {
+      rc = nomem();
+      goto done;
+    }
+    char what[512];
+    snprintf(what, sizeof what, "%s: initializer '%s'", m->src, p->name);
+    if ((rc = read_tensor(m, t, p, what))) goto done;
+  }
+  int ninputs;
+  if ((rc = read_inputs(m, m->g, &ninputs))) goto done;
+  if (!(order = malloc(sizeof(int) * (m->g->n_node + 1)))) {
+    rc = nomem();
+    goto done;
+  }
+  if ((rc = run_graph(m, order))) goto done;
+  if ((rc = finish_outputs(m))) goto done;
+  if (m->text.failed) {
+    rc = nomem();
+    goto done;
+  }
+  /* parse the text once to find what nothing reads, then with the Silence layers for good */
+  if ((rc = kiln_text_parse(m->text.s ? m->text.s : "", m->text.len, m->src, &caffe__net_parameter__descriptor, &msg))) {
+    kiln_error_context(rc, "%s: the imported net does not read back (a bug in kiln's importer): ", m->src);
+    goto done;
+  }
+  rc = silence_unread(m, (Caffe__NetParameter *)msg);
+  protobuf_c_message_free_unpacked(msg, NULL);
+  msg = NULL;
+  if (rc) goto done;
+  kiln_strbuf head = {0};
+  kiln_strbuf_printf(&head, "# imported by kiln import onnx from %s (opset %d%s%s)\nname: ", m->src, m->opset,
+                     m->model->producer_name && *m->model->producer_name ? ", written by " : "",
+                     m->model->producer_name ? m->model->producer_name : "");
+  {
+    kiln_strbuf keep = m->text;
+    m->text = head;
+    put_str(m, m->g->name && *m->g->name ? m->g->name : "imported");
+    kiln_strbuf_printf(&m->text, "\n%s", keep.s ? keep.s : "");
+    free(keep.s);
+  }
+  if (m->text.failed) {
+    rc = nomem();
+    goto done;
+  }
+  if ((rc = kiln_text_parse(m->text.s, m->text.len, m->src, &caffe__net_parameter__descriptor, &msg))) {
+    kiln_error_context(rc, "%s: the imported net does not read back (a bug in kiln's importer): ", m->src);
+    goto done;
+  }
+  outm->net = (Caffe__NetParameter *)msg;
+  if ((rc = attach_blobs(m, outm->net, &outm->parameters))) goto done;
+  outm->prototxt = m->text.s;
+  m->text.s = NULL;
+  outm->opset = m->opset;
+  outm->nodes = (int)m->g->n_node;
+  outm->folded = m->folded;
+  outm->dropped = m->dropped;
+  outm->layers = (int)outm->net->n_layer;
+  outm->inputs = ninputs;
+  outm->outputs = (int)m->g->n_output;
+done:
+  if (rc) {
+    if (outm->net) protobuf_c_message_free_unpacked(&outm->net->base, NULL);
+    outm->net = NULL;
+  }
+  free(order);
+  free(m->text.s);
+  if (m->model) protobuf_c_message_free_unpacked(&m->model->base, NULL);
+  for (size_t i = 0; i < m->nallocs; i++) free(m->allocs[i]);
+  free(m->allocs);
+  free(m->layer_names.v);
+  free(m->blobs.v);
+  free(m->reserved.v);
+  free(m->tv);
+  free(m->hidx);
+  free(m->layers);
+  return rc;
+}
+
+void kiln_onnx_imported_free(kiln_onnx_imported *m) {
+  if (!m) return;
+  if (m->net) protobuf_c_message_free_unpacked(&m->net->base, NULL);
+  free(m->prototxt);
+  memset(m, 0, sizeof *m);
+}
+
+int kiln_onnx_imported_write(const kiln_onnx_imported *m, const char *net_path,
+                             const char *weights_path) {
+  KILN_TRY(kiln_proto_write_binary(weights_path, &m->net->base));
+  int rc = kiln_write_file_atomic(net_path, m->prototxt, strlen(m->prototxt));
+  if (rc) unlink(weights_path); /* neither file, rather than weights without their net */
+  return rc;
+}
