@@ -83,9 +83,9 @@ typedef struct kiln_onnx_imported {
 int kiln_onnx_import(const void *data, size_t len, const char *name,
                      const kiln_onnx_import_options *opt, kiln_onnx_imported *out);
 void kiln_onnx_imported_free(kiln_onnx_imported *m);
-/* Writes the net (text) and its weights (.caffemodel, binary NetParameter), each through a
- * temporary file renamed into place; when the second write fails the first file is removed, so a
- * failed import leaves neither. */
+/* Writes the net (text) and its weights (.caffemodel, binary NetParameter): both whole under
+ * temporary names beside them, then renamed into place, so a failed import replaces neither
+ * name's file and leaves no new one. */
 int kiln_onnx_imported_write(const kiln_onnx_imported *m, const char *net_path,
                              const char *weights_path);
 

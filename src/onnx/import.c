@@ -15,6 +15,7 @@
  *
  * The net is written as prototxt text and parsed back by kiln's own text reader into the
  * NetParameter, to which the weights are attached as the layers' blobs. */
+#include <errno.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -2526,10 +2527,34 @@ void kiln_onnx_imported_free(kiln_onnx_imported *m) {
   memset(m, 0, sizeof *m);
 }
 
+/* `path`.tmp.PID: where a file waits, written whole, until both are */
+static char *waiting_name(const char *path) {
+  size_t n = strlen(path) + 32;
+  char *t = malloc(n);
+  if (t) snprintf(t, n, "%s.tmp.%ld", path, (long)getpid());
+  return t;
+}
+
 int kiln_onnx_imported_write(const kiln_onnx_imported *m, const char *net_path,
                              const char *weights_path) {
-  KILN_TRY(kiln_proto_write_binary(weights_path, &m->net->base));
-  int rc = kiln_write_file_atomic(net_path, m->prototxt, strlen(m->prototxt));
-  if (rc) unlink(weights_path); /* neither file, rather than weights without their net */
+  /* Both files are written whole under waiting names first and renamed only when both are, so
+   * a failure leaves the names as they were (no weights without their net, no file replaced) */
+  KILN_TRY(kiln_check_output(weights_path, KILN_OUTPUT_RENAMED, NULL, 0));
+  KILN_TRY(kiln_check_output(net_path, KILN_OUTPUT_RENAMED, NULL, 0));
+  char *tw = waiting_name(weights_path), *tn = waiting_name(net_path);
+  int rc = tw && tn ? KILN_OK : kiln_errorf(KILN_ERR_NOMEM, "out of memory");
+  if (!rc) rc = kiln_proto_write_binary(tw, &m->net->base);
+  if (!rc) rc = kiln_write_file_atomic(tn, m->prototxt, strlen(m->prototxt));
+  if (!rc && rename(tw, weights_path) != 0)
+    rc = kiln_errorf(KILN_ERR_IO, "%s: cannot write: %s", weights_path, strerror(errno));
+  if (!rc && rename(tn, net_path) != 0)
+    rc = kiln_errorf(KILN_ERR_IO, "%s: cannot write: %s (the weights are in %s)", net_path,
+                     strerror(errno), weights_path);
+  if (rc) {
+    if (tw) unlink(tw);
+    if (tn) unlink(tn);
+  }
+  free(tw);
+  free(tn);
   return rc;
 }

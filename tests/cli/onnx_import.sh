@@ -126,6 +126,11 @@ expect_refusal "OUT_WEIGHTS a folder" --want "out-folder: is a folder" --gone o.
   -- "$KILN" import onnx lenet.onnx o.prototxt out-folder
 expect_refusal "OUT_WEIGHTS the input" --want "is the input lenet.onnx itself" --same lenet.onnx --gone o.prototxt \
   -- "$KILN" import onnx lenet.onnx o.prototxt lenet.onnx
+# an existing weights file stays as it was when the net cannot be written after it
+cp lenet.onnx kept.caffemodel
+expect_refusal "an existing OUT_WEIGHTS is left as it was" --want "plain-file/y.prototxt" \
+  --same kept.caffemodel -- "$KILN" import onnx lenet.onnx plain-file/y.prototxt kept.caffemodel
+ls | grep -q "\.tmp\." && fail "waiting files left: $(ls | grep '\.tmp\.')" || pass
 cp lenet-i.prototxt kept.prototxt
 expect_refusal "an existing OUT_NET is left as it was" --want "trunc.onnx: not an ONNX model" --same kept.prototxt \
   -- "$KILN" import onnx trunc.onnx kept.prototxt o.caffemodel
