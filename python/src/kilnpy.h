@@ -87,6 +87,8 @@ int kilnpy_config(kiln_config *c);
  * of nets' generators. */
 extern char kilnpy_device[64];
 extern uint64_t kilnpy_seed;
+/* Set when the kiln command started the interpreter (its log and settings stay its own). */
+extern bool kilnpy_embedded;
 
 /* The Python layer ("Python", python_param): registered with the library by the module's
  * import, and by the kiln command (kilnpy_register_embedded), which starts the interpreter the

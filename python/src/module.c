@@ -14,6 +14,7 @@
 PyObject *kilnpy_error;
 char kilnpy_device[64];
 uint64_t kilnpy_seed = 1701; /* the kiln command's nets' seed, so Dropout draws the same */
+bool kilnpy_embedded;
 
 /* Whether kiln flushes subnormals (the configuration's keep_denormals unset) */
 static bool flush_denormals;
@@ -34,6 +35,26 @@ void kilnpy_fp_leave(unsigned saved) {
 #else
   (void)saved;
 #endif
+}
+
+/* The library's log lines (a solver's settings, warnings such as a GPU asked for and absent)
+ * through Python's logging, logger "kiln": warnings and errors show as Python shows them, the
+ * rest where the program's logging configuration sends them. */
+static void log_to_python(kiln_log_level level, const char *msg, void *user) {
+  (void)user;
+  static const int py_level[] = {10, 20, 30, 40}; /* DEBUG, INFO, WARNING, ERROR */
+  PyGILState_STATE g = PyGILState_Ensure();
+  PyObject *t, *v, *tb;
+  PyErr_Fetch(&t, &v, &tb); /* an exception being raised stays as it was */
+  PyObject *logging = PyImport_ImportModule("logging");
+  PyObject *logger = logging ? PyObject_CallMethod(logging, "getLogger", "s", "kiln") : NULL;
+  PyObject *r = logger ? PyObject_CallMethod(logger, "log", "is", py_level[level & 3], msg) : NULL;
+  Py_XDECREF(r);
+  Py_XDECREF(logger);
+  Py_XDECREF(logging);
+  PyErr_Clear();
+  PyErr_Restore(t, v, tb);
+  PyGILState_Release(g);
 }
 
 PyObject *kilnpy_raise(void) {
@@ -453,6 +474,7 @@ PyMODINIT_FUNC PyInit__kiln(void) {
     goto fail;
   }
   flush_denormals = !cfg.keep_denormals;
+  if (!kilnpy_embedded) kiln_log_set_handler(log_to_python, NULL); /* the kiln command keeps its own */
   if (flush_denormals) {
     const unsigned saved = kilnpy_fp_enter();
     kiln_set_flush_denormals(true);

@@ -337,6 +337,7 @@ static PyThreadState *main_state; /* the kiln command's thread, while it does no
 
 static int start_embedded(void) {
   if (Py_IsInitialized()) return KILN_OK;
+  kilnpy_embedded = true;
   if (PyImport_AppendInittab("_kiln", PyInit__kiln) < 0)
     return kiln_errorf(KILN_ERR_INTERNAL, "Python: cannot add the _kiln module");
   PyConfig cfg;

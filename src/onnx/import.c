@@ -1176,7 +1176,12 @@ static int op_batchnorm(imp *m) {
   }
   int li = begin_layer(m, "BatchNorm", nname(m), 1, &b, 1, &bn_top);
   if (li < 0) return KILN_ERR_NOMEM;
-  params(m, "batch_norm_param { eps: %.9g }", eps); /* global statistics in TEST, batch ones in TRAIN */
+  /* global statistics in TEST, batch ones in TRAIN; ONNX's momentum (PyTorch's 1 - momentum)
+   * is how much of the running statistics each training batch keeps: Caffe's
+   * moving_average_fraction, so the imported net trains its statistics as the model did */
+  const float momentum = attr_f(m->node, "momentum", 0.9f);
+  if (!(momentum >= 0 && momentum <= 1)) return BAD("momentum %g outside 0..1", momentum);
+  params(m, "batch_norm_param { eps: %.9g moving_average_fraction: %.9g }", eps, momentum);
   end_layer(m);
   const float one = 1;
   KILN_TRY(add_blob(m, li, &shape1(C), mean->f));

@@ -400,6 +400,10 @@ static int emit_batch_norm(ox_graph *g) {
   }
   Onnx__NodeProto *n = ox_node(g, "BatchNormalization", 5, in, 1, &out);
   TRY_NODE(n);
+  /* ONNX's momentum is Caffe's moving_average_fraction (how much of the running statistics a
+   * training batch keeps): no effect at inference, kept for a runtime or importer that trains */
+  const float fraction = p ? p->moving_average_fraction : 0.999f;
+  KILN_TRY(ox_attr_float(g, n, "momentum", fraction));
   return ox_attr_float(g, n, "epsilon", eps);
 }
 

@@ -34,40 +34,10 @@ class LeNet(nn.Module):
         return F.softmax(self.fc2(F.relu(self.fc1(x))), dim=1)
 
 
-class Block(nn.Module):
-    def __init__(self, cin, cout, stride):
-        super().__init__()
-        self.conv1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
-        self.bn1 = nn.BatchNorm2d(cout)
-        self.conv2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
-        self.bn2 = nn.BatchNorm2d(cout)
-        self.short = None
-        if stride != 1 or cin != cout:
-            self.short = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
-
-    def forward(self, x):
-        y = F.relu(self.bn1(self.conv1(x)))
-        y = self.bn2(self.conv2(y))
-        return F.relu(y + (self.short(x) if self.short is not None else x))
-
-
-class ResNet20(nn.Module):
-    def __init__(self, channels=1, classes=10):
-        super().__init__()
-        self.conv = nn.Conv2d(channels, 16, 3, 1, 1, bias=False)
-        self.bn = nn.BatchNorm2d(16)
-        layers, cin = [], 16
-        for cout, stride in ((16, 1), (32, 2), (64, 2)):
-            for b in range(3):
-                layers.append(Block(cin, cout, stride if b == 0 else 1))
-                cin = cout
-        self.layers = nn.Sequential(*layers)
-        self.fc = nn.Linear(64, classes)
-
-    def forward(self, x):
-        x = self.layers(F.relu(self.bn(self.conv(x))))
-        x = F.adaptive_avg_pool2d(x, 1).flatten(1)
-        return self.fc(x)
+# ResNet-20 as examples/onnx/train_imported_resnet20.py writes it (the model that example trains)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "examples",
+                                "onnx"))
+from train_imported_resnet20 import ResNet20  # noqa: E402
 
 
 class MLP(nn.Module):

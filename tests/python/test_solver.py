@@ -1,6 +1,7 @@
 """kiln.get_solver and the rule classes: step and solve against kiln train bit for bit,
 snapshot and restore, events, the solver's nets."""
 import filecmp
+import logging
 
 import numpy as np
 import pytest
@@ -103,3 +104,11 @@ def test_rule_classes(tmp_path):
         s.restore(str(tmp_path / "nothing.solverstate"))
     with pytest.raises(kiln.Error):
         s.step(-1)
+
+
+def test_library_log_goes_to_logging(tmp_path, caplog):
+    """kiln's own log lines reach Python's logging (logger "kiln"), not stderr directly."""
+    caplog.set_level(logging.INFO, logger="kiln")
+    kiln.get_solver(str(zoo_solver(tmp_path, "lenet", 5)))
+    lines = [r.getMessage() for r in caplog.records if r.name == "kiln"]
+    assert any("SGD, seed" in m for m in lines), lines
