@@ -128,13 +128,13 @@ expect_refusal "a type with no ONNX form" --want "thresh.prototxt: layer 'cut' (
 cp lenet.onnx kept.onnx
 expect_refusal "an existing OUT is left as it was" --want "layer 'cut' (Threshold)" --same kept.onnx \
   -- "$KILN" export onnx --model thresh.prototxt --weights $W kept.onnx
-cat > lstm.prototxt <<'NET'
+cat > pool.prototxt <<'NET'
 name: "seq"
-layer { name: "data" type: "Input" top: "x" top: "cont" input_param { shape { dim: 3 dim: 2 dim: 4 } shape { dim: 3 dim: 2 } } }
-layer { name: "lstm" type: "LSTM" bottom: "x" bottom: "cont" top: "h" recurrent_param { num_output: 5 } }
+layer { name: "data" type: "Input" top: "x" input_param { shape { dim: 3 dim: 2 dim: 4 } } }
+layer { name: "pool" type: "SequencePool" bottom: "x" top: "p" }
 NET
-expect_refusal "a sequence layer" --want "layer 'lstm' (LSTM): the sequence and text layers are not exported to ONNX yet" \
-  --gone lstm.onnx -- "$KILN" export onnx --model lstm.prototxt --weights $W lstm.onnx
+expect_refusal "a sequence layer with no ONNX form" --want "layer 'pool' (SequencePool): pools over each sequence's valid steps" \
+  --gone pool.onnx -- "$KILN" export onnx --model pool.prototxt --weights $W pool.onnx
 cat > dummy.prototxt <<'NET'
 name: "dummy"
 layer { name: "data" type: "DummyData" top: "data" dummy_data_param { shape { dim: 1 dim: 4 } } }

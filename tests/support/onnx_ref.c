@@ -13,7 +13,8 @@
  * message on stderr when something fails. Inputs are uniform in [-1, 1), except those the
  * sequence layers read as something else: an Embed's ids (whole numbers below its input_dim), a
  * recurrent layer's cont (0 at the first step, 1 after: whole sequences, what the ONNX export
- * assumes) and an attention's padding mask (1, with the last steps of every other sequence 0).
+ * assumes) and an attention's padding mask (1, with the last steps of every other sequence 0,
+ * and the first step of every third 0: a causal query there sees no key).
  *
  *   onnx_ref --compare MODEL WEIGHTS DIR TOL
  *
@@ -141,7 +142,10 @@ static void fill_input(const kiln_net *net, kiln_blob *b, kiln_rng *r) {
         break;
       }
       case ROLE_CONT: b->data[j] = t > 0 ? 1.0f : 0.0f; break;
-      case ROLE_MASK: b->data[j] = n % 2 == 1 && t >= T - 1 - n / 2 && t > 0 ? 0.0f : 1.0f; break;
+      case ROLE_MASK: /* padding at the end; sequence 2 also without its first step */
+        b->data[j] =
+            (n % 2 == 1 && t >= T - 1 - n / 2 && t > 0) || (n % 3 == 2 && t == 0) ? 0.0f : 1.0f;
+        break;
       default: b->data[j] = uniform(r, -1.0f, 1.0f);
     }
   }
