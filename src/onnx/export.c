@@ -337,8 +337,6 @@ static const struct {
 } seq_refused[] = {
     {"LSTMUnit", "one step of Caffe's unrolled LSTM, its cont and state as bottoms: export the "
                  "LSTM layer, which has an ONNX form (docs/onnx.md)"},
-    {"SequencePool", "pools over each sequence's valid steps, which the net does not know at "
-                     "export; not exported yet (docs/onnx.md)"},
     {NULL, NULL}};
 
 bool kiln_onnx_exports_type(const char *type, const char **why) {

@@ -411,7 +411,133 @@ static int emit_attention(ox_graph *g) {
   return KILN_OK;
 }
 
+/* ---- SequencePool ---------------------------------------------------------------------- */
+
+/* Over axis 0 of x (T x N x D) into N x D, then the top's shape: without a mask ReduceMean,
+ * ReduceMax or the last step (Slice); with one, over the steps whose mask is not 0: the sum of
+ * the valid steps (Where, ReduceSum) over their count, ReduceMax of x with -inf on the others,
+ * and the last valid step (ArgMax of the valid flags, select_last_index, picked by Equal against
+ * the step numbers). A sequence with no valid step, which kiln refuses when it runs, is not
+ * checked. */
+static int emit_sequence_pool(ox_graph *g) {
+  const kiln_layer *l = g->l;
+  static const Caffe__SequencePoolParameter defaults = CAFFE__SEQUENCE_POOL_PARAMETER__INIT;
+  const Caffe__SequencePoolParameter *p = l->lp->sequence_pool_param ? l->lp->sequence_pool_param
+                                                                      : &defaults;
+  if (g->opt->dynamic_batch)
+    return ox_refuse(g, "its output's first axis is the streams (axis 1), not the input's first "
+                     "axis (the steps): not exported with --dynamic-batch");
+  const kiln_blob *xb = l->bottom[0], *yb = l->top[0];
+  const int64_t T = xb->shape[0];
+  const char *x = ox_bottom(g, 0), *out = ox_top(g, 0);
+  if (xb->naxes != 3) {
+    const int64_t shape[3] = {0, 0, -1};
+    if (!(x = reshape(g, x, 3, shape, ox_tmp(g, "x")))) return KILN_ERR_NOMEM;
+  }
+  const bool masked = l->nbottom > 1;
+  const int64_t zero_axis = 0, two = 2;
+  const char *valid = NULL, *valid3 = NULL; /* bool T x N, and T x N x 1 */
+  if (masked) {
+    const char *m = ox_bottom(g, 1);
+    if (l->bottom[1]->naxes != 2) {
+      const int64_t shape[2] = {T, xb->shape[1]};
+      if (!(m = reshape(g, m, 2, shape, ox_tmp(g, "mask")))) return KILN_ERR_NOMEM;
+    }
+    const char *pad = op2(g, "Equal", m, ox_init_scalar(g, "zero", 0.0f), ox_tmp(g, "padding"));
+    valid = ox_tmp(g, "valid");
+    if (!pad || !ox_node1(g, "Not", pad, valid)) return KILN_ERR_NOMEM;
+    if (!(valid3 = op2(g, "Unsqueeze", valid, ox_init_int64(g, "axes", 1, &two),
+                       ox_tmp(g, "valid3"))))
+      return KILN_ERR_NOMEM;
+  }
+  const char *r = ox_tmp(g, "pooled"); /* N x D */
+  switch (p->pool) {
+  case CAFFE__SEQUENCE_POOL_PARAMETER__POOL__MEAN:
+    if (!masked) {
+      Onnx__NodeProto *n = ox_node1(g, "ReduceMean", x, r);
+      TRY_NODE(n);
+      KILN_TRY(ox_attr_ints(g, n, "axes", 1, &zero_axis));
+      KILN_TRY(ox_attr_int(g, n, "keepdims", 0));
+    } else {
+      const char *vf = ox_tmp(g, "valid_f");
+      Onnx__NodeProto *c = ox_node1(g, "Cast", valid3, vf);
+      TRY_NODE(c);
+      KILN_TRY(ox_attr_int(g, c, "to", ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT));
+      const char *kept = op2(g, "Mul", x, vf, ox_tmp(g, "kept"));
+      const char *axes = ox_init_int64(g, "axes0", 1, &zero_axis);
+      const char *sum = ox_tmp(g, "sum"), *cnt = ox_tmp(g, "count");
+      Onnx__NodeProto *s1 = kept ? ox_node(g, "ReduceSum", 2, (const char *[]){kept, axes}, 1,
+                                           &sum) : NULL;
+      Onnx__NodeProto *s2 = s1 ? ox_node(g, "ReduceSum", 2, (const char *[]){vf, axes}, 1, &cnt)
+                               : NULL;
+      TRY_NODE(s2);
+      KILN_TRY(ox_attr_int(g, s1, "keepdims", 0));
+      KILN_TRY(ox_attr_int(g, s2, "keepdims", 0));
+      if (!op2(g, "Div", sum, cnt, r)) return KILN_ERR_NOMEM;
+    }
+    break;
+  case CAFFE__SEQUENCE_POOL_PARAMETER__POOL__MAX: {
+    const char *in = x;
+    if (masked) {
+      const char *w = ox_tmp(g, "valid_values");
+      if (!ox_node(g, "Where", 3, (const char *[]){valid3, x,
+                                                   ox_init_scalar(g, "minus_inf", -INFINITY)},
+                   1, &w))
+        return KILN_ERR_NOMEM;
+      in = w;
+    }
+    Onnx__NodeProto *n = ox_node1(g, "ReduceMax", in, r);
+    TRY_NODE(n);
+    KILN_TRY(ox_attr_ints(g, n, "axes", 1, &zero_axis));
+    KILN_TRY(ox_attr_int(g, n, "keepdims", 0));
+    break;
+  }
+  default: /* LAST */
+    if (!masked) {
+      const int64_t start = T - 1;
+      const char *sin[4] = {x, ox_init_int64(g, "starts", 1, &start),
+                            ox_init_int64(g, "ends", 1, &T), ox_init_int64(g, "axes0", 1,
+                                                                          &zero_axis)};
+      if (!ox_node(g, "Slice", 4, sin, 1, &r)) return KILN_ERR_NOMEM; /* 1 x N x D */
+    } else {
+      const char *vi = ox_tmp(g, "valid_i"), *last = ox_tmp(g, "last");
+      Onnx__NodeProto *c = ox_node1(g, "Cast", valid, vi);
+      TRY_NODE(c);
+      KILN_TRY(ox_attr_int(g, c, "to", ONNX__TENSOR_PROTO__DATA_TYPE__INT32));
+      Onnx__NodeProto *a = ox_node1(g, "ArgMax", vi, last); /* 1 x N */
+      TRY_NODE(a);
+      KILN_TRY(ox_attr_int(g, a, "axis", 0));
+      KILN_TRY(ox_attr_int(g, a, "keepdims", 1));
+      KILN_TRY(ox_attr_int(g, a, "select_last_index", 1));
+      int64_t *steps = ox_alloc(g, sizeof(int64_t) * (size_t)T);
+      if (!steps) return KILN_ERR_NOMEM;
+      for (int64_t t = 0; t < T; t++) steps[t] = t;
+      const int64_t tshape[2] = {T, 1};
+      const char *st = reshape(g, ox_init_int64(g, "steps", T, steps), 2, tshape,
+                               ox_tmp(g, "steps_col"));
+      const char *pick = st ? op2(g, "Equal", st, last, ox_tmp(g, "pick")) : NULL;
+      const char *pick3 = pick ? op2(g, "Unsqueeze", pick, ox_init_int64(g, "axes", 1, &two),
+                                     ox_tmp(g, "pick3")) : NULL;
+      const char *w = ox_tmp(g, "picked");
+      if (!pick3 || !ox_node(g, "Where", 3, (const char *[]){pick3, x,
+                                                             ox_init_scalar(g, "zero_f", 0.0f)},
+                             1, &w))
+        return KILN_ERR_NOMEM;
+      const char *axes = ox_init_int64(g, "axes0", 1, &zero_axis);
+      Onnx__NodeProto *s = ox_node(g, "ReduceSum", 2, (const char *[]){w, axes}, 1, &r);
+      TRY_NODE(s);
+      KILN_TRY(ox_attr_int(g, s, "keepdims", 0));
+    }
+  }
+  int64_t shape[KILN_MAX_AXES];
+  for (int a = 0; a < yb->naxes; a++) shape[a] = yb->shape[a];
+  if (!reshape(g, r, yb->naxes, shape, out)) return KILN_ERR_NOMEM;
+  ox_set_top(g, 0, out);
+  return KILN_OK;
+}
+
 const ox_layer_form ox_forms_seq[] = {
+    {"SequencePool", emit_sequence_pool},
     {"Embed", emit_embed},
     {"LSTM", emit_recurrent},
     {"GRU", emit_recurrent},

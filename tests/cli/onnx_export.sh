@@ -128,13 +128,13 @@ expect_refusal "a type with no ONNX form" --want "thresh.prototxt: layer 'cut' (
 cp lenet.onnx kept.onnx
 expect_refusal "an existing OUT is left as it was" --want "layer 'cut' (Threshold)" --same kept.onnx \
   -- "$KILN" export onnx --model thresh.prototxt --weights $W kept.onnx
-cat > pool.prototxt <<'NET'
+cat > unit.prototxt <<'NET'
 name: "seq"
-layer { name: "data" type: "Input" top: "x" input_param { shape { dim: 3 dim: 2 dim: 4 } } }
-layer { name: "pool" type: "SequencePool" bottom: "x" top: "p" }
+layer { name: "data" type: "Input" top: "c0" top: "g" top: "cont" input_param { shape { dim: 1 dim: 2 dim: 3 } shape { dim: 1 dim: 2 dim: 12 } shape { dim: 1 dim: 2 } } }
+layer { name: "unit" type: "LSTMUnit" bottom: "c0" bottom: "g" bottom: "cont" top: "c" top: "h" }
 NET
-expect_refusal "a sequence layer with no ONNX form" --want "layer 'pool' (SequencePool): pools over each sequence's valid steps" \
-  --gone pool.onnx -- "$KILN" export onnx --model pool.prototxt --weights $W pool.onnx
+expect_refusal "a sequence layer with no ONNX form" --want "layer 'unit' (LSTMUnit): one step of Caffe's unrolled LSTM" \
+  --gone unit.onnx -- "$KILN" export onnx --model unit.prototxt --weights $W unit.onnx
 cat > dummy.prototxt <<'NET'
 name: "dummy"
 layer { name: "data" type: "DummyData" top: "data" dummy_data_param { shape { dim: 1 dim: 4 } } }

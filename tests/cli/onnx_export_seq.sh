@@ -58,7 +58,7 @@ done
 
 # Every sequence form: Embed with a bias, sinusoidal and learned PositionalEncoding (odd D),
 # LayerNorm of the last axis, of N x D (axis 1) and without gain, bias or both, GELU's two forms,
-# Swish, attention causal with a padding mask (a query of sequence 2 sees no key), cross
+# Swish, SequencePool's three forms with and without a mask, attention causal with a padding mask (a query of sequence 2 sees no key), cross
 # attention without biases, self attention with the mask alone, LSTM, GRU and RNN one way and
 # both ways (one of 4-axis input), Softmax and ArgMax over the classes of each step.
 cat > every_seq.prototxt <<'NET'
@@ -92,6 +92,12 @@ layer { name: "gru" type: "GRU" bottom: "a1" bottom: "cont" top: "gr" recurrent_
 layer { name: "gru_b" type: "GRU" bottom: "a2" bottom: "cont" top: "grb" recurrent_param { num_output: 3 bidirectional: true } }
 layer { name: "rnn" type: "RNN" bottom: "a4" bottom: "cont" top: "rn" recurrent_param { num_output: 4 } }
 layer { name: "rnn_b" type: "RNN" bottom: "lb" bottom: "cont" top: "rnb" recurrent_param { num_output: 3 bidirectional: true } }
+layer { name: "sp_last" type: "SequencePool" bottom: "gr" top: "sp_last" }
+layer { name: "sp_mean" type: "SequencePool" bottom: "l4" top: "sp_mean" sequence_pool_param { pool: MEAN } }
+layer { name: "sp_max" type: "SequencePool" bottom: "lb" top: "sp_max" sequence_pool_param { pool: MAX } }
+layer { name: "sp_last_m" type: "SequencePool" bottom: "grb" bottom: "mask" top: "sp_last_m" }
+layer { name: "sp_mean_m" type: "SequencePool" bottom: "rn" bottom: "mask" top: "sp_mean_m" sequence_pool_param { pool: MEAN } }
+layer { name: "sp_max_m" type: "SequencePool" bottom: "x4" bottom: "mask" top: "sp_max_m" sequence_pool_param { pool: MAX } }
 layer { name: "sm" type: "Softmax" bottom: "gr" top: "sm" softmax_param { axis: 2 } }
 layer { name: "am" type: "ArgMax" bottom: "rnb" top: "am" argmax_param { axis: 2 } }
 NET
@@ -150,11 +156,11 @@ refuse_net static 'layer { name: "gru_s" type: "GRU" bottom: "x" bottom: "cont" 
   "layer 'gru_s' (GRU): a static input"
 refuse_net unit 'layer { name: "unit" type: "LSTMUnit" bottom: "c0" bottom: "g" bottom: "c1" top: "c" top: "h" }' \
   "layer 'unit' (LSTMUnit): one step of Caffe's unrolled LSTM"
-refuse_net pool 'layer { name: "sp" type: "SequencePool" bottom: "x" top: "p" }' \
-  "layer 'sp' (SequencePool)"
 head='layer { name: "in" type: "Input" top: "x" input_param { shape { dim: 3 dim: 2 dim: 4 } } }'
 refuse_net pe_dyn 'layer { name: "pos" type: "PositionalEncoding" bottom: "x" top: "p" }' \
   "layer 'pos' (PositionalEncoding): the first axis is the time steps" --dynamic-batch
+refuse_net pool_dyn 'layer { name: "sp" type: "SequencePool" bottom: "x" top: "p" }' \
+  "layer 'sp' (SequencePool): its output's first axis is the streams" --dynamic-batch
 refuse_net causal_dyn 'layer { name: "att" type: "MultiHeadAttention" bottom: "x" top: "a" multihead_attention_param { num_heads: 2 causal: true } }' \
   "layer 'att' (MultiHeadAttention): causal attention fixes the steps" --dynamic-batch
 finish

@@ -100,6 +100,8 @@ def run_node(node, v):
         to = a["to"]
         if to == onnx.TensorProto.INT64:
             return [np.trunc(x[0]).astype(np.int64)]
+        if to == onnx.TensorProto.INT32:
+            return [np.trunc(x[0]).astype(np.int32)]
         if to == onnx.TensorProto.FLOAT:
             return [x[0].astype(np.float64)]
         raise NotImplementedError(f"Cast to {to}")
@@ -143,6 +145,18 @@ def run_node(node, v):
         else:
             idx = np.argmax(y, axis=ax)
         return [np.expand_dims(idx, ax) if a.get("keepdims", 1) else idx]
+    if op == "Not":
+        return [np.logical_not(x[0])]
+    if op == "ReduceSum":  # opset 13: the axes an input
+        axes = tuple(int(i) for i in x[1]) if len(x) > 1 and x[1] is not None else None
+        return [np.sum(x[0], axis=axes, keepdims=bool(a.get("keepdims", 1)))]
+    if op == "Slice":
+        axes = x[3] if len(x) > 3 and x[3] is not None else range(len(x[1]))
+        steps = x[4] if len(x) > 4 and x[4] is not None else [1] * len(x[1])
+        idx = [slice(None)] * x[0].ndim
+        for st, en, ax, sp in zip(x[1], x[2], axes, steps):
+            idx[int(ax)] = slice(int(st), int(en), int(sp))
+        return [x[0][tuple(idx)]]
     if op == "Where":
         return [np.where(x[0], x[1], x[2])]
     if op in ("LSTM", "GRU", "RNN"):

@@ -13,7 +13,7 @@
  * message on stderr when something fails. Inputs are uniform in [-1, 1), except those the
  * sequence layers read as something else: an Embed's ids (whole numbers below its input_dim), a
  * recurrent layer's cont (0 at the first step, 1 after: whole sequences, what the ONNX export
- * assumes) and an attention's padding mask (1, with the last steps of every other sequence 0,
+ * assumes) and an attention's or SequencePool's mask (1, with the last steps of every other sequence 0,
  * and the first step of every third 0: a causal query there sees no key).
  *
  *   onnx_ref --compare MODEL WEIGHTS DIR TOL
@@ -121,7 +121,8 @@ static int input_role(const kiln_net *net, const kiln_blob *b, int64_t *ids) {
         return ROLE_IDS;
       } else if (k == 1 && (!strcmp(t, "LSTM") || !strcmp(t, "GRU") || !strcmp(t, "RNN"))) {
         return ROLE_CONT;
-      } else if (!strcmp(t, "MultiHeadAttention") && k > 0 && l->bottom[k]->naxes == 2) {
+      } else if ((!strcmp(t, "MultiHeadAttention") && k > 0 && l->bottom[k]->naxes == 2) ||
+                 (!strcmp(t, "SequencePool") && k == 1)) {
         return ROLE_MASK;
       }
     }
