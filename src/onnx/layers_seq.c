@@ -1,7 +1,7 @@
 /* The ONNX forms of the sequence and text layers (docs/onnx.md): Embed, LSTM, GRU, RNN,
- * LayerNorm, GELU, Swish, PositionalEncoding and MultiHeadAttention. Time-major as kiln's layers
- * are (T x N x ...): ONNX's LSTM, GRU and RNN read that layout (layout 0). Everything is opset 13
- * (LayerNorm decomposed; docs/onnx.md says why).
+ * LayerNorm, GELU, Swish, PositionalEncoding, MultiHeadAttention and SequencePool. Time-major as
+ * kiln's layers are (T x N x ...): ONNX's LSTM, GRU and RNN read that layout (layout 0).
+ * Everything is opset 13 (LayerNorm decomposed; docs/onnx.md says why).
  *
  * The recurrent layers' `cont` input is not read: the model computes what kiln computes for a
  * pass of whole sequences, cont 0 at the first step and 1 after it (the state starts at zero,
@@ -374,8 +374,8 @@ static int emit_attention(ox_graph *g) {
     const int64_t perm[2] = {1, 0}, shape[4] = {0, 1, 1, S};
     const char *mt = transpose(g, ox_bottom(g, mask), 2, perm, ox_tmp(g, "mask_t"));
     vis = mt ? reshape(g, mt, 4, shape, ox_tmp(g, "visible")) : NULL;
-    const char *big = vis ? op2(g, "Mul", vis, ox_init_scalar(g, "big", 1e30f), ox_tmp(g, "vis_big"))
-                          : NULL;
+    const char *big =
+        vis ? op2(g, "Mul", vis, ox_init_scalar(g, "big", 1e30f), ox_tmp(g, "vis_big")) : NULL;
     const char *hide = big ? op2(g, "Sub", big, ox_init_scalar(g, "big2", 1e30f),
                                  ox_tmp(g, "pad_mask")) : NULL;
     if (!hide || !(scores = op2(g, "Add", scores, hide, ox_tmp(g, "masked_scores"))))

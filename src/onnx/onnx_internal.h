@@ -85,7 +85,8 @@ typedef struct ox_layer_form {
   const char *type;
   ox_emit_fn emit;
 } ox_layer_form;
-/* The types with an ONNX form (layers.c, layers_shape.c, layers_seq.c), each list ended by a NULL type. */
+/* The types with an ONNX form (layers.c, layers_shape.c, layers_seq.c), each list ended by a NULL
+ * type. */
 extern const ox_layer_form ox_forms_compute[];
 extern const ox_layer_form ox_forms_shape[];
 extern const ox_layer_form ox_forms_seq[]; /* layers_seq.c: the sequence and text layers */

@@ -4,7 +4,7 @@
 # exported with random weights; ONNX's checker takes each model and OpenCV's ONNX importer runs it
 # to kiln's outputs within 1e-4 (and named inner blobs within 1e-4 of their magnitude). Two nets
 # again with --dynamic-batch, run at another batch size. Then what is refused, each with nothing
-# written: a layer type with no ONNX form (named), a sequence layer (a later step), a data
+# written: a layer type with no ONNX form (named), a sequence layer with none (LSTMUnit), a data
 # layer, a missing weights file, an output that cannot be written. AlexNet, ZF Net, VGG-16 and
 # ResNet-50 are in slow_onnx_zoo.sh.
 source "$(dirname "$0")/lib.bash"

@@ -13,8 +13,8 @@
  * message on stderr when something fails. Inputs are uniform in [-1, 1), except those the
  * sequence layers read as something else: an Embed's ids (whole numbers below its input_dim), a
  * recurrent layer's cont (0 at the first step, 1 after: whole sequences, what the ONNX export
- * assumes) and an attention's or SequencePool's mask (1, with the last steps of every other sequence 0,
- * and the first step of every third 0: a causal query there sees no key).
+ * assumes) and an attention's or SequencePool's mask (1, with the last steps of every other
+ * sequence 0, and the first step of every third 0: a causal query there sees no key).
  *
  *   onnx_ref --compare MODEL WEIGHTS DIR TOL
  *
