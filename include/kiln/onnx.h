@@ -33,7 +33,7 @@ typedef struct kiln_onnx_summary {
 
 /* Writes `net` (built in the TEST phase, weights loaded) as an ONNX model to `path`, through a
  * temporary file renamed into place, so that nothing is left under `path` when it fails. A layer
- * type with no ONNX form here (a data or loss layer, the sequence layers, ...) is refused with
+ * type with no ONNX form here (a data or loss layer, LSTMUnit, ...) is refused with
  * KILN_ERR_UNSUPPORTED naming the layer and its type, before anything is written. `summary` may
  * be NULL. */
 int kiln_onnx_export(const kiln_net *net, const kiln_onnx_options *opt, const char *path,

@@ -206,6 +206,15 @@ int ox_attr_ints(ox_graph *g, Onnx__NodeProto *n, const char *name, int count, c
   return KILN_OK;
 }
 
+int ox_attr_string(ox_graph *g, Onnx__NodeProto *n, const char *name, const char *v) {
+  Onnx__AttributeProto *a = attr_new(g, n, name, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__STRING);
+  if (!a) return KILN_ERR_NOMEM; /* the error is set */
+  a->has_s = true;
+  a->s.data = (uint8_t *)v;
+  a->s.len = strlen(v);
+  return KILN_OK;
+}
+
 /* ---- initializers ----------------------------------------------------------------------- */
 
 static Onnx__TensorProto *init_new(ox_graph *g, const char *what, int ndims, const int64_t *dims,
@@ -315,17 +324,20 @@ bool ox_is_alias(const kiln_layer *l) {
 }
 
 static ox_emit_fn find_form(const char *type) {
-  const ox_layer_form *lists[] = {ox_forms_compute, ox_forms_shape};
-  for (size_t k = 0; k < 2; k++)
+  const ox_layer_form *lists[] = {ox_forms_compute, ox_forms_shape, ox_forms_seq};
+  for (size_t k = 0; k < 3; k++)
     for (const ox_layer_form *f = lists[k]; f->type; f++)
       if (!strcmp(f->type, type)) return f->emit;
   return NULL;
 }
 
-/* The sequence and text layers: a later step of the export (docs/onnx.md). */
-static const char *const later_types[] = {
-    "LSTM", "GRU", "RNN", "LSTMUnit", "Embed", "MultiHeadAttention", "LayerNorm", "GELU",
-    "PositionalEncoding", "SequencePool", "Swish", NULL};
+/* Sequence layers with no ONNX form, and why (docs/onnx.md). */
+static const struct {
+  const char *type, *why;
+} seq_refused[] = {
+    {"LSTMUnit", "one step of Caffe's unrolled LSTM, its cont and state as bottoms: export the "
+                 "LSTM layer, which has an ONNX form (docs/onnx.md)"},
+    {NULL, NULL}};
 
 bool kiln_onnx_exports_type(const char *type, const char **why) {
   static char buf[256];
@@ -337,10 +349,8 @@ bool kiln_onnx_exports_type(const char *type, const char **why) {
   }
   const char *w = "has no ONNX form in kiln's export (docs/onnx.md lists the layer types it "
                   "exports)";
-  for (size_t i = 0; later_types[i]; i++)
-    if (!strcmp(later_types[i], type))
-      w = "the sequence and text layers are not exported to ONNX yet (a later step; "
-          "docs/onnx.md)";
+  for (size_t i = 0; seq_refused[i].type; i++)
+    if (!strcmp(seq_refused[i].type, type)) w = seq_refused[i].why;
   if (ops && ops->is_loss)
     w = "a loss layer has no place in an exported model: export the deploy net";
   else if (ops && ops->is_data)

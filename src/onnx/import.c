@@ -2125,6 +2125,30 @@ static op_fn find_op(const char *op) {
   return NULL;
 }
 
+static bool cast_to_int(int64_t to) {
+  return to == ONNX__TENSOR_PROTO__DATA_TYPE__INT64 || to == ONNX__TENSOR_PROTO__DATA_TYPE__INT32;
+}
+
+/* Whether every node that reads n's output reads it as a Gather's indices (input 1): the ids of
+ * an Embed, which reads them as floats and refuses any that is not a whole number, so the Cast
+ * to an integer type (what `kiln export onnx` writes before its Gather) changes nothing there. */
+static bool only_gather_ids(const imp *m, const Onnx__NodeProto *n) {
+  if (n->n_output != 1 || !n->output[0]) return false;
+  const char *y = n->output[0];
+  bool read = false;
+  for (size_t k = 0; k < m->g->n_node; k++) {
+    const Onnx__NodeProto *r = m->g->node[k];
+    for (size_t i = 0; i < r->n_input; i++) {
+      if (!r->input[i] || strcmp(r->input[i], y)) continue;
+      if (i != 1 || !r->op_type || strcmp(r->op_type, "Gather")) return false;
+      read = true;
+    }
+  }
+  for (size_t k = 0; k < m->g->n_output; k++)
+    if (m->g->output[k]->name && !strcmp(m->g->output[k]->name, y)) return false;
+  return read;
+}
+
 static int map_node(imp *m) {
   const Onnx__NodeProto *n = m->node;
   if (n->domain && *n->domain && strcmp(n->domain, "ai.onnx"))
@@ -2135,7 +2159,9 @@ static int map_node(imp *m) {
     tensor *x;
     KILN_TRY(blob_in(m, 0, &x));
     const int64_t to = attr_i(n, "to", 0);
-    if (to != ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT) return REFUSE("to data_type %lld: kiln computes in float", (long long)to);
+    if (to != ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT && !(cast_to_int(to) && only_gather_ids(m, n)))
+      return REFUSE("to data_type %lld: kiln computes in float (a Cast to an integer type is "
+                    "taken only where Gathers read it as their indices: an Embed's ids)", (long long)to);
     m->dropped++;
     return alias_out(m, 0, x, &x->s);
   }

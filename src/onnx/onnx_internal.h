@@ -53,6 +53,8 @@ Onnx__NodeProto *ox_node1(ox_graph *g, const char *op, const char *in, const cha
 int ox_attr_int(ox_graph *g, Onnx__NodeProto *n, const char *name, int64_t v);
 int ox_attr_float(ox_graph *g, Onnx__NodeProto *n, const char *name, float v);
 int ox_attr_ints(ox_graph *g, Onnx__NodeProto *n, const char *name, int count, const int64_t *v);
+/* A string attribute; `v` must outlive the model (a literal). */
+int ox_attr_string(ox_graph *g, Onnx__NodeProto *n, const char *name, const char *v);
 
 /* Initializers of the current layer, named "<layer>.<what>": float32 of the given shape,
  * `data` kept as it is (it must outlive the model: the net's parameters or ox_alloc memory);
@@ -83,9 +85,11 @@ typedef struct ox_layer_form {
   const char *type;
   ox_emit_fn emit;
 } ox_layer_form;
-/* The types with an ONNX form (layers.c, layers_shape.c), each list ended by a NULL type. */
+/* The types with an ONNX form (layers.c, layers_shape.c, layers_seq.c), each list ended by a NULL
+ * type. */
 extern const ox_layer_form ox_forms_compute[];
 extern const ox_layer_form ox_forms_shape[];
+extern const ox_layer_form ox_forms_seq[]; /* layers_seq.c: the sequence and text layers */
 /* Types that pass their bottom on unchanged at inference (Split, Dropout): no node. */
 bool ox_is_alias(const kiln_layer *l);
 

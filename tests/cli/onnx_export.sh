@@ -4,7 +4,7 @@
 # exported with random weights; ONNX's checker takes each model and OpenCV's ONNX importer runs it
 # to kiln's outputs within 1e-4 (and named inner blobs within 1e-4 of their magnitude). Two nets
 # again with --dynamic-batch, run at another batch size. Then what is refused, each with nothing
-# written: a layer type with no ONNX form (named), a sequence layer (a later step), a data
+# written: a layer type with no ONNX form (named), a sequence layer with none (LSTMUnit), a data
 # layer, a missing weights file, an output that cannot be written. AlexNet, ZF Net, VGG-16 and
 # ResNet-50 are in slow_onnx_zoo.sh.
 source "$(dirname "$0")/lib.bash"
@@ -128,13 +128,13 @@ expect_refusal "a type with no ONNX form" --want "thresh.prototxt: layer 'cut' (
 cp lenet.onnx kept.onnx
 expect_refusal "an existing OUT is left as it was" --want "layer 'cut' (Threshold)" --same kept.onnx \
   -- "$KILN" export onnx --model thresh.prototxt --weights $W kept.onnx
-cat > lstm.prototxt <<'NET'
+cat > unit.prototxt <<'NET'
 name: "seq"
-layer { name: "data" type: "Input" top: "x" top: "cont" input_param { shape { dim: 3 dim: 2 dim: 4 } shape { dim: 3 dim: 2 } } }
-layer { name: "lstm" type: "LSTM" bottom: "x" bottom: "cont" top: "h" recurrent_param { num_output: 5 } }
+layer { name: "data" type: "Input" top: "c0" top: "g" top: "cont" input_param { shape { dim: 1 dim: 2 dim: 3 } shape { dim: 1 dim: 2 dim: 12 } shape { dim: 1 dim: 2 } } }
+layer { name: "unit" type: "LSTMUnit" bottom: "c0" bottom: "g" bottom: "cont" top: "c" top: "h" }
 NET
-expect_refusal "a sequence layer" --want "layer 'lstm' (LSTM): the sequence and text layers are not exported to ONNX yet" \
-  --gone lstm.onnx -- "$KILN" export onnx --model lstm.prototxt --weights $W lstm.onnx
+expect_refusal "a sequence layer with no ONNX form" --want "layer 'unit' (LSTMUnit): one step of Caffe's unrolled LSTM" \
+  --gone unit.onnx -- "$KILN" export onnx --model unit.prototxt --weights $W unit.onnx
 cat > dummy.prototxt <<'NET'
 name: "dummy"
 layer { name: "data" type: "DummyData" top: "data" dummy_data_param { shape { dim: 1 dim: 4 } } }

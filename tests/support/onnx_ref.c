@@ -10,7 +10,11 @@
  * DIR/manifest.txt gets one line a file: "input NAME FILE D0 D1 ..." for each input, then
  * "blob NAME FILE D0 D1 ..." for each output of the net, "inner NAME FILE ..." for each BLOB
  * named (its value after the forward pass: the last in-place layer's). Exit 1 with kiln's
- * message on stderr when something fails.
+ * message on stderr when something fails. Inputs are uniform in [-1, 1), except those the
+ * sequence layers read as something else: an Embed's ids (whole numbers below its input_dim), a
+ * recurrent layer's cont (0 at the first step, 1 after: whole sequences, what the ONNX export
+ * assumes) and an attention's or SequencePool's mask (1, with the last steps of every other
+ * sequence 0, and the first step of every third 0: a causal query there sees no key).
  *
  *   onnx_ref --compare MODEL WEIGHTS DIR TOL
  *
@@ -95,6 +99,55 @@ static void randomize(kiln_net *net, kiln_rng *r) {
       if (l->nparam > 1) fill(r, l->param[1], -0.1f, 0.1f);
     } else {
       for (int p = 0; p < l->nparam; p++) fill(r, l->param[p], -0.5f, 0.5f);
+    }
+  }
+}
+
+/* What the layers that read input blob b (through kiln's Splits) take it as. */
+enum { ROLE_VALUES, ROLE_IDS, ROLE_CONT, ROLE_MASK };
+static int input_role(const kiln_net *net, const kiln_blob *b, int64_t *ids) {
+  for (int i = 0; i < net->nlayers; i++) {
+    const kiln_layer *l = net->layers[i];
+    for (int k = 0; k < l->nbottom; k++) {
+      if (l->bottom[k] != b) continue;
+      const char *t = l->ops->type;
+      if (!strcmp(t, "Split")) {
+        for (int o = 0; o < l->ntop; o++) {
+          const int r = input_role(net, l->top[o], ids);
+          if (r != ROLE_VALUES) return r;
+        }
+      } else if (!strcmp(t, "Embed")) {
+        *ids = l->param[0]->shape[0];
+        return ROLE_IDS;
+      } else if (k == 1 && (!strcmp(t, "LSTM") || !strcmp(t, "GRU") || !strcmp(t, "RNN"))) {
+        return ROLE_CONT;
+      } else if ((!strcmp(t, "MultiHeadAttention") && k > 0 && l->bottom[k]->naxes == 2) ||
+                 (!strcmp(t, "SequencePool") && k == 1)) {
+        return ROLE_MASK;
+      }
+    }
+  }
+  return ROLE_VALUES;
+}
+
+static void fill_input(const kiln_net *net, kiln_blob *b, kiln_rng *r) {
+  int64_t ids = 0;
+  const int role = input_role(net, b, &ids);
+  const int64_t T = b->shape[0], N = b->count / (T ? T : 1);
+  for (int64_t j = 0; j < b->count; j++) {
+    const int64_t t = j / N, n = j % N;
+    switch (role) {
+      case ROLE_IDS: {
+        int64_t v = (int64_t)uniform(r, 0.0f, (float)ids);
+        b->data[j] = (float)(v < ids ? v : ids - 1);
+        break;
+      }
+      case ROLE_CONT: b->data[j] = t > 0 ? 1.0f : 0.0f; break;
+      case ROLE_MASK: /* padding at the end; sequence 2 also without its first step */
+        b->data[j] =
+            (n % 2 == 1 && t >= T - 1 - n / 2 && t > 0) || (n % 3 == 2 && t == 0) ? 0.0f : 1.0f;
+        break;
+      default: b->data[j] = uniform(r, -1.0f, 1.0f);
     }
   }
 }
@@ -232,9 +285,7 @@ int main(int argc, char **argv) {
   for (int i = 0; i < net->nlayers; i++) {
     kiln_layer *l = net->layers[i];
     if (strcmp(l->ops->type, "Input")) continue;
-    for (int t = 0; t < l->ntop; t++, k++)
-      for (int64_t j = 0; j < l->top[t]->count; j++)
-        l->top[t]->data[j] = uniform(&r, -1.0f, 1.0f);
+    for (int t = 0; t < l->ntop; t++, k++) fill_input(net, l->top[t], &r);
   }
   if (calibrate(net, &r)) return fail("forward");
   if (kiln_net_save_weights(net, weights)) return fail(weights);
