@@ -103,8 +103,11 @@ def main():
     torch.manual_seed(1701)
     model = ResNet20().eval()
     onnx_path = os.path.join(out, "resnet20.onnx")
+    # PRESERVE: an inference graph (the model is in eval mode) whose BatchNormalization nodes
+    # stay, where the default (EVAL) folds each into the convolution before it, which would
+    # leave a ResNet without BatchNorm to train
     torch.onnx.export(model, torch.zeros(1, 1, 28, 28), onnx_path, input_names=["data"],
-                      output_names=["scores"])
+                      output_names=["scores"], training=torch.onnx.TrainingMode.PRESERVE)
     deploy = os.path.join(out, "resnet20_deploy.prototxt")
     weights = os.path.join(out, "resnet20_torch.caffemodel")
     run([a.kiln, "import", "onnx", onnx_path, deploy, weights])

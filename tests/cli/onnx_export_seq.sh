@@ -20,21 +20,14 @@ done
 [ -n "$EVAL_PY" ] || echo "SKIP: python3-onnx not installed: the models are exported but neither checked nor evaluated"
 EVALS=()
 
-# seq_export NAME PROTOTXT [BLOB...]: random weights, inputs and kiln's outputs, the export
+# seq_export NAME PROTOTXT [BLOB...]: onnx.bash's round trip (random weights, inputs and kiln's
+# outputs, the export), the pair queued for the NumPy evaluator instead of OpenCV
 seq_export() {
-  local name=$1 net=$2
-  shift 2
-  mkdir -p "$name.d"
-  if ! "$ONNX_REF" "$net" "$name.caffemodel" "$name.d" 7 "$@" > "$name.ref.log" 2>&1; then
-    fail "$name: onnx_ref: $(cat "$name.ref.log")"
-    return
-  fi
-  if "$KILN" export onnx --model "$net" --weights "$name.caffemodel" "$name.onnx" > "$name.out" 2>&1 \
-    && grep -q "^wrote $name.onnx: ONNX opset 13, " "$name.out" && [ -s "$name.onnx" ]; then
-    pass
-    EVALS+=("$name.onnx" "$name.d")
-  else
-    fail "$name: export: $(cat "$name.out")"
+  local n=${#ONNX_CHECKS[@]}
+  onnx_round_trip "$@"
+  if [ ${#ONNX_CHECKS[@]} -gt "$n" ]; then
+    EVALS+=("${ONNX_CHECKS[@]:$n}")
+    ONNX_CHECKS=("${ONNX_CHECKS[@]:0:$n}")
   fi
 }
 

@@ -77,6 +77,10 @@ else
       fail "torch $n: against PyTorch: $(cat "t-$n.cmp")"
     fi
   done
+  # PyTorch's ResNet-20 keeps its BatchNorm (exported with TrainingMode.PRESERVE): BatchNorm and
+  # Scale layers for its 21 BatchNorm2d
+  [ "$(grep -c 'type: "BatchNorm"' t-resnet20.prototxt)" = 21 ] && pass \
+    || fail "torch resnet20: $(grep -c 'type: "BatchNorm"' t-resnet20.prototxt) BatchNorm layers, want 21"
   # the view() chain was folded, the LSTM's zero state too
   grep -q "(7 folded as constants" t-lenet.imp && pass || fail "torch lenet: folding: $(cat t-lenet.imp)"
   grep -q 'type: "LSTM"' t-lstm.prototxt && grep -q 'type: "Embed"' t-lstm.prototxt && pass \

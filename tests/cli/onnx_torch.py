@@ -104,7 +104,8 @@ class Encoder(nn.Module):
 
 MODELS = {
     "lenet": (LeNet, [("data", (2, 1, 28, 28))], {"do_constant_folding": False}),
-    "resnet20": (ResNet20, [("data", (2, 1, 28, 28))], {}),
+    # PRESERVE keeps the BatchNormalization nodes (EVAL folds them into the convolutions)
+    "resnet20": (ResNet20, [("data", (2, 1, 28, 28))], {"training": torch.onnx.TrainingMode.PRESERVE}),
     "mlp": (MLP, [("data", (3, 1, 28, 28))], {"opset_version": 13}),
     "lstm": (LSTMNet, [("ids", (5, 3))], {}),
     "ops": (Ops, [("data", (2, 3, 12, 12))], {"opset_version": 13}),
