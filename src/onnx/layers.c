@@ -609,6 +609,20 @@ static int emit_argmax(ox_graph *g) {
   return KILN_OK;
 }
 
+/* Parameter (Caffe's): its blob as a constant, an initializer named as its top through an
+ * Identity (an imported LSTM's `cont` is one) */
+static int emit_parameter(ox_graph *g) {
+  const kiln_blob *p = g->l->param[0];
+  int64_t dims[KILN_MAX_AXES];
+  for (int a = 0; a < p->naxes; a++) dims[a] = p->shape[a];
+  const char *init = ox_init_float(g, "value", p->naxes, dims, ox_param(g, 0));
+  if (!init) return KILN_ERR_NOMEM;
+  const char *out = ox_top(g, 0);
+  TRY_NODE(ox_node1(g, "Identity", init, out));
+  ox_set_top(g, 0, out);
+  return KILN_OK;
+}
+
 const ox_layer_form ox_forms_compute[] = {
     {"Convolution", emit_conv},
     {"Deconvolution", emit_conv},
@@ -631,5 +645,6 @@ const ox_layer_form ox_forms_compute[] = {
     {"Eltwise", emit_eltwise},
     {"Softmax", emit_softmax},
     {"ArgMax", emit_argmax},
+    {"Parameter", emit_parameter},
     {NULL, NULL},
 };
