@@ -1,5 +1,5 @@
 /* The transformer's layers on time-major T x N x D data: GELU, LayerNorm, PositionalEncoding and
- * MultiHeadAttention. Forward passes against values worked out by hand and against the
+ * MultiHeadAttention, and MatMul (attention's products written out). Forward passes against values worked out by hand and against the
  * definitions computed here in double precision with plain loops (for attention also against
  * values from scripts/mha-reference.py, which follows PyTorch's multi_head_attention_forward);
  * backward passes against finite differences; in-place runs against out-of-place ones; results
@@ -922,6 +922,145 @@ static void test_transformer_block_trains(void **state) {
   kiln_solver_free(s);
 }
 
+/* ---- MatMul ------------------------------------------------------------------------------ */
+
+/* [[1 2 3] [4 5 6]] (2 x 3) times [[1 0] [0 1] [1 1]] (3 x 2) = [[4 5] [10 11]], by hand; the
+ * same with each operand stored transposed; and the gradients of sum(C * G) for G = [[1 2] [3
+ * 4]]: dA = G B^T = [[1 2 3] [3 4 7]], dB = A^T G = [[13 18] [17 24] [21 30]]. */
+static void test_matmul_hand(void **state) {
+  (void)state;
+  const float av[6] = {1, 2, 3, 4, 5, 6}, bv[6] = {1, 0, 0, 1, 1, 1};
+  const float at[6] = {1, 4, 2, 5, 3, 6}, bt[6] = {1, 0, 1, 0, 1, 1};
+  const float want[4] = {4, 5, 10, 11}, g[4] = {1, 2, 3, 4};
+  const float da[6] = {1, 2, 3, 3, 4, 7}, db[6] = {13, 18, 17, 24, 21, 30};
+  const float dat[6] = {1, 3, 2, 4, 3, 7}, dbt[6] = {13, 17, 21, 18, 24, 30};
+  for (int ta = 0; ta < 2; ta++)
+    for (int tb = 0; tb < 2; tb++) {
+      kiln_blob *a = blob_of("a", 2, ta ? SHAPE(3, 2) : SHAPE(2, 3), ta ? at : av);
+      kiln_blob *b = blob_of("b", 2, tb ? SHAPE(2, 3) : SHAPE(3, 2), tb ? bt : bv);
+      kiln_blob *ab[2] = {a, b};
+      char text[160];
+      snprintf(text, sizeof text,
+               "name: 'mm' type: 'MatMul' matmul_param { transpose_a: %s transpose_b: %s }",
+               ta ? "true" : "false", tb ? "true" : "false");
+      built mm = build(text, TRAIN, ab, 2, 1);
+      expect_shape(mm.top[0], 2, SHAPE(2, 2));
+      forward(&mm);
+      expect_close(text, mm.top[0]->data, want, 4, 0);
+      memcpy(mm.top[0]->diff, g, sizeof g);
+      fill(a->diff, 6, 99);
+      fill(b->diff, 6, 99);
+      backward(&mm);
+      expect_close("dA", a->diff, ta ? dat : da, 6, 0);
+      expect_close("dB", b->diff, tb ? dbt : db, 6, 0);
+      unbuild(&mm);
+      kiln_blob_free(a);
+      kiln_blob_free(b);
+    }
+}
+
+/* Batched products with NumPy's broadcasting against plain loops in double: A 2 x 1 x 3 x 4 by
+ * B 3 x 4 x 5 (B's missing axis and A's axis of 1 broadcast: top 2 x 3 x 3 x 5), and attention's
+ * pair, q (6 x 4 x 2) by k transposed (6 x 5 x 2); then finite differences of both bottoms for
+ * these and a broadcast B whose gradient sums over the batch. */
+static void matmul_reference(const char *text, kiln_blob *a, kiln_blob *b, bool ta, bool tb,
+                             int naxes, const int64_t *shape) {
+  kiln_blob *ab[2] = {a, b};
+  built mm = build(text, TRAIN, ab, 2, 1);
+  expect_shape(mm.top[0], naxes, shape);
+  forward(&mm);
+  const int na = a->naxes, nb = b->naxes, nt = naxes;
+  const int64_t M = shape[nt - 2], N = shape[nt - 1];
+  const int64_t K = ta ? a->shape[na - 2] : a->shape[na - 1];
+  int64_t batch = 1;
+  for (int i = 0; i < nt - 2; i++) batch *= shape[i];
+  double *want = doubles(batch * M * N);
+  for (int64_t p = 0; p < batch; p++) {
+    /* the batch index's digits, each bottom's matrix from its own axes (1: index 0) */
+    int64_t r = p, oa = 0, ob = 0, sa = M * K, sb = K * N;
+    for (int i = nt - 3; i >= 0; i--) {
+      const int64_t d = r % shape[i];
+      r /= shape[i];
+      const int ia = i - (nt - na), ib = i - (nt - nb);
+      if (ia >= 0) {
+        oa += (a->shape[ia] == 1 ? 0 : d) * sa;
+        sa *= a->shape[ia];
+      }
+      if (ib >= 0) {
+        ob += (b->shape[ib] == 1 ? 0 : d) * sb;
+        sb *= b->shape[ib];
+      }
+    }
+    for (int64_t i = 0; i < M; i++)
+      for (int64_t j = 0; j < N; j++) {
+        double acc = 0;
+        for (int64_t k = 0; k < K; k++)
+          acc += (double)a->data[oa + (ta ? k * M + i : i * K + k)] *
+                 (double)b->data[ob + (tb ? j * K + k : k * N + j)];
+        want[(p * M + i) * N + j] = acc;
+      }
+  }
+  expect_rel(text, mm.top[0]->data, want, batch * M * N, 1e-5);
+  free(want);
+  unbuild(&mm);
+}
+
+static void test_matmul_batched_reference(void **state) {
+  (void)state;
+  kiln_rng rng;
+  kiln_rng_seed(&rng, 61, 1);
+  kiln_blob *a = gc_blob("a", 4, SHAPE(2, 1, 3, 4), -1, 1, &rng);
+  kiln_blob *b = gc_blob("b", 3, SHAPE(3, 4, 5), -1, 1, &rng);
+  matmul_reference("name: 'mm' type: 'MatMul'", a, b, false, false, 4, SHAPE(2, 3, 3, 5));
+  kiln_blob *q = gc_blob("q", 3, SHAPE(6, 4, 2), -1, 1, &rng);
+  kiln_blob *k = gc_blob("k", 3, SHAPE(6, 5, 2), -1, 1, &rng);
+  matmul_reference("name: 'mm' type: 'MatMul' matmul_param { transpose_b: true }", q, k, false,
+                   true, 3, SHAPE(6, 4, 5));
+  kiln_blob *at = gc_blob("at", 3, SHAPE(2, 3, 4), -1, 1, &rng);
+  kiln_blob *w = gc_blob("w", 2, SHAPE(5, 3), -1, 1, &rng);
+  matmul_reference("name: 'mm' type: 'MatMul' matmul_param { transpose_a: true transpose_b: "
+                   "true }",
+                   at, w, true, true, 3, SHAPE(2, 4, 5));
+  kiln_blob *c1 = gc_blob("c1", 4, SHAPE(1, 3, 2, 4), -1, 1, &rng);
+  kiln_blob *c2 = gc_blob("c2", 4, SHAPE(2, 1, 4, 3), -1, 1, &rng);
+  matmul_reference("name: 'mm' type: 'MatMul'", c1, c2, false, false, 4, SHAPE(2, 3, 2, 3));
+  kiln_blob *pairs[4][2] = {{a, b}, {q, k}, {at, w}, {c1, c2}};
+  const char *texts[4] = {"name: 'mm' type: 'MatMul'",
+                          "name: 'mm' type: 'MatMul' matmul_param { transpose_b: true }",
+                          "name: 'mm' type: 'MatMul' matmul_param { transpose_a: true "
+                          "transpose_b: true }",
+                          "name: 'mm' type: 'MatMul'"};
+  for (int i = 0; i < 4; i++) check_grad(texts[i], pairs[i], 2, 1, NULL);
+  kiln_blob *all[] = {a, b, q, k, at, w, c1, c2};
+  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) kiln_blob_free(all[i]);
+}
+
+static void test_matmul_bad_shapes(void **state) {
+  (void)state;
+  const char *who = "layer 'mm' (MatMul)";
+  kiln_blob *a = blob_of("a", 3, SHAPE(2, 3, 4), NULL), *b = blob_of("b", 3, SHAPE(3, 5, 2), NULL);
+  kiln_blob *ab[2] = {a, b};
+  expect_create_fails("name: 'mm' type: 'MatMul'", TRAIN, ab, 2, 1, KILN_ERR_SHAPE, who,
+                      "do not multiply");
+  kiln_blob *c = blob_of("c", 3, SHAPE(3, 4, 2), NULL);
+  kiln_blob *ac[2] = {a, c};
+  expect_create_fails("name: 'mm' type: 'MatMul'", TRAIN, ac, 2, 1, KILN_ERR_SHAPE, who,
+                      "batch axis 0: A has 2 and B 3");
+  kiln_blob *v = blob_of("v", 1, SHAPE(4), NULL);
+  kiln_blob *av[2] = {a, v};
+  expect_create_fails("name: 'mm' type: 'MatMul'", TRAIN, av, 2, 1, KILN_ERR_SHAPE, who,
+                      "at least 2");
+  kiln_blob *d = blob_of("d", 3, SHAPE(2, 4, 4), NULL);
+  kiln_blob *ad[2] = {a, d};
+  expect_fails_ex("name: 'mm' type: 'MatMul'", TRAIN, ad, 2, 1, true, KILN_ERR_INVALID, who,
+                  "in place", NULL);
+  kiln_blob_free(a);
+  kiln_blob_free(b);
+  kiln_blob_free(c);
+  kiln_blob_free(v);
+  kiln_blob_free(d);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_gelu_hand),
@@ -940,6 +1079,9 @@ int main(void) {
       cmocka_unit_test(test_mha_gradients),
       cmocka_unit_test(test_mha_thread_count_independent),
       cmocka_unit_test(test_mha_bad_parameters),
+      cmocka_unit_test(test_matmul_hand),
+      cmocka_unit_test(test_matmul_batched_reference),
+      cmocka_unit_test(test_matmul_bad_shapes),
       cmocka_unit_test(test_transformer_block_net_gradients),
       cmocka_unit_test_setup_teardown(test_transformer_block_trains, block_setup,
                                       tmpdir_teardown),

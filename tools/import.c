@@ -115,9 +115,12 @@ int cmd_import(int argc, char **argv) {
     kiln_onnx_imported_free(&m);
     return tool_fail("import onnx (nothing written)");
   }
-  printf("wrote %s and %s: ONNX opset %d, %d nodes (%d folded as constants, %d without a layer) "
+  char chained[64] = "";
+  if (m.chained) snprintf(chained, sizeof chained, ", %d in chains that are one layer", m.chained);
+  printf("wrote %s and %s: ONNX opset %d, %d nodes (%d folded as constants, %d without a layer%s) "
          "as %d layers, %lld parameters\n",
-         out_net, out_w, m.opset, m.nodes, m.folded, m.dropped, m.layers, (long long)m.parameters);
+         out_net, out_w, m.opset, m.nodes, m.folded, m.dropped, chained, m.layers,
+         (long long)m.parameters);
   char shape[256];
   for (int i = 0; i < net->nlayers; i++) {
     const kiln_layer *l = net->layers[i];

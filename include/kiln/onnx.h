@@ -72,6 +72,7 @@ typedef struct kiln_onnx_imported {
   Caffe__NetParameter *net;
   int opset;
   int nodes, folded, dropped, layers, inputs, outputs;
+  int chained; /* nodes of chains that are one layer each (LayerNorm, GELU written out) */
   int64_t parameters;
 } kiln_onnx_imported;
 

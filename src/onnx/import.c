@@ -96,6 +96,7 @@ typedef struct imp {
   const Onnx__NodeProto *node;
   int node_index;
   int folded, dropped;
+  bool *fused; /* per node: computed by a layer of a chain that began at an earlier node */
 } imp;
 
 /* ---- memory, names, messages ------------------------------------------------------------ */
@@ -576,10 +577,8 @@ static int materialize(imp *m, tensor *t, const char **blob) {
   return KILN_OK;
 }
 
-/* Output k of the node as a new blob of shape s (named after the tensor). */
-static int set_out(imp *m, int k, const shp *s, const char **blob) {
-  tensor *t = out(m, k);
-  if (!t) return BAD("output %d is missing", k);
+/* Tensor t as a new blob of shape s (named after the tensor). */
+static int set_blob(imp *m, tensor *t, const shp *s, const char **blob) {
   t->kind = T_BLOB;
   t->ready = true;
   t->s = *s;
@@ -587,6 +586,13 @@ static int set_out(imp *m, int k, const shp *s, const char **blob) {
   if (!(t->blob = own_blob(m, t->name))) return nomem();
   *blob = t->blob;
   return KILN_OK;
+}
+
+/* Output k of the node as a new blob of shape s. */
+static int set_out(imp *m, int k, const shp *s, const char **blob) {
+  tensor *t = out(m, k);
+  if (!t) return BAD("output %d is missing", k);
+  return set_blob(m, t, s, blob);
 }
 
 /* Output k is x's blob seen in shape s (no layer). */
@@ -680,6 +686,61 @@ static int const_span(imp *m, const tensor *c, const shp *s, int *a, int *b, flo
 }
 
 /* Add, Sub, Mul, Div, Max (and Min refused) with a constant or between computed tensors. */
+static int try_gelu(imp *m, tensor *x, double c);
+static int broadcast(imp *m, const shp *a, const shp *b, shp *s);
+
+/* Whether y's axes longer than 1 are a run of x's, aligned from the right (kiln's Scale with a
+ * second bottom multiplies by such a factor). */
+static bool scale_spans(const tensor *x, const tensor *y) {
+  const int off = x->s.nd - y->s.nd;
+  int hi = -1;
+  for (int k = 0; k < y->s.nd; k++) {
+    if (y->s.d[k] == 1) continue;
+    if (y->s.d[k] != x->s.d[off + k] || (hi >= 0 && hi != off + k)) return false;
+    hi = off + k + 1;
+  }
+  return true;
+}
+
+/* Add, Sub, Mul or Max of two computed tensors of different shapes that broadcast (NumPy's
+ * rule): each one's axes of 1 that the other's are longer than are repeated by Tile layers, and
+ * Eltwise combines the two tensors of the output's shape. (An attention mask N x 1 x 1 x S added
+ * to the scores N x H x T x S, as `kiln export onnx` writes MultiHeadAttention's padding mask.) */
+static int broadcast_eltwise(imp *m, const char *op, tensor *x0, tensor *x1) {
+  shp os;
+  KILN_TRY(broadcast(m, &x0->s, &x1->s, &os));
+  if (!strcmp(op, "Min")) return REFUSE("kiln's Eltwise has no MIN");
+  const char *bs[2];
+  tensor *xs[2] = {x0, x1};
+  for (int i = 0; i < 2; i++) {
+    tensor v = *xs[i];
+    v.s = (shp){os.nd, {0}};
+    const int off = os.nd - xs[i]->s.nd;
+    for (int k = 0; k < os.nd; k++) v.s.d[k] = k < off ? 1 : xs[i]->s.d[k - off];
+    KILN_TRY(materialize(m, &v, &bs[i]));
+    for (int k = 0; k < os.nd; k++) {
+      if (v.s.d[k] == os.d[k]) continue;
+      char nm[1024];
+      snprintf(nm, sizeof nm, "%s/tile%d_%d", nname(m), i, k);
+      const char *top = fresh_blob(m, nm);
+      if (!top) return nomem();
+      if (begin_layer(m, "Tile", nm, 1, &bs[i], 1, &top) < 0) return KILN_ERR_NOMEM;
+      params(m, "tile_param { axis: %d tiles: %lld }", k, (long long)os.d[k]);
+      end_layer(m);
+      bs[i] = top;
+      v.s.d[k] = os.d[k];
+    }
+  }
+  const char *top;
+  KILN_TRY(set_out(m, 0, &os, &top));
+  if (begin_layer(m, "Eltwise", nname(m), 2, bs, 1, &top) < 0) return KILN_ERR_NOMEM;
+  params(m, "eltwise_param { operation: %s%s }",
+         !strcmp(op, "Mul") ? "PROD" : !strcmp(op, "Max") ? "MAX" : "SUM",
+         !strcmp(op, "Sub") ? " coeff: 1 coeff: -1" : "");
+  end_layer(m);
+  return KILN_OK;
+}
+
 static int op_binary(imp *m) {
   const char *op = nop(m->node);
   tensor *x0, *x1;
@@ -706,9 +767,8 @@ static int op_binary(imp *m) {
     }
     /* x * y where y spans a run of x's axes (a squeeze-and-excitation gate): Scale with y */
     tensor *x = count(&x0->s) >= count(&x1->s) ? x0 : x1, *y = x == x0 ? x1 : x0;
-    if (strcmp(op, "Mul") || y->s.nd > x->s.nd)
-      return REFUSE("broadcasts %s against %s between computed tensors: kiln has no layer for it",
-                    shape_str(&x0->s), shape_str(&x1->s));
+    if (strcmp(op, "Mul") || y->s.nd > x->s.nd || !scale_spans(x, y))
+      return broadcast_eltwise(m, op, x0, x1);
     const int off = x->s.nd - y->s.nd;
     int lo = -1, hi = -1;
     for (int k = 0; k < y->s.nd; k++) {
@@ -751,6 +811,10 @@ static int op_binary(imp *m) {
     }
   }
   const char *b;
+  if (c->n == 1 && (!strcmp(op, "Mul") || (!strcmp(op, "Div") && !c_first))) {
+    const int r = try_gelu(m, x, cval(c, 0));
+    if (r <= 0) return r;
+  }
   if (c->n == 1) {
     const float v = (float)cval(c, 0);
     char p[256];
@@ -1118,12 +1182,42 @@ static int op_gemm(imp *m) {
   return KILN_OK;
 }
 
+/* Two computed tensors: kiln's MatMul layer, with ONNX's (NumPy's) broadcasting of the axes
+ * before the last two. */
+static int matmul_computed(imp *m, tensor *a, tensor *b) {
+  if (a->s.nd < 2 || b->s.nd < 2)
+    return REFUSE("A %s by B %s: kiln's MatMul takes two tensors of two axes or more",
+                  shape_str(&a->s), shape_str(&b->s));
+  const int na = a->s.nd, nb = b->s.nd, nd = na > nb ? na : nb;
+  if (a->s.d[na - 1] != b->s.d[nb - 2])
+    return BAD("A %s and B %s do not multiply", shape_str(&a->s), shape_str(&b->s));
+  shp os = {nd, {0}};
+  for (int i = 0; i < nd - 2; i++) {
+    const int ia = i - (nd - na), ib = i - (nd - nb);
+    const int64_t da = ia >= 0 ? a->s.d[ia] : 1, db = ib >= 0 ? b->s.d[ib] : 1;
+    if (da != db && da != 1 && db != 1)
+      return BAD("A %s and B %s do not broadcast", shape_str(&a->s), shape_str(&b->s));
+    os.d[i] = da > db ? da : db;
+  }
+  os.d[nd - 2] = a->s.d[na - 2];
+  os.d[nd - 1] = b->s.d[nb - 1];
+  const char *bs[2], *top;
+  KILN_TRY(materialize(m, a, &bs[0]));
+  KILN_TRY(materialize(m, b, &bs[1]));
+  KILN_TRY(set_out(m, 0, &os, &top));
+  if (begin_layer(m, "MatMul", nname(m), 2, bs, 1, &top) < 0) return KILN_ERR_NOMEM;
+  end_layer(m);
+  return KILN_OK;
+}
+
 static int op_matmul(imp *m) {
   tensor *a, *w;
   KILN_TRY(need_in(m, 0, &a));
   KILN_TRY(need_in(m, 1, &w));
-  if (a->kind == T_CONST || w->kind != T_CONST)
-    return REFUSE("kiln imports a MatMul of a computed tensor by a constant matrix (an InnerProduct)");
+  if (a->kind != T_CONST && w->kind != T_CONST) return matmul_computed(m, a, w);
+  if (a->kind == T_CONST)
+    return REFUSE("a constant by a computed tensor: kiln imports a MatMul of a computed tensor "
+                  "by a constant matrix (an InnerProduct) or of two computed tensors (MatMul)");
   if (w->s.nd != 2 || a->s.nd < 1 || w->dt != DT_F) return REFUSE("B %s is not a float matrix", shape_str(&w->s));
   const int64_t K = w->s.d[0], N = w->s.d[1];
   if (a->s.d[a->s.nd - 1] != K) return BAD("A %s and B %s do not multiply", shape_str(&a->s), shape_str(&w->s));
@@ -1208,6 +1302,226 @@ static int op_lrn(imp *m) {
   if (layer1(m, "LRN", b, &x->s) < 0) return KILN_ERR_NOMEM;
   params(m, "lrn_param { local_size: %lld alpha: %.9g beta: %.9g k: %.9g }", (long long)size,
          attr_f(m->node, "alpha", 1e-4f), attr_f(m->node, "beta", 0.75f), attr_f(m->node, "bias", 1.0f));
+  end_layer(m);
+  return KILN_OK;
+}
+
+/* ---- chains of nodes that are one kiln layer ----------------------------------------------
+ *
+ * Exporters write LayerNorm and GELU as the arithmetic they are (PyTorch before opset 17, kiln's
+ * own export): ReduceMean, Sub, Pow (or Mul of the difference by itself), ReduceMean, Add eps,
+ * Sqrt, Div [, Mul gain [, Add bias]]; and x / sqrt(2) (or x * 1/sqrt(2)), Erf, Add 1, Mul x, Mul
+ * 0.5. ReduceMean and Erf have no kiln layer of their own; the whole chain is the layer, as
+ * runtimes fuse it. A chain is taken only where each of its tensors is read by the next node of
+ * the chain alone (and is no graph output), so nothing else needs its inner values. Its first
+ * node writes the layer; the others are marked fused and make nothing. */
+
+static bool is_graph_output(const imp *m, const char *name) {
+  for (size_t k = 0; k < m->g->n_output; k++)
+    if (m->g->output[k]->name && !strcmp(m->g->output[k]->name, name)) return true;
+  return false;
+}
+
+/* The nodes that read `name` (each once), at most max of them listed; their number. */
+static int readers(const imp *m, const char *name, int *idx, int max) {
+  int n = 0;
+  for (size_t k = 0; k < m->g->n_node; k++) {
+    const Onnx__NodeProto *r = m->g->node[k];
+    for (size_t i = 0; i < r->n_input; i++)
+      if (r->input[i] && !strcmp(r->input[i], name)) {
+        if (n < max) idx[n] = (int)k;
+        n++;
+        break;
+      }
+  }
+  return n;
+}
+
+/* The one node that reads `name`, when it is of type op and `name` is no graph output; or -1. */
+static int sole_reader(const imp *m, const char *name, const char *op) {
+  int k;
+  if (!name || is_graph_output(m, name) || readers(m, name, &k, 1) != 1) return -1;
+  const Onnx__NodeProto *r = m->g->node[k];
+  return r->op_type && !strcmp(r->op_type, op) && r->n_output >= 1 && r->output[0] ? k : -1;
+}
+
+static const char *in_name(const Onnx__NodeProto *n, size_t k) {
+  return k < n->n_input && n->input[k] ? n->input[k] : "";
+}
+
+/* Of a two-input node that reads `name`: its other input (`name` itself where it reads it
+ * twice), or NULL. */
+static const char *other_in(const Onnx__NodeProto *n, const char *name) {
+  if (n->n_input != 2) return NULL;
+  if (!strcmp(in_name(n, 0), name)) return in_name(n, 1);
+  if (!strcmp(in_name(n, 1), name)) return in_name(n, 0);
+  return NULL;
+}
+
+/* Whether tensor `name` is a constant of one value; the value in *v. */
+static bool scalar_const(const imp *m, const char *name, double *v) {
+  const tensor *t = name ? t_find(m, name) : NULL;
+  if (!t || t->kind != T_CONST || t->n != 1) return false;
+  *v = cval(t, 0);
+  return true;
+}
+
+static bool near(double v, double want) { return fabs(v - want) <= 1e-6 * fabs(want); }
+
+/* A constant that is a LayerNorm's gain or bias for x normalized from axis `a`: its values span
+ * those axes (in their shape, after any leading 1s). */
+static bool norm_param(const imp *m, const char *name, const shp *x, int a) {
+  const tensor *c = t_find(m, name);
+  if (!c || c->kind != T_CONST || c->dt != DT_F || c->s.nd > x->nd) return false;
+  const int off = x->nd - c->s.nd;
+  for (int k = 0; k < c->s.nd; k++)
+    if (c->s.d[k] != (off + k < a ? 1 : x->d[off + k])) return false;
+  return off <= a;
+}
+
+/* The layer's name: the node's path with its last part replaced ("/norm1/ReduceMean" ->
+ * "/norm1/LayerNorm"). */
+static const char *chain_name(imp *m, const char *type) {
+  const char *n = nname(m), *slash = strrchr(n, '/');
+  if (!slash) return type;
+  const size_t len = (size_t)(slash - n) + 1;
+  char *s = ialloc(m, len + strlen(type) + 1);
+  if (!s) return type;
+  memcpy(s, n, len);
+  strcpy(s + len, type);
+  return s;
+}
+
+/* A LayerNorm layer: x normalized over its axes from `axis`, written to tensor y; gain and bias
+ * the constants named (NULL: none). */
+static int layer_norm_layer(imp *m, tensor *x, int axis, double eps, const char *gain,
+                            const char *bias, tensor *y) {
+  const char *b, *top;
+  KILN_TRY(materialize(m, x, &b));
+  KILN_TRY(set_blob(m, y, &x->s, &top));
+  const int li = begin_layer(m, "LayerNorm", chain_name(m, "LayerNorm"), 1, &b, 1, &top);
+  if (li < 0) return KILN_ERR_NOMEM;
+  params(m, "layer_norm_param { axis: %d eps: %.9g%s%s }", axis, eps,
+         gain ? "" : " elementwise_affine: false", gain && !bias ? " bias_term: false" : "");
+  end_layer(m);
+  shp ps = {x->s.nd - axis, {0}};
+  for (int k = axis; k < x->s.nd; k++) ps.d[k - axis] = x->s.d[k];
+  if (gain) KILN_TRY(add_blob(m, li, &ps, t_find(m, gain)->f));
+  if (bias) KILN_TRY(add_blob(m, li, &ps, t_find(m, bias)->f));
+  return KILN_OK;
+}
+
+/* The trailing axes a ReduceMean node averages over, from the first (keepdims 1); or -1. */
+static int reduce_from(const Onnx__NodeProto *n, int nd) {
+  size_t na;
+  const int64_t *axes = attr_ints(n, "axes", &na);
+  if (!axes || na == 0 || na > (size_t)nd || attr_i(n, "keepdims", 1) != 1) return -1;
+  bool seen[MAXD] = {false};
+  for (size_t k = 0; k < na; k++) {
+    const int64_t a = axes[k] < 0 ? axes[k] + nd : axes[k];
+    if (a < 0 || a >= nd || seen[a]) return -1;
+    seen[a] = true;
+  }
+  for (int a = nd - (int)na; a < nd; a++)
+    if (!seen[a]) return -1;
+  return nd - (int)na;
+}
+
+/* At a ReduceMean: the LayerNorm chain it begins, or a refusal. */
+static int op_reduce_mean(imp *m) {
+  tensor *x;
+  KILN_TRY(blob_in(m, 0, &x));
+  const Onnx__NodeProto *n0 = m->node, *const *G = (const Onnx__NodeProto *const *)m->g->node;
+  const int axis = reduce_from(n0, x->s.nd);
+  const char *xn = in_name(n0, 0), *mean = n0->output[0];
+  int ks = -1, kp = -1, kdiv = -1, km2 = -1, ka = -1, kq = -1, kg = -1, kb = -1;
+  double eps = 0, two = 0;
+  int rd[3];
+  if (axis < 0 || (ks = sole_reader(m, mean, "Sub")) < 0 || strcmp(in_name(G[ks], 0), xn) ||
+      strcmp(in_name(G[ks], 1), mean))
+    goto refuse;
+  const char *d = G[ks]->output[0];
+  if (is_graph_output(m, d) || readers(m, d, rd, 3) != 2) goto refuse;
+  for (int i = 0; i < 2; i++) {
+    const Onnx__NodeProto *r = G[rd[i]];
+    const char *o = other_in(r, d);
+    if (!o) goto refuse;
+    if (!strcmp(nop(r), "Div") && !strcmp(in_name(r, 0), d)) kdiv = rd[i];
+    else if ((!strcmp(nop(r), "Pow") && !strcmp(in_name(r, 0), d) && scalar_const(m, o, &two) &&
+              two == 2) ||
+             (!strcmp(nop(r), "Mul") && !strcmp(o, d)))
+      kp = rd[i];
+  }
+  if (kp < 0 || kdiv < 0 || (km2 = sole_reader(m, G[kp]->output[0], "ReduceMean")) < 0 ||
+      reduce_from(G[km2], x->s.nd) != axis ||
+      (ka = sole_reader(m, G[km2]->output[0], "Add")) < 0 ||
+      !scalar_const(m, other_in(G[ka], G[km2]->output[0]), &eps) ||
+      (kq = sole_reader(m, G[ka]->output[0], "Sqrt")) < 0 ||
+      sole_reader(m, G[kq]->output[0], "Div") != kdiv || strcmp(in_name(G[kdiv], 1), G[kq]->output[0]))
+    goto refuse;
+  const char *y = G[kdiv]->output[0], *gain = NULL, *bias = NULL;
+  if ((kg = sole_reader(m, y, "Mul")) >= 0 && (gain = other_in(G[kg], y)) &&
+      norm_param(m, gain, &x->s, axis)) {
+    y = G[kg]->output[0];
+    if ((kb = sole_reader(m, y, "Add")) >= 0 && (bias = other_in(G[kb], y)) &&
+        norm_param(m, bias, &x->s, axis))
+      y = G[kb]->output[0];
+    else
+      kb = -1, bias = NULL;
+  } else {
+    kg = -1, gain = NULL;
+  }
+  const int chain[] = {m->node_index, ks, kp, kdiv, km2, ka, kq, kg, kb};
+  for (size_t i = 0; i < sizeof chain / sizeof chain[0]; i++)
+    if (chain[i] >= 0) m->fused[chain[i]] = true;
+  return layer_norm_layer(m, x, axis, eps, gain, bias, t_find(m, y));
+refuse:
+  return REFUSE("kiln imports ReduceMean only as the start of a layer normalization written out "
+                "(ReduceMean, Sub, Pow 2, ReduceMean, Add eps, Sqrt, Div [, Mul gain [, Add "
+                "bias]] over the last axes, each value read by the next node alone)");
+}
+
+/* Opset 17's LayerNormalization. */
+static int op_layer_norm(imp *m) {
+  tensor *x;
+  KILN_TRY(blob_in(m, 0, &x));
+  int axis = 0;
+  KILN_TRY(norm_axis(m, attr_i(m->node, "axis", -1), x->s.nd, &axis));
+  for (int k = 1; k < 3; k++)
+    if (out(m, k) && out(m, k)->uses)
+      return REFUSE("output %d (the mean or the inverse deviation) is read: kiln's LayerNorm keeps "
+                    "them to itself", k);
+  const char *gain = in_name(m->node, 1), *bias = in_name(m->node, 2);
+  if (!*gain || !norm_param(m, gain, &x->s, axis))
+    return REFUSE("its Scale is not a constant over the normalized axes");
+  if (*bias && !norm_param(m, bias, &x->s, axis))
+    return REFUSE("its B is not a constant over the normalized axes");
+  return layer_norm_layer(m, x, axis, attr_f(m->node, "epsilon", 1e-5f), gain,
+                          *bias ? bias : NULL, out(m, 0));
+}
+
+/* At a Div by sqrt(2) or a Mul by 1/sqrt(2) of a computed x: the GELU chain it begins, if it is
+ * one. 1: not one (the node is mapped on its own). */
+static int try_gelu(imp *m, tensor *x, double c) {
+  const Onnx__NodeProto *n0 = m->node, *const *G = (const Onnx__NodeProto *const *)m->g->node;
+  const char *xn = x->name;
+  const bool div = !strcmp(nop(n0), "Div");
+  if (!(div ? near(c, sqrt(2.0)) : near(c, sqrt(0.5)))) return 1;
+  int ke, ka, km, kh;
+  double one, half;
+  if ((ke = sole_reader(m, n0->output[0], "Erf")) < 0 ||
+      (ka = sole_reader(m, G[ke]->output[0], "Add")) < 0 ||
+      !scalar_const(m, other_in(G[ka], G[ke]->output[0]), &one) || one != 1 ||
+      (km = sole_reader(m, G[ka]->output[0], "Mul")) < 0 ||
+      strcmp(other_in(G[km], G[ka]->output[0]) ? other_in(G[km], G[ka]->output[0]) : "", xn) ||
+      (kh = sole_reader(m, G[km]->output[0], "Mul")) < 0 ||
+      !scalar_const(m, other_in(G[kh], G[km]->output[0]), &half) || half != 0.5)
+    return 1;
+  m->fused[m->node_index] = m->fused[ke] = m->fused[ka] = m->fused[km] = m->fused[kh] = true;
+  const char *b, *top;
+  KILN_TRY(materialize(m, x, &b));
+  KILN_TRY(set_blob(m, t_find(m, G[kh]->output[0]), &x->s, &top));
+  if (begin_layer(m, "GELU", chain_name(m, "GELU"), 1, &b, 1, &top) < 0) return KILN_ERR_NOMEM;
   end_layer(m);
   return KILN_OK;
 }
@@ -1611,33 +1925,47 @@ static int param_blob(imp *m, const char *base, const shp *s, const float *data,
   return add_blob(m, li, s, data);
 }
 
-static int op_lstm(imp *m) {
-  tensor *x, *W, *R, *B = in(m, 3), *sl = in(m, 4), *h0 = in(m, 5), *c0 = in(m, 6);
+/* LSTM and GRU nodes: kiln's LSTM and GRU layers (bidirectional: recurrent_param's), with
+ * Parameter blobs for cont (and the initial state where expose_hidden carries it in). */
+static int op_recurrent(imp *m) {
+  const bool gru = !strcmp(nop(m->node), "GRU");
+  const char *type = gru ? "GRU" : "LSTM";
+  tensor *x, *W, *R, *B = in(m, 3), *sl = in(m, 4), *h0 = in(m, 5), *c0 = gru ? NULL : in(m, 6);
   KILN_TRY(blob_in(m, 0, &x));
   KILN_TRY(const_in(m, 1, &W, "W"));
   KILN_TRY(const_in(m, 2, &R, "R"));
-  if (in(m, 7)) return REFUSE("peepholes (P): kiln's LSTM has none");
+  if (!gru && in(m, 7)) return REFUSE("peepholes (P): kiln's LSTM has none");
   const char *dir = attr_s(m, m->node, "direction", "forward");
-  if (strcmp(dir, "forward")) return REFUSE("direction %s: kiln imports forward LSTMs (a bidirectional one is two LSTM nodes' worth of kiln's bidirectional layer, not done yet)", dir);
+  const bool bidi = !strcmp(dir, "bidirectional");
+  if (!bidi && strcmp(dir, "forward"))
+    return REFUSE("direction %s: kiln's layers run forward, or both ways (bidirectional)", dir);
+  const int ndir = bidi ? 2 : 1, ngates = gru ? 3 : 4;
   if (attr(m->node, "activations")) {
-    size_t na = attr(m->node, "activations")->n_strings;
+    const Onnx__AttributeProto *a = attr(m->node, "activations");
     const char *want[3] = {"Sigmoid", "Tanh", "Tanh"};
-    for (size_t k = 0; k < na; k++) {
-      const ProtobufCBinaryData *s = &attr(m->node, "activations")->strings[k];
-      if (k >= 3 || s->len != strlen(want[k]) || memcmp(s->data, want[k], s->len))
-        return REFUSE("activations other than Sigmoid, Tanh, Tanh");
+    const size_t per = gru ? 2 : 3;
+    for (size_t k = 0; k < a->n_strings; k++) {
+      const ProtobufCBinaryData *s = &a->strings[k];
+      const char *w = want[k % per];
+      if (k >= per * (size_t)ndir || s->len != strlen(w) || memcmp(s->data, w, s->len))
+        return REFUSE("activations other than %s: kiln's %s has those", gru ? "Sigmoid, Tanh" : "Sigmoid, Tanh, Tanh", type);
     }
   }
-  if (attr(m->node, "clip")) return REFUSE("clip: kiln's LSTM does not clip");
-  if (attr_i(m->node, "input_forget", 0)) return REFUSE("input_forget 1");
-  if (attr_i(m->node, "layout", 0)) return REFUSE("layout 1 (batch first): kiln's LSTM reads T x N x D");
-  const int64_t H = attr_i(m->node, "hidden_size", 0);
+  if (attr(m->node, "clip")) return REFUSE("clip: kiln's %s does not clip", type);
+  if (!gru && attr_i(m->node, "input_forget", 0)) return REFUSE("input_forget 1");
+  if (gru && attr_i(m->node, "linear_before_reset", 0) != 1)
+    return REFUSE("linear_before_reset 0: kiln's GRU is PyTorch's (linear_before_reset 1: "
+                  "r (W_hn h + b_hn))");
+  if (attr_i(m->node, "layout", 0)) return REFUSE("layout 1 (batch first): kiln's %s reads T x N x D", type);
+  const int64_t H = attr_i(m->node, "hidden_size", 0), G = ngates * H;
   if (x->s.nd != 3) return BAD("X %s is not T x N x D", shape_str(&x->s));
   const int64_t T = x->s.d[0], N = x->s.d[1], D = x->s.d[2];
-  if (H < 1 || W->s.nd != 3 || W->s.d[0] != 1 || W->s.d[1] != 4 * H || W->s.d[2] != D || R->s.nd != 3 ||
-      R->s.d[0] != 1 || R->s.d[1] != 4 * H || R->s.d[2] != H || W->dt != DT_F || R->dt != DT_F)
-    return BAD("W %s and R %s do not fit hidden_size %lld and X %s", shape_str(&W->s), shape_str(&R->s), (long long)H, shape_str(&x->s));
-  if (B && (B->kind != T_CONST || B->n != 8 * H || B->dt != DT_F)) return BAD("B is not a constant of %lld values", (long long)(8 * H));
+  if (H < 1 || W->s.nd != 3 || W->s.d[0] != ndir || W->s.d[1] != G || W->s.d[2] != D || R->s.nd != 3 ||
+      R->s.d[0] != ndir || R->s.d[1] != G || R->s.d[2] != H || W->dt != DT_F || R->dt != DT_F)
+    return BAD("W %s and R %s do not fit hidden_size %lld, %d direction%s and X %s", shape_str(&W->s),
+               shape_str(&R->s), (long long)H, ndir, bidi ? "s" : "", shape_str(&x->s));
+  if (B && (B->kind != T_CONST || B->n != ndir * 2 * G || B->dt != DT_F))
+    return BAD("B is not a constant of %lld values", (long long)(ndir * 2 * G));
   if (sl) {
     if (sl->kind != T_CONST) return REFUSE("sequence_lens is computed: kiln runs every step (cont marks sequence starts)");
     for (int64_t k = 0; k < sl->n; k++)
@@ -1647,16 +1975,22 @@ static int op_lstm(imp *m) {
   bool zero_state = true;
   for (int k = 0; k < 2; k++) {
     if (!st[k]) continue;
-    if (count(&st[k]->s) != N * H) return BAD("initial state %s is not 1 x %lld x %lld", shape_str(&st[k]->s), (long long)N, (long long)H);
+    if (count(&st[k]->s) != ndir * N * H)
+      return BAD("initial state %s is not %d x %lld x %lld", shape_str(&st[k]->s), ndir, (long long)N, (long long)H);
     if (st[k]->kind != T_CONST) zero_state = false;
     else
       for (int64_t j = 0; j < st[k]->n; j++)
         if (cval(st[k], j) != 0) zero_state = false;
   }
-  tensor *yh = out(m, 1), *yc = out(m, 2);
+  tensor *yh = out(m, 1), *yc = gru ? NULL : out(m, 2);
   const bool expose = !zero_state || (yh && yh->uses) || (yc && yc->uses);
-  /* kiln's gates i, f, o, g from ONNX's i, o, f, c */
-  static const int from[4] = {0, 2, 1, 3};
+  if (expose && bidi)
+    return REFUSE("a bidirectional %s with a nonzero initial state or a read final state: kiln's "
+                  "bidirectional layers start from zeros and keep their state", type);
+  const int nstate = gru ? 1 : 2;
+  /* kiln's gates from ONNX's: LSTM i, f, o, g from i, o, f, c; GRU r, z, n from z, r, h */
+  static const int lstm_from[4] = {0, 2, 1, 3}, gru_from[3] = {1, 0, 2};
+  const int *from = gru ? gru_from : lstm_from;
   const char *xb;
   KILN_TRY(materialize(m, x, &xb));
   /* cont: 0 at the first step (no state from an earlier pass), or 1 where h0 is given */
@@ -1671,12 +2005,11 @@ static int op_lstm(imp *m) {
   KILN_TRY(param_blob(m, nm, &cs, cont, &bottoms[1]));
   int nb = 2;
   if (expose) {
-    for (int k = 0; k < 2; k++) {
+    for (int k = 0; k < nstate; k++) {
       const tensor *s = st[k];
       const shp ss = {3, {1, N, H}};
       if (s && s->kind != T_CONST) {
-        tensor *sv = (tensor *)s;
-        tensor v = *sv;
+        tensor v = *s;
         v.s = ss;
         KILN_TRY(materialize(m, &v, &bottoms[nb++]));
       } else {
@@ -1688,11 +2021,35 @@ static int op_lstm(imp *m) {
       }
     }
   }
-  const shp ys = {3, {T, N, H}}, hs = {3, {1, N, H}};
-  KILN_TRY(set_out(m, 0, &ys, &tops[0]));
+  /* Y (T x ndir x N x H): kiln's top is T x N x ndir H. One way, Y is that memory; both ways,
+   * the Transpose to T x N x 2 x H that PyTorch writes next is (fused), and a Y read otherwise
+   * gets a Permute of kiln's top. */
+  tensor *y = out(m, 0);
+  int kt = -1;
+  if (bidi && y) {
+    kt = sole_reader(m, y->name, "Transpose");
+    size_t np = 0;
+    const int64_t *perm = kt >= 0 ? attr_ints(m->g->node[kt], "perm", &np) : NULL;
+    if (!perm || np != 4 || perm[0] != 0 || perm[1] != 2 || perm[2] != 1 || perm[3] != 3) kt = -1;
+  }
+  const shp ys = {3, {T, N, ndir * H}}, hs = {3, {1, N, H}};
+  tensor *ytop = kt >= 0 ? t_find(m, m->g->node[kt]->output[0]) : y;
+  tensor own = {0};
+  char ynm[1024];
+  if (!ytop) { /* Y unread and unnamed: kiln's layer still needs a top */
+    own.name = nname(m);
+    ytop = &own;
+  }
+  if (bidi && kt < 0 && y) {
+    own = *y;
+    snprintf(ynm, sizeof ynm, "%s/steps", y->name);
+    own.name = ynm;
+    ytop = &own;
+  }
+  KILN_TRY(set_blob(m, ytop, &ys, &tops[0]));
   int nt = 1;
   if (expose) {
-    for (int k = 1; k <= 2; k++) {
+    for (int k = 1; k <= nstate; k++) {
       if (out(m, k)) KILN_TRY(set_out(m, k, &hs, &tops[nt]));
       else {
         snprintf(nm, sizeof nm, "%s/unused", nname(m));
@@ -1700,28 +2057,52 @@ static int op_lstm(imp *m) {
       }
       nt++;
     }
-  } else if (yh || yc) {
-    /* Y_h, Y_c present but unread: nothing to give them */
   }
-  int li = begin_layer(m, "LSTM", nname(m), nb, bottoms, nt, tops);
+  int li = begin_layer(m, type, nname(m), nb, bottoms, nt, tops);
   if (li < 0) return KILN_ERR_NOMEM;
-  params(m, "recurrent_param { num_output: %lld%s }", (long long)H, expose ? " expose_hidden: true" : "");
+  params(m, "recurrent_param { num_output: %lld%s%s }", (long long)H,
+         expose ? " expose_hidden: true" : "", bidi ? " bidirectional: true" : "");
   end_layer(m);
-  /* the output's ONNX shape is T x 1 x N x H: the same memory */
-  tensor *y = out(m, 0);
-  if (y) y->s = (shp){4, {T, 1, N, H}};
-  for (int k = 1; k <= 2 && expose; k++)
+  if (!bidi) {
+    if (y) y->s = (shp){4, {T, 1, N, H}}; /* the same memory */
+  } else if (kt >= 0) {
+    ytop->s = (shp){4, {T, N, 2, H}};
+    m->fused[m->node_index] = m->fused[kt] = true;
+  } else if (y) {
+    tensor v = *ytop;
+    v.s = (shp){4, {T, N, 2, H}};
+    const char *vb, *yb;
+    KILN_TRY(materialize(m, &v, &vb));
+    KILN_TRY(set_blob(m, y, &(shp){4, {T, 2, N, H}}, &yb));
+    char pn[1024];
+    snprintf(pn, sizeof pn, "%s/Y", nname(m));
+    if (begin_layer(m, "Permute", pn, 1, &vb, 1, &yb) < 0) return KILN_ERR_NOMEM;
+    params(m, "permute_param { order: 0 order: 2 order: 1 order: 3 }");
+    end_layer(m);
+  }
+  for (int k = 1; k <= nstate && expose; k++)
     if (out(m, k)) out(m, k)->s = (shp){3, {1, N, H}};
-  shp wx = {2, {4 * H, D}}, wh = {2, {4 * H, H}}, bs = shape1(4 * H);
-  KILN_TRY(add_blob(m, li, &wx, NULL));
-  KILN_TRY(add_blob(m, li, &bs, NULL));
-  KILN_TRY(add_blob(m, li, &wh, NULL));
-  float *dwx = m->layers[li].bd[0], *db = m->layers[li].bd[1], *dwh = m->layers[li].bd[2];
-  for (int g = 0; g < 4; g++) {
-    const int64_t src = from[g] * H, dst = g * H;
-    memcpy(dwx + dst * D, W->f + src * D, sizeof(float) * (size_t)(H * D));
-    memcpy(dwh + dst * H, R->f + src * H, sizeof(float) * (size_t)(H * H));
-    for (int64_t j = 0; j < H; j++) db[dst + j] = B ? B->f[src + j] + B->f[4 * H + src + j] : 0.0f;
+  /* per direction: W_x (G x D), b (G), W_h (G x H) [, GRU's b_h (G)] */
+  const shp wx = {2, {G, D}}, wh = {2, {G, H}}, bs = shape1(G);
+  for (int d = 0; d < ndir; d++) {
+    const int base = m->layers[li].nblobs;
+    KILN_TRY(add_blob(m, li, &wx, NULL));
+    KILN_TRY(add_blob(m, li, &bs, NULL));
+    KILN_TRY(add_blob(m, li, &wh, NULL));
+    if (gru) KILN_TRY(add_blob(m, li, &bs, NULL));
+    float *dwx = m->layers[li].bd[base], *db = m->layers[li].bd[base + 1];
+    float *dwh = m->layers[li].bd[base + 2], *dbh = gru ? m->layers[li].bd[base + 3] : NULL;
+    const float *w = W->f + d * G * D, *r = R->f + d * G * H, *b = B ? B->f + d * 2 * G : NULL;
+    for (int g = 0; g < ngates; g++) {
+      const int64_t src = from[g] * H, dst = g * H;
+      memcpy(dwx + dst * D, w + src * D, sizeof(float) * (size_t)(H * D));
+      memcpy(dwh + dst * H, r + src * H, sizeof(float) * (size_t)(H * H));
+      for (int64_t j = 0; j < H; j++) {
+        const float wb = b ? b[src + j] : 0.0f, rb = b ? b[G + src + j] : 0.0f;
+        if (gru) db[dst + j] = wb, dbh[dst + j] = rb;
+        else db[dst + j] = wb + rb;
+      }
+    }
   }
   return KILN_OK;
 }
@@ -2116,7 +2497,9 @@ static const struct {
     {"Softmax", op_softmax}, {"Flatten", op_reshape_like}, {"Reshape", op_reshape_like},
     {"Squeeze", op_reshape_like}, {"Unsqueeze", op_reshape_like}, {"Identity", op_identity},
     {"Dropout", op_identity}, {"Transpose", op_transpose}, {"Concat", op_concat},
-    {"Split", op_split}, {"Slice", op_slice}, {"Gather", op_gather}, {"LSTM", op_lstm},
+    {"Split", op_split}, {"Slice", op_slice}, {"Gather", op_gather}, {"LSTM", op_recurrent},
+    {"GRU", op_recurrent},
+    {"ReduceMean", op_reduce_mean}, {"LayerNormalization", op_layer_norm},
     {NULL, NULL}};
 
 static op_fn find_op(const char *op) {
@@ -2154,6 +2537,7 @@ static int map_node(imp *m) {
   if (n->domain && *n->domain && strcmp(n->domain, "ai.onnx"))
     return REFUSE("an op of domain '%s': kiln imports the default domain (ai.onnx)", n->domain);
   const char *op = nop(n);
+  if (m->fused[m->node_index]) return KILN_OK;
   if (folds(m)) return fold(m);
   if (!strcmp(op, "Cast")) {
     tensor *x;
@@ -2303,14 +2687,22 @@ static int run_graph(imp *m, int *order_out) {
     if (!t) { rc = kiln_errorf(KILN_ERR_INVALID, "%s: graph output '%s' is written by no node", m->src, g->output[k]->name ? g->output[k]->name : ""); goto out; }
     t->uses++;
   }
+  if (!(m->fused = ialloc(m, sizeof *m->fused * ((size_t)nn + 1)))) { rc = nomem(); goto out; }
+  memset(m->fused, 0, sizeof *m->fused * ((size_t)nn + 1));
+  /* Constant nodes first (they read nothing), so that a chain of nodes that is one layer
+   * (LayerNorm, GELU written out) finds its constants folded when its first node is mapped */
   for (int k = 0; k < nn; k++)
-    if (!indeg[k]) heap_push(heap, &nh, k);
-  while (nh > 0) {
-    const int k = heap_pop(heap, &nh);
+    if (!indeg[k] && strcmp(nop(g->node[k]), "Constant")) heap_push(heap, &nh, k);
+  for (int next_const = 0;;) {
+    int k = -1;
+    for (; next_const < nn && k < 0; next_const++)
+      if (!indeg[next_const] && !strcmp(nop(g->node[next_const]), "Constant")) k = next_const;
+    if (k < 0 && nh == 0) break;
+    if (k < 0) k = heap_pop(heap, &nh);
     const Onnx__NodeProto *n = g->node[k];
     m->node = n, m->node_index = k;
     if ((rc = map_node(m))) goto out;
-    for (size_t j = 0; j < n->n_output; j++) {
+    for (size_t j = 0; j < n->n_output && !m->fused[k]; j++) {
       tensor *t = n->output[j] && *n->output[j] ? t_find(m, n->output[j]) : NULL;
       if (!t) continue;
       if (!t->ready && t->uses) { rc = REFUSE("output %zu ('%s') is not imported", j, t->name); goto out; }
@@ -2529,6 +2921,7 @@ int kiln_onnx_import(const void *data, size_t len, const char *name,
   outm->nodes = (int)m->g->n_node;
   outm->folded = m->folded;
   outm->dropped = m->dropped;
+  for (size_t k = 0; k < m->g->n_node; k++) outm->chained += m->fused[k];
   outm->layers = (int)outm->net->n_layer;
   outm->inputs = ninputs;
   outm->outputs = (int)m->g->n_output;

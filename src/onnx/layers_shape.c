@@ -1,4 +1,5 @@
-/* The ONNX forms of the layers that only arrange values: Concat, Slice, Flatten and Reshape.
+/* The ONNX forms of the layers that only arrange values: Concat, Slice, Flatten, Reshape and
+ * Permute; and MatMul, the product of two computed blobs, whose transposes are Transposes.
  * Shapes come from the blobs the net built; with --dynamic-batch, the first axis is copied from
  * the input (0 in a Reshape target) and a layer that would have to fix it is refused. */
 #include <stdio.h>
@@ -130,7 +131,63 @@ static int emit_reshape(ox_graph *g) {
   return reshape_to_top(g, keeps);
 }
 
+/* A Transpose of bottom b's last two axes (a MatMul's transposed operand). */
+static const char *swap_last_two(ox_graph *g, int b) {
+  const int nd = g->l->bottom[b]->naxes;
+  int64_t perm[KILN_MAX_AXES];
+  for (int a = 0; a < nd; a++) perm[a] = a;
+  perm[nd - 2] = nd - 1;
+  perm[nd - 1] = nd - 2;
+  const char *t = ox_tmp(g, b ? "b_t" : "a_t");
+  Onnx__NodeProto *n = t ? ox_node1(g, "Transpose", ox_bottom(g, b), t) : NULL;
+  if (!n || ox_attr_ints(g, n, "perm", nd, perm)) return NULL;
+  return t;
+}
+
+/* MatMul: ONNX's MatMul is the layer's product with NumPy's broadcasting of the batch axes. */
+static int emit_matmul(ox_graph *g) {
+  const Caffe__MatMulParameter *p = g->l->lp->matmul_param;
+  const char *in[2] = {ox_bottom(g, 0), ox_bottom(g, 1)};
+  if (p && p->transpose_a) TRY_NODE(in[0] = swap_last_two(g, 0));
+  if (p && p->transpose_b) TRY_NODE(in[1] = swap_last_two(g, 1));
+  const char *out = ox_top(g, 0);
+  TRY_NODE(ox_node(g, "MatMul", 2, in, 1, &out));
+  ox_set_top(g, 0, out);
+  return KILN_OK;
+}
+
+/* Permute: a Transpose by the layer's full order (the given axes, then the others in order). */
+static int emit_permute(ox_graph *g) {
+  const Caffe__PermuteParameter *p = g->l->lp->permute_param;
+  const int nd = g->l->bottom[0]->naxes;
+  int64_t perm[KILN_MAX_AXES];
+  bool used[KILN_MAX_AXES] = {false};
+  int n = 0;
+  for (size_t i = 0; p && i < p->n_order && n < nd; i++) {
+    perm[n++] = p->order[i];
+    used[p->order[i]] = true;
+  }
+  for (int a = 0; a < nd; a++)
+    if (!used[a]) perm[n++] = a;
+  const char *out = ox_top(g, 0);
+  Onnx__NodeProto *node = ox_node1(g, "Transpose", ox_bottom(g, 0), out);
+  TRY_NODE(node);
+  KILN_TRY(ox_attr_ints(g, node, "perm", nd, perm));
+  ox_set_top(g, 0, out);
+  return KILN_OK;
+}
+
+/* Silence: consumes its bottoms and writes nothing; no node (an ONNX tensor that nothing reads
+ * is simply not read). */
+static int emit_silence(ox_graph *g) {
+  (void)g;
+  return KILN_OK;
+}
+
 const ox_layer_form ox_forms_shape[] = {
+    {"Silence", emit_silence},
+    {"MatMul", emit_matmul},
+    {"Permute", emit_permute},
     {"Concat", emit_concat},
     {"Slice", emit_slice},
     {"Flatten", emit_flatten},

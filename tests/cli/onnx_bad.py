@@ -7,7 +7,9 @@
 # cycle.onnx (two Relu nodes reading each other's output), unknown.onnx (a Hardmax node named
 # "hm"), badinit.onnx (a Conv weight of dims 4x1x3x3 holding 10 floats), opset1.onnx (opset 1),
 # dangling.onnx (a node reading a tensor nothing writes), external.onnx (an initializer whose
-# data is in another file), badpool.onnx (a MaxPool whose asymmetric pads Caffe cannot express).
+# data is in another file), badpool.onnx (a MaxPool whose asymmetric pads Caffe cannot express),
+# mean.onnx (a ReduceMean that does not begin a layer normalization), constmatmul.onnx (a
+# constant matrix by a computed one).
 import sys
 
 import numpy as np
@@ -42,3 +44,7 @@ e.external_data.add(key="location", value="weights.bin")
 save("external", [helper.make_node("Conv", ["x", "e"], ["y"], name="conv")], [e])
 save("badpool", [helper.make_node("MaxPool", ["x"], ["y"], name="pool", kernel_shape=[3, 3],
                                   strides=[2, 2], pads=[2, 2, 0, 0])])
+save("mean", [helper.make_node("ReduceMean", ["x"], ["m"], name="mean", axes=[-1]),
+              helper.make_node("Sub", ["x", "m"], ["y"], name="center")])
+c = helper.make_tensor("c", TensorProto.FLOAT, [8, 8], np.ones(64, np.float32))
+save("constmatmul", [helper.make_node("MatMul", ["c", "x"], ["y"], name="cx")], [c])

@@ -134,6 +134,61 @@ else
   fail "import of char_lm.onnx: $(cat back.out)"
 fi
 
+# transformer_lm back into kiln: its attention, written out as MatMuls, Transposes and a Softmax,
+# comes back as MatMul, Permute and Softmax layers, its LayerNorms and GELUs (written out) as
+# those layers; the products are summed in another order than kiln's fused attention, so the
+# logits agree to float rounding, not bit for bit
+if "$KILN" import onnx transformer_lm.onnx tlm-back.prototxt tlm-back.caffemodel > tback.out 2>&1; then
+  pass
+  "$ONNX_REF" --compare tlm-back.prototxt tlm-back.caffemodel transformer_lm.d 1e-5 > tback.cmp 2>&1 \
+    && pass || fail "transformer_lm through import: $(cat tback.cmp)"
+  echo "transformer_lm exported and imported again: $(tr '\n' ' ' < tback.cmp)"
+  for t in MatMul:8 LayerNorm:9 GELU:4; do
+    [ "$(grep -c "type: \"${t%:*}\"" tlm-back.prototxt)" = "${t#*:}" ] && pass \
+      || fail "transformer_lm imported: $(grep -c "type: \"${t%:*}\"" tlm-back.prototxt) ${t%:*} layers, want ${t#*:}"
+  done
+else
+  fail "import of transformer_lm.onnx: $(cat tback.out)"
+fi
+
+# seq2seq_g2p back into kiln: its bidirectional LSTM encoder, LSTM decoder and masked
+# cross-attention (the padding mask broadcast by Tile layers); the logits to float rounding
+grep '^blob logits ' seq2seq_g2p.d/manifest.txt > s2s-logits.txt
+mkdir -p s2s-back.d && cp seq2seq_g2p.d/* s2s-back.d/ && { grep '^input ' seq2seq_g2p.d/manifest.txt; cat s2s-logits.txt; } > s2s-back.d/manifest.txt
+if "$KILN" import onnx seq2seq_g2p.onnx s2s-back.prototxt s2s-back.caffemodel > sback.out 2>&1; then
+  pass
+  "$ONNX_REF" --compare s2s-back.prototxt s2s-back.caffemodel s2s-back.d 1e-5 > sback.cmp 2>&1 \
+    && pass || fail "seq2seq_g2p through import: $(cat sback.cmp)"
+  echo "seq2seq_g2p exported and imported again: $(tr '\n' ' ' < sback.cmp)"
+  grep -q 'bidirectional: true' s2s-back.prototxt && pass || fail "seq2seq_g2p imported without its bidirectional LSTM"
+else
+  fail "import of seq2seq_g2p.onnx: $(cat sback.out)"
+fi
+
+# the recurrent layers one way and both ways, back into kiln bit for bit
+cat > rec.prototxt <<'NET'
+name: "rec"
+layer { name: "in" type: "Input" top: "x" top: "cont" top: "x4"
+  input_param { shape { dim: 5 dim: 3 dim: 7 } shape { dim: 5 dim: 3 } shape { dim: 5 dim: 3 dim: 2 dim: 3 } } }
+layer { name: "lstm_b" type: "LSTM" bottom: "x" bottom: "cont" top: "lb" recurrent_param { num_output: 4 bidirectional: true } }
+layer { name: "gru" type: "GRU" bottom: "lb" bottom: "cont" top: "gr" recurrent_param { num_output: 5 } }
+layer { name: "gru_b" type: "GRU" bottom: "gr" bottom: "cont" top: "grb" recurrent_param { num_output: 3 bidirectional: true } }
+layer { name: "lstm4" type: "LSTM" bottom: "x4" bottom: "cont" top: "l4" recurrent_param { num_output: 3 } }
+layer { name: "cat" type: "Concat" bottom: "grb" bottom: "l4" top: "out" concat_param { axis: 2 } }
+NET
+mkdir -p rec.d
+if "$ONNX_REF" rec.prototxt rec.caffemodel rec.d 5 > rec.log 2>&1 \
+  && "$KILN" export onnx --model rec.prototxt --weights rec.caffemodel rec.onnx >> rec.log 2>&1 \
+  && "$KILN" import onnx rec.onnx rec-back.prototxt rec-back.caffemodel >> rec.log 2>&1; then
+  pass
+  "$ONNX_REF" --compare rec-back.prototxt rec-back.caffemodel rec.d 0 > rec.cmp 2>&1 \
+    && pass || fail "LSTM and GRU both ways through export and import: $(cat rec.cmp)"
+  [ "$(grep -c 'type: "Permute"' rec-back.prototxt)" = 0 ] && pass \
+    || fail "the bidirectional layers' outputs went through Permute layers"
+else
+  fail "LSTM and GRU both ways: $(cat rec.log)"
+fi
+
 # ---- refusals: named, nothing written ----------------------------------------------------------
 head='layer { name: "in" type: "Input" top: "x" top: "cont" top: "h0" top: "c0" top: "s" top: "g" top: "c1" input_param { shape { dim: 3 dim: 2 dim: 4 } shape { dim: 3 dim: 2 } shape { dim: 1 dim: 2 dim: 5 } shape { dim: 1 dim: 2 dim: 5 } shape { dim: 2 dim: 3 } shape { dim: 1 dim: 2 dim: 20 } shape { dim: 1 dim: 2 } } }'
 refuse_net() { # NAME LAYER WANT [OPTION]: the net's own random weights, then the refusal

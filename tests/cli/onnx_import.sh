@@ -1,8 +1,11 @@
 # `kiln import onnx` (docs/onnx.md). PyTorch 1.13's torch.onnx.export of a LeNet (its view()
 # left unfolded: Shape, Gather, Unsqueeze, Concat feed its Reshape), a ResNet-20 with BatchNorm, an
-# MLP, a 2-layer LSTM over an Embedding, and a net of the other ops is imported, and kiln's outputs
-# on PyTorch's inputs are within 1e-4 of PyTorch's (tests/cli/onnx_torch.py makes the models,
-# onnx_ref --compare runs the imported nets); a transformer encoder block is refused by name. The
+# MLP, a 2-layer LSTM over an Embedding, a 2-layer bidirectional LSTM and GRUs one way and both
+# ways, a net of the other ops and transformer encoders (PyTorch's
+# nn.TransformerEncoderLayer as it is by default; two pre-norm GELU blocks, batch-first, with a
+# classifier, at opset 14, LayerNorm and GELU written out, and at opset 17) is imported, and
+# kiln's outputs on PyTorch's inputs are within 1e-4 of PyTorch's (tests/cli/onnx_torch.py makes
+# the models, onnx_ref --compare runs the imported nets). The
 # zoo's deploy CNNs exported by `kiln export onnx` import back to nets whose outputs are kiln's
 # own bit for bit. Then the refusals, each with neither file written: a truncated file, a
 # cycle, an unknown op, an initializer whose bytes disagree with its dims, opset 1, an input no
@@ -57,9 +60,9 @@ done
 if [ -z "$TORCH_PY" ]; then
   echo "SKIP: python3-torch not installed: PyTorch's models are not imported"
 else
-  OMP_NUM_THREADS=1 "$TORCH_PY" "$SRC/tests/cli/onnx_torch.py" . lenet resnet20 mlp lstm ops encoder \
-    > torch.log 2> torch.err
-  for n in lenet resnet20 mlp lstm ops; do
+  OMP_NUM_THREADS=1 "$TORCH_PY" "$SRC/tests/cli/onnx_torch.py" . lenet resnet20 mlp lstm birnn ops \
+    encoder encoder_gelu encoder17 > torch.log 2> torch.err
+  for n in lenet resnet20 mlp lstm birnn ops encoder encoder_gelu encoder17; do
     if ! grep -q "^ok $n$" torch.log; then
       fail "$n: PyTorch's export: $(grep "$n" torch.log) $(tail -n 3 torch.err)"
       continue
@@ -81,19 +84,23 @@ else
   # outputs within 1e-4 (the CNNs and the MLP run by OpenCV, the LSTM by the NumPy evaluator)
   if [ -n "$ONNX_PY" ]; then
     rt=()
-    for n in lenet resnet20 mlp lstm; do
+    rtn=()
+    for n in lenet resnet20 mlp lstm birnn encoder encoder_gelu encoder17; do
       if "$KILN" export onnx --model "t-$n.prototxt" --weights "t-$n.caffemodel" "rt-$n.onnx" \
         > "rt-$n.out" 2>&1; then
         pass
-        [ $n = lstm ] || rt+=("rt-$n.onnx" "$n.d")
+        case $n in
+          lstm | birnn | encoder*) rtn+=("rt-$n.onnx" "$n.d") ;;
+          *) rt+=("rt-$n.onnx" "$n.d") ;;
+        esac
       else
         fail "torch $n: exported again: $(cat "rt-$n.out")"
       fi
     done
     "$ONNX_PY" "$SRC/tests/cli/onnx_check.py" "${rt[@]}" > rt.log 2>&1 && pass \
       || fail "PyTorch's models exported again, run by OpenCV: $(cat rt.log)"
-    "$ONNX_PY" "$SRC/tests/cli/onnx_numpy_eval.py" rt-lstm.onnx lstm.d >> rt.log 2>&1 && pass \
-      || fail "PyTorch's LSTM exported again, run by the NumPy evaluator: $(tail -n 3 rt.log)"
+    "$ONNX_PY" "$SRC/tests/cli/onnx_numpy_eval.py" "${rtn[@]}" >> rt.log 2>&1 && pass \
+      || fail "PyTorch's recurrent nets and encoders exported again, run by the NumPy evaluator: $(tail -n 4 rt.log)"
     sed 's/^/exported again: /' rt.log
   fi
   # PyTorch's ResNet-20 keeps its BatchNorm (exported with TrainingMode.PRESERVE): BatchNorm and
@@ -104,13 +111,20 @@ else
   grep -q "(7 folded as constants" t-lenet.imp && pass || fail "torch lenet: folding: $(cat t-lenet.imp)"
   grep -q 'type: "LSTM"' t-lstm.prototxt && grep -q 'type: "Embed"' t-lstm.prototxt && pass \
     || fail "torch lstm: no LSTM or Embed layer"
-  # nn.TransformerEncoderLayer: attention is a MatMul of two computed tensors
-  if grep -q "^ok encoder$" torch.log; then
-    expect_refusal "a transformer encoder block" --want "encoder.onnx: node '/block/self_attn/MatMul" \
-      --want "(MatMul): kiln imports a MatMul of a computed tensor by a constant matrix" \
-      --gone enc.prototxt --gone enc.caffemodel \
-      -- "$KILN" import onnx encoder.onnx enc.prototxt enc.caffemodel
-  fi
+  # the bidirectional LSTMs and GRU as kiln's layers, their Transpose and Reshape no layers
+  [ "$(grep -c 'bidirectional: true' t-birnn.prototxt) $(grep -c 'type: "GRU"' t-birnn.prototxt) $(grep -c 'type: "Permute"' t-birnn.prototxt)" = "3 2 0" ] \
+    && pass || fail "torch birnn: $(grep 'type:\|bidirectional' t-birnn.prototxt | tr '\n' ' ')"
+  # the encoders: attention's products of computed tensors as MatMul layers, LayerNorm and GELU
+  # (written out at opset 14, LayerNormalization at 17) as those layers: 2 MatMuls a block, a
+  # LayerNorm for each norm, a GELU for each pre-norm block; nothing of them left as Power layers
+  # but attention's scaling of q (one a block)
+  for t in encoder:MatMul:2 encoder:LayerNorm:2 encoder:Power:1 encoder_gelu:MatMul:4 \
+    encoder_gelu:LayerNorm:5 encoder_gelu:GELU:2 encoder_gelu:Power:2 encoder17:LayerNorm:5 \
+    encoder17:GELU:2; do
+    IFS=: read -r n ty want <<< "$t"
+    got=$(grep -c "type: \"$ty\"" "t-$n.prototxt")
+    [ "$got" = "$want" ] && pass || fail "torch $n: $got $ty layers, want $want"
+  done
 fi
 
 # ---- refusals: a clear message naming the node or field, exit 1, neither file written ----------
@@ -138,6 +152,8 @@ if [ -n "$ONNX_PY" ] && "$ONNX_PY" "$SRC/tests/cli/onnx_bad.py" . 2> bad.err; th
   r "an input nothing writes" dangling.onnx "node 'add' (Add): input 'nowhere' is written by no node"
   r "external data" external.onnx "initializer 'e': its data is in an external file"
   r "pads Caffe cannot express" badpool.onnx "node 'pool' (MaxPool): pads 2, 2, 0, 0 with ceil_mode 0"
+  r "a ReduceMean alone" mean.onnx "node 'mean' (ReduceMean): kiln imports ReduceMean only as the start of a layer normalization"
+  r "a constant by a computed matrix" constmatmul.onnx "node 'cx' (MatMul): a constant by a computed tensor"
 else
   echo "SKIP: python3-onnx not installed: the malformed models are not made ($(tail -n 1 bad.err 2>/dev/null))"
 fi

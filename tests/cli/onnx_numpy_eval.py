@@ -1,5 +1,6 @@
 # A helper of tests/cli/onnx_export_seq.sh (not a test): an ONNX evaluator in NumPy for the ops
-# `kiln export onnx` writes for the sequence and text layers, written from the ONNX operator
+# `kiln export onnx` writes for the sequence and text layers (and the shape ops, MatMul and Split
+# of the transformer blocks `kiln import onnx` reads), written from the ONNX operator
 # definitions (opset 13; LSTM, GRU and RNN as in opset 14 with layout 0), not from kiln's code,
 # computing in float64. Onnx 1.12 has no reference evaluator and OpenCV's dnn does not run LSTM
 # or attention graphs, so this is the independent side of the comparison.
@@ -157,6 +158,13 @@ def run_node(node, v):
         for st, en, ax, sp in zip(x[1], x[2], axes, steps):
             idx[int(ax)] = slice(int(st), int(en), int(sp))
         return [x[0][tuple(idx)]]
+    if op == "Split":  # opset 13: the sizes an input (absent: equal pieces)
+        ax = a.get("axis", 0)
+        if len(x) > 1 and x[1] is not None:
+            cuts = np.cumsum([int(i) for i in x[1]])[:-1]
+        else:
+            cuts = [x[0].shape[ax] * k // len(node.output) for k in range(1, len(node.output))]
+        return np.split(x[0], cuts, axis=ax)
     if op == "Where":
         return [np.where(x[0], x[1], x[2])]
     if op in ("LSTM", "GRU", "RNN"):

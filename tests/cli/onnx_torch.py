@@ -63,6 +63,23 @@ class LSTMNet(nn.Module):
         return self.out(y)
 
 
+class BiRNN(nn.Module):
+    """A 2-layer bidirectional LSTM, then a GRU over its steps and a bidirectional GRU."""
+
+    def __init__(self):
+        super().__init__()
+        self.lstm = nn.LSTM(6, 5, num_layers=2, bidirectional=True)
+        self.gru = nn.GRU(10, 4)
+        self.bigru = nn.GRU(4, 3, bidirectional=True)
+        self.out = nn.Linear(6, 7)
+
+    def forward(self, x):
+        y, _ = self.lstm(x)
+        g, _ = self.gru(y)
+        b, _ = self.bigru(torch.tanh(g))
+        return self.out(b)
+
+
 class Ops(nn.Module):
     """The other ops of the table: grouped, dilated and transposed convolution, PReLU, ELU,
     Sigmoid, Softplus, average pooling with ceil_mode and its padding, global max pooling,
@@ -94,6 +111,8 @@ class Ops(nn.Module):
 
 
 class Encoder(nn.Module):
+    """nn.TransformerEncoderLayer as PyTorch's defaults have it: post-norm, ReLU, time-major."""
+
     def __init__(self):
         super().__init__()
         self.block = nn.TransformerEncoderLayer(16, 2, 32, dropout=0.0)
@@ -102,14 +121,33 @@ class Encoder(nn.Module):
         return self.block(x)
 
 
+class EncoderGELU(nn.Module):
+    """Pre-norm blocks with GELU, batch-first, and a classifier on the first position."""
+
+    def __init__(self):
+        super().__init__()
+        layer = nn.TransformerEncoderLayer(16, 4, 24, dropout=0.0, activation="gelu",
+                                           norm_first=True, batch_first=True)
+        self.enc = nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)
+        self.norm = nn.LayerNorm(16)
+        self.fc = nn.Linear(16, 5)
+
+    def forward(self, x):
+        return self.fc(self.norm(self.enc(x))[:, 0])
+
+
 MODELS = {
     "lenet": (LeNet, [("data", (2, 1, 28, 28))], {"do_constant_folding": False}),
     # PRESERVE keeps the BatchNormalization nodes (EVAL folds them into the convolutions)
     "resnet20": (ResNet20, [("data", (2, 1, 28, 28))], {"training": torch.onnx.TrainingMode.PRESERVE}),
     "mlp": (MLP, [("data", (3, 1, 28, 28))], {"opset_version": 13}),
     "lstm": (LSTMNet, [("ids", (5, 3))], {}),
+    "birnn": (BiRNN, [("data", (5, 3, 6))], {}),
     "ops": (Ops, [("data", (2, 3, 12, 12))], {"opset_version": 13}),
     "encoder": (Encoder, [("data", (4, 2, 16))], {}),
+    # LayerNorm and GELU written out (opset 14), and as opset 17's LayerNormalization
+    "encoder_gelu": (EncoderGELU, [("data", (3, 5, 16))], {}),
+    "encoder17": (EncoderGELU, [("data", (3, 5, 16))], {"opset_version": 17}),
 }
 
 
