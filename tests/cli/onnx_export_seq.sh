@@ -1,11 +1,13 @@
 # `kiln export onnx` of the sequence and text layers (docs/onnx.md): the zoo's text deploy nets
 # (char_lm, transformer_lm, seq2seq_g2p with its bidirectional encoder and masked
-# cross-attention), at more than one step and stream, and a net of every sequence form, get
+# cross-attention, word_lm, lstm_spam, bilstm_tagger, spam_bow's two), at more than one step and
+# stream, and a net of every sequence form, get
 # random weights and inputs (tests/support/onnx_ref.c: Embed ids, cont 0 at the first step and 1
 # after, padding masks with a query that sees no key), ONNX's checker takes each model (with
 # shape inference) and an evaluator of the ONNX ops in NumPy (onnx_numpy_eval.py, written from
-# the operator definitions) runs it to kiln's outputs within 1e-4. char_lm goes back through
-# `kiln import onnx` to kiln's outputs bit for bit. Then the forms with no ONNX export, each
+# the operator definitions) runs it to kiln's outputs within 1e-4. char_lm and a net of LSTMs and
+# GRUs one way and both ways go back through `kiln import onnx` to kiln's outputs bit for bit,
+# transformer_lm and seq2seq_g2p to float rounding. Then the forms with no ONNX export, each
 # refused naming the layer with nothing written.
 source "$(dirname "$0")/lib.bash"
 cd "$WORK"
@@ -42,8 +44,22 @@ sed 's/input_param { shape { dim: 1 dim: 1 } shape { dim: 1 dim: 1 } shape { dim
   "$M/seq2seq_g2p/seq2seq_g2p_deploy.prototxt" > seq2seq_g2p.prototxt
 grep -q 'dim: 5 dim: 3' seq2seq_g2p.prototxt && pass || fail "seq2seq_g2p's inputs not resized"
 seq_export seq2seq_g2p seq2seq_g2p.prototxt encoder decoder attention
+# the other text models' deploy nets: word_lm (Embed, LSTM, logits of each step), lstm_spam (a
+# mask's MAX SequencePool), bilstm_tagger (a bidirectional LSTM), spam_bow's MLP and logistic
+# regression (a dense bag of words)
+sed 's/dim: 1 dim: 1 }/dim: 6 dim: 2 }/g' "$M/word_lm/word_lm_deploy.prototxt" > word_lm.prototxt
+seq_export word_lm word_lm.prototxt
+sed 's/dim: 800 dim: 1 }/dim: 9 dim: 2 }/g' "$M/lstm_spam/lstm_spam_deploy.prototxt" > lstm_spam.prototxt
+seq_export lstm_spam lstm_spam.prototxt
+sed 's/dim: 100 dim: 1 }/dim: 8 dim: 2 }/g' "$M/bilstm_tagger/bilstm_tagger_deploy.prototxt" > bilstm_tagger.prototxt
+seq_export bilstm_tagger bilstm_tagger.prototxt
+for n in spam_bow_mlp spam_bow_lr; do
+  sed 's/dim: 1 dim: 20000 }/dim: 3 dim: 20000 }/' "$M/spam_bow/${n}_deploy.prototxt" > $n.prototxt
+  seq_export $n $n.prototxt
+done
 # the deploy nets as they are (one step of one stream) export too
-for n in char_lm/char_lm transformer_lm/transformer_lm seq2seq_g2p/seq2seq_g2p; do
+for n in char_lm/char_lm transformer_lm/transformer_lm seq2seq_g2p/seq2seq_g2p word_lm/word_lm \
+  lstm_spam/lstm_spam bilstm_tagger/bilstm_tagger spam_bow/spam_bow_mlp spam_bow/spam_bow_lr; do
   b=$(basename "$n")
   "$KILN" export onnx --model "$M/${n}_deploy.prototxt" --weights "$b.caffemodel" "$b-deploy.onnx" \
     > "$b-deploy.out" 2>&1 && pass || fail "$b's deploy net: $(cat "$b-deploy.out")"
