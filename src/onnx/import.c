@@ -887,6 +887,22 @@ typedef struct {
   int64_t k[2], s[2], d[2], pb[2], pe[2];
 } win2;
 
+/* A window's kernel, stride and (begin) pad as convolution_param's and pooling_param's fields:
+ * one value where height and width agree, the _h and _w pair where they do not; a stride of 1
+ * and a pad of 0 are the defaults of both and left out. */
+static void window_fields(imp *m, const win2 *w) {
+  static const char *const names[3][3] = {
+      {"kernel_size", "kernel_h", "kernel_w"}, {"stride", "stride_h", "stride_w"}, {"pad", "pad_h", "pad_w"}};
+  const int64_t *v[3] = {w->k, w->s, w->pb}, dflt[3] = {-1, 1, 0};
+  for (int f = 0; f < 3; f++) {
+    if (v[f][0] != v[f][1])
+      kiln_strbuf_printf(&m->text, " %s: %lld %s: %lld", names[f][1], (long long)v[f][0], names[f][2],
+                         (long long)v[f][1]);
+    else if (v[f][0] != dflt[f])
+      kiln_strbuf_printf(&m->text, " %s: %lld", names[f][0], (long long)v[f][0]);
+  }
+}
+
 static int read_window(imp *m, const tensor *x, const int64_t *kshape, win2 *w) {
   size_t n;
   const int64_t *v;
@@ -980,12 +996,7 @@ static int op_conv(imp *m) {
   int li = layer1(m, transposed ? "Deconvolution" : "Convolution", b, &os);
   if (li < 0) return KILN_ERR_NOMEM;
   kiln_strbuf_printf(&m->text, "  convolution_param { num_output: %lld%s", (long long)M, bias ? "" : " bias_term: false");
-  if (wn.pb[0] == wn.pb[1]) { if (wn.pb[0]) kiln_strbuf_printf(&m->text, " pad: %lld", (long long)wn.pb[0]); }
-  else kiln_strbuf_printf(&m->text, " pad_h: %lld pad_w: %lld", (long long)wn.pb[0], (long long)wn.pb[1]);
-  if (wn.k[0] == wn.k[1]) kiln_strbuf_printf(&m->text, " kernel_size: %lld", (long long)wn.k[0]);
-  else kiln_strbuf_printf(&m->text, " kernel_h: %lld kernel_w: %lld", (long long)wn.k[0], (long long)wn.k[1]);
-  if (wn.s[0] == wn.s[1]) { if (wn.s[0] != 1) kiln_strbuf_printf(&m->text, " stride: %lld", (long long)wn.s[0]); }
-  else kiln_strbuf_printf(&m->text, " stride_h: %lld stride_w: %lld", (long long)wn.s[0], (long long)wn.s[1]);
+  window_fields(m, &wn);
   if (group != 1) kiln_strbuf_printf(&m->text, " group: %lld", (long long)group);
   if (wn.d[0] == wn.d[1]) { if (wn.d[0] != 1) kiln_strbuf_printf(&m->text, " dilation: %lld", (long long)wn.d[0]); }
   else kiln_strbuf_printf(&m->text, " dilation: %lld dilation: %lld", (long long)wn.d[0], (long long)wn.d[1]);
@@ -1073,12 +1084,7 @@ static int op_pool(imp *m) {
   int li = layer1(m, "Pooling", b, &os);
   if (li < 0) return KILN_ERR_NOMEM;
   kiln_strbuf_printf(&m->text, "  pooling_param { pool: %s", ave ? "AVE" : "MAX");
-  if (w.k[0] == w.k[1]) kiln_strbuf_printf(&m->text, " kernel_size: %lld", (long long)w.k[0]);
-  else kiln_strbuf_printf(&m->text, " kernel_h: %lld kernel_w: %lld", (long long)w.k[0], (long long)w.k[1]);
-  if (w.s[0] == w.s[1]) kiln_strbuf_printf(&m->text, " stride: %lld", (long long)w.s[0]);
-  else kiln_strbuf_printf(&m->text, " stride_h: %lld stride_w: %lld", (long long)w.s[0], (long long)w.s[1]);
-  if (w.pb[0] == w.pb[1]) { if (w.pb[0]) kiln_strbuf_printf(&m->text, " pad: %lld", (long long)w.pb[0]); }
-  else kiln_strbuf_printf(&m->text, " pad_h: %lld pad_w: %lld", (long long)w.pb[0], (long long)w.pb[1]);
+  window_fields(m, &w);
   if (!mode_ceil) kiln_strbuf_printf(&m->text, " round_mode: FLOOR");
   kiln_strbuf_printf(&m->text, " }\n");
   end_layer(m);

@@ -12,19 +12,15 @@ import sys
 
 import numpy as np
 import onnx
+from onnx_manifest import read_manifest
 import cv2
-
-
-def read(dir_, line):
-    kind, name, path, *dims = line.split()
-    return kind, name, np.fromfile(f"{dir_}/{path}", dtype="<f4").reshape([int(d) for d in dims])
 
 
 def check(path, dir_):
     model = onnx.load(path)
     onnx.checker.check_model(model, full_check=True)
     opset = [o.version for o in model.opset_import if o.domain in ("", "ai.onnx")][0]
-    entries = [read(dir_, l) for l in open(f"{dir_}/manifest.txt") if l.strip()]
+    entries = read_manifest(dir_)
     graph_inputs = [i.name for i in model.graph.input]
     graph_outputs = [o.name for o in model.graph.output]
     net = cv2.dnn.readNetFromONNX(path)

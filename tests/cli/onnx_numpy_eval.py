@@ -16,6 +16,7 @@ import sys
 
 import numpy as np
 import onnx
+from onnx_manifest import read_manifest
 from onnx import numpy_helper
 
 _erf = np.vectorize(math.erf, otypes=[np.float64])
@@ -192,15 +193,10 @@ def evaluate(model, inputs):
     return v
 
 
-def read(dir_, line):
-    kind, name, path, *dims = line.split()
-    return kind, name, np.fromfile(f"{dir_}/{path}", dtype="<f4").reshape([int(d) for d in dims])
-
-
 def check(path, dir_):
     model = onnx.load(path)
     onnx.checker.check_model(model, full_check=True)
-    entries = [read(dir_, l) for l in open(f"{dir_}/manifest.txt") if l.strip()]
+    entries = read_manifest(dir_)
     graph_inputs = {i.name for i in model.graph.input}
     graph_outputs = [o.name for o in model.graph.output]
     inputs = {}

@@ -110,23 +110,10 @@ echo "$out" | grep -q "shapes-det/Annotations/stray.xml: not there when the entr
 rm $E/Annotations/stray.xml
 
 # ---- voc2007 from tars laid out as VOC 2007's ----------------------------------------------------
-# VOCdevkit/VOC2007/... from shapes-det's images, the classes renamed to VOC's
-voc_tree() { # DIR SPLIT ID...
-  local dir=$1 split=$2 id
-  shift 2
-  local v=$dir/VOCdevkit/VOC2007
-  mkdir -p $v/JPEGImages $v/Annotations $v/ImageSets/Main $v/SegmentationClass $v/ImageSets/Segmentation
-  : > $v/ImageSets/Main/$split.txt
-  for id in "$@"; do
-    cp $E/JPEGImages/$id.jpg $v/JPEGImages/
-    sed 's/shapes-det/VOC2007/; s/>disc</>dog</; s/>square</>tvmonitor</; s/>triangle</>aeroplane</; s/>cross</>person</' \
-      $E/Annotations/$id.xml > $v/Annotations/$id.xml
-    echo $id >> $v/ImageSets/Main/$split.txt
-    echo "$id  1" >> $v/ImageSets/Main/dog_$split.txt
-    echo png > $v/SegmentationClass/$id.png
-    echo $id >> $v/ImageSets/Segmentation/$split.txt
-  done
-}
+# VOCdevkit/VOC2007/... from shapes-det's images, the classes renamed to VOC's, with the other
+# tasks' files beside them
+source "$SRC/tests/cli/voc.bash"
+export VOC_OTHER_TASKS=1
 voc_tree tv trainval 000005 000007 000009
 printf '000005\n000007\n' > tv/VOCdevkit/VOC2007/ImageSets/Main/train.txt
 tar cf VOCtrainval_06-Nov-2007.tar -C tv VOCdevkit

@@ -25,19 +25,7 @@ need "fetch shapes-det" -- "$KILN" data fetch shapes-det || { finish; exit 1; }
 E=cache/shapes-det
 
 # ---- a voc2007 entry of shapes-det images ------------------------------------------------------
-voc_tree() { # DIR SPLIT ID...
-  local dir=$1 split=$2 id
-  shift 2
-  local v=$dir/VOCdevkit/VOC2007
-  mkdir -p $v/JPEGImages $v/Annotations $v/ImageSets/Main
-  : > $v/ImageSets/Main/$split.txt
-  for id in "$@"; do
-    cp $E/JPEGImages/$id.jpg $v/JPEGImages/
-    sed 's/shapes-det/VOC2007/; s/>disc</>dog</; s/>square</>tvmonitor</; s/>triangle</>aeroplane</; s/>cross</>person</' \
-      $E/Annotations/$id.xml > $v/Annotations/$id.xml
-    echo $id >> $v/ImageSets/Main/$split.txt
-  done
-}
+source "$SRC/tests/cli/voc.bash"
 voc_tree tv trainval 000001 000002 000003 000004
 tar cf VOCtrainval_06-Nov-2007.tar -C tv VOCdevkit
 voc_tree te test 004001 004002 004003 004004
