@@ -116,7 +116,7 @@ int cmd_import(int argc, char **argv) {
     return tool_fail("import onnx (nothing written)");
   }
   char chained[64] = "";
-  if (m.chained) snprintf(chained, sizeof chained, ", %d in chains that are one layer", m.chained);
+  if (m.chained) snprintf(chained, sizeof chained, ", %d computed by another node's layer", m.chained);
   printf("wrote %s and %s: ONNX opset %d, %d nodes (%d folded as constants, %d without a layer%s) "
          "as %d layers, %lld parameters\n",
          out_net, out_w, m.opset, m.nodes, m.folded, m.dropped, chained, m.layers,

@@ -72,7 +72,8 @@ typedef struct kiln_onnx_imported {
   Caffe__NetParameter *net;
   int opset;
   int nodes, folded, dropped, layers, inputs, outputs;
-  int chained; /* nodes of chains that are one layer each (LayerNorm, GELU written out) */
+  int chained; /* nodes computed by a layer written for another node: the chains that are one
+                * layer (LayerNorm, GELU written out), Slices of one tensor in one Slice layer */
   int64_t parameters;
 } kiln_onnx_imported;
 

@@ -1768,7 +1768,7 @@ static int op_concat(imp *m) {
 /* A Caffe Slice of blob b (shape xs) along axis at the points given; tops named after the
  * node's outputs where `outk[j]` >= 0, else fresh names (silenced later: nothing reads them). */
 static int slice_layer(imp *m, const char *b, const shp *xs, int axis, int npts, const int64_t *pts,
-                       const int *outk) {
+                       tensor *const *outt) {
   const char *tops[MAXD * 4 + 1];
   int64_t prev = 0;
   for (int j = 0; j <= npts; j++) {
@@ -1777,7 +1777,7 @@ static int slice_layer(imp *m, const char *b, const shp *xs, int axis, int npts,
     s.d[axis] = end - prev;
     if (s.d[axis] < 1) return BAD("an empty slice");
     prev = end;
-    if (outk[j] >= 0) KILN_TRY(set_out(m, outk[j], &s, &tops[j]));
+    if (outt[j]) KILN_TRY(set_blob(m, outt[j], &s, &tops[j]));
     else {
       char nm[1024];
       snprintf(nm, sizeof nm, "%s/unused", nname(m));
@@ -1814,41 +1814,44 @@ static int op_split(imp *m) {
   }
   if (no == 1) return alias_out(m, 0, x, &x->s);
   int64_t pts[MAXD * 4];
-  int outk[MAXD * 4 + 1];
+  tensor *outt[MAXD * 4 + 1];
   int64_t acc = 0;
   for (int j = 0; j < no; j++) {
     acc += sizes[j];
     if (j < no - 1) pts[j] = acc;
-    outk[j] = out(m, j) ? j : -1;
+    outt[j] = out(m, j);
   }
   const char *b;
   KILN_TRY(materialize(m, x, &b));
-  return slice_layer(m, b, &x->s, axis, no - 1, pts, outk);
+  return slice_layer(m, b, &x->s, axis, no - 1, pts, outt);
 }
 
 /* One range [start, end) of one axis of a computed tensor (Slice, Gather of one index). */
+/* Output 0 as [start, end) of x's axis: a Slice layer whose other pieces are unused; the output
+ * tensor in shape outshape (a Gather's index may drop the axis). */
 static int slice_range(imp *m, tensor *x, int axis, int64_t start, int64_t end, const shp *outshape) {
   const char *b;
   KILN_TRY(materialize(m, x, &b));
   const int64_t D = x->s.d[axis];
   if (start == 0 && end == D) return alias_out(m, 0, x, outshape);
   int64_t pts[2];
-  int outk[3], np = 0, k = 0;
-  if (start > 0) pts[np++] = start, outk[k++] = -1;
-  outk[k++] = 0;
-  if (end < D) pts[np++] = end, outk[k++] = -1;
+  tensor *outt[3];
+  int np = 0, k = 0;
+  if (start > 0) pts[np++] = start, outt[k++] = NULL;
+  outt[k++] = out(m, 0);
+  if (end < D) pts[np++] = end, outt[k++] = NULL;
   shp rs = x->s;
   rs.d[axis] = end - start;
-  KILN_TRY(slice_layer(m, b, &x->s, axis, np, pts, outk));
+  KILN_TRY(slice_layer(m, b, &x->s, axis, np, pts, outt));
   tensor *t = out(m, 0);
   if (t) t->s = *outshape; /* the slice's blob is rs; the tensor may drop the axis */
   if (t && count(&rs) != count(outshape)) return kiln_errorf(KILN_ERR_INTERNAL, "slice shapes");
   return KILN_OK;
 }
 
-static int op_slice(imp *m) {
-  tensor *x;
-  KILN_TRY(blob_in(m, 0, &x));
+/* The one axis a Slice node cuts and its range [*b, *e) of x (*axis -1: the node cuts nothing).
+ * Reads m->node. */
+static int slice_of(imp *m, const tensor *x, int *axis, int64_t *b, int64_t *e) {
   int64_t st[MAXD * 2], en[MAXD * 2], ax[MAXD * 2], sp[MAXD * 2];
   int ns, ne, na, nsp;
   KILN_TRY(ints_arg(m, 1, "starts", 10, st, &ns));
@@ -1856,28 +1859,98 @@ static int op_slice(imp *m) {
   KILN_TRY(ints_arg(m, 3, "axes", 10, ax, &na));
   KILN_TRY(ints_arg(m, 4, "steps", 10, sp, &nsp));
   if (ns < 0 || ne != ns || (na >= 0 && na != ns) || (nsp >= 0 && nsp != ns)) return BAD("starts, ends, axes and steps disagree");
-  shp s = x->s;
-  int axis = -1;
-  int64_t s0 = 0, e0 = 0;
+  *axis = -1;
   for (int j = 0; j < ns; j++) {
     int a = 0;
     KILN_TRY(norm_axis(m, na >= 0 ? ax[j] : j, x->s.nd, &a));
     if (nsp >= 0 && sp[j] != 1) return REFUSE("step %lld: kiln's Slice takes steps of 1", (long long)sp[j]);
     const int64_t D = x->s.d[a];
-    int64_t b = st[j] < 0 ? st[j] + D : st[j], e = en[j] < 0 ? en[j] + D : en[j];
-    b = b < 0 ? 0 : b > D ? D : b;
-    e = e < 0 ? 0 : e > D ? D : e;
-    if (e <= b) return REFUSE("an empty slice of axis %d", a);
-    if (b == 0 && e == D) continue;
-    if (axis >= 0) return REFUSE("slices axes %d and %d: kiln imports a slice of one axis", axis, a);
-    axis = a, s0 = b, e0 = e;
-    s.d[a] = e - b;
+    int64_t lo = st[j] < 0 ? st[j] + D : st[j], hi = en[j] < 0 ? en[j] + D : en[j];
+    lo = lo < 0 ? 0 : lo > D ? D : lo;
+    hi = hi < 0 ? 0 : hi > D ? D : hi;
+    if (hi <= lo) return REFUSE("an empty slice of axis %d", a);
+    if (lo == 0 && hi == D) continue;
+    if (*axis >= 0) return REFUSE("slices axes %d and %d: kiln imports a slice of one axis", *axis, a);
+    *axis = a, *b = lo, *e = hi;
   }
+  return KILN_OK;
+}
+
+/* The Slice nodes that read x as this one does, cut the same axis in ranges that overlap
+ * neither this one's nor each other's, and have constant bounds now (PyTorch's chunk of attention's
+ * in-projection into q, k and v is three of them): one Slice layer writes them all, and they are
+ * marked fused. Their node indices (this one's first) and ranges; their number. */
+static int slice_siblings(imp *m, const tensor *x, int axis, int64_t b, int64_t e, int *idx,
+                          int64_t (*range)[2], int max) {
+  int n = 1;
+  idx[0] = m->node_index, range[0][0] = b, range[0][1] = e;
+  const Onnx__NodeProto *self = m->node;
+  const int self_index = m->node_index;
+  for (size_t k = 0; k < m->g->n_node && n < max; k++) {
+    const Onnx__NodeProto *r = m->g->node[k];
+    if ((int)k == self_index || m->fused[k] || strcmp(nop(r), "Slice") || strcmp(in_name(r, 0), x->name) ||
+        r->n_output < 1 || !r->output[0] || !*r->output[0])
+      continue;
+    bool known = true;
+    for (size_t i = 1; i < r->n_input; i++) {
+      const tensor *t = *in_name(r, i) ? t_find(m, in_name(r, i)) : NULL;
+      if (*in_name(r, i) && (!t || t->kind != T_CONST)) known = false;
+    }
+    if (!known) continue;
+    m->node = r, m->node_index = (int)k;
+    int a;
+    int64_t lo, hi;
+    const int rc = slice_of(m, x, &a, &lo, &hi);
+    m->node = self, m->node_index = self_index;
+    if (rc || a != axis) continue; /* (its message is left unread: the node is mapped alone) */
+    bool apart = true;
+    for (int j = 0; j < n; j++) apart &= hi <= range[j][0] || lo >= range[j][1];
+    if (!apart) continue;
+    idx[n] = (int)k, range[n][0] = lo, range[n][1] = hi;
+    n++;
+  }
+  return n;
+}
+
+static int op_slice(imp *m) {
+  tensor *x;
+  KILN_TRY(blob_in(m, 0, &x));
+  int axis = -1;
+  int64_t s0 = 0, e0 = 0;
+  KILN_TRY(slice_of(m, x, &axis, &s0, &e0));
   if (axis < 0) {
     m->dropped++;
     return alias_out(m, 0, x, &x->s);
   }
-  return slice_range(m, x, axis, s0, e0, &s);
+  int idx[MAXD * 2];
+  int64_t range[MAXD * 2][2];
+  const int n = slice_siblings(m, x, axis, s0, e0, idx, range, MAXD * 2);
+  /* the pieces in order along the axis, the gaps between them unused */
+  for (int i = 1; i < n; i++)
+    for (int j = i; j > 0 && range[j][0] < range[j - 1][0]; j--) {
+      int64_t r0 = range[j][0], r1 = range[j][1];
+      range[j][0] = range[j - 1][0], range[j][1] = range[j - 1][1];
+      range[j - 1][0] = r0, range[j - 1][1] = r1;
+      const int t = idx[j];
+      idx[j] = idx[j - 1], idx[j - 1] = t;
+    }
+  int64_t pts[MAXD * 4 + 1];
+  tensor *outt[MAXD * 4 + 2];
+  int np = 0, k = 0;
+  int64_t at = 0;
+  for (int i = 0; i < n; i++) {
+    if (range[i][0] > at) pts[np++] = range[i][0], outt[k++] = NULL;
+    outt[k++] = t_find(m, m->g->node[idx[i]]->output[0]);
+    if (range[i][1] < x->s.d[axis]) pts[np++] = range[i][1];
+    at = range[i][1];
+  }
+  if (at < x->s.d[axis]) outt[k++] = NULL;
+  const char *b;
+  KILN_TRY(materialize(m, x, &b));
+  KILN_TRY(slice_layer(m, b, &x->s, axis, np, pts, outt));
+  for (int i = 0; i < n; i++)
+    if (idx[i] != m->node_index) m->fused[idx[i]] = true;
+  return KILN_OK;
 }
 
 static int op_gather(imp *m) {
@@ -2648,12 +2721,23 @@ static int heap_pop(int *h, int *n) {
   return r;
 }
 
+/* Node k, ready (its inputs known): to the heap of nodes that fold, or the other. */
+static void push_ready(imp *m, int k, int *heap, int *nh, int *fheap, int *nf) {
+  const Onnx__NodeProto *node = m->node;
+  const int index = m->node_index;
+  m->node = m->g->node[k], m->node_index = k;
+  if (folds(m)) heap_push(fheap, nf, k);
+  else heap_push(heap, nh, k);
+  m->node = node, m->node_index = index;
+}
+
 static int run_graph(imp *m, int *order_out) {
   Onnx__GraphProto *g = m->g;
   const int nn = (int)g->n_node;
   int *indeg = calloc((size_t)nn + 1, sizeof *indeg), *heap = malloc(sizeof(int) * ((size_t)nn + 1));
-  int rc = KILN_OK, nh = 0, done = 0;
-  if (!indeg || !heap) {
+  int *fheap = malloc(sizeof(int) * ((size_t)nn + 1));
+  int rc = KILN_OK, nh = 0, nf = 0, done = 0;
+  if (!indeg || !heap || !fheap) {
     rc = nomem();
     goto out;
   }
@@ -2695,14 +2779,17 @@ static int run_graph(imp *m, int *order_out) {
   }
   if (!(m->fused = ialloc(m, sizeof *m->fused * ((size_t)nn + 1)))) { rc = nomem(); goto out; }
   memset(m->fused, 0, sizeof *m->fused * ((size_t)nn + 1));
-  /* Constant nodes first (they read nothing), so that a chain of nodes that is one layer
-   * (LayerNorm, GELU written out) finds its constants folded when its first node is mapped */
+  /* Constant nodes first (they read nothing), then whatever folds as soon as it is ready, then
+   * the others: so a node that looks ahead (a chain of nodes that is one layer, LayerNorm or
+   * GELU written out; the Slices that share one input) finds the constants of the nodes after it
+   * folded when it is mapped */
   for (int k = 0; k < nn; k++)
-    if (!indeg[k] && strcmp(nop(g->node[k]), "Constant")) heap_push(heap, &nh, k);
+    if (!indeg[k] && strcmp(nop(g->node[k]), "Constant")) push_ready(m, k, heap, &nh, fheap, &nf);
   for (int next_const = 0;;) {
     int k = -1;
     for (; next_const < nn && k < 0; next_const++)
       if (!indeg[next_const] && !strcmp(nop(g->node[next_const]), "Constant")) k = next_const;
+    if (k < 0 && nf > 0) k = heap_pop(fheap, &nf);
     if (k < 0 && nh == 0) break;
     if (k < 0) k = heap_pop(heap, &nh);
     const Onnx__NodeProto *n = g->node[k];
@@ -2721,7 +2808,8 @@ static int run_graph(imp *m, int *order_out) {
       for (int q = 0; q < nn; q++) {
         const Onnx__NodeProto *c = g->node[q];
         for (size_t i = 0; i < c->n_input; i++)
-          if (c->input[i] && !strcmp(c->input[i], o) && --indeg[q] == 0) heap_push(heap, &nh, q);
+          if (c->input[i] && !strcmp(c->input[i], o) && --indeg[q] == 0)
+            push_ready(m, q, heap, &nh, fheap, &nf);
       }
     }
   }
@@ -2737,6 +2825,7 @@ static int run_graph(imp *m, int *order_out) {
 out:
   free(indeg);
   free(heap);
+  free(fheap);
   return rc;
 }
 

@@ -117,8 +117,8 @@ else
   # the encoders: attention's products of computed tensors as MatMul layers, LayerNorm and GELU
   # (written out at opset 14, LayerNormalization at 17) as those layers: 2 MatMuls a block, a
   # LayerNorm for each norm, a GELU for each pre-norm block; nothing of them left as Power layers
-  # but attention's scaling of q (one a block)
-  for t in encoder:MatMul:2 encoder:LayerNorm:2 encoder:Power:1 encoder_gelu:MatMul:4 \
+  # but attention's scaling of q (one a block); q, k and v cut by one Slice layer
+  for t in encoder:MatMul:2 encoder:LayerNorm:2 encoder:Power:1 encoder:Slice:1 encoder:Silence:0 encoder_gelu:MatMul:4 \
     encoder_gelu:LayerNorm:5 encoder_gelu:GELU:2 encoder_gelu:Power:2 encoder17:LayerNorm:5 \
     encoder17:GELU:2; do
     IFS=: read -r n ty want <<< "$t"
