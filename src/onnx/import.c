@@ -97,6 +97,7 @@ typedef struct imp {
   int node_index;
   int folded, dropped;
   bool *fused; /* per node: computed by a layer of a chain that began at an earlier node */
+  struct attn_match **attn; /* per node: the attention group it is the last node of, or NULL */
 } imp;
 
 /* ---- memory, names, messages ------------------------------------------------------------ */
@@ -2558,6 +2559,283 @@ static int fold(imp *m) {
   return REFUSE("computes a constant kiln does not fold");
 }
 
+/* ---- attention as kiln's export writes it ----------------------------------------------------
+ *
+ * `kiln export onnx` writes MultiHeadAttention as some twenty nodes (docs/onnx.md): the three
+ * projections into heads (MatMul by W^T, Add, Reshape to N x H, Transpose), q k^T, the scaling,
+ * the causal and padding masks, Softmax, the masks again, the weighted sum, the heads joined and
+ * the out-projection. Node by node they import as MatMul, Permute and Softmax layers, which compute
+ * the same to float rounding; found whole, they are the MultiHeadAttention layer again, and a
+ * model exported by kiln comes back bit for bit. The search runs before any node is mapped, from
+ * each Softmax over the graph's structure and its initializers; a group found is mapped at its
+ * last node (the out-projection), when its inputs are known, and its other nodes make nothing. */
+
+typedef struct attn_match {
+  const char *x, *kv, *mask; /* the query input, the keys' and values' (NULL: x), the mask (or NULL) */
+  int64_t T, S, N, D, H;
+  bool causal, bias;
+  const float *w[4], *b[4]; /* W^T (D x D) and b of q, k, v and the out-projection */
+} attn_match;
+
+enum { MAXGROUP = 48 };
+typedef struct {
+  int n;
+  int v[MAXGROUP];
+} group;
+
+static bool gadd(group *g, int k) {
+  if (k < 0 || g->n == MAXGROUP) return false;
+  g->v[g->n++] = k;
+  return true;
+}
+
+/* The node that writes `name` when it is an `op`; or -1. */
+static int writer(const imp *m, const char *name, const char *op) {
+  const tensor *t = name && *name ? t_find(m, name) : NULL;
+  if (!t || t->producer < 0) return -1;
+  return strcmp(nop(m->g->node[t->producer]), op) ? -1 : t->producer;
+}
+
+/* A float constant of n values (n < 0: any), or NULL. */
+static const tensor *fconst(const imp *m, const char *name, int64_t n) {
+  const tensor *t = name && *name ? t_find(m, name) : NULL;
+  if (!t || t->kind != T_CONST || t->dt != DT_F || (n >= 0 && t->n != n)) return NULL;
+  return t;
+}
+
+static bool perm_is(const Onnx__NodeProto *n, const int64_t *p, size_t np) {
+  size_t k;
+  const int64_t *v = attr_ints(n, "perm", &k);
+  return v && k == np && !memcmp(v, p, np * sizeof *p);
+}
+
+/* Whether a Reshape node's target is the constant `shape`. */
+static bool reshape_is(const imp *m, const Onnx__NodeProto *n, const int64_t *shape, int nd) {
+  const tensor *t = t_find(m, in_name(n, 1));
+  if (!t || t->kind != T_CONST || t->dt != DT_I || t->n != nd) return false;
+  for (int k = 0; k < nd; k++)
+    if (t->i[k] != shape[k]) return false;
+  return true;
+}
+
+/* heads = Transpose(perm) of Reshape [0, 0, H, hd] of [Add b of] MatMul(in, W^T): in, or NULL.
+ * *H is set from the first projection and checked against the others; *bias likewise (-1:
+ * not yet known). */
+static const char *heads_of(const imp *m, const char *heads, const int64_t *perm, int64_t D,
+                            int64_t *H, int *bias, const float **w, const float **b, group *g) {
+  const Onnx__NodeProto *const *G = (const Onnx__NodeProto *const *)m->g->node;
+  const int kt = writer(m, heads, "Transpose");
+  if (kt < 0 || !perm_is(G[kt], perm, 4)) return NULL;
+  const int kr = writer(m, in_name(G[kt], 0), "Reshape");
+  if (kr < 0) return NULL;
+  const tensor *sh = t_find(m, in_name(G[kr], 1));
+  if (!sh || sh->kind != T_CONST || sh->dt != DT_I || sh->n != 4 || sh->i[2] < 1) return NULL;
+  if (*H < 0) *H = sh->i[2];
+  const int64_t want[4] = {0, 0, *H, D / *H};
+  if (D % *H || !reshape_is(m, G[kr], want, 4)) return NULL;
+  const char *y = in_name(G[kr], 0);
+  const int ka = writer(m, y, "Add");
+  const tensor *bt = NULL;
+  if (ka >= 0) {
+    if (!(bt = fconst(m, in_name(G[ka], 1), D))) return NULL;
+    y = in_name(G[ka], 0);
+  }
+  if (*bias < 0) *bias = ka >= 0;
+  if (*bias != (ka >= 0)) return NULL;
+  const int km = writer(m, y, "MatMul");
+  const tensor *wt = km >= 0 ? fconst(m, in_name(G[km], 1), D * D) : NULL;
+  if (!wt || wt->s.nd != 2) return NULL;
+  *w = wt->f;
+  *b = bt ? bt->f : NULL;
+  if (!gadd(g, kt) || !gadd(g, kr) || (ka >= 0 && !gadd(g, ka)) || !gadd(g, km)) return NULL;
+  return in_name(G[km], 0);
+}
+
+/* Whether the T x S constant c holds `on` where s <= t and `off` elsewhere. */
+static bool causal_pattern(const tensor *c, int64_t T, int64_t S, float on, float off) {
+  if (c->s.nd != 2 || c->s.d[0] != T || c->s.d[1] != S) return false;
+  for (int64_t t = 0; t < T; t++)
+    for (int64_t s = 0; s < S; s++)
+      if (c->f[t * S + s] != (s <= t ? on : off)) return false;
+  return true;
+}
+
+/* The attention group whose Softmax is node ks, as kiln's export writes it; its last node, or -1. */
+static int match_attention(imp *m, int ks, attn_match *a, group *g) {
+  const Onnx__NodeProto *const *G = (const Onnx__NodeProto *const *)m->g->node;
+  memset(a, 0, sizeof *a);
+  g->n = 0;
+  const Onnx__NodeProto *sm = G[ks];
+  if (attr_i(sm, "axis", -1) != -1 || !gadd(g, ks)) return -1;
+  /* back from the Softmax: [Add of the padding mask's -1e30s] [Add causal] Mul scale MatMul */
+  const char *sc = in_name(sm, 0), *vis = NULL;
+  int k = writer(m, sc, "Add"), kvr = -1;
+  if (k >= 0) {
+    const int ksub = writer(m, in_name(G[k], 1), "Sub");
+    const int kmul = ksub >= 0 ? writer(m, in_name(G[ksub], 0), "Mul") : -1;
+    const tensor *big2 = ksub >= 0 ? fconst(m, in_name(G[ksub], 1), 1) : NULL;
+    const tensor *big = kmul >= 0 ? fconst(m, in_name(G[kmul], 1), 1) : NULL;
+    if (big && big2 && big->f[0] == 1e30f && big2->f[0] == 1e30f) {
+      vis = in_name(G[kmul], 0);
+      /* visible = Reshape [0, 1, 1, S] of Transpose [1, 0] of the S x N mask */
+      kvr = writer(m, vis, "Reshape");
+      const int kvt = kvr >= 0 ? writer(m, in_name(G[kvr], 0), "Transpose") : -1;
+      const int64_t p10[2] = {1, 0};
+      if (kvt < 0 || !perm_is(G[kvt], p10, 2)) return -1;
+      a->mask = in_name(G[kvt], 0);
+      if (!gadd(g, k) || !gadd(g, ksub) || !gadd(g, kmul) || !gadd(g, kvr) || !gadd(g, kvt)) return -1;
+      sc = in_name(G[k], 0);
+      k = writer(m, sc, "Add");
+    }
+  }
+  const tensor *cm = NULL;
+  if (k >= 0 && (cm = fconst(m, in_name(G[k], 1), -1)) && cm->s.nd == 2) {
+    a->causal = true;
+    if (!gadd(g, k)) return -1;
+    sc = in_name(G[k], 0);
+  }
+  const int kscale = writer(m, sc, "Mul");
+  const tensor *scale = kscale >= 0 ? fconst(m, in_name(G[kscale], 1), 1) : NULL;
+  const int kdot = scale ? writer(m, in_name(G[kscale], 0), "MatMul") : -1;
+  if (kdot < 0 || !gadd(g, kscale) || !gadd(g, kdot)) return -1;
+  /* forward: [Mul visible [Mul causal_visible]] MatMul v, Transpose, Reshape, MatMul W_o^T [Add] */
+  const char *w8 = sm->output[0];
+  if (vis) {
+    const int kv1 = sole_reader(m, w8, "Mul");
+    if (kv1 < 0 || strcmp(other_in(G[kv1], w8) ? other_in(G[kv1], w8) : "", vis) || !gadd(g, kv1)) return -1;
+    w8 = G[kv1]->output[0];
+    if (a->causal) {
+      const int kv2 = sole_reader(m, w8, "Mul");
+      const tensor *cv = kv2 >= 0 ? fconst(m, other_in(G[kv2], w8), -1) : NULL;
+      if (!cv || !gadd(g, kv2)) return -1;
+      if (!causal_pattern(cv, cm->s.d[0], cm->s.d[1], 1.0f, 0.0f)) return -1;
+      w8 = G[kv2]->output[0];
+    }
+  }
+  const int kctx = sole_reader(m, w8, "MatMul");
+  if (kctx < 0 || strcmp(in_name(G[kctx], 0), w8) || !gadd(g, kctx)) return -1;
+  const int kct = sole_reader(m, G[kctx]->output[0], "Transpose");
+  const int64_t p2013[4] = {2, 0, 1, 3};
+  if (kct < 0 || !perm_is(G[kct], p2013, 4) || !gadd(g, kct)) return -1;
+  const int kj = sole_reader(m, G[kct]->output[0], "Reshape");
+  const int ko = kj >= 0 ? sole_reader(m, G[kj]->output[0], "MatMul") : -1;
+  const tensor *wo = ko >= 0 ? fconst(m, in_name(G[ko], 1), -1) : NULL;
+  if (!wo || wo->s.nd != 2 || wo->s.d[0] != wo->s.d[1] || !gadd(g, kj) || !gadd(g, ko)) return -1;
+  const int64_t D = wo->s.d[0];
+  const int64_t joined[3] = {0, 0, D};
+  if (!reshape_is(m, G[kj], joined, 3)) return -1;
+  int last = ko, bias = -1;
+  const int kob = sole_reader(m, G[ko]->output[0], "Add");
+  const tensor *bo = kob >= 0 ? fconst(m, other_in(G[kob], G[ko]->output[0]), D) : NULL;
+  if (bo) {
+    if (!gadd(g, kob)) return -1;
+    last = kob;
+  }
+  /* the three projections */
+  int64_t H = -1;
+  const int64_t pq[4] = {1, 2, 0, 3}, pk[4] = {1, 2, 3, 0};
+  const char *xq = heads_of(m, in_name(G[kdot], 0), pq, D, &H, &bias, &a->w[0], &a->b[0], g);
+  const char *xk = xq ? heads_of(m, in_name(G[kdot], 1), pk, D, &H, &bias, &a->w[1], &a->b[1], g) : NULL;
+  const char *xv = xk ? heads_of(m, in_name(G[kctx], 1), pq, D, &H, &bias, &a->w[2], &a->b[2], g) : NULL;
+  if (!xv || strcmp(xk, xv) || bias != (bo != NULL)) return -1;
+  a->w[3] = wo->f;
+  a->b[3] = bo ? bo->f : NULL;
+  a->bias = bias;
+  a->H = H, a->D = D;
+  a->x = xq;
+  a->kv = strcmp(xk, xq) ? xk : NULL;
+  /* the scale kiln's, the causal mask's pattern (the inputs' shapes are known when the group's
+   * last node is mapped: attention_layer checks them) */
+  if (!near(scale->f[0], 1.0 / sqrt((double)(D / H)))) return -1;
+  if (a->causal) {
+    a->T = cm->s.d[0], a->S = cm->s.d[1];
+    if (a->S != a->T || !causal_pattern(cm, a->T, a->S, 0.0f, -1e30f)) return -1;
+  }
+  /* nothing outside the group reads a value inside it */
+  for (int i = 0; i < g->n; i++) {
+    const Onnx__NodeProto *n = G[g->v[i]];
+    if (g->v[i] == last) continue;
+    for (size_t o = 0; o < n->n_output; o++) {
+      if (!n->output[o] || !*n->output[o]) continue;
+      if (is_graph_output(m, n->output[o])) return -1;
+      int rd[MAXGROUP];
+      const int nr = readers(m, n->output[o], rd, MAXGROUP);
+      if (nr > MAXGROUP) return -1;
+      for (int r = 0; r < nr; r++) {
+        bool in = false;
+        for (int j = 0; j < g->n; j++) in |= g->v[j] == rd[r];
+        if (!in) return -1;
+      }
+    }
+  }
+  return last;
+}
+
+/* Before mapping: every attention group, its nodes marked and its match kept for its last node. */
+static int find_attention(imp *m) {
+  for (size_t k = 0; k < m->g->n_node; k++) {
+    if (strcmp(nop(m->g->node[k]), "Softmax")) continue;
+    attn_match a;
+    group g;
+    const int last = match_attention(m, (int)k, &a, &g);
+    if (last < 0) continue;
+    attn_match *keep = ialloc(m, sizeof *keep);
+    if (!keep) return nomem();
+    *keep = a;
+    m->attn[last] = keep;
+    for (int i = 0; i < g.n; i++)
+      if (g.v[i] != last) m->fused[g.v[i]] = true;
+  }
+  return KILN_OK;
+}
+
+/* The MultiHeadAttention layer of a group found, at its last node. */
+static int attention_layer(imp *m, attn_match *a) {
+  const char *bs[3], *top;
+  int nb = 0;
+  const tensor *tx = t_find(m, a->x), *tk = t_find(m, a->kv ? a->kv : a->x);
+  const tensor *tm = a->mask ? t_find(m, a->mask) : NULL;
+  const int64_t D = a->D;
+  if (!tx || !tk || tx->s.nd != 3 || tk->s.nd != 3 || tx->s.d[2] != D || tk->s.d[2] != D ||
+      tx->s.d[1] != tk->s.d[1] || (a->causal && (tx->s.d[0] != a->T || tk->s.d[0] != a->S)) ||
+      (tm && (tm->s.nd != 2 || tm->s.d[0] != tk->s.d[0] || tm->s.d[1] != tx->s.d[1])))
+    return BAD("attention over %s (keys %s, mask %s) as `kiln export onnx` writes it, but not "
+               "T x N x %lld, S x N x %lld and S x N", tx ? shape_str(&tx->s) : "?",
+               tk ? shape_str(&tk->s) : "?", tm ? shape_str(&tm->s) : "none", (long long)D,
+               (long long)D);
+  a->T = tx->s.d[0], a->N = tx->s.d[1], a->S = tk->s.d[0];
+  const char *names[3] = {a->x, a->kv, a->mask};
+  for (int i = 0; i < 3; i++) {
+    if (!names[i]) continue;
+    tensor *t = t_find(m, names[i]);
+    if (!t || (t->kind != T_BLOB && t->kind != T_PAD))
+      return REFUSE("attention's input '%s' is not computed", names[i]);
+    KILN_TRY(materialize(m, t, &bs[nb++]));
+  }
+  KILN_TRY(set_out(m, 0, &(shp){3, {a->T, a->N, a->D}}, &top));
+  const int li = begin_layer(m, "MultiHeadAttention", chain_name(m, "MultiHeadAttention"), nb, bs, 1, &top);
+  if (li < 0) return KILN_ERR_NOMEM;
+  params(m, "multihead_attention_param { num_heads: %lld%s%s }", (long long)a->H,
+         a->causal ? " causal: true" : "", a->bias ? "" : " bias_term: false");
+  end_layer(m);
+  KILN_TRY(add_blob(m, li, &(shp){2, {3 * D, D}}, NULL));
+  float *win = m->layers[li].bd[m->layers[li].nblobs - 1];
+  for (int p = 0; p < 3; p++) /* W (out x in) from W^T (in x out) */
+    for (int64_t o = 0; o < D; o++)
+      for (int64_t i = 0; i < D; i++) win[(p * D + o) * D + i] = a->w[p][i * D + o];
+  if (a->bias) {
+    KILN_TRY(add_blob(m, li, &shape1(3 * D), NULL));
+    float *bin = m->layers[li].bd[m->layers[li].nblobs - 1];
+    for (int p = 0; p < 3; p++) memcpy(bin + p * D, a->b[p], sizeof(float) * (size_t)D);
+  }
+  KILN_TRY(add_blob(m, li, &(shp){2, {D, D}}, NULL));
+  float *wo = m->layers[li].bd[m->layers[li].nblobs - 1];
+  for (int64_t o = 0; o < D; o++)
+    for (int64_t i = 0; i < D; i++) wo[o * D + i] = a->w[3][i * D + o];
+  if (a->bias) KILN_TRY(add_blob(m, li, &shape1(D), a->b[3]));
+  return KILN_OK;
+}
+
 /* ---- the ops ---------------------------------------------------------------------------- */
 
 typedef int (*op_fn)(imp *m);
@@ -2617,6 +2895,7 @@ static int map_node(imp *m) {
     return REFUSE("an op of domain '%s': kiln imports the default domain (ai.onnx)", n->domain);
   const char *op = nop(n);
   if (m->fused[m->node_index]) return KILN_OK;
+  if (m->attn[m->node_index]) return attention_layer(m, m->attn[m->node_index]);
   if (folds(m)) return fold(m);
   if (!strcmp(op, "Cast")) {
     tensor *x;
@@ -2779,6 +3058,9 @@ static int run_graph(imp *m, int *order_out) {
   }
   if (!(m->fused = ialloc(m, sizeof *m->fused * ((size_t)nn + 1)))) { rc = nomem(); goto out; }
   memset(m->fused, 0, sizeof *m->fused * ((size_t)nn + 1));
+  if (!(m->attn = ialloc(m, sizeof *m->attn * ((size_t)nn + 1)))) { rc = nomem(); goto out; }
+  memset(m->attn, 0, sizeof *m->attn * ((size_t)nn + 1));
+  if ((rc = find_attention(m))) goto out;
   /* Constant nodes first (they read nothing), then whatever folds as soon as it is ready, then
    * the others: so a node that looks ahead (a chain of nodes that is one layer, LayerNorm or
    * GELU written out; the Slices that share one input) finds the constants of the nodes after it

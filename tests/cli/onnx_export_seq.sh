@@ -6,8 +6,8 @@
 # after, padding masks with a query that sees no key), ONNX's checker takes each model (with
 # shape inference) and an evaluator of the ONNX ops in NumPy (onnx_numpy_eval.py, written from
 # the operator definitions) runs it to kiln's outputs within 1e-4. char_lm and a net of LSTMs and
-# GRUs one way and both ways go back through `kiln import onnx` to kiln's outputs bit for bit,
-# transformer_lm and seq2seq_g2p to float rounding. Then the forms with no ONNX export, each
+# GRUs one way and both ways, transformer_lm and seq2seq_g2p go back through `kiln import onnx`
+# to kiln's outputs bit for bit. Then the forms with no ONNX export, each
 # refused naming the layer with nothing written.
 source "$(dirname "$0")/lib.bash"
 cd "$WORK"
@@ -150,16 +150,14 @@ else
   fail "import of char_lm.onnx: $(cat back.out)"
 fi
 
-# transformer_lm back into kiln: its attention, written out as MatMuls, Transposes and a Softmax,
-# comes back as MatMul, Permute and Softmax layers, its LayerNorms and GELUs (written out) as
-# those layers; the products are summed in another order than kiln's fused attention, so the
-# logits agree to float rounding, not bit for bit
+# transformer_lm back into kiln: its attention, LayerNorms and GELUs, each written out as a group
+# of nodes, come back as those layers, and the logits are kiln's bit for bit
 if "$KILN" import onnx transformer_lm.onnx tlm-back.prototxt tlm-back.caffemodel > tback.out 2>&1; then
   pass
-  "$ONNX_REF" --compare tlm-back.prototxt tlm-back.caffemodel transformer_lm.d 1e-5 > tback.cmp 2>&1 \
+  "$ONNX_REF" --compare tlm-back.prototxt tlm-back.caffemodel transformer_lm.d 0 > tback.cmp 2>&1 \
     && pass || fail "transformer_lm through import: $(cat tback.cmp)"
   echo "transformer_lm exported and imported again: $(tr '\n' ' ' < tback.cmp)"
-  for t in MatMul:8 LayerNorm:9 GELU:4; do
+  for t in MultiHeadAttention:4 MatMul:0 Permute:0 LayerNorm:9 GELU:4; do
     [ "$(grep -c "type: \"${t%:*}\"" tlm-back.prototxt)" = "${t#*:}" ] && pass \
       || fail "transformer_lm imported: $(grep -c "type: \"${t%:*}\"" tlm-back.prototxt) ${t%:*} layers, want ${t#*:}"
   done
@@ -168,15 +166,17 @@ else
 fi
 
 # seq2seq_g2p back into kiln: its bidirectional LSTM encoder, LSTM decoder and masked
-# cross-attention (the padding mask broadcast by Tile layers); the logits to float rounding
+# cross-attention, the logits bit for bit
 grep '^blob logits ' seq2seq_g2p.d/manifest.txt > s2s-logits.txt
 mkdir -p s2s-back.d && cp seq2seq_g2p.d/* s2s-back.d/ && { grep '^input ' seq2seq_g2p.d/manifest.txt; cat s2s-logits.txt; } > s2s-back.d/manifest.txt
 if "$KILN" import onnx seq2seq_g2p.onnx s2s-back.prototxt s2s-back.caffemodel > sback.out 2>&1; then
   pass
-  "$ONNX_REF" --compare s2s-back.prototxt s2s-back.caffemodel s2s-back.d 1e-5 > sback.cmp 2>&1 \
+  "$ONNX_REF" --compare s2s-back.prototxt s2s-back.caffemodel s2s-back.d 0 > sback.cmp 2>&1 \
     && pass || fail "seq2seq_g2p through import: $(cat sback.cmp)"
   echo "seq2seq_g2p exported and imported again: $(tr '\n' ' ' < sback.cmp)"
   grep -q 'bidirectional: true' s2s-back.prototxt && pass || fail "seq2seq_g2p imported without its bidirectional LSTM"
+  [ "$(grep -c 'type: "MultiHeadAttention"' s2s-back.prototxt)" = 1 ] && pass \
+    || fail "seq2seq_g2p imported without its MultiHeadAttention layer"
 else
   fail "import of seq2seq_g2p.onnx: $(cat sback.out)"
 fi
@@ -203,6 +203,35 @@ if "$ONNX_REF" rec.prototxt rec.caffemodel rec.d 5 > rec.log 2>&1 \
     || fail "the bidirectional layers' outputs went through Permute layers"
 else
   fail "LSTM and GRU both ways: $(cat rec.log)"
+fi
+
+# attention in each form back into kiln bit for bit, as MultiHeadAttention layers: causal with a
+# padding mask (a query that sees no key), cross-attention without biases, a padding mask alone,
+# causal alone
+cat > attn.prototxt <<'NET'
+name: "attn"
+layer { name: "in" type: "Input" top: "x" top: "kv" top: "mask"
+  input_param { shape { dim: 5 dim: 3 dim: 8 } shape { dim: 4 dim: 3 dim: 8 } shape { dim: 5 dim: 3 } } }
+layer { name: "attn_cm" type: "MultiHeadAttention" bottom: "x" bottom: "mask" top: "a1"
+  multihead_attention_param { num_heads: 2 causal: true } }
+layer { name: "attn_x" type: "MultiHeadAttention" bottom: "a1" bottom: "kv" top: "a2"
+  multihead_attention_param { num_heads: 4 bias_term: false } }
+layer { name: "attn_p" type: "MultiHeadAttention" bottom: "x" bottom: "mask" top: "a3"
+  multihead_attention_param { num_heads: 1 } }
+layer { name: "attn_c" type: "MultiHeadAttention" bottom: "a3" top: "a4"
+  multihead_attention_param { num_heads: 2 causal: true } }
+NET
+mkdir -p attn.d
+if "$ONNX_REF" attn.prototxt attn.caffemodel attn.d 5 > attn.log 2>&1 \
+  && "$KILN" export onnx --model attn.prototxt --weights attn.caffemodel attn.onnx >> attn.log 2>&1 \
+  && "$KILN" import onnx attn.onnx attn-back.prototxt attn-back.caffemodel >> attn.log 2>&1; then
+  pass
+  "$ONNX_REF" --compare attn-back.prototxt attn-back.caffemodel attn.d 0 > attn.cmp 2>&1 \
+    && pass || fail "attention through export and import: $(cat attn.cmp)"
+  [ "$(grep -c 'type: "MultiHeadAttention"' attn-back.prototxt) $(grep -c 'causal: true' attn-back.prototxt) $(grep -c 'bias_term: false' attn-back.prototxt)" = "4 2 1" ] \
+    && pass || fail "attention imported as: $(grep 'type:\|multihead' attn-back.prototxt | tr '\n' ' ')"
+else
+  fail "attention in each form: $(cat attn.log)"
 fi
 
 # ---- refusals: named, nothing written ----------------------------------------------------------
