@@ -1625,8 +1625,8 @@ static int shape_of_reshape_op(imp *m, const tensor *x, shp *s) {
         d = 1;
       } else if (d < 0) return BAD("shape has %lld", (long long)d);
       s->d[k] = d;
+      if (d > 0 && known > ((int64_t)1 << 40) / d) return BAD("shape is too large");
       known *= d;
-      if (known > ((int64_t)1 << 40)) return BAD("shape is too large");
     }
     if (infer >= 0) {
       if (known == 0 || count(xs) % known) return BAD("cannot reshape %s to %s", shape_str(xs), shape_str(s));
