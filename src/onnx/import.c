@@ -2214,6 +2214,15 @@ static int64_t bidx(const shp *s, const shp *x, int64_t j) {
   return idx;
 }
 
+/* A double as an int64, saturated (NaN as 0): ONNX leaves casts out of range undefined, and a
+ * damaged model must not make the importer's own arithmetic undefined. */
+static int64_t sat_i64(double v) {
+  if (!(v == v)) return 0;
+  if (v >= 9.2e18) return (int64_t)9.2e18;
+  if (v <= -9.2e18) return -(int64_t)9.2e18;
+  return (int64_t)v;
+}
+
 static int fold_binary(imp *m, const char *op, tensor *a, tensor *b, tensor *o) {
   shp s;
   KILN_TRY(broadcast(m, &a->s, &b->s, &s));
@@ -2228,14 +2237,16 @@ static int fold_binary(imp *m, const char *op, tensor *a, tensor *b, tensor *o) 
     else if (!strcmp(op, "Mul")) r = x * y;
     else if (!strcmp(op, "Div")) {
       if (!fl && y == 0) return BAD("an integer division by zero");
-      r = fl ? x / y : (double)((int64_t)x / (int64_t)y);
+      if (!fl && !(fabs(x) < 9.2e18 && fabs(y) < 9.2e18)) return BAD("integers out of range");
+      r = fl ? x / y : y == -1 ? -x : (double)((int64_t)x / (int64_t)y);
     } else if (!strcmp(op, "Equal")) r = x == y;
     else if (!strcmp(op, "Less")) r = x < y;
     else if (!strcmp(op, "Greater")) r = x > y;
     else if (!strcmp(op, "Max")) r = x > y ? x : y;
     else if (!strcmp(op, "Min")) r = x < y ? x : y;
     else r = pow(x, y);
-    if (o->dt == DT_F) o->f[j] = fl ? (float)r : (float)r;
+    if (o->dt == DT_F) o->f[j] = (float)r;
+    else if (!(r >= -9.2e18 && r <= 9.2e18)) return BAD("an integer result out of range (%g)", r);
     else o->i[j] = (int64_t)r;
   }
   if (fl && o->dt == DT_F && !strcmp(op, "Add")) /* float arithmetic as float32 */
@@ -2331,7 +2342,7 @@ static int fold(imp *m) {
     KILN_TRY(make_const(m, o, dt, &a->s));
     for (int64_t k = 0; k < o->n; k++) {
       if (dt == DT_F) o->f[k] = (float)cval(a, k);
-      else o->i[k] = to == 9 ? cval(a, k) != 0 : (int64_t)cval(a, k);
+      else o->i[k] = to == 9 ? cval(a, k) != 0 : sat_i64(cval(a, k));
     }
     return KILN_OK;
   }
@@ -2340,7 +2351,7 @@ static int fold(imp *m) {
     for (int64_t k = 0; k < o->n; k++) {
       const double v = !strcmp(op, "Neg") ? -cval(a, k) : sqrt(cval(a, k));
       if (a->dt == DT_F) o->f[k] = (float)v;
-      else o->i[k] = (int64_t)v;
+      else o->i[k] = sat_i64(v);
     }
     return KILN_OK;
   }
@@ -2362,7 +2373,7 @@ static int fold(imp *m) {
     for (int64_t j = 0; j < o->n; j++) {
       const double v = cval(a, bidx(&s, &a->s, j)) != 0 ? cval(b, bidx(&s, &b->s, j)) : cval(c, bidx(&s, &c->s, j));
       if (dt == DT_F) o->f[j] = (float)v;
-      else o->i[j] = (int64_t)v;
+      else o->i[j] = sat_i64(v);
     }
     return KILN_OK;
   }
@@ -2410,7 +2421,7 @@ static int fold(imp *m) {
     KILN_TRY(make_const(m, o, a->dt, &shape1((int64_t)nn)));
     for (int64_t j = 0; j < o->n; j++) {
       if (a->dt == DT_F) o->f[j] = (float)(st + dl * (double)j);
-      else o->i[j] = (int64_t)(st + dl * (double)j);
+      else o->i[j] = sat_i64(st + dl * (double)j);
     }
     return KILN_OK;
   }
@@ -2469,7 +2480,7 @@ static int fold(imp *m) {
         for (int64_t r = 0; r < len; r++, j++) {
           const double v = cval(t, p * len + r);
           if (fl) o->f[j] = (float)v;
-          else o->i[j] = (int64_t)v;
+          else o->i[j] = sat_i64(v);
         }
       }
     return KILN_OK;
