@@ -1,4 +1,5 @@
-/* kiln export onnx --model DEPLOY --weights W OUT.onnx [--dynamic-batch]: a deploy net and its
+/* kiln export onnx --model DEPLOY --weights W OUT.onnx [--dynamic-batch] [--outputs B,...]: a
+ * deploy net and its
  * weights as an ONNX model (src/onnx, docs/onnx.md). */
 #include <errno.h>
 #include <libgen.h>
@@ -12,7 +13,7 @@
 static void usage(FILE *f) {
   fprintf(f,
           "usage: kiln export onnx --model DEPLOY.prototxt --weights W.caffemodel OUT.onnx\n"
-          "                        [--dynamic-batch]\n"
+          "                        [--dynamic-batch] [--outputs BLOB[,BLOB...]]\n"
           "\n"
           "Writes a deploy net (built in the TEST phase) and its weights as an ONNX model of\n"
           "opset %d: the Input layers' tops are the model's inputs, the blobs no layer reads its\n"
@@ -25,7 +26,11 @@ static void usage(FILE *f) {
           "  --model FILE           the deploy prototxt (required)\n"
           "  --weights FILE         its .caffemodel (or .caffemodel.h5; required)\n"
           "  --dynamic-batch        the inputs' and outputs' first axis as the symbol N, not the\n"
-          "                         net's batch size\n",
+          "                         net's batch size\n"
+          "  --outputs LIST         the blobs (comma-separated; repeatable) that are the model's\n"
+          "                         outputs instead of those no layer reads; only the layers they\n"
+          "                         depend on are written (an SSD net's heads: mbox_loc,\n"
+          "                         mbox_conf_flatten,mbox_priorbox, without DetectionOutput)\n",
           KILN_ONNX_OPSET);
   tool_common_usage(f, NULL);
   tool_help_usage(f);
@@ -82,7 +87,9 @@ int cmd_export(int argc, char **argv) {
       export_usage(stderr);
     return 2;
   }
-  static const char *const names[] = {"--model", "--weights", NULL};
+  static const char *const names[] = {"--model", "--weights", "--outputs", NULL};
+  const char *outputs[64];
+  int noutputs = 0;
   tool_common c = {0};
   const char *model = NULL, *weights = NULL, *out = NULL;
   bool dynamic = false;
@@ -102,7 +109,22 @@ int cmd_export(int argc, char **argv) {
     if (r < 0) return 2;
     if (r == 0) continue;
     if (!strcmp(o, "--model")) model = v;
-    else weights = v;
+    else if (!strcmp(o, "--weights")) weights = v;
+    else {
+      /* the list is cut in place: v points into argv, which is the program's to change */
+      for (char *save = NULL, *tok = strtok_r((char *)v, ",", &save); tok;
+           tok = strtok_r(NULL, ",", &save)) {
+        if (noutputs == (int)(sizeof outputs / sizeof outputs[0])) {
+          fprintf(stderr, "kiln export onnx: --outputs: more than %d blobs\n", noutputs);
+          return 2;
+        }
+        outputs[noutputs++] = tok;
+      }
+      if (noutputs == 0 || !*v) {
+        fprintf(stderr, "kiln export onnx: --outputs: no blob named\n");
+        return 2;
+      }
+    }
   }
   if (c.metrics) {
     fprintf(stderr, "kiln export onnx: --metrics: export writes no events\n");
@@ -121,9 +143,10 @@ int cmd_export(int argc, char **argv) {
   ProtobufCMessage *msg = NULL;
   if (tool_load_net(model, CAFFE__PHASE__TEST, NULL, 0, c.max_memory, true, &net, &msg))
     return tool_fail("export onnx (nothing written)");
-  const kiln_onnx_options opt = {.dynamic_batch = dynamic, .model = model, .weights = weights};
+  const kiln_onnx_options opt = {.dynamic_batch = dynamic, .model = model, .weights = weights,
+                                 .outputs = outputs, .noutputs = noutputs};
   kiln_onnx_summary s;
-  int rc = kiln_onnx_check(net); /* a refused layer is said before the weights are read */
+  int rc = kiln_onnx_check(net, &opt); /* a refused layer is said before the weights are read */
   if (rc) kiln_error_context(rc, "%s: ", model);
   else if (!(rc = kiln_net_load_weights(net, weights)) &&
            (rc = kiln_onnx_export(net, &opt, out, &s)))
@@ -143,9 +166,11 @@ int cmd_export(int argc, char **argv) {
       printf("input %s %s\n", l->top[t]->name, shape);
     }
   }
-  for (int o = 0; o < net->noutputs; o++) {
-    shape_text(net->outputs[o], dynamic, shape, sizeof shape);
-    printf("output %s %s\n", net->outputs[o]->name, shape);
+  const int nout = noutputs ? noutputs : net->noutputs;
+  for (int o = 0; o < nout; o++) {
+    const kiln_blob *b = noutputs ? kiln_net_blob(net, outputs[o]) : net->outputs[o];
+    shape_text(b, dynamic, shape, sizeof shape);
+    printf("output %s %s\n", b->name, shape);
   }
   if (s.dropped)
     printf("%d Dropout layer%s left out (the identity at inference)\n", s.dropped,

@@ -21,6 +21,12 @@ typedef struct kiln_onnx_options {
   bool dynamic_batch;
   /* For the model's doc_string and messages: the deploy prototxt and the weights (may be NULL). */
   const char *model, *weights;
+  /* The blobs written as the model's outputs, in this order (noutputs of them; 0: the net's own
+   * outputs, the blobs no layer reads). Only the layers they depend on are written and checked,
+   * so a detection net exports up to its DetectionOutput's inputs (mbox_loc, mbox_conf_flatten,
+   * mbox_priorbox). */
+  const char *const *outputs;
+  int noutputs;
 } kiln_onnx_options;
 
 /* What was written, for the tool to report. */
@@ -40,9 +46,10 @@ int kiln_onnx_export(const kiln_net *net, const kiln_onnx_options *opt, const ch
                      kiln_onnx_summary *summary);
 
 /* What kiln_onnx_export checks first, before anything is built, for a caller to ask before it
- * loads the weights: the net is built in the TEST phase, and each of its layers has an ONNX form
- * (the first that has none refused, KILN_ERR_UNSUPPORTED naming it and its type). */
-int kiln_onnx_check(const kiln_net *net);
+ * loads the weights: the net is built in the TEST phase, opt's outputs (opt may be NULL) are its
+ * blobs, and each layer they depend on has an ONNX form (the first that has none refused,
+ * KILN_ERR_UNSUPPORTED naming it and its type). */
+int kiln_onnx_check(const kiln_net *net, const kiln_onnx_options *opt);
 
 /* Whether the exporter has an ONNX form for layer type `type` (docs/onnx.md's table), and when
  * it has none, why (a sentence, for messages), in *why. */

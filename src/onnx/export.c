@@ -324,8 +324,8 @@ bool ox_is_alias(const kiln_layer *l) {
 }
 
 static ox_emit_fn find_form(const char *type) {
-  const ox_layer_form *lists[] = {ox_forms_compute, ox_forms_shape, ox_forms_seq};
-  for (size_t k = 0; k < 3; k++)
+  const ox_layer_form *lists[] = {ox_forms_compute, ox_forms_shape, ox_forms_seq, ox_forms_det};
+  for (size_t k = 0; k < 4; k++)
     for (const ox_layer_form *f = lists[k]; f->type; f++)
       if (!strcmp(f->type, type)) return f->emit;
   return NULL;
@@ -398,16 +398,72 @@ static Onnx__ValueInfoProto *value_info(ox_graph *g, const char *name, const kil
   return v;
 }
 
-int kiln_onnx_check(const kiln_net *net) {
+/* Whether the layer's nodes read its bottoms' values: PriorBox reads their shapes alone (its boxes
+ * are a constant of the model), so what computes them is not needed for its sake. */
+static bool reads_bottoms(const kiln_layer *l) { return strcmp(l->ops->type, "PriorBox") != 0; }
+
+/* The model's outputs (opt's, or the net's own) into outs (net->nblobs + 1 room), their number
+ * in *nout; and in need[i] whether layer i is written: it writes a blob that an output depends on. Walking
+ * the layers from the last, a layer is needed when one of its tops is; its bottoms then are. */
+static int model_outputs(const kiln_net *net, const kiln_onnx_options *opt, const kiln_blob **outs,
+                         bool *need, int *nout) {
+  int n = 0;
+  if (opt && opt->noutputs > 0) {
+    for (int o = 0; o < opt->noutputs; o++) {
+      const kiln_blob *b = kiln_net_blob(net, opt->outputs[o]);
+      if (!b)
+        return kiln_errorf(KILN_ERR_INVALID, "output '%s' is no blob of net '%s'",
+                           opt->outputs[o], net->name ? net->name : "");
+      for (int j = 0; j < n; j++)
+        if (outs[j] == b)
+          return kiln_errorf(KILN_ERR_INVALID, "output '%s' is named twice", opt->outputs[o]);
+      outs[n++] = b;
+    }
+  } else {
+    for (int o = 0; o < net->noutputs; o++) outs[n++] = net->outputs[o];
+  }
+  bool *wanted = calloc((size_t)net->nblobs + 1, sizeof *wanted);
+  if (!wanted) return kiln_errorf(KILN_ERR_NOMEM, "out of memory");
+  for (int o = 0; o < n; o++) wanted[outs[o]->id] = true;
+  for (int i = net->nlayers - 1; i >= 0; i--) {
+    const kiln_layer *l = net->layers[i];
+    need[i] = false;
+    for (int t = 0; t < l->ntop; t++) need[i] |= wanted[l->top[t]->id];
+    for (int b = 0; need[i] && reads_bottoms(l) && b < l->nbottom; b++)
+      wanted[l->bottom[b]->id] = true;
+  }
+  free(wanted);
+  *nout = n;
+  return KILN_OK;
+}
+
+int kiln_onnx_check(const kiln_net *net, const kiln_onnx_options *opt) {
   if (net->phase != CAFFE__PHASE__TEST)
     return kiln_errorf(KILN_ERR_INVALID, "net '%s' is built in the TRAIN phase: a model for "
                        "inference is the net of the TEST phase", net->name ? net->name : "");
+  const kiln_blob **outs = malloc(sizeof *outs * ((size_t)net->nblobs + 1));
+  bool *need = malloc(sizeof *need * ((size_t)net->nlayers + 1));
+  int n = 0;
+  const int rc = outs && need ? model_outputs(net, opt, outs, need, &n)
+                              : kiln_errorf(KILN_ERR_NOMEM, "out of memory");
+  free(outs);
+  if (rc) {
+    free(need);
+    return rc;
+  }
   for (int i = 0; i < net->nlayers; i++) {
     const kiln_layer *l = net->layers[i];
+    if (!need[i] && strcmp(l->ops->type, "Input")) continue;
     const char *why;
-    if (!kiln_onnx_exports_type(l->ops->type, &why))
-      return kiln_errorf(KILN_ERR_UNSUPPORTED, "layer '%s' (%s): %s", l->name, l->ops->type, why);
+    if (!kiln_onnx_exports_type(l->ops->type, &why)) {
+      free(need);
+      return kiln_errorf(KILN_ERR_UNSUPPORTED, "layer '%s' (%s): %s%s", l->name, l->ops->type, why,
+                         !strcmp(l->ops->type, "DetectionOutput")
+                             ? "; export the detection heads instead: --outputs with its bottoms"
+                             : "");
+    }
   }
+  free(need);
   return KILN_OK;
 }
 
@@ -421,12 +477,16 @@ static int build_graph(ox_graph *g, Onnx__GraphProto *graph) {
     return kiln_errorf(KILN_ERR_INVALID, "net '%s' has no Input layer (nor an input: header): a "
                        "model needs inputs; export the deploy net", net->name ? net->name : "");
   Onnx__ValueInfoProto **ins = ox_alloc(g, sizeof *ins * (size_t)ninputs);
-  Onnx__ValueInfoProto **outs = ox_alloc(g, sizeof *outs * (size_t)(net->noutputs + 1));
-  if (!ins || !outs) return KILN_ERR_NOMEM;
+  Onnx__ValueInfoProto **outs = ox_alloc(g, sizeof *outs * (size_t)(net->nblobs + 1));
+  const kiln_blob **mouts = ox_alloc(g, sizeof *mouts * (size_t)(net->nblobs + 1));
+  bool *need = ox_alloc(g, sizeof *need * (size_t)(net->nlayers + 1));
+  if (!ins || !outs || !mouts || !need) return KILN_ERR_NOMEM;
+  int nouts = 0;
+  KILN_TRY(model_outputs(net, g->opt, mouts, need, &nouts));
   /* the last layer with nodes of its own to write each blob */
   for (int i = 0; i < net->nlayers; i++) {
     const kiln_layer *l = net->layers[i];
-    if (ox_is_alias(l)) continue;
+    if (ox_is_alias(l) || !need[i]) continue;
     for (int t = 0; t < l->ntop; t++) g->last_writer[l->top[t]->id] = i;
   }
   g->batch = -1;
@@ -457,12 +517,13 @@ static int build_graph(ox_graph *g, Onnx__GraphProto *graph) {
       continue;
     }
     if (i == g->skip) continue; /* done by the layer before it (a Scale folded into BatchNorm) */
+    if (!need[i]) continue;     /* no output depends on it */
     if (ox_is_alias(l)) {
       /* a Split's tops, Dropout's top: the bottom itself */
       for (int t = 0; t < l->ntop; t++) g->cur[l->top[t]->id] = g->cur[l->bottom[0]->id];
       continue;
     }
-    for (int b = 0; b < l->nbottom; b++)
+    for (int b = 0; reads_bottoms(l) && b < l->nbottom; b++)
       if (!g->cur[l->bottom[b]->id])
         return ox_fail(g, KILN_ERR_INTERNAL, "bottom '%s' has no value yet", l->bottom[b]->name);
     ox_emit_fn emit = find_form(l->ops->type);
@@ -470,8 +531,8 @@ static int build_graph(ox_graph *g, Onnx__GraphProto *graph) {
     KILN_TRY(emit(g));
   }
   /* outputs under their Caffe names: an Identity where the last writer was an alias */
-  for (int o = 0; o < net->noutputs; o++) {
-    const kiln_blob *b = net->outputs[o];
+  for (int o = 0; o < nouts; o++) {
+    const kiln_blob *b = mouts[o];
     const char *name = g->cur[b->id];
     if (!name)
       return kiln_errorf(KILN_ERR_INTERNAL, "output '%s' has no value", b->name);
@@ -494,14 +555,14 @@ static int build_graph(ox_graph *g, Onnx__GraphProto *graph) {
   graph->initializer = g->inits;
   graph->n_input = (size_t)nin;
   graph->input = ins;
-  graph->n_output = (size_t)net->noutputs;
+  graph->n_output = (size_t)nouts;
   graph->output = outs;
   return KILN_OK;
 }
 
 int kiln_onnx_export(const kiln_net *net, const kiln_onnx_options *opt, const char *path,
                      kiln_onnx_summary *summary) {
-  KILN_TRY(kiln_onnx_check(net));
+  KILN_TRY(kiln_onnx_check(net, opt));
   const kiln_onnx_options defaults = {0};
   ox_graph g = {.net = net, .opt = opt ? opt : &defaults};
   float *copy = NULL;

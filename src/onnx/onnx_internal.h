@@ -90,6 +90,7 @@ typedef struct ox_layer_form {
 extern const ox_layer_form ox_forms_compute[];
 extern const ox_layer_form ox_forms_shape[];
 extern const ox_layer_form ox_forms_seq[]; /* layers_seq.c: the sequence and text layers */
+extern const ox_layer_form ox_forms_det[]; /* layers_det.c: the SSD fork's Normalize, PriorBox */
 /* Types that pass their bottom on unchanged at inference (Split, Dropout): no node. */
 bool ox_is_alias(const kiln_layer *l);
 

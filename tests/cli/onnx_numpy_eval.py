@@ -136,6 +136,9 @@ def run_node(node, v):
         return [y]
     if op == "Concat":
         return [np.concatenate(x, axis=a["axis"])]
+    if op == "ReduceSumSquare":
+        axes = tuple(a["axes"]) if "axes" in a else None
+        return [np.sum(x[0] * x[0], axis=axes, keepdims=bool(a.get("keepdims", 1)))]
     if op in ("ReduceMean", "ReduceMax"):
         f = np.mean if op == "ReduceMean" else np.max
         axes = tuple(a["axes"]) if "axes" in a else None
