@@ -1488,6 +1488,59 @@ refuse:
                 "bias]] over the last axes, each value read by the next node alone)");
 }
 
+/* At a ReduceSumSquare: the SSD fork's Normalize as `kiln export onnx` writes it (ReduceSumSquare
+ * over the channels, or every axis after the batch, Add eps, Sqrt, Div of the input [, Mul by
+ * the scale]), or a refusal. */
+static int op_reduce_sum_square(imp *m) {
+  tensor *x;
+  KILN_TRY(blob_in(m, 0, &x));
+  const Onnx__NodeProto *n0 = m->node, *const *G = (const Onnx__NodeProto *const *)m->g->node;
+  const int nd = x->s.nd;
+  size_t na = 0;
+  const int64_t *axes = attr_ints(n0, "axes", &na);
+  /* the channels (axis 1) alone, or every axis from 1 (across_spatial) */
+  const bool channels = axes && na == 1 && (axes[0] == 1 || axes[0] == 1 - nd);
+  const bool across = !channels && nd > 2 && reduce_from(n0, nd) == 1;
+  int ka = -1, kq = -1, kd = -1, km = -1;
+  double eps = 0;
+  const char *ss = n0->output[0];
+  if (nd < 2 || !(across || channels) || attr_i(n0, "keepdims", 1) != 1 ||
+      (ka = sole_reader(m, ss, "Add")) < 0 || !scalar_const(m, other_in(G[ka], ss), &eps) ||
+      (kq = sole_reader(m, G[ka]->output[0], "Sqrt")) < 0 ||
+      (kd = sole_reader(m, G[kq]->output[0], "Div")) < 0 || strcmp(in_name(G[kd], 0), x->name) ||
+      strcmp(in_name(G[kd], 1), G[kq]->output[0]))
+    return REFUSE("kiln imports ReduceSumSquare only as the start of an L2 normalisation "
+                  "(ReduceSumSquare over the channels or every axis after the batch, Add eps, "
+                  "Sqrt, Div of the input [, Mul by a scale]: the SSD fork's Normalize)");
+  const char *y = G[kd]->output[0];
+  const int64_t C = x->s.d[1];
+  const tensor *sc = NULL;
+  if ((km = sole_reader(m, y, "Mul")) >= 0) {
+    sc = t_find(m, other_in(G[km], y) ? other_in(G[km], y) : "");
+    bool ok = sc && sc->kind == T_CONST && sc->dt == DT_F && (sc->n == 1 || sc->n == C);
+    if (ok && sc->n == C && C > 1) { /* C x 1 x ... aligned with axis 1 */
+      const int off = nd - sc->s.nd;
+      for (int k = 0; k < sc->s.nd; k++) ok &= sc->s.d[k] == (off + k == 1 ? C : 1);
+      ok &= off <= 1;
+    }
+    if (ok) y = G[km]->output[0];
+    else km = -1, sc = NULL;
+  }
+  m->fused[m->node_index] = m->fused[ka] = m->fused[kq] = m->fused[kd] = true;
+  if (km >= 0) m->fused[km] = true;
+  const bool shared = !sc || sc->n == 1 || C == 1;
+  const char *b, *top;
+  KILN_TRY(materialize(m, x, &b));
+  KILN_TRY(set_blob(m, t_find(m, y), &x->s, &top));
+  const int li = begin_layer(m, "Normalize", chain_name(m, "Normalize"), 1, &b, 1, &top);
+  if (li < 0) return KILN_ERR_NOMEM;
+  params(m, "norm_param { across_spatial: %s channel_shared: %s eps: %.9g }", across ? "true" : "false",
+         shared ? "true" : "false", eps);
+  end_layer(m);
+  const float one = 1.0f;
+  return add_blob(m, li, shared ? &(shp){0, {0}} : &shape1(C), sc ? sc->f : &one);
+}
+
 /* Opset 17's LayerNormalization. */
 static int op_layer_norm(imp *m) {
   tensor *x;
@@ -2868,6 +2921,7 @@ static const struct {
     {"Split", op_split}, {"Slice", op_slice}, {"Gather", op_gather}, {"LSTM", op_recurrent},
     {"GRU", op_recurrent},
     {"ReduceMean", op_reduce_mean}, {"LayerNormalization", op_layer_norm},
+    {"ReduceSumSquare", op_reduce_sum_square},
     {NULL, NULL}};
 
 static op_fn find_op(const char *op) {
@@ -3128,8 +3182,26 @@ static int finish_outputs(imp *m) {
   for (size_t k = 0; k < g->n_output; k++) {
     tensor *t = t_find(m, g->output[k]->name);
     m->node = NULL;
-    if (t->kind == T_CONST)
-      return kiln_errorf(KILN_ERR_UNSUPPORTED, "%s: graph output '%s' is a constant: a kiln net's outputs are computed", m->src, t->name);
+    if (t->kind == T_CONST) {
+      /* a constant output (a detector's priors, folded from PriorBox's constants): a Parameter
+       * layer that does not learn holds it */
+      if (t->dt != DT_F)
+        return kiln_errorf(KILN_ERR_UNSUPPORTED, "%s: graph output '%s' is a constant of integers: "
+                           "a kiln net's outputs are floats", m->src, t->name);
+      static const Onnx__NodeProto none = ONNX__NODE_PROTO__INIT;
+      m->node = &none;
+      const char *top = own_blob(m, t->name);
+      if (!top) return nomem();
+      const int li = begin_layer(m, "Parameter", t->name, 0, NULL, 1, &top);
+      if (li < 0) return KILN_ERR_NOMEM;
+      kiln_strbuf_printf(&m->text, "  param { lr_mult: 0 decay_mult: 0 }\n  parameter_param { shape {");
+      for (int a = 0; a < t->s.nd; a++) kiln_strbuf_printf(&m->text, " dim: %lld", (long long)t->s.d[a]);
+      kiln_strbuf_printf(&m->text, " } }\n");
+      end_layer(m);
+      KILN_TRY(add_blob(m, li, &t->s, t->f));
+      t->kind = T_BLOB, t->blob = top, t->cs = t->s;
+      continue;
+    }
     if (t->kind == T_PAD) return kiln_errorf(KILN_ERR_UNSUPPORTED, "%s: graph output '%s' is a Pad's: kiln imports a Pad only before a Conv or AveragePool", m->src, t->name);
     const char *b;
     static const Onnx__NodeProto none = ONNX__NODE_PROTO__INIT;

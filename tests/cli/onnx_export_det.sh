@@ -5,7 +5,8 @@
 # to its bottoms. The heads (mbox_loc, mbox_conf_flatten, Normalize's outputs) run in OpenCV's
 # ONNX importer to kiln's values within 1e-4; the priors, a constant of the model that OpenCV
 # folds away, are checked by the NumPy evaluator (bit for bit: they are kiln's own values); the
-# model of all three is accepted by ONNX's checker. Then --outputs' errors. SSD300 (VGG-16 and
+# model of all three is accepted by ONNX's checker; both models import back bit for bit. Then
+# --outputs' errors. SSD300 (VGG-16 and
 # conv4_3's Normalize) is in slow_onnx_zoo.sh.
 source "$(dirname "$0")/lib.bash"
 cd "$WORK"
@@ -72,6 +73,24 @@ if [ -n "$ONNX_PY" ]; then
   cat norm3.log
   "$ONNX_PY" -c 'import onnx, sys; onnx.checker.check_model(onnx.load(sys.argv[1]), full_check=True)' all.onnx \
     > all.log 2>&1 && pass || fail "onnx.checker on the model of all three: $(cat all.log)"
+fi
+
+# back into kiln bit for bit: the heads and priors (the priors a Parameter layer that does not
+# learn: the constant the model holds), Normalize in both forms as Normalize layers
+all_d() { mkdir -p all.d && cp ssd.d/*.f32 all.d/ && { grep '^input ' ssd.d/manifest.txt; grep '^inner mbox_' ssd.d/manifest.txt | sed 's/^inner /blob /'; } > all.d/manifest.txt; }
+all_d
+if "$KILN" import onnx all.onnx all-back.prototxt all-back.caffemodel > back.out 2>&1 \
+  && "$KILN" import onnx norm.onnx norm-back.prototxt norm-back.caffemodel >> back.out 2>&1; then
+  pass
+  "$ONNX_REF" --compare all-back.prototxt all-back.caffemodel all.d 0 > back.cmp 2>&1 \
+    && "$ONNX_REF" --compare norm-back.prototxt norm-back.caffemodel norm.d 0 >> back.cmp 2>&1 \
+    && pass || fail "the detection heads through import: $(cat back.cmp)"
+  echo "exported and imported again: $(tr '\n' ' ' < back.cmp)"
+  # (conv7 is 1 x 1: its two Permutes move axes of size 1 alone, and import as views)
+  [ "$(grep -c 'type: "Normalize"' norm-back.prototxt) $(grep -c 'type: "Permute"' all-back.prototxt)" = "2 8" ] \
+    && pass || fail "imported as: $(grep 'type:' norm-back.prototxt all-back.prototxt | sort | uniq -c | tr '\n' ' ')"
+else
+  fail "import of the detection heads: $(cat back.out)"
 fi
 
 # --outputs' errors: a blob the net does not have, one named twice, an empty list
