@@ -164,6 +164,11 @@ Onnx__NodeProto *ox_node1(ox_graph *g, const char *op, const char *in, const cha
   return ox_node(g, op, 1, &in, 1, &out);
 }
 
+const char *ox_op2(ox_graph *g, const char *op, const char *a, const char *b, const char *out) {
+  const char *in[2] = {a, b};
+  return ox_node(g, op, 2, in, 1, &out) ? out : NULL;
+}
+
 static Onnx__AttributeProto *attr_new(ox_graph *g, Onnx__NodeProto *n, const char *name,
                                       Onnx__AttributeProto__AttributeType type) {
   if (!n) return NULL;

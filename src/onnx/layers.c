@@ -8,11 +8,6 @@
 
 #include "onnx_internal.h"
 
-#define TRY_NODE(n) \
-  do {              \
-    if (!(n)) return KILN_ERR_NOMEM; /* the error is set */ \
-  } while (0)
-
 /* A Caffe value given once, per axis (repeated) or as *_h / *_w, into out[0] (h) and out[1]. */
 static void pick2(size_t n, const uint32_t *v, bool has_h, uint32_t h, bool has_w, uint32_t w,
                   int64_t dflt, int64_t *out) {

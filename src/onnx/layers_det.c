@@ -8,16 +8,6 @@
 
 #include "onnx_internal.h"
 
-#define TRY_NODE(n) \
-  do {              \
-    if (!(n)) return KILN_ERR_NOMEM; /* the error is set */ \
-  } while (0)
-
-static const char *op2(ox_graph *g, const char *op, const char *a, const char *b, const char *out) {
-  const char *in[2] = {a, b};
-  return ox_node(g, op, 2, in, 1, &out) ? out : NULL;
-}
-
 /* Normalize: x / sqrt(sum of x^2 over the group + eps) * scale: ReduceSumSquare (the channels,
  * or with across_spatial every axis after the batch), Add, Sqrt, Div, Mul by the scale (one
  * value, or one a channel shaped C x 1 x ...). */
@@ -37,17 +27,17 @@ static int emit_normalize(ox_graph *g) {
   TRY_NODE(rs);
   KILN_TRY(ox_attr_ints(g, rs, "axes", na, axes));
   KILN_TRY(ox_attr_int(g, rs, "keepdims", 1));
-  const char *se = op2(g, "Add", sum, ox_init_scalar(g, "eps", p->eps), ox_tmp(g, "sum_eps"));
+  const char *se = ox_op2(g, "Add", sum, ox_init_scalar(g, "eps", p->eps), ox_tmp(g, "sum_eps"));
   const char *nrm = ox_tmp(g, "norm");
   TRY_NODE(se && ox_node1(g, "Sqrt", se, nrm));
-  const char *y = op2(g, "Div", in, nrm, ox_tmp(g, "normalized"));
+  const char *y = ox_op2(g, "Div", in, nrm, ox_tmp(g, "normalized"));
   int64_t dims[KILN_MAX_AXES];
   int nd = 1;
   dims[0] = p->channel_shared ? 1 : x->shape[1];
   if (!p->channel_shared)
     for (int a = 2; a < x->naxes; a++) dims[nd++] = 1;
   const char *out = ox_top(g, 0);
-  TRY_NODE(y && op2(g, "Mul", y, ox_init_float(g, "scale", nd, dims, ox_param(g, 0)), out));
+  TRY_NODE(y && ox_op2(g, "Mul", y, ox_init_float(g, "scale", nd, dims, ox_param(g, 0)), out));
   ox_set_top(g, 0, out);
   return KILN_OK;
 }

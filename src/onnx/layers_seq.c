@@ -13,21 +13,10 @@
 
 #include "onnx_internal.h"
 
-#define TRY_NODE(n) \
-  do {              \
-    if (!(n)) return KILN_ERR_NOMEM; /* the error is set */ \
-  } while (0)
-
-/* Two-input node into `out` (a name), returning `out` or NULL. */
-static const char *op2(ox_graph *g, const char *op, const char *a, const char *b, const char *out) {
-  const char *in[2] = {a, b};
-  return ox_node(g, op, 2, in, 1, &out) ? out : NULL;
-}
-
 /* A Reshape of `in` to `shape` (0 copies the input's axis) into `out`. */
 static const char *reshape(ox_graph *g, const char *in, int n, const int64_t *shape,
                            const char *out) {
-  return op2(g, "Reshape", in, ox_init_int64(g, "shape", n, shape), out);
+  return ox_op2(g, "Reshape", in, ox_init_int64(g, "shape", n, shape), out);
 }
 
 static const char *transpose(ox_graph *g, const char *in, int n, const int64_t *perm,
@@ -66,7 +55,7 @@ static int emit_embed(ox_graph *g) {
   Onnx__NodeProto *n = ox_node(g, "Gather", 2, (const char *[]){table, ids}, 1, &rows);
   TRY_NODE(n);
   KILN_TRY(ox_attr_int(g, n, "axis", 0));
-  if (bias && !op2(g, "Add", rows, ox_init_float(g, "bias", 1, l->param[1]->shape,
+  if (bias && !ox_op2(g, "Add", rows, ox_init_float(g, "bias", 1, l->param[1]->shape,
                                                   ox_param(g, 1)), out))
     return KILN_ERR_NOMEM;
   ox_set_top(g, 0, out);
@@ -144,8 +133,8 @@ static int emit_recurrent(ox_graph *g) {
       memcpy(bo + d * H, ox_param(g, d * per_dir + 4), sizeof(float) * (size_t)H);
     }
     const int64_t wod[3] = {ndir, H, H}, bod[3] = {ndir, 1, H};
-    const char *pre = op2(g, "MatMul", y, ox_init_float(g, "W_o", 3, wod, wo), ox_tmp(g, "o_pre"));
-    const char *sum = pre ? op2(g, "Add", pre, ox_init_float(g, "b_o", 3, bod, bo),
+    const char *pre = ox_op2(g, "MatMul", y, ox_init_float(g, "W_o", 3, wod, wo), ox_tmp(g, "o_pre"));
+    const char *sum = pre ? ox_op2(g, "Add", pre, ox_init_float(g, "b_o", 3, bod, bo),
                                 ox_tmp(g, "o_sum")) : NULL;
     const char *o = ox_tmp(g, "o");
     if (!sum || !ox_node1(g, "Tanh", sum, o)) return KILN_ERR_NOMEM;
@@ -154,7 +143,7 @@ static int emit_recurrent(ox_graph *g) {
   const char *out = ox_top(g, 0);
   if (ndir == 1) {
     const int64_t axis = 1;
-    if (!op2(g, "Squeeze", y, ox_init_int64(g, "axes", 1, &axis), out)) return KILN_ERR_NOMEM;
+    if (!ox_op2(g, "Squeeze", y, ox_init_int64(g, "axes", 1, &axis), out)) return KILN_ERR_NOMEM;
   } else {
     const int64_t perm[4] = {0, 2, 1, 3}, shape[3] = {0, 0, -1};
     const char *t = transpose(g, y, 4, perm, ox_tmp(g, "Y_steps"));
@@ -188,26 +177,26 @@ static int emit_layer_norm(ox_graph *g) {
   TRY_NODE(m);
   KILN_TRY(ox_attr_ints(g, m, "axes", na, axes));
   KILN_TRY(ox_attr_int(g, m, "keepdims", 1));
-  const char *d = op2(g, "Sub", x, mean, ox_tmp(g, "centered"));
-  const char *sq = d ? op2(g, "Mul", d, d, ox_tmp(g, "square")) : NULL;
+  const char *d = ox_op2(g, "Sub", x, mean, ox_tmp(g, "centered"));
+  const char *sq = d ? ox_op2(g, "Mul", d, d, ox_tmp(g, "square")) : NULL;
   const char *var = ox_tmp(g, "var");
   Onnx__NodeProto *v = sq ? ox_node1(g, "ReduceMean", sq, var) : NULL;
   TRY_NODE(v);
   KILN_TRY(ox_attr_ints(g, v, "axes", na, axes));
   KILN_TRY(ox_attr_int(g, v, "keepdims", 1));
-  const char *ve = op2(g, "Add", var, ox_init_scalar(g, "eps", p->eps), ox_tmp(g, "var_eps"));
+  const char *ve = ox_op2(g, "Add", var, ox_init_scalar(g, "eps", p->eps), ox_tmp(g, "var_eps"));
   const char *sd = ox_tmp(g, "std");
   if (!ve || !ox_node1(g, "Sqrt", ve, sd)) return KILN_ERR_NOMEM;
   const bool gain = l->nparam > 0, bias = l->nparam > 1;
-  const char *xhat = op2(g, "Div", d, sd, gain ? ox_tmp(g, "normalized") : out);
+  const char *xhat = ox_op2(g, "Div", d, sd, gain ? ox_tmp(g, "normalized") : out);
   if (!xhat) return KILN_ERR_NOMEM;
   if (gain) {
     const kiln_blob *gb = l->param[0];
-    const char *scaled = op2(g, "Mul", xhat, ox_init_float(g, "gain", gb->naxes, gb->shape,
+    const char *scaled = ox_op2(g, "Mul", xhat, ox_init_float(g, "gain", gb->naxes, gb->shape,
                                                            ox_param(g, 0)),
                              bias ? ox_tmp(g, "scaled") : out);
     if (!scaled) return KILN_ERR_NOMEM;
-    if (bias && !op2(g, "Add", scaled, ox_init_float(g, "bias", l->param[1]->naxes,
+    if (bias && !ox_op2(g, "Add", scaled, ox_init_float(g, "bias", l->param[1]->naxes,
                                                      l->param[1]->shape, ox_param(g, 1)), out))
       return KILN_ERR_NOMEM;
   }
@@ -221,25 +210,25 @@ static int emit_gelu(ox_graph *g) {
   const bool tanh_form = p && p->approximate == CAFFE__GELUPARAMETER__APPROXIMATE__TANH;
   const char *x = ox_bottom(g, 0), *out = ox_top(g, 0), *phi2;
   if (tanh_form) {
-    const char *x2 = op2(g, "Mul", x, x, ox_tmp(g, "x2"));
-    const char *x3 = x2 ? op2(g, "Mul", x2, x, ox_tmp(g, "x3")) : NULL;
-    const char *cx3 = x3 ? op2(g, "Mul", x3, ox_init_scalar(g, "c", 0.044715f), ox_tmp(g, "cx3"))
+    const char *x2 = ox_op2(g, "Mul", x, x, ox_tmp(g, "x2"));
+    const char *x3 = x2 ? ox_op2(g, "Mul", x2, x, ox_tmp(g, "x3")) : NULL;
+    const char *cx3 = x3 ? ox_op2(g, "Mul", x3, ox_init_scalar(g, "c", 0.044715f), ox_tmp(g, "cx3"))
                          : NULL;
-    const char *in = cx3 ? op2(g, "Add", x, cx3, ox_tmp(g, "inner")) : NULL;
-    const char *u = in ? op2(g, "Mul", in, ox_init_scalar(g, "sqrt_2_over_pi",
+    const char *in = cx3 ? ox_op2(g, "Add", x, cx3, ox_tmp(g, "inner")) : NULL;
+    const char *u = in ? ox_op2(g, "Mul", in, ox_init_scalar(g, "sqrt_2_over_pi",
                                                           (float)sqrt(2.0 / M_PI)),
                              ox_tmp(g, "u")) : NULL;
     phi2 = ox_tmp(g, "tanh");
     if (!u || !ox_node1(g, "Tanh", u, phi2)) return KILN_ERR_NOMEM;
   } else {
-    const char *s = op2(g, "Mul", x, ox_init_scalar(g, "inv_sqrt2", (float)(1.0 / sqrt(2.0))),
+    const char *s = ox_op2(g, "Mul", x, ox_init_scalar(g, "inv_sqrt2", (float)(1.0 / sqrt(2.0))),
                         ox_tmp(g, "scaled"));
     phi2 = ox_tmp(g, "erf");
     if (!s || !ox_node1(g, "Erf", s, phi2)) return KILN_ERR_NOMEM;
   }
-  const char *one = op2(g, "Add", phi2, ox_init_scalar(g, "one", 1.0f), ox_tmp(g, "one_plus"));
-  const char *xp = one ? op2(g, "Mul", x, one, ox_tmp(g, "x_times")) : NULL;
-  if (!xp || !op2(g, "Mul", xp, ox_init_scalar(g, "half", 0.5f), out)) return KILN_ERR_NOMEM;
+  const char *one = ox_op2(g, "Add", phi2, ox_init_scalar(g, "one", 1.0f), ox_tmp(g, "one_plus"));
+  const char *xp = one ? ox_op2(g, "Mul", x, one, ox_tmp(g, "x_times")) : NULL;
+  if (!xp || !ox_op2(g, "Mul", xp, ox_init_scalar(g, "half", 0.5f), out)) return KILN_ERR_NOMEM;
   ox_set_top(g, 0, out);
   return KILN_OK;
 }
@@ -250,10 +239,10 @@ static int emit_swish(ox_graph *g) {
   const float beta = p ? p->beta : 1.0f;
   const char *x = ox_bottom(g, 0), *out = ox_top(g, 0), *bx = x;
   if (beta != 1.0f &&
-      !(bx = op2(g, "Mul", x, ox_init_scalar(g, "beta", beta), ox_tmp(g, "beta_x"))))
+      !(bx = ox_op2(g, "Mul", x, ox_init_scalar(g, "beta", beta), ox_tmp(g, "beta_x"))))
     return KILN_ERR_NOMEM;
   const char *s = ox_tmp(g, "sigmoid");
-  if (!ox_node1(g, "Sigmoid", bx, s) || !op2(g, "Mul", x, s, out)) return KILN_ERR_NOMEM;
+  if (!ox_node1(g, "Sigmoid", bx, s) || !ox_op2(g, "Mul", x, s, out)) return KILN_ERR_NOMEM;
   ox_set_top(g, 0, out);
   return KILN_OK;
 }
@@ -283,7 +272,7 @@ static int emit_positional(ox_graph *g) {
   }
   const int64_t dims[3] = {T, 1, D};
   const char *out = ox_top(g, 0);
-  if (!op2(g, "Add", ox_bottom(g, 0), ox_init_float(g, "table", 3, dims, table), out))
+  if (!ox_op2(g, "Add", ox_bottom(g, 0), ox_init_float(g, "table", 3, dims, table), out))
     return KILN_ERR_NOMEM;
   ox_set_top(g, 0, out);
   return KILN_OK;
@@ -299,14 +288,14 @@ static const char *project_heads(ox_graph *g, const char *in, const char *what, 
   snprintf(name, sizeof name, "W_%s", what);
   const char *wt = init_transposed(g, name, w, D, D, D);
   snprintf(name, sizeof name, "%s_proj", what);
-  const char *y = op2(g, "MatMul", in, wt, ox_tmp(g, name));
+  const char *y = ox_op2(g, "MatMul", in, wt, ox_tmp(g, name));
   if (!y) return NULL;
   if (b) {
     const int64_t dd = D;
     snprintf(name, sizeof name, "b_%s", what);
     const char *bn = ox_init_float(g, name, 1, &dd, b);
     snprintf(name, sizeof name, "%s_biased", what);
-    if (!(y = op2(g, "Add", y, bn, ox_tmp(g, name)))) return NULL;
+    if (!(y = ox_op2(g, "Add", y, bn, ox_tmp(g, name)))) return NULL;
   }
   const int64_t shape[4] = {0, 0, H, D / H};
   snprintf(name, sizeof name, "%s_split", what);
@@ -349,8 +338,8 @@ static int emit_attention(ox_graph *g) {
   const char *v = project_heads(g, kvx, "v", w_in + 2 * D * D, b_in ? b_in + 2 * D : NULL, D, H,
                                 false);
   if (!q || !k || !v) return KILN_ERR_NOMEM;
-  const char *raw = op2(g, "MatMul", q, k, ox_tmp(g, "dot")); /* N x H x T x S */
-  const char *scores = raw ? op2(g, "Mul", raw, ox_init_scalar(g, "scale",
+  const char *raw = ox_op2(g, "MatMul", q, k, ox_tmp(g, "dot")); /* N x H x T x S */
+  const char *scores = raw ? ox_op2(g, "Mul", raw, ox_init_scalar(g, "scale",
                                                                 (float)(1.0 / sqrt((double)hd))),
                                  ox_tmp(g, "scores")) : NULL;
   if (!scores) return KILN_ERR_NOMEM;
@@ -365,7 +354,7 @@ static int emit_attention(ox_graph *g) {
         causal_vis[t * S + s] = s <= t ? 1.0f : 0.0f;
       }
     const int64_t dims[2] = {T, S};
-    if (!(scores = op2(g, "Add", scores, ox_init_float(g, "causal_mask", 2, dims, hide),
+    if (!(scores = ox_op2(g, "Add", scores, ox_init_float(g, "causal_mask", 2, dims, hide),
                        ox_tmp(g, "causal_scores"))))
       return KILN_ERR_NOMEM;
   }
@@ -375,10 +364,10 @@ static int emit_attention(ox_graph *g) {
     const char *mt = transpose(g, ox_bottom(g, mask), 2, perm, ox_tmp(g, "mask_t"));
     vis = mt ? reshape(g, mt, 4, shape, ox_tmp(g, "visible")) : NULL;
     const char *big =
-        vis ? op2(g, "Mul", vis, ox_init_scalar(g, "big", 1e30f), ox_tmp(g, "vis_big")) : NULL;
-    const char *hide = big ? op2(g, "Sub", big, ox_init_scalar(g, "big2", 1e30f),
+        vis ? ox_op2(g, "Mul", vis, ox_init_scalar(g, "big", 1e30f), ox_tmp(g, "vis_big")) : NULL;
+    const char *hide = big ? ox_op2(g, "Sub", big, ox_init_scalar(g, "big2", 1e30f),
                                  ox_tmp(g, "pad_mask")) : NULL;
-    if (!hide || !(scores = op2(g, "Add", scores, hide, ox_tmp(g, "masked_scores"))))
+    if (!hide || !(scores = ox_op2(g, "Add", scores, hide, ox_tmp(g, "masked_scores"))))
       return KILN_ERR_NOMEM;
   }
   const char *a = ox_tmp(g, "weights");
@@ -386,26 +375,26 @@ static int emit_attention(ox_graph *g) {
   TRY_NODE(sm);
   KILN_TRY(ox_attr_int(g, sm, "axis", -1));
   if (vis) {
-    if (!(a = op2(g, "Mul", a, vis, ox_tmp(g, "visible_weights")))) return KILN_ERR_NOMEM;
+    if (!(a = ox_op2(g, "Mul", a, vis, ox_tmp(g, "visible_weights")))) return KILN_ERR_NOMEM;
     if (causal_vis) {
       const int64_t dims[2] = {T, S};
-      if (!(a = op2(g, "Mul", a, ox_init_float(g, "causal_visible", 2, dims, causal_vis),
+      if (!(a = ox_op2(g, "Mul", a, ox_init_float(g, "causal_visible", 2, dims, causal_vis),
                     ox_tmp(g, "causal_weights"))))
         return KILN_ERR_NOMEM;
     }
   }
-  const char *ctx = op2(g, "MatMul", a, v, ox_tmp(g, "context")); /* N x H x T x hd */
+  const char *ctx = ox_op2(g, "MatMul", a, v, ox_tmp(g, "context")); /* N x H x T x hd */
   const int64_t perm[4] = {2, 0, 1, 3}, shape[3] = {0, 0, D};
   const char *ct = ctx ? transpose(g, ctx, 4, perm, ox_tmp(g, "context_steps")) : NULL;
   const char *joined = ct ? reshape(g, ct, 3, shape, ox_tmp(g, "joined")) : NULL;
   const char *out = ox_top(g, 0);
   const char *wo = init_transposed(g, "W_out", w_out, D, D, D);
-  const char *y = joined ? op2(g, "MatMul", joined, wo, b_out ? ox_tmp(g, "out_proj") : out)
+  const char *y = joined ? ox_op2(g, "MatMul", joined, wo, b_out ? ox_tmp(g, "out_proj") : out)
                          : NULL;
   if (!y) return KILN_ERR_NOMEM;
   if (b_out) {
     const int64_t dd = D;
-    if (!op2(g, "Add", y, ox_init_float(g, "b_out", 1, &dd, b_out), out)) return KILN_ERR_NOMEM;
+    if (!ox_op2(g, "Add", y, ox_init_float(g, "b_out", 1, &dd, b_out), out)) return KILN_ERR_NOMEM;
   }
   ox_set_top(g, 0, out);
   return KILN_OK;
@@ -443,10 +432,10 @@ static int emit_sequence_pool(ox_graph *g) {
       const int64_t shape[2] = {T, xb->shape[1]};
       if (!(m = reshape(g, m, 2, shape, ox_tmp(g, "mask")))) return KILN_ERR_NOMEM;
     }
-    const char *pad = op2(g, "Equal", m, ox_init_scalar(g, "zero", 0.0f), ox_tmp(g, "padding"));
+    const char *pad = ox_op2(g, "Equal", m, ox_init_scalar(g, "zero", 0.0f), ox_tmp(g, "padding"));
     valid = ox_tmp(g, "valid");
     if (!pad || !ox_node1(g, "Not", pad, valid)) return KILN_ERR_NOMEM;
-    if (!(valid3 = op2(g, "Unsqueeze", valid, ox_init_int64(g, "axes", 1, &two),
+    if (!(valid3 = ox_op2(g, "Unsqueeze", valid, ox_init_int64(g, "axes", 1, &two),
                        ox_tmp(g, "valid3"))))
       return KILN_ERR_NOMEM;
   }
@@ -463,7 +452,7 @@ static int emit_sequence_pool(ox_graph *g) {
       Onnx__NodeProto *c = ox_node1(g, "Cast", valid3, vf);
       TRY_NODE(c);
       KILN_TRY(ox_attr_int(g, c, "to", ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT));
-      const char *kept = op2(g, "Mul", x, vf, ox_tmp(g, "kept"));
+      const char *kept = ox_op2(g, "Mul", x, vf, ox_tmp(g, "kept"));
       const char *axes = ox_init_int64(g, "axes0", 1, &zero_axis);
       const char *sum = ox_tmp(g, "sum"), *cnt = ox_tmp(g, "count");
       Onnx__NodeProto *s1 = kept ? ox_node(g, "ReduceSum", 2, (const char *[]){kept, axes}, 1,
@@ -473,7 +462,7 @@ static int emit_sequence_pool(ox_graph *g) {
       TRY_NODE(s2);
       KILN_TRY(ox_attr_int(g, s1, "keepdims", 0));
       KILN_TRY(ox_attr_int(g, s2, "keepdims", 0));
-      if (!op2(g, "Div", sum, cnt, r)) return KILN_ERR_NOMEM;
+      if (!ox_op2(g, "Div", sum, cnt, r)) return KILN_ERR_NOMEM;
     }
     break;
   case CAFFE__SEQUENCE_POOL_PARAMETER__POOL__MAX: {
@@ -515,8 +504,8 @@ static int emit_sequence_pool(ox_graph *g) {
       const int64_t tshape[2] = {T, 1};
       const char *st = reshape(g, ox_init_int64(g, "steps", T, steps), 2, tshape,
                                ox_tmp(g, "steps_col"));
-      const char *pick = st ? op2(g, "Equal", st, last, ox_tmp(g, "pick")) : NULL;
-      const char *pick3 = pick ? op2(g, "Unsqueeze", pick, ox_init_int64(g, "axes", 1, &two),
+      const char *pick = st ? ox_op2(g, "Equal", st, last, ox_tmp(g, "pick")) : NULL;
+      const char *pick3 = pick ? ox_op2(g, "Unsqueeze", pick, ox_init_int64(g, "axes", 1, &two),
                                      ox_tmp(g, "pick3")) : NULL;
       const char *w = ox_tmp(g, "picked");
       if (!pick3 || !ox_node(g, "Where", 3, (const char *[]){pick3, x,

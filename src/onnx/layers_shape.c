@@ -7,11 +7,6 @@
 
 #include "onnx_internal.h"
 
-#define TRY_NODE(n) \
-  do {              \
-    if (!(n)) return KILN_ERR_NOMEM; /* the error is set */ \
-  } while (0)
-
 /* The axis of Concat and Slice: the deprecated *_dim when given, else axis (negative from the
  * end). */
 static int arrange_axis(const ox_graph *g, bool has_dim, uint32_t dim, int axis, int *out) {

@@ -50,6 +50,13 @@ Onnx__NodeProto *ox_node(ox_graph *g, const char *op, int nin, const char *const
                          const char *const *out);
 /* One-input one-output node, the most common kind. */
 Onnx__NodeProto *ox_node1(ox_graph *g, const char *op, const char *in, const char *out);
+/* A two-input node into `out` (a name): `out`, or NULL when out of memory (the error set). */
+const char *ox_op2(ox_graph *g, const char *op, const char *a, const char *b, const char *out);
+/* For an emitter: return KILN_ERR_NOMEM (the error is set) when a node could not be made. */
+#define TRY_NODE(n)                      \
+  do {                                   \
+    if (!(n)) return KILN_ERR_NOMEM;     \
+  } while (0)
 int ox_attr_int(ox_graph *g, Onnx__NodeProto *n, const char *name, int64_t v);
 int ox_attr_float(ox_graph *g, Onnx__NodeProto *n, const char *name, float v);
 int ox_attr_ints(ox_graph *g, Onnx__NodeProto *n, const char *name, int count, const int64_t *v);

@@ -71,6 +71,8 @@ static const kiln_caffe_field fields[] = {
      KILN_ONLY, "the parameters of kiln's PositionalEncoding layer"},
     {&caffe__layer_parameter__descriptor, "multihead_attention_param", 1004, KILN_CAFFE_DROP,
      KILN_ONLY, "the parameters of kiln's MultiHeadAttention layer"},
+    {&caffe__layer_parameter__descriptor, "matmul_param", 1013, KILN_CAFFE_DROP, KILN_ONLY,
+     "the parameters of kiln's MatMul layer"},
     {&caffe__layer_parameter__descriptor, "sequence_pool_param", 1010, KILN_CAFFE_DROP, KILN_ONLY,
      "the parameters of kiln's SequencePool layer"},
     {&caffe__layer_parameter__descriptor, "f1_param", 1011, KILN_CAFFE_DROP, KILN_ONLY,
@@ -153,7 +155,8 @@ static const kiln_caffe_extra_layer extra_layers[] = {
     {"SequencePool", KILN_ONLY}, {"GRU", KILN_ONLY}, {"GELU", KILN_ONLY},
     {"AnnotatedData", SSD},
     {"LayerNorm", KILN_ONLY}, {"PositionalEncoding", KILN_ONLY},
-    {"MultiHeadAttention", KILN_ONLY}, {"Swish", CAFFE_LATER}, {"Normalize", SSD},
+    {"MultiHeadAttention", KILN_ONLY}, {"MatMul", KILN_ONLY}, {"Swish", CAFFE_LATER},
+    {"Normalize", SSD},
     {"Permute", SSD}, {"PriorBox", SSD}, {"MultiBoxLoss", SSD}, {"DetectionOutput", SSD},
     {"DetectionEvaluate", SSD}, {NULL, NULL},
 };

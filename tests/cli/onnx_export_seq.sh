@@ -181,6 +181,23 @@ else
   fail "import of seq2seq_g2p.onnx: $(cat sback.out)"
 fi
 
+# back_exact NAME WHAT: NAME.prototxt with random weights exported, imported again and run to
+# kiln's outputs bit for bit; status 0 when the import was written (NAME-back.prototxt)
+back_exact() {
+  local name=$1 what=$2
+  mkdir -p "$name.d"
+  if "$ONNX_REF" "$name.prototxt" "$name.caffemodel" "$name.d" 5 > "$name.log" 2>&1 \
+    && "$KILN" export onnx --model "$name.prototxt" --weights "$name.caffemodel" "$name.onnx" >> "$name.log" 2>&1 \
+    && "$KILN" import onnx "$name.onnx" "$name-back.prototxt" "$name-back.caffemodel" >> "$name.log" 2>&1; then
+    pass
+    "$ONNX_REF" --compare "$name-back.prototxt" "$name-back.caffemodel" "$name.d" 0 > "$name.cmp" 2>&1 \
+      && pass || fail "$what through export and import: $(cat "$name.cmp")"
+    return 0
+  fi
+  fail "$what: $(cat "$name.log")"
+  return 1
+}
+
 # the recurrent layers one way and both ways, back into kiln bit for bit
 cat > rec.prototxt <<'NET'
 name: "rec"
@@ -192,17 +209,9 @@ layer { name: "gru_b" type: "GRU" bottom: "gr" bottom: "cont" top: "grb" recurre
 layer { name: "lstm4" type: "LSTM" bottom: "x4" bottom: "cont" top: "l4" recurrent_param { num_output: 3 } }
 layer { name: "cat" type: "Concat" bottom: "grb" bottom: "l4" top: "out" concat_param { axis: 2 } }
 NET
-mkdir -p rec.d
-if "$ONNX_REF" rec.prototxt rec.caffemodel rec.d 5 > rec.log 2>&1 \
-  && "$KILN" export onnx --model rec.prototxt --weights rec.caffemodel rec.onnx >> rec.log 2>&1 \
-  && "$KILN" import onnx rec.onnx rec-back.prototxt rec-back.caffemodel >> rec.log 2>&1; then
-  pass
-  "$ONNX_REF" --compare rec-back.prototxt rec-back.caffemodel rec.d 0 > rec.cmp 2>&1 \
-    && pass || fail "LSTM and GRU both ways through export and import: $(cat rec.cmp)"
+if back_exact rec "LSTM and GRU both ways"; then
   [ "$(grep -c 'type: "Permute"' rec-back.prototxt)" = 0 ] && pass \
     || fail "the bidirectional layers' outputs went through Permute layers"
-else
-  fail "LSTM and GRU both ways: $(cat rec.log)"
 fi
 
 # attention in each form back into kiln bit for bit, as MultiHeadAttention layers: causal with a
@@ -221,17 +230,9 @@ layer { name: "attn_p" type: "MultiHeadAttention" bottom: "x" bottom: "mask" top
 layer { name: "attn_c" type: "MultiHeadAttention" bottom: "a3" top: "a4"
   multihead_attention_param { num_heads: 2 causal: true } }
 NET
-mkdir -p attn.d
-if "$ONNX_REF" attn.prototxt attn.caffemodel attn.d 5 > attn.log 2>&1 \
-  && "$KILN" export onnx --model attn.prototxt --weights attn.caffemodel attn.onnx >> attn.log 2>&1 \
-  && "$KILN" import onnx attn.onnx attn-back.prototxt attn-back.caffemodel >> attn.log 2>&1; then
-  pass
-  "$ONNX_REF" --compare attn-back.prototxt attn-back.caffemodel attn.d 0 > attn.cmp 2>&1 \
-    && pass || fail "attention through export and import: $(cat attn.cmp)"
+if back_exact attn "attention in each form"; then
   [ "$(grep -c 'type: "MultiHeadAttention"' attn-back.prototxt) $(grep -c 'causal: true' attn-back.prototxt) $(grep -c 'bias_term: false' attn-back.prototxt)" = "4 2 1" ] \
     && pass || fail "attention imported as: $(grep 'type:\|multihead' attn-back.prototxt | tr '\n' ' ')"
-else
-  fail "attention in each form: $(cat attn.log)"
 fi
 
 # ---- refusals: named, nothing written ----------------------------------------------------------
