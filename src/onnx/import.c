@@ -31,6 +31,7 @@
 
 #define MAXD 8
 #define MAX_CONST ((int64_t)1 << 26) /* elements of a constant the folding makes */
+#define MAXBLOBS 10 /* parameter blobs of a layer: a bidirectional RNN's, 5 a direction */
 
 typedef struct {
   int nd;
@@ -64,8 +65,8 @@ typedef struct {
   const char *name;
   size_t bias_off; /* where " bias_term: false" is in the text (a MatMul's, for an Add), or 0 */
   int nblobs;
-  shp bs[8];
-  float *bd[8];
+  shp bs[MAXBLOBS];
+  float *bd[MAXBLOBS];
 } ilayer;
 
 typedef struct {
@@ -538,7 +539,7 @@ static void end_layer(imp *m) { kiln_strbuf_printf(&m->text, "}\n"); }
 /* A parameter blob of layer li, shaped s, its data copied. */
 static int add_blob(imp *m, int li, const shp *s, const float *data) {
   ilayer *l = &m->layers[li];
-  if (l->nblobs == 8) return kiln_errorf(KILN_ERR_INTERNAL, "too many blobs");
+  if (l->nblobs == MAXBLOBS) return kiln_errorf(KILN_ERR_INTERNAL, "too many blobs");
   float *d = ialloc(m, sizeof(float) * (size_t)count(s));
   if (!d) return nomem();
   if (data) memcpy(d, data, sizeof(float) * (size_t)count(s));
@@ -2058,34 +2059,40 @@ static int param_blob(imp *m, const char *base, const shp *s, const float *data,
   return add_blob(m, li, s, data);
 }
 
-/* LSTM and GRU nodes: kiln's LSTM and GRU layers (bidirectional: recurrent_param's), with
- * Parameter blobs for cont (and the initial state where expose_hidden carries it in). */
+/* LSTM, GRU and RNN nodes: kiln's LSTM, GRU and RNN layers (bidirectional: recurrent_param's),
+ * with Parameter blobs for cont (and the initial state where expose_hidden carries it in). An RNN
+ * node is taken only with Caffe's output layer after it (MatMul by W_ho^T, Add b_o, Tanh: how
+ * `kiln export onnx` writes kiln's RNN), which Caffe's RNN always has and ONNX's lacks. */
+static const tensor *fconst(const imp *m, const char *name, int64_t n);
+
 static int op_recurrent(imp *m) {
-  const bool gru = !strcmp(nop(m->node), "GRU");
-  const char *type = gru ? "GRU" : "LSTM";
-  tensor *x, *W, *R, *B = in(m, 3), *sl = in(m, 4), *h0 = in(m, 5), *c0 = gru ? NULL : in(m, 6);
+  const bool gru = !strcmp(nop(m->node), "GRU"), rnn = !strcmp(nop(m->node), "RNN");
+  const char *type = gru ? "GRU" : rnn ? "RNN" : "LSTM";
+  tensor *x, *W, *R, *B = in(m, 3), *sl = in(m, 4), *h0 = in(m, 5);
+  tensor *c0 = gru || rnn ? NULL : in(m, 6);
   KILN_TRY(blob_in(m, 0, &x));
   KILN_TRY(const_in(m, 1, &W, "W"));
   KILN_TRY(const_in(m, 2, &R, "R"));
-  if (!gru && in(m, 7)) return REFUSE("peepholes (P): kiln's LSTM has none");
+  if (!gru && !rnn && in(m, 7)) return REFUSE("peepholes (P): kiln's LSTM has none");
   const char *dir = attr_s(m, m->node, "direction", "forward");
   const bool bidi = !strcmp(dir, "bidirectional");
   if (!bidi && strcmp(dir, "forward"))
     return REFUSE("direction %s: kiln's layers run forward, or both ways (bidirectional)", dir);
-  const int ndir = bidi ? 2 : 1, ngates = gru ? 3 : 4;
+  const int ndir = bidi ? 2 : 1, ngates = gru ? 3 : rnn ? 1 : 4;
   if (attr(m->node, "activations")) {
     const Onnx__AttributeProto *a = attr(m->node, "activations");
     const char *want[3] = {"Sigmoid", "Tanh", "Tanh"};
-    const size_t per = gru ? 2 : 3;
+    const size_t per = gru ? 2 : rnn ? 1 : 3;
     for (size_t k = 0; k < a->n_strings; k++) {
       const ProtobufCBinaryData *s = &a->strings[k];
-      const char *w = want[k % per];
+      const char *w = rnn ? "Tanh" : want[k % per];
       if (k >= per * (size_t)ndir || s->len != strlen(w) || memcmp(s->data, w, s->len))
-        return REFUSE("activations other than %s: kiln's %s has those", gru ? "Sigmoid, Tanh" : "Sigmoid, Tanh, Tanh", type);
+        return REFUSE("activations other than %s: kiln's %s has those",
+                      gru ? "Sigmoid, Tanh" : rnn ? "Tanh" : "Sigmoid, Tanh, Tanh", type);
     }
   }
   if (attr(m->node, "clip")) return REFUSE("clip: kiln's %s does not clip", type);
-  if (!gru && attr_i(m->node, "input_forget", 0)) return REFUSE("input_forget 1");
+  if (!gru && !rnn && attr_i(m->node, "input_forget", 0)) return REFUSE("input_forget 1");
   if (gru && attr_i(m->node, "linear_before_reset", 0) != 1)
     return REFUSE("linear_before_reset 0: kiln's GRU is PyTorch's (linear_before_reset 1: "
                   "r (W_hn h + b_hn))");
@@ -2120,10 +2127,10 @@ static int op_recurrent(imp *m) {
   if (expose && bidi)
     return REFUSE("a bidirectional %s with a nonzero initial state or a read final state: kiln's "
                   "bidirectional layers start from zeros and keep their state", type);
-  const int nstate = gru ? 1 : 2;
+  const int nstate = gru || rnn ? 1 : 2;
   /* kiln's gates from ONNX's: LSTM i, f, o, g from i, o, f, c; GRU r, z, n from z, r, h */
-  static const int lstm_from[4] = {0, 2, 1, 3}, gru_from[3] = {1, 0, 2};
-  const int *from = gru ? gru_from : lstm_from;
+  static const int lstm_from[4] = {0, 2, 1, 3}, gru_from[3] = {1, 0, 2}, rnn_from[1] = {0};
+  const int *from = gru ? gru_from : rnn ? rnn_from : lstm_from;
   const char *xb;
   KILN_TRY(materialize(m, x, &xb));
   /* cont: 0 at the first step (no state from an earlier pass), or 1 where h0 is given */
@@ -2158,6 +2165,22 @@ static int op_recurrent(imp *m) {
    * the Transpose to T x N x 2 x H that PyTorch writes next is (fused), and a Y read otherwise
    * gets a Permute of kiln's top. */
   tensor *y = out(m, 0);
+  const tensor *wo = NULL, *bo = NULL;
+  if (rnn) { /* Caffe's output layer: o = tanh(W_ho h + b_o) per direction, on Y */
+    const Onnx__NodeProto *const *G = (const Onnx__NodeProto *const *)m->g->node;
+    const int kmm = y ? sole_reader(m, y->name, "MatMul") : -1;
+    const int kad = kmm >= 0 ? sole_reader(m, G[kmm]->output[0], "Add") : -1;
+    const int kth = kad >= 0 ? sole_reader(m, G[kad]->output[0], "Tanh") : -1;
+    wo = kmm >= 0 && !strcmp(in_name(G[kmm], 0), y->name) ? fconst(m, in_name(G[kmm], 1), ndir * H * H) : NULL;
+    bo = kad >= 0 ? fconst(m, other_in(G[kad], G[kmm]->output[0]), ndir * H) : NULL;
+    if (!wo || !bo || kth < 0 || wo->s.nd != 3 || bo->s.nd != 3 || bo->s.d[1] != 1)
+      return REFUSE("an RNN whose Y is not followed by Caffe's output layer (MatMul by [%d, H, H], "
+                    "Add of [%d, 1, H], Tanh), as `kiln export onnx` writes kiln's RNN: Caffe's RNN "
+                    "always has that layer and ONNX's RNN has none", ndir, ndir);
+    m->fused[kmm] = m->fused[kad] = m->fused[kth] = true;
+    y->ready = true; /* (the hidden states, read by the output layer's MatMul alone) */
+    y = t_find(m, G[kth]->output[0]);
+  }
   int kt = -1;
   if (bidi && y) {
     kt = sole_reader(m, y->name, "Transpose");
@@ -2223,6 +2246,13 @@ static int op_recurrent(imp *m) {
     KILN_TRY(add_blob(m, li, &bs, NULL));
     KILN_TRY(add_blob(m, li, &wh, NULL));
     if (gru) KILN_TRY(add_blob(m, li, &bs, NULL));
+    if (rnn) { /* W_ho (H x H) from W_o^T, b_o */
+      KILN_TRY(add_blob(m, li, &(shp){2, {H, H}}, NULL));
+      float *dwo = m->layers[li].bd[base + 3];
+      for (int64_t i = 0; i < H; i++)
+        for (int64_t j = 0; j < H; j++) dwo[i * H + j] = wo->f[(d * H + j) * H + i];
+      KILN_TRY(add_blob(m, li, &shape1(H), bo->f + d * H));
+    }
     float *dwx = m->layers[li].bd[base], *db = m->layers[li].bd[base + 1];
     float *dwh = m->layers[li].bd[base + 2], *dbh = gru ? m->layers[li].bd[base + 3] : NULL;
     const float *w = W->f + d * G * D, *r = R->f + d * G * H, *b = B ? B->f + d * 2 * G : NULL;
@@ -2919,7 +2949,7 @@ static const struct {
     {"Squeeze", op_reshape_like}, {"Unsqueeze", op_reshape_like}, {"Identity", op_identity},
     {"Dropout", op_identity}, {"Transpose", op_transpose}, {"Concat", op_concat},
     {"Split", op_split}, {"Slice", op_slice}, {"Gather", op_gather}, {"LSTM", op_recurrent},
-    {"GRU", op_recurrent},
+    {"GRU", op_recurrent}, {"RNN", op_recurrent},
     {"ReduceMean", op_reduce_mean}, {"LayerNormalization", op_layer_norm},
     {"ReduceSumSquare", op_reduce_sum_square},
     {NULL, NULL}};

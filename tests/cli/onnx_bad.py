@@ -9,7 +9,7 @@
 # dangling.onnx (a node reading a tensor nothing writes), external.onnx (an initializer whose
 # data is in another file), badpool.onnx (a MaxPool whose asymmetric pads Caffe cannot express),
 # mean.onnx (a ReduceMean that does not begin a layer normalization), constmatmul.onnx (a
-# constant matrix by a computed one).
+# constant matrix by a computed one), rnn.onnx (ONNX's RNN alone, as PyTorch's nn.RNN exports).
 import sys
 
 import numpy as np
@@ -48,3 +48,8 @@ save("mean", [helper.make_node("ReduceMean", ["x"], ["m"], name="mean", axes=[-1
               helper.make_node("Sub", ["x", "m"], ["y"], name="center")])
 c = helper.make_tensor("c", TensorProto.FLOAT, [8, 8], np.ones(64, np.float32))
 save("constmatmul", [helper.make_node("MatMul", ["c", "x"], ["y"], name="cx")], [c])
+S = helper.make_tensor_value_info("s", TensorProto.FLOAT, [3, 2, 4])
+rw = helper.make_tensor("rw", TensorProto.FLOAT, [1, 5, 4], np.ones(20, np.float32))
+rr = helper.make_tensor("rr", TensorProto.FLOAT, [1, 5, 5], np.ones(25, np.float32))
+save("rnn", [helper.make_node("RNN", ["s", "rw", "rr"], ["y"], name="rnn", hidden_size=5)],
+     [rw, rr], inputs=(S,))

@@ -198,7 +198,8 @@ back_exact() {
   return 1
 }
 
-# the recurrent layers one way and both ways, back into kiln bit for bit
+# the recurrent layers one way and both ways, back into kiln bit for bit (RNN with Caffe's output
+# layer after ONNX's RNN)
 cat > rec.prototxt <<'NET'
 name: "rec"
 layer { name: "in" type: "Input" top: "x" top: "cont" top: "x4"
@@ -207,11 +208,13 @@ layer { name: "lstm_b" type: "LSTM" bottom: "x" bottom: "cont" top: "lb" recurre
 layer { name: "gru" type: "GRU" bottom: "lb" bottom: "cont" top: "gr" recurrent_param { num_output: 5 } }
 layer { name: "gru_b" type: "GRU" bottom: "gr" bottom: "cont" top: "grb" recurrent_param { num_output: 3 bidirectional: true } }
 layer { name: "lstm4" type: "LSTM" bottom: "x4" bottom: "cont" top: "l4" recurrent_param { num_output: 3 } }
-layer { name: "cat" type: "Concat" bottom: "grb" bottom: "l4" top: "out" concat_param { axis: 2 } }
+layer { name: "rnn" type: "RNN" bottom: "grb" bottom: "cont" top: "rn" recurrent_param { num_output: 4 } }
+layer { name: "rnn_b" type: "RNN" bottom: "rn" bottom: "cont" top: "rnb" recurrent_param { num_output: 3 bidirectional: true } }
+layer { name: "cat" type: "Concat" bottom: "rnb" bottom: "l4" top: "out" concat_param { axis: 2 } }
 NET
-if back_exact rec "LSTM and GRU both ways"; then
-  [ "$(grep -c 'type: "Permute"' rec-back.prototxt)" = 0 ] && pass \
-    || fail "the bidirectional layers' outputs went through Permute layers"
+if back_exact rec "LSTM, GRU and RNN both ways"; then
+  [ "$(grep -c 'type: "Permute"' rec-back.prototxt) $(grep -c 'type: "RNN"' rec-back.prototxt)" = "0 2" ] \
+    && pass || fail "imported as: $(grep 'type:' rec-back.prototxt | tr '\n' ' ')"
 fi
 
 # attention in each form back into kiln bit for bit, as MultiHeadAttention layers: causal with a
