@@ -336,12 +336,14 @@ static ox_emit_fn find_form(const char *type) {
   return NULL;
 }
 
-/* Sequence layers with no ONNX form, and why (docs/onnx.md). */
+/* Layers with no ONNX form whose refusal says more than that, and what (docs/onnx.md). */
 static const struct {
   const char *type, *why;
-} seq_refused[] = {
+} refused[] = {
     {"LSTMUnit", "one step of Caffe's unrolled LSTM, its cont and state as bottoms: export the "
                  "LSTM layer, which has an ONNX form (docs/onnx.md)"},
+    {"DetectionOutput", "has no ONNX form in kiln's export (decoding and NMS are the runtime's); "
+                        "export the detection heads instead: --outputs with its bottoms"},
     {NULL, NULL}};
 
 bool kiln_onnx_exports_type(const char *type, const char **why) {
@@ -354,8 +356,8 @@ bool kiln_onnx_exports_type(const char *type, const char **why) {
   }
   const char *w = "has no ONNX form in kiln's export (docs/onnx.md lists the layer types it "
                   "exports)";
-  for (size_t i = 0; seq_refused[i].type; i++)
-    if (!strcmp(seq_refused[i].type, type)) w = seq_refused[i].why;
+  for (size_t i = 0; refused[i].type; i++)
+    if (!strcmp(refused[i].type, type)) w = refused[i].why;
   if (ops && ops->is_loss)
     w = "a loss layer has no place in an exported model: export the deploy net";
   else if (ops && ops->is_data)
@@ -408,8 +410,9 @@ static Onnx__ValueInfoProto *value_info(ox_graph *g, const char *name, const kil
 static bool reads_bottoms(const kiln_layer *l) { return strcmp(l->ops->type, "PriorBox") != 0; }
 
 /* The model's outputs (opt's, or the net's own) into outs (net->nblobs + 1 room), their number
- * in *nout; and in need[i] whether layer i is written: it writes a blob that an output depends on. Walking
- * the layers from the last, a layer is needed when one of its tops is; its bottoms then are. */
+ * in *nout; and in need[i] whether layer i is written: it writes a blob that an output depends
+ * on. Walking the layers from the last, a layer is needed when one of its tops is; its bottoms
+ * then are. */
 static int model_outputs(const kiln_net *net, const kiln_onnx_options *opt, const kiln_blob **outs,
                          bool *need, int *nout) {
   int n = 0;
@@ -462,10 +465,7 @@ int kiln_onnx_check(const kiln_net *net, const kiln_onnx_options *opt) {
     const char *why;
     if (!kiln_onnx_exports_type(l->ops->type, &why)) {
       free(need);
-      return kiln_errorf(KILN_ERR_UNSUPPORTED, "layer '%s' (%s): %s%s", l->name, l->ops->type, why,
-                         !strcmp(l->ops->type, "DetectionOutput")
-                             ? "; export the detection heads instead: --outputs with its bottoms"
-                             : "");
+      return kiln_errorf(KILN_ERR_UNSUPPORTED, "layer '%s' (%s): %s", l->name, l->ops->type, why);
     }
   }
   free(need);

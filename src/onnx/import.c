@@ -687,20 +687,22 @@ static int const_span(imp *m, const tensor *c, const shp *s, int *a, int *b, flo
   return KILN_OK;
 }
 
-/* Add, Sub, Mul, Div, Max (and Min refused) with a constant or between computed tensors. */
 static int try_gelu(imp *m, tensor *x, double c);
 static int broadcast(imp *m, const shp *a, const shp *b, shp *s);
 
-/* Whether y's axes longer than 1 are a run of x's, aligned from the right (kiln's Scale with a
- * second bottom multiplies by such a factor). */
-static bool scale_spans(const tensor *x, const tensor *y) {
+/* Whether y's axes longer than 1 are a run [*lo, *hi) of x's, aligned from the right (kiln's
+ * Scale with a second bottom multiplies by such a factor; none: the run is empty, at 0). */
+static bool scale_span(const tensor *x, const tensor *y, int *lo, int *hi) {
   const int off = x->s.nd - y->s.nd;
-  int hi = -1;
+  if (off < 0) return false;
+  *lo = -1, *hi = -1;
   for (int k = 0; k < y->s.nd; k++) {
     if (y->s.d[k] == 1) continue;
-    if (y->s.d[k] != x->s.d[off + k] || (hi >= 0 && hi != off + k)) return false;
-    hi = off + k + 1;
+    if (y->s.d[k] != x->s.d[off + k] || (*hi >= 0 && *hi != off + k)) return false;
+    if (*lo < 0) *lo = off + k;
+    *hi = off + k + 1;
   }
+  if (*lo < 0) *lo = 0, *hi = 0;
   return true;
 }
 
@@ -715,13 +717,19 @@ static int broadcast_eltwise(imp *m, const char *op, tensor *x0, tensor *x1) {
   const char *bs[2];
   tensor *xs[2] = {x0, x1};
   for (int i = 0; i < 2; i++) {
-    tensor v = *xs[i];
-    v.s = (shp){os.nd, {0}};
-    const int off = os.nd - xs[i]->s.nd;
-    for (int k = 0; k < os.nd; k++) v.s.d[k] = k < off ? 1 : xs[i]->s.d[k - off];
-    KILN_TRY(materialize(m, &v, &bs[i]));
+    /* the tensor itself where it has the output's axes (its blob kept for later readers), else
+     * a view with leading 1s */
+    tensor v = *xs[i], *src = xs[i];
+    if (xs[i]->s.nd != os.nd) {
+      v.s = (shp){os.nd, {0}};
+      const int off = os.nd - xs[i]->s.nd;
+      for (int k = 0; k < os.nd; k++) v.s.d[k] = k < off ? 1 : xs[i]->s.d[k - off];
+      src = &v;
+    }
+    KILN_TRY(materialize(m, src, &bs[i]));
+    shp cur = src->s;
     for (int k = 0; k < os.nd; k++) {
-      if (v.s.d[k] == os.d[k]) continue;
+      if (cur.d[k] == os.d[k]) continue;
       char nm[1024];
       snprintf(nm, sizeof nm, "%s/tile%d_%d", nname(m), i, k);
       const char *top = fresh_blob(m, nm);
@@ -730,7 +738,7 @@ static int broadcast_eltwise(imp *m, const char *op, tensor *x0, tensor *x1) {
       params(m, "tile_param { axis: %d tiles: %lld }", k, (long long)os.d[k]);
       end_layer(m);
       bs[i] = top;
-      v.s.d[k] = os.d[k];
+      cur.d[k] = os.d[k];
     }
   }
   const char *top;
@@ -743,6 +751,7 @@ static int broadcast_eltwise(imp *m, const char *op, tensor *x0, tensor *x1) {
   return KILN_OK;
 }
 
+/* Add, Sub, Mul, Div, Max (and Min refused) with a constant or between computed tensors. */
 static int op_binary(imp *m) {
   const char *op = nop(m->node);
   tensor *x0, *x1;
@@ -750,46 +759,21 @@ static int op_binary(imp *m) {
   KILN_TRY(need_in(m, 1, &x1));
   const bool c0 = x0->kind == T_CONST, c1 = x1->kind == T_CONST;
   if (!c0 && !c1) {
-    const char *b0, *b1;
     if (!strcmp(op, "Div") || !strcmp(op, "Pow"))
       return REFUSE("between two computed tensors: kiln has no layer for it");
-    if (same_shape(&x0->s, &x1->s)) {
-      KILN_TRY(materialize(m, x0, &b0));
-      KILN_TRY(materialize(m, x1, &b1));
-      const char *top;
-      KILN_TRY(set_out(m, 0, &x0->s, &top));
-      const char *bs[2] = {b0, b1};
-      if (begin_layer(m, "Eltwise", nname(m), 2, bs, 1, &top) < 0) return KILN_ERR_NOMEM;
-      params(m, "eltwise_param { operation: %s%s }",
-             !strcmp(op, "Mul") ? "PROD" : !strcmp(op, "Max") ? "MAX" : "SUM",
-             !strcmp(op, "Sub") ? " coeff: 1 coeff: -1" : "");
-      if (!strcmp(op, "Min")) return REFUSE("kiln's Eltwise has no MIN");
-      end_layer(m);
-      return KILN_OK;
-    }
-    /* x * y where y spans a run of x's axes (a squeeze-and-excitation gate): Scale with y */
+    /* x * y where y spans a run of x's axes (a squeeze-and-excitation gate): Scale with y; any
+     * other pair (the same shapes, or shapes that broadcast) an Eltwise */
     tensor *x = count(&x0->s) >= count(&x1->s) ? x0 : x1, *y = x == x0 ? x1 : x0;
-    if (strcmp(op, "Mul") || y->s.nd > x->s.nd || !scale_spans(x, y))
+    int lo, hi;
+    if (strcmp(op, "Mul") || same_shape(&x0->s, &x1->s) || !scale_span(x, y, &lo, &hi))
       return broadcast_eltwise(m, op, x0, x1);
-    const int off = x->s.nd - y->s.nd;
-    int lo = -1, hi = -1;
-    for (int k = 0; k < y->s.nd; k++) {
-      if (y->s.d[k] == 1) continue;
-      if (y->s.d[k] != x->s.d[off + k] || (hi >= 0 && hi != off + k))
-        return REFUSE("broadcasts %s against %s: kiln's Scale takes a factor over consecutive axes",
-                      shape_str(&x0->s), shape_str(&x1->s));
-      if (lo < 0) lo = off + k;
-      hi = off + k + 1;
-    }
-    if (lo < 0) lo = 0, hi = 0;
     tensor yv = *y;
     yv.s.nd = hi - lo;
     for (int k = lo; k < hi; k++) yv.s.d[k - lo] = x->s.d[k];
-    KILN_TRY(materialize(m, x, &b0));
-    KILN_TRY(materialize(m, &yv, &b1));
-    const char *top;
+    const char *bs[2], *top;
+    KILN_TRY(materialize(m, x, &bs[0]));
+    KILN_TRY(materialize(m, &yv, &bs[1]));
     KILN_TRY(set_out(m, 0, &x->s, &top));
-    const char *bs[2] = {b0, b1};
     if (begin_layer(m, "Scale", nname(m), 2, bs, 1, &top) < 0) return KILN_ERR_NOMEM;
     params(m, "scale_param { axis: %d num_axes: %d }", lo, hi - lo);
     end_layer(m);
@@ -1376,6 +1360,35 @@ static bool scalar_const(const imp *m, const char *name, double *v) {
 
 static bool near(double v, double want) { return fabs(v - want) <= 1e-6 * fabs(want); }
 
+/* The node that writes `name` when it is an `op`; or -1. */
+static int writer(const imp *m, const char *name, const char *op) {
+  const tensor *t = name && *name ? t_find(m, name) : NULL;
+  if (!t || t->producer < 0) return -1;
+  return strcmp(nop(m->g->node[t->producer]), op) ? -1 : t->producer;
+}
+
+/* A float constant of n values (n < 0: any), or NULL. */
+static const tensor *fconst(const imp *m, const char *name, int64_t n) {
+  const tensor *t = name && *name ? t_find(m, name) : NULL;
+  if (!t || t->kind != T_CONST || t->dt != DT_F || (n >= 0 && t->n != n)) return NULL;
+  return t;
+}
+
+static bool perm_is(const Onnx__NodeProto *n, const int64_t *p, size_t np) {
+  size_t k;
+  const int64_t *v = attr_ints(n, "perm", &k);
+  return v && k == np && !memcmp(v, p, np * sizeof *p);
+}
+
+/* Whether a Reshape node's target is the constant `shape`. */
+static bool reshape_is(const imp *m, const Onnx__NodeProto *n, const int64_t *shape, int nd) {
+  const tensor *t = t_find(m, in_name(n, 1));
+  if (!t || t->kind != T_CONST || t->dt != DT_I || t->n != nd) return false;
+  for (int k = 0; k < nd; k++)
+    if (t->i[k] != shape[k]) return false;
+  return true;
+}
+
 /* A constant that is a LayerNorm's gain or bias for x normalized from axis `a`: its values span
  * those axes (in their shape, after any leading 1s). */
 static bool norm_param(const imp *m, const char *name, const shp *x, int a) {
@@ -1821,7 +1834,7 @@ static int op_concat(imp *m) {
 }
 
 /* A Caffe Slice of blob b (shape xs) along axis at the points given; tops named after the
- * node's outputs where `outk[j]` >= 0, else fresh names (silenced later: nothing reads them). */
+ * tensors outt[j] where given, else fresh names (silenced later: nothing reads them). */
 static int slice_layer(imp *m, const char *b, const shp *xs, int axis, int npts, const int64_t *pts,
                        tensor *const *outt) {
   const char *tops[MAXD * 4 + 1];
@@ -1881,7 +1894,6 @@ static int op_split(imp *m) {
   return slice_layer(m, b, &x->s, axis, no - 1, pts, outt);
 }
 
-/* One range [start, end) of one axis of a computed tensor (Slice, Gather of one index). */
 /* Output 0 as [start, end) of x's axis: a Slice layer whose other pieces are unused; the output
  * tensor in shape outshape (a Gather's index may drop the axis). */
 static int slice_range(imp *m, tensor *x, int axis, int64_t start, int64_t end, const shp *outshape) {
@@ -2048,9 +2060,9 @@ static int op_gather(imp *m) {
 /* ---- LSTM ------------------------------------------------------------------------------- */
 
 /* A constant as a blob: a Parameter layer holding it (lr_mult 0: training leaves it). */
-static int param_blob(imp *m, const char *base, const shp *s, const float *data, const char **blob) {
-  if (!(*blob = fresh_blob(m, base))) return nomem();
-  int li = begin_layer(m, "Parameter", *blob, 0, NULL, 1, blob);
+/* A Parameter layer that does not learn, its top `top`, holding the constant data of shape s. */
+static int param_layer(imp *m, const char *top, const shp *s, const float *data) {
+  int li = begin_layer(m, "Parameter", top, 0, NULL, 1, &top);
   if (li < 0) return KILN_ERR_NOMEM;
   kiln_strbuf_printf(&m->text, "  param { lr_mult: 0 decay_mult: 0 }\n  parameter_param { shape {");
   for (int a = 0; a < s->nd; a++) kiln_strbuf_printf(&m->text, " dim: %lld", (long long)s->d[a]);
@@ -2059,12 +2071,16 @@ static int param_blob(imp *m, const char *base, const shp *s, const float *data,
   return add_blob(m, li, s, data);
 }
 
+/* A Parameter layer of a fresh blob named after base; the blob's name in *blob. */
+static int param_blob(imp *m, const char *base, const shp *s, const float *data, const char **blob) {
+  if (!(*blob = fresh_blob(m, base))) return nomem();
+  return param_layer(m, *blob, s, data);
+}
+
 /* LSTM, GRU and RNN nodes: kiln's LSTM, GRU and RNN layers (bidirectional: recurrent_param's),
  * with Parameter blobs for cont (and the initial state where expose_hidden carries it in). An RNN
  * node is taken only with Caffe's output layer after it (MatMul by W_ho^T, Add b_o, Tanh: how
  * `kiln export onnx` writes kiln's RNN), which Caffe's RNN always has and ONNX's lacks. */
-static const tensor *fconst(const imp *m, const char *name, int64_t n);
-
 static int op_recurrent(imp *m) {
   const bool gru = !strcmp(nop(m->node), "GRU"), rnn = !strcmp(nop(m->node), "RNN");
   const char *type = gru ? "GRU" : rnn ? "RNN" : "LSTM";
@@ -2683,35 +2699,6 @@ static bool gadd(group *g, int k) {
   return true;
 }
 
-/* The node that writes `name` when it is an `op`; or -1. */
-static int writer(const imp *m, const char *name, const char *op) {
-  const tensor *t = name && *name ? t_find(m, name) : NULL;
-  if (!t || t->producer < 0) return -1;
-  return strcmp(nop(m->g->node[t->producer]), op) ? -1 : t->producer;
-}
-
-/* A float constant of n values (n < 0: any), or NULL. */
-static const tensor *fconst(const imp *m, const char *name, int64_t n) {
-  const tensor *t = name && *name ? t_find(m, name) : NULL;
-  if (!t || t->kind != T_CONST || t->dt != DT_F || (n >= 0 && t->n != n)) return NULL;
-  return t;
-}
-
-static bool perm_is(const Onnx__NodeProto *n, const int64_t *p, size_t np) {
-  size_t k;
-  const int64_t *v = attr_ints(n, "perm", &k);
-  return v && k == np && !memcmp(v, p, np * sizeof *p);
-}
-
-/* Whether a Reshape node's target is the constant `shape`. */
-static bool reshape_is(const imp *m, const Onnx__NodeProto *n, const int64_t *shape, int nd) {
-  const tensor *t = t_find(m, in_name(n, 1));
-  if (!t || t->kind != T_CONST || t->dt != DT_I || t->n != nd) return false;
-  for (int k = 0; k < nd; k++)
-    if (t->i[k] != shape[k]) return false;
-  return true;
-}
-
 /* heads = Transpose(perm) of Reshape [0, 0, H, hd] of [Add b of] MatMul(in, W^T): in, or NULL.
  * *H is set from the first projection and checked against the others; *bias likewise (-1:
  * not yet known). */
@@ -3208,6 +3195,7 @@ out:
 
 /* Graph outputs under their ONNX names; blobs nothing reads that are not outputs silenced. */
 static int finish_outputs(imp *m) {
+  static const Onnx__NodeProto none = ONNX__NODE_PROTO__INIT; /* messages name no node */
   Onnx__GraphProto *g = m->g;
   for (size_t k = 0; k < g->n_output; k++) {
     tensor *t = t_find(m, g->output[k]->name);
@@ -3218,23 +3206,15 @@ static int finish_outputs(imp *m) {
       if (t->dt != DT_F)
         return kiln_errorf(KILN_ERR_UNSUPPORTED, "%s: graph output '%s' is a constant of integers: "
                            "a kiln net's outputs are floats", m->src, t->name);
-      static const Onnx__NodeProto none = ONNX__NODE_PROTO__INIT;
       m->node = &none;
       const char *top = own_blob(m, t->name);
       if (!top) return nomem();
-      const int li = begin_layer(m, "Parameter", t->name, 0, NULL, 1, &top);
-      if (li < 0) return KILN_ERR_NOMEM;
-      kiln_strbuf_printf(&m->text, "  param { lr_mult: 0 decay_mult: 0 }\n  parameter_param { shape {");
-      for (int a = 0; a < t->s.nd; a++) kiln_strbuf_printf(&m->text, " dim: %lld", (long long)t->s.d[a]);
-      kiln_strbuf_printf(&m->text, " } }\n");
-      end_layer(m);
-      KILN_TRY(add_blob(m, li, &t->s, t->f));
+      KILN_TRY(param_layer(m, top, &t->s, t->f));
       t->kind = T_BLOB, t->blob = top, t->cs = t->s;
       continue;
     }
     if (t->kind == T_PAD) return kiln_errorf(KILN_ERR_UNSUPPORTED, "%s: graph output '%s' is a Pad's: kiln imports a Pad only before a Conv or AveragePool", m->src, t->name);
     const char *b;
-    static const Onnx__NodeProto none = ONNX__NODE_PROTO__INIT;
     m->node = &none;
     KILN_TRY(materialize(m, t, &b));
     if (strcmp(b, t->name)) {

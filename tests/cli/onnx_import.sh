@@ -81,7 +81,8 @@ else
     fi
   done
   # import then export: PyTorch's models through kiln and out again as ONNX give PyTorch's
-  # outputs within 1e-4 (the CNNs and the MLP run by OpenCV, the LSTM by the NumPy evaluator)
+  # outputs within 1e-4 (the CNNs and the MLP run by OpenCV; the recurrent nets and the encoders,
+  # which OpenCV 4.6 does not run, by the NumPy evaluator)
   if [ -n "$ONNX_PY" ]; then
     rt=()
     rtn=()

@@ -84,9 +84,9 @@ def test_encoder_gradients_are_pytorchs(tmp_path, opset):
     want, got, gx_want, gx_got = gradients(model, net, x)
     close(got, want, "output")
     close(gx_got, gx_want, "input gradient")
-    # the parameters: the two LayerNorms of each block, the final Linear (a Gemm: InnerProduct
-    # with PyTorch's N x K weights) and the first block's out-projection
-    layers = {name: ps for name, ps in net.params.items()}
+    # the parameters: the two LayerNorms of each block, the final Linear and the first block's
+    # out-projection
+    layers = net.params
     for b in range(2):
         blk = model.enc.layers[b]
         for norm in ("norm1", "norm2"):
