@@ -1,6 +1,7 @@
 /* kiln-conv-routes: one convolution shape through each route kiln has (the plain im2col + GEMM
- * kernels, oneDNN with its blocked or its channels-last layouts, and the shifted-row direct
- * kernels for stride 1 and group 1), forward and backward, the
+ * kernels, oneDNN with its blocked or its channels-last layouts, by kiln's algorithm rule and
+ * with direct convolution forced (where the rule takes Winograd, the two differ), and the
+ * shifted-row direct kernels for stride 1 and group 1), forward and backward, the
  * best of R repetitions in ms. It is the measurement behind the route each shape takes
  * (docs/PERF.md); not a test.
  *
@@ -45,38 +46,49 @@ int main(int argc, char **argv) {
   for (int64_t i = 0; i < nw; i++) w[i] = (float)((i * 31) % 100) / 100.0f - 0.5f;
   printf("N%d C%d %dx%d M%d k%d pad%d stride%d group%d threads%d din%d\n", N, C, H, W, M, K, P, S,
          G, nt, want_din);
-  printf("%-12s %9s %9s %9s\n", "route", "fwd ms", "bwd ms", "total");
-  const char *routes[] = {"plain", "dnnl-blocked", "dnnl-nhwc", "shift"};
-  for (int r = 0; r < 4; r++) {
+  printf("%-12s %9s %9s %9s  %s\n", "route", "fwd ms", "bwd ms", "total", "oneDNN's forward");
+  char impl[3][64] = {"", "", ""}; /* the rule's forward implementation, by layout */
+  const char *routes[] = {"plain", "dnnl-blocked", "dnnl-nhwc", "blocked-dir", "nhwc-dir",
+                          "shift"};
+  enum { R_SHIFT = 5 };
+  for (int r = 0; r < 6; r++) {
     kiln_dnnl_conv *dn = NULL;
     int64_t ws_n = kiln_conv_workspace(&g, G, nt) + (int64_t)nt * nw;
-    if (r == 3) {
+    if (r == R_SHIFT) {
       if (!kiln_conv_shift_supported(&g, G)) continue;
       ws_n = kiln_conv_shift_workspace(&g, N, M, nt, true);
     } else if (r > 0) {
       if (!kiln_dnnl_available()) continue;
       kiln_config cfg;
       kiln_config_init(&cfg);
-      cfg.dnnl_layout = r == 1 ? KILN_DNNL_LAYOUT_ANY : KILN_DNNL_LAYOUT_NHWC;
+      cfg.dnnl_layout = r % 2 ? KILN_DNNL_LAYOUT_ANY : KILN_DNNL_LAYOUT_NHWC;
+      cfg.conv_direct = r >= 3;
       if (kiln_dnnl_conv_create(&dn, N, M, G, &g, true, true, KILN_LAYOUT_PLAIN,
                                 KILN_LAYOUT_PLAIN, &cfg, 0, false) != KILN_OK) {
         printf("%-12s %s\n", routes[r], kiln_last_error());
         continue;
       }
+      /* The rule's route again: no second row */
+      if (r >= 3 && strstr(kiln_dnnl_conv_impl(dn, 0), "wino") == NULL &&
+          strcmp(kiln_dnnl_conv_impl(dn, 0), impl[r - 2]) == 0) {
+        kiln_dnnl_conv_destroy(dn);
+        continue;
+      }
+      if (r < 3) snprintf(impl[r], sizeof impl[r], "%s", kiln_dnnl_conv_impl(dn, 0));
       ws_n = kiln_dnnl_conv_workspace(dn);
     }
     float *ws = kiln_alloc(4 * (size_t)(ws_n > 0 ? ws_n : 1));
     double best_f = 1e30, best_b = 1e30;
     for (int it = 0; it < reps + 1; it++) {
       double t0 = now_ms();
-      if (r == 3)
+      if (r == R_SHIFT)
         kiln_conv_shift_forward(out, in, w, b, N, M, &g, ws, nt);
       else if (dn)
         kiln_dnnl_conv_forward(dn, out, in, w, b, ws);
       else
         kiln_conv2d_forward(out, in, w, b, N, M, G, &g, ws, nt);
       double t1 = now_ms();
-      if (r == 3)
+      if (r == R_SHIFT)
         kiln_conv_shift_backward(want_din ? din : NULL, dw, db, dout, in, w, N, M, &g, ws, nt);
       else if (dn)
         kiln_dnnl_conv_backward(dn, want_din ? din : NULL, dw, db, dout, in, w, ws);
@@ -89,7 +101,8 @@ int main(int argc, char **argv) {
         if (t2 - t1 < best_b) best_b = t2 - t1;
       }
     }
-    printf("%-12s %9.3f %9.3f %9.3f\n", routes[r], best_f, best_b, best_f + best_b);
+    printf("%-12s %9.3f %9.3f %9.3f  %s\n", routes[r], best_f, best_b, best_f + best_b,
+           dn ? kiln_dnnl_conv_impl(dn, 0) : "");
     kiln_free(ws);
     kiln_dnnl_conv_destroy(dn);
   }

@@ -152,6 +152,7 @@ static const conv_case conv_cases[] = {
     {3, 4, 13, 12, 4, 3, 3, 3, 2, 2, 3, 2, 1, 2, 1}, /* pad beyond kernel reach, group 2 */
     {2, 16, 9, 8, 32, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1},  /* 16 | channels, 3x3: oneDNN's Winograd */
     {2, 32, 6, 7, 16, 3, 3, 1, 1, 1, 1, 1, 1, 1, 0},  /* the same, odd width, no bias */
+    {2, 16, 8, 9, 16, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1},  /* 16 into 16: oneDNN direct */
     {2, 20, 12, 12, 50, 5, 5, 0, 0, 1, 1, 1, 1, 1, 1}, /* LeNet's conv2: shifted-row route */
     {2, 1, 28, 28, 20, 5, 5, 0, 0, 1, 1, 1, 1, 1, 1},  /* LeNet's conv1 */
     {3, 3, 9, 10, 7, 7, 2, 3, 1, 1, 1, 1, 2, 1, 1},    /* 7 kernel rows, 7 outputs: block tails */
@@ -175,9 +176,11 @@ static void run_dnnl_case(const conv_case *c, const kiln_conv_geom *g, const flo
                             KILN_LAYOUT_PLAIN, NULL, 0, false) != KILN_OK)
     fail_msg("oneDNN has no convolution for N%d C%d %dx%d M%d k%dx%d: %s", c->N, c->C, c->H,
              c->W, c->M, c->kh, c->kw, kiln_last_error());
-  /* 3x3 at stride 1 with 16 | channels runs Winograd; the same tolerance holds for it. */
+  /* 3x3 at stride 1 with 16 | channels, unless 16 into 16, runs Winograd; the same tolerance
+   * holds for it. */
   const bool wino = c->kh == 3 && c->kw == 3 && c->sh == 1 && c->sw == 1 && c->dh == 1 &&
-                    c->dw == 1 && c->group == 1 && c->C % 16 == 0 && c->M % 16 == 0;
+                    c->dw == 1 && c->group == 1 && c->C % 16 == 0 && c->M % 16 == 0 &&
+                    c->C + c->M > 32;
   for (int which = 0; which < 3; which++)
     if ((strstr(kiln_dnnl_conv_impl(dn, which), "wino") != NULL) != wino)
       fail_msg("primitive %d is %s; Winograd expected: %d", which, kiln_dnnl_conv_impl(dn, which),

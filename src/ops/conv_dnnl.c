@@ -358,8 +358,11 @@ static int64_t largest_scratch(const kiln_dnnl_conv *c) {
 /* 3x3 kernels at stride 1 go through Winograd's F(4x4, 3x3) where oneDNN has it for the shape
  * (its kernels need 16 | channels): four times fewer multiplications, at the price of fp32
  * rounding that differs from the direct sum (tested against the same double-precision reference
- * and tolerance). kiln_config.conv_direct (KILN_CONV_ALGO=direct) turns it off. Everything
- * else, and any shape Winograd refuses, is direct.
+ * and tolerance). Not 16 channels into 16: there each transformed tile feeds a 16 x 16 product,
+ * the transforms' memory traffic outweighs the multiplications saved, and the direct kernel
+ * wins (`kiln-conv-routes`, docs/PERF.md: resnet20's first stage). kiln_config.conv_direct
+ * (KILN_CONV_ALGO=direct) turns it off. Everything else, and any shape Winograd refuses, is
+ * direct.
  *
  * Some of oneDNN's Winograd schedules transform the whole batch at once, into a scratchpad
  * several times the layer's output (VGG-16's conv2_2 at batch 16: 471 MB against its 103 MB
@@ -376,7 +379,8 @@ int kiln_dnnl_conv_create(kiln_dnnl_conv **out, int N, int M, int group, const k
   /* oneDNN's Winograd is fp32 alone */
   const bool wino = !bf16 && !cfg->conv_direct && g->kernel_h == 3 && g->kernel_w == 3 &&
                     g->stride_h == 1 && g->stride_w == 1 && g->dilation_h == 1 &&
-                    g->dilation_w == 1 && group == 1 && g->channels % 16 == 0 && M % 16 == 0;
+                    g->dilation_w == 1 && group == 1 && g->channels % 16 == 0 && M % 16 == 0 &&
+                    g->channels + M > 32;
   const int64_t x_image = (int64_t)g->channels * g->height * g->width;
   const int64_t y_image = (int64_t)M * g->out_h * g->out_w;
   kiln_dnnl_conv *c = NULL;
