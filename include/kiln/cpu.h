@@ -16,6 +16,8 @@ enum { KILN_FMA_AVX2 = 8, KILN_FMA_AVX512 = 16, KILN_FMA_AVX512_BF16 = 32 };
 /* Whether this CPU runs the loop of `lanes` lanes (8: AVX2 and FMA; 16: AVX-512F; 32:
  * AVX-512F with AVX512-BF16); false for any other width and on processors other than x86-64. */
 bool kiln_fma_supported(int lanes);
+/* Whether the CPU has AMX-BF16 tiles (CPUID leaf 7, EDX bit 22); false off x86-64. */
+bool kiln_amx_bf16_supported(void);
 
 /* The loop's rounds that take about `seconds` on one thread (from a short calibration run);
  * 0 when the loop is not supported. */

@@ -86,6 +86,12 @@ void kiln_bf16_from_f32(uint16_t *y, const float *x, int64_t n);
  * AMX-BF16), else KILN_ERR_UNSUPPORTED saying which feature is missing: kiln does not emulate
  * bf16 (oneDNN would, on AVX-512 alone, slower than fp32). */
 int kiln_bf16_check(void);
+/* Whether bf16 products are slower than fp32 ones on a CPU whose VDPBF16PS and fp32 FMA loops
+ * measure these GFLOP/s (kiln-fma-peak's loops): under three quarters of the rate, without AMX. */
+bool kiln_bf16_slower(double bf16_gflops, double fp32_gflops, bool amx);
+/* Once a process, a warning through kiln_log where that holds for this CPU (it measures both
+ * loops for a few milliseconds). */
+void kiln_bf16_rate_note(void);
 /* Products of fewer multiply-adds stay fp32 in the bf16 backend: rounding the operands and the
  * call would cost more than the product (and fp32 is exact where bf16 rounds). */
 #define KILN_BF16_MIN_MACS (1LL << 16)

@@ -8,6 +8,7 @@
 #include "kiln/cpu.h"
 
 #if defined(__x86_64__)
+#include <cpuid.h>
 #include <immintrin.h>
 #define KILN_HAVE_FMA_LOOPS 1
 #endif
@@ -60,6 +61,15 @@ __attribute__((noinline, target("avx512f,avx512bf16"))) static float run32bf16(l
   return sum;
 }
 #endif
+
+bool kiln_amx_bf16_supported(void) {
+#if defined(__x86_64__)
+  unsigned a, b, c, d;
+  return __get_cpuid_count(7, 0, &a, &b, &c, &d) && (d >> 22 & 1u);
+#else
+  return false;
+#endif
+}
 
 bool kiln_fma_supported(int lanes) {
 #ifdef KILN_HAVE_FMA_LOOPS

@@ -105,6 +105,7 @@ int kiln_backend_choose(const kiln_config *cfg, const kiln_device *d, const kiln
                        "precision BF16 runs on the cpu engine's kernels; KILN_ENGINE=ref is fp32 "
                        "alone");
   KILN_TRY(kiln_bf16_check());
+  kiln_bf16_rate_note();
   *out = kiln_backend_cpu_bf16();
   return KILN_OK;
 }

@@ -5,6 +5,7 @@
  * Products under KILN_BF16_MIN_MACS, products called from inside a parallel region, and shapes
  * oneDNN has no JIT kernel for run cpu's fp32 kernels: more exact, and for those faster. */
 #include <omp.h>
+#include <pthread.h>
 
 #include "kiln/cpu.h"
 #include "kiln/ops.h"
@@ -16,6 +17,33 @@
 void kiln_bf16_from_f32(uint16_t *y, const float *x, int64_t n) {
 #pragma omp simd
   for (int64_t i = 0; i < n; i++) y[i] = kiln_bf16_of(x[i]);
+}
+
+bool kiln_bf16_slower(double bf16_gflops, double fp32_gflops, bool amx) {
+  return !amx && bf16_gflops > 0 && fp32_gflops > 0 && bf16_gflops < 0.75 * fp32_gflops;
+}
+
+/* Once a process: where VDPBF16PS runs at under three quarters of the fp32 FMAs' rate and there
+ * is no AMX (Intel's family 6 model 207 without AMX exposed: 86 against 176 GFLOP/s a core),
+ * bf16 products are slower than fp32 ones, and a user asking for bf16 for speed is told. A few
+ * milliseconds of the FMA loops. */
+static void bf16_rate_once(void) {
+  const long r16 = kiln_fma_calibrate(KILN_FMA_AVX512, 0.002);
+  const long r32 = kiln_fma_calibrate(KILN_FMA_AVX512_BF16, 0.002);
+  if (r16 <= 0 || r32 <= 0) return;
+  const double fp32 = kiln_fma_gflops(KILN_FMA_AVX512, 1, r16, 3);
+  const double bf16 = kiln_fma_gflops(KILN_FMA_AVX512_BF16, 1, r32, 3);
+  if (kiln_bf16_slower(bf16, fp32, kiln_amx_bf16_supported()))
+    kiln_log(KILN_LOG_WARN,
+             "precision BF16: this CPU's bf16 dot products (VDPBF16PS) run at %.0f GFLOP/s a "
+             "core and its fp32 FMAs at %.0f (measured now), and it has no AMX: bf16 trains "
+             "slower than fp32 here",
+             bf16, fp32);
+}
+
+void kiln_bf16_rate_note(void) {
+  static pthread_once_t once = PTHREAD_ONCE_INIT;
+  pthread_once(&once, bf16_rate_once);
 }
 
 int kiln_bf16_check(void) {
