@@ -4,7 +4,9 @@
 #   - tiny_net BATCH [EXTRA_DATA_PARAM]: a small conv net on it (Data, Convolution, ReLU,
 #     InnerProduct, SoftmaxWithLoss; 40 + 580 parameters), on standard output;
 #   - tiny_bn_net BATCH: the same with BatchNorm and Scale (bias) between the convolution and
-#     the ReLU, all three in place, on standard output;
+#     the ReLU, all three in place, on standard output; the convolution has no bias, as before a
+#     BatchNorm in Caffe's ResNets (its gradient would be zero but for rounding, and its values
+#     rounding noise that no comparison between kernels could hold to a tolerance);
 #   - tiny_accuracy_net: a linear classifier on it (batch 8) with an Accuracy layer in the TEST
 #     phase, as CE reads accuracy from the test passes; tiny_accuracy_solver: its solver
 #     (net.prototxt beside it, 100 iterations, a test pass of the 64 records at the end). Both on
@@ -44,7 +46,8 @@ layer { name: "d" type: "Data" top: "data" top: "label"
   data_param { source: "$WORK/tiny_lmdb" batch_size: $1 backend: LMDB }
   transform_param { scale: 0.00390625 } }
 layer { name: "conv" type: "Convolution" bottom: "data" top: "conv"
-  convolution_param { num_output: 4 kernel_size: 3 weight_filler { type: "xavier" } } }
+  convolution_param { num_output: 4 kernel_size: 3 bias_term: false
+    weight_filler { type: "xavier" } } }
 layer { name: "bn" type: "BatchNorm" bottom: "conv" top: "conv" }
 layer { name: "scale" type: "Scale" bottom: "conv" top: "conv" scale_param { bias_term: true } }
 layer { name: "relu" type: "ReLU" bottom: "conv" top: "conv" }
