@@ -569,10 +569,8 @@ static void test_bf16_slow_rate_warned(void **state) {
   assert_int_equal(kiln_backend_choose(&cfg, NULL, &b), KILN_OK);
   assert_int_equal(kiln_backend_choose(&cfg, NULL, &b), KILN_OK);
   kiln_log_set_handler(NULL, NULL);
-  const long r16 = kiln_fma_calibrate(KILN_FMA_AVX512, 0.002);
-  const long r32 = kiln_fma_calibrate(KILN_FMA_AVX512_BF16, 0.002);
-  const double fp32 = kiln_fma_gflops(KILN_FMA_AVX512, 1, r16, 3);
-  const double bf16 = kiln_fma_gflops(KILN_FMA_AVX512_BF16, 1, r32, 3);
+  double bf16, fp32; /* measured again: the note's own figures are not kept */
+  kiln_bf16_rates(&bf16, &fp32);
   print_message("this CPU: VDPBF16PS %.1f, fp32 FMA %.1f GFLOP/s; warned %d time(s)%s%s\n", bf16,
                 fp32, g_warnings, g_warnings ? ": " : "", g_warning);
   assert_true(g_warnings <= 1);

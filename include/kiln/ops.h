@@ -89,8 +89,10 @@ int kiln_bf16_check(void);
 /* Whether bf16 products are slower than fp32 ones on a CPU whose VDPBF16PS and fp32 FMA loops
  * measure these GFLOP/s (kiln-fma-peak's loops): under three quarters of the rate, without AMX. */
 bool kiln_bf16_slower(double bf16_gflops, double fp32_gflops, bool amx);
-/* Once a process, a warning through kiln_log where that holds for this CPU (it measures both
- * loops for a few milliseconds). */
+/* Those two rates on one core of this CPU, a few milliseconds of each loop (0 where the CPU has
+ * no such loop). */
+void kiln_bf16_rates(double *bf16_gflops, double *fp32_gflops);
+/* Once a process, a warning through kiln_log where kiln_bf16_rates say bf16 is slower. */
 void kiln_bf16_rate_note(void);
 /* Products of fewer multiply-adds stay fp32 in the bf16 backend: rounding the operands and the
  * call would cost more than the product (and fp32 is exact where bf16 rounds). */

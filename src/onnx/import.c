@@ -2059,8 +2059,8 @@ static int op_gather(imp *m) {
 
 /* ---- LSTM ------------------------------------------------------------------------------- */
 
-/* A constant as a blob: a Parameter layer holding it (lr_mult 0: training leaves it). */
-/* A Parameter layer that does not learn, its top `top`, holding the constant data of shape s. */
+/* A Parameter layer that does not learn (lr_mult 0), its top `top`, holding the constant data of
+ * shape s. */
 static int param_layer(imp *m, const char *top, const shp *s, const float *data) {
   int li = begin_layer(m, "Parameter", top, 0, NULL, 1, &top);
   if (li < 0) return KILN_ERR_NOMEM;
@@ -2187,7 +2187,9 @@ static int op_recurrent(imp *m) {
     const int kmm = y ? sole_reader(m, y->name, "MatMul") : -1;
     const int kad = kmm >= 0 ? sole_reader(m, G[kmm]->output[0], "Add") : -1;
     const int kth = kad >= 0 ? sole_reader(m, G[kad]->output[0], "Tanh") : -1;
-    wo = kmm >= 0 && !strcmp(in_name(G[kmm], 0), y->name) ? fconst(m, in_name(G[kmm], 1), ndir * H * H) : NULL;
+    wo = kmm >= 0 && !strcmp(in_name(G[kmm], 0), y->name)
+             ? fconst(m, in_name(G[kmm], 1), ndir * H * H)
+             : NULL;
     bo = kad >= 0 ? fconst(m, other_in(G[kad], G[kmm]->output[0]), ndir * H) : NULL;
     if (!wo || !bo || kth < 0 || wo->s.nd != 3 || bo->s.nd != 3 || bo->s.d[1] != 1)
       return REFUSE("an RNN whose Y is not followed by Caffe's output layer (MatMul by [%d, H, H], "

@@ -27,12 +27,16 @@ bool kiln_bf16_slower(double bf16_gflops, double fp32_gflops, bool amx) {
  * is no AMX (Intel's family 6 model 207 without AMX exposed: 86 against 176 GFLOP/s a core),
  * bf16 products are slower than fp32 ones, and a user asking for bf16 for speed is told. A few
  * milliseconds of the FMA loops. */
-static void bf16_rate_once(void) {
+void kiln_bf16_rates(double *bf16, double *fp32) {
   const long r16 = kiln_fma_calibrate(KILN_FMA_AVX512, 0.002);
   const long r32 = kiln_fma_calibrate(KILN_FMA_AVX512_BF16, 0.002);
-  if (r16 <= 0 || r32 <= 0) return;
-  const double fp32 = kiln_fma_gflops(KILN_FMA_AVX512, 1, r16, 3);
-  const double bf16 = kiln_fma_gflops(KILN_FMA_AVX512_BF16, 1, r32, 3);
+  *fp32 = r16 > 0 ? kiln_fma_gflops(KILN_FMA_AVX512, 1, r16, 3) : 0;
+  *bf16 = r32 > 0 ? kiln_fma_gflops(KILN_FMA_AVX512_BF16, 1, r32, 3) : 0;
+}
+
+static void bf16_rate_once(void) {
+  double bf16, fp32;
+  kiln_bf16_rates(&bf16, &fp32);
   if (kiln_bf16_slower(bf16, fp32, kiln_amx_bf16_supported()))
     kiln_log(KILN_LOG_WARN,
              "precision BF16: this CPU's bf16 dot products (VDPBF16PS) run at %.0f GFLOP/s a "

@@ -32,6 +32,7 @@
 #include <strings.h>
 
 #include "kiln/core.h"
+#include "kiln/cpu.h"
 #include "kiln/ops.h"
 #include "ops/kernels.h"
 #include "dnnl_rt.h"
@@ -317,9 +318,8 @@ static void blas_kernel_once(void) {
                                        "atom", "barcelona", "opteron", "opteron_sse3"};
   for (size_t i = 0; name && i < sizeof wide / sizeof wide[0]; i++)
     if (!strcasecmp(name, wide[i])) g_blas_avx512 = true;
-  __builtin_cpu_init();
   for (size_t i = 0; name && i < sizeof narrow / sizeof narrow[0]; i++)
-    if (!strcasecmp(name, narrow[i]) && __builtin_cpu_supports("avx2")) g_blas_narrow = true;
+    if (!strcasecmp(name, narrow[i]) && kiln_fma_supported(KILN_FMA_AVX2)) g_blas_narrow = true;
 }
 
 static bool use_dnnl(const kiln_config *cfg, bool ta, int64_t M, int64_t N, int64_t K) {
